@@ -1,0 +1,101 @@
+/* PopEF-style container: reader (mmap, validated) and writer.
+ *
+ * Byte layout, format version 1. All integers little-endian; every blob starts at a multiple of
+ * 64 bytes from the start of the file; padding bytes are zero.
+ *
+ *   Header (64 bytes, at offset 0)
+ *     0   u8[8]  magic "PYIPUEF\0"
+ *     8   u32    format_version (IPU_CONTAINER_VERSION)
+ *     12  u32    blob_count (<= IPU_CONTAINER_MAX_BLOBS)
+ *     16  u64    file_size: total length of the file in bytes
+ *     24  u64    compiler_hash: ipu_compiler_hash() of the compiler that wrote the file
+ *     32  u64    checksum: ipu_hash64(bytes [64, file_size), seed 0)
+ *     40  u64    blob_table_offset (always 64 in version 1)
+ *     48  u8[16] reserved, zero
+ *   Blob table (blob_count entries of 32 bytes, at blob_table_offset)
+ *     0   u32    type (ipu_blob_type)
+ *     4   u32    id   (program id for PROGRAM blobs, 0 otherwise)
+ *     8   u64    offset from the start of the file (multiple of 64, >= end of the blob table)
+ *     16  u64    size in bytes (offset + size <= file_size, blobs do not overlap)
+ *     24  u64    reserved, zero
+ *   Blobs, in any order. Contents by type:
+ *     METADATA (exactly one)    tensors, anchors, program flow, target: see docs/popef.md
+ *     TENSOR_DATA (at most one) raw tensor bytes, addressed by tensor offset (multiples of 64)
+ *     PROGRAM (one per id)      instruction list: see docs/bytecode.md
+ *     OPAQUE (any number)       u32 name_len, name bytes (UTF-8, 1..255), zero pad to 8, payload
+ *
+ * The reader checks every count, size and offset before use and the checksum of the whole file;
+ * any violation gives IPU_ERR_CORRUPT (IPU_ERR_VERSION for a different format version). Tensor
+ * data is used in place: pointers returned by ipu_container_blob point into the mapping. */
+#ifndef IPU_CONTAINER_H
+#define IPU_CONTAINER_H
+
+#include "ipu_common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define IPU_CONTAINER_MAGIC "PYIPUEF"
+#define IPU_CONTAINER_VERSION 1u
+#define IPU_CONTAINER_HEADER_SIZE 64u
+#define IPU_CONTAINER_ALIGN 64u
+#define IPU_CONTAINER_MAX_BLOBS 65536u
+
+typedef enum ipu_blob_type {
+    IPU_BLOB_METADATA = 1,
+    IPU_BLOB_TENSOR_DATA = 2,
+    IPU_BLOB_PROGRAM = 3,
+    IPU_BLOB_OPAQUE = 4,
+} ipu_blob_type;
+
+typedef struct ipu_container ipu_container;
+
+typedef struct ipu_blob_info {
+    ipu_blob_type type;
+    uint32_t id;
+    const void *data; /* points into the container; valid while the container lives */
+    uint64_t size;
+    const char *name; /* OPAQUE only: NUL-terminated copy owned by the container; else NULL */
+} ipu_blob_info;
+
+/* Open and validate a file (memory-mapped, read-only). `path` is borrowed. */
+IPU_API IPU_NODISCARD ipu_status ipu_container_open(const char *path, ipu_container **out);
+/* Validate an in-memory image. The bytes are copied; `data` is borrowed. */
+IPU_API IPU_NODISCARD ipu_status ipu_container_open_memory(const void *data, size_t size,
+                                                          ipu_container **out);
+/* Accepts NULL. Invalidates every pointer obtained from the container. */
+IPU_API void ipu_container_destroy(ipu_container *c);
+
+IPU_API uint32_t ipu_container_format_version(const ipu_container *c);
+IPU_API uint64_t ipu_container_compiler_hash(const ipu_container *c);
+IPU_API uint64_t ipu_container_file_size(const ipu_container *c);
+IPU_API uint32_t ipu_container_blob_count(const ipu_container *c);
+IPU_API IPU_NODISCARD ipu_status ipu_container_blob(const ipu_container *c, uint32_t index,
+                                                   ipu_blob_info *out);
+/* First blob of `type` (and `id` for programs); IPU_ERR_NOT_FOUND if there is none. */
+IPU_API IPU_NODISCARD ipu_status ipu_container_find_blob(const ipu_container *c, ipu_blob_type type,
+                                                        uint32_t id, ipu_blob_info *out);
+
+/* Writer: collect blobs, then serialise. Blob bytes are copied when added. */
+typedef struct ipu_container_writer ipu_container_writer;
+IPU_API IPU_NODISCARD ipu_status ipu_container_writer_create(ipu_container_writer **out);
+IPU_API void ipu_container_writer_destroy(ipu_container_writer *w);
+/* `name` is used for OPAQUE blobs only (1..255 bytes) and must be NULL otherwise. */
+IPU_API IPU_NODISCARD ipu_status ipu_container_writer_add_blob(ipu_container_writer *w,
+                                                              ipu_blob_type type, uint32_t id,
+                                                              const char *name, const void *data,
+                                                              size_t size);
+/* Override the compiler hash (default ipu_compiler_hash()); used by tests. */
+IPU_API void ipu_container_writer_set_compiler_hash(ipu_container_writer *w, uint64_t hash);
+/* Serialise to a malloc'd buffer; the caller frees *data_out with free(). */
+IPU_API IPU_NODISCARD ipu_status ipu_container_writer_finish(ipu_container_writer *w,
+                                                            void **data_out, size_t *size_out);
+/* Serialise to a file (written to a temporary name, then renamed). */
+IPU_API IPU_NODISCARD ipu_status ipu_container_writer_write_file(ipu_container_writer *w,
+                                                                const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,112 @@
+/* Executable: a container's metadata and programs, parsed and verified.
+ *
+ * METADATA blob layout (format version 1; little-endian, offsets from the blob start):
+ *   0   u32 ipu_version        2 (GC200, "ipu2") or 21 (C600, "ipu21")
+ *   4   u32 num_ipus           >= 1
+ *   8   u32 replication_factor >= 1
+ *   12  u32 batches_per_step   >= 1 (PopEF deviceIterations)
+ *   16  u32 num_io_tiles
+ *   20  u32 num_tensors        <= IPU_MAX_TENSORS
+ *   24  u32 num_anchors        <= num_tensors
+ *   28  u32 num_subgraphs      >= 1 (> 1 only for fused models)
+ *   32  u32 load_program       program id of the Load program
+ *   36  u32 index_anchor       anchor index of the fused-model `index` input, or 0xFFFFFFFF
+ *   40  u64 arena_size         bytes of device memory (multiple of 64)
+ *   48  u32 strings_size       bytes in the string table
+ *   52  u32 reserved, zero
+ *   56  u32 main_programs[num_subgraphs]   program id of each subgraph's Main program
+ *       zero pad to a multiple of 8
+ *   then tensors[num_tensors], 96 bytes each:
+ *       u32 dtype (ipu_dtype), u32 ndim (0..8), u32 location (ipu_location), u32 flags (0),
+ *       u64 offset (into the arena, or into the TENSOR_DATA blob; multiple of 64),
+ *       u64 nbytes (== product(dims) * dtype size), i64 dims[8] (unused entries 0)
+ *   then anchors[num_anchors], 24 bytes each:
+ *       u32 name_offset, u32 name_len (into the string table; 1..1024 bytes, unique),
+ *       u32 direction (ipu_direction), u32 tensor (index), u32 subgraph (or 0xFFFFFFFF: all),
+ *       u32 flags (IPU_ANCHOR_TENSOR_DATA: a weight whose bytes are in the container)
+ *   then the string table (strings_size bytes), zero pad to a multiple of 8; end of blob.
+ *
+ * Tensors may share storage (views): two ARENA tensors may overlap; the compiler guarantees that
+ * no instruction writes a tensor that overlaps one of its inputs unless the opcode allows it.
+ * An anchor's tensor shape is one batch; a request carries N batches stacked along dim 0. */
+#ifndef IPU_EXECUTABLE_H
+#define IPU_EXECUTABLE_H
+
+#include "ipu_container.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define IPU_MAX_TENSORS (1u << 20)
+#define IPU_NO_INDEX 0xFFFFFFFFu
+
+typedef enum ipu_location { IPU_LOC_ARENA = 1, IPU_LOC_TENSOR_DATA = 2 } ipu_location;
+typedef enum ipu_direction { IPU_DIR_INPUT = 1, IPU_DIR_OUTPUT = 2 } ipu_direction;
+enum { IPU_ANCHOR_TENSOR_DATA = 1u };
+
+typedef struct ipu_executable ipu_executable;
+
+typedef struct ipu_executable_info {
+    uint32_t ipu_version, num_ipus, replication_factor, batches_per_step, num_io_tiles;
+    uint32_t num_tensors, num_anchors, num_subgraphs, num_programs;
+    uint32_t index_anchor; /* IPU_NO_INDEX when the model is not fused */
+    uint64_t arena_size;
+} ipu_executable_info;
+
+typedef struct ipu_tensor_desc {
+    ipu_dtype dtype;
+    uint32_t ndim;
+    int64_t dims[IPU_MAX_DIMS];
+    uint64_t nbytes;
+} ipu_tensor_desc;
+
+typedef struct ipu_anchor_info {
+    const char *name; /* NUL-terminated, owned by the executable */
+    ipu_direction direction;
+    uint32_t tensor;
+    uint32_t subgraph; /* IPU_NO_INDEX: belongs to every subgraph */
+    int has_tensor_data;
+    ipu_tensor_desc desc; /* one batch */
+} ipu_anchor_info;
+
+typedef struct ipu_program_info {
+    uint32_t id;
+    uint32_t num_instructions;
+} ipu_program_info;
+
+typedef struct ipu_instruction_info {
+    ipu_opcode opcode;
+    uint32_t num_inputs, num_outputs, num_attrs;
+    const uint32_t *inputs, *outputs; /* tensor indices, owned by the executable */
+    const int64_t *attrs;
+} ipu_instruction_info;
+
+/* Parse and verify metadata and every program (opcodes, operand counts and indices, dtypes,
+ * shapes, attributes). `c` is borrowed and must outlive the executable. */
+IPU_API IPU_NODISCARD ipu_status ipu_executable_create(const ipu_container *c,
+                                                      ipu_executable **out);
+IPU_API void ipu_executable_destroy(ipu_executable *e); /* accepts NULL */
+
+IPU_API void ipu_executable_get_info(const ipu_executable *e, ipu_executable_info *out);
+IPU_API IPU_NODISCARD ipu_status ipu_executable_anchor(const ipu_executable *e, uint32_t index,
+                                                      ipu_anchor_info *out);
+IPU_API IPU_NODISCARD ipu_status ipu_executable_find_anchor(const ipu_executable *e,
+                                                           const char *name, uint32_t *index_out);
+IPU_API IPU_NODISCARD ipu_status ipu_executable_tensor(const ipu_executable *e, uint32_t index,
+                                                      ipu_tensor_desc *out);
+/* Programs are numbered 0..num_programs-1 in container order; info.id is the program id. */
+IPU_API IPU_NODISCARD ipu_status ipu_executable_program(const ipu_executable *e, uint32_t index,
+                                                       ipu_program_info *out);
+IPU_API IPU_NODISCARD ipu_status ipu_executable_instruction(const ipu_executable *e,
+                                                           uint32_t program_index, uint32_t i,
+                                                           ipu_instruction_info *out);
+/* Program ids of the Load program and of each subgraph's Main program. */
+IPU_API uint32_t ipu_executable_load_program(const ipu_executable *e);
+IPU_API IPU_NODISCARD ipu_status ipu_executable_main_program(const ipu_executable *e,
+                                                            uint32_t subgraph, uint32_t *id_out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,37 @@
+/* Lock-free single-producer / single-consumer ring of fixed-size items.
+ *
+ * Contract: at any time at most one thread pushes and at most one thread pops (they may be
+ * different threads). Violating this is undefined. Indices are 64-bit and never wrap in
+ * practice; each sits on its own cache line with a cached copy of the opposite index, and only
+ * acquire/release ordering is used. try_ calls never block. */
+#ifndef IPU_RING_H
+#define IPU_RING_H
+
+#include <stdbool.h>
+
+#include "ipu_common.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ipu_ring ipu_ring;
+
+/* Capacity is rounded up to a power of two (>= 1 item usable = capacity). */
+IPU_API IPU_NODISCARD ipu_status ipu_ring_create(size_t capacity, size_t item_size,
+                                                ipu_ring **out);
+IPU_API void ipu_ring_destroy(ipu_ring *r); /* accepts NULL */
+IPU_API size_t ipu_ring_capacity(const ipu_ring *r);
+/* Items currently queued (exact for the calling side, approximate for observers). */
+IPU_API size_t ipu_ring_size(const ipu_ring *r);
+/* Copy item_size bytes in; false when full. Producer only. */
+IPU_API IPU_NODISCARD bool ipu_ring_try_push(ipu_ring *r, const void *item);
+/* Copy item_size bytes out; false when empty. Consumer only. */
+IPU_API IPU_NODISCARD bool ipu_ring_try_pop(ipu_ring *r, void *item_out);
+/* Pointer to the front item or NULL when empty, without removing it. Consumer only. */
+IPU_API void *ipu_ring_front(ipu_ring *r);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

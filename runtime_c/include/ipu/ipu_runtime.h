@@ -1,0 +1,108 @@
+/* Runtime: loads an executable onto a virtual IPU and serves requests.
+ *
+ * Lifecycle: ipu_runtime_create (checks the package hash, allocates the device arena, runs the
+ * Load program, starts the device thread and the compute workers) -> any number of
+ * ipu_runtime_submit calls from any threads -> ipu_runtime_close -> ipu_runtime_destroy.
+ *
+ * Device loop (one device thread per runtime): a step is batches_per_step iterations of the Main
+ * program. Each iteration pulls one batch per input anchor through that anchor's stream callback
+ * (by default: pop the next slot of the anchor's SPSC input ring and copy it into the arena), runs
+ * the Main program of the selected subgraph over the compute workers (each instruction's work is
+ * split into ranges, with a barrier between instructions), then pushes one batch per output anchor
+ * through its stream callback (by default: pop the next output slot and copy out of the arena).
+ * When a step has started and no input arrives for timeout_ns, the rest of the step is padded
+ * (skipped and counted in stats.padded_iterations). timeout_ns == 0 waits forever.
+ *
+ * Requests: a request carries N batches per anchor, stacked along dim 0, and becomes N slots in
+ * every anchor ring it uses. Submission takes the runtime's submit mutex so slots of one request
+ * are contiguous in every ring (this is what makes the rings single-producer). Every request that
+ * ipu_runtime_submit accepted completes exactly once: with IPU_OK, with the error of the step that
+ * ran it, or with IPU_ERR_CLOSED when the runtime is closed first. If submit returns an error,
+ * nothing was queued and the done callback is never called.
+ *
+ * Threads: ipu_runtime_submit, ipu_request_* and ipu_runtime_get_stats may be called from any
+ * thread. Stream callbacks and done callbacks run on the device thread; they must not call
+ * ipu_runtime_close or ipu_runtime_destroy. Idle workers and the idle device thread sleep. */
+#ifndef IPU_RUNTIME_H
+#define IPU_RUNTIME_H
+
+#include "ipu_executable.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ipu_runtime ipu_runtime;
+typedef struct ipu_request ipu_request;
+
+typedef struct ipu_runtime_config {
+    uint32_t num_threads;                 /* compute workers incl. the device thread; 0 = CPUs */
+    uint32_t ring_buffer_size_multiplier; /* ring capacity = multiplier * batches_per_step slots */
+    uint64_t timeout_ns;                  /* idle wait before padding a started step; 0 = never */
+    int check_package_hash;               /* refuse containers from another compiler version */
+    int validate_io_params;               /* require every anchor of the model in each request */
+    int thread_safe;                      /* serialise submits (required with several callers) */
+} ipu_runtime_config;
+
+/* num_threads 0, multiplier 2, timeout 10 ms, check_package_hash 1, validate 1, thread_safe 1. */
+IPU_API ipu_runtime_config ipu_runtime_config_default(void);
+
+/* `exe` is borrowed and must outlive the runtime; `cfg` is copied (NULL = defaults). */
+IPU_API IPU_NODISCARD ipu_status ipu_runtime_create(const ipu_executable *exe,
+                                                   const ipu_runtime_config *cfg,
+                                                   ipu_runtime **out);
+/* Stop the device loop, fail every pending request with IPU_ERR_CLOSED, join all threads.
+ * Idempotent; later submits return IPU_ERR_CLOSED. */
+IPU_API ipu_status ipu_runtime_close(ipu_runtime *rt);
+/* Close (if needed) and free. Accepts NULL. Requests still referenced by the caller stay valid
+ * until released. */
+IPU_API void ipu_runtime_destroy(ipu_runtime *rt);
+
+/* Stream callback: moves one batch between user memory and the device buffer `buf`.
+ * For an input anchor it fills `buf`; for an output anchor it consumes it. Runs on the device
+ * thread. A non-OK return fails the current iteration's requests with that status. */
+typedef ipu_status (*ipu_stream_fn)(void *buf, size_t nbytes, const ipu_anchor_info *anchor,
+                                    void *user_data);
+/* Replace the queue-backed callback of `anchor` (before the first submit). Such an anchor is
+ * then served by the callback alone and must not be given in requests. */
+IPU_API IPU_NODISCARD ipu_status ipu_runtime_set_stream_callback(ipu_runtime *rt, uint32_t anchor,
+                                                                ipu_stream_fn fn,
+                                                                void *user_data);
+
+/* Called exactly once when a request completes, on the device thread (or on the closing thread
+ * for requests failed by close). The request must not be released inside the callback. */
+typedef void (*ipu_request_done_fn)(ipu_request *req, ipu_status status, void *user_data);
+
+typedef struct ipu_request_desc {
+    uint32_t num_batches;         /* N >= 1 batches in every buffer */
+    const void *const *inputs;    /* [num_anchors], by anchor index; NULL entries = not given */
+    void *const *outputs;         /* [num_anchors], by anchor index; NULL entries = not given */
+    uint32_t subgraph;            /* IPU_NO_INDEX: infer from the anchors given */
+    ipu_request_done_fn done;     /* optional */
+    void *user_data;
+} ipu_request_desc;
+
+/* Queue a request; may block while rings are full. Buffers are borrowed until completion.
+ * On success *out holds a reference the caller must drop with ipu_request_release. */
+IPU_API IPU_NODISCARD ipu_status ipu_runtime_submit(ipu_runtime *rt, const ipu_request_desc *desc,
+                                                   ipu_request **out);
+/* Wait up to timeout_ns (UINT64_MAX = forever). Returns the request's final status, or
+ * IPU_ERR_TIMEOUT if it is still pending (the request itself is unaffected). */
+IPU_API ipu_status ipu_request_wait(ipu_request *req, uint64_t timeout_ns);
+IPU_API int ipu_request_is_done(const ipu_request *req);
+/* Final status; IPU_ERR_INVALID_STATE while pending. */
+IPU_API ipu_status ipu_request_status(const ipu_request *req);
+/* Drop the caller's reference (also before completion). Accepts NULL. */
+IPU_API void ipu_request_release(ipu_request *req);
+
+typedef struct ipu_runtime_stats {
+    uint64_t requests_submitted, requests_completed, requests_failed;
+    uint64_t steps, iterations, padded_iterations;
+    uint32_t num_threads;
+} ipu_runtime_stats;
+IPU_API void ipu_runtime_get_stats(const ipu_runtime *rt, ipu_runtime_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

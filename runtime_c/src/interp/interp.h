@@ -1,0 +1,70 @@
+/* Internal: the parsed executable and the kernel interface used by the runtime.
+ *
+ * The runtime executes a program instruction by instruction. For each instruction it asks
+ * ipu__instr_work() for the number of independent work items, splits [0, work) into one range
+ * per worker, calls ipu__instr_run() on every worker, and waits at a barrier before the next
+ * instruction (BSP). Kernels contain no thread code. */
+#ifndef IPU_INTERP_H
+#define IPU_INTERP_H
+
+#include "../common/ipu_internal.h"
+
+#define IPU__SCRATCH_BYTES ((size_t)1 << 20) /* per-worker scratch, 64-byte aligned */
+
+typedef struct ipu__tensor {
+    ipu_tensor_desc desc;
+    ipu_location loc;
+    uint64_t offset;
+    uint64_t numel;
+} ipu__tensor;
+
+typedef struct ipu__anchor {
+    char *name; /* owned, NUL-terminated */
+    ipu_direction direction;
+    uint32_t tensor;
+    uint32_t subgraph;
+    uint32_t flags;
+} ipu__anchor;
+
+typedef struct ipu__instr {
+    ipu_opcode op;
+    uint32_t n_in, n_out, n_attr;
+    uint32_t *in;   /* owned copies */
+    uint32_t *out;
+    int64_t *attr;
+    void *plan;     /* kernel-specific data precomputed by the verifier (owned), or NULL */
+} ipu__instr;
+
+typedef struct ipu__program {
+    uint32_t id;
+    uint32_t n_instr;
+    ipu__instr *instr;
+} ipu__program;
+
+struct ipu_executable {
+    const ipu_container *container;
+    ipu_executable_info info;
+    ipu__tensor *tensors;
+    ipu__anchor *anchors;
+    ipu__program *programs;
+    uint32_t load_program;   /* index into programs[] (not the id) */
+    uint32_t *main_programs; /* [num_subgraphs] indices into programs[] */
+    const uint8_t *tensor_data; /* TENSOR_DATA blob or NULL */
+    uint64_t tensor_data_size;
+};
+
+/* Execution frame: base pointer of every tensor. ARENA tensors are set by the runtime
+ * (arena + offset); TENSOR_DATA tensors are set by BIND instructions of the Load program. */
+typedef struct ipu__frame {
+    const ipu_executable *exe;
+    void **ptr;
+} ipu__frame;
+
+/* Number of work items of `ins` (0 when the output is empty). */
+size_t ipu__instr_work(const ipu_executable *e, const ipu__instr *ins);
+/* Run work items [begin, end) of `ins`. Safe to call concurrently for disjoint ranges.
+ * `scratch` has IPU__SCRATCH_BYTES bytes private to the calling thread. */
+ipu_status ipu__instr_run(const ipu__frame *f, const ipu__instr *ins, size_t begin, size_t end,
+                          void *scratch);
+
+#endif
