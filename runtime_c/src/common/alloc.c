@@ -1,4 +1,7 @@
 /* The core's only calls to the system allocator. */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L /* posix_memalign */
+#endif
 #include <stdlib.h>
 
 #include "ipu_internal.h"

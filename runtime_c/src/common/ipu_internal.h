@@ -46,6 +46,9 @@ static inline void ipu__st_u64(uint8_t *p, uint64_t v) {
     ipu__st_u32(p + 4, (uint32_t)(v >> 32));
 }
 
+/* True when s[0..n) is valid UTF-8 with no NUL byte (names read from files). */
+bool ipu__utf8_valid(const uint8_t *s, size_t n);
+
 /* fp16 <-> fp32 (round to nearest even). */
 float ipu__f16_to_f32(uint16_t h);
 uint16_t ipu__f32_to_f16(float f);

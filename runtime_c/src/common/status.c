@@ -79,7 +79,7 @@ void ipu__clear_error(void) { last_error[0] = '\0'; }
 
 const char *ipu_last_error_message(void) { return last_error; }
 
-/* ipu_hash64: 8 bytes per round, multiply-xorshift mixing (fast enough to check a multi-GB
+/* ipu_hash64: 32 bytes per round in 4 lanes, multiply-xorshift mixing (fast enough to check a multi-GB
  * file at memory speed). Specified in docs/popef.md. */
 static inline uint64_t mix64(uint64_t x) {
     x ^= x >> 33;

@@ -1,0 +1,133 @@
+# Declarations mirroring runtime_c/include/ipu/*.h (the public C API).
+from libc.stdint cimport int64_t, uint32_t, uint64_t
+
+
+cdef extern from "ipu/ipu.h" nogil:
+    ctypedef int ipu_status
+    ctypedef int ipu_dtype
+    ctypedef int ipu_opcode
+    ctypedef int ipu_blob_type
+    ctypedef int ipu_location
+    ctypedef int ipu_direction
+
+    enum: IPU_OK
+    enum: IPU_MAX_DIMS
+    enum: IPU_NO_INDEX
+    enum: IPU_STATUS_COUNT_
+
+    const char *ipu_status_str(ipu_status s)
+    const char *ipu_status_name(ipu_status s)
+    size_t ipu_dtype_size(ipu_dtype t)
+    const char *ipu_dtype_name(ipu_dtype t)
+    const char *ipu_opcode_name(ipu_opcode op)
+    const char *ipu_last_error_message()
+    uint64_t ipu_hash64(const void *data, size_t size, uint64_t seed)
+    uint64_t ipu_compiler_hash()
+
+    # container
+    ctypedef struct ipu_container:
+        pass
+    ctypedef struct ipu_blob_info:
+        ipu_blob_type type
+        uint32_t id
+        const void *data
+        uint64_t size
+        const char *name
+    ipu_status ipu_container_open(const char *path, ipu_container **out)
+    ipu_status ipu_container_open_memory(const void *data, size_t size, ipu_container **out)
+    void ipu_container_destroy(ipu_container *c)
+    uint32_t ipu_container_format_version(const ipu_container *c)
+    uint64_t ipu_container_compiler_hash(const ipu_container *c)
+    uint64_t ipu_container_file_size(const ipu_container *c)
+    uint32_t ipu_container_blob_count(const ipu_container *c)
+    ipu_status ipu_container_blob(const ipu_container *c, uint32_t index, ipu_blob_info *out)
+
+    ctypedef struct ipu_container_writer:
+        pass
+    ipu_status ipu_container_writer_create(ipu_container_writer **out)
+    void ipu_container_writer_destroy(ipu_container_writer *w)
+    ipu_status ipu_container_writer_add_blob(ipu_container_writer *w, ipu_blob_type type,
+                                             uint32_t id, const char *name, const void *data,
+                                             size_t size)
+    void ipu_container_writer_set_compiler_hash(ipu_container_writer *w, uint64_t hash)
+    ipu_status ipu_container_writer_finish(ipu_container_writer *w, void **data_out,
+                                           size_t *size_out)
+
+    # executable
+    ctypedef struct ipu_executable:
+        pass
+    ctypedef struct ipu_executable_info:
+        uint32_t ipu_version, num_ipus, replication_factor, batches_per_step, num_io_tiles
+        uint32_t num_tensors, num_anchors, num_subgraphs, num_programs
+        uint32_t index_anchor
+        uint64_t arena_size
+    ctypedef struct ipu_tensor_desc:
+        ipu_dtype dtype
+        uint32_t ndim
+        int64_t dims[8]
+        uint64_t nbytes
+    ctypedef struct ipu_anchor_info:
+        const char *name
+        ipu_direction direction
+        uint32_t tensor
+        uint32_t subgraph
+        int has_tensor_data
+        ipu_tensor_desc desc
+    ctypedef struct ipu_program_info:
+        uint32_t id
+        uint32_t num_instructions
+    ctypedef struct ipu_instruction_info:
+        ipu_opcode opcode
+        uint32_t num_inputs, num_outputs, num_attrs
+        const uint32_t *inputs
+        const uint32_t *outputs
+        const int64_t *attrs
+    ipu_status ipu_executable_create(const ipu_container *c, ipu_executable **out)
+    void ipu_executable_destroy(ipu_executable *e)
+    void ipu_executable_get_info(const ipu_executable *e, ipu_executable_info *out)
+    ipu_status ipu_executable_anchor(const ipu_executable *e, uint32_t index, ipu_anchor_info *out)
+    ipu_status ipu_executable_tensor(const ipu_executable *e, uint32_t index, ipu_tensor_desc *out)
+    ipu_status ipu_executable_program(const ipu_executable *e, uint32_t index,
+                                      ipu_program_info *out)
+    ipu_status ipu_executable_instruction(const ipu_executable *e, uint32_t program_index,
+                                          uint32_t i, ipu_instruction_info *out)
+    uint32_t ipu_executable_load_program(const ipu_executable *e)
+    ipu_status ipu_executable_main_program(const ipu_executable *e, uint32_t subgraph,
+                                           uint32_t *id_out)
+
+    # runtime
+    ctypedef struct ipu_runtime:
+        pass
+    ctypedef struct ipu_request:
+        pass
+    ctypedef struct ipu_runtime_config:
+        uint32_t num_threads
+        uint32_t ring_buffer_size_multiplier
+        uint64_t timeout_ns
+        int check_package_hash
+        int validate_io_params
+        int thread_safe
+    ipu_runtime_config ipu_runtime_config_default()
+    ipu_status ipu_runtime_create(const ipu_executable *exe, const ipu_runtime_config *cfg,
+                                  ipu_runtime **out)
+    ipu_status ipu_runtime_close(ipu_runtime *rt)
+    void ipu_runtime_destroy(ipu_runtime *rt)
+    ctypedef void (*ipu_request_done_fn)(ipu_request *req, ipu_status status, void *user_data)
+    ctypedef struct ipu_request_desc:
+        uint32_t num_batches
+        const void *const *inputs
+        void *const *outputs
+        uint32_t subgraph
+        ipu_request_done_fn done
+        void *user_data
+    ipu_status ipu_runtime_submit(ipu_runtime *rt, const ipu_request_desc *desc,
+                                  ipu_request **out)
+    ipu_status ipu_request_wait(ipu_request *req, uint64_t timeout_ns)
+    int ipu_request_is_done(const ipu_request *req)
+    ipu_status ipu_request_status(const ipu_request *req)
+    void ipu_request_release(ipu_request *req)
+    ctypedef struct ipu_runtime_stats:
+        uint64_t requests_submitted, requests_completed, requests_failed
+        uint64_t steps, iterations, padded_iterations
+        uint32_t num_threads
+    void ipu_runtime_get_stats(const ipu_runtime *rt, ipu_runtime_stats *out)

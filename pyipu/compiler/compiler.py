@@ -1,0 +1,159 @@
+"""Compiler: ONNX model → Executable (poprt.compiler.Compiler).
+
+Pipeline: onnx_import (load, shape inference, constant folding) → lower (ops.py registry, one
+instruction list per subgraph) → memory (arena plan, tensor data, Load/Main programs) → ModelIR,
+wrapped in an Executable. A model produced by `fusion.fuse_models` (metadata key "pyipu.fusion")
+compiles to one Main program per fused model plus the `index` input anchor.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO
+
+from pyipu.compiler.errors import CompileError
+from pyipu.compiler.executable import Executable
+from pyipu.compiler.fusion import FUSION_KEY, read_fusion_info
+from pyipu.compiler.ir import ModelIR
+from pyipu.compiler.lower import GraphBuilder, add_index_anchor, lower_subgraph
+from pyipu.compiler.memory import build_ir
+from pyipu.compiler.onnx_import import ModelLike, import_model, load_model
+from pyipu.compiler.ops import REGISTRY
+from pyipu.compiler.options import CompilerOptions
+
+_STEPS = 4
+
+
+def compile_ir(
+    model: ModelLike, outputs: Sequence[str] | None = None, options: CompilerOptions | None = None
+) -> ModelIR:
+    """Compile to a ModelIR (what Compiler.compile wraps in an Executable)."""
+    opts = _check_options(options)
+    _progress(opts, 0)
+    graph = import_model(model)
+    _progress(opts, 1)
+    fusion = read_fusion_info(graph.model)
+    opaque = [(k, v.encode() if isinstance(v, str) else bytes(v)) for k, v in opts.opaque_blobs.items()]
+    if outputs is not None and (isinstance(outputs, str) or not outputs):
+        raise CompileError(f"outputs must be None or a non-empty list of names, got {outputs!r}")
+
+    if fusion is None:
+        builder = GraphBuilder(1)
+        lower_subgraph(builder, graph, 0, graph.inputs, list(outputs or graph.graph_outputs), REGISTRY)
+        index_name = None
+    else:
+        builder = GraphBuilder(len(fusion.subgraphs))
+        specs = {s.name: s for s in graph.inputs}
+        wanted = set(outputs) if outputs is not None else None
+        owned = {o for sub in fusion.subgraphs for o in sub.outputs}
+        if wanted is not None and wanted - owned:
+            raise CompileError(f"outputs {sorted(wanted - owned)} belong to no fused subgraph")
+        for i, sub in enumerate(fusion.subgraphs):
+            outs = [o for o in sub.outputs if wanted is None or o in wanted]
+            lower_subgraph(builder, graph, i, [specs[n] for n in sub.inputs], outs, REGISTRY)
+        add_index_anchor(builder, fusion.index)
+        index_name = fusion.index
+        opaque.append((FUSION_KEY, fusion.to_json().encode()))
+    _progress(opts, 2)
+    ir = build_ir(
+        builder,
+        index_name=index_name,
+        ipu_version=opts.ipu_version_number,
+        num_ipus=opts.num_ipus,
+        batches_per_step=opts.batches_per_step,
+        num_io_tiles=opts.num_io_tiles,
+        opaque=tuple(opaque),
+    )
+    _progress(opts, 3)
+    if opts.serialize_ir:
+        _write_ir(ir, opts.serialized_ir_dest)
+    _progress(opts, _STEPS)
+    return ir
+
+
+def _check_options(options: CompilerOptions | None) -> CompilerOptions:
+    if options is None:
+        return CompilerOptions()
+    if not isinstance(options, CompilerOptions):
+        raise CompileError(f"options must be a CompilerOptions, got {type(options).__name__}")
+    return options
+
+
+def _progress(opts: CompilerOptions, step: int) -> None:
+    if opts.compilation_progress_logger is not None:
+        opts.compilation_progress_logger(step, _STEPS)
+
+
+def _write_ir(ir: ModelIR, dest: str) -> None:
+    if dest:
+        Path(dest).write_text(ir.summary() + "\n")
+    else:
+        sys.stdout.write(ir.summary() + "\n")
+
+
+def _cache_file(model: ModelLike, outputs: Sequence[str] | None, opts: CompilerOptions) -> Path:
+    from pyipu import __version__
+
+    h = hashlib.sha256(load_model(model).SerializeToString(deterministic=True))
+    h.update(repr((list(outputs) if outputs else None, opts.cache_key(), __version__)).encode())
+    return Path(opts.cache_path or ".") / f"pyipu-{h.hexdigest()[:32]}.popef"
+
+
+class Compiler:
+    """PopRT's compiler entry points (all static)."""
+
+    @staticmethod
+    def compile(
+        model: ModelLike,
+        outputs: Sequence[str] | None = None,
+        options: CompilerOptions | None = None,
+    ) -> Executable:
+        """Compile an ONNX model (bytes, file name or ModelProto) for the requested outputs.
+
+        `outputs=None` means every graph output (the form used for fused models).
+        """
+        opts = _check_options(options)
+        if not opts.enable_engine_caching:
+            return Executable.from_program(compile_ir(model, outputs, opts))
+        path = _cache_file(model, outputs, opts)
+        if path.exists():
+            return Executable(path)
+        exe = Executable.from_program(compile_ir(model, outputs, opts))
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            exe.save(path)
+        except (ImportError, OSError) as e:
+            warnings.warn(f"engine cache not written to {path}: {e}", stacklevel=2)
+        return exe
+
+    @staticmethod
+    def compile_and_export(
+        model: ModelLike,
+        outputs: Sequence[str] | None,
+        filename: str | os.PathLike | IO[bytes],
+        options: CompilerOptions | None = None,
+    ) -> None:
+        """Compile and write the PopEF file (a path or a binary stream)."""
+        exe = Compiler.compile(model, outputs, options)
+        if hasattr(filename, "write"):
+            filename.write(exe.to_bytes())  # type: ignore[union-attr]
+        else:
+            exe.save(filename)  # type: ignore[arg-type]
+
+    @staticmethod
+    def compile_and_get_summary_report(
+        model: ModelLike,
+        outputs: Sequence[str] | None,
+        options: CompilerOptions | None = None,
+        reset_profile: bool = True,
+    ) -> str:
+        """A text report: target, anchors, tensors, programs and memory use."""
+        del reset_profile  # there is no profiler state to reset
+        ir = compile_ir(model, outputs, options)
+        return ir.summary()
+

@@ -1,0 +1,32 @@
+"""Compile-time errors. All are ValueErrors; the "unsupported" ones are also NotImplementedErrors."""
+
+from __future__ import annotations
+
+
+class CompileError(ValueError):
+    """The model cannot be compiled as given (bad shapes, dynamic dims, bad options...)."""
+
+
+class UnsupportedError(CompileError, NotImplementedError):
+    """pyipu does not implement something the model uses."""
+
+
+class UnsupportedOpError(UnsupportedError):
+    """An ONNX op type (or this opset version of it) has no lowering."""
+
+
+class UnsupportedAttributeError(UnsupportedError):
+    """A supported op uses an attribute value or input form pyipu does not implement."""
+
+
+class UnsupportedDTypeError(UnsupportedError):
+    """A tensor has a dtype the op (or the IPU) does not support."""
+
+
+class ShapeError(CompileError):
+    """Shapes are dynamic, inconsistent, or disagree with the model's declarations."""
+
+
+def node_label(name: str, op_type: str, opset: int) -> str:
+    """How errors name a node: `node 'mm0' (MatMul, opset 13)`."""
+    return f"node {name!r} ({op_type}, opset {opset})" if name else f"{op_type} node (opset {opset})"

@@ -1,0 +1,346 @@
+"""Lowering: ONNX nodes → instructions over a tensor table (before memory planning).
+
+`GraphBuilder` holds the tensor table and one instruction list per subgraph. Tensors are either
+roots (their own storage) or views of a root (zero-copy reshapes). `Node` is the handle an op
+lowering function in `ops.py` receives: typed access to its inputs (runtime tensors or compile-time
+constants), attributes and the means to emit instructions, views and constant outputs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from pyipu.compiler._enums import DType, Op
+from pyipu.compiler.errors import (
+    CompileError,
+    ShapeError,
+    UnsupportedAttributeError,
+    UnsupportedDTypeError,
+    UnsupportedError,
+    UnsupportedOpError,
+    node_label,
+)
+from pyipu.compiler.ir import ALL_DTYPES, MAX_ATTRS, MAX_DIMS, NO_INDEX, Instr, dtype_of
+from pyipu.compiler.onnx_import import (
+    ImportedGraph,
+    ValueSpec,
+    check_declared_shape,
+    evaluate_node,
+)
+
+ARENA, WEIGHT = "arena", "weight"
+
+
+@dataclass
+class BuildTensor:
+    name: str
+    dtype: DType
+    shape: tuple[int, ...]
+    kind: str  # ARENA or WEIGHT (TENSOR_DATA)
+    subgraph: int  # owner subgraph, NO_INDEX for tensors every subgraph uses
+    base: int | None = None  # root tensor index when this is a view
+    data: bytes | None = None  # WEIGHT roots
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * np.dtype(_np_name(self.dtype)).itemsize
+
+
+def _np_name(dtype: DType) -> str:
+    return DType(dtype).name.lower()
+
+
+@dataclass
+class BuildAnchor:
+    name: str
+    direction: int  # ir.Direction value
+    tensor: int
+    subgraph: int
+    has_tensor_data: bool = False
+
+
+@dataclass
+class GraphBuilder:
+    num_subgraphs: int = 1
+    tensors: list[BuildTensor] = field(default_factory=list)
+    programs: list[list[Instr]] = field(default_factory=list)
+    anchors: list[BuildAnchor] = field(default_factory=list)
+    weights: dict[str, int] = field(default_factory=dict)  # constant name → WEIGHT root
+    written: set[int] = field(default_factory=set)  # roots some instruction writes
+    claimed: set[int] = field(default_factory=set)  # roots owned by an output anchor
+
+    def __post_init__(self) -> None:
+        self.programs = [[] for _ in range(self.num_subgraphs)]
+
+    def add(self, name: str, dtype: int, shape: Sequence[int], subgraph: int,
+            kind: str = ARENA, base: int | None = None, data: bytes | None = None) -> int:  # fmt: skip
+        dt = DType(dtype)
+        shape = tuple(int(d) for d in shape)
+        if dt not in ALL_DTYPES:
+            raise UnsupportedDTypeError(f"tensor {name!r} has dtype {dt.name.lower()}, "
+                                        f"which pyipu does not support")  # fmt: skip
+        if len(shape) > MAX_DIMS:
+            raise UnsupportedError(f"tensor {name!r} has {len(shape)} dims (at most {MAX_DIMS})")
+        if any(d <= 0 for d in shape):
+            raise UnsupportedError(f"tensor {name!r} has zero-size shape {list(shape)}")
+        self.tensors.append(BuildTensor(name, dt, shape, kind, subgraph, base, data))
+        return len(self.tensors) - 1
+
+    def root(self, t: int) -> int:
+        base = self.tensors[t].base
+        return t if base is None else base
+
+    def view(self, t: int, shape: Sequence[int], name: str) -> int:
+        src = self.tensors[t]
+        if math.prod(shape) != math.prod(src.shape):
+            raise ShapeError(f"cannot view {src.name!r} {list(src.shape)} as {list(shape)}")
+        if tuple(shape) == src.shape and src.name == name:
+            return t
+        return self.add(name, src.dtype, shape, src.subgraph, src.kind, base=self.root(t))
+
+    def weight(self, name: str, array: np.ndarray, subgraph: int) -> int:
+        """The TENSOR_DATA tensor holding a constant, created (and anchored) on first use."""
+        if name not in self.weights:
+            try:
+                dt = dtype_of(array.dtype)
+            except KeyError:
+                raise UnsupportedDTypeError(f"constant {name!r} has dtype {array.dtype}") from None
+            data = np.ascontiguousarray(array).tobytes()
+            t = self.add(name, dt, array.shape, subgraph, WEIGHT, data=data)
+            self.weights[name] = t
+            self.anchors.append(BuildAnchor(name, 1, t, subgraph, has_tensor_data=True))
+        return self.weights[name]
+
+    def emit(self, subgraph: int, op: Op, inputs: Sequence[int], outputs: Sequence[int],
+             attrs: Sequence[int] = ()) -> None:  # fmt: skip
+        if len(attrs) > MAX_ATTRS:
+            raise CompileError(f"{op.name} needs {len(attrs)} attributes (at most {MAX_ATTRS})")
+        self.programs[subgraph].append(
+            Instr(Op(op), tuple(inputs), tuple(outputs), tuple(int(a) for a in attrs))
+        )
+        self.written.update(self.root(o) for o in outputs)
+
+
+class Lowering:
+    """State of one subgraph being lowered: ONNX value name → tensor index."""
+
+    def __init__(self, builder: GraphBuilder, graph: ImportedGraph, subgraph: int) -> None:
+        self.b = builder
+        self.graph = graph
+        self.subgraph = subgraph
+        self.values: dict[str, int] = {}
+
+    @property
+    def constants(self) -> dict[str, np.ndarray]:
+        return self.graph.constants
+
+    def tensor(self, name: str) -> int:
+        if name in self.values:
+            return self.values[name]
+        if name in self.constants:
+            return self.b.weight(name, self.constants[name], self.subgraph)
+        raise CompileError(f"value {name!r} is used before it is computed")
+
+    def spec(self, name: str) -> tuple[DType, tuple[int, ...]]:
+        if name in self.values:
+            t = self.b.tensors[self.values[name]]
+            return t.dtype, t.shape
+        if name in self.constants:
+            a = self.constants[name]
+            try:
+                return dtype_of(a.dtype), tuple(a.shape)
+            except KeyError:
+                raise UnsupportedDTypeError(f"value {name!r} has dtype {a.dtype}") from None
+        raise CompileError(f"value {name!r} is used before it is computed")
+
+    def add_input(self, spec: ValueSpec) -> int:
+        t = self.b.add(spec.name, spec.dtype, spec.shape, self.subgraph)
+        self.values[spec.name] = t
+        self.b.anchors.append(BuildAnchor(spec.name, 1, t, self.subgraph))
+        return t
+
+    def lower_node(self, proto: onnx.NodeProto, registry: dict[str, dict[int, Callable]]) -> None:
+        opset = self.graph.opset
+        label = node_label(proto.name, proto.op_type, opset)
+        if proto.domain not in ("", "ai.onnx"):
+            raise UnsupportedOpError(f"{label}: domain {proto.domain!r} is not supported")
+        if proto.input and all(not i or i in self.constants for i in proto.input):
+            # Inputs became known during lowering (Shape of a static tensor...): fold.
+            results = evaluate_node(proto, [self.constants.get(i) for i in proto.input], self.graph)
+            self.constants.update(zip([o for o in proto.output if o], results))
+            return
+        versions = registry.get(proto.op_type)
+        if not versions:
+            raise UnsupportedOpError(f"{label}: op {proto.op_type} is not supported by pyipu")
+        usable = [v for v in versions if v <= opset]
+        if not usable:
+            raise UnsupportedOpError(
+                f"{label}: {proto.op_type} is supported from opset {min(versions)} only"
+            )
+        versions[max(usable)](Node(self, proto, opset, label))
+
+    def add_output(self, name: str) -> int:
+        """Make `name` an output anchor; gives it its own storage when it would alias."""
+        declared_dtype, declared_shape = self.graph.declared.get(name, (0, None))
+        dtype, shape = self.spec(name)
+        if declared_dtype and declared_dtype != dtype:
+            raise ShapeError(
+                f"graph output {name!r} is declared {DType(declared_dtype).name.lower()} "
+                f"but computes {dtype.name.lower()}"
+            )
+        shape = check_declared_shape(name, declared_shape, shape)
+        if any(a.name == name and a.direction == 1 for a in self.b.anchors):
+            raise CompileError(f"graph output {name!r} is also a graph input or weight name; "
+                               "anchor names must be unique")  # fmt: skip
+        src = self.tensor(name)
+        root = self.b.root(src)
+        own = (
+            self.b.tensors[src].kind == ARENA
+            and root in self.b.written  # produced here, not an input anchor
+            and root not in self.b.claimed
+        )
+        if own:
+            out = self.b.view(src, shape, name)
+            self.b.claimed.add(root)
+        else:  # an input, a weight, or storage another output owns: copy
+            out = self.b.add(name, dtype, shape, self.subgraph)
+            self.b.emit(self.subgraph, Op.COPY, [src], [out])
+            self.b.claimed.add(out)
+        self.b.anchors.append(BuildAnchor(name, 2, out, self.subgraph))
+        return out
+
+
+class Node:
+    """What an op lowering sees: one ONNX node, its inputs, attributes and emit helpers."""
+
+    def __init__(self, low: Lowering, proto: onnx.NodeProto, opset: int, label: str) -> None:
+        self.low = low
+        self.proto = proto
+        self.opset = opset
+        self.label = label
+        self.op_type = proto.op_type
+        self.inputs = list(proto.input)
+        self.outputs = list(proto.output)
+        self._attrs = {a.name: helper.get_attribute_value(a) for a in proto.attribute}
+
+    # ---- inputs and attributes
+    def attr(self, name: str, default: Any = None) -> Any:
+        v = self._attrs.get(name, default)
+        return v.decode() if isinstance(v, bytes) else v
+
+    def has_input(self, i: int) -> bool:
+        return i < len(self.inputs) and self.inputs[i] != ""
+
+    def input(self, i: int) -> int:
+        if not self.has_input(i):
+            self.fail(f"input {i} is required")
+        return self.low.tensor(self.inputs[i])
+
+    def dtype(self, i: int) -> DType:
+        return self.low.spec(self.inputs[i])[0]
+
+    def shape(self, i: int) -> tuple[int, ...]:
+        return self.low.spec(self.inputs[i])[1]
+
+    def const(self, i: int, what: str) -> np.ndarray:
+        """A compile-time constant input (shape, axes...); runtime values are unsupported."""
+        name = self.inputs[i]
+        if name not in self.low.constants:
+            raise UnsupportedAttributeError(
+                f"{self.label}: input {i} ({what}) must be a constant, but {name!r} is computed "
+                "at run time"
+            )
+        return self.low.constants[name]
+
+    def check_dtype(self, allowed: frozenset[int], *indices: int) -> DType:
+        """The common dtype of the given inputs, which must be one of `allowed`."""
+        dts = {self.dtype(i) for i in indices}
+        if len(dts) != 1:
+            raise UnsupportedDTypeError(
+                f"{self.label}: inputs have different dtypes {sorted(d.name.lower() for d in dts)}"
+            )
+        dt = dts.pop()
+        if dt not in allowed:
+            names = sorted(DType(d).name.lower() for d in allowed)
+            raise UnsupportedDTypeError(
+                f"{self.label}: dtype {dt.name.lower()} is not supported (supported: {names})"
+            )
+        return dt
+
+    def fail(self, msg: str) -> NoReturn:
+        raise UnsupportedAttributeError(f"{self.label}: {msg}")
+
+    def shape_error(self, msg: str) -> NoReturn:
+        raise ShapeError(f"{self.label}: {msg}")
+
+    def axis(self, a: int, rank: int, what: str = "axis") -> int:
+        if not -rank <= a < max(rank, 1):
+            self.shape_error(f"{what} {a} is out of range for rank {rank}")
+        return a + rank if a < 0 else a
+
+    # ---- results
+    def emit(self, op: Op, inputs: Sequence[int], shape: Sequence[int], dtype: int,
+             attrs: Sequence[int] = (), out: int = 0, suffix: str = "") -> int:  # fmt: skip
+        """A new root tensor for output `out`, written by one instruction."""
+        b = self.low.b
+        t = b.add(self.outputs[out] + suffix, dtype, shape, self.low.subgraph)
+        b.emit(self.low.subgraph, op, inputs, [t], attrs)
+        if not suffix:
+            self.low.values[self.outputs[out]] = t
+        return t
+
+    def emit_temp(self, op: Op, inputs: Sequence[int], shape: Sequence[int], dtype: int,
+                  attrs: Sequence[int] = (), suffix: str = ":tmp") -> int:  # fmt: skip
+        return self.emit(op, inputs, shape, dtype, attrs, suffix=suffix)
+
+    def set_view(self, t: int, shape: Sequence[int], out: int = 0) -> None:
+        """Output `out` is `t` seen with another shape: zero-copy."""
+        self.low.values[self.outputs[out]] = self.low.b.view(t, shape, self.outputs[out])
+
+    def set_const(self, array: np.ndarray, out: int = 0) -> None:
+        if out < len(self.outputs) and self.outputs[out]:
+            self.low.constants[self.outputs[out]] = array
+
+    def view(self, t: int, shape: Sequence[int], suffix: str) -> int:
+        return self.low.b.view(t, shape, self.inputs[0] + suffix)
+
+
+def needed_nodes(nodes: Sequence[onnx.NodeProto], outputs: Sequence[str]) -> list[onnx.NodeProto]:
+    """The nodes `outputs` depend on, in their original order (dead code dropped)."""
+    want = set(outputs)
+    keep: list[onnx.NodeProto] = []
+    for node in reversed(nodes):
+        if any(o in want for o in node.output if o):
+            keep.append(node)
+            want.update(i for i in node.input if i)
+    keep.reverse()
+    return keep
+
+
+def lower_subgraph(builder: GraphBuilder, graph: ImportedGraph, subgraph: int,
+                   inputs: Sequence[ValueSpec], outputs: Sequence[str],
+                   registry: dict[str, dict[int, Callable]]) -> None:  # fmt: skip
+    low = Lowering(builder, graph, subgraph)
+    for spec in inputs:
+        low.add_input(spec)
+    produced = {o for n in graph.nodes for o in n.output}
+    for name in outputs:
+        if name not in produced and name not in graph.constants and name not in low.values:
+            raise CompileError(f"requested output {name!r} is not a value of the model")
+    for proto in needed_nodes(graph.nodes, outputs):
+        low.lower_node(proto, registry)
+    for name in outputs:
+        low.add_output(name)
+
+
+def add_index_anchor(builder: GraphBuilder, name: str) -> None:
+    """The fused-model selector input: uint32[1], shared by every subgraph."""
+    t = builder.add(name, DType.UINT32, (1,), NO_INDEX)
+    builder.anchors.append(BuildAnchor(name, 1, t, NO_INDEX))

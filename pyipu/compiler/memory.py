@@ -1,0 +1,148 @@
+"""Memory planning: arena offsets with liveness-based reuse, TENSOR_DATA packing, programs.
+
+Only roots get storage; a view takes its root's offset, and every use of a view counts as a use
+of the root (so views extend their root's lifetime). A root lives from its first use to its last
+use in its subgraph's Main program, inclusive: an instruction's output never shares storage with
+its inputs. Input anchors live from before the first instruction, output anchors until after the
+last. Subgraphs of a fused model never run at the same time, so their tensors may share memory;
+tensors of every subgraph (the `index` input) conflict with everything.
+
+Placement is greedy, largest first, at the lowest 64-aligned offset that overlaps no placed root
+whose lifetime intersects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyipu.compiler._enums import Op
+from pyipu.compiler.ir import (
+    ALIGN,
+    NO_INDEX,
+    Anchor,
+    Direction,
+    Instr,
+    Location,
+    ModelIR,
+    Program,
+    TensorSpec,
+    align,
+)
+from pyipu.compiler.lower import ARENA, GraphBuilder
+
+
+@dataclass(frozen=True)
+class Lifetime:
+    subgraph: int  # NO_INDEX: alive in every subgraph, for the whole program
+    start: int  # -1: before the first instruction
+    end: int  # len(program): after the last instruction
+
+    def overlaps(self, other: Lifetime) -> bool:
+        if self.subgraph == NO_INDEX or other.subgraph == NO_INDEX:
+            return True
+        if self.subgraph != other.subgraph:
+            return False
+        return self.start <= other.end and other.start <= self.end
+
+
+def lifetimes(b: GraphBuilder) -> dict[int, Lifetime]:
+    """Lifetime of every arena root, from the instruction lists and the anchors."""
+    events: dict[int, list[int]] = {}
+    for prog in b.programs:
+        for pos, ins in enumerate(prog):
+            for t in (*ins.inputs, *ins.outputs):
+                events.setdefault(b.root(t), []).append(pos)
+    for a in b.anchors:
+        if a.has_tensor_data:
+            continue
+        r = b.root(a.tensor)
+        end = len(b.programs[a.subgraph]) if a.subgraph != NO_INDEX else 0
+        events.setdefault(r, []).append(-1 if a.direction == Direction.INPUT else end)
+    out: dict[int, Lifetime] = {}
+    for i, t in enumerate(b.tensors):
+        if t.base is None and t.kind == ARENA:
+            ev = events.get(i, [-1])
+            out[i] = Lifetime(t.subgraph, min(ev), max(ev))
+    return out
+
+
+def place(sizes: dict[int, int], lives: dict[int, Lifetime]) -> tuple[dict[int, int], int]:
+    """Offsets for roots of the given sizes (bytes) and the arena size (multiple of 64)."""
+    offsets: dict[int, int] = {}
+    order = sorted(sizes, key=lambda r: (-sizes[r], lives[r].start, r))
+    for r in order:
+        size = align(max(sizes[r], 1))
+        busy = sorted(
+            (offsets[p], offsets[p] + align(max(sizes[p], 1)))
+            for p in offsets
+            if lives[p].overlaps(lives[r])
+        )
+        at = 0
+        for lo, hi in busy:
+            if at + size <= lo:
+                break
+            at = max(at, hi)
+        offsets[r] = at
+    arena = max((offsets[r] + align(max(sizes[r], 1)) for r in offsets), default=0)
+    return offsets, align(arena)
+
+
+def build_ir(
+    b: GraphBuilder,
+    *,
+    index_name: str | None = None,
+    ipu_version: int = 2,
+    num_ipus: int = 1,
+    batches_per_step: int = 1,
+    num_io_tiles: int = 0,
+    opaque: tuple[tuple[str, bytes], ...] = (),
+) -> ModelIR:
+    """Plan memory and assemble the ModelIR: Load program 0 binds weights, Main i+1 runs subgraph i."""
+    lives = lifetimes(b)
+    offsets, arena_size = place({r: b.tensors[r].nbytes for r in lives}, lives)
+
+    data_offset: dict[int, int] = {}
+    cursor = 0
+    for i, t in enumerate(b.tensors):
+        if t.kind != ARENA and t.base is None:
+            data_offset[i] = cursor
+            cursor = align(cursor + t.nbytes, ALIGN)
+
+    tensors: list[TensorSpec] = []
+    for i, t in enumerate(b.tensors):
+        root = b.root(i)
+        if t.kind == ARENA:
+            tensors.append(TensorSpec(t.name, t.dtype, t.shape, Location.ARENA, offsets[root]))
+        else:
+            data = b.tensors[root].data
+            tensors.append(
+                TensorSpec(t.name, t.dtype, t.shape, Location.TENSOR_DATA, data_offset[root], data)
+            )
+
+    binds = tuple(
+        Instr(Op.BIND, (), (i,)) for i, t in enumerate(tensors) if t.location == Location.TENSOR_DATA
+    )
+    programs = [Program(0, binds)]
+    programs += [Program(s + 1, tuple(prog)) for s, prog in enumerate(b.programs)]
+    # Runtime inputs first, then weights, then outputs (stable within each group).
+    ordered = sorted(b.anchors, key=lambda a: (a.direction == Direction.OUTPUT, a.has_tensor_data))
+    anchors = tuple(
+        Anchor(a.name, Direction(a.direction), a.tensor, a.subgraph, a.has_tensor_data)
+        for a in ordered
+    )
+    names = [a.name for a in anchors]
+    index_anchor = names.index(index_name) if index_name is not None else NO_INDEX
+    return ModelIR(
+        tensors=tuple(tensors),
+        anchors=anchors,
+        programs=tuple(programs),
+        load_program=0,
+        main_programs=tuple(range(1, len(b.programs) + 1)),
+        arena_size=arena_size,
+        index_anchor=index_anchor,
+        ipu_version=ipu_version,
+        num_ipus=num_ipus,
+        batches_per_step=batches_per_step,
+        num_io_tiles=num_io_tiles,
+        opaque=opaque,
+    )

@@ -1,0 +1,255 @@
+"""ONNX front end: load, fix input shapes, infer shapes, fold constants.
+
+The result, `ImportedGraph`, is what lowering consumes: runtime inputs with static shapes, the
+nodes still to compute, and every value already known at compile time as a NumPy array.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Union
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper, shape_inference
+
+from pyipu.compiler.errors import CompileError, ShapeError, UnsupportedError, node_label
+
+ModelLike = Union[bytes, str, os.PathLike, onnx.ModelProto]
+
+# Ops whose result is not a function of their inputs: never folded.
+_NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+                     "Multinomial", "Bernoulli"}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ValueSpec:
+    """dtype (ONNX TensorProto number) and static shape of a runtime graph input."""
+
+    name: str
+    dtype: int
+    shape: tuple[int, ...]
+
+
+@dataclass
+class ImportedGraph:
+    model: onnx.ModelProto
+    opset: int  # default-domain opset version
+    inputs: list[ValueSpec]  # runtime graph inputs (initializers excluded)
+    nodes: list[onnx.NodeProto]  # nodes left after folding, in topological order
+    constants: dict[str, np.ndarray]  # initializers and folded values
+    initializer_names: set[str]
+    declared: dict[str, tuple[int, tuple[int, ...] | None]] = field(default_factory=dict)
+    graph_outputs: list[str] = field(default_factory=list)
+
+
+def load_model(model: ModelLike) -> onnx.ModelProto:
+    """An ONNX ModelProto from serialized bytes, a file name or a ModelProto (not copied)."""
+    if isinstance(model, onnx.ModelProto):
+        return model
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        try:
+            return onnx.load_from_string(bytes(model))
+        except Exception as e:  # protobuf raises DecodeError, a plain Exception subclass
+            raise CompileError(f"model bytes are not a valid ONNX ModelProto: {e}") from e
+    if isinstance(model, (str, os.PathLike)):
+        if not os.path.exists(model):
+            raise CompileError(f"ONNX model file {os.fspath(model)!r} does not exist")
+        return onnx.load(os.fspath(model))
+    raise CompileError(
+        f"model must be ONNX bytes, a file name or an onnx.ModelProto, got {type(model).__name__}"
+    )
+
+
+def _dims(vi: onnx.ValueInfoProto) -> list[int | str | None]:
+    t = vi.type.tensor_type
+    if not t.HasField("shape"):
+        return []
+    return [
+        d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim
+    ]
+
+
+def set_input_shapes(
+    model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]
+) -> onnx.ModelProto:
+    """A copy of `model` whose named graph inputs have the given static shapes (--input_shape).
+
+    Only dynamic dims may change: a fixed dim that disagrees, a rank change or an unknown input
+    name is an error. Value-info of intermediates is dropped so shape inference redoes it.
+    """
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    by_name = {i.name: i for i in out.graph.input}
+    for name, shape in shapes.items():
+        if name not in by_name:
+            raise ShapeError(f"input_shape names {name!r}, which is not a graph input")
+        vi = by_name[name]
+        old = _dims(vi)
+        new = [int(d) for d in shape]
+        if any(d < 1 for d in new):
+            raise ShapeError(f"input_shape {name}={new}: dims must be >= 1")
+        if vi.type.tensor_type.HasField("shape") and len(old) != len(new):
+            raise ShapeError(f"input_shape {name}={new} has rank {len(new)}, model has {old}")
+        for i, (o, n) in enumerate(zip(old, new)):
+            if isinstance(o, int) and o > 0 and o != n:
+                raise ShapeError(
+                    f"input_shape {name}={new}: dim {i} is fixed to {o} in the model"
+                )
+        dims = vi.type.tensor_type.shape
+        del dims.dim[:]
+        for n in new:
+            dims.dim.add().dim_value = n
+    del out.graph.value_info[:]
+    return out
+
+
+def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """ONNX shape inference, strict when the model allows it (errors surface early)."""
+    try:
+        return shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
+    except Exception as strict_error:  # InferenceError, or ops ONNX cannot infer strictly
+        try:
+            return shape_inference.infer_shapes(model, data_prop=True)
+        except Exception:
+            raise CompileError(f"ONNX shape inference failed: {strict_error}") from strict_error
+
+
+def _default_opset(model: onnx.ModelProto) -> int:
+    for o in model.opset_import:
+        if o.domain in ("", "ai.onnx"):
+            return int(o.version)
+    raise CompileError("the model imports no default-domain ('ai.onnx') opset")
+
+
+def _static_input(vi: onnx.ValueInfoProto) -> ValueSpec:
+    t = vi.type.tensor_type
+    if not vi.type.HasField("tensor_type"):
+        raise UnsupportedError(f"graph input {vi.name!r} is not a tensor")
+    if not t.HasField("shape"):
+        raise ShapeError(
+            f"graph input {vi.name!r} has no shape; pass input_shape={{'{vi.name}': [...]}} "
+            f"(--input_shape {vi.name}=D0,D1,...)"
+        )
+    dims = _dims(vi)
+    if not all(isinstance(d, int) and d > 0 for d in dims):
+        raise ShapeError(
+            f"graph input {vi.name!r} has dynamic shape {dims}; IPU graphs are static: "
+            f"pass input_shape={{'{vi.name}': [...]}} (--input_shape {vi.name}=D0,D1,...)"
+        )
+    return ValueSpec(vi.name, int(t.elem_type), tuple(int(d) for d in dims))  # type: ignore[arg-type]
+
+
+def _run_node(node: onnx.NodeProto, inputs: list[np.ndarray | None], model: onnx.ModelProto
+              ) -> list[np.ndarray]:  # fmt: skip
+    """Run one node with onnx.reference on a one-node model: robust for any standard op."""
+    from onnx.reference import ReferenceEvaluator
+
+    feeds = {n: a for n, a in zip(node.input, inputs) if n and a is not None}
+    graph = helper.make_graph(
+        [node],
+        "fold",
+        [
+            helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+            for n, a in feeds.items()
+        ],
+        [helper.make_empty_tensor_value_info(o) for o in node.output if o],
+    )
+    one = helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
+    one.functions.extend(model.functions)
+    results = ReferenceEvaluator(one).run(None, feeds)
+    return [np.asarray(r) for r in results]
+
+
+def evaluate_node(node: onnx.NodeProto, inputs: list[np.ndarray | None], graph: ImportedGraph
+                  ) -> list[np.ndarray]:  # fmt: skip
+    """Fold one node of an imported graph (errors name the node)."""
+    try:
+        return _run_node(node, inputs, graph.model)
+    except Exception as e:
+        raise CompileError(
+            f"constant folding of {node_label(node.name, node.op_type, graph.opset)} failed: {e}"
+        ) from e
+
+
+def fold_constants(
+    nodes: Sequence[onnx.NodeProto],
+    constants: dict[str, np.ndarray],
+    model: onnx.ModelProto,
+    opset: int,
+) -> list[onnx.NodeProto]:
+    """Evaluate every node whose inputs are all known; returns the nodes left to compute.
+
+    `constants` gains the folded values. Nodes are assumed topologically sorted (ONNX requires it).
+    """
+    remaining: list[onnx.NodeProto] = []
+    for node in nodes:
+        known = all(not n or n in constants for n in node.input)
+        if not known or node.op_type in _NONDETERMINISTIC or node.domain not in ("", "ai.onnx"):
+            remaining.append(node)
+            continue
+        try:
+            results = _run_node(node, [constants.get(n) for n in node.input], model)
+        except Exception as e:
+            raise CompileError(
+                f"constant folding of {node_label(node.name, node.op_type, opset)} failed: {e}"
+            ) from e
+        for name, value in zip([o for o in node.output if o], results):
+            constants[name] = value
+    return remaining
+
+
+def import_model(model: ModelLike, input_shapes: Mapping[str, Sequence[int]] | None = None
+                 ) -> ImportedGraph:  # fmt: skip
+    """Load, check static input shapes, infer shapes and fold constants."""
+    proto = load_model(model)
+    if input_shapes:
+        proto = set_input_shapes(proto, input_shapes)
+    opset = _default_opset(proto)
+    inferred = infer_shapes(proto)
+    graph = inferred.graph
+    if len(graph.sparse_initializer):
+        raise UnsupportedError("sparse initializers are not supported")
+    constants = {init.name: numpy_helper.to_array(init) for init in graph.initializer}
+    inputs = [_static_input(vi) for vi in graph.input if vi.name not in constants]
+    declared: dict[str, tuple[int, tuple[int, ...] | None]] = {}
+    for vi in graph.output:
+        dims = _dims(vi)
+        static = all(isinstance(d, int) and d > 0 for d in dims)
+        has_shape = vi.type.tensor_type.HasField("shape")
+        declared[vi.name] = (
+            int(vi.type.tensor_type.elem_type),
+            tuple(int(d) for d in dims) if has_shape and static else None,  # type: ignore[arg-type]
+        )
+    nodes = fold_constants(list(graph.node), constants, inferred, opset)
+    return ImportedGraph(
+        model=inferred,
+        opset=opset,
+        inputs=inputs,
+        nodes=nodes,
+        constants=constants,
+        initializer_names={init.name for init in graph.initializer},
+        declared=declared,
+        graph_outputs=[o.name for o in graph.output],
+    )
+
+
+def check_declared_shape(name: str, declared: tuple[int, ...] | None, inferred: tuple[int, ...]
+                         ) -> tuple[int, ...]:  # fmt: skip
+    """The shape an output anchor gets: the declared one when it only differs by a reshape."""
+    if declared is None or declared == inferred:
+        return inferred
+    if int(np.prod(declared)) != int(np.prod(inferred)):
+        raise ShapeError(
+            f"graph output {name!r} is declared with shape {list(declared)} but computes "
+            f"{list(inferred)} ({int(np.prod(inferred))} elements, not {int(np.prod(declared))})"
+        )
+    warnings.warn(
+        f"graph output {name!r} is declared with shape {list(declared)} but computes "
+        f"{list(inferred)}; using the declared shape (same number of elements)",
+        stacklevel=4,
+    )
+    return declared

@@ -1,0 +1,360 @@
+"""ONNX op lowerings, one function per op type, registered by the opset version they start at.
+
+`REGISTRY[op_type][since_version] = fn`; the lowering used for a model is the one with the largest
+`since_version` <= the model's opset. Shapes are static here: every function computes its output
+shapes itself and checks its inputs against docs/bytecode.md, failing with the node's name.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from onnx import TensorProto
+
+from pyipu.compiler._enums import DType, Op
+from pyipu.compiler.ir import ALL_DTYPES, FLOAT_DTYPES, NUMERIC_DTYPES, f64_bits
+from pyipu.compiler.lower import Node
+
+LowerFn = Callable[[Node], None]
+REGISTRY: dict[str, dict[int, LowerFn]] = {}
+
+
+def register(op_type: str, *since: int) -> Callable[[LowerFn], LowerFn]:
+    def deco(fn: LowerFn) -> LowerFn:
+        for v in since:
+            REGISTRY.setdefault(op_type, {})[v] = fn
+        return fn
+
+    return deco
+
+
+def _broadcast(n: Node, *shapes: Sequence[int]) -> tuple[int, ...]:
+    try:
+        return tuple(np.broadcast_shapes(*(tuple(s) for s in shapes)))
+    except ValueError:
+        n.shape_error(f"cannot broadcast shapes {[list(s) for s in shapes]}")
+
+
+def _prod(dims: Sequence[int]) -> int:
+    return math.prod(dims)
+
+
+# ---------------------------------------------------------------- element-wise
+
+
+def _binary(op: Op) -> LowerFn:
+    def lower(n: Node) -> None:
+        if n.opset < 7:  # legacy broadcast: only the numpy-compatible suffix form
+            if n.attr("axis") is not None:
+                n.fail("legacy 'axis' broadcasting (opset < 7) is not supported")
+            if not n.attr("broadcast", 0) and n.shape(0) != n.shape(1):
+                n.shape_error(f"shapes {list(n.shape(0))} and {list(n.shape(1))} differ")
+        dt = n.check_dtype(NUMERIC_DTYPES, 0, 1)
+        shape = _broadcast(n, n.shape(0), n.shape(1))
+        n.emit(op, [n.input(0), n.input(1)], shape, dt)
+
+    return lower
+
+
+for _name, _op in (("Add", Op.ADD), ("Sub", Op.SUB), ("Mul", Op.MUL), ("Div", Op.DIV)):
+    register(_name, 1)(_binary(_op))
+
+
+@register("Relu", 1)
+def Relu(n: Node) -> None:  # noqa: N802 - registry functions are named after ONNX ops
+    dt = n.check_dtype(NUMERIC_DTYPES, 0)
+    n.emit(Op.RELU, [n.input(0)], n.shape(0), dt)
+
+
+@register("Cast", 1)
+def Cast(n: Node) -> None:  # noqa: N802
+    src = n.check_dtype(ALL_DTYPES, 0)
+    to = n.attr("to")
+    if isinstance(to, str):  # opset 1 spelled the type name ("FLOAT")
+        to = TensorProto.DataType.Value(to.upper())
+    try:
+        dst = DType(int(to))
+    except ValueError:
+        n.fail(f"cast to ONNX type {to} is not supported")
+    if dst not in ALL_DTYPES:
+        n.fail(f"cast to {dst.name.lower()} is not supported")
+    if dst == src:
+        n.set_view(n.input(0), n.shape(0))
+    else:
+        n.emit(Op.CAST, [n.input(0)], n.shape(0), dst)
+
+
+# ---------------------------------------------------------------- matrix products
+
+
+@register("MatMul", 1)
+def MatMul(n: Node) -> None:  # noqa: N802
+    dt = n.check_dtype(NUMERIC_DTYPES, 0, 1)
+    sa, sb = n.shape(0), n.shape(1)
+    if not sa or not sb:
+        n.shape_error(f"cannot matmul {list(sa)} and {list(sb)}: operands must have rank >= 1")
+    a, b = n.input(0), n.input(1)
+    # The instruction needs rank >= 2: 1-D operands become [1, K] / [K, 1] views.
+    if len(sa) == 1:
+        sa = (1, *sa)
+        a = n.low.b.view(a, sa, n.inputs[0] + ":2d")
+    if len(sb) == 1:
+        sb = (*sb, 1)
+        b = n.low.b.view(b, sb, n.inputs[1] + ":2d")
+    if sa[-1] != sb[-2]:
+        n.shape_error(f"cannot matmul {list(n.shape(0))} and {list(n.shape(1))}")
+    batch = _broadcast(n, sa[:-2], sb[:-2])
+    full = (*batch, sa[-2], sb[-1])
+    m_dim = n.shape(0)[-2:-1]  # () when A was 1-D
+    n_dim = n.shape(1)[-1:] if len(n.shape(1)) > 1 else ()
+    final = (*batch, *m_dim, *n_dim)
+    if final == full:
+        n.emit(Op.MATMUL, [a, b], full, dt)
+    else:
+        n.set_view(n.emit_temp(Op.MATMUL, [a, b], full, dt, suffix=":2d"), final)
+
+
+@register("Gemm", 1)
+def Gemm(n: Node) -> None:  # noqa: N802
+    dt = n.check_dtype(FLOAT_DTYPES, *(i for i in range(3) if n.has_input(i)))
+    sa, sb = n.shape(0), n.shape(1)
+    if len(sa) != 2 or len(sb) != 2:
+        n.shape_error(f"A {list(sa)} and B {list(sb)} must be 2-D")
+    trans_a, trans_b = int(n.attr("transA", 0)), int(n.attr("transB", 0))
+    m, k = (sa[1], sa[0]) if trans_a else sa
+    k2, nn = (sb[1], sb[0]) if trans_b else sb
+    if k != k2:
+        n.shape_error(f"cannot gemm A {list(sa)} (transA={trans_a}) and B {list(sb)} "
+                      f"(transB={trans_b})")  # fmt: skip
+    inputs = [n.input(0), n.input(1)]
+    if n.has_input(2):
+        sc = n.shape(2)
+        legacy_exact = n.opset < 7 and not n.attr("broadcast", 0)
+        if len(sc) > 2 or _broadcast(n, sc, (m, nn)) != (m, nn) or (legacy_exact and sc != (m, nn)):
+            n.shape_error(f"C {list(sc)} does not broadcast to [{m}, {nn}]")
+        inputs.append(n.input(2))
+    attrs = [trans_a, trans_b, f64_bits(n.attr("alpha", 1.0)), f64_bits(n.attr("beta", 1.0))]
+    n.emit(Op.GEMM, inputs, (m, nn), dt, attrs)
+
+
+# ---------------------------------------------------------------- views and data movement
+
+
+@register("Identity", 1)
+def Identity(n: Node) -> None:  # noqa: N802
+    n.check_dtype(ALL_DTYPES, 0)
+    n.set_view(n.input(0), n.shape(0))
+
+
+@register("Dropout", 1)
+def Dropout(n: Node) -> None:  # noqa: N802 - inference: identity, mask of ones
+    if n.opset < 7 and not n.attr("is_test", 0):
+        n.fail("training-mode Dropout (is_test=0) is not supported")
+    if n.has_input(2) and bool(np.asarray(n.const(2, "training_mode")).item()):
+        n.fail("training-mode Dropout is not supported")
+    n.check_dtype(ALL_DTYPES, 0)
+    n.set_view(n.input(0), n.shape(0))
+    if len(n.outputs) > 1 and n.outputs[1]:
+        n.set_const(np.ones(n.shape(0), dtype=bool), out=1)
+
+
+@register("Reshape", 1, 5)
+def Reshape(n: Node) -> None:  # noqa: N802
+    n.check_dtype(ALL_DTYPES, 0)
+    src = n.shape(0)
+    target = n.attr("shape") if n.opset < 5 else n.const(1, "shape").tolist()
+    allowzero = int(n.attr("allowzero", 0))
+    dims = [int(d) for d in target]
+    for i, d in enumerate(dims):
+        if d == 0 and not allowzero:
+            if i >= len(src):
+                n.shape_error(f"shape {target}: dim {i} copies a dim the input {list(src)} lacks")
+            dims[i] = src[i]
+    if dims.count(-1) > 1:
+        n.shape_error(f"shape {target} has more than one -1")
+    if -1 in dims:
+        known = _prod([d for d in dims if d != -1])
+        if known == 0 or _prod(src) % known:
+            n.shape_error(f"cannot reshape {list(src)} to {target}")
+        dims[dims.index(-1)] = _prod(src) // known
+    if _prod(dims) != _prod(src) or any(d < 0 for d in dims):
+        n.shape_error(f"cannot reshape {list(src)} to {target}")
+    n.set_view(n.input(0), dims)
+
+
+@register("Flatten", 1)
+def Flatten(n: Node) -> None:  # noqa: N802
+    n.check_dtype(ALL_DTYPES, 0)
+    src = n.shape(0)
+    axis = int(n.attr("axis", 1))
+    axis = axis + len(src) if axis < 0 else axis
+    if not 0 <= axis <= len(src):
+        n.shape_error(f"axis {n.attr('axis')} is out of range for rank {len(src)}")
+    n.set_view(n.input(0), (_prod(src[:axis]), _prod(src[axis:])))
+
+
+def _axes(n: Node, attr_before: int) -> list[int] | None:
+    """Axes from the attribute (opset < attr_before) or from the optional constant input 1."""
+    if n.opset < attr_before:
+        axes = n.attr("axes")
+        return None if axes is None else [int(a) for a in axes]
+    if not n.has_input(1):
+        return None
+    return [int(a) for a in np.asarray(n.const(1, "axes")).reshape(-1)]
+
+
+@register("Squeeze", 1, 13)
+def Squeeze(n: Node) -> None:  # noqa: N802
+    n.check_dtype(ALL_DTYPES, 0)
+    src = n.shape(0)
+    axes = _axes(n, 13)
+    if axes is None:
+        drop = {i for i, d in enumerate(src) if d == 1}
+    else:
+        drop = {n.axis(a, len(src)) for a in axes}
+        if any(src[a] != 1 for a in drop):
+            n.shape_error(f"cannot squeeze axes {axes} of {list(src)}: dims must be 1")
+    n.set_view(n.input(0), [d for i, d in enumerate(src) if i not in drop])
+
+
+@register("Unsqueeze", 1, 13)
+def Unsqueeze(n: Node) -> None:  # noqa: N802
+    n.check_dtype(ALL_DTYPES, 0)
+    src = n.shape(0)
+    axes = _axes(n, 13)
+    if axes is None:
+        n.fail("axes are required")
+    rank = len(src) + len(axes)
+    where = {n.axis(a, rank) for a in axes}
+    if len(where) != len(axes):
+        n.shape_error(f"axes {axes} repeat an axis")
+    it = iter(src)
+    n.set_view(n.input(0), [1 if i in where else next(it) for i in range(rank)])
+
+
+@register("Expand", 8)
+def Expand(n: Node) -> None:  # noqa: N802
+    dt = n.check_dtype(ALL_DTYPES, 0)
+    target = [int(d) for d in n.const(1, "shape").reshape(-1)]
+    shape = _broadcast(n, n.shape(0), target)  # ONNX Expand broadcasts both ways
+    if shape == n.shape(0):
+        n.set_view(n.input(0), shape)
+    else:
+        n.emit(Op.EXPAND, [n.input(0)], shape, dt)
+
+
+@register("Concat", 1, 4)
+def Concat(n: Node) -> None:  # noqa: N802
+    # Zero-size inputs contribute nothing (pyipu has no zero-size tensors).
+    idx = [
+        i
+        for i in range(len(n.inputs))
+        if n.has_input(i) and _prod(n.shape(i)) > 0
+    ]  # fmt: skip
+    if not idx:
+        n.shape_error("every input is empty")
+    dt = n.check_dtype(ALL_DTYPES, *idx)
+    rank = len(n.shape(idx[0]))
+    axis = n.axis(int(n.attr("axis", 1)), rank)
+    first = n.shape(idx[0])
+    for i in idx:
+        s = n.shape(i)
+        if len(s) != rank or any(a != b for j, (a, b) in enumerate(zip(s, first)) if j != axis):
+            n.shape_error(f"cannot concat {[list(n.shape(j)) for j in idx]} on axis {axis}")
+    if len(idx) > 255:
+        n.fail(f"{len(idx)} inputs (at most 255)")
+    shape = list(first)
+    shape[axis] = sum(n.shape(i)[axis] for i in idx)
+    if len(idx) == 1:
+        n.set_view(n.input(idx[0]), shape)
+    else:
+        n.emit(Op.CONCAT, [n.input(i) for i in idx], shape, dt, [axis])
+
+
+@register("Transpose", 1)
+def Transpose(n: Node) -> None:  # noqa: N802
+    dt = n.check_dtype(ALL_DTYPES, 0)
+    src = n.shape(0)
+    perm = n.attr("perm")
+    perm = list(reversed(range(len(src)))) if perm is None else [int(p) for p in perm]
+    if sorted(perm) != list(range(len(src))):
+        n.shape_error(f"perm {perm} is not a permutation of the {len(src)} axes")
+    shape = [src[p] for p in perm]
+    moved = [p for p in perm if src[p] != 1]
+    if moved == sorted(moved):  # only size-1 dims move: the bytes stay in order
+        n.set_view(n.input(0), shape)
+    else:
+        n.emit(Op.TRANSPOSE, [n.input(0)], shape, dt, perm)
+
+
+# ---------------------------------------------------------------- reductions, softmax
+
+
+def _reduce(op: Op, axes_input_since: int) -> LowerFn:
+    def lower(n: Node) -> None:
+        dt = n.check_dtype(NUMERIC_DTYPES, 0)
+        src = n.shape(0)
+        axes = _axes(n, axes_input_since)
+        keepdims = bool(n.attr("keepdims", 1))
+        if not axes:
+            if n.attr("noop_with_empty_axes", 0) and n.opset >= axes_input_since:
+                n.set_view(n.input(0), src)
+                return
+            axes = list(range(len(src)))
+        red = sorted({n.axis(a, len(src)) for a in axes})
+        out = [1 if i in red else d for i, d in enumerate(src)] if keepdims else [
+            d for i, d in enumerate(src) if i not in red
+        ]
+        x = n.input(0)
+        big = [a for a in red if src[a] != 1]  # size-1 axes reduce nothing
+        if not big:
+            outer, reduce, inner = _prod(src), 1, 1
+        elif all(src[i] == 1 or i in red for i in range(big[0], big[-1] + 1)):
+            outer, reduce, inner = _prod(src[: big[0]]), _prod([src[a] for a in big]), _prod(
+                src[big[-1] + 1 :]
+            )
+        else:  # reduced axes not contiguous: move them last
+            kept = [i for i in range(len(src)) if i not in red]
+            perm = kept + red
+            x = n.emit_temp(Op.TRANSPOSE, [x], [src[p] for p in perm], dt, perm, ":transposed")
+            outer, reduce, inner = _prod([src[i] for i in kept]), _prod([src[a] for a in red]), 1
+        n.emit(op, [x], out, dt, [outer, reduce, inner])
+
+    return lower
+
+
+register("ReduceSum", 1)(_reduce(Op.REDUCE_SUM, 13))
+register("ReduceSum", 13)(_reduce(Op.REDUCE_SUM, 13))
+register("ReduceMean", 1)(_reduce(Op.REDUCE_MEAN, 18))
+register("ReduceMean", 18)(_reduce(Op.REDUCE_MEAN, 18))
+
+
+@register("Softmax", 1, 13)
+def Softmax(n: Node) -> None:  # noqa: N802
+    dt = n.check_dtype(FLOAT_DTYPES, 0)
+    src = n.shape(0)
+    if n.opset < 13:  # coerced to 2-D at axis: softmax over all dims from axis on
+        axis = n.axis(int(n.attr("axis", 1)), len(src))
+        attrs = [_prod(src[:axis]), _prod(src[axis:]), 1]
+    else:
+        axis = n.axis(int(n.attr("axis", -1)), len(src))
+        attrs = [_prod(src[:axis]), src[axis] if src else 1, _prod(src[axis + 1 :])]
+    n.emit(Op.SOFTMAX, [n.input(0)], src, dt, attrs)
+
+
+# ---------------------------------------------------------------- compile-time values
+
+
+@register("Shape", 1)
+def Shape(n: Node) -> None:  # noqa: N802 - static shapes make Shape a constant
+    src = n.shape(0)
+    start, end = int(n.attr("start", 0)), n.attr("end")
+    dims = list(src)[start : (None if end is None else int(end))]
+    n.set_const(np.array(dims, dtype=np.int64))
+
+
+@register("Size", 1)
+def Size(n: Node) -> None:  # noqa: N802
+    n.set_const(np.array(_prod(n.shape(0)), dtype=np.int64))

@@ -1,0 +1,311 @@
+"""ModelIR ⇄ container blobs (METADATA, TENSOR_DATA, PROGRAM, OPAQUE).
+
+Byte layouts: runtime_c/include/ipu/ipu_container.h, ipu_executable.h and docs/bytecode.md.
+`encode` produces the blob list that `pyipu._core.write_container` turns into a file; `decode` is
+a pure-Python reader of a whole container (checksum not verified) so the NumPy reference can run a
+saved file without the C extension. Anything malformed raises ValueError.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from pyipu.compiler._enums import DType, Op
+from pyipu.compiler.ir import (
+    ALIGN,
+    MAX_ATTRS,
+    MAX_DIMS,
+    NO_INDEX,
+    OP_ARITY,
+    Anchor,
+    Direction,
+    Instr,
+    Location,
+    ModelIR,
+    Program,
+    TensorSpec,
+    align,
+    np_dtype,
+)
+
+BLOB_METADATA, BLOB_TENSOR_DATA, BLOB_PROGRAM, BLOB_OPAQUE = 1, 2, 3, 4
+MAGIC = b"PYIPUEF\0"
+FORMAT_VERSION = 1
+ANCHOR_TENSOR_DATA = 1
+
+Blob = tuple[int, int, "str | None", bytes]  # (type, id, name for OPAQUE, data)
+
+_META_HEAD = struct.Struct("<10IQ2I")  # 56 bytes
+_TENSOR = struct.Struct("<4I2Q8q")  # 96 bytes
+_ANCHOR = struct.Struct("<6I")  # 24 bytes
+_INSTR_HEAD = struct.Struct("<HBBHH")  # 8 bytes
+_FILE_HEAD = struct.Struct("<8sIIQQQQ16s")  # 64 bytes
+_BLOB_ENTRY = struct.Struct("<IIQQQ")  # 32 bytes
+
+
+def _pad8(b: bytearray) -> None:
+    b.extend(bytes(-len(b) % 8))
+
+
+# ---------------------------------------------------------------- encode
+
+
+def encode_metadata(ir: ModelIR) -> bytes:
+    strings = bytearray()
+    anchors = bytearray()
+    for a in ir.anchors:
+        name = a.name.encode()
+        if not 1 <= len(name) <= 1024:
+            raise ValueError(f"anchor name {a.name!r} must be 1..1024 bytes of UTF-8")
+        flags = ANCHOR_TENSOR_DATA if a.has_tensor_data else 0
+        anchors += _ANCHOR.pack(len(strings), len(name), a.direction, a.tensor, a.subgraph, flags)
+        strings += name
+    out = bytearray(
+        _META_HEAD.pack(
+            ir.ipu_version,
+            ir.num_ipus,
+            ir.replication_factor,
+            ir.batches_per_step,
+            ir.num_io_tiles,
+            len(ir.tensors),
+            len(ir.anchors),
+            ir.num_subgraphs,
+            ir.load_program,
+            ir.index_anchor,
+            ir.arena_size,
+            len(strings),
+            0,
+        )
+    )
+    out += struct.pack(f"<{ir.num_subgraphs}I", *ir.main_programs)
+    _pad8(out)
+    for t in ir.tensors:
+        if t.ndim > MAX_DIMS:
+            raise ValueError(f"tensor {t.name!r} has more than {MAX_DIMS} dims")
+        dims = list(t.shape) + [0] * (MAX_DIMS - t.ndim)
+        out += _TENSOR.pack(t.dtype, t.ndim, t.location, 0, t.offset, t.nbytes, *dims)
+    out += anchors
+    out += strings
+    _pad8(out)
+    return bytes(out)
+
+
+def encode_program(instrs: tuple[Instr, ...] | list[Instr]) -> bytes:
+    out = bytearray(struct.pack("<II", len(instrs), 0))
+    for ins in instrs:
+        operands = (*ins.inputs, *ins.outputs)
+        if len(ins.attrs) > MAX_ATTRS:
+            raise ValueError(f"{ins}: more than {MAX_ATTRS} attributes")
+        out += _INSTR_HEAD.pack(ins.op, len(ins.inputs), len(ins.outputs), len(ins.attrs), 0)
+        out += struct.pack(f"<{len(operands)}I", *operands)
+        if len(operands) % 2:
+            out += bytes(4)
+        out += struct.pack(f"<{len(ins.attrs)}q", *ins.attrs)
+    return bytes(out)
+
+
+def encode(ir: ModelIR) -> list[Blob]:
+    """The container blobs of a ModelIR, for pyipu._core.write_container."""
+    blobs: list[Blob] = [(BLOB_METADATA, 0, None, encode_metadata(ir))]
+    data = ir.tensor_data_blob()
+    if data:
+        blobs.append((BLOB_TENSOR_DATA, 0, None, data))
+    blobs += [(BLOB_PROGRAM, p.id, None, encode_program(p.instrs)) for p in ir.programs]
+    blobs += [(BLOB_OPAQUE, 0, name, payload) for name, payload in ir.opaque]
+    return blobs
+
+
+def encode_container(ir: ModelIR, compiler_hash: int | None = None) -> bytes:
+    """A complete container image, written by the C writer (needs pyipu._core)."""
+    try:
+        from pyipu import _core
+    except ImportError as e:
+        raise ImportError(
+            "writing a PopEF container needs the pyipu._core extension (build pyipu)"
+        ) from e
+    return bytes(_core.write_container(encode(ir), compiler_hash=compiler_hash))
+
+
+# ---------------------------------------------------------------- decode
+
+
+class _Reader:
+    def __init__(self, data: bytes, what: str) -> None:
+        self.data, self.pos, self.what = data, 0, what
+
+    def take(self, fmt: struct.Struct | str) -> tuple:
+        s = fmt if isinstance(fmt, struct.Struct) else struct.Struct(fmt)
+        if self.pos + s.size > len(self.data):
+            raise ValueError(f"{self.what}: truncated at byte {self.pos}")
+        v = s.unpack_from(self.data, self.pos)
+        self.pos += s.size
+        return v
+
+    def skip_pad8(self) -> None:
+        pad = -self.pos % 8
+        if self.data[self.pos : self.pos + pad] != bytes(pad):
+            raise ValueError(f"{self.what}: nonzero padding at byte {self.pos}")
+        self.pos += pad
+
+
+def split_container(data: bytes) -> list[Blob]:
+    """The blobs of a container image (header and blob table checked; checksum not verified)."""
+    if len(data) < _FILE_HEAD.size:
+        raise ValueError("not a pyipu PopEF file: shorter than its 64-byte header")
+    magic, version, count, file_size, _hash, _checksum, table, _res = _FILE_HEAD.unpack_from(data)
+    if magic != MAGIC:
+        raise ValueError("not a pyipu PopEF file: bad magic")
+    if version != FORMAT_VERSION:
+        raise ValueError(f"unsupported container format version {version}")
+    if file_size != len(data):
+        raise ValueError(f"container says {file_size} bytes but has {len(data)}")
+    table_end = table + count * _BLOB_ENTRY.size
+    if table != _FILE_HEAD.size or table_end > len(data):
+        raise ValueError("container blob table is out of bounds")
+    blobs: list[Blob] = []
+    spans: list[tuple[int, int]] = []
+    for i in range(count):
+        btype, bid, off, size, _ = _BLOB_ENTRY.unpack_from(data, table + i * _BLOB_ENTRY.size)
+        if off % ALIGN or off < table_end or off + size > len(data):
+            raise ValueError(f"blob {i}: offset {off} / size {size} out of bounds or misaligned")
+        spans.append((off, off + size))
+        payload = data[off : off + size]
+        name = None
+        if btype == BLOB_OPAQUE:
+            if size < 4:
+                raise ValueError(f"blob {i} (OPAQUE) is too small for its name header")
+            (n,) = struct.unpack_from("<I", payload)
+            head = align(4 + n, 8)
+            if not 1 <= n <= 255 or head > size:
+                raise ValueError(f"blob {i} (OPAQUE) has a bad name length {n}")
+            name = payload[4 : 4 + n].decode()
+            payload = payload[head:]
+        elif btype not in (BLOB_METADATA, BLOB_TENSOR_DATA, BLOB_PROGRAM):
+            raise ValueError(f"blob {i} has unknown type {btype}")
+        blobs.append((btype, bid, name, bytes(payload)))
+    spans.sort()
+    if any(a[1] > b[0] for a, b in zip(spans, spans[1:])):
+        raise ValueError("container blobs overlap")
+    return blobs
+
+
+def decode_program(pid: int, data: bytes, num_tensors: int) -> Program:
+    r = _Reader(data, f"program {pid}")
+    count, reserved = r.take("<II")
+    if reserved:
+        raise ValueError(f"program {pid}: reserved field is {reserved}")
+    instrs = []
+    for k in range(count):
+        where = f"program {pid} instruction {k}"
+        op, n_in, n_out, n_attr, res = r.take(_INSTR_HEAD)
+        if op not in OP_ARITY or res:
+            raise ValueError(f"{where}: unknown opcode {op}")
+        lo, hi, outs = OP_ARITY[op]
+        if not lo <= n_in <= hi or n_out != outs or n_attr > MAX_ATTRS:
+            raise ValueError(f"{where}: bad operand counts for {Op(op).name}")
+        operands = r.take(f"<{n_in + n_out}I")
+        if any(t >= num_tensors for t in operands):
+            raise ValueError(f"{where}: tensor index out of range")
+        if (n_in + n_out) % 2:
+            r.take("<I")
+        attrs = r.take(f"<{n_attr}q")
+        instrs.append(Instr(Op(op), operands[:n_in], operands[n_in:], attrs))
+    if r.pos != len(data):
+        raise ValueError(f"program {pid}: {len(data) - r.pos} bytes after the last instruction")
+    return Program(pid, tuple(instrs))
+
+
+def decode_metadata(data: bytes, tensor_data: bytes) -> dict:
+    r = _Reader(data, "metadata")
+    (ipu_version, num_ipus, replication, bps, io_tiles, num_tensors, num_anchors, num_subgraphs,
+     load_program, index_anchor, arena_size, strings_size, reserved) = r.take(_META_HEAD)  # fmt: skip
+    if ipu_version not in (2, 21) or min(num_ipus, replication, bps, num_subgraphs) < 1:
+        raise ValueError("metadata: bad target fields")
+    if num_anchors > num_tensors or arena_size % ALIGN or reserved:
+        raise ValueError("metadata: bad counts")
+    mains = r.take(f"<{num_subgraphs}I")
+    r.skip_pad8()
+    tensors = []
+    for i in range(num_tensors):
+        dtype, ndim, loc, flags, offset, nbytes, *dims = r.take(_TENSOR)
+        try:
+            dt, location = DType(dtype), Location(loc)
+            itemsize = np_dtype(dt).itemsize
+        except (ValueError, KeyError):
+            raise ValueError(f"metadata: tensor {i} has bad dtype/location") from None
+        shape = tuple(dims[:ndim])
+        numel = 1
+        for d in shape:
+            numel *= d
+        if ndim > MAX_DIMS or flags or any(dims[ndim:]) or any(d < 0 for d in shape):
+            raise ValueError(f"metadata: tensor {i} has a bad shape")
+        if nbytes != numel * itemsize or offset % ALIGN:
+            raise ValueError(f"metadata: tensor {i} has bad nbytes/offset")
+        limit = arena_size if location == Location.ARENA else len(tensor_data)
+        if offset + nbytes > limit:
+            raise ValueError(f"metadata: tensor {i} lies outside its {location.name} storage")
+        payload = tensor_data[offset : offset + nbytes] if location == Location.TENSOR_DATA else None
+        tensors.append(TensorSpec(f"t{i}", dt, shape, location, offset, payload))
+    raw_anchors = [r.take(_ANCHOR) for _ in range(num_anchors)]
+    strings = data[r.pos : r.pos + strings_size]
+    if len(strings) != strings_size:
+        raise ValueError("metadata: string table is truncated")
+    r.pos += strings_size
+    r.skip_pad8()
+    if r.pos != len(data):
+        raise ValueError("metadata: trailing bytes")
+    anchors = []
+    for i, (off, n, direction, tensor, subgraph, flags) in enumerate(raw_anchors):
+        if off + n > strings_size or not 1 <= n <= 1024 or tensor >= num_tensors:
+            raise ValueError(f"metadata: anchor {i} is out of bounds")
+        if direction not in (1, 2) or flags & ~ANCHOR_TENSOR_DATA:
+            raise ValueError(f"metadata: anchor {i} has bad direction/flags")
+        if subgraph != NO_INDEX and subgraph >= num_subgraphs:
+            raise ValueError(f"metadata: anchor {i} has bad subgraph {subgraph}")
+        name = strings[off : off + n].decode()
+        anchors.append(Anchor(name, Direction(direction), tensor, subgraph, bool(flags)))
+        tensors[tensor] = TensorSpec(name, *_fields_after_name(tensors[tensor]))
+    if len({a.name for a in anchors}) != len(anchors):
+        raise ValueError("metadata: anchor names are not unique")
+    if index_anchor != NO_INDEX and index_anchor >= num_anchors:
+        raise ValueError("metadata: index_anchor out of range")
+    return dict(
+        tensors=tuple(tensors),
+        anchors=tuple(anchors),
+        load_program=load_program,
+        main_programs=tuple(mains),
+        arena_size=arena_size,
+        index_anchor=index_anchor,
+        ipu_version=ipu_version,
+        num_ipus=num_ipus,
+        replication_factor=replication,
+        batches_per_step=bps,
+        num_io_tiles=io_tiles,
+    )
+
+
+def _fields_after_name(t: TensorSpec) -> tuple:
+    return (t.dtype, t.shape, t.location, t.offset, t.data)
+
+
+def decode_blobs(blobs: list[Blob]) -> ModelIR:
+    metas = [b for b in blobs if b[0] == BLOB_METADATA]
+    datas = [b for b in blobs if b[0] == BLOB_TENSOR_DATA]
+    if len(metas) != 1 or len(datas) > 1:
+        raise ValueError("a container needs exactly one METADATA and at most one TENSOR_DATA blob")
+    meta = decode_metadata(metas[0][3], datas[0][3] if datas else b"")
+    n = len(meta["tensors"])
+    programs = [decode_program(b[1], b[3], n) for b in blobs if b[0] == BLOB_PROGRAM]
+    ids = [p.id for p in programs]
+    if len(set(ids)) != len(ids):
+        raise ValueError("duplicate program ids")
+    for pid in (meta["load_program"], *meta["main_programs"]):
+        if pid not in ids:
+            raise ValueError(f"metadata names program {pid}, which the container lacks")
+    opaque = tuple((b[2] or "", b[3]) for b in blobs if b[0] == BLOB_OPAQUE)
+    return ModelIR(programs=tuple(programs), opaque=opaque, **meta)
+
+
+def decode(data: bytes) -> ModelIR:
+    """The ModelIR of a container image (bytes of a .popef file written by pyipu)."""
+    return decode_blobs(split_container(bytes(data)))

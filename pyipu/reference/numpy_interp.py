@@ -1,0 +1,304 @@
+"""The NumPy reference interpreter: the executable form of docs/bytecode.md.
+
+Memory is modelled as the device has it: one byte arena of `arena_size`, tensors are typed views
+at their offsets (so the compiler's storage sharing is exercised, not assumed), and TENSOR_DATA
+tensors are read-only views of the container's tensor data once the Load program has bound them.
+Each opcode is one small function computing its result from copies of its inputs; the result is
+then stored with the output's dtype. float16 is computed in float32 and rounded to nearest even
+on store; integers wrap.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+from pyipu.compiler._enums import DType, Op
+from pyipu.compiler.ir import NO_INDEX, Direction, Instr, Location, ModelIR, bits_f64, np_dtype
+
+Kernel = Callable[[Instr, list[np.ndarray], np.ndarray], np.ndarray]
+KERNELS: dict[int, Kernel] = {}
+
+
+def kernel(op: Op) -> Callable[[Kernel], Kernel]:
+    def deco(fn: Kernel) -> Kernel:
+        KERNELS[op] = fn
+        return fn
+
+    return deco
+
+
+def _compute_dtype(dt: np.dtype) -> np.dtype:
+    """float16 is computed in float32; everything else in its own type."""
+    return np.dtype(np.float32) if dt == np.float16 else dt
+
+
+def _args(xs: list[np.ndarray]) -> list[np.ndarray]:
+    return [x.astype(_compute_dtype(x.dtype)) for x in xs]
+
+
+# ---------------------------------------------------------------- element-wise
+
+
+@kernel(Op.COPY)
+def copy(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
+    return xs[0].reshape(-1).view(np.uint8).view(y.dtype).reshape(y.shape)
+
+
+@kernel(Op.ADD)
+def add(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
+    a, b = _args(xs)
+    return a + b
+
+
+@kernel(Op.SUB)
+def sub(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
+    a, b = _args(xs)
+    return a - b
+
+
+@kernel(Op.MUL)
+def mul(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
+    a, b = _args(xs)
+    return a * b
+
+
+def int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Integer division truncating toward zero; x / 0 == 0; INT_MIN / -1 wraps to INT_MIN."""
+    a, b = np.broadcast_arrays(a, b)
+    safe = np.where(b == 0, 1, b).astype(b.dtype)
+    q = a // safe  # floors
+    r = a - q * safe
+    q = np.where((r != 0) & ((a < 0) != (safe < 0)), q + 1, q)
+    return np.where(b == 0, 0, q).astype(a.dtype)
+
+
+@kernel(Op.DIV)
+def div(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
+    a, b = _args(xs)
+    if np.issubdtype(a.dtype, np.integer):
+        return int_div(a, b)
+    return a / b
+
+
+@kernel(Op.RELU)
+def relu(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
+    (x,) = _args(xs)
+    return np.maximum(x, x.dtype.type(0))
+
+
+def saturating_cast(x: np.ndarray, to: np.dtype) -> np.ndarray:
+    """x → to: float→int truncates toward zero and saturates, NaN → 0; to bool: x != 0."""
+    if to == np.bool_:
+        return x != 0
+    if np.issubdtype(x.dtype, np.floating) and np.issubdtype(to, np.integer):
+        info = np.iinfo(to)
+        t = np.trunc(np.nan_to_num(x.astype(np.float64), nan=0.0, posinf=np.inf, neginf=-np.inf))
+        over, under = t >= float(info.max), t <= float(info.min)
+        mid = np.where(over | under, 0, t).astype(to)
+        return np.where(over, info.max, np.where(under, info.min, mid)).astype(to)
+    return x.astype(to)  # float→float rounds to nearest even; int→int wraps
+
+
+@kernel(Op.CAST)
+def cast(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
+    return saturating_cast(xs[0], y.dtype)
+
+
+# ---------------------------------------------------------------- matrix products
+
+
+@kernel(Op.MATMUL)
+def matmul(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
+    a, b = _args(xs)
+    return np.matmul(a, b)
+
+
+@kernel(Op.GEMM)
+def gemm(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
+    trans_a, trans_b, alpha_bits, beta_bits = ins.attrs
+    a, b, *c = _args(xs)
+    a = a.T if trans_a else a
+    b = b.T if trans_b else b
+    out = np.float32(bits_f64(alpha_bits)) * np.matmul(a, b)
+    if c:
+        out = out + np.float32(bits_f64(beta_bits)) * c[0]
+    return out
+
+
+# ---------------------------------------------------------------- data movement
+
+
+@kernel(Op.EXPAND)
+def expand(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
+    return np.broadcast_to(xs[0], y.shape)
+
+
+@kernel(Op.CONCAT)
+def concat(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
+    return np.concatenate(xs, axis=int(ins.attrs[0]))
+
+
+@kernel(Op.TRANSPOSE)
+def transpose(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
+    return xs[0].transpose([int(p) for p in ins.attrs])
+
+
+# ---------------------------------------------------------------- reductions, softmax
+
+
+def _reduce_sum(ins: Instr, x: np.ndarray) -> tuple[np.ndarray, int]:
+    outer, reduce, inner = (int(a) for a in ins.attrs)
+    (xc,) = _args([x])
+    # Integers accumulate in their own type (wrapping); floats in float32.
+    return xc.reshape(outer, reduce, inner).sum(axis=1, dtype=xc.dtype), reduce
+
+
+@kernel(Op.REDUCE_SUM)
+def reduce_sum(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
+    return _reduce_sum(ins, xs[0])[0]
+
+
+@kernel(Op.REDUCE_MEAN)
+def reduce_mean(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
+    total, n = _reduce_sum(ins, xs[0])
+    if np.issubdtype(total.dtype, np.integer):
+        return int_div(total, np.array(n, dtype=total.dtype)) if n else np.zeros_like(total)
+    with np.errstate(invalid="ignore"):
+        return total / np.float32(n)  # n == 0: 0/0 = NaN
+
+
+@kernel(Op.SOFTMAX)
+def softmax(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
+    outer, axis_len, inner = (int(a) for a in ins.attrs)
+    (x,) = _args(xs)
+    x = x.reshape(outer, axis_len, inner)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+# ---------------------------------------------------------------- the machine
+
+
+class Machine:
+    """One virtual IPU's memory for one executable: the arena and the bound tensor data."""
+
+    def __init__(self, model: ModelIR) -> None:
+        self.model = model
+        self.arena = np.zeros(model.arena_size, dtype=np.uint8)
+        self.tensor_data = np.frombuffer(model.tensor_data_blob(), dtype=np.uint8)
+        self.bound: set[int] = set()
+
+    def view(self, t: int) -> np.ndarray:
+        spec = self.model.tensors[t]
+        if spec.location == Location.TENSOR_DATA:
+            if t not in self.bound:
+                raise RuntimeError(f"tensor t{t} is read before the Load program binds it")
+            mem = self.tensor_data
+        else:
+            mem = self.arena
+        raw = mem[spec.offset : spec.offset + spec.nbytes]
+        return raw.view(np_dtype(spec.dtype)).reshape(spec.shape)
+
+    def run_program(self, pid: int) -> None:
+        for ins in self.model.program(pid).instrs:
+            if ins.op == Op.BIND:
+                self.bound.add(ins.outputs[0])
+                continue
+            xs = [self.view(t).copy() for t in ins.inputs]
+            y = self.view(ins.outputs[0])
+            with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+                result = np.asarray(KERNELS[ins.op](ins, xs, y))
+            if result.shape != y.shape:
+                result = result.reshape(y.shape)  # views of [outer, inner]: same order
+            if y.dtype == np.float16 or np.issubdtype(y.dtype, np.integer):
+                result = result.astype(y.dtype)  # RNE for float16, wrap for integers
+            y[...] = result
+
+
+def _select_subgraph(model: ModelIR, inputs: Mapping[str, np.ndarray], subgraph: int | None
+                     ) -> int:  # fmt: skip
+    if subgraph is not None:
+        if not 0 <= subgraph < model.num_subgraphs:
+            raise ValueError(f"subgraph {subgraph} out of range (model has {model.num_subgraphs})")
+        return subgraph
+    if model.index_anchor != NO_INDEX:
+        index_name = model.anchors[model.index_anchor].name
+        if index_name in inputs:
+            values = np.unique(np.asarray(inputs[index_name]).reshape(-1))
+            if len(values) != 1:
+                raise ValueError(f"{index_name!r} must select one subgraph, got {values}")
+            return _select_subgraph(model, {}, int(values[0]))
+    owners = {a.subgraph for a in model.anchors if a.name in inputs and a.subgraph != NO_INDEX}
+    if len(owners) > 1:
+        raise ValueError(f"inputs belong to several subgraphs {sorted(owners)}")
+    return owners.pop() if owners else 0
+
+
+def _batches(name: str, x: np.ndarray, shape: tuple[int, ...]) -> int:
+    numel = math.prod(shape)
+    stacked = x.shape[1:] == shape[1:] if shape else x.ndim <= 1
+    if x.size == 0 or x.size % numel or not stacked:
+        raise ValueError(f"input {name!r} of shape {list(x.shape)} is not N batches of "
+                         f"{list(shape)}")  # fmt: skip
+    return x.size // numel
+
+
+def run(model: ModelIR, inputs: Mapping[str, np.ndarray], subgraph: int | None = None
+        ) -> dict[str, np.ndarray]:  # fmt: skip
+    """Run `model` on `inputs` (anchor name → N batches stacked along dim 0).
+
+    Returns output anchor name → N batches stacked along dim 0 (a 0-d output gives shape (N,),
+    or () when N == 1). For a fused model the subgraph is `subgraph`, else the value of the
+    `index` input, else the one the given input names belong to.
+    """
+    sub = _select_subgraph(model, inputs, subgraph)
+    index_name = model.anchors[model.index_anchor].name if model.index_anchor != NO_INDEX else None
+    mine = [a for a in model.anchors if a.subgraph in (sub, NO_INDEX)]
+    feeds = [a for a in mine if a.direction == Direction.INPUT and not a.has_tensor_data]
+    feeds = [a for a in feeds if a.name != index_name]
+    outs = [a for a in mine if a.direction == Direction.OUTPUT]
+    known = {a.name for a in feeds} | ({index_name} if index_name else set())
+    extra = set(inputs) - known
+    if extra:
+        raise ValueError(f"unknown or non-feedable inputs {sorted(extra)}; expected {sorted(known)}")
+    missing = [a.name for a in feeds if a.name not in inputs]
+    if missing:
+        raise ValueError(f"missing inputs {missing}")
+
+    arrays = {}
+    counts = set()
+    for a in feeds:
+        spec = model.tensors[a.tensor]
+        x = np.asarray(inputs[a.name])
+        if x.dtype != np_dtype(spec.dtype):
+            raise TypeError(f"input {a.name!r} has dtype {x.dtype}, expected "
+                            f"{DType(spec.dtype).name.lower()}")  # fmt: skip
+        counts.add(_batches(a.name, x, spec.shape))
+        arrays[a.name] = x.reshape(-1, *spec.shape)
+    if len(counts) > 1:
+        raise ValueError(f"inputs carry different numbers of batches {sorted(counts)}")
+    n = counts.pop() if counts else 1
+
+    machine = Machine(model)
+    machine.run_program(model.load_program)
+    results: dict[str, list[np.ndarray]] = {a.name: [] for a in outs}
+    for i in range(n):
+        for a in feeds:
+            machine.view(a.tensor)[...] = arrays[a.name][i]
+        if index_name is not None:
+            machine.view(model.anchors[model.index_anchor].tensor)[...] = sub
+        machine.run_program(model.main_programs[sub])
+        for a in outs:
+            results[a.name].append(machine.view(a.tensor).copy())
+    out: dict[str, np.ndarray] = {}
+    for a in outs:
+        stacked = np.stack(results[a.name])
+        shape = model.tensors[a.tensor].shape
+        if shape:
+            out[a.name] = stacked.reshape(n * shape[0], *shape[1:])
+        else:
+            out[a.name] = stacked.reshape(n) if n > 1 else stacked.reshape(())
+    return out

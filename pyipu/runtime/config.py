@@ -1,0 +1,120 @@
+"""RuntimeConfig: PopRT 1.5's runtime options, with its names and defaults.
+
+Fields pyipu does not implement yet raise UnsupportedError when set to a non-default value,
+rather than being silently ignored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pyipu.errors import InvalidArgumentError, UnsupportedError
+
+BATCHING_DIM_DISABLED = 0xFFFFFFFF
+NS_MAX = 9223372036854775807
+
+
+@dataclass
+class DeviceWaitConfig:
+    """How long to wait for a device (PopRT defaults: timeout 1 s, sleep 6 s between tries).
+
+    Virtual IPUs are always available, so pyipu never waits; the values are kept for scripts."""
+
+    timeout_sec: int = 1
+    sleep_time_sec: int = 6
+
+
+class RunnerType:
+    ModelRunner = 0
+    PackRunner = 1
+    ModelFusionRunner = 2
+
+
+# name -> (default, implemented)
+_FIELDS: dict[str, tuple[Any, bool]] = {
+    "timeout_ns": (10_000_000, True),
+    "validate_io_params": (True, True),
+    "thread_safe": (True, True),
+    "check_package_hash": (True, True),
+    "ring_buffer_size_multiplier": (2, True),
+    "batching_dim": (BATCHING_DIM_DISABLED, False),
+    "auto_reset": (False, False),
+    "flush_on_waiting_outputs": (False, False),
+    "batch_size_timeout_ns": (NS_MAX, False),
+    "data_parallel_timeout_ns": (NS_MAX, False),
+    "is_batch_size_timeout_enabled": (False, False),
+    "request_tracepoints_buffer_size": (1000, False),
+    "runner_type": (RunnerType.ModelRunner, False),
+}
+
+
+class RuntimeConfig:
+    """Options of a Runner (`poprt.runtime.RuntimeConfig`).
+
+    pyipu extension: `num_threads` (compute workers; None = $PYIPU_NUM_THREADS or all cores).
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        object.__setattr__(self, "_values", {k: d for k, (d, _) in _FIELDS.items()})
+        object.__setattr__(self, "_extra", {"num_threads": None})
+        self.device_wait_config = DeviceWaitConfig()
+        self.replica_id_to_device: dict[int, Any] = {}
+        self.flush_by_name = None
+        for key, value in kwargs.items():
+            setattr(self, key, value)
+
+    def __getattr__(self, name: str) -> Any:
+        values = object.__getattribute__(self, "_values")
+        if name in values:
+            return values[name]
+        extra = object.__getattribute__(self, "_extra")
+        if name in extra:
+            return extra[name]
+        raise AttributeError(f"RuntimeConfig has no field {name!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in ("device_wait_config", "replica_id_to_device", "flush_by_name"):
+            if name == "replica_id_to_device" and value:
+                raise UnsupportedError("RuntimeConfig.replica_id_to_device is not supported yet")
+            if name == "flush_by_name" and value is not None:
+                raise UnsupportedError("RuntimeConfig.flush_by_name is not supported yet")
+            object.__setattr__(self, name, value)
+            return
+        if name == "num_threads":
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise InvalidArgumentError(f"num_threads must be a positive int, got {value!r}")
+            self._extra["num_threads"] = value
+            return
+        if name not in _FIELDS:
+            raise AttributeError(f"RuntimeConfig has no field {name!r}")
+        default, implemented = _FIELDS[name]
+        value = _validate(name, value)
+        if not implemented and value != default:
+            raise UnsupportedError(
+                f"RuntimeConfig.{name}={value!r} is not supported by this pyipu version "
+                f"(only the default {default!r} is)"
+            )
+        self._values[name] = value
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self._values, **self._extra}
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={v!r}" for k, v in self.to_dict().items())
+        return f"RuntimeConfig({fields})"
+
+
+def _validate(name: str, value: Any) -> Any:
+    default = _FIELDS[name][0]
+    if isinstance(default, bool):
+        if not isinstance(value, (bool, int)):
+            raise InvalidArgumentError(f"RuntimeConfig.{name} must be a bool, got {value!r}")
+        return bool(value)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise InvalidArgumentError(
+            f"RuntimeConfig.{name} must be a non-negative int, got {value!r}"
+        )
+    if name == "ring_buffer_size_multiplier" and value < 1:
+        raise InvalidArgumentError("RuntimeConfig.ring_buffer_size_multiplier must be >= 1")
+    return value

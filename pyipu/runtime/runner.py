@@ -1,0 +1,230 @@
+"""Runner: the PopRT-compatible high-level runtime (`poprt.runtime.Runner`)."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import weakref
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from pyipu import _config, _core
+from pyipu.enums import DType
+from pyipu.errors import (
+    ClosedError,
+    DTypeError,
+    InvalidArgumentError,
+    ShapeError,
+)
+from pyipu.runtime.config import RuntimeConfig
+from pyipu.runtime.descriptors import DataDesc
+
+_INPUT, _OUTPUT = 1, 2
+_live_runners: weakref.WeakSet[Runner] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    # Native threads must be joined before the interpreter finalises.
+    for runner in list(_live_runners):
+        runner.close()
+
+
+def load_container(popef: Any) -> _core.Container:
+    """A validated container from a path or an object with to_bytes() (compiler Executable)."""
+    if isinstance(popef, (str, os.PathLike)):
+        return _core.Container.open(popef)
+    if hasattr(popef, "to_bytes"):
+        return _core.Container.from_bytes(popef.to_bytes())
+    if isinstance(popef, (bytes, bytearray, memoryview)):
+        return _core.Container.from_bytes(popef)
+    raise InvalidArgumentError(
+        f"expected a PopEF path or a pyipu.compiler.Executable, got {type(popef).__name__}"
+    )
+
+
+class Future:
+    """Completion of an execute_async request; `wait()` raises the request's error."""
+
+    def __init__(self, request: _core.Request) -> None:
+        self._request = request
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._request.wait(timeout)
+
+    def done(self) -> bool:
+        return self._request.done()
+
+
+class Runner:
+    """Loads a PopEF file or Executable onto a virtual IPU and runs requests from any thread.
+
+    `execute(inputs, outputs)` writes into the caller's output arrays; a request may carry N
+    batches stacked along dim 0 of every array.
+    """
+
+    def __init__(self, popef: Any, config: RuntimeConfig | None = None) -> None:
+        self._runtime: _core.Runtime | None = None
+        self.config = config if config is not None else RuntimeConfig()
+        if not isinstance(self.config, RuntimeConfig):
+            raise InvalidArgumentError(
+                f"config must be a RuntimeConfig, got {type(self.config).__name__}"
+            )
+        container = load_container(popef)
+        executable = _core.Executable(container)
+        self._info = executable.get_info()
+        settings = self.config.to_dict()
+        if settings["num_threads"] is None:
+            settings["num_threads"] = _config.num_threads()
+        self._runtime = _core.Runtime(executable, settings)
+        self._anchors = [_make_desc(a) for a in executable.anchors()]
+        self._index_of = {d.name: i for i, d in enumerate(self._anchors)}
+        self._directions = [a[1] for a in executable.anchors()]
+        index = self._info["index_anchor"]
+        self._index_name = None if index is None else self._anchors[index].name
+        _live_runners.add(self)
+
+    # --- descriptors -------------------------------------------------------------------------
+    def get_model_inputs(self) -> list[DataDesc]:
+        """All input anchors, including weights stored in the PopEF (popef_contains_tensor_data)."""
+        return [d for d, k in zip(self._anchors, self._directions) if k == _INPUT]
+
+    def get_model_outputs(self) -> list[DataDesc]:
+        return [d for d, k in zip(self._anchors, self._directions) if k == _OUTPUT]
+
+    def get_execute_inputs(self) -> list[DataDesc]:
+        """Inputs a request must (or, for fused models, may) provide."""
+        return [
+            d
+            for d in self.get_model_inputs()
+            if not d.popef_contains_tensor_data and d.name != self._index_name
+        ]
+
+    def get_execute_outputs(self) -> list[DataDesc]:
+        return self.get_model_outputs()
+
+    @property
+    def batches_per_step(self) -> int:
+        return int(self._info["batches_per_step"])
+
+    @property
+    def num_subgraphs(self) -> int:
+        return int(self._info["num_subgraphs"])
+
+    # --- execution ---------------------------------------------------------------------------
+    def execute(self, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray]) -> None:
+        """Run one request synchronously; results are written into `outputs`' arrays."""
+        self._submit(inputs, outputs).wait()
+
+    def execute_async(
+        self, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray]
+    ) -> Future:
+        """Queue a request; keep the arrays alive and untouched until `wait()` returns."""
+        return Future(self._submit(inputs, outputs))
+
+    def _submit(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> _core.Request:
+        runtime = self._runtime
+        if runtime is None or runtime.closed:
+            raise ClosedError("the runner is closed")
+        if not isinstance(inputs, Mapping) or not isinstance(outputs, Mapping):
+            raise InvalidArgumentError("inputs and outputs must be dicts of name -> numpy array")
+        n_anchors = len(self._anchors)
+        in_list: list[Any] = [None] * n_anchors
+        out_list: list[Any] = [None] * n_anchors
+        batches = None
+        for mapping, direction, slots in ((inputs, _INPUT, in_list), (outputs, _OUTPUT, out_list)):
+            for name, array in mapping.items():
+                i = self._lookup(name, direction)
+                n = self._check_array(self._anchors[i], array, direction)
+                slots[i] = array
+                if name == self._index_name:
+                    continue  # one subgraph selector per request, whatever N is
+                if batches is not None and n != batches[0]:
+                    raise ShapeError(
+                        f"anchor {name!r} carries {n} batches but {batches[1]!r} carries "
+                        f"{batches[0]}; every array of a request must hold the same number"
+                    )
+                batches = batches or (n, name)
+        if batches is None:
+            raise InvalidArgumentError("a request needs at least one input or output")
+        return runtime.submit(in_list, out_list, batches[0])
+
+    def _lookup(self, name: str, direction: int) -> int:
+        i = self._index_of.get(name)
+        kind = "input" if direction == _INPUT else "output"
+        if i is None or self._directions[i] != direction:
+            known = [d.name for d, k in zip(self._anchors, self._directions) if k == direction]
+            raise InvalidArgumentError(f"unknown {kind} anchor {name!r}; the model has {known}")
+        if self._anchors[i].popef_contains_tensor_data:
+            raise InvalidArgumentError(
+                f"input {name!r} is a weight stored in the PopEF; it cannot be fed per request"
+            )
+        return i
+
+    @staticmethod
+    def _check_array(desc: DataDesc, array: Any, direction: int) -> int:
+        kind = "input" if direction == _INPUT else "output"
+        if not isinstance(array, np.ndarray):
+            raise InvalidArgumentError(
+                f"{kind} {desc.name!r} must be a numpy.ndarray, got {type(array).__name__}"
+            )
+        expected = desc.numpy_data_type()
+        if array.dtype != expected:
+            raise DTypeError(f"{kind} {desc.name!r}: expected dtype {expected}, got {array.dtype}")
+        if not array.flags.c_contiguous:
+            raise InvalidArgumentError(
+                f"{kind} {desc.name!r} is not C-contiguous; pass np.ascontiguousarray(array)"
+            )
+        if direction == _OUTPUT and not array.flags.writeable:
+            raise InvalidArgumentError(f"output {desc.name!r} is read-only")
+        shape = tuple(desc.shape)
+        given = array.shape
+        if given == shape:
+            return 1
+        if (
+            len(shape) >= 1
+            and len(given) == len(shape)
+            and given[1:] == shape[1:]
+            and shape[0] > 0
+            and given[0] % shape[0] == 0
+            and given[0] > 0
+        ):
+            return given[0] // shape[0]
+        raise ShapeError(
+            f"{kind} {desc.name!r}: expected shape {list(shape)} or N batches stacked on dim 0 "
+            f"([N*{shape[0] if shape else 1}, ...]), got {list(given)}"
+        )
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    def stats(self) -> dict[str, int]:
+        if self._runtime is None:
+            raise ClosedError("the runner is closed")
+        return self._runtime.stats()
+
+    def close(self) -> None:
+        """Stop the device; pending requests fail with ClosedError. Idempotent."""
+        if self._runtime is not None:
+            self._runtime.close()
+
+    def __enter__(self) -> Runner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def _make_desc(anchor: tuple) -> DataDesc:
+    name, _direction, dtype, shape, nbytes, subgraph, has_data, _tensor = anchor
+    return DataDesc(
+        name=name,
+        shape=list(shape),
+        data_type=DType(dtype),
+        size_in_bytes=int(nbytes),
+        popef_contains_tensor_data=has_data,
+        subgraph=subgraph,
+    )

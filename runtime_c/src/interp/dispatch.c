@@ -1,0 +1,57 @@
+/* Opcode -> kernel. The verifier stores the selected kernel and the number of work items in each
+ * instruction's plan; ipu__instr_work/ipu__instr_run read them. */
+#include "interp.h"
+#include "kernels/kernels.h"
+
+#define BY_DTYPE(op, dt)                          \
+    switch (dt) {                                 \
+        case IPU_DTYPE_FLOAT32: return ipu__k_##op##_f32; \
+        case IPU_DTYPE_FLOAT16: return ipu__k_##op##_f16; \
+        case IPU_DTYPE_INT32: return ipu__k_##op##_i32;   \
+        case IPU_DTYPE_INT64: return ipu__k_##op##_i64;   \
+        default: return NULL;                     \
+    }
+
+ipu__kernel_fn ipu__select_kernel(ipu_opcode op, ipu_dtype dt) {
+    switch (op) {
+        case IPU_OP_BIND: return ipu__k_bind;
+        case IPU_OP_COPY: return ipu__k_copy;
+        case IPU_OP_ADD: BY_DTYPE(add, dt)
+        case IPU_OP_SUB: BY_DTYPE(sub, dt)
+        case IPU_OP_MUL: BY_DTYPE(mul, dt)
+        case IPU_OP_DIV: BY_DTYPE(div, dt)
+        case IPU_OP_RELU: BY_DTYPE(relu, dt)
+        case IPU_OP_MATMUL: BY_DTYPE(matmul, dt)
+        case IPU_OP_REDUCE_SUM: BY_DTYPE(reduce_sum, dt)
+        case IPU_OP_REDUCE_MEAN: BY_DTYPE(reduce_mean, dt)
+        case IPU_OP_GEMM:
+            return dt == IPU_DTYPE_FLOAT32 ? ipu__k_gemm_f32
+                   : dt == IPU_DTYPE_FLOAT16 ? ipu__k_gemm_f16 : NULL;
+        case IPU_OP_SOFTMAX:
+            return dt == IPU_DTYPE_FLOAT32 ? ipu__k_softmax_f32
+                   : dt == IPU_DTYPE_FLOAT16 ? ipu__k_softmax_f16 : NULL;
+        case IPU_OP_EXPAND: return ipu__k_expand;
+        case IPU_OP_CONCAT: return ipu__k_concat;
+        case IPU_OP_CAST: return ipu__k_cast;
+        case IPU_OP_TRANSPOSE: return ipu__k_transpose;
+        default: return NULL;
+    }
+}
+
+size_t ipu__instr_work(const ipu_executable *e, const ipu__instr *ins) {
+    (void)e;
+    const ipu__plan *p = ins ? ins->plan : NULL;
+    return p && p->fn ? p->work : 0;
+}
+
+ipu_status ipu__instr_run(const ipu__frame *f, const ipu__instr *ins, size_t begin, size_t end,
+                          void *scratch) {
+    const ipu__plan *p = ins ? ins->plan : NULL;
+    if (!f || !p || !p->fn)
+        return ipu__fail(IPU_ERR_INTERNAL, "instruction has no verified plan");
+    if (begin > end || end > p->work)
+        return ipu__fail(IPU_ERR_INTERNAL, "work range [%zu, %zu) outside [0, %zu) (%s)", begin,
+                         end, p->work, ipu_opcode_name(ins->op));
+    if (begin == end) return IPU_OK;
+    return p->fn(f, ins, begin, end, scratch);
+}

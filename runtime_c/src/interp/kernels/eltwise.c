@@ -1,0 +1,231 @@
+/* Element-wise kernels: ADD/SUB/MUL/DIV with numpy broadcasting and RELU, for float32, float16
+ * (computed in float32), int32 and int64 (wrap-around, computed in unsigned types; division
+ * truncates, x/0 == 0, MIN/-1 == MIN). Work item = IPU__ELT_BLOCK output elements. */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kernels.h"
+
+/* ---- fp16 bulk conversion ------------------------------------------------------------------ */
+
+__attribute__((target("avx,f16c"))) static void h2f_f16c(const uint16_t *s, float *d, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i))));
+    for (; i < n; i++) d[i] = ipu__f16_to_f32(s[i]);
+}
+
+__attribute__((target("avx,f16c"))) static void f2h_f16c(const float *s, uint16_t *d, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(d + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) d[i] = ipu__f32_to_f16(s[i]);
+}
+
+void ipu__cvt_f16_to_f32(const uint16_t *src, float *dst, size_t n) {
+    if (__builtin_cpu_supports("f16c")) {
+        h2f_f16c(src, dst, n);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) dst[i] = ipu__f16_to_f32(src[i]);
+}
+
+void ipu__cvt_f32_to_f16(const float *src, uint16_t *dst, size_t n) {
+    if (__builtin_cpu_supports("f16c")) {
+        f2h_f16c(src, dst, n);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) dst[i] = ipu__f32_to_f16(src[i]);
+}
+
+/* ---- broadcast iteration ------------------------------------------------------------------- */
+
+void ipu__bcast_run(const ipu__bcast_plan *p, const void *a, const void *b, void *y, uint64_t lo,
+                    uint64_t hi, ipu__inner_fn fn) {
+    uint32_t nd = p->ndim, last = nd - 1;
+    size_t es = p->esize;
+    if (nd == 1) { /* common fast path: one contiguous or scalar-broadcast run */
+        const char *pa = (const char *)a + (size_t)(lo * (uint64_t)p->sa[0]) * es;
+        const char *pb = b ? (const char *)b + (size_t)(lo * (uint64_t)p->sb[0]) * es : NULL;
+        fn(pa, p->sa[0], pb, b ? p->sb[0] : 0, (char *)y + lo * es, (size_t)(hi - lo), p->esize);
+        return;
+    }
+    int64_t idx[IPU_MAX_DIMS];
+    uint64_t r = lo;
+    for (uint32_t d = nd; d-- > 0;) {
+        idx[d] = (int64_t)(r % (uint64_t)p->shape[d]);
+        r /= (uint64_t)p->shape[d];
+    }
+    while (lo < hi) {
+        int64_t oa = 0, ob = 0;
+        for (uint32_t d = 0; d < nd; d++) {
+            oa += idx[d] * p->sa[d];
+            ob += idx[d] * p->sb[d];
+        }
+        uint64_t run = (uint64_t)(p->shape[last] - idx[last]);
+        if (run > hi - lo) run = hi - lo;
+        fn((const char *)a + (size_t)oa * es, p->sa[last],
+           b ? (const char *)b + (size_t)ob * es : NULL, p->sb[last], (char *)y + lo * es,
+           (size_t)run, p->esize);
+        lo += run;
+        idx[last] += (int64_t)run;
+        for (uint32_t d = last; d > 0 && idx[d] == p->shape[d]; d--) {
+            idx[d] = 0;
+            idx[d - 1]++;
+        }
+    }
+}
+
+/* ---- inner loops --------------------------------------------------------------------------- */
+
+/* sa, sb are 0 (broadcast) or 1 (contiguous): four loops the compiler can vectorise. */
+#define BIN_LOOP(name, T, EXPR)                                                                  \
+    static void name(const void *va, int64_t sa, const void *vb, int64_t sb, void *vy, size_t n, \
+                     uint32_t es) {                                                              \
+        (void)es;                                                                                \
+        const T *a = va, *b = vb;                                                                \
+        T *restrict y = vy;                                                                      \
+        if (sa && sb) {                                                                          \
+            for (size_t i = 0; i < n; i++) {                                                     \
+                T x = a[i], z = b[i];                                                            \
+                y[i] = EXPR;                                                                     \
+            }                                                                                    \
+        } else if (sa) {                                                                         \
+            const T z = b[0];                                                                    \
+            for (size_t i = 0; i < n; i++) {                                                     \
+                T x = a[i];                                                                      \
+                y[i] = EXPR;                                                                     \
+            }                                                                                    \
+        } else if (sb) {                                                                         \
+            const T x = a[0];                                                                    \
+            for (size_t i = 0; i < n; i++) {                                                     \
+                T z = b[i];                                                                      \
+                y[i] = EXPR;                                                                     \
+            }                                                                                    \
+        } else {                                                                                 \
+            const T x = a[0], z = b[0], v = EXPR;                                                \
+            for (size_t i = 0; i < n; i++) y[i] = v;                                             \
+        }                                                                                        \
+    }
+
+static inline int32_t div_i32(int32_t a, int32_t b) {
+    if (b == 0) return 0;
+    if (b == -1) return (int32_t)(0u - (uint32_t)a);
+    return a / b;
+}
+static inline int64_t div_i64(int64_t a, int64_t b) {
+    if (b == 0) return 0;
+    if (b == -1) return (int64_t)(0u - (uint64_t)a);
+    return a / b;
+}
+
+BIN_LOOP(add_f32, float, x + z)
+BIN_LOOP(sub_f32, float, x - z)
+BIN_LOOP(mul_f32, float, x * z)
+BIN_LOOP(div_f32, float, x / z)
+BIN_LOOP(add_i32, int32_t, (int32_t)((uint32_t)x + (uint32_t)z))
+BIN_LOOP(sub_i32, int32_t, (int32_t)((uint32_t)x - (uint32_t)z))
+BIN_LOOP(mul_i32, int32_t, (int32_t)((uint32_t)x * (uint32_t)z))
+BIN_LOOP(div_i32l, int32_t, div_i32(x, z))
+BIN_LOOP(add_i64, int64_t, (int64_t)((uint64_t)x + (uint64_t)z))
+BIN_LOOP(sub_i64, int64_t, (int64_t)((uint64_t)x - (uint64_t)z))
+BIN_LOOP(mul_i64, int64_t, (int64_t)((uint64_t)x * (uint64_t)z))
+BIN_LOOP(div_i64l, int64_t, div_i64(x, z))
+
+/* float16: convert chunks to float32, run the float32 loop, round back. */
+#define F16_CHUNK 256
+#define F16_LOOP(name, f32loop)                                                                   \
+    static void name(const void *va, int64_t sa, const void *vb, int64_t sb, void *vy, size_t n,  \
+                     uint32_t es) {                                                               \
+        (void)es;                                                                                 \
+        const uint16_t *a = va, *b = vb;                                                          \
+        uint16_t *y = vy;                                                                         \
+        float fa[F16_CHUNK], fb[F16_CHUNK], fy[F16_CHUNK];                                        \
+        if (!sa) fa[0] = ipu__f16_to_f32(a[0]);                                                   \
+        if (!sb) fb[0] = ipu__f16_to_f32(b[0]);                                                   \
+        for (size_t i = 0; i < n; i += F16_CHUNK) {                                               \
+            size_t m = n - i < F16_CHUNK ? n - i : F16_CHUNK;                                     \
+            if (sa) ipu__cvt_f16_to_f32(a + i, fa, m);                                            \
+            if (sb) ipu__cvt_f16_to_f32(b + i, fb, m);                                            \
+            f32loop(fa, sa, fb, sb, fy, m, 4);                                                    \
+            ipu__cvt_f32_to_f16(fy, y + i, m);                                                    \
+        }                                                                                         \
+    }
+
+F16_LOOP(add_f16, add_f32)
+F16_LOOP(sub_f16, sub_f32)
+F16_LOOP(mul_f16, mul_f32)
+F16_LOOP(div_f16, div_f32)
+
+/* ---- kernels ------------------------------------------------------------------------------- */
+
+static void elt_range(const ipu__bcast_plan *p, size_t b, size_t e, uint64_t *lo, uint64_t *hi) {
+    *lo = (uint64_t)b * IPU__ELT_BLOCK;
+    *hi = (uint64_t)e * IPU__ELT_BLOCK;
+    if (*hi > p->numel) *hi = p->numel;
+}
+
+#define BIN_KERNEL(op, sfx)                                                                    \
+    ipu_status ipu__k_##op##_##sfx(const ipu__frame *f, const ipu__instr *ins, size_t b,       \
+                                   size_t e, void *scratch) {                                  \
+        (void)scratch;                                                                         \
+        const ipu__bcast_plan *p = ins->plan;                                                  \
+        uint64_t lo, hi;                                                                       \
+        elt_range(p, b, e, &lo, &hi);                                                          \
+        ipu__bcast_run(p, f->ptr[ins->in[0]], f->ptr[ins->in[1]], f->ptr[ins->out[0]], lo, hi, \
+                       op##_##sfx);                                                            \
+        return IPU_OK;                                                                         \
+    }
+
+#define div_i32 div_i32l
+#define div_i64 div_i64l
+BIN_KERNEL(add, f32)
+BIN_KERNEL(sub, f32)
+BIN_KERNEL(mul, f32)
+BIN_KERNEL(div, f32)
+BIN_KERNEL(add, f16)
+BIN_KERNEL(sub, f16)
+BIN_KERNEL(mul, f16)
+BIN_KERNEL(div, f16)
+BIN_KERNEL(add, i32)
+BIN_KERNEL(sub, i32)
+BIN_KERNEL(mul, i32)
+BIN_KERNEL(div, i32)
+BIN_KERNEL(add, i64)
+BIN_KERNEL(sub, i64)
+BIN_KERNEL(mul, i64)
+BIN_KERNEL(div, i64)
+#undef div_i32
+#undef div_i64
+
+/* RELU: y = x < 0 ? 0 : x (NaN and -0.0 pass through, like np.maximum(x, 0)). */
+#define RELU_KERNEL(sfx, T)                                                                      \
+    ipu_status ipu__k_relu_##sfx(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e, \
+                                 void *scratch) {                                                \
+        (void)scratch;                                                                           \
+        uint64_t lo, hi;                                                                         \
+        elt_range(ins->plan, b, e, &lo, &hi);                                                    \
+        const T *x = (const T *)f->ptr[ins->in[0]];                                              \
+        T *restrict y = (T *)f->ptr[ins->out[0]];                                                \
+        for (uint64_t i = lo; i < hi; i++) y[i] = x[i] < 0 ? (T)0 : x[i];                        \
+        return IPU_OK;                                                                           \
+    }
+RELU_KERNEL(f32, float)
+RELU_KERNEL(i32, int32_t)
+RELU_KERNEL(i64, int64_t)
+
+ipu_status ipu__k_relu_f16(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
+                           void *scratch) {
+    (void)scratch;
+    uint64_t lo, hi;
+    elt_range(ins->plan, b, e, &lo, &hi);
+    const uint16_t *x = f->ptr[ins->in[0]];
+    uint16_t *restrict y = f->ptr[ins->out[0]];
+    for (uint64_t i = lo; i < hi; i++) {
+        uint16_t h = x[i], mag = h & 0x7fffu;
+        /* negative, nonzero and not NaN -> +0 */
+        y[i] = ((h & 0x8000u) && mag != 0 && mag <= 0x7c00u) ? (uint16_t)0 : h;
+    }
+    return IPU_OK;
+}

@@ -1,0 +1,145 @@
+/* Internal: per-instruction plans built by the verifier (executable.c) and the kernels that
+ * consume them. Every plan is ONE allocation (freed with ipu__free) that starts with an
+ * ipu__plan header holding the number of work items and the kernel selected for the
+ * instruction (by ipu__select_kernel in dispatch.c). */
+#ifndef IPU_KERNELS_H
+#define IPU_KERNELS_H
+
+#include "../interp.h"
+
+typedef ipu_status (*ipu__kernel_fn)(const ipu__frame *f, const ipu__instr *ins, size_t begin,
+                                     size_t end, void *scratch);
+
+typedef struct ipu__plan {
+    size_t work;
+    ipu__kernel_fn fn;
+} ipu__plan;
+
+/* Work granularity (elements / bytes per work item). */
+#define IPU__ELT_BLOCK ((uint64_t)16384)
+#define IPU__COPY_BLOCK ((uint64_t)1 << 18)
+#define IPU__RED_IB ((int64_t)256) /* inner columns per reduce/softmax work item */
+#define IPU__MM_MB ((int64_t)96)   /* matmul rows per work item */
+
+/* ADD/SUB/MUL/DIV, RELU (nin = 1) and EXPAND (nin = 1): flat output ranges, collapsed
+ * broadcast strides in elements (0 = broadcast). */
+typedef struct ipu__bcast_plan {
+    ipu__plan hdr;
+    uint64_t numel;
+    uint32_t ndim; /* collapsed, >= 1 */
+    uint32_t esize;
+    int64_t shape[IPU_MAX_DIMS];
+    int64_t sa[IPU_MAX_DIMS], sb[IPU_MAX_DIMS];
+} ipu__bcast_plan;
+
+/* MATMUL and GEMM. Work item = (batch, block of IPU__MM_MB rows). */
+typedef struct ipu__mm_plan {
+    ipu__plan hdr;
+    ipu_dtype dtype;
+    int64_t M, N, K, mblocks;
+    uint64_t batch;
+    uint32_t bdim;
+    int64_t bshape[IPU_MAX_DIMS], abs[IPU_MAX_DIMS], bbs[IPU_MAX_DIMS]; /* batch strides, in matrices */
+    /* GEMM only */
+    int is_gemm, trans_a, trans_b, has_c;
+    float alpha, beta;
+    int64_t c_rs, c_cs;
+} ipu__mm_plan;
+
+/* COPY (bytes) and CAST (elements). */
+typedef struct ipu__flat_plan {
+    ipu__plan hdr;
+    uint64_t count; /* bytes for COPY, elements for CAST */
+    ipu_dtype src, dst;
+} ipu__flat_plan;
+
+/* CONCAT: work item = (outer row, input). */
+typedef struct ipu__concat_plan {
+    ipu__plan hdr;
+    uint64_t outer, yrow; /* bytes per outer row of y */
+    uint32_t n_in;
+    uint64_t row[]; /* [2*n_in]: bytes per outer row of input i, then its offset in y's row */
+} ipu__concat_plan;
+
+/* TRANSPOSE: collapsed output shape, strides into x (elements). */
+typedef struct ipu__transpose_plan {
+    ipu__plan hdr;
+    uint64_t numel;
+    uint32_t ndim, esize;
+    int64_t shape[IPU_MAX_DIMS], xs[IPU_MAX_DIMS];
+} ipu__transpose_plan;
+
+/* REDUCE_SUM/REDUCE_MEAN/SOFTMAX: x as [outer, red, inner]; work = outer * ceil(inner/IB). */
+typedef struct ipu__red_plan {
+    ipu__plan hdr;
+    ipu_dtype dtype;
+    int64_t outer, red, inner, nib;
+} ipu__red_plan;
+
+/* dispatch.c: the kernel for an opcode and (first input's / output's) dtype, NULL if none.
+ * For CAST the kernel is dtype-generic. */
+ipu__kernel_fn ipu__select_kernel(ipu_opcode op, ipu_dtype dtype);
+
+/* verify.c: verify one instruction (number `index` of the program with id `program_id`, which
+ * is the Load program when `is_load`) against docs/bytecode.md and build its plan (replacing
+ * any previous one). Needs e->tensors and e->info.num_tensors only. Exposed so tests can build
+ * executables by hand. IPU_ERR_BAD_PROGRAM / IPU_ERR_NOMEM. */
+ipu_status ipu__verify_instr(const ipu_executable *e, uint32_t program_id, int is_load,
+                             uint32_t index, ipu__instr *ins);
+
+/* Kernels (ipu__k_<op>_<dtype>). */
+#define IPU__KDECL(name) \
+    ipu_status name(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e, void *scratch)
+IPU__KDECL(ipu__k_bind);
+IPU__KDECL(ipu__k_copy);
+IPU__KDECL(ipu__k_expand);
+IPU__KDECL(ipu__k_concat);
+IPU__KDECL(ipu__k_transpose);
+IPU__KDECL(ipu__k_cast);
+#define IPU__K4(op) \
+    IPU__KDECL(ipu__k_##op##_f32); IPU__KDECL(ipu__k_##op##_f16); \
+    IPU__KDECL(ipu__k_##op##_i32); IPU__KDECL(ipu__k_##op##_i64)
+IPU__K4(add);
+IPU__K4(sub);
+IPU__K4(mul);
+IPU__K4(div);
+IPU__K4(relu);
+IPU__K4(matmul);
+IPU__K4(reduce_sum);
+IPU__K4(reduce_mean);
+IPU__KDECL(ipu__k_gemm_f32);
+IPU__KDECL(ipu__k_gemm_f16);
+IPU__KDECL(ipu__k_softmax_f32);
+IPU__KDECL(ipu__k_softmax_f16);
+#undef IPU__K4
+
+/* gemm_f32.c: C[m x n] (row stride ldc, float32) = op(A)[m x k] * op(B)[k x n], m <= IPU__MM_MB.
+ * Element (i, p) of A is at a + i*a_rs + p*a_cs (likewise B); a_f16/b_f16: operands are IEEE
+ * half. Uses `scratch` (IPU__SCRATCH_BYTES) for packing; n is processed in panels internally. */
+typedef struct ipu__sgemm_args {
+    int64_t m, n, k;
+    const void *a;
+    int64_t a_rs, a_cs;
+    const void *b;
+    int64_t b_rs, b_cs;
+    int a_f16, b_f16;
+    float *c;
+    int64_t ldc;
+} ipu__sgemm_args;
+void ipu__sgemm(const ipu__sgemm_args *g, void *scratch, size_t scratch_bytes);
+/* Micro-kernel ISA: 0 = auto (default), 1 = portable, 2 = AVX2+FMA, 3 = AVX-512. A forced ISA
+ * the CPU lacks falls back to auto. Returns the ISA now in use. For tests and benchmarks. */
+int ipu__sgemm_set_isa(int isa);
+
+/* eltwise.c: run `fn` over output elements [lo, hi) of a broadcast plan. fn gets element
+ * pointers and inner strides (0 or 1 elements) of a and b (b NULL for unary plans). */
+typedef void (*ipu__inner_fn)(const void *a, int64_t sa, const void *b, int64_t sb, void *y,
+                              size_t n, uint32_t esize);
+void ipu__bcast_run(const ipu__bcast_plan *p, const void *a, const void *b, void *y, uint64_t lo,
+                    uint64_t hi, ipu__inner_fn fn);
+
+/* eltwise.c: bulk fp16 <-> fp32 conversion (F16C when available). */
+void ipu__cvt_f16_to_f32(const uint16_t *src, float *dst, size_t n);
+void ipu__cvt_f32_to_f16(const float *src, uint16_t *dst, size_t n);
+
+#endif

@@ -1,0 +1,176 @@
+/* MATMUL (numpy matmul with batch broadcasting) and GEMM (alpha * op(A) op(B) + beta * C).
+ * Work item = (batch, block of IPU__MM_MB rows of the output). Floats go through the packed
+ * sgemm (gemm_f32.c; float16 is converted while packing and accumulated in float32); integers
+ * use a simple wrap-around kernel. */
+#include <string.h>
+
+#include "kernels.h"
+
+#define F16_NCH 512 /* output columns per fp16 chunk (float32 staging tile in scratch) */
+
+static void batch_offsets(const ipu__mm_plan *p, uint64_t bi, int64_t *oa, int64_t *ob) {
+    int64_t a = 0, b = 0;
+    for (uint32_t d = p->bdim; d-- > 0;) {
+        int64_t i = (int64_t)(bi % (uint64_t)p->bshape[d]);
+        bi /= (uint64_t)p->bshape[d];
+        a += i * p->abs[d];
+        b += i * p->bbs[d];
+    }
+    *oa = a;
+    *ob = b;
+}
+
+typedef struct mm_item {
+    int64_t m0, m1;      /* output rows */
+    int64_t a_off, b_off, y_off; /* element offsets of this batch's matrices */
+} mm_item;
+
+static mm_item item_of(const ipu__mm_plan *p, size_t it) {
+    mm_item r;
+    uint64_t bi = (uint64_t)it / (uint64_t)p->mblocks;
+    int64_t blk = (int64_t)((uint64_t)it % (uint64_t)p->mblocks), oa, ob;
+    batch_offsets(p, bi, &oa, &ob);
+    r.m0 = blk * IPU__MM_MB;
+    r.m1 = r.m0 + IPU__MM_MB < p->M ? r.m0 + IPU__MM_MB : p->M;
+    r.a_off = oa * p->M * p->K;
+    r.b_off = ob * p->K * p->N;
+    r.y_off = (int64_t)bi * p->M * p->N;
+    return r;
+}
+
+/* sgemm arguments for rows [m0, m1) of op(A) and all of op(B); elements, not bytes. */
+static ipu__sgemm_args mm_args(const ipu__mm_plan *p, const mm_item *r, const void *a,
+                               const void *b, int f16) {
+    ipu__sgemm_args g;
+    size_t es = f16 ? 2 : 4;
+    int64_t M = p->M, N = p->N, K = p->K;
+    g.m = r->m1 - r->m0;
+    g.n = N;
+    g.k = K;
+    g.a_rs = p->trans_a ? 1 : K;
+    g.a_cs = p->trans_a ? M : 1;
+    g.b_rs = p->trans_b ? 1 : N;
+    g.b_cs = p->trans_b ? K : 1;
+    g.a = (const char *)a + (size_t)(r->a_off + r->m0 * g.a_rs) * es;
+    g.b = (const char *)b + (size_t)r->b_off * es;
+    g.a_f16 = g.b_f16 = f16;
+    g.c = NULL;
+    g.ldc = N;
+    return g;
+}
+
+/* y[0..n) = alpha * acc + beta * C(row, j0 + j) (row/col strides from the plan). */
+static void gemm_epilogue_row(const ipu__mm_plan *p, const void *c, int f16, int64_t row,
+                              int64_t j0, const float *acc, float *y, int64_t n) {
+    float al = p->alpha, be = p->beta;
+    if (!p->has_c) {
+        for (int64_t j = 0; j < n; j++) y[j] = al * acc[j];
+        return;
+    }
+    int64_t base = row * p->c_rs + j0 * p->c_cs;
+    if (f16) {
+        const uint16_t *ch = c;
+        for (int64_t j = 0; j < n; j++)
+            y[j] = al * acc[j] + be * ipu__f16_to_f32(ch[base + j * p->c_cs]);
+    } else {
+        const float *cf = c;
+        if (p->c_cs == 1)
+            for (int64_t j = 0; j < n; j++) y[j] = al * acc[j] + be * cf[base + j];
+        else
+            for (int64_t j = 0; j < n; j++) y[j] = al * acc[j] + be * cf[base];
+    }
+}
+
+static ipu_status run_f32(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
+                          void *scratch) {
+    const ipu__mm_plan *p = ins->plan;
+    float *y = f->ptr[ins->out[0]];
+    const void *c = p->has_c ? f->ptr[ins->in[2]] : NULL;
+    for (size_t it = b; it < e; it++) {
+        mm_item r = item_of(p, it);
+        ipu__sgemm_args g = mm_args(p, &r, f->ptr[ins->in[0]], f->ptr[ins->in[1]], 0);
+        g.c = y + r.y_off + r.m0 * p->N;
+        ipu__sgemm(&g, scratch, IPU__SCRATCH_BYTES);
+        if (p->is_gemm && (p->has_c || p->alpha != 1.0f))
+            for (int64_t i = r.m0; i < r.m1; i++) {
+                float *row = y + i * p->N;
+                gemm_epilogue_row(p, c, 0, i, 0, row, row, p->N);
+            }
+    }
+    return IPU_OK;
+}
+
+static ipu_status run_f16(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
+                          void *scratch) {
+    const ipu__mm_plan *p = ins->plan;
+    uint16_t *y = f->ptr[ins->out[0]];
+    const void *c = p->has_c ? f->ptr[ins->in[2]] : NULL;
+    float *tile = scratch; /* IPU__MM_MB x F16_NCH floats */
+    size_t tile_bytes = sizeof(float) * (size_t)IPU__MM_MB * F16_NCH;
+    float rowbuf[F16_NCH];
+    for (size_t it = b; it < e; it++) {
+        mm_item r = item_of(p, it);
+        for (int64_t j0 = 0; j0 < p->N; j0 += F16_NCH) {
+            ipu__sgemm_args g = mm_args(p, &r, f->ptr[ins->in[0]], f->ptr[ins->in[1]], 1);
+            g.n = p->N - j0 < F16_NCH ? p->N - j0 : F16_NCH;
+            g.b = (const uint16_t *)g.b + j0 * g.b_cs;
+            g.c = tile;
+            g.ldc = F16_NCH;
+            ipu__sgemm(&g, (char *)scratch + tile_bytes, IPU__SCRATCH_BYTES - tile_bytes);
+            for (int64_t i = r.m0; i < r.m1; i++) {
+                const float *acc = tile + (i - r.m0) * F16_NCH;
+                uint16_t *dst = y + r.y_off + i * p->N + j0;
+                if (p->is_gemm) {
+                    gemm_epilogue_row(p, c, 1, i, j0, acc, rowbuf, g.n);
+                    acc = rowbuf;
+                }
+                ipu__cvt_f32_to_f16(acc, dst, (size_t)g.n);
+            }
+        }
+    }
+    return IPU_OK;
+}
+
+ipu_status ipu__k_matmul_f32(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
+                             void *scratch) {
+    return run_f32(f, ins, b, e, scratch);
+}
+ipu_status ipu__k_gemm_f32(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
+                           void *scratch) {
+    return run_f32(f, ins, b, e, scratch);
+}
+ipu_status ipu__k_matmul_f16(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
+                             void *scratch) {
+    return run_f16(f, ins, b, e, scratch);
+}
+ipu_status ipu__k_gemm_f16(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
+                           void *scratch) {
+    return run_f16(f, ins, b, e, scratch);
+}
+
+/* Integer matmul, wrap-around arithmetic in unsigned types (i-k-j order, vectorisable). */
+#define INT_MATMUL(sfx, U)                                                                     \
+    ipu_status ipu__k_matmul_##sfx(const ipu__frame *f, const ipu__instr *ins, size_t b,       \
+                                   size_t e, void *scratch) {                                  \
+        (void)scratch;                                                                         \
+        const ipu__mm_plan *p = ins->plan;                                                     \
+        const U *A = f->ptr[ins->in[0]], *B = f->ptr[ins->in[1]];                              \
+        U *Y = f->ptr[ins->out[0]];                                                            \
+        int64_t N = p->N, K = p->K;                                                            \
+        for (size_t it = b; it < e; it++) {                                                    \
+            mm_item r = item_of(p, it);                                                        \
+            for (int64_t i = r.m0; i < r.m1; i++) {                                            \
+                U *restrict y = Y + r.y_off + i * N;                                           \
+                const U *a = A + r.a_off + i * K;                                              \
+                memset(y, 0, sizeof(U) * (size_t)N);                                           \
+                for (int64_t k = 0; k < K; k++) {                                              \
+                    U av = a[k];                                                               \
+                    const U *restrict brow = B + r.b_off + k * N;                              \
+                    for (int64_t j = 0; j < N; j++) y[j] += av * brow[j];                      \
+                }                                                                              \
+            }                                                                                  \
+        }                                                                                      \
+        return IPU_OK;                                                                         \
+    }
+INT_MATMUL(i32, uint32_t)
+INT_MATMUL(i64, uint64_t)

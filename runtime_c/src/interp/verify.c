@@ -1,0 +1,521 @@
+/* Instruction verifier: checks one instruction against docs/bytecode.md (operand counts from
+ * ipu_ops.def, tensor indices, dtypes, shapes, attributes, no writes to TENSOR_DATA tensors, no
+ * output/input overlap) and builds the kernel plan (kernels/kernels.h). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "interp.h"
+#include "kernels/kernels.h"
+
+typedef struct vctx {
+    const ipu_executable *e;
+    const ipu__instr *ins;
+    uint32_t prog, idx;
+    const char *opname;
+} vctx;
+
+__attribute__((format(printf, 2, 3))) static ipu_status bad(const vctx *v, const char *fmt, ...) {
+    char msg[384];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return ipu__fail(IPU_ERR_BAD_PROGRAM, "program %u instruction %u (%s): %s", v->prog, v->idx,
+                     v->opname, msg);
+}
+
+/* "[2,3,4]" (truncated with "..." if long). */
+static const char *shape_str(char *buf, size_t cap, const ipu__tensor *t) {
+    size_t n = 0;
+    buf[n++] = '[';
+    for (uint32_t d = 0; d < t->desc.ndim && n + 24 < cap; d++)
+        n += (size_t)snprintf(buf + n, cap - n, d ? ",%lld" : "%lld", (long long)t->desc.dims[d]);
+    if (n + 2 <= cap) {
+        buf[n++] = ']';
+        buf[n] = '\0';
+    } else {
+        buf[cap - 1] = '\0';
+    }
+    return buf;
+}
+
+static const char *dt_str(ipu_dtype t) {
+    const char *s = ipu_dtype_name(t);
+    return s ? s : "?";
+}
+
+static bool is_numeric(ipu_dtype t) {
+    return t == IPU_DTYPE_FLOAT32 || t == IPU_DTYPE_FLOAT16 || t == IPU_DTYPE_INT32 ||
+           t == IPU_DTYPE_INT64;
+}
+static bool is_float(ipu_dtype t) { return t == IPU_DTYPE_FLOAT32 || t == IPU_DTYPE_FLOAT16; }
+static bool is_castable(ipu_dtype t) {
+    return is_numeric(t) || t == IPU_DTYPE_INT8 || t == IPU_DTYPE_UINT8 || t == IPU_DTYPE_BOOL ||
+           t == IPU_DTYPE_UINT32;
+}
+
+static bool same_shape(const ipu__tensor *a, const ipu__tensor *b) {
+    if (a->desc.ndim != b->desc.ndim) return false;
+    for (uint32_t d = 0; d < a->desc.ndim; d++)
+        if (a->desc.dims[d] != b->desc.dims[d]) return false;
+    return true;
+}
+
+static uint64_t ceil_div(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
+
+static ipu_status alloc_plan(size_t size, void **out) {
+    void *p = ipu__calloc(1, size);
+    if (!p) return ipu__fail(IPU_ERR_NOMEM, "out of memory allocating an instruction plan");
+    *out = p;
+    return IPU_OK;
+}
+
+/* Drop size-1 dims and merge dims that are contiguous in every stride array (s2 may be NULL). */
+static uint32_t collapse(uint32_t nd, int64_t *shape, int64_t *s1, int64_t *s2) {
+    uint32_t o = 0;
+    for (uint32_t d = 0; d < nd; d++) {
+        if (shape[d] == 1) continue;
+        if (o > 0 && s1[o - 1] == s1[d] * shape[d] && (!s2 || s2[o - 1] == s2[d] * shape[d])) {
+            shape[o - 1] *= shape[d];
+            s1[o - 1] = s1[d];
+            if (s2) s2[o - 1] = s2[d];
+        } else {
+            shape[o] = shape[d];
+            s1[o] = s1[d];
+            if (s2) s2[o] = s2[d];
+            o++;
+        }
+    }
+    if (o == 0) {
+        shape[0] = 1;
+        s1[0] = 0;
+        if (s2) s2[0] = 0;
+        o = 1;
+    }
+    return o;
+}
+
+/* Element strides of `t`'s dims right-aligned to an `nd`-dim output of shape `ys` (0 where t
+ * broadcasts); t's dims are known to broadcast. First `skip` trailing dims of t excluded. */
+static void bcast_strides(const ipu__tensor *t, uint32_t skip, uint32_t nd, const int64_t *ys,
+                          int64_t *st) {
+    uint32_t tn = t->desc.ndim - skip;
+    int64_t s = 1;
+    for (uint32_t i = 0; i < nd; i++) {
+        uint32_t j = nd - 1 - i;
+        if (i < tn) {
+            int64_t dim = t->desc.dims[tn - 1 - i];
+            st[j] = (dim == 1 && ys[j] != 1) ? 0 : s;
+            s *= dim;
+        } else {
+            st[j] = 0;
+        }
+    }
+}
+
+/* Broadcast the leading (ndim - skip) dims of a and b into y's leading dims (numpy rules). */
+static ipu_status check_bcast(const vctx *v, const ipu__tensor *a, const ipu__tensor *b,
+                              const ipu__tensor *y, uint32_t skip, const char *what) {
+    char s1[160], s2[160], s3[160];
+    uint32_t an = a->desc.ndim - skip, bn = b->desc.ndim - skip, yn = y->desc.ndim - skip;
+    uint32_t nd = an > bn ? an : bn;
+    if (yn != nd)
+        return bad(v, "output %s has %u dims, expected %u: a%s b%s y%s", what, yn, nd,
+                   shape_str(s1, sizeof s1, a), shape_str(s2, sizeof s2, b),
+                   shape_str(s3, sizeof s3, y));
+    for (uint32_t i = 0; i < nd; i++) {
+        int64_t da = i < an ? a->desc.dims[an - 1 - i] : 1;
+        int64_t db = i < bn ? b->desc.dims[bn - 1 - i] : 1;
+        int64_t dy = y->desc.dims[yn - 1 - i], want;
+        if (da == db || db == 1) want = da;
+        else if (da == 1) want = db;
+        else
+            return bad(v, "%s do not broadcast: a%s vs b%s", what, shape_str(s1, sizeof s1, a),
+                       shape_str(s2, sizeof s2, b));
+        if (dy != want)
+            return bad(v, "output %s y%s is not the broadcast of a%s and b%s", what,
+                       shape_str(s3, sizeof s3, y), shape_str(s1, sizeof s1, a),
+                       shape_str(s2, sizeof s2, b));
+    }
+    return IPU_OK;
+}
+
+static ipu_status plan_bcast(const vctx *v, const ipu__tensor *a, const ipu__tensor *b,
+                             const ipu__tensor *y, ipu__instr *ins) {
+    ipu__bcast_plan *p;
+    ipu_status st = alloc_plan(sizeof *p, (void **)&p);
+    if (st) return st;
+    uint32_t nd = y->desc.ndim;
+    memcpy(p->shape, y->desc.dims, sizeof p->shape);
+    bcast_strides(a, 0, nd, y->desc.dims, p->sa);
+    if (b) bcast_strides(b, 0, nd, y->desc.dims, p->sb);
+    p->ndim = collapse(nd, p->shape, p->sa, b ? p->sb : NULL);
+    p->numel = y->numel;
+    p->esize = (uint32_t)ipu_dtype_size(y->desc.dtype);
+    p->hdr.work = (size_t)ceil_div(y->numel, IPU__ELT_BLOCK);
+    p->hdr.fn = ipu__select_kernel(ins->op, y->desc.dtype);
+    ins->plan = p;
+    (void)v;
+    return IPU_OK;
+}
+
+static ipu_status v_matmul(const vctx *v, const ipu__tensor *a, const ipu__tensor *b,
+                           const ipu__tensor *y, ipu__instr *ins) {
+    char s1[160], s2[160], s3[160];
+    if (a->desc.ndim < 2 || b->desc.ndim < 2)
+        return bad(v, "operands must have ndim >= 2: a%s b%s", shape_str(s1, sizeof s1, a),
+                   shape_str(s2, sizeof s2, b));
+    uint32_t an = a->desc.ndim, bn = b->desc.ndim;
+    int64_t M = a->desc.dims[an - 2], K = a->desc.dims[an - 1];
+    int64_t K2 = b->desc.dims[bn - 2], N = b->desc.dims[bn - 1];
+    if (K != K2)
+        return bad(v, "inner dims differ: a[...,K=%lld] vs b[K=%lld,...]", (long long)K,
+                   (long long)K2);
+    ipu_status st = check_bcast(v, a, b, y, 2, "batch dims");
+    if (st) return st;
+    uint32_t yn = y->desc.ndim;
+    if (y->desc.dims[yn - 2] != M || y->desc.dims[yn - 1] != N)
+        return bad(v, "output y%s, expected [...,%lld,%lld]", shape_str(s3, sizeof s3, y),
+                   (long long)M, (long long)N);
+    ipu__mm_plan *p;
+    if ((st = alloc_plan(sizeof *p, (void **)&p))) return st;
+    uint32_t nb = yn - 2;
+    memcpy(p->bshape, y->desc.dims, sizeof(int64_t) * nb);
+    bcast_strides(a, 2, nb, y->desc.dims, p->abs);
+    bcast_strides(b, 2, nb, y->desc.dims, p->bbs);
+    uint64_t batch = 1;
+    for (uint32_t d = 0; d < nb; d++) batch *= (uint64_t)y->desc.dims[d]; /* <= y.numel or 0 */
+    p->bdim = nb ? collapse(nb, p->bshape, p->abs, p->bbs) : 0;
+    if (nb == 0) p->bshape[0] = 1;
+    p->dtype = y->desc.dtype;
+    p->M = M;
+    p->N = N;
+    p->K = K;
+    p->batch = batch;
+    p->mblocks = (int64_t)ceil_div((uint64_t)M, (uint64_t)IPU__MM_MB);
+    p->hdr.work = (M == 0 || N == 0) ? 0 : (size_t)(batch * (uint64_t)p->mblocks);
+    p->hdr.fn = ipu__select_kernel(ins->op, y->desc.dtype);
+    ins->plan = p;
+    return IPU_OK;
+}
+
+static ipu_status v_gemm(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                         ipu__instr *ins) {
+    char s1[160], s2[160], s3[160];
+    const ipu__tensor *a = in[0], *b = in[1], *c = ins->n_in == 3 ? in[2] : NULL;
+    if (a->desc.ndim != 2 || b->desc.ndim != 2)
+        return bad(v, "A and B must be 2-D: A%s B%s", shape_str(s1, sizeof s1, a),
+                   shape_str(s2, sizeof s2, b));
+    for (int i = 0; i < 2; i++)
+        if (ins->attr[i] != 0 && ins->attr[i] != 1)
+            return bad(v, "%s must be 0 or 1, got %lld", i ? "transB" : "transA",
+                       (long long)ins->attr[i]);
+    int ta = (int)ins->attr[0], tb = (int)ins->attr[1];
+    int64_t M = a->desc.dims[ta], K = a->desc.dims[1 - ta];
+    int64_t K2 = b->desc.dims[tb], N = b->desc.dims[1 - tb];
+    if (K != K2)
+        return bad(v, "inner dims differ: op(A)[M=%lld,K=%lld] vs op(B)[K=%lld,N=%lld]",
+                   (long long)M, (long long)K, (long long)K2, (long long)N);
+    if (y->desc.ndim != 2 || y->desc.dims[0] != M || y->desc.dims[1] != N)
+        return bad(v, "output Y%s, expected [%lld,%lld]", shape_str(s3, sizeof s3, y),
+                   (long long)M, (long long)N);
+    int64_t cr = 1, cc = 1;
+    if (c) {
+        if (c->desc.ndim > 2) return bad(v, "C%s has more than 2 dims", shape_str(s1, sizeof s1, c));
+        if (c->desc.ndim == 2) cr = c->desc.dims[0];
+        if (c->desc.ndim >= 1) cc = c->desc.dims[c->desc.ndim - 1];
+        if ((cr != 1 && cr != M) || (cc != 1 && cc != N))
+            return bad(v, "C%s does not broadcast to [%lld,%lld]", shape_str(s1, sizeof s1, c),
+                       (long long)M, (long long)N);
+    }
+    ipu__mm_plan *p;
+    ipu_status st = alloc_plan(sizeof *p, (void **)&p);
+    if (st) return st;
+    double alpha, beta;
+    memcpy(&alpha, &ins->attr[2], sizeof alpha);
+    memcpy(&beta, &ins->attr[3], sizeof beta);
+    p->dtype = y->desc.dtype;
+    p->M = M;
+    p->N = N;
+    p->K = K;
+    p->batch = 1;
+    p->bdim = 0;
+    p->bshape[0] = 1;
+    p->is_gemm = 1;
+    p->trans_a = ta;
+    p->trans_b = tb;
+    p->has_c = c != NULL;
+    p->alpha = (float)alpha;
+    p->beta = (float)beta;
+    p->c_rs = cr == 1 ? 0 : cc;
+    p->c_cs = cc == 1 ? 0 : 1;
+    p->mblocks = (int64_t)ceil_div((uint64_t)M, (uint64_t)IPU__MM_MB);
+    p->hdr.work = (M == 0 || N == 0) ? 0 : (size_t)p->mblocks;
+    p->hdr.fn = ipu__select_kernel(ins->op, y->desc.dtype);
+    ins->plan = p;
+    return IPU_OK;
+}
+
+static ipu_status v_concat(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                           ipu__instr *ins) {
+    char s1[160], s2[160];
+    uint32_t nd = y->desc.ndim;
+    int64_t axis = ins->attr[0];
+    if (axis < 0 || axis >= (int64_t)nd)
+        return bad(v, "axis %lld out of range for output with %u dims", (long long)axis, nd);
+    uint64_t outer = 1, inner = ipu_dtype_size(y->desc.dtype), sum = 0;
+    for (int64_t d = 0; d < axis; d++) outer *= (uint64_t)y->desc.dims[d];
+    for (uint32_t d = (uint32_t)axis + 1; d < nd; d++) inner *= (uint64_t)y->desc.dims[d];
+    for (uint32_t i = 0; i < ins->n_in; i++) {
+        const ipu__tensor *x = in[i];
+        if (x->desc.dtype != y->desc.dtype)
+            return bad(v, "input %u has dtype %s, output %s", i, dt_str(x->desc.dtype),
+                       dt_str(y->desc.dtype));
+        if (x->desc.ndim != nd)
+            return bad(v, "input %u has %u dims, output %u", i, x->desc.ndim, nd);
+        for (uint32_t d = 0; d < nd; d++)
+            if (d != (uint32_t)axis && x->desc.dims[d] != y->desc.dims[d])
+                return bad(v, "input %u x%s differs from output y%s in dim %u (axis %lld)", i,
+                           shape_str(s1, sizeof s1, x), shape_str(s2, sizeof s2, y), d,
+                           (long long)axis);
+        sum += (uint64_t)x->desc.dims[axis]; /* <= 255 * 2^62: no overflow */
+    }
+    if (sum != (uint64_t)y->desc.dims[axis])
+        return bad(v, "input sizes along axis %lld sum to %llu, output has %lld", (long long)axis,
+                   (unsigned long long)sum, (long long)y->desc.dims[axis]);
+    ipu__concat_plan *p;
+    ipu_status st = alloc_plan(sizeof *p + 2 * sizeof(uint64_t) * ins->n_in, (void **)&p);
+    if (st) return st;
+    p->outer = outer;
+    p->n_in = ins->n_in;
+    p->yrow = (uint64_t)y->desc.dims[axis] * inner;
+    uint64_t off = 0;
+    for (uint32_t i = 0; i < ins->n_in; i++) {
+        p->row[2 * i] = (uint64_t)in[i]->desc.dims[axis] * inner;
+        p->row[2 * i + 1] = off;
+        off += p->row[2 * i];
+    }
+    p->hdr.work = y->numel == 0 ? 0 : (size_t)(outer * ins->n_in);
+    p->hdr.fn = ipu__select_kernel(ins->op, y->desc.dtype);
+    ins->plan = p;
+    return IPU_OK;
+}
+
+static ipu_status v_red(const vctx *v, const ipu__tensor *x, const ipu__tensor *y,
+                        ipu__instr *ins) {
+    for (int i = 0; i < 3; i++)
+        if (ins->attr[i] < 0) return bad(v, "attribute %d is negative (%lld)", i, (long long)ins->attr[i]);
+    uint64_t o = (uint64_t)ins->attr[0], r = (uint64_t)ins->attr[1], n = (uint64_t)ins->attr[2];
+    uint64_t orn, on;
+    if (!ipu__mul_u64(o, n, &on) || !ipu__mul_u64(on, r, &orn))
+        return bad(v, "attributes %llu x %llu x %llu overflow", (unsigned long long)o,
+                   (unsigned long long)r, (unsigned long long)n);
+    bool softmax = ins->op == IPU_OP_SOFTMAX;
+    if (orn != x->numel)
+        return bad(v, "outer*%s*inner = %llu != input numel %llu", softmax ? "axis_len" : "reduce",
+                   (unsigned long long)orn, (unsigned long long)x->numel);
+    if (softmax) {
+        if (!same_shape(x, y)) return bad(v, "output shape differs from input shape");
+    } else if (on != y->numel) {
+        return bad(v, "outer*inner = %llu != output numel %llu", (unsigned long long)on,
+                   (unsigned long long)y->numel);
+    }
+    ipu__red_plan *p;
+    ipu_status st = alloc_plan(sizeof *p, (void **)&p);
+    if (st) return st;
+    p->dtype = y->desc.dtype;
+    p->outer = (int64_t)o;
+    p->red = (int64_t)r;
+    p->inner = (int64_t)n;
+    p->nib = (int64_t)ceil_div(n, (uint64_t)IPU__RED_IB);
+    p->hdr.work = (on == 0 || (softmax && r == 0)) ? 0 : (size_t)(o * (uint64_t)p->nib);
+    p->hdr.fn = ipu__select_kernel(ins->op, y->desc.dtype);
+    ins->plan = p;
+    return IPU_OK;
+}
+
+static ipu_status v_transpose(const vctx *v, const ipu__tensor *x, const ipu__tensor *y,
+                              ipu__instr *ins) {
+    char s1[160], s2[160];
+    uint32_t nd = x->desc.ndim;
+    if (y->desc.ndim != nd) return bad(v, "output has %u dims, input %u", y->desc.ndim, nd);
+    bool seen[IPU_MAX_DIMS] = {false};
+    for (uint32_t i = 0; i < nd; i++) {
+        int64_t q = ins->attr[i];
+        if (q < 0 || q >= (int64_t)nd || seen[q])
+            return bad(v, "perm is not a permutation of 0..%u (perm[%u] = %lld)", nd - 1, i,
+                       (long long)q);
+        seen[q] = true;
+        if (y->desc.dims[i] != x->desc.dims[q])
+            return bad(v, "y%s is not x%s transposed: y dim %u != x dim %lld",
+                       shape_str(s1, sizeof s1, y), shape_str(s2, sizeof s2, x), i, (long long)q);
+    }
+    ipu__transpose_plan *p;
+    ipu_status st = alloc_plan(sizeof *p, (void **)&p);
+    if (st) return st;
+    int64_t xs[IPU_MAX_DIMS], s = 1;
+    for (uint32_t d = nd; d-- > 0;) {
+        xs[d] = s;
+        s *= x->desc.dims[d];
+    }
+    for (uint32_t i = 0; i < nd; i++) {
+        p->shape[i] = y->desc.dims[i];
+        p->xs[i] = xs[ins->attr[i]];
+    }
+    p->ndim = collapse(nd, p->shape, p->xs, NULL);
+    p->numel = y->numel;
+    p->esize = (uint32_t)ipu_dtype_size(y->desc.dtype);
+    p->hdr.work = (size_t)ceil_div(y->numel, IPU__ELT_BLOCK);
+    p->hdr.fn = ipu__select_kernel(ins->op, y->desc.dtype);
+    ins->plan = p;
+    return IPU_OK;
+}
+
+static ipu_status plan_flat(ipu__instr *ins, uint64_t count, uint64_t block, ipu_dtype src,
+                            ipu_dtype dst) {
+    ipu__flat_plan *p;
+    ipu_status st = alloc_plan(sizeof *p, (void **)&p);
+    if (st) return st;
+    p->count = count;
+    p->src = src;
+    p->dst = dst;
+    p->hdr.work = (size_t)ceil_div(count, block);
+    p->hdr.fn = ipu__select_kernel(ins->op, dst);
+    ins->plan = p;
+    return IPU_OK;
+}
+
+static bool overlaps(const ipu__tensor *a, const ipu__tensor *b) {
+    if (a->loc != IPU_LOC_ARENA || b->loc != IPU_LOC_ARENA) return false;
+    if (a->desc.nbytes == 0 || b->desc.nbytes == 0) return false;
+    return a->offset < b->offset + b->desc.nbytes && b->offset < a->offset + a->desc.nbytes;
+}
+
+ipu_status ipu__verify_instr(const ipu_executable *e, uint32_t program_id, int is_load,
+                             uint32_t index, ipu__instr *ins) {
+    vctx vc = {e, ins, program_id, index, ipu_opcode_name(ins->op)}, *v = &vc;
+    ipu__free(ins->plan);
+    ins->plan = NULL;
+    uint32_t min_in = 0, max_in = 0, n_out = 0;
+    switch (ins->op) {
+#define IPU_OP(name, value, str, mi, ma, no) \
+    case IPU_OP_##name:                      \
+        min_in = mi;                         \
+        max_in = ma;                         \
+        n_out = no;                          \
+        break;
+#include "ipu/ipu_ops.def"
+#undef IPU_OP
+        default:
+            vc.opname = "?";
+            return bad(v, "unknown opcode %u", (unsigned)ins->op);
+    }
+    if (ins->n_in < min_in || ins->n_in > max_in)
+        return bad(v, "%u inputs, expected %u..%u", ins->n_in, min_in, max_in);
+    if (ins->n_out != n_out) return bad(v, "%u outputs, expected %u", ins->n_out, n_out);
+    uint32_t nt = e->info.num_tensors;
+    const ipu__tensor *in[255];
+    for (uint32_t i = 0; i < ins->n_in; i++) {
+        if (ins->in[i] >= nt)
+            return bad(v, "input %u: tensor index %u out of range (%u tensors)", i, ins->in[i], nt);
+        in[i] = &e->tensors[ins->in[i]];
+    }
+    if (ins->out[0] >= nt)
+        return bad(v, "output: tensor index %u out of range (%u tensors)", ins->out[0], nt);
+    const ipu__tensor *y = &e->tensors[ins->out[0]];
+    ipu_opcode op = ins->op;
+    if (op == IPU_OP_BIND) {
+        if (!is_load) return bad(v, "BIND outside the Load program");
+        if (y->loc != IPU_LOC_TENSOR_DATA)
+            return bad(v, "tensor %u is not a TENSOR_DATA tensor", ins->out[0]);
+    } else if (y->loc != IPU_LOC_ARENA) {
+        return bad(v, "writes TENSOR_DATA tensor %u", ins->out[0]);
+    }
+    for (uint32_t i = 0; i < ins->n_in; i++) {
+        if (!overlaps(in[i], y)) continue;
+        if (op == IPU_OP_COPY && in[i]->offset == y->offset && in[i]->desc.nbytes == y->desc.nbytes)
+            continue;
+        return bad(v, "output tensor %u overlaps input %u (tensor %u)", ins->out[0], i, ins->in[i]);
+    }
+    uint32_t want_attr = 0;
+    switch (op) {
+        case IPU_OP_GEMM: want_attr = 4; break;
+        case IPU_OP_CONCAT: want_attr = 1; break;
+        case IPU_OP_REDUCE_SUM: case IPU_OP_REDUCE_MEAN: case IPU_OP_SOFTMAX: want_attr = 3; break;
+        case IPU_OP_TRANSPOSE: want_attr = in[0]->desc.ndim; break;
+        default: break;
+    }
+    if (ins->n_attr != want_attr) return bad(v, "%u attributes, expected %u", ins->n_attr, want_attr);
+    /* dtype rules */
+    ipu_dtype dt = y->desc.dtype;
+    switch (op) {
+        case IPU_OP_ADD: case IPU_OP_SUB: case IPU_OP_MUL: case IPU_OP_DIV: case IPU_OP_MATMUL:
+        case IPU_OP_RELU: case IPU_OP_REDUCE_SUM: case IPU_OP_REDUCE_MEAN:
+            if (!is_numeric(dt)) return bad(v, "dtype %s is not numeric", dt_str(dt));
+            break;
+        case IPU_OP_GEMM: case IPU_OP_SOFTMAX:
+            if (!is_float(dt)) return bad(v, "dtype %s is not float32/float16", dt_str(dt));
+            break;
+        default: break;
+    }
+    if (op != IPU_OP_CAST && op != IPU_OP_COPY && op != IPU_OP_CONCAT)
+        for (uint32_t i = 0; i < ins->n_in; i++)
+            if (in[i]->desc.dtype != dt)
+                return bad(v, "input %u has dtype %s, output %s", i, dt_str(in[i]->desc.dtype),
+                           dt_str(dt));
+    char s1[160], s2[160];
+    switch (op) {
+        case IPU_OP_BIND: {
+            ipu__plan *p;
+            ipu_status st = alloc_plan(sizeof *p, (void **)&p);
+            if (st) return st;
+            p->work = 1;
+            p->fn = ipu__select_kernel(op, dt);
+            ins->plan = p;
+            return IPU_OK;
+        }
+        case IPU_OP_COPY:
+            if (in[0]->desc.nbytes != y->desc.nbytes)
+                return bad(v, "input has %llu bytes, output %llu",
+                           (unsigned long long)in[0]->desc.nbytes,
+                           (unsigned long long)y->desc.nbytes);
+            return plan_flat(ins, y->desc.nbytes, IPU__COPY_BLOCK, dt, dt);
+        case IPU_OP_ADD: case IPU_OP_SUB: case IPU_OP_MUL: case IPU_OP_DIV: {
+            ipu_status st = check_bcast(v, in[0], in[1], y, 0, "shapes");
+            if (st) return st;
+            return plan_bcast(v, in[0], in[1], y, ins);
+        }
+        case IPU_OP_RELU:
+            if (!same_shape(in[0], y))
+                return bad(v, "output y%s differs from input x%s", shape_str(s1, sizeof s1, y),
+                           shape_str(s2, sizeof s2, in[0]));
+            return plan_bcast(v, in[0], NULL, y, ins);
+        case IPU_OP_EXPAND: {
+            const ipu__tensor *x = in[0];
+            bool ok = x->desc.ndim <= y->desc.ndim;
+            for (uint32_t i = 0; ok && i < x->desc.ndim; i++) {
+                int64_t dx = x->desc.dims[x->desc.ndim - 1 - i];
+                ok = dx == 1 || dx == y->desc.dims[y->desc.ndim - 1 - i];
+            }
+            if (!ok)
+                return bad(v, "x%s does not broadcast to y%s", shape_str(s1, sizeof s1, x),
+                           shape_str(s2, sizeof s2, y));
+            return plan_bcast(v, x, NULL, y, ins);
+        }
+        case IPU_OP_MATMUL: return v_matmul(v, in[0], in[1], y, ins);
+        case IPU_OP_GEMM: return v_gemm(v, in, y, ins);
+        case IPU_OP_CONCAT: return v_concat(v, in, y, ins);
+        case IPU_OP_REDUCE_SUM: case IPU_OP_REDUCE_MEAN: case IPU_OP_SOFTMAX:
+            return v_red(v, in[0], y, ins);
+        case IPU_OP_CAST:
+            if (!is_castable(in[0]->desc.dtype) || !is_castable(dt))
+                return bad(v, "unsupported cast %s -> %s", dt_str(in[0]->desc.dtype), dt_str(dt));
+            if (!same_shape(in[0], y))
+                return bad(v, "output y%s differs from input x%s", shape_str(s1, sizeof s1, y),
+                           shape_str(s2, sizeof s2, in[0]));
+            return plan_flat(ins, y->numel, IPU__ELT_BLOCK, in[0]->desc.dtype, dt);
+        case IPU_OP_TRANSPOSE: return v_transpose(v, in[0], y, ins);
+        default: return bad(v, "unhandled opcode");
+    }
+}

@@ -1,0 +1,350 @@
+/* Requests: validation, submission (pushing slots), completion, waiting.
+ * Protocol notes are in runtime_internal.h. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime_internal.h"
+
+/* ---- request object ----------------------------------------------------------------------- */
+
+static void request_free(ipu_request *req) {
+    pthread_cond_destroy(&req->cv);
+    pthread_mutex_destroy(&req->mu);
+    ipu__free(req);
+}
+
+static ipu_status request_new(const ipu_request_desc *desc, uint32_t subgraph,
+                              ipu_request **out) {
+    ipu_request *req = ipu__calloc(1, sizeof *req);
+    if (!req) return ipu__fail(IPU_ERR_NOMEM, "submit: cannot allocate a request");
+    pthread_condattr_t attr;
+    int ok_attr = pthread_condattr_init(&attr) == 0;
+    if (ok_attr) pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    if (!ok_attr || pthread_mutex_init(&req->mu, NULL) != 0) {
+        if (ok_attr) pthread_condattr_destroy(&attr);
+        ipu__free(req);
+        return ipu__fail(IPU_ERR_INTERNAL, "submit: cannot initialise a request mutex");
+    }
+    if (pthread_cond_init(&req->cv, &attr) != 0) {
+        pthread_condattr_destroy(&attr);
+        pthread_mutex_destroy(&req->mu);
+        ipu__free(req);
+        return ipu__fail(IPU_ERR_INTERNAL, "submit: cannot initialise a request condvar");
+    }
+    pthread_condattr_destroy(&attr);
+    atomic_init(&req->refs, 1);
+    atomic_init(&req->state, IPU__REQ_PENDING);
+    atomic_init(&req->finished, 0);
+    req->status = IPU_ERR_INVALID_STATE;
+    req->num_batches = desc->num_batches;
+    req->remaining = desc->num_batches;
+    req->subgraph = subgraph;
+    req->done = desc->done;
+    req->user_data = desc->user_data;
+    *out = req;
+    return IPU_OK;
+}
+
+void ipu__request_unref(ipu_request *req) {
+    if (atomic_fetch_sub_explicit(&req->refs, 1, memory_order_acq_rel) == 1) request_free(req);
+}
+
+void ipu_request_release(ipu_request *req) {
+    if (req) ipu__request_unref(req);
+}
+
+bool ipu__request_complete(ipu_runtime *rt, ipu_request *req, ipu_status st, const char *msg) {
+    int expected = IPU__REQ_PENDING;
+    if (!atomic_compare_exchange_strong(&req->state, &expected, IPU__REQ_CLAIMED)) return false;
+    req->status = st;
+    snprintf(req->msg, sizeof req->msg, "%s", st == IPU_OK || !msg ? "" : msg);
+    atomic_store_explicit(&req->state, IPU__REQ_DONE, memory_order_release);
+    atomic_fetch_add_explicit(st == IPU_OK ? &rt->st_completed : &rt->st_failed, 1,
+                              memory_order_relaxed);
+    if (req->done) {
+        /* The callback can read the details with ipu_last_error_message(). */
+        if (st != IPU_OK) ipu__fail(st, "%s", req->msg);
+        req->done(req, st, req->user_data);
+    }
+    pthread_mutex_lock(&req->mu);
+    atomic_store_explicit(&req->finished, 1, memory_order_release);
+    pthread_cond_broadcast(&req->cv);
+    pthread_mutex_unlock(&req->mu);
+    return true;
+}
+
+int ipu_request_is_done(const ipu_request *req) {
+    return req && atomic_load_explicit(&req->state, memory_order_acquire) == IPU__REQ_DONE;
+}
+
+static ipu_status final_status(const ipu_request *req) {
+    if (req->status != IPU_OK) return ipu__fail(req->status, "%s", req->msg);
+    return IPU_OK;
+}
+
+ipu_status ipu_request_status(const ipu_request *req) {
+    if (!req) return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ipu_request_status: req is NULL");
+    if (!ipu_request_is_done(req))
+        return ipu__fail(IPU_ERR_INVALID_STATE, "request is still pending");
+    return final_status(req);
+}
+
+ipu_status ipu_request_wait(ipu_request *req, uint64_t timeout_ns) {
+    if (!req) return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ipu_request_wait: req is NULL");
+    if (!atomic_load_explicit(&req->finished, memory_order_acquire)) {
+        if (timeout_ns == 0) return ipu__fail(IPU_ERR_TIMEOUT, "request is still pending");
+        uint64_t now = ipu__now_ns();
+        bool forever = timeout_ns >= UINT64_MAX - now;
+        struct timespec ts = ipu__timespec_ns(forever ? 0 : now + timeout_ns);
+        bool timed_out = false;
+        pthread_mutex_lock(&req->mu);
+        while (!atomic_load_explicit(&req->finished, memory_order_acquire)) {
+            if (forever) {
+                pthread_cond_wait(&req->cv, &req->mu);
+            } else if (pthread_cond_timedwait(&req->cv, &req->mu, &ts) == ETIMEDOUT) {
+                timed_out = !atomic_load_explicit(&req->finished, memory_order_acquire);
+                break;
+            }
+        }
+        pthread_mutex_unlock(&req->mu);
+        if (timed_out)
+            return ipu__fail(IPU_ERR_TIMEOUT, "request still pending after %llu ns",
+                             (unsigned long long)timeout_ns);
+    }
+    return final_status(req);
+}
+
+/* ---- validation --------------------------------------------------------------------------- */
+
+static const char *dir_name(ipu_direction d) { return d == IPU_DIR_INPUT ? "input" : "output"; }
+
+/* "'X' (input float32[2,3], subgraph 1)" */
+static const char *describe(const ipu_anchor_info *A, char *buf, size_t size) {
+    int n = snprintf(buf, size, "'%s' (%s %s[", A->name, dir_name(A->direction),
+                     ipu_dtype_name(A->desc.dtype) ? ipu_dtype_name(A->desc.dtype) : "?");
+    for (uint32_t d = 0; d < A->desc.ndim && n > 0 && (size_t)n < size; d++)
+        n += snprintf(buf + n, size - (size_t)n, d ? ",%lld" : "%lld",
+                      (long long)A->desc.dims[d]);
+    if (n > 0 && (size_t)n < size) {
+        if (A->subgraph == IPU_NO_INDEX) snprintf(buf + n, size - (size_t)n, "])");
+        else snprintf(buf + n, size - (size_t)n, "], subgraph %u)", A->subgraph);
+    }
+    return buf;
+}
+
+/* First element of an integer (or float) buffer as a subgraph id. */
+static uint32_t read_index(const void *p, ipu_dtype t) {
+    const uint8_t *b = p;
+    switch (t) {
+        case IPU_DTYPE_UINT8: case IPU_DTYPE_INT8: case IPU_DTYPE_BOOL: return b[0];
+        case IPU_DTYPE_UINT16: case IPU_DTYPE_INT16: return (uint32_t)b[0] | (uint32_t)b[1] << 8;
+        case IPU_DTYPE_INT64: case IPU_DTYPE_UINT64: {
+            uint64_t v = ipu__ld_u64(b);
+            return v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
+        }
+        case IPU_DTYPE_FLOAT32: {
+            float f;
+            memcpy(&f, b, 4);
+            return f >= 0 && f < 4294967295.0f ? (uint32_t)f : UINT32_MAX;
+        }
+        default: return ipu__ld_u32(b);
+    }
+}
+
+static bool given(const ipu_request_desc *d, const ipu_anchor_info *A, uint32_t a) {
+    return A->direction == IPU_DIR_INPUT ? d->inputs && d->inputs[a]
+                                         : d->outputs && d->outputs[a];
+}
+
+/* Check the request against the model; on success *sub_out is the selected subgraph.
+ * Runs under submit_mu (reads streams[]). */
+static ipu_status validate(const ipu_runtime *rt, const ipu_request_desc *d, uint32_t *sub_out) {
+    char b1[256], b2[256];
+    const bool strict = rt->cfg.validate_io_params != 0;
+    if (d->num_batches == 0)
+        return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "submit: num_batches must be >= 1");
+    for (uint32_t a = 0; a < rt->num_anchors; a++) {
+        const ipu_anchor_info *A = &rt->anchors[a];
+        bool wrong = A->direction == IPU_DIR_INPUT ? d->outputs && d->outputs[a]
+                                                   : d->inputs && d->inputs[a];
+        if (wrong)
+            return ipu__fail(IPU_ERR_INVALID_ARGUMENT,
+                             "submit: anchor %s is an %s; pass its buffer in %s[], not %s[]",
+                             describe(A, b1, sizeof b1), dir_name(A->direction),
+                             A->direction == IPU_DIR_INPUT ? "inputs" : "outputs",
+                             A->direction == IPU_DIR_INPUT ? "outputs" : "inputs");
+        if (!given(d, A, a) || a == rt->index_anchor) continue;
+        if (rt->streams[a].fn)
+            return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "submit: anchor %s is served by a stream "
+                             "callback and must not be given in requests",
+                             describe(A, b1, sizeof b1));
+        if (A->has_tensor_data && strict)
+            return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "submit: anchor %s is a weight stored in "
+                             "the container and cannot be fed", describe(A, b1, sizeof b1));
+    }
+    uint32_t sub = d->subgraph;
+    if (rt->index_anchor == IPU_NO_INDEX && rt->num_subgraphs == 1) {
+        if (sub != IPU_NO_INDEX && sub != 0)
+            return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "submit: subgraph %u requested but the "
+                             "model has a single subgraph (0)", sub);
+        sub = 0;
+    } else {
+        if (sub != IPU_NO_INDEX && sub >= rt->num_subgraphs)
+            return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "submit: subgraph %u requested but the "
+                             "model has %u subgraphs", sub, rt->num_subgraphs);
+        uint32_t ia = rt->index_anchor;
+        if (ia != IPU_NO_INDEX && d->inputs && d->inputs[ia]) {
+            const ipu_anchor_info *I = &rt->anchors[ia];
+            uint32_t v = read_index(d->inputs[ia], I->desc.dtype);
+            if (v >= rt->num_subgraphs)
+                return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "submit: index anchor '%s' selects "
+                                 "subgraph %u but the model has %u subgraphs", I->name, v,
+                                 rt->num_subgraphs);
+            if (sub != IPU_NO_INDEX && sub != v)
+                return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "submit: index anchor '%s' selects "
+                                 "subgraph %u but the request asks for subgraph %u", I->name, v,
+                                 sub);
+            sub = v;
+        }
+        if (sub == IPU_NO_INDEX) {
+            uint32_t first = IPU_NO_INDEX;
+            for (uint32_t a = 0; a < rt->num_anchors; a++) {
+                const ipu_anchor_info *A = &rt->anchors[a];
+                if (a == ia || !rt->rings[a] || A->subgraph == IPU_NO_INDEX || !given(d, A, a))
+                    continue;
+                if (first == IPU_NO_INDEX) {
+                    first = a;
+                } else if (A->subgraph != rt->anchors[first].subgraph) {
+                    return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "submit: cannot infer the "
+                                     "subgraph: anchors %s and %s belong to different subgraphs",
+                                     describe(&rt->anchors[first], b1, sizeof b1),
+                                     describe(A, b2, sizeof b2));
+                }
+            }
+            if (first == IPU_NO_INDEX)
+                return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "submit: cannot infer the subgraph of "
+                                 "this fused model: no given anchor belongs to a single subgraph; "
+                                 "set desc.subgraph%s%s%s", ia != IPU_NO_INDEX ? " or feed '" : "",
+                                 ia != IPU_NO_INDEX ? rt->anchors[ia].name : "",
+                                 ia != IPU_NO_INDEX ? "'" : "");
+            sub = rt->anchors[first].subgraph;
+        }
+    }
+    for (uint32_t a = 0; a < rt->num_anchors; a++) {
+        const ipu_anchor_info *A = &rt->anchors[a];
+        int role = ipu__anchor_role(rt, a, sub);
+        if (role == IPU__ROLE_RING && !given(d, A, a))
+            return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "submit: missing %s anchor %s required by "
+                             "subgraph %u", dir_name(A->direction), describe(A, b1, sizeof b1),
+                             sub);
+        if (role == IPU__ROLE_NONE && strict && rt->rings[a] && a != rt->index_anchor &&
+            given(d, A, a))
+            return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "submit: anchor %s does not belong to "
+                             "subgraph %u (set validate_io_params=0 to ignore it)",
+                             describe(A, b1, sizeof b1), sub);
+    }
+    *sub_out = sub;
+    return IPU_OK;
+}
+
+/* ---- submission --------------------------------------------------------------------------- */
+
+/* Push one slot, waiting for space. Producer side, under submit_mu. Returns IPU_ERR_CLOSED if
+ * the runtime closed first. */
+static ipu_status push_slot(ipu_runtime *rt, ipu_ring *r, const ipu__slot *sl) {
+    uint64_t t0 = 0;
+    for (unsigned i = 0;; i++) {
+        if (ipu__closed(rt)) return IPU_ERR_CLOSED;
+        if (ipu_ring_try_push(r, sl)) {
+            ipu__signal_data(rt);
+            return IPU_OK;
+        }
+        if ((i & 31u) == 31u) {
+            uint64_t now = ipu__now_ns();
+            if (t0 == 0) t0 = now;
+            else if (now - t0 > IPU__POOL_SPIN_NS) break;
+        }
+        ipu__cpu_relax();
+    }
+    for (;;) {
+        uint_fast64_t seq = atomic_load(&rt->pop_seq);
+        if (ipu__closed(rt)) return IPU_ERR_CLOSED;
+        if (ipu_ring_try_push(r, sl)) {
+            ipu__signal_data(rt);
+            return IPU_OK;
+        }
+        pthread_mutex_lock(&rt->mu);
+        atomic_store(&rt->sub_waiting, 1); /* seq_cst: pairs with ipu__signal_space */
+        while (atomic_load(&rt->pop_seq) == seq && !ipu__closed(rt))
+            pthread_cond_wait(&rt->space_cv, &rt->mu);
+        atomic_store(&rt->sub_waiting, 0);
+        pthread_mutex_unlock(&rt->mu);
+    }
+}
+
+ipu_status ipu_runtime_submit(ipu_runtime *rt, const ipu_request_desc *desc, ipu_request **out) {
+    if (!rt || !desc || !out)
+        return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ipu_runtime_submit: NULL argument");
+    if (ipu__closed(rt)) return ipu__fail(IPU_ERR_CLOSED, "submit: the runtime is closed");
+    ipu_request *req = NULL;
+    uint32_t sub = 0;
+    /* The mutex is taken even with thread_safe == 0: uncontended it costs ~20 ns and it is what
+     * makes each ring single-producer and a request's slots contiguous. */
+    pthread_mutex_lock(&rt->submit_mu);
+    rt->submitted = true;
+    ipu_status st = ipu__closed(rt) ? ipu__fail(IPU_ERR_CLOSED, "submit: the runtime is closed")
+                                    : validate(rt, desc, &sub);
+    if (st == IPU_OK) st = request_new(desc, sub, &req);
+    if (st != IPU_OK) {
+        pthread_mutex_unlock(&rt->submit_mu);
+        return st;
+    }
+    uint64_t per_batch = 1;
+    for (uint32_t a = 0; a < rt->num_anchors; a++)
+        per_batch += ipu__anchor_role(rt, a, sub) == IPU__ROLE_RING;
+    uint64_t total = per_batch * desc->num_batches; /* < 2^53: anchors <= 2^20, N < 2^32 */
+    /* One reference per slot, taken up front; slots never pushed are given back below. The
+     * caller's reference (the initial 1) keeps the count above zero meanwhile. */
+    atomic_fetch_add(&req->refs, total);
+    atomic_fetch_add_explicit(&rt->st_submitted, 1, memory_order_relaxed);
+    uint64_t pushed = 0;
+    for (uint32_t k = 0; k < desc->num_batches && st == IPU_OK; k++) {
+        ipu__slot c = {NULL, req, sub};
+        st = push_slot(rt, rt->ctrl, &c);
+        pushed += st == IPU_OK;
+        for (int pass = 0; pass < 2 && st == IPU_OK; pass++) {
+            ipu_direction dir = pass == 0 ? IPU_DIR_INPUT : IPU_DIR_OUTPUT;
+            for (uint32_t a = 0; a < rt->num_anchors && st == IPU_OK; a++) {
+                const ipu_anchor_info *A = &rt->anchors[a];
+                if (A->direction != dir || ipu__anchor_role(rt, a, sub) != IPU__ROLE_RING)
+                    continue;
+                const uint8_t *base = dir == IPU_DIR_INPUT ? (const uint8_t *)desc->inputs[a]
+                                                           : (const uint8_t *)desc->outputs[a];
+                ipu__slot sl = {(void *)(uintptr_t)(base + (size_t)k * A->desc.nbytes), req, 0};
+                st = push_slot(rt, rt->rings[a], &sl);
+                pushed += st == IPU_OK;
+            }
+        }
+    }
+    if (pushed < total) {
+        /* The runtime closed while this request was being queued (push_slot only fails with
+         * IPU_ERR_CLOSED). Choice: if no slot was pushed, nothing refers to the request and the
+         * submit fails with IPU_ERR_CLOSED (the done callback is never called). If some slots
+         * were pushed, the request has been accepted: the device or close() will find those
+         * slots and complete it, exactly once, with IPU_ERR_CLOSED - so submit succeeds and
+         * the caller observes the failure through wait/the done callback. The device never
+         * computes on a partial batch: it re-checks `closed` whenever a slot is missing, and
+         * close() drains every ring after joining the device, under submit_mu. */
+        atomic_fetch_sub(&req->refs, total - pushed);
+        if (pushed == 0) {
+            atomic_fetch_sub_explicit(&rt->st_submitted, 1, memory_order_relaxed);
+            pthread_mutex_unlock(&rt->submit_mu);
+            request_free(req);
+            return ipu__fail(IPU_ERR_CLOSED, "submit: the runtime is closed");
+        }
+    }
+    pthread_mutex_unlock(&rt->submit_mu);
+    *out = req;
+    return IPU_OK;
+}

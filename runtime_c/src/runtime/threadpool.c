@@ -1,0 +1,202 @@
+/* Worker pool: see threadpool.h for the protocol. */
+#include "threadpool.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+
+#define IPU__POOL_MAX_THREADS 1024u
+
+typedef struct ipu__pool_helper {
+    ipu__pool *pool;
+    uint32_t ith;
+} ipu__pool_helper;
+
+struct ipu__pool {
+    uint32_t nth;
+    uint32_t started;        /* helper threads running */
+    int sync_ready;          /* mutex and condvars initialised */
+    pthread_t *threads;      /* [nth - 1] */
+    ipu__pool_helper *helpers;
+    uint8_t *scratch;        /* nth * scratch_stride bytes */
+    size_t scratch_stride;
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv;  /* helpers sleep here waiting for a new generation */
+    pthread_cond_t done_cv;  /* worker 0 sleeps here waiting for pending == 0 */
+    /* Work description: written by worker 0 before the generation is bumped (the seq_cst
+     * increment releases it), read by helpers after they observe the new generation. */
+    ipu__pool_fn fn;
+    void *ctx;
+    _Alignas(64) atomic_uint gen;
+    _Alignas(64) atomic_uint pending;  /* helpers that have not finished the current generation */
+    _Alignas(64) atomic_int sleepers;  /* helpers inside the work_cv wait loop */
+    atomic_int main_waiting;           /* worker 0 inside the done_cv wait loop */
+    atomic_bool stop;
+};
+
+/* Wait until gen != seen (or stop); returns the generation observed. */
+static unsigned helper_wait(ipu__pool *p, unsigned seen) {
+    uint64_t t0 = 0;
+    for (unsigned i = 0;; i++) {
+        unsigned g = atomic_load_explicit(&p->gen, memory_order_acquire);
+        if (g != seen || atomic_load_explicit(&p->stop, memory_order_acquire)) return g;
+        if ((i & 31u) == 31u) {
+            uint64_t now = ipu__now_ns();
+            if (t0 == 0) t0 = now;
+            else if (now - t0 > IPU__POOL_SPIN_NS) break;
+        }
+        ipu__cpu_relax();
+    }
+    pthread_mutex_lock(&p->mu);
+    atomic_fetch_add(&p->sleepers, 1); /* seq_cst: pairs with the gen increment in run */
+    unsigned g;
+    while ((g = atomic_load(&p->gen)) == seen && !atomic_load(&p->stop))
+        pthread_cond_wait(&p->work_cv, &p->mu);
+    atomic_fetch_sub(&p->sleepers, 1);
+    pthread_mutex_unlock(&p->mu);
+    return g;
+}
+
+static void *helper_main(void *arg) {
+    ipu__pool_helper *h = arg;
+    ipu__pool *p = h->pool;
+    unsigned seen = 0; /* generation at creation */
+    for (;;) {
+        seen = helper_wait(p, seen);
+        if (atomic_load_explicit(&p->stop, memory_order_acquire)) break;
+        p->fn(p->ctx, h->ith, p->nth);
+        if (atomic_fetch_sub(&p->pending, 1) == 1 && atomic_load(&p->main_waiting)) {
+            pthread_mutex_lock(&p->mu);
+            pthread_cond_broadcast(&p->done_cv);
+            pthread_mutex_unlock(&p->mu);
+        }
+    }
+    return NULL;
+}
+
+ipu_status ipu__pool_create(uint32_t nth, size_t scratch_bytes, ipu__pool **out) {
+    ipu_status st = IPU_OK;
+    sigset_t all, old;
+    int masked = 0;
+    if (!out || nth == 0 || nth > IPU__POOL_MAX_THREADS)
+        return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "thread pool: %u workers requested (1..%u)",
+                         nth, IPU__POOL_MAX_THREADS);
+    ipu__pool *p = ipu__calloc(1, sizeof *p);
+    if (!p) return ipu__fail(IPU_ERR_NOMEM, "thread pool: cannot allocate the pool");
+    p->nth = nth;
+    atomic_init(&p->gen, 0);
+    atomic_init(&p->pending, 0);
+    atomic_init(&p->sleepers, 0);
+    atomic_init(&p->main_waiting, 0);
+    atomic_init(&p->stop, false);
+    p->scratch_stride = (scratch_bytes + 63u) & ~(size_t)63u;
+    if (p->scratch_stride != 0 && (size_t)nth > SIZE_MAX / p->scratch_stride) {
+        st = ipu__fail(IPU_ERR_NOMEM, "thread pool: scratch size overflows");
+        goto fail;
+    }
+    p->scratch = ipu__aligned_alloc(64, p->scratch_stride * nth);
+    p->threads = ipu__calloc(nth, sizeof *p->threads);
+    p->helpers = ipu__calloc(nth, sizeof *p->helpers);
+    if (!p->scratch || !p->threads || !p->helpers) {
+        st = ipu__fail(IPU_ERR_NOMEM, "thread pool: cannot allocate %zu bytes of scratch for %u "
+                       "workers", p->scratch_stride * nth, nth);
+        goto fail;
+    }
+    if (pthread_mutex_init(&p->mu, NULL) != 0) {
+        st = ipu__fail(IPU_ERR_INTERNAL, "thread pool: pthread_mutex_init failed");
+        goto fail;
+    }
+    if (pthread_cond_init(&p->work_cv, NULL) != 0) {
+        pthread_mutex_destroy(&p->mu);
+        st = ipu__fail(IPU_ERR_INTERNAL, "thread pool: pthread_cond_init failed");
+        goto fail;
+    }
+    if (pthread_cond_init(&p->done_cv, NULL) != 0) {
+        pthread_cond_destroy(&p->work_cv);
+        pthread_mutex_destroy(&p->mu);
+        st = ipu__fail(IPU_ERR_INTERNAL, "thread pool: pthread_cond_init failed");
+        goto fail;
+    }
+    p->sync_ready = 1;
+    /* Helpers block every signal so that signals (SIGINT in Python, alarms) reach the
+     * application's threads. The mask is inherited from the creating thread. */
+    sigfillset(&all);
+    masked = pthread_sigmask(SIG_SETMASK, &all, &old) == 0;
+    for (uint32_t i = 1; i < nth; i++) {
+        p->helpers[i].pool = p;
+        p->helpers[i].ith = i;
+        int rc = pthread_create(&p->threads[i - 1], NULL, helper_main, &p->helpers[i]);
+        if (rc != 0) {
+            st = ipu__fail(rc == EAGAIN ? IPU_ERR_NOMEM : IPU_ERR_INTERNAL,
+                           "thread pool: cannot start helper thread %u of %u (error %d)", i,
+                           nth - 1, rc);
+            goto fail;
+        }
+        p->started++;
+    }
+    if (masked) pthread_sigmask(SIG_SETMASK, &old, NULL);
+    *out = p;
+    return IPU_OK;
+fail:
+    if (masked) pthread_sigmask(SIG_SETMASK, &old, NULL);
+    ipu__pool_destroy(p);
+    return st;
+}
+
+void ipu__pool_destroy(ipu__pool *p) {
+    if (!p) return;
+    if (p->sync_ready) {
+        pthread_mutex_lock(&p->mu);
+        atomic_store(&p->stop, true);
+        atomic_fetch_add(&p->gen, 1);
+        pthread_cond_broadcast(&p->work_cv);
+        pthread_mutex_unlock(&p->mu);
+        for (uint32_t i = 0; i < p->started; i++) pthread_join(p->threads[i], NULL);
+        pthread_cond_destroy(&p->done_cv);
+        pthread_cond_destroy(&p->work_cv);
+        pthread_mutex_destroy(&p->mu);
+    }
+    ipu__aligned_free(p->scratch);
+    ipu__free(p->threads);
+    ipu__free(p->helpers);
+    ipu__free(p);
+}
+
+uint32_t ipu__pool_size(const ipu__pool *p) { return p->nth; }
+
+void *ipu__pool_scratch(const ipu__pool *p, uint32_t ith) {
+    return p->scratch + (size_t)ith * p->scratch_stride;
+}
+
+void ipu__pool_run(ipu__pool *p, ipu__pool_fn fn, void *ctx) {
+    if (p->nth == 1) {
+        fn(ctx, 0, 1);
+        return;
+    }
+    p->fn = fn;
+    p->ctx = ctx;
+    atomic_store_explicit(&p->pending, p->nth - 1, memory_order_relaxed);
+    atomic_fetch_add(&p->gen, 1); /* seq_cst: publishes fn/ctx/pending; pairs with sleepers */
+    if (atomic_load(&p->sleepers) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->work_cv);
+        pthread_mutex_unlock(&p->mu);
+    }
+    fn(ctx, 0, p->nth);
+    uint64_t t0 = 0;
+    for (unsigned i = 0;; i++) {
+        if (atomic_load_explicit(&p->pending, memory_order_acquire) == 0) return;
+        if ((i & 31u) == 31u) {
+            uint64_t now = ipu__now_ns();
+            if (t0 == 0) t0 = now;
+            else if (now - t0 > IPU__POOL_SPIN_NS) break;
+        }
+        ipu__cpu_relax();
+    }
+    pthread_mutex_lock(&p->mu);
+    atomic_store(&p->main_waiting, 1); /* seq_cst: pairs with the pending decrement */
+    while (atomic_load(&p->pending) != 0) pthread_cond_wait(&p->done_cv, &p->mu);
+    atomic_store(&p->main_waiting, 0);
+    pthread_mutex_unlock(&p->mu);
+}

@@ -1,0 +1,67 @@
+/* Internal worker pool of the runtime (ipu__pool).
+ *
+ * A pool has nth workers. Worker 0 is whichever thread calls ipu__pool_run (the device thread;
+ * the creating thread while the Load program runs); workers 1..nth-1 are helper pthreads owned
+ * by the pool. ipu__pool_run(pool, fn, ctx) calls fn(ctx, ith, nth) once on every worker and
+ * returns when all calls have returned (a barrier). At most one thread may be inside
+ * ipu__pool_run at a time.
+ *
+ * Waiting: a helper polls for new work for IPU__POOL_SPIN_NS (with a pause instruction), then
+ * sleeps on a condition variable, so an idle pool uses no CPU. A generation counter tells helpers
+ * that new work was posted; the sleep/wake handshake is a seq_cst Dekker pair on (gen, sleepers),
+ * so no wakeup is lost. Worker 0 waits for the helpers the same way (pending, main_waiting).
+ *
+ * Each worker owns scratch memory (64-byte aligned, `scratch_bytes` long).
+ * Thread code lives here and in the runtime only; kernels never see a thread. */
+#ifndef IPU_THREADPOOL_H
+#define IPU_THREADPOOL_H
+
+#include <stdint.h>
+#include <time.h>
+
+#include "../common/ipu_internal.h"
+
+/* How long a waiting thread polls before it sleeps. */
+#define IPU__POOL_SPIN_NS 20000u
+
+typedef struct ipu__pool ipu__pool;
+typedef void (*ipu__pool_fn)(void *ctx, uint32_t ith, uint32_t nth);
+
+/* nth >= 1 workers (nth - 1 helper threads are started). Helper threads block all signals. */
+IPU_NODISCARD ipu_status ipu__pool_create(uint32_t nth, size_t scratch_bytes, ipu__pool **out);
+/* Stop and join the helpers, free everything. Accepts NULL and half-built pools. Must not be
+ * called while ipu__pool_run is running. */
+void ipu__pool_destroy(ipu__pool *p);
+uint32_t ipu__pool_size(const ipu__pool *p);
+/* Scratch of worker ith (64-byte aligned). */
+void *ipu__pool_scratch(const ipu__pool *p, uint32_t ith);
+/* Run fn on all workers; the caller is worker 0. Returns after every worker has finished. */
+void ipu__pool_run(ipu__pool *p, ipu__pool_fn fn, void *ctx);
+
+/* Helpers shared with the runtime. */
+static inline uint64_t ipu__now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static inline void ipu__cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__) || defined(__arm__)
+    __asm__ __volatile__("yield" ::: "memory");
+#else
+    __asm__ __volatile__("" ::: "memory");
+#endif
+}
+
+/* Absolute CLOCK_MONOTONIC timespec for a deadline in ns (for pthread_cond_timedwait on a
+ * condition variable created with pthread_condattr_setclock(CLOCK_MONOTONIC)). */
+static inline struct timespec ipu__timespec_ns(uint64_t abs_ns) {
+    struct timespec ts;
+    ts.tv_sec = (time_t)(abs_ns / 1000000000u);
+    ts.tv_nsec = (long)(abs_ns % 1000000000u);
+    return ts;
+}
+
+#endif

@@ -1,0 +1,27 @@
+"""Build the C core with meson and run its unit tests and the C embedding example (meson test)."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+from conftest import subprocess_env, tool
+
+
+@pytest.mark.slow
+def test_meson_test(repo, tmp_path):
+    build = tmp_path / "build"
+    env = subprocess_env()
+    setup = subprocess.run(
+        [tool("meson"), "setup", str(build), str(repo), "-Dtests=true", "--werror"],
+        capture_output=True, text=True, env=env,
+    )
+    assert setup.returncode == 0, setup.stdout + setup.stderr
+    result = subprocess.run(
+        [tool("meson"), "test", "-C", str(build), "--print-errorlogs"],
+        capture_output=True, text=True, env=env, timeout=1200,
+    )
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    for name in ("test_ring", "test_container", "test_kernels", "test_runtime", "example_embed"):
+        assert name in result.stdout
+    assert " 0 failed" in result.stdout or "Fail:              0" in result.stdout
