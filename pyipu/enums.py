@@ -17,7 +17,8 @@ DType = IntEnum("DType", [(n.upper(), v) for n, v in _core.enum_table("dtype")])
 Op = IntEnum("Op", [(n.upper(), v) for n, v in _core.enum_table("op")])  # type: ignore[misc]
 
 _TO_NUMPY: dict[int, np.dtype] = {
-    d.value: np.dtype(d.name.lower()) for d in DType  # names match numpy's ("float16", "bool"...)
+    d.value: np.dtype(d.name.lower())
+    for d in DType  # names match numpy's ("float16", "bool"...)
 }
 _FROM_NUMPY: dict[np.dtype, int] = {v: k for k, v in _TO_NUMPY.items()}
 

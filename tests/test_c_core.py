@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from conftest import subprocess_env, tool
+from helpers import subprocess_env, tool
 
 
 @pytest.mark.slow
@@ -14,12 +14,17 @@ def test_meson_test(repo, tmp_path):
     env = subprocess_env()
     setup = subprocess.run(
         [tool("meson"), "setup", str(build), str(repo), "-Dtests=true", "--werror"],
-        capture_output=True, text=True, env=env,
+        capture_output=True,
+        text=True,
+        env=env,
     )
     assert setup.returncode == 0, setup.stdout + setup.stderr
     result = subprocess.run(
         [tool("meson"), "test", "-C", str(build), "--print-errorlogs"],
-        capture_output=True, text=True, env=env, timeout=1200,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1200,
     )
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     for name in ("test_ring", "test_container", "test_kernels", "test_runtime", "example_embed"):

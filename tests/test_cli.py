@@ -7,7 +7,7 @@ import subprocess
 import numpy as np
 import onnx
 import pytest
-from conftest import subprocess_env, tool
+from helpers import subprocess_env, tool
 from onnx import TensorProto, helper
 
 from pyipu import runtime
@@ -31,9 +31,21 @@ def _run(args, cwd):
 def test_convert_and_export(tmp_path, precision):
     _dynamic_add_model(tmp_path / "add.onnx")
     result = _run(
-        [tool("pyipu"), "--input_model", "add.onnx", "--input_shape", "X=2,3", "Y=2,3",
-         "--precision", precision, "--batches_per_step", "2", "--output_dir", "out",
-         "--export_popef"],
+        [
+            tool("pyipu"),
+            "--input_model",
+            "add.onnx",
+            "--input_shape",
+            "X=2,3",
+            "Y=2,3",
+            "--precision",
+            precision,
+            "--batches_per_step",
+            "2",
+            "--output_dir",
+            "out",
+            "--export_popef",
+        ],
         tmp_path,
     )
     assert result.returncode == 0, result.stdout + result.stderr

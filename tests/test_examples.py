@@ -11,14 +11,15 @@ import warnings
 import numpy as np
 import onnxruntime as ort
 import pytest
-from conftest import subprocess_env, tool
+from helpers import subprocess_env, tool
 
 from pyipu import runtime
 
 
 def _load_example(repo, relpath: str):
-    spec = importlib.util.spec_from_file_location("example_" + relpath.replace("/", "_"),
-                                                  repo / "examples" / relpath)
+    spec = importlib.util.spec_from_file_location(
+        "example_" + relpath.replace("/", "_"), repo / "examples" / relpath
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -28,7 +29,10 @@ def _load_example(repo, relpath: str):
 def test_overlap_io_seed_runs_as_written(repo):
     result = subprocess.run(
         [sys.executable, str(repo / "examples/overlap_io/overlap_io.py")],
-        capture_output=True, text=True, env=subprocess_env(), timeout=600,
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        timeout=600,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Run PopEF with 3 threads." in result.stdout and "Complete." in result.stdout
@@ -56,33 +60,52 @@ def test_overlap_io_seed_matches_onnxruntime(repo):
             out = np.zeros((256, 256), np.float32)
             runner.execute({"input": x}, {"output": out})
             (expected,) = session.run(None, {"input": x})
-            np.testing.assert_allclose(out, expected.reshape(256, 256), rtol=2e-4,
-                                       atol=2e-4 * np.abs(expected).max())
+            np.testing.assert_allclose(
+                out, expected.reshape(256, 256), rtol=2e-4, atol=2e-4 * np.abs(expected).max()
+            )
 
 
 def test_model_fusion_seed(repo, tmp_path):
     work = tmp_path / "model_fusion"
     shutil.copytree(repo / "examples/model_fusion", work)
     env = subprocess_env()
-    compiled = subprocess.run([sys.executable, "compile.py"], cwd=work, capture_output=True,
-                              text=True, env=env, timeout=300)
+    compiled = subprocess.run(
+        [sys.executable, "compile.py"],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert compiled.returncode == 0, compiled.stdout + compiled.stderr
     assert (work / "executable.popef").exists(), compiled.stdout + compiled.stderr
     assert (work / "model_fusion.onnx").exists()
-    ran = subprocess.run([sys.executable, "run.py"], cwd=work, capture_output=True, text=True,
-                         env=env, timeout=300)
+    ran = subprocess.run(
+        [sys.executable, "run.py"], cwd=work, capture_output=True, text=True, env=env, timeout=300
+    )
     assert ran.returncode == 0, ran.stdout + ran.stderr
 
-    dump = subprocess.run([tool("popef_dump"), "executable.popef"], cwd=work,
-                          capture_output=True, text=True, env=env)
+    dump = subprocess.run(
+        [tool("popef_dump"), "executable.popef"], cwd=work, capture_output=True, text=True, env=env
+    )
     assert dump.returncode == 0, dump.stderr
-    for text in ("graph0/X", "graph0/Y", "graph0/O", "graph1/X", "graph1/O", "index",
-                 "subgraph 0", "subgraph 1"):
+    for text in (
+        "graph0/X",
+        "graph0/Y",
+        "graph0/O",
+        "graph1/X",
+        "graph1/O",
+        "index",
+        "subgraph 0",
+        "subgraph 1",
+    ):
         assert text in dump.stdout
 
     # The fused model agrees with onnxruntime on each original model.
-    with runtime.Runner(str(work / "executable.popef"),
-                        runtime.RuntimeConfig(validate_io_params=False, timeout_ns=0)) as r:
+    with runtime.Runner(
+        str(work / "executable.popef"),
+        runtime.RuntimeConfig(validate_io_params=False, timeout_ns=0),
+    ) as r:
         x = np.array([[0.25, -1.5]], np.float32)
         y = np.array([[2.0, 4.0]], np.float32)
         o = np.zeros(2, np.float32)
@@ -102,3 +125,11 @@ def _ir7(path) -> bytes:
     model = onnx.load(str(path))
     model.ir_version = 7
     return model.SerializeToString()
+
+
+def test_committed_add_popef_is_current(repo):
+    """examples/embed.c (run by meson test) uses a committed PopEF; it must match the compiler."""
+    maker = _load_example(repo, "data/make_add.py")
+    assert (repo / "examples/data/add.popef").read_bytes() == maker.add_popef_bytes(), (
+        "regenerate with: python examples/data/make_add.py"
+    )

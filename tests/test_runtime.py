@@ -80,11 +80,11 @@ def test_n_batches_along_dim0(runner, model):
 def test_execute_async(runner, model):
     xs = [np.random.default_rng(i).standard_normal((4, 8)).astype(np.float32) for i in range(8)]
     ys = [np.zeros((4, 5), np.float32) for _ in xs]
-    futures = [runner.execute_async({"X": x}, {"Y": y}) for x, y in zip(xs, ys)]
+    futures = [runner.execute_async({"X": x}, {"Y": y}) for x, y in zip(xs, ys, strict=True)]
     for f in futures:
         assert f.wait() is True
         assert f.done()
-    for x, y in zip(xs, ys):
+    for x, y in zip(xs, ys, strict=True):
         np.testing.assert_allclose(y, mlp_reference(model, x), rtol=1e-5, atol=1e-6)
 
 

@@ -8,7 +8,7 @@ import sys
 import textwrap
 
 import pytest
-from conftest import subprocess_env
+from helpers import subprocess_env
 
 
 @pytest.mark.slow
@@ -21,16 +21,20 @@ def test_setup_py_build_ext(repo, tmp_path):
     env = subprocess_env()
     build = subprocess.run(
         [sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
-        cwd=tmp_path, capture_output=True, text=True, env=env, timeout=900,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
     )
     assert build.returncode == 0, build.stdout[-4000:] + build.stderr[-4000:]
-    smoke = textwrap.dedent(
+    smoke = f"ROOT = {str(tmp_path)!r}\n" + textwrap.dedent(
         """
         import numpy as np, onnx, pyipu
         from onnx import helper, TensorProto
         from pyipu import runtime
         from pyipu.compiler import Compiler, CompilerOptions
-        assert pyipu.__file__.startswith(%r), pyipu.__file__
+        assert pyipu.__file__.startswith(ROOT), pyipu.__file__
         g = helper.make_graph([helper.make_node("Add", ["X", "Y"], ["Z"])], "g",
             [helper.make_tensor_value_info(n, TensorProto.FLOAT, (2, 3)) for n in "XY"],
             [helper.make_tensor_value_info("Z", TensorProto.FLOAT, (2, 3))])
@@ -41,7 +45,6 @@ def test_setup_py_build_ext(repo, tmp_path):
         assert (z == 2 * x).all(), z
         print("ok")
         """
-        % str(tmp_path)
     )
     run = subprocess.run(
         [sys.executable, "-c", smoke], cwd=tmp_path, capture_output=True, text=True, env=env

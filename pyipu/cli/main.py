@@ -75,7 +75,9 @@ def parse_input_shapes(specs: list[str] | None) -> dict[str, list[int]]:
                 raise ValueError
             shapes[name] = [int(d) for d in dims.split(",") if d.strip()]
         except ValueError:
-            raise SystemExit(f"pyipu: bad --input_shape {spec!r}; expected NAME=D0,D1,...") from None
+            raise SystemExit(
+                f"pyipu: bad --input_shape {spec!r}; expected NAME=D0,D1,..."
+            ) from None
     return shapes
 
 
@@ -128,14 +130,14 @@ def run(args: argparse.Namespace) -> int:
     if fusion:
         if not isinstance(fusion, list) or not all(isinstance(e, dict) for e in fusion):
             raise SystemExit("pyipu: model_fusion must be a list of per-model option mappings")
-        models = [
-            load_converted({"precision": opts["precision"], **entry}) for entry in fusion
-        ]
+        models = [load_converted({"precision": opts["precision"], **entry}) for entry in fusion]
         model = fuse_models(models)
         default_name = "model_fusion.onnx"
     else:
         if not opts.get("input_model"):
-            raise SystemExit("pyipu: --input_model (or a config_yaml with model_fusion) is required")
+            raise SystemExit(
+                "pyipu: --input_model (or a config_yaml with model_fusion) is required"
+            )
         model = load_converted(
             {
                 "input_model": opts["input_model"],

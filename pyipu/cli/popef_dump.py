@@ -29,7 +29,7 @@ def dump(path: str, out=sys.stdout, show_instructions: bool = False) -> None:
     anchors = exe.anchors()
     fused = info["num_subgraphs"] > 1
     w(f"Anchors ({len(anchors)}):\n")
-    for name, direction, dtype, shape, nbytes, subgraph, has_data, _t in anchors:
+    for name, direction, dtype, shape, _nbytes, subgraph, has_data, _t in anchors:
         kind = "input " if direction == 1 else "output"
         extra = " [tensor data]" if has_data else ""
         if fused:

@@ -38,13 +38,17 @@ def compile_ir(
     graph = import_model(model)
     _progress(opts, 1)
     fusion = read_fusion_info(graph.model)
-    opaque = [(k, v.encode() if isinstance(v, str) else bytes(v)) for k, v in opts.opaque_blobs.items()]
+    opaque = [
+        (k, v.encode() if isinstance(v, str) else bytes(v)) for k, v in opts.opaque_blobs.items()
+    ]
     if outputs is not None and (isinstance(outputs, str) or not outputs):
         raise CompileError(f"outputs must be None or a non-empty list of names, got {outputs!r}")
 
     if fusion is None:
         builder = GraphBuilder(1)
-        lower_subgraph(builder, graph, 0, graph.inputs, list(outputs or graph.graph_outputs), REGISTRY)
+        lower_subgraph(
+            builder, graph, 0, graph.inputs, list(outputs or graph.graph_outputs), REGISTRY
+        )
         index_name = None
     else:
         builder = GraphBuilder(len(fusion.subgraphs))
@@ -156,4 +160,3 @@ class Compiler:
         del reset_profile  # there is no profiler state to reset
         ir = compile_ir(model, outputs, options)
         return ir.summary()
-

@@ -1,13 +1,16 @@
-"""Compile-time errors. All are ValueErrors; the "unsupported" ones are also NotImplementedErrors."""
+"""Compile-time errors: pyipu.errors.Error subclasses that are also ValueErrors ("unsupported"
+ones are also NotImplementedErrors), so one `except pyipu.Error` catches compiler and runtime."""
 
 from __future__ import annotations
 
+from pyipu import errors
 
-class CompileError(ValueError):
+
+class CompileError(errors.Error, ValueError):
     """The model cannot be compiled as given (bad shapes, dynamic dims, bad options...)."""
 
 
-class UnsupportedError(CompileError, NotImplementedError):
+class UnsupportedError(CompileError, errors.UnsupportedError):
     """pyipu does not implement something the model uses."""
 
 
@@ -23,10 +26,12 @@ class UnsupportedDTypeError(UnsupportedError):
     """A tensor has a dtype the op (or the IPU) does not support."""
 
 
-class ShapeError(CompileError):
+class ShapeError(CompileError, errors.ShapeError):
     """Shapes are dynamic, inconsistent, or disagree with the model's declarations."""
 
 
 def node_label(name: str, op_type: str, opset: int) -> str:
     """How errors name a node: `node 'mm0' (MatMul, opset 13)`."""
-    return f"node {name!r} ({op_type}, opset {opset})" if name else f"{op_type} node (opset {opset})"
+    return (
+        f"node {name!r} ({op_type}, opset {opset})" if name else f"{op_type} node (opset {opset})"
+    )

@@ -14,7 +14,7 @@ from enum import IntEnum
 
 import numpy as np
 
-from pyipu.compiler._enums import DType, Op
+from pyipu.enums import DType, Op
 
 NO_INDEX = 0xFFFFFFFF  # anchor subgraph "all" / metadata index_anchor "not fused"
 ALIGN = 64  # arena and TENSOR_DATA offsets, arena size
@@ -206,7 +206,11 @@ class ModelIR:
     def tensor_data_blob(self) -> bytes:
         """The TENSOR_DATA blob: every TENSOR_DATA tensor's bytes at its offset, zero padded."""
         size = max(
-            (align(t.offset + t.nbytes) for t in self.tensors if t.location == Location.TENSOR_DATA),
+            (
+                align(t.offset + t.nbytes)
+                for t in self.tensors
+                if t.location == Location.TENSOR_DATA
+            ),
             default=0,
         )
         blob = bytearray(size)

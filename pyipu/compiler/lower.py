@@ -17,7 +17,6 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from pyipu.compiler._enums import DType, Op
 from pyipu.compiler.errors import (
     CompileError,
     ShapeError,
@@ -34,6 +33,7 @@ from pyipu.compiler.onnx_import import (
     check_declared_shape,
     evaluate_node,
 )
+from pyipu.enums import DType, Op
 
 ARENA, WEIGHT = "arena", "weight"
 
@@ -79,13 +79,22 @@ class GraphBuilder:
     def __post_init__(self) -> None:
         self.programs = [[] for _ in range(self.num_subgraphs)]
 
-    def add(self, name: str, dtype: int, shape: Sequence[int], subgraph: int,
-            kind: str = ARENA, base: int | None = None, data: bytes | None = None) -> int:  # fmt: skip
+    def add(
+        self,
+        name: str,
+        dtype: int,
+        shape: Sequence[int],
+        subgraph: int,
+        kind: str = ARENA,
+        base: int | None = None,
+        data: bytes | None = None,
+    ) -> int:
         dt = DType(dtype)
         shape = tuple(int(d) for d in shape)
         if dt not in ALL_DTYPES:
-            raise UnsupportedDTypeError(f"tensor {name!r} has dtype {dt.name.lower()}, "
-                                        f"which pyipu does not support")  # fmt: skip
+            raise UnsupportedDTypeError(
+                f"tensor {name!r} has dtype {dt.name.lower()}, which pyipu does not support"
+            )
         if len(shape) > MAX_DIMS:
             raise UnsupportedError(f"tensor {name!r} has {len(shape)} dims (at most {MAX_DIMS})")
         if any(d <= 0 for d in shape):
@@ -105,8 +114,11 @@ class GraphBuilder:
             return t
         return self.add(name, src.dtype, shape, src.subgraph, src.kind, base=self.root(t))
 
-    def weight(self, name: str, array: np.ndarray, subgraph: int) -> int:
-        """The TENSOR_DATA tensor holding a constant, created (and anchored) on first use."""
+    def weight(self, name: str, array: np.ndarray, subgraph: int, anchor: str | None = None) -> int:
+        """The TENSOR_DATA tensor holding a constant, created (and anchored) on first use.
+
+        The anchor is named after the constant unless `anchor` says otherwise.
+        """
         if name not in self.weights:
             try:
                 dt = dtype_of(array.dtype)
@@ -115,11 +127,17 @@ class GraphBuilder:
             data = np.ascontiguousarray(array).tobytes()
             t = self.add(name, dt, array.shape, subgraph, WEIGHT, data=data)
             self.weights[name] = t
-            self.anchors.append(BuildAnchor(name, 1, t, subgraph, has_tensor_data=True))
+            self.anchors.append(BuildAnchor(anchor or name, 1, t, subgraph, has_tensor_data=True))
         return self.weights[name]
 
-    def emit(self, subgraph: int, op: Op, inputs: Sequence[int], outputs: Sequence[int],
-             attrs: Sequence[int] = ()) -> None:  # fmt: skip
+    def emit(
+        self,
+        subgraph: int,
+        op: Op,
+        inputs: Sequence[int],
+        outputs: Sequence[int],
+        attrs: Sequence[int] = (),
+    ) -> None:
         if len(attrs) > MAX_ATTRS:
             raise CompileError(f"{op.name} needs {len(attrs)} attributes (at most {MAX_ATTRS})")
         self.programs[subgraph].append(
@@ -136,6 +154,7 @@ class Lowering:
         self.graph = graph
         self.subgraph = subgraph
         self.values: dict[str, int] = {}
+        self.output_names: set[str] = set()  # a weight must not take an output's anchor name
 
     @property
     def constants(self) -> dict[str, np.ndarray]:
@@ -145,7 +164,8 @@ class Lowering:
         if name in self.values:
             return self.values[name]
         if name in self.constants:
-            return self.b.weight(name, self.constants[name], self.subgraph)
+            anchor = f"{name}:weight" if name in self.output_names else name
+            return self.b.weight(name, self.constants[name], self.subgraph, anchor)
         raise CompileError(f"value {name!r} is used before it is computed")
 
     def spec(self, name: str) -> tuple[DType, tuple[int, ...]]:
@@ -174,7 +194,7 @@ class Lowering:
         if proto.input and all(not i or i in self.constants for i in proto.input):
             # Inputs became known during lowering (Shape of a static tensor...): fold.
             results = evaluate_node(proto, [self.constants.get(i) for i in proto.input], self.graph)
-            self.constants.update(zip([o for o in proto.output if o], results))
+            self.constants.update(zip([o for o in proto.output if o], results, strict=True))
             return
         versions = registry.get(proto.op_type)
         if not versions:
@@ -197,8 +217,10 @@ class Lowering:
             )
         shape = check_declared_shape(name, declared_shape, shape)
         if any(a.name == name and a.direction == 1 for a in self.b.anchors):
-            raise CompileError(f"graph output {name!r} is also a graph input or weight name; "
-                               "anchor names must be unique")  # fmt: skip
+            raise CompileError(
+                f"graph output {name!r} is also a graph input or weight name; "
+                "anchor names must be unique"
+            )
         src = self.tensor(name)
         root = self.b.root(src)
         own = (
@@ -286,8 +308,16 @@ class Node:
         return a + rank if a < 0 else a
 
     # ---- results
-    def emit(self, op: Op, inputs: Sequence[int], shape: Sequence[int], dtype: int,
-             attrs: Sequence[int] = (), out: int = 0, suffix: str = "") -> int:  # fmt: skip
+    def emit(
+        self,
+        op: Op,
+        inputs: Sequence[int],
+        shape: Sequence[int],
+        dtype: int,
+        attrs: Sequence[int] = (),
+        out: int = 0,
+        suffix: str = "",
+    ) -> int:
         """A new root tensor for output `out`, written by one instruction."""
         b = self.low.b
         t = b.add(self.outputs[out] + suffix, dtype, shape, self.low.subgraph)
@@ -296,8 +326,15 @@ class Node:
             self.low.values[self.outputs[out]] = t
         return t
 
-    def emit_temp(self, op: Op, inputs: Sequence[int], shape: Sequence[int], dtype: int,
-                  attrs: Sequence[int] = (), suffix: str = ":tmp") -> int:  # fmt: skip
+    def emit_temp(
+        self,
+        op: Op,
+        inputs: Sequence[int],
+        shape: Sequence[int],
+        dtype: int,
+        attrs: Sequence[int] = (),
+        suffix: str = ":tmp",
+    ) -> int:
         return self.emit(op, inputs, shape, dtype, attrs, suffix=suffix)
 
     def set_view(self, t: int, shape: Sequence[int], out: int = 0) -> None:
@@ -324,10 +361,16 @@ def needed_nodes(nodes: Sequence[onnx.NodeProto], outputs: Sequence[str]) -> lis
     return keep
 
 
-def lower_subgraph(builder: GraphBuilder, graph: ImportedGraph, subgraph: int,
-                   inputs: Sequence[ValueSpec], outputs: Sequence[str],
-                   registry: dict[str, dict[int, Callable]]) -> None:  # fmt: skip
+def lower_subgraph(
+    builder: GraphBuilder,
+    graph: ImportedGraph,
+    subgraph: int,
+    inputs: Sequence[ValueSpec],
+    outputs: Sequence[str],
+    registry: dict[str, dict[int, Callable]],
+) -> None:
     low = Lowering(builder, graph, subgraph)
+    low.output_names = set(outputs)
     for spec in inputs:
         low.add_input(spec)
     produced = {o for n in graph.nodes for o in n.output}

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pyipu.compiler._enums import Op
 from pyipu.compiler.ir import (
     ALIGN,
     NO_INDEX,
@@ -29,6 +28,7 @@ from pyipu.compiler.ir import (
     align,
 )
 from pyipu.compiler.lower import ARENA, GraphBuilder
+from pyipu.enums import Op
 
 
 @dataclass(frozen=True)
@@ -97,7 +97,10 @@ def build_ir(
     num_io_tiles: int = 0,
     opaque: tuple[tuple[str, bytes], ...] = (),
 ) -> ModelIR:
-    """Plan memory and assemble the ModelIR: Load program 0 binds weights, Main i+1 runs subgraph i."""
+    """Plan memory and assemble the ModelIR.
+
+    Program 0 (Load) binds every weight; program i + 1 is the Main program of subgraph i.
+    """
     lives = lifetimes(b)
     offsets, arena_size = place({r: b.tensors[r].nbytes for r in lives}, lives)
 
@@ -120,7 +123,9 @@ def build_ir(
             )
 
     binds = tuple(
-        Instr(Op.BIND, (), (i,)) for i, t in enumerate(tensors) if t.location == Location.TENSOR_DATA
+        Instr(Op.BIND, (), (i,))
+        for i, t in enumerate(tensors)
+        if t.location == Location.TENSOR_DATA
     )
     programs = [Program(0, binds)]
     programs += [Program(s + 1, tuple(prog)) for s, prog in enumerate(b.programs)]

@@ -10,7 +10,7 @@ import os
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Union
+from typing import TypeAlias
 
 import numpy as np
 import onnx
@@ -18,11 +18,17 @@ from onnx import helper, numpy_helper, shape_inference
 
 from pyipu.compiler.errors import CompileError, ShapeError, UnsupportedError, node_label
 
-ModelLike = Union[bytes, str, os.PathLike, onnx.ModelProto]
+ModelLike: TypeAlias = bytes | str | os.PathLike | onnx.ModelProto
 
 # Ops whose result is not a function of their inputs: never folded.
-_NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
-                     "Multinomial", "Bernoulli"}  # fmt: skip
+_NONDETERMINISTIC = {
+    "RandomNormal",
+    "RandomUniform",
+    "RandomNormalLike",
+    "RandomUniformLike",
+    "Multinomial",
+    "Bernoulli",
+}
 
 
 @dataclass(frozen=True)
@@ -68,9 +74,7 @@ def _dims(vi: onnx.ValueInfoProto) -> list[int | str | None]:
     t = vi.type.tensor_type
     if not t.HasField("shape"):
         return []
-    return [
-        d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim
-    ]
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim]
 
 
 def set_input_shapes(
@@ -94,11 +98,9 @@ def set_input_shapes(
             raise ShapeError(f"input_shape {name}={new}: dims must be >= 1")
         if vi.type.tensor_type.HasField("shape") and len(old) != len(new):
             raise ShapeError(f"input_shape {name}={new} has rank {len(new)}, model has {old}")
-        for i, (o, n) in enumerate(zip(old, new)):
+        for i, (o, n) in enumerate(zip(old, new, strict=False)):
             if isinstance(o, int) and o > 0 and o != n:
-                raise ShapeError(
-                    f"input_shape {name}={new}: dim {i} is fixed to {o} in the model"
-                )
+                raise ShapeError(f"input_shape {name}={new}: dim {i} is fixed to {o} in the model")
         dims = vi.type.tensor_type.shape
         del dims.dim[:]
         for n in new:
@@ -110,7 +112,9 @@ def set_input_shapes(
 def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     """ONNX shape inference, strict when the model allows it (errors surface early)."""
     try:
-        return shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
+        return shape_inference.infer_shapes(
+            model, check_type=True, strict_mode=True, data_prop=True
+        )
     except Exception as strict_error:  # InferenceError, or ops ONNX cannot infer strictly
         try:
             return shape_inference.infer_shapes(model, data_prop=True)
@@ -143,12 +147,13 @@ def _static_input(vi: onnx.ValueInfoProto) -> ValueSpec:
     return ValueSpec(vi.name, int(t.elem_type), tuple(int(d) for d in dims))  # type: ignore[arg-type]
 
 
-def _run_node(node: onnx.NodeProto, inputs: list[np.ndarray | None], model: onnx.ModelProto
-              ) -> list[np.ndarray]:  # fmt: skip
+def _run_node(
+    node: onnx.NodeProto, inputs: list[np.ndarray | None], model: onnx.ModelProto
+) -> list[np.ndarray]:
     """Run one node with onnx.reference on a one-node model: robust for any standard op."""
     from onnx.reference import ReferenceEvaluator
 
-    feeds = {n: a for n, a in zip(node.input, inputs) if n and a is not None}
+    feeds = {n: a for n, a in zip(node.input, inputs, strict=True) if n and a is not None}
     graph = helper.make_graph(
         [node],
         "fold",
@@ -158,14 +163,17 @@ def _run_node(node: onnx.NodeProto, inputs: list[np.ndarray | None], model: onnx
         ],
         [helper.make_empty_tensor_value_info(o) for o in node.output if o],
     )
-    one = helper.make_model(graph, opset_imports=list(model.opset_import), ir_version=model.ir_version)
+    one = helper.make_model(
+        graph, opset_imports=list(model.opset_import), ir_version=model.ir_version
+    )
     one.functions.extend(model.functions)
     results = ReferenceEvaluator(one).run(None, feeds)
     return [np.asarray(r) for r in results]
 
 
-def evaluate_node(node: onnx.NodeProto, inputs: list[np.ndarray | None], graph: ImportedGraph
-                  ) -> list[np.ndarray]:  # fmt: skip
+def evaluate_node(
+    node: onnx.NodeProto, inputs: list[np.ndarray | None], graph: ImportedGraph
+) -> list[np.ndarray]:
     """Fold one node of an imported graph (errors name the node)."""
     try:
         return _run_node(node, inputs, graph.model)
@@ -197,13 +205,14 @@ def fold_constants(
             raise CompileError(
                 f"constant folding of {node_label(node.name, node.op_type, opset)} failed: {e}"
             ) from e
-        for name, value in zip([o for o in node.output if o], results):
+        for name, value in zip([o for o in node.output if o], results, strict=True):
             constants[name] = value
     return remaining
 
 
-def import_model(model: ModelLike, input_shapes: Mapping[str, Sequence[int]] | None = None
-                 ) -> ImportedGraph:  # fmt: skip
+def import_model(
+    model: ModelLike, input_shapes: Mapping[str, Sequence[int]] | None = None
+) -> ImportedGraph:
     """Load, check static input shapes, infer shapes and fold constants."""
     proto = load_model(model)
     if input_shapes:
@@ -237,8 +246,9 @@ def import_model(model: ModelLike, input_shapes: Mapping[str, Sequence[int]] | N
     )
 
 
-def check_declared_shape(name: str, declared: tuple[int, ...] | None, inferred: tuple[int, ...]
-                         ) -> tuple[int, ...]:  # fmt: skip
+def check_declared_shape(
+    name: str, declared: tuple[int, ...] | None, inferred: tuple[int, ...]
+) -> tuple[int, ...]:
     """The shape an output anchor gets: the declared one when it only differs by a reshape."""
     if declared is None or declared == inferred:
         return inferred

@@ -13,9 +13,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from onnx import TensorProto
 
-from pyipu.compiler._enums import DType, Op
 from pyipu.compiler.ir import ALL_DTYPES, FLOAT_DTYPES, NUMERIC_DTYPES, f64_bits
 from pyipu.compiler.lower import Node
+from pyipu.enums import DType, Op
 
 LowerFn = Callable[[Node], None]
 REGISTRY: dict[str, dict[int, LowerFn]] = {}
@@ -126,8 +126,9 @@ def Gemm(n: Node) -> None:  # noqa: N802
     m, k = (sa[1], sa[0]) if trans_a else sa
     k2, nn = (sb[1], sb[0]) if trans_b else sb
     if k != k2:
-        n.shape_error(f"cannot gemm A {list(sa)} (transA={trans_a}) and B {list(sb)} "
-                      f"(transB={trans_b})")  # fmt: skip
+        n.shape_error(
+            f"cannot gemm A {list(sa)} (transA={trans_a}) and B {list(sb)} (transB={trans_b})"
+        )
     inputs = [n.input(0), n.input(1)]
     if n.has_input(2):
         sc = n.shape(2)
@@ -248,11 +249,7 @@ def Expand(n: Node) -> None:  # noqa: N802
 @register("Concat", 1, 4)
 def Concat(n: Node) -> None:  # noqa: N802
     # Zero-size inputs contribute nothing (pyipu has no zero-size tensors).
-    idx = [
-        i
-        for i in range(len(n.inputs))
-        if n.has_input(i) and _prod(n.shape(i)) > 0
-    ]  # fmt: skip
+    idx = [i for i in range(len(n.inputs)) if n.has_input(i) and _prod(n.shape(i)) > 0]
     if not idx:
         n.shape_error("every input is empty")
     dt = n.check_dtype(ALL_DTYPES, *idx)
@@ -261,7 +258,9 @@ def Concat(n: Node) -> None:  # noqa: N802
     first = n.shape(idx[0])
     for i in idx:
         s = n.shape(i)
-        if len(s) != rank or any(a != b for j, (a, b) in enumerate(zip(s, first)) if j != axis):
+        if len(s) != rank or any(
+            a != b for j, (a, b) in enumerate(zip(s, first, strict=True)) if j != axis
+        ):
             n.shape_error(f"cannot concat {[list(n.shape(j)) for j in idx]} on axis {axis}")
     if len(idx) > 255:
         n.fail(f"{len(idx)} inputs (at most 255)")
@@ -304,16 +303,20 @@ def _reduce(op: Op, axes_input_since: int) -> LowerFn:
                 return
             axes = list(range(len(src)))
         red = sorted({n.axis(a, len(src)) for a in axes})
-        out = [1 if i in red else d for i, d in enumerate(src)] if keepdims else [
-            d for i, d in enumerate(src) if i not in red
-        ]
+        out = (
+            [1 if i in red else d for i, d in enumerate(src)]
+            if keepdims
+            else [d for i, d in enumerate(src) if i not in red]
+        )
         x = n.input(0)
         big = [a for a in red if src[a] != 1]  # size-1 axes reduce nothing
         if not big:
             outer, reduce, inner = _prod(src), 1, 1
         elif all(src[i] == 1 or i in red for i in range(big[0], big[-1] + 1)):
-            outer, reduce, inner = _prod(src[: big[0]]), _prod([src[a] for a in big]), _prod(
-                src[big[-1] + 1 :]
+            outer, reduce, inner = (
+                _prod(src[: big[0]]),
+                _prod([src[a] for a in big]),
+                _prod(src[big[-1] + 1 :]),
             )
         else:  # reduced axes not contiguous: move them last
             kept = [i for i in range(len(src)) if i not in red]

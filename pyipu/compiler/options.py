@@ -74,7 +74,9 @@ def _opaque_blobs(name: str, v: Any) -> None:
     _mapping(name, v)
     for k, payload in v.items():
         if not isinstance(k, str) or not 1 <= len(k.encode()) <= 255:
-            raise CompileError(f"CompilerOptions.{name}: blob names must be 1..255 bytes, got {k!r}")
+            raise CompileError(
+                f"CompilerOptions.{name}: blob names must be 1..255 bytes, got {k!r}"
+            )
         if not isinstance(payload, (str, bytes)):
             raise CompileError(f"CompilerOptions.{name}[{k!r}] must be str or bytes")
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import struct
 
-from pyipu.compiler._enums import DType, Op
 from pyipu.compiler.ir import (
     ALIGN,
     MAX_ATTRS,
@@ -27,6 +26,7 @@ from pyipu.compiler.ir import (
     align,
     np_dtype,
 )
+from pyipu.enums import DType, Op
 
 BLOB_METADATA, BLOB_TENSOR_DATA, BLOB_PROGRAM, BLOB_OPAQUE = 1, 2, 3, 4
 MAGIC = b"PYIPUEF\0"
@@ -184,7 +184,7 @@ def split_container(data: bytes) -> list[Blob]:
             raise ValueError(f"blob {i} has unknown type {btype}")
         blobs.append((btype, bid, name, bytes(payload)))
     spans.sort()
-    if any(a[1] > b[0] for a, b in zip(spans, spans[1:])):
+    if any(a[1] > b[0] for a, b in zip(spans, spans[1:], strict=False)):
         raise ValueError("container blobs overlap")
     return blobs
 
@@ -217,8 +217,21 @@ def decode_program(pid: int, data: bytes, num_tensors: int) -> Program:
 
 def decode_metadata(data: bytes, tensor_data: bytes) -> dict:
     r = _Reader(data, "metadata")
-    (ipu_version, num_ipus, replication, bps, io_tiles, num_tensors, num_anchors, num_subgraphs,
-     load_program, index_anchor, arena_size, strings_size, reserved) = r.take(_META_HEAD)  # fmt: skip
+    (
+        ipu_version,
+        num_ipus,
+        replication,
+        bps,
+        io_tiles,
+        num_tensors,
+        num_anchors,
+        num_subgraphs,
+        load_program,
+        index_anchor,
+        arena_size,
+        strings_size,
+        reserved,
+    ) = r.take(_META_HEAD)
     if ipu_version not in (2, 21) or min(num_ipus, replication, bps, num_subgraphs) < 1:
         raise ValueError("metadata: bad target fields")
     if num_anchors > num_tensors or arena_size % ALIGN or reserved:
@@ -244,7 +257,9 @@ def decode_metadata(data: bytes, tensor_data: bytes) -> dict:
         limit = arena_size if location == Location.ARENA else len(tensor_data)
         if offset + nbytes > limit:
             raise ValueError(f"metadata: tensor {i} lies outside its {location.name} storage")
-        payload = tensor_data[offset : offset + nbytes] if location == Location.TENSOR_DATA else None
+        payload = (
+            tensor_data[offset : offset + nbytes] if location == Location.TENSOR_DATA else None
+        )
         tensors.append(TensorSpec(f"t{i}", dt, shape, location, offset, payload))
     raw_anchors = [r.take(_ANCHOR) for _ in range(num_anchors)]
     strings = data[r.pos : r.pos + strings_size]

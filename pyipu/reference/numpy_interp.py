@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from pyipu.compiler._enums import DType, Op
 from pyipu.compiler.ir import NO_INDEX, Direction, Instr, Location, ModelIR, bits_f64, np_dtype
+from pyipu.enums import DType, Op
 
 Kernel = Callable[[Instr, list[np.ndarray], np.ndarray], np.ndarray]
 KERNELS: dict[int, Kernel] = {}
@@ -218,8 +218,7 @@ class Machine:
             y[...] = result
 
 
-def _select_subgraph(model: ModelIR, inputs: Mapping[str, np.ndarray], subgraph: int | None
-                     ) -> int:  # fmt: skip
+def _select_subgraph(model: ModelIR, inputs: Mapping[str, np.ndarray], subgraph: int | None) -> int:
     if subgraph is not None:
         if not 0 <= subgraph < model.num_subgraphs:
             raise ValueError(f"subgraph {subgraph} out of range (model has {model.num_subgraphs})")
@@ -241,13 +240,15 @@ def _batches(name: str, x: np.ndarray, shape: tuple[int, ...]) -> int:
     numel = math.prod(shape)
     stacked = x.shape[1:] == shape[1:] if shape else x.ndim <= 1
     if x.size == 0 or x.size % numel or not stacked:
-        raise ValueError(f"input {name!r} of shape {list(x.shape)} is not N batches of "
-                         f"{list(shape)}")  # fmt: skip
+        raise ValueError(
+            f"input {name!r} of shape {list(x.shape)} is not N batches of {list(shape)}"
+        )
     return x.size // numel
 
 
-def run(model: ModelIR, inputs: Mapping[str, np.ndarray], subgraph: int | None = None
-        ) -> dict[str, np.ndarray]:  # fmt: skip
+def run(
+    model: ModelIR, inputs: Mapping[str, np.ndarray], subgraph: int | None = None
+) -> dict[str, np.ndarray]:
     """Run `model` on `inputs` (anchor name → N batches stacked along dim 0).
 
     Returns output anchor name → N batches stacked along dim 0 (a 0-d output gives shape (N,),
@@ -263,7 +264,9 @@ def run(model: ModelIR, inputs: Mapping[str, np.ndarray], subgraph: int | None =
     known = {a.name for a in feeds} | ({index_name} if index_name else set())
     extra = set(inputs) - known
     if extra:
-        raise ValueError(f"unknown or non-feedable inputs {sorted(extra)}; expected {sorted(known)}")
+        raise ValueError(
+            f"unknown or non-feedable inputs {sorted(extra)}; expected {sorted(known)}"
+        )
     missing = [a.name for a in feeds if a.name not in inputs]
     if missing:
         raise ValueError(f"missing inputs {missing}")
@@ -274,8 +277,9 @@ def run(model: ModelIR, inputs: Mapping[str, np.ndarray], subgraph: int | None =
         spec = model.tensors[a.tensor]
         x = np.asarray(inputs[a.name])
         if x.dtype != np_dtype(spec.dtype):
-            raise TypeError(f"input {a.name!r} has dtype {x.dtype}, expected "
-                            f"{DType(spec.dtype).name.lower()}")  # fmt: skip
+            raise TypeError(
+                f"input {a.name!r} has dtype {x.dtype}, expected {DType(spec.dtype).name.lower()}"
+            )
         counts.add(_batches(a.name, x, spec.shape))
         arrays[a.name] = x.reshape(-1, *spec.shape)
     if len(counts) > 1:

@@ -27,7 +27,7 @@ class DeviceManager:
         return _config.num_devices()
 
     def ipu_hardware_version(self) -> str:
-        """"ipu2" (GC200, IPU-M2000/Bow) or "ipu21" (C600), like PopRT."""
+        """ "ipu2" (GC200, IPU-M2000/Bow) or "ipu21" (C600), like PopRT."""
         return _config.ipu_version()
 
     def get_device(self, num_ipus: int = 1) -> Device:

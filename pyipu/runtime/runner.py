@@ -87,12 +87,15 @@ class Runner:
         _live_runners.add(self)
 
     # --- descriptors -------------------------------------------------------------------------
+    def _of_direction(self, direction: int) -> list[DataDesc]:
+        return [d for d, k in zip(self._anchors, self._directions, strict=True) if k == direction]
+
     def get_model_inputs(self) -> list[DataDesc]:
         """All input anchors, including weights stored in the PopEF (popef_contains_tensor_data)."""
-        return [d for d, k in zip(self._anchors, self._directions) if k == _INPUT]
+        return self._of_direction(_INPUT)
 
     def get_model_outputs(self) -> list[DataDesc]:
-        return [d for d, k in zip(self._anchors, self._directions) if k == _OUTPUT]
+        return self._of_direction(_OUTPUT)
 
     def get_execute_inputs(self) -> list[DataDesc]:
         """Inputs a request must (or, for fused models, may) provide."""
@@ -155,7 +158,7 @@ class Runner:
         i = self._index_of.get(name)
         kind = "input" if direction == _INPUT else "output"
         if i is None or self._directions[i] != direction:
-            known = [d.name for d, k in zip(self._anchors, self._directions) if k == direction]
+            known = [d.name for d in self._of_direction(direction)]
             raise InvalidArgumentError(f"unknown {kind} anchor {name!r}; the model has {known}")
         if self._anchors[i].popef_contains_tensor_data:
             raise InvalidArgumentError(

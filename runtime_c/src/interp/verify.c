@@ -64,11 +64,9 @@ static bool same_shape(const ipu__tensor *a, const ipu__tensor *b) {
 
 static uint64_t ceil_div(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
 
-static ipu_status alloc_plan(size_t size, void **out) {
-    void *p = ipu__calloc(1, size);
-    if (!p) return ipu__fail(IPU_ERR_NOMEM, "out of memory allocating an instruction plan");
-    *out = p;
-    return IPU_OK;
+static void *alloc_plan(size_t size) { return ipu__calloc(1, size); }
+static ipu_status plan_nomem(void) {
+    return ipu__fail(IPU_ERR_NOMEM, "out of memory allocating an instruction plan");
 }
 
 /* Drop size-1 dims and merge dims that are contiguous in every stride array (s2 may be NULL). */
@@ -120,6 +118,13 @@ static ipu_status check_bcast(const vctx *v, const ipu__tensor *a, const ipu__te
     char s1[160], s2[160], s3[160];
     uint32_t an = a->desc.ndim - skip, bn = b->desc.ndim - skip, yn = y->desc.ndim - skip;
     uint32_t nd = an > bn ? an : bn;
+    for (uint32_t i = 0; i < nd; i++) {
+        int64_t da = i < an ? a->desc.dims[an - 1 - i] : 1;
+        int64_t db = i < bn ? b->desc.dims[bn - 1 - i] : 1;
+        if (da != db && da != 1 && db != 1)
+            return bad(v, "%s do not broadcast: a%s vs b%s", what, shape_str(s1, sizeof s1, a),
+                       shape_str(s2, sizeof s2, b));
+    }
     if (yn != nd)
         return bad(v, "output %s has %u dims, expected %u: a%s b%s y%s", what, yn, nd,
                    shape_str(s1, sizeof s1, a), shape_str(s2, sizeof s2, b),
@@ -127,12 +132,7 @@ static ipu_status check_bcast(const vctx *v, const ipu__tensor *a, const ipu__te
     for (uint32_t i = 0; i < nd; i++) {
         int64_t da = i < an ? a->desc.dims[an - 1 - i] : 1;
         int64_t db = i < bn ? b->desc.dims[bn - 1 - i] : 1;
-        int64_t dy = y->desc.dims[yn - 1 - i], want;
-        if (da == db || db == 1) want = da;
-        else if (da == 1) want = db;
-        else
-            return bad(v, "%s do not broadcast: a%s vs b%s", what, shape_str(s1, sizeof s1, a),
-                       shape_str(s2, sizeof s2, b));
+        int64_t dy = y->desc.dims[yn - 1 - i], want = da == 1 ? db : da;
         if (dy != want)
             return bad(v, "output %s y%s is not the broadcast of a%s and b%s", what,
                        shape_str(s3, sizeof s3, y), shape_str(s1, sizeof s1, a),
@@ -144,8 +144,8 @@ static ipu_status check_bcast(const vctx *v, const ipu__tensor *a, const ipu__te
 static ipu_status plan_bcast(const vctx *v, const ipu__tensor *a, const ipu__tensor *b,
                              const ipu__tensor *y, ipu__instr *ins) {
     ipu__bcast_plan *p;
-    ipu_status st = alloc_plan(sizeof *p, (void **)&p);
-    if (st) return st;
+    p = alloc_plan(sizeof *p);
+    if (!p) return plan_nomem();
     uint32_t nd = y->desc.ndim;
     memcpy(p->shape, y->desc.dims, sizeof p->shape);
     bcast_strides(a, 0, nd, y->desc.dims, p->sa);
@@ -179,7 +179,7 @@ static ipu_status v_matmul(const vctx *v, const ipu__tensor *a, const ipu__tenso
         return bad(v, "output y%s, expected [...,%lld,%lld]", shape_str(s3, sizeof s3, y),
                    (long long)M, (long long)N);
     ipu__mm_plan *p;
-    if ((st = alloc_plan(sizeof *p, (void **)&p))) return st;
+    if (!(p = alloc_plan(sizeof *p))) return plan_nomem();
     uint32_t nb = yn - 2;
     memcpy(p->bshape, y->desc.dims, sizeof(int64_t) * nb);
     bcast_strides(a, 2, nb, y->desc.dims, p->abs);
@@ -230,8 +230,8 @@ static ipu_status v_gemm(const vctx *v, const ipu__tensor *const *in, const ipu_
                        (long long)M, (long long)N);
     }
     ipu__mm_plan *p;
-    ipu_status st = alloc_plan(sizeof *p, (void **)&p);
-    if (st) return st;
+    p = alloc_plan(sizeof *p);
+    if (!p) return plan_nomem();
     double alpha, beta;
     memcpy(&alpha, &ins->attr[2], sizeof alpha);
     memcpy(&beta, &ins->attr[3], sizeof beta);
@@ -285,8 +285,8 @@ static ipu_status v_concat(const vctx *v, const ipu__tensor *const *in, const ip
         return bad(v, "input sizes along axis %lld sum to %llu, output has %lld", (long long)axis,
                    (unsigned long long)sum, (long long)y->desc.dims[axis]);
     ipu__concat_plan *p;
-    ipu_status st = alloc_plan(sizeof *p + 2 * sizeof(uint64_t) * ins->n_in, (void **)&p);
-    if (st) return st;
+    p = alloc_plan(sizeof *p + 2 * sizeof(uint64_t) * ins->n_in);
+    if (!p) return plan_nomem();
     p->outer = outer;
     p->n_in = ins->n_in;
     p->yrow = (uint64_t)y->desc.dims[axis] * inner;
@@ -322,8 +322,8 @@ static ipu_status v_red(const vctx *v, const ipu__tensor *x, const ipu__tensor *
                    (unsigned long long)y->numel);
     }
     ipu__red_plan *p;
-    ipu_status st = alloc_plan(sizeof *p, (void **)&p);
-    if (st) return st;
+    p = alloc_plan(sizeof *p);
+    if (!p) return plan_nomem();
     p->dtype = y->desc.dtype;
     p->outer = (int64_t)o;
     p->red = (int64_t)r;
@@ -352,8 +352,8 @@ static ipu_status v_transpose(const vctx *v, const ipu__tensor *x, const ipu__te
                        shape_str(s1, sizeof s1, y), shape_str(s2, sizeof s2, x), i, (long long)q);
     }
     ipu__transpose_plan *p;
-    ipu_status st = alloc_plan(sizeof *p, (void **)&p);
-    if (st) return st;
+    p = alloc_plan(sizeof *p);
+    if (!p) return plan_nomem();
     int64_t xs[IPU_MAX_DIMS], s = 1;
     for (uint32_t d = nd; d-- > 0;) {
         xs[d] = s;
@@ -375,8 +375,8 @@ static ipu_status v_transpose(const vctx *v, const ipu__tensor *x, const ipu__te
 static ipu_status plan_flat(ipu__instr *ins, uint64_t count, uint64_t block, ipu_dtype src,
                             ipu_dtype dst) {
     ipu__flat_plan *p;
-    ipu_status st = alloc_plan(sizeof *p, (void **)&p);
-    if (st) return st;
+    p = alloc_plan(sizeof *p);
+    if (!p) return plan_nomem();
     p->count = count;
     p->src = src;
     p->dst = dst;
@@ -468,8 +468,8 @@ ipu_status ipu__verify_instr(const ipu_executable *e, uint32_t program_id, int i
     switch (op) {
         case IPU_OP_BIND: {
             ipu__plan *p;
-            ipu_status st = alloc_plan(sizeof *p, (void **)&p);
-            if (st) return st;
+            p = alloc_plan(sizeof *p);
+            if (!p) return plan_nomem();
             p->work = 1;
             p->fn = ipu__select_kernel(op, dt);
             ins->plan = p;

@@ -331,18 +331,23 @@ ipu_status ipu_runtime_submit(ipu_runtime *rt, const ipu_request_desc *desc, ipu
         /* The runtime closed while this request was being queued (push_slot only fails with
          * IPU_ERR_CLOSED). Choice: if no slot was pushed, nothing refers to the request and the
          * submit fails with IPU_ERR_CLOSED (the done callback is never called). If some slots
-         * were pushed, the request has been accepted: the device or close() will find those
-         * slots and complete it, exactly once, with IPU_ERR_CLOSED - so submit succeeds and
-         * the caller observes the failure through wait/the done callback. The device never
-         * computes on a partial batch: it re-checks `closed` whenever a slot is missing, and
-         * close() drains every ring after joining the device, under submit_mu. */
-        atomic_fetch_sub(&req->refs, total - pushed);
+         * were pushed, the request has been accepted (the device may even have run some of its
+         * batches): submit succeeds and the request completes, exactly once, with
+         * IPU_ERR_CLOSED - it can never succeed, since its last batch was never queued. Its
+         * queued slots may all have been consumed already, so it is handed to close() as the
+         * runtime's single "orphan" (holding one reference): close() takes submit_mu after
+         * joining the device - so after this store - and completes it on the closing thread,
+         * like every request failed by close. Only one orphan can exist: any later submitter
+         * sees `closed` under submit_mu and queues nothing. The device never computes on a
+         * partial batch: it re-checks `closed` whenever a slot is missing. */
         if (pushed == 0) {
             atomic_fetch_sub_explicit(&rt->st_submitted, 1, memory_order_relaxed);
             pthread_mutex_unlock(&rt->submit_mu);
             request_free(req);
             return ipu__fail(IPU_ERR_CLOSED, "submit: the runtime is closed");
         }
+        atomic_fetch_sub(&req->refs, total - pushed - 1); /* keep one for the orphan */
+        rt->orphan = req;
     }
     pthread_mutex_unlock(&rt->submit_mu);
     *out = req;

@@ -236,13 +236,22 @@ ipu_status ipu_runtime_close(ipu_runtime *rt) {
         /* 2. The device finishes its iteration (or abandons it if a slot is missing) and exits. */
         if (rt->device_started) pthread_join(rt->device, NULL);
         rt->device_started = 0;
-        /* 3. Wait out a submitter that is still pushing (it sees `closed` and stops), then fail
-         * every request with queued slots. Later submits see `closed` and queue nothing. */
+        /* 3. Wait out a submitter that is still pushing (it sees `closed` and stops); any later
+         * submitter sees `closed` under submit_mu and queues nothing, so after this barrier
+         * the rings have no producer. Then fail every request with queued slots, and the
+         * orphan (see request.c), outside submit_mu: done callbacks run outside runtime locks. */
         pthread_mutex_lock(&rt->submit_mu);
+        ipu_request *orphan = rt->orphan;
+        rt->orphan = NULL;
+        pthread_mutex_unlock(&rt->submit_mu);
         drain(rt, rt->ctrl);
         for (uint32_t a = 0; a < rt->num_anchors; a++)
             if (rt->rings[a]) drain(rt, rt->rings[a]);
-        pthread_mutex_unlock(&rt->submit_mu);
+        if (orphan) {
+            ipu__request_complete(rt, orphan, IPU_ERR_CLOSED,
+                                  "runtime closed while the request was being submitted");
+            ipu__request_unref(orphan);
+        }
         /* 4. Join the compute helpers. */
         ipu__pool_destroy(rt->pool);
         rt->pool = NULL;

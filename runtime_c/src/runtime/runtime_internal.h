@@ -100,6 +100,7 @@ struct ipu_runtime {
     int device_started;
     int close_done; /* under close_mu */
     bool submitted; /* under submit_mu */
+    ipu_request *orphan; /* under submit_mu: partially queued when close began (request.c) */
 
     _Alignas(64) atomic_uint_fast64_t push_seq;
     atomic_int dev_waiting;

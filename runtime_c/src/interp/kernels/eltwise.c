@@ -1,13 +1,20 @@
 /* Element-wise kernels: ADD/SUB/MUL/DIV with numpy broadcasting and RELU, for float32, float16
  * (computed in float32), int32 and int64 (wrap-around, computed in unsigned types; division
  * truncates, x/0 == 0, MIN/-1 == MIN). Work item = IPU__ELT_BLOCK output elements. */
-#include <immintrin.h>
 #include <string.h>
 
 #include "kernels.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#define IPU_X86 1
+#include <immintrin.h>
+#else
+#define IPU_X86 0
+#endif
+
 /* ---- fp16 bulk conversion ------------------------------------------------------------------ */
 
+#if IPU_X86
 __attribute__((target("avx,f16c"))) static void h2f_f16c(const uint16_t *s, float *d, size_t n) {
     size_t i = 0;
     for (; i + 8 <= n; i += 8)
@@ -23,19 +30,25 @@ __attribute__((target("avx,f16c"))) static void f2h_f16c(const float *s, uint16_
     for (; i < n; i++) d[i] = ipu__f32_to_f16(s[i]);
 }
 
+#endif
+
 void ipu__cvt_f16_to_f32(const uint16_t *src, float *dst, size_t n) {
+#if IPU_X86
     if (__builtin_cpu_supports("f16c")) {
         h2f_f16c(src, dst, n);
         return;
     }
+#endif
     for (size_t i = 0; i < n; i++) dst[i] = ipu__f16_to_f32(src[i]);
 }
 
 void ipu__cvt_f32_to_f16(const float *src, uint16_t *dst, size_t n) {
+#if IPU_X86
     if (__builtin_cpu_supports("f16c")) {
         f2h_f16c(src, dst, n);
         return;
     }
+#endif
     for (size_t i = 0; i < n; i++) dst[i] = ipu__f32_to_f16(src[i]);
 }
 
@@ -199,7 +212,7 @@ BIN_KERNEL(div, i64)
 #undef div_i32
 #undef div_i64
 
-/* RELU: y = x < 0 ? 0 : x (NaN and -0.0 pass through, like np.maximum(x, 0)). */
+/* RELU: y = max(x, 0) like the reference's np.maximum(x, 0): NaN propagates, -0.0 -> +0.0. */
 #define RELU_KERNEL(sfx, T)                                                                      \
     ipu_status ipu__k_relu_##sfx(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e, \
                                  void *scratch) {                                                \
@@ -208,7 +221,10 @@ BIN_KERNEL(div, i64)
         elt_range(ins->plan, b, e, &lo, &hi);                                                    \
         const T *x = (const T *)f->ptr[ins->in[0]];                                              \
         T *restrict y = (T *)f->ptr[ins->out[0]];                                                \
-        for (uint64_t i = lo; i < hi; i++) y[i] = x[i] < 0 ? (T)0 : x[i];                        \
+        for (uint64_t i = lo; i < hi; i++) {                                                     \
+            T v = x[i];                                                                          \
+            y[i] = (v > 0 || v != v) ? v : (T)0;                                                 \
+        }                                                                                        \
         return IPU_OK;                                                                           \
     }
 RELU_KERNEL(f32, float)
@@ -223,9 +239,9 @@ ipu_status ipu__k_relu_f16(const ipu__frame *f, const ipu__instr *ins, size_t b,
     const uint16_t *x = f->ptr[ins->in[0]];
     uint16_t *restrict y = f->ptr[ins->out[0]];
     for (uint64_t i = lo; i < hi; i++) {
-        uint16_t h = x[i], mag = h & 0x7fffu;
-        /* negative, nonzero and not NaN -> +0 */
-        y[i] = ((h & 0x8000u) && mag != 0 && mag <= 0x7c00u) ? (uint16_t)0 : h;
+        uint16_t h = x[i];
+        /* sign bit set and not NaN (incl. -0.0) -> +0 */
+        y[i] = ((h & 0x8000u) && (h & 0x7fffu) <= 0x7c00u) ? (uint16_t)0 : h;
     }
     return IPU_OK;
 }

@@ -3,13 +3,19 @@
  * B is packed in K-blocks of KC rows into NR-wide column panels (Bp[panel][k][NR]), A into
  * MR-tall row panels (Ap[panel][k][MR]); both are zero-padded, so the register-blocked
  * micro-kernel always computes a full MR x NR tile (edge tiles go through a small buffer).
- * Micro-kernels: AVX-512 (12 x 32), AVX2+FMA (6 x 16) and portable C (4 x 16), chosen at run
+ * Micro-kernels: AVX-512 (12 x 32), AVX2+FMA (6 x 16) and portable C (6 x 8), chosen at run
  * time with __builtin_cpu_supports. Packing buffers live in the caller's scratch. fp16 operands
  * are converted to float32 while packing. */
-#include <immintrin.h>
 #include <string.h>
 
 #include "kernels.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#define IPU_X86 1
+#include <immintrin.h>
+#else
+#define IPU_X86 0
+#endif
 
 #define KC 256
 #define MAX_MR 16
@@ -20,6 +26,7 @@ typedef void (*ukr_fn)(int64_t kc, const float *ap, const float *bp, float *c, i
 
 /* ---- micro-kernels -------------------------------------------------------------------------- */
 
+#if IPU_X86
 #define MR512 12
 __attribute__((target("avx512f"))) static void ukr_avx512(int64_t kc, const float *ap,
                                                           const float *bp, float *c, int64_t ldc,
@@ -81,22 +88,40 @@ __attribute__((target("avx2,fma"))) static void ukr_avx2(int64_t kc, const float
     }
 }
 
-#define MRP 4
-#define NRP 16
+#endif
+
+/* Portable: GCC vector extensions (SSE2 / NEON / scalar code generation as available). */
+#define MRP 6
+#define NRP 8
+typedef float v4f __attribute__((vector_size(16)));
 static void ukr_portable(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc,
                          int acc) {
-    float t[MRP][NRP];
-    memset(t, 0, sizeof t);
+    v4f c0[MRP], c1[MRP];
+    for (int i = 0; i < MRP; i++) c0[i] = c1[i] = (v4f){0, 0, 0, 0};
     for (int64_t k = 0; k < kc; k++) {
+        v4f b0, b1;
+        memcpy(&b0, bp, sizeof b0);
+        memcpy(&b1, bp + 4, sizeof b1);
         for (int i = 0; i < MRP; i++) {
-            float a = ap[i];
-            for (int j = 0; j < NRP; j++) t[i][j] += a * bp[j];
+            v4f a = {ap[i], ap[i], ap[i], ap[i]};
+            c0[i] += a * b0;
+            c1[i] += a * b1;
         }
         ap += MRP;
         bp += NRP;
     }
-    for (int i = 0; i < MRP; i++)
-        for (int j = 0; j < NRP; j++) c[i * ldc + j] = acc ? c[i * ldc + j] + t[i][j] : t[i][j];
+    for (int i = 0; i < MRP; i++) {
+        float *r = c + i * ldc;
+        if (acc) {
+            v4f o0, o1;
+            memcpy(&o0, r, sizeof o0);
+            memcpy(&o1, r + 4, sizeof o1);
+            c0[i] += o0;
+            c1[i] += o1;
+        }
+        memcpy(r, &c0[i], sizeof c0[i]);
+        memcpy(r + 4, &c1[i], sizeof c1[i]);
+    }
 }
 
 typedef struct ukr_desc {
@@ -107,15 +132,19 @@ typedef struct ukr_desc {
 static const ukr_desc UKRS[4] = {
     {ukr_portable, MRP, NRP, 1},
     {ukr_portable, MRP, NRP, 1},
+#if IPU_X86
     {ukr_avx2, MR256, 16, 2},
     {ukr_avx512, MR512, 32, 3},
+#endif
 };
 
 static int forced_isa; /* 0 = auto; set by tests only (relaxed atomics) */
 
 static int best_isa(void) {
+#if IPU_X86
     if (__builtin_cpu_supports("avx512f")) return 3;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return 2;
+#endif
     return 1;
 }
 

@@ -1,0 +1,97 @@
+"""Executable: a compiled model as container bytes and/or its ModelIR (poprt.compiler.Executable).
+
+Compiled in-process it holds the ModelIR and encodes the container on first `to_bytes()` (which
+needs pyipu._core, the C writer). Loaded from a file or bytes it holds the container and decodes
+the ModelIR on first use of `.program` (pure Python), so `run_reference` works either way.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+import numpy as np
+
+from pyipu.compiler.ir import Direction, ModelIR
+from pyipu.compiler.serialize import decode, encode_container
+
+
+class Executable:
+    """`Executable(path)` loads a PopEF file; `Executable.from_bytes(b)` an in-memory image."""
+
+    def __init__(self, path: str | os.PathLike | None = None) -> None:
+        self._bytes: bytes | None = None
+        self._program: ModelIR | None = None
+        if path is not None:
+            with open(path, "rb") as f:
+                self._bytes = f.read()
+
+    @classmethod
+    def from_bytes(cls, data: bytes | bytearray | memoryview) -> Executable:
+        exe = cls()
+        exe._bytes = bytes(data)
+        return exe
+
+    @classmethod
+    def from_program(cls, program: ModelIR) -> Executable:
+        exe = cls()
+        exe._program = program
+        return exe
+
+    @property
+    def program(self) -> ModelIR:
+        """The ModelIR (decoded from the container on first use; ValueError if malformed)."""
+        if self._program is None:
+            if self._bytes is None:
+                raise ValueError("empty Executable: load a file or use from_bytes()")
+            self._program = decode(self._bytes)
+        return self._program
+
+    def to_bytes(self, compiler_hash: int | None = None) -> bytes:
+        """The container image (PopEF file contents)."""
+        if self._bytes is None or compiler_hash is not None:
+            data = encode_container(self.program, compiler_hash=compiler_hash)
+            if compiler_hash is not None:
+                return data
+            self._bytes = data
+        return self._bytes
+
+    def save(self, path: str | os.PathLike) -> None:
+        data = self.to_bytes()
+        tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+
+    def run_reference(
+        self, inputs: Mapping[str, np.ndarray], subgraph: int | None = None
+    ) -> dict[str, np.ndarray]:
+        """Run the NumPy reference interpreter (see pyipu.reference.run)."""
+        from pyipu.reference import run
+
+        return run(self.program, inputs, subgraph)
+
+    @property
+    def input_names(self) -> list[str]:
+        """Names of the inputs a caller feeds (weights bound from tensor data excluded)."""
+        return [
+            a.name
+            for a in self.program.anchors
+            if a.direction == Direction.INPUT and not a.has_tensor_data
+        ]
+
+    @property
+    def output_names(self) -> list[str]:
+        return [a.name for a in self.program.anchors if a.direction == Direction.OUTPUT]
+
+    def summary(self) -> str:
+        return self.program.summary()
+
+    def __repr__(self) -> str:
+        if self._program is None and self._bytes is not None:
+            return f"<Executable {len(self._bytes)} bytes>"
+        p = self.program
+        return (
+            f"<Executable {len(p.anchors)} anchors, {p.num_subgraphs} subgraph(s), "
+            f"arena {p.arena_size} bytes>"
+        )

@@ -1,0 +1,66 @@
+"""float32 → float16 model conversion (--precision fp16, fusion YAML `precision: fp16`).
+
+Converts the declared types of graph inputs, outputs and value_info, initializers, Constant and
+ConstantOfShape values and Cast(to=FLOAT) targets, in nested graphs too. Everything else (ops,
+int tensors) is left alone, so the converted model computes the same graph in half precision.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import AttributeProto, GraphProto, TensorProto, helper, numpy_helper
+
+
+def _half_tensor(t: TensorProto) -> None:
+    if t.data_type == TensorProto.FLOAT:
+        half = numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float16), t.name)
+        t.CopyFrom(half)
+
+
+def _convert_graph(g: GraphProto) -> None:
+    for vi in (*g.input, *g.output, *g.value_info):
+        tt = vi.type.tensor_type
+        if vi.type.HasField("tensor_type") and tt.elem_type == TensorProto.FLOAT:
+            tt.elem_type = TensorProto.FLOAT16
+    for init in g.initializer:
+        _half_tensor(init)
+    for node in g.node:
+        for attr in list(node.attribute):
+            if attr.type == AttributeProto.TENSOR:
+                _half_tensor(attr.t)
+            elif attr.type == AttributeProto.GRAPH:
+                _convert_graph(attr.g)
+            elif attr.type == AttributeProto.GRAPHS:
+                for sub in attr.graphs:
+                    _convert_graph(sub)
+        if node.op_type == "Constant":
+            _constant_float_attrs(node)
+        if node.op_type == "Cast":
+            for attr in node.attribute:
+                if attr.name == "to" and attr.i == TensorProto.FLOAT:
+                    attr.i = TensorProto.FLOAT16
+
+
+def _constant_float_attrs(node: onnx.NodeProto) -> None:
+    """Constant(value_float[s]=...) yields float32: rewrite it as a float16 tensor value."""
+    for attr in list(node.attribute):
+        if attr.name in ("value_float", "value_floats"):
+            v = helper.get_attribute_value(attr)
+            arr = np.array(v, dtype=np.float16)
+            node.attribute.remove(attr)
+            node.attribute.append(helper.make_attribute("value", numpy_helper.from_array(arr)))
+
+
+def convert_to_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of `model` with float32 replaced by float16 (see the module docstring)."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    _convert_graph(out.graph)
+    for f in out.functions:
+        for node in f.node:
+            if node.op_type == "Cast":
+                for attr in node.attribute:
+                    if attr.name == "to" and attr.i == TensorProto.FLOAT:
+                        attr.i = TensorProto.FLOAT16
+    return out

@@ -1,0 +1,198 @@
+/* REDUCE_SUM, REDUCE_MEAN and SOFTMAX over the middle axis of x viewed as [outer, red, inner].
+ * Work item = (outer index, block of IPU__RED_IB inner columns). Floats accumulate in float32
+ * (float16 is converted on load), integers in their own type (wrapping; computed in uint64 and
+ * truncated); integer mean = wrapped sum / reduce, truncating toward zero; reduce == 0 gives sum 0, float mean NaN, integer mean 0. */
+#include <math.h>
+#include <string.h>
+
+#include "kernels.h"
+
+#define IB IPU__RED_IB
+#define CH 256 /* conversion chunk for contiguous rows */
+
+typedef struct red_item {
+    int64_t o, c0, w; /* outer index, first column, number of columns */
+} red_item;
+
+static red_item red_item_of(const ipu__red_plan *p, size_t it) {
+    red_item r;
+    r.o = (int64_t)((uint64_t)it / (uint64_t)p->nib);
+    r.c0 = (int64_t)((uint64_t)it % (uint64_t)p->nib) * IB;
+    r.w = p->inner - r.c0 < IB ? p->inner - r.c0 : IB;
+    return r;
+}
+
+/* Load n floats of a float32/float16 tensor starting at element `off`. Returns a pointer to
+ * them (into x itself for float32, else into buf). */
+static const float *ldf(const void *x, int f16, int64_t off, float *buf, int64_t n) {
+    if (!f16) return (const float *)x + off;
+    ipu__cvt_f16_to_f32((const uint16_t *)x + off, buf, (size_t)n);
+    return buf;
+}
+
+static void stf(void *y, int f16, int64_t off, const float *v, int64_t n) {
+    if (f16)
+        ipu__cvt_f32_to_f16(v, (uint16_t *)y + off, (size_t)n);
+    else if ((const float *)y + off != v)
+        memcpy((float *)y + off, v, sizeof(float) * (size_t)n);
+}
+
+/* Sum of a contiguous run with 8 interleaved partial sums (fixed order, vectorisable). */
+static float sum_run(const float *v, int64_t n, float *part) {
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8)
+        for (int l = 0; l < 8; l++) part[l] += v[j + l];
+    float t = 0.0f;
+    for (; j < n; j++) t += v[j];
+    return t;
+}
+
+static ipu_status reduce_float(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
+                               int f16, int mean) {
+    const ipu__red_plan *p = ins->plan;
+    const void *x = f->ptr[ins->in[0]];
+    void *y = f->ptr[ins->out[0]];
+    float acc[IB], buf[IB > CH ? IB : CH];
+    for (size_t it = b; it < e; it++) {
+        red_item r = red_item_of(p, it);
+        int64_t base = r.o * p->red * p->inner + r.c0;
+        if (p->inner == 1) {
+            float part[8] = {0}, tail = 0.0f;
+            for (int64_t j = 0; j < p->red; j += CH) {
+                int64_t n = p->red - j < CH ? p->red - j : CH;
+                tail += sum_run(ldf(x, f16, base + j, buf, n), n, part);
+            }
+            acc[0] = ((part[0] + part[1]) + (part[2] + part[3])) +
+                     ((part[4] + part[5]) + (part[6] + part[7])) + tail;
+        } else {
+            for (int64_t c = 0; c < r.w; c++) acc[c] = 0.0f;
+            for (int64_t k = 0; k < p->red; k++) {
+                const float *row = ldf(x, f16, base + k * p->inner, buf, r.w);
+                for (int64_t c = 0; c < r.w; c++) acc[c] += row[c];
+            }
+        }
+        if (mean) {
+            float d = (float)p->red;
+            for (int64_t c = 0; c < r.w; c++) acc[c] = p->red ? acc[c] / d : NAN;
+        }
+        stf(y, f16, r.o * p->inner + r.c0, acc, r.w);
+    }
+    return IPU_OK;
+}
+
+#define INT_REDUCE(sfx, T, U)                                                                  \
+    static ipu_status reduce_##sfx(const ipu__frame *f, const ipu__instr *ins, size_t b,       \
+                                   size_t e, int mean) {                                       \
+        const ipu__red_plan *p = ins->plan;                                                    \
+        const T *x = f->ptr[ins->in[0]];                                                       \
+        T *y = f->ptr[ins->out[0]];                                                            \
+        uint64_t acc[IB];                                                                      \
+        for (size_t it = b; it < e; it++) {                                                    \
+            red_item r = red_item_of(p, it);                                                   \
+            const T *xb = x + r.o * p->red * p->inner + r.c0;                                  \
+            for (int64_t c = 0; c < r.w; c++) acc[c] = 0;                                      \
+            for (int64_t k = 0; k < p->red; k++) {                                             \
+                const T *row = xb + k * p->inner;                                              \
+                for (int64_t c = 0; c < r.w; c++) acc[c] += (uint64_t)(int64_t)row[c];         \
+            }                                                                                  \
+            T *yr = y + r.o * p->inner + r.c0;                                                 \
+            for (int64_t c = 0; c < r.w; c++) {                                                \
+                int64_t s = (int64_t)(T)(U)acc[c]; /* the sum wraps in T */                    \
+                if (mean) s = p->red ? s / p->red : 0;                                         \
+                yr[c] = (T)s;                                                                  \
+            }                                                                                  \
+        }                                                                                      \
+        return IPU_OK;                                                                         \
+    }
+INT_REDUCE(i32, int32_t, uint32_t)
+INT_REDUCE(i64, int64_t, uint64_t)
+
+#define RED_KERNELS(op, mean)                                                                   \
+    ipu_status ipu__k_##op##_f32(const ipu__frame *f, const ipu__instr *ins, size_t b,         \
+                                 size_t e, void *s) {                                          \
+        (void)s;                                                                               \
+        return reduce_float(f, ins, b, e, 0, mean);                                            \
+    }                                                                                          \
+    ipu_status ipu__k_##op##_f16(const ipu__frame *f, const ipu__instr *ins, size_t b,         \
+                                 size_t e, void *s) {                                          \
+        (void)s;                                                                               \
+        return reduce_float(f, ins, b, e, 1, mean);                                            \
+    }                                                                                          \
+    ipu_status ipu__k_##op##_i32(const ipu__frame *f, const ipu__instr *ins, size_t b,         \
+                                 size_t e, void *s) {                                          \
+        (void)s;                                                                               \
+        return reduce_i32(f, ins, b, e, mean);                                                 \
+    }                                                                                          \
+    ipu_status ipu__k_##op##_i64(const ipu__frame *f, const ipu__instr *ins, size_t b,         \
+                                 size_t e, void *s) {                                          \
+        (void)s;                                                                               \
+        return reduce_i64(f, ins, b, e, mean);                                                 \
+    }
+RED_KERNELS(reduce_sum, 0)
+RED_KERNELS(reduce_mean, 1)
+
+/* ---- SOFTMAX: exp(x - max) / sum, three passes (max, sum, write) ---------------------------- */
+
+static inline float nanmax(float m, float v) { return (v > m || v != v) ? v : m; }
+
+static ipu_status softmax(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e, int f16) {
+    const ipu__red_plan *p = ins->plan;
+    const void *x = f->ptr[ins->in[0]];
+    void *y = f->ptr[ins->out[0]];
+    int64_t L = p->red;
+    float buf[IB > CH ? IB : CH], out[IB > CH ? IB : CH];
+    for (size_t it = b; it < e; it++) {
+        red_item r = red_item_of(p, it);
+        int64_t base = r.o * L * p->inner + r.c0;
+        if (p->inner == 1) {
+            float m = -INFINITY, s = 0.0f;
+            for (int64_t j = 0; j < L; j += CH) {
+                int64_t n = L - j < CH ? L - j : CH;
+                const float *v = ldf(x, f16, base + j, buf, n);
+                for (int64_t i = 0; i < n; i++) m = nanmax(m, v[i]);
+            }
+            for (int64_t j = 0; j < L; j += CH) {
+                int64_t n = L - j < CH ? L - j : CH;
+                const float *v = ldf(x, f16, base + j, buf, n);
+                for (int64_t i = 0; i < n; i++) s += expf(v[i] - m);
+            }
+            for (int64_t j = 0; j < L; j += CH) {
+                int64_t n = L - j < CH ? L - j : CH;
+                const float *v = ldf(x, f16, base + j, buf, n);
+                for (int64_t i = 0; i < n; i++) out[i] = expf(v[i] - m) / s;
+                stf(y, f16, base + j, out, n);
+            }
+            continue;
+        }
+        float mx[IB], sm[IB];
+        for (int64_t c = 0; c < r.w; c++) {
+            mx[c] = -INFINITY;
+            sm[c] = 0.0f;
+        }
+        for (int64_t k = 0; k < L; k++) {
+            const float *v = ldf(x, f16, base + k * p->inner, buf, r.w);
+            for (int64_t c = 0; c < r.w; c++) mx[c] = nanmax(mx[c], v[c]);
+        }
+        for (int64_t k = 0; k < L; k++) {
+            const float *v = ldf(x, f16, base + k * p->inner, buf, r.w);
+            for (int64_t c = 0; c < r.w; c++) sm[c] += expf(v[c] - mx[c]);
+        }
+        for (int64_t k = 0; k < L; k++) {
+            const float *v = ldf(x, f16, base + k * p->inner, buf, r.w);
+            for (int64_t c = 0; c < r.w; c++) out[c] = expf(v[c] - mx[c]) / sm[c];
+            stf(y, f16, base + k * p->inner, out, r.w);
+        }
+    }
+    return IPU_OK;
+}
+
+ipu_status ipu__k_softmax_f32(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
+                              void *scratch) {
+    (void)scratch;
+    return softmax(f, ins, b, e, 0);
+}
+ipu_status ipu__k_softmax_f16(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
+                              void *scratch) {
+    (void)scratch;
+    return softmax(f, ins, b, e, 1);
+}

@@ -1,0 +1,987 @@
+/* Kernel, verifier and executable tests.
+ *
+ * Most tests build a `struct ipu_executable` by hand (tensors laid out in a test arena), verify
+ * one instruction with ipu__verify_instr, run it over [0, work) and compare against a naive
+ * reference; then run it again split into uneven sub-ranges (in reverse order) and require
+ * byte-identical output. The last part builds real containers (writer -> reader ->
+ * ipu_executable_create), runs them, and checks malformed metadata / bad programs.
+ *
+ * `test_kernels --bench` prints single-thread sgemm GFLOP/s for n = 64..1024 instead. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "interp/interp.h"
+#include "interp/kernels/kernels.h"
+
+static int passed, failed;
+
+#define CHECK(cond, ...)                                         \
+    do {                                                         \
+        if (cond) {                                              \
+            passed++;                                            \
+        } else {                                                 \
+            failed++;                                            \
+            printf("%s:%d: FAILED: %s: ", __FILE__, __LINE__, #cond); \
+            printf(__VA_ARGS__);                                 \
+            printf("\n");                                        \
+        }                                                        \
+    } while (0)
+
+static uint64_t rng = 0x9e3779b97f4a7c15ULL;
+static uint32_t rnd(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 16);
+}
+static float rndf(void) { return (float)((int)(rnd() % 2001) - 1000) / 250.0f; }
+
+/* ---- hand-built executable ---------------------------------------------------------------- */
+
+#define MAXT 32
+typedef struct H {
+    ipu_executable e;
+    ipu__tensor t[MAXT];
+    void *ptr[MAXT];
+    uint8_t *arena;
+    uint64_t used, cap;
+    void *scratch;
+} H;
+
+static H *h_new(uint64_t cap) {
+    H *h = calloc(1, sizeof *h);
+    h->arena = aligned_alloc(64, cap);
+    h->cap = cap;
+    h->scratch = aligned_alloc(64, IPU__SCRATCH_BYTES);
+    h->e.tensors = h->t;
+    h->e.info.arena_size = cap;
+    return h;
+}
+static void h_free(H *h) {
+    free(h->arena);
+    free(h->scratch);
+    free(h);
+}
+
+static uint32_t h_tensor(H *h, ipu_dtype dt, uint32_t ndim, const int64_t *dims) {
+    uint32_t i = h->e.info.num_tensors++;
+    ipu__tensor *t = &h->t[i];
+    memset(t, 0, sizeof *t);
+    t->desc.dtype = dt;
+    t->desc.ndim = ndim;
+    uint64_t n = 1;
+    for (uint32_t d = 0; d < ndim; d++) {
+        t->desc.dims[d] = dims[d];
+        n *= (uint64_t)dims[d];
+    }
+    t->numel = n;
+    t->desc.nbytes = n * ipu_dtype_size(dt);
+    t->loc = IPU_LOC_ARENA;
+    t->offset = h->used;
+    h->used = (h->used + t->desc.nbytes + 63) & ~(uint64_t)63;
+    if (h->used > h->cap) {
+        printf("test arena too small\n");
+        exit(2);
+    }
+    h->ptr[i] = h->arena + t->offset;
+    return i;
+}
+#define T(h, dt, ...) \
+    h_tensor(h, IPU_DTYPE_##dt, sizeof((int64_t[]){__VA_ARGS__}) / 8, (int64_t[]){__VA_ARGS__})
+#define T0(h, dt) h_tensor(h, IPU_DTYPE_##dt, 0, NULL)
+
+typedef struct TI {
+    ipu__instr ins;
+    uint32_t in[8], out[1];
+    int64_t attr[16];
+} TI;
+
+static ipu_status ti_make(H *h, TI *ti, ipu_opcode op, uint32_t nin, const uint32_t *in,
+                          uint32_t out, uint32_t nattr, const int64_t *attr) {
+    memset(ti, 0, sizeof *ti);
+    ti->ins.op = op;
+    ti->ins.n_in = nin;
+    ti->ins.n_out = 1;
+    ti->ins.n_attr = nattr;
+    if (nin) memcpy(ti->in, in, sizeof(uint32_t) * nin);
+    ti->out[0] = out;
+    if (nattr) memcpy(ti->attr, attr, sizeof(int64_t) * nattr);
+    ti->ins.in = ti->in;
+    ti->ins.out = ti->out;
+    ti->ins.attr = ti->attr;
+    return ipu__verify_instr(&h->e, 7, 0, 3, &ti->ins);
+}
+
+/* Verify, run over [0, work), then again in uneven sub-ranges (reverse order); the outputs must
+ * be identical. Returns the output pointer (results of the full run). */
+static void *run(H *h, ipu_opcode op, uint32_t nin, const uint32_t *in, uint32_t out,
+                 uint32_t nattr, const int64_t *attr) {
+    TI ti;
+    ipu_status st = ti_make(h, &ti, op, nin, in, out, nattr, attr);
+    CHECK(st == IPU_OK, "verify %s: %s", ipu_opcode_name(op), ipu_last_error_message());
+    if (st) return h->ptr[out];
+    ipu__frame f = {&h->e, h->ptr};
+    size_t w = ipu__instr_work(&h->e, &ti.ins);
+    size_t nb = h->t[out].desc.nbytes;
+    memset(h->ptr[out], 0xA5, nb);
+    st = ipu__instr_run(&f, &ti.ins, 0, w, h->scratch);
+    CHECK(st == IPU_OK, "run %s", ipu_opcode_name(op));
+    if (w > 1) {
+        uint8_t *ref = malloc(nb);
+        memcpy(ref, h->ptr[out], nb);
+        memset(h->ptr[out], 0x5A, nb);
+        size_t cuts[8], nc = 0;
+        cuts[nc++] = w;
+        for (size_t c = w; nc < 6 && c > 1;) {
+            c = c > 3 ? c - 1 - rnd() % (c / 2) : c - 1;
+            cuts[nc++] = c;
+        }
+        cuts[nc++] = 0; /* descending: run the last range first */
+        for (size_t i = 0; i + 1 < nc; i++)
+            st |= ipu__instr_run(&f, &ti.ins, cuts[i + 1], cuts[i], h->scratch);
+        CHECK(st == IPU_OK && memcmp(ref, h->ptr[out], nb) == 0,
+              "%s: split run differs from full run (work %zu)", ipu_opcode_name(op), w);
+        free(ref);
+    }
+    CHECK(ipu__instr_run(&f, &ti.ins, 0, w + 1, h->scratch) == IPU_ERR_INTERNAL, "range check");
+    ipu__free(ti.ins.plan);
+    return h->ptr[out];
+}
+
+static ipu_status verify_only(H *h, ipu_opcode op, uint32_t nin, const uint32_t *in, uint32_t out,
+                              uint32_t nattr, const int64_t *attr) {
+    TI ti;
+    ipu_status st = ti_make(h, &ti, op, nin, in, out, nattr, attr);
+    ipu__free(ti.ins.plan);
+    return st;
+}
+
+static void fill_f32(H *h, uint32_t t) {
+    float *p = h->ptr[t];
+    for (uint64_t i = 0; i < h->t[t].numel; i++) p[i] = rndf();
+}
+static void fill_f16(H *h, uint32_t t) {
+    uint16_t *p = h->ptr[t];
+    for (uint64_t i = 0; i < h->t[t].numel; i++) p[i] = ipu__f32_to_f16(rndf());
+}
+static void fill_i32(H *h, uint32_t t) {
+    int32_t *p = h->ptr[t];
+    for (uint64_t i = 0; i < h->t[t].numel; i++) p[i] = (int32_t)(rnd() % 41) - 20;
+}
+static void fill_bytes(H *h, uint32_t t) {
+    uint8_t *p = h->ptr[t];
+    for (uint64_t i = 0; i < h->t[t].desc.nbytes; i++) p[i] = (uint8_t)rnd();
+}
+
+/* flat index into t (broadcast, right-aligned) of flat output index `i` of shape y */
+static uint64_t bidx(const ipu__tensor *t, const ipu__tensor *y, uint64_t i) {
+    uint64_t r = 0, s = 1;
+    uint32_t off = y->desc.ndim - t->desc.ndim;
+    for (uint32_t d = y->desc.ndim; d-- > 0;) {
+        uint64_t c = i % (uint64_t)y->desc.dims[d];
+        i /= (uint64_t)y->desc.dims[d];
+        if (d < off) continue;
+        int64_t td = t->desc.dims[d - off];
+        if (td != 1) r += c * s;
+        s *= (uint64_t)td;
+    }
+    return r;
+}
+
+/* ---- element-wise ------------------------------------------------------------------------- */
+
+static float fop(int op, float a, float b) {
+    switch (op) {
+        case IPU_OP_ADD: return a + b;
+        case IPU_OP_SUB: return a - b;
+        case IPU_OP_MUL: return a * b;
+        default: return a / b;
+    }
+}
+
+static void test_binary_f32(void) {
+    static const int64_t shapes[][3][4] = {
+        /* {ndim a, dims...}, {b}, {y} ; dims padded */
+        {{3, 2, 3, 4}, {2, 3, 1}, {3, 2, 3, 4}},
+        {{2, 100, 1000}, {1, 1000}, {2, 100, 1000}},
+        {{1, 1}, {2, 300, 200}, {2, 300, 200}},
+        {{3, 7, 1, 5}, {3, 1, 9, 1}, {3, 7, 9, 5}},
+        {{2, 40000, 1}, {2, 1, 3}, {2, 40000, 3}},
+        {{0}, {0}, {0}},
+    };
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        for (int op = IPU_OP_ADD; op <= IPU_OP_DIV; op++) {
+            H *h = h_new(8 << 20);
+            uint32_t a = h_tensor(h, IPU_DTYPE_FLOAT32, (uint32_t)shapes[s][0][0], &shapes[s][0][1]);
+            uint32_t b = h_tensor(h, IPU_DTYPE_FLOAT32, (uint32_t)shapes[s][1][0], &shapes[s][1][1]);
+            uint32_t y = h_tensor(h, IPU_DTYPE_FLOAT32, (uint32_t)shapes[s][2][0], &shapes[s][2][1]);
+            fill_f32(h, a);
+            fill_f32(h, b);
+            const float *r = run(h, (ipu_opcode)op, 2, (uint32_t[]){a, b}, y, 0, NULL);
+            const float *pa = h->ptr[a], *pb = h->ptr[b];
+            uint64_t bad = 0;
+            for (uint64_t i = 0; i < h->t[y].numel; i++) {
+                float want = fop(op, pa[bidx(&h->t[a], &h->t[y], i)], pb[bidx(&h->t[b], &h->t[y], i)]);
+                if (memcmp(&want, &r[i], 4) != 0) bad++;
+            }
+            CHECK(bad == 0, "binary f32 op %d shape %zu: %llu mismatches", op, s, (unsigned long long)bad);
+            h_free(h);
+        }
+    }
+}
+
+static void test_binary_f16_int(void) {
+    for (int op = IPU_OP_ADD; op <= IPU_OP_DIV; op++) {
+        H *h = h_new(1 << 20);
+        uint32_t a = T(h, FLOAT16, 5, 300), b = T(h, FLOAT16, 300), y = T(h, FLOAT16, 5, 300);
+        fill_f16(h, a);
+        fill_f16(h, b);
+        const uint16_t *r = run(h, (ipu_opcode)op, 2, (uint32_t[]){a, b}, y, 0, NULL);
+        const uint16_t *pa = h->ptr[a], *pb = h->ptr[b];
+        int bad = 0;
+        for (int i = 0; i < 1500; i++) {
+            uint16_t want = ipu__f32_to_f16(fop(op, ipu__f16_to_f32(pa[i]), ipu__f16_to_f32(pb[i % 300])));
+            bad += want != r[i] && !(isnan(ipu__f16_to_f32(want)) && isnan(ipu__f16_to_f32(r[i])));
+        }
+        CHECK(bad == 0, "binary f16 op %d: %d mismatches", op, bad);
+        h_free(h);
+    }
+    /* int32: wrap-around, division truncates, x/0 == 0, MIN/-1 == MIN; scalar broadcast */
+    H *h = h_new(1 << 20);
+    uint32_t a = T(h, INT32, 6), b = T(h, INT32, 6), s = T0(h, INT32), y = T(h, INT32, 6);
+    int32_t av[6] = {7, -7, INT32_MIN, 5, INT32_MAX, -9}, bv[6] = {2, 2, -1, 0, 2, -4};
+    memcpy(h->ptr[a], av, sizeof av);
+    memcpy(h->ptr[b], bv, sizeof bv);
+    *(int32_t *)h->ptr[s] = 3;
+    const int32_t *r = run(h, IPU_OP_DIV, 2, (uint32_t[]){a, b}, y, 0, NULL);
+    int32_t want_div[6] = {3, -3, INT32_MIN, 0, INT32_MAX / 2, 2};
+    CHECK(memcmp(r, want_div, sizeof want_div) == 0, "int32 div %d %d %d %d %d %d", r[0], r[1], r[2], r[3], r[4], r[5]);
+    r = run(h, IPU_OP_MUL, 2, (uint32_t[]){a, b}, y, 0, NULL);
+    CHECK(r[2] == INT32_MIN && r[4] == -2, "int32 mul wraps: %d %d", r[2], r[4]);
+    r = run(h, IPU_OP_ADD, 2, (uint32_t[]){s, a}, y, 0, NULL);
+    CHECK(r[4] == INT32_MIN + 2 && r[0] == 10, "int32 scalar add wraps: %d", r[4]);
+    r = run(h, IPU_OP_SUB, 2, (uint32_t[]){a, s}, y, 0, NULL);
+    CHECK(r[2] == INT32_MAX - 2 && r[5] == -12, "int32 sub: %d", r[2]);
+    h_free(h);
+    h = h_new(1 << 20);
+    a = T(h, INT64, 4);
+    b = T(h, INT64, 4);
+    y = T(h, INT64, 4);
+    int64_t a64[4] = {INT64_MAX, INT64_MIN, -9, 100}, b64[4] = {2, -1, 0, -7};
+    memcpy(h->ptr[a], a64, sizeof a64);
+    memcpy(h->ptr[b], b64, sizeof b64);
+    const int64_t *r64 = run(h, IPU_OP_MUL, 2, (uint32_t[]){a, b}, y, 0, NULL);
+    CHECK(r64[0] == -2 && r64[1] == INT64_MIN && r64[2] == 0 && r64[3] == -700, "int64 mul");
+    r64 = run(h, IPU_OP_DIV, 2, (uint32_t[]){a, b}, y, 0, NULL);
+    CHECK(r64[1] == INT64_MIN && r64[2] == 0 && r64[3] == -14, "int64 div");
+    r64 = run(h, IPU_OP_ADD, 2, (uint32_t[]){a, b}, y, 0, NULL);
+    CHECK(r64[0] == INT64_MIN + 1, "int64 add wraps");
+    h_free(h);
+}
+
+static void test_relu(void) {
+    H *h = h_new(1 << 20);
+    uint32_t x = T(h, FLOAT32, 20000), y = T(h, FLOAT32, 20000);
+    fill_f32(h, x);
+    float *px = h->ptr[x];
+    px[0] = NAN;
+    px[1] = -0.0f;
+    px[2] = -INFINITY;
+    const float *r = run(h, IPU_OP_RELU, 1, &x, y, 0, NULL);
+    int bad = 0;
+    for (int i = 3; i < 20000; i++) bad += r[i] != (px[i] < 0 ? 0.0f : px[i]);
+    CHECK(bad == 0 && isnan(r[0]) && r[1] == 0.0f && !signbit(r[1]) && r[2] == 0.0f, "relu f32");
+    uint32_t xh = T(h, FLOAT16, 7), yh = T(h, FLOAT16, 7);
+    uint16_t hv[7] = {0x3c00, 0xbc00, 0x8000, 0x7e00, 0xfe00, 0xfc00, 0x0001};
+    memcpy(h->ptr[xh], hv, sizeof hv);
+    const uint16_t *rh = run(h, IPU_OP_RELU, 1, &xh, yh, 0, NULL);
+    uint16_t wh[7] = {0x3c00, 0, 0, 0x7e00, 0xfe00, 0, 0x0001};
+    CHECK(memcmp(rh, wh, sizeof wh) == 0, "relu f16");
+    uint32_t xi = T(h, INT64, 3), yi = T(h, INT64, 3);
+    int64_t iv[3] = {-5, 0, 5};
+    memcpy(h->ptr[xi], iv, sizeof iv);
+    const int64_t *ri = run(h, IPU_OP_RELU, 1, &xi, yi, 0, NULL);
+    CHECK(ri[0] == 0 && ri[1] == 0 && ri[2] == 5, "relu i64");
+    h_free(h);
+}
+
+/* ---- matmul / gemm ------------------------------------------------------------------------ */
+
+static double max_rel_err(const float *got, const double *want, uint64_t n) {
+    double worst = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        double e = fabs(got[i] - want[i]) / (1.0 + fabs(want[i]));
+        if (!(e <= worst)) worst = e; /* NaN propagates */
+    }
+    return worst;
+}
+
+/* y[b..., M, N] reference with batch broadcasting (a, b as float arrays) */
+static void ref_matmul(const ipu__tensor *ta, const float *a, const ipu__tensor *tb,
+                       const float *b, const ipu__tensor *ty, double *y) {
+    uint32_t yn = ty->desc.ndim;
+    int64_t M = ty->desc.dims[yn - 2], N = ty->desc.dims[yn - 1], K = ta->desc.dims[ta->desc.ndim - 1];
+    uint64_t batch = ty->numel / (uint64_t)(M * N != 0 ? M * N : 1);
+    ipu__tensor ya = *ty, yb = *ty, sa = *ta, sb = *tb;
+    /* broadcast over batch dims only: view batch as tensors */
+    ya.desc.ndim = yb.desc.ndim = yn - 2;
+    sa.desc.ndim -= 2;
+    sb.desc.ndim -= 2;
+    for (uint64_t bi = 0; bi < batch; bi++) {
+        uint64_t ia = bidx(&sa, &ya, bi), ib = bidx(&sb, &yb, bi);
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < N; j++) {
+                double s = 0;
+                for (int64_t k = 0; k < K; k++)
+                    s += (double)a[ia * M * K + i * K + k] * b[ib * K * N + k * N + j];
+                y[bi * M * N + i * N + j] = s;
+            }
+    }
+}
+
+static void test_matmul_f32(int isa) {
+    static const int64_t cases[][2][5] = {
+        {{2, 37, 53}, {2, 53, 29}},
+        {{4, 2, 1, 37, 53}, {3, 3, 53, 29}},
+        {{2, 256, 256}, {2, 256, 256}},
+        {{2, 100, 300}, {2, 300, 70}},
+        {{3, 5, 1, 1000}, {2, 1000, 600}},
+        {{2, 1, 7}, {2, 7, 1}},
+        {{2, 4, 0}, {2, 0, 3}},
+    };
+    int used = ipu__sgemm_set_isa(isa);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        H *h = h_new(16 << 20);
+        uint32_t a = h_tensor(h, IPU_DTYPE_FLOAT32, (uint32_t)cases[c][0][0], &cases[c][0][1]);
+        uint32_t b = h_tensor(h, IPU_DTYPE_FLOAT32, (uint32_t)cases[c][1][0], &cases[c][1][1]);
+        const ipu__tensor *ta = &h->t[a], *tb = &h->t[b];
+        int64_t yd[8];
+        uint32_t an = ta->desc.ndim - 2, bn = tb->desc.ndim - 2, nb = an > bn ? an : bn;
+        for (uint32_t i = 0; i < nb; i++) {
+            int64_t da = i < an ? ta->desc.dims[an - 1 - i] : 1, db = i < bn ? tb->desc.dims[bn - 1 - i] : 1;
+            yd[nb - 1 - i] = da == 1 ? db : da;
+        }
+        yd[nb] = ta->desc.dims[an];
+        yd[nb + 1] = tb->desc.dims[bn + 1];
+        uint32_t y = h_tensor(h, IPU_DTYPE_FLOAT32, nb + 2, yd);
+        fill_f32(h, a);
+        fill_f32(h, b);
+        const float *r = run(h, IPU_OP_MATMUL, 2, (uint32_t[]){a, b}, y, 0, NULL);
+        double *want = malloc(sizeof(double) * (h->t[y].numel + 1));
+        ref_matmul(&h->t[a], h->ptr[a], &h->t[b], h->ptr[b], &h->t[y], want);
+        double err = max_rel_err(r, want, h->t[y].numel);
+        CHECK(err < 1e-4, "matmul f32 isa %d case %zu: rel err %g", used, c, err);
+        free(want);
+        h_free(h);
+    }
+    ipu__sgemm_set_isa(0);
+}
+
+static void test_matmul_other(void) {
+    /* float16: accumulate in float32, round once */
+    H *h = h_new(1 << 20);
+    uint32_t a = T(h, FLOAT16, 3, 20, 40), b = T(h, FLOAT16, 40, 600), y = T(h, FLOAT16, 3, 20, 600);
+    fill_f16(h, a);
+    fill_f16(h, b);
+    const uint16_t *r = run(h, IPU_OP_MATMUL, 2, (uint32_t[]){a, b}, y, 0, NULL);
+    const uint16_t *pa = h->ptr[a], *pb = h->ptr[b];
+    double worst = 0;
+    for (int bi = 0; bi < 3; bi++)
+        for (int i = 0; i < 20; i++)
+            for (int j = 0; j < 600; j++) {
+                double s = 0;
+                for (int k = 0; k < 40; k++)
+                    s += (double)ipu__f16_to_f32(pa[bi * 800 + i * 40 + k]) * ipu__f16_to_f32(pb[k * 600 + j]);
+                double e = fabs(ipu__f16_to_f32(r[bi * 12000 + i * 600 + j]) - s) / (1 + fabs(s));
+                if (e > worst) worst = e;
+            }
+    CHECK(worst < 2e-3, "matmul f16 err %g", worst);
+    /* int32 wrap-around */
+    uint32_t ai = T(h, INT32, 2, 30, 17), bi = T(h, INT32, 17, 9), yi = T(h, INT32, 2, 30, 9);
+    fill_i32(h, ai);
+    fill_i32(h, bi);
+    ((int32_t *)h->ptr[ai])[0] = INT32_MAX;
+    const int32_t *ri = run(h, IPU_OP_MATMUL, 2, (uint32_t[]){ai, bi}, yi, 0, NULL);
+    const int32_t *xa = h->ptr[ai], *xb = h->ptr[bi];
+    int bad = 0;
+    for (int q = 0; q < 2; q++)
+        for (int i = 0; i < 30; i++)
+            for (int j = 0; j < 9; j++) {
+                uint32_t s = 0;
+                for (int k = 0; k < 17; k++) s += (uint32_t)xa[q * 510 + i * 17 + k] * (uint32_t)xb[k * 9 + j];
+                bad += (int32_t)s != ri[q * 270 + i * 9 + j];
+            }
+    CHECK(bad == 0, "matmul i32: %d mismatches", bad);
+    h_free(h);
+}
+
+static void test_gemm(void) {
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++)
+            for (int cmode = 0; cmode < 4; cmode++)
+                for (int f16 = 0; f16 < 2; f16++) {
+                    int64_t M = 130, N = 70, K = 300;
+                    H *h = h_new(4 << 20);
+                    ipu_dtype dt = f16 ? IPU_DTYPE_FLOAT16 : IPU_DTYPE_FLOAT32;
+                    int64_t ad[2] = {ta ? K : M, ta ? M : K}, bd[2] = {tb ? N : K, tb ? K : N};
+                    int64_t cd[2][2] = {{M, N}, {N, 0}}, cm1[2] = {M, 1};
+                    uint32_t a = h_tensor(h, dt, 2, ad), b = h_tensor(h, dt, 2, bd);
+                    uint32_t c = cmode == 0 ? h_tensor(h, dt, 2, cd[0])
+                                 : cmode == 1 ? h_tensor(h, dt, 1, cd[1])
+                                 : cmode == 2 ? h_tensor(h, dt, 2, cm1) : 0;
+                    uint32_t y = h_tensor(h, dt, 2, (int64_t[]){M, N});
+                    (f16 ? fill_f16 : fill_f32)(h, a);
+                    (f16 ? fill_f16 : fill_f32)(h, b);
+                    if (cmode < 3) (f16 ? fill_f16 : fill_f32)(h, c);
+                    double alpha = 0.5, beta = -2.0;
+                    int64_t at[4] = {ta, tb, 0, 0};
+                    memcpy(&at[2], &alpha, 8);
+                    memcpy(&at[3], &beta, 8);
+                    const void *r = run(h, IPU_OP_GEMM, cmode < 3 ? 3 : 2, (uint32_t[]){a, b, c}, y, 4, at);
+#define LD(t, i) (f16 ? (double)ipu__f16_to_f32(((const uint16_t *)h->ptr[t])[i]) : (double)((const float *)h->ptr[t])[i])
+                    double worst = 0;
+                    for (int64_t i = 0; i < M; i++)
+                        for (int64_t j = 0; j < N; j++) {
+                            double s = 0;
+                            for (int64_t k = 0; k < K; k++)
+                                s += LD(a, ta ? k * M + i : i * K + k) * LD(b, tb ? j * K + k : k * N + j);
+                            s *= alpha;
+                            if (cmode < 3)
+                                s += beta * LD(c, cmode == 0 ? i * N + j : cmode == 1 ? j : i);
+                            double g = f16 ? ipu__f16_to_f32(((const uint16_t *)r)[i * N + j])
+                                           : ((const float *)r)[i * N + j];
+                            double e = fabs(g - s) / (1 + fabs(s));
+                            if (!(e <= worst)) worst = e;
+                        }
+#undef LD
+                    CHECK(worst < (f16 ? 2e-3 : 1e-4), "gemm ta %d tb %d c %d f16 %d: err %g", ta, tb, cmode, f16, worst);
+                    h_free(h);
+                }
+}
+
+/* ---- data movement ------------------------------------------------------------------------ */
+
+static void test_data(void) {
+    H *h = h_new(8 << 20);
+    /* COPY (different shape), including identical storage (no-op) */
+    uint32_t x = T(h, INT8, 3, 100000), y = T(h, UINT8, 300000);
+    fill_bytes(h, x);
+    const uint8_t *r = run(h, IPU_OP_COPY, 1, &x, y, 0, NULL);
+    CHECK(memcmp(r, h->ptr[x], 300000) == 0, "copy");
+    /* EXPAND int16 [3,1,5] -> [2,3,4,5] */
+    uint32_t ex = T(h, INT16, 3, 1, 5), ey = T(h, INT16, 2, 3, 4, 5);
+    fill_bytes(h, ex);
+    const uint16_t *re = run(h, IPU_OP_EXPAND, 1, &ex, ey, 0, NULL);
+    int bad = 0;
+    for (uint64_t i = 0; i < 120; i++) bad += re[i] != ((uint16_t *)h->ptr[ex])[bidx(&h->t[ex], &h->t[ey], i)];
+    CHECK(bad == 0, "expand int16");
+    uint32_t sx = T0(h, FLOAT64), sy = T(h, FLOAT64, 50000);
+    *(double *)h->ptr[sx] = 2.5;
+    const double *rd = run(h, IPU_OP_EXPAND, 1, &sx, sy, 0, NULL);
+    CHECK(rd[0] == 2.5 && rd[49999] == 2.5, "expand scalar f64");
+    /* CONCAT along axis 1 of three float32 inputs (one empty) */
+    uint32_t c0 = T(h, FLOAT32, 4, 2, 3), c1 = T(h, FLOAT32, 4, 0, 3), c2 = T(h, FLOAT32, 4, 5, 3);
+    uint32_t cy = T(h, FLOAT32, 4, 7, 3);
+    fill_f32(h, c0);
+    fill_f32(h, c2);
+    const float *rc = run(h, IPU_OP_CONCAT, 3, (uint32_t[]){c0, c1, c2}, cy, 1, (int64_t[]){1});
+    bad = 0;
+    for (int o = 0; o < 4; o++)
+        for (int k = 0; k < 7; k++)
+            for (int i = 0; i < 3; i++) {
+                float w = k < 2 ? ((float *)h->ptr[c0])[o * 6 + k * 3 + i] : ((float *)h->ptr[c2])[o * 15 + (k - 2) * 3 + i];
+                bad += rc[o * 21 + k * 3 + i] != w;
+            }
+    CHECK(bad == 0, "concat");
+    /* TRANSPOSE [2,3,4,5] perm (2,0,3,1), several element sizes */
+    ipu_dtype dts[4] = {IPU_DTYPE_BOOL, IPU_DTYPE_FLOAT16, IPU_DTYPE_INT32, IPU_DTYPE_INT64};
+    for (int d = 0; d < 4; d++) {
+        enum { A = 12, B = 30, C = 40, D = 10 };
+        int64_t xd[4] = {A, B, C, D}, yd[4] = {C, A, D, B}, perm[4] = {2, 0, 3, 1};
+        uint32_t tx = h_tensor(h, dts[d], 4, xd), ty = h_tensor(h, dts[d], 4, yd);
+        fill_bytes(h, tx);
+        const uint8_t *rt = run(h, IPU_OP_TRANSPOSE, 1, &tx, ty, 4, perm);
+        size_t es = ipu_dtype_size(dts[d]);
+        bad = 0;
+        for (int i0 = 0; i0 < C; i0++)
+            for (int i1 = 0; i1 < A; i1++)
+                for (int i2 = 0; i2 < D; i2++)
+                    for (int i3 = 0; i3 < B; i3++) {
+                        size_t yo = (((size_t)i0 * A + i1) * D + i2) * B + i3;
+                        size_t xo = (((size_t)i1 * B + i3) * C + i0) * D + i2;
+                        bad += memcmp(rt + yo * es, (uint8_t *)h->ptr[tx] + xo * es, es) != 0;
+                    }
+        CHECK(bad == 0, "transpose esize %zu", es);
+        h->used = h->t[tx].offset;
+        h->e.info.num_tensors -= 2;
+    }
+    uint32_t t2 = T(h, FLOAT32, 3, 1, 4), t2y = T(h, FLOAT32, 4, 3, 1);
+    fill_f32(h, t2);
+    const float *r2 = run(h, IPU_OP_TRANSPOSE, 1, &t2, t2y, 3, (int64_t[]){2, 0, 1});
+    CHECK(r2[5] == ((float *)h->ptr[t2])[4 * 2 + 1], "transpose with size-1 dim");
+    h_free(h);
+}
+
+static void test_cast(void) {
+    H *h = h_new(1 << 20);
+    float fv[10] = {1.9f, -1.9f, NAN, 3e9f, -3e9f, 300.0f, -0.5f, 65520.0f, 1e20f, -129.0f};
+    uint32_t xf = T(h, FLOAT32, 10);
+    memcpy(h->ptr[xf], fv, sizeof fv);
+    uint32_t yi32 = T(h, INT32, 10), yu8 = T(h, UINT8, 10), yi8 = T(h, INT8, 10);
+    uint32_t yu32 = T(h, UINT32, 10), yi64 = T(h, INT64, 10), yb = T(h, BOOL, 10), yh = T(h, FLOAT16, 10);
+    const int32_t *r32 = run(h, IPU_OP_CAST, 1, &xf, yi32, 0, NULL);
+    CHECK(r32[0] == 1 && r32[1] == -1 && r32[2] == 0 && r32[3] == INT32_MAX && r32[4] == INT32_MIN && r32[9] == -129,
+          "f32->i32 %d %d %d %d %d", r32[0], r32[1], r32[2], r32[3], r32[4]);
+    const uint8_t *ru8 = run(h, IPU_OP_CAST, 1, &xf, yu8, 0, NULL);
+    CHECK(ru8[0] == 1 && ru8[1] == 0 && ru8[2] == 0 && ru8[5] == 255 && ru8[6] == 0, "f32->u8");
+    const int8_t *ri8 = run(h, IPU_OP_CAST, 1, &xf, yi8, 0, NULL);
+    CHECK(ri8[5] == 127 && ri8[9] == -128 && ri8[1] == -1, "f32->i8");
+    const uint32_t *ru32 = run(h, IPU_OP_CAST, 1, &xf, yu32, 0, NULL);
+    CHECK(ru32[3] == 3000000000u && ru32[4] == 0 && ru32[8] == UINT32_MAX, "f32->u32 %u", ru32[3]);
+    const int64_t *ri64 = run(h, IPU_OP_CAST, 1, &xf, yi64, 0, NULL);
+    CHECK(ri64[3] == 3000000000LL && ri64[8] == INT64_MAX && ri64[2] == 0, "f32->i64");
+    const uint8_t *rb = run(h, IPU_OP_CAST, 1, &xf, yb, 0, NULL);
+    CHECK(rb[0] == 1 && rb[2] == 1 && rb[6] == 1, "f32->bool (NaN is true)");
+    const uint16_t *rh = run(h, IPU_OP_CAST, 1, &xf, yh, 0, NULL);
+    CHECK(rh[0] == ipu__f32_to_f16(1.9f) && rh[7] == 0x7c00 && (rh[2] & 0x7c00) == 0x7c00 && (rh[2] & 0x3ff), "f32->f16");
+    /* int -> others: wrap, bool */
+    int64_t iv[6] = {-1, 256, 70000, (int64_t)1 << 40, 0, -129};
+    uint32_t xi = T(h, INT64, 6), oi8 = T(h, INT8, 6), ou32 = T(h, UINT32, 6), of = T(h, FLOAT32, 6), ob = T(h, BOOL, 6);
+    uint32_t oh = T(h, FLOAT16, 6);
+    memcpy(h->ptr[xi], iv, sizeof iv);
+    const int8_t *a8 = run(h, IPU_OP_CAST, 1, &xi, oi8, 0, NULL);
+    CHECK(a8[0] == -1 && a8[1] == 0 && a8[5] == 127, "i64->i8 wraps");
+    const uint32_t *au = run(h, IPU_OP_CAST, 1, &xi, ou32, 0, NULL);
+    CHECK(au[0] == UINT32_MAX && au[3] == 0, "i64->u32 wraps");
+    const float *af = run(h, IPU_OP_CAST, 1, &xi, of, 0, NULL);
+    CHECK(af[2] == 70000.0f && af[0] == -1.0f, "i64->f32");
+    const uint8_t *ab = run(h, IPU_OP_CAST, 1, &xi, ob, 0, NULL);
+    CHECK(ab[0] == 1 && ab[4] == 0, "i64->bool");
+    const uint16_t *ah = run(h, IPU_OP_CAST, 1, &xi, oh, 0, NULL);
+    CHECK(ah[2] == 0x7c00 && ah[0] == 0xbc00, "i64->f16");
+    uint32_t bsrc = T(h, BOOL, 3), bi32 = T(h, INT32, 3);
+    memcpy(h->ptr[bsrc], "\0\1\1", 3);
+    const int32_t *bb = run(h, IPU_OP_CAST, 1, &bsrc, bi32, 0, NULL);
+    CHECK(bb[0] == 0 && bb[1] == 1, "bool->i32");
+    /* big f16 -> f32 cast with splits */
+    uint32_t bx = T(h, FLOAT16, 40000), by = T(h, FLOAT32, 40000);
+    fill_f16(h, bx);
+    const float *bf = run(h, IPU_OP_CAST, 1, &bx, by, 0, NULL);
+    CHECK(bf[39999] == ipu__f16_to_f32(((uint16_t *)h->ptr[bx])[39999]), "f16->f32");
+    h_free(h);
+}
+
+/* ---- reductions / softmax ----------------------------------------------------------------- */
+
+static void test_reduce(void) {
+    int64_t cfg[][3] = {{3, 1000, 1}, {5, 7, 600}, {2, 0, 3}, {1, 3, 1}, {700, 3, 2}};
+    for (size_t c = 0; c < 5; c++) {
+        int64_t o = cfg[c][0], rr = cfg[c][1], n = cfg[c][2];
+        for (int mean = 0; mean < 2; mean++) {
+            H *h = h_new(1 << 20);
+            uint32_t x = T(h, FLOAT32, o, rr, n), y = T(h, FLOAT32, o, n);
+            uint32_t xi = T(h, INT32, o, rr, n), yi = T(h, INT32, o, n);
+            fill_f32(h, x);
+            fill_i32(h, xi);
+            if (rr >= 2) { /* the int32 sum must wrap in int32 before the mean divides */
+                ((int32_t *)h->ptr[xi])[0] = INT32_MAX;
+                ((int32_t *)h->ptr[xi])[n] = INT32_MAX;
+            }
+            ipu_opcode op = mean ? IPU_OP_REDUCE_MEAN : IPU_OP_REDUCE_SUM;
+            const float *r = run(h, op, 1, &x, y, 3, cfg[c]);
+            const int32_t *ri = run(h, op, 1, &xi, yi, 3, cfg[c]);
+            double worst = 0;
+            int bad = 0;
+            for (int64_t a = 0; a < o; a++)
+                for (int64_t k = 0; k < n; k++) {
+                    double s = 0;
+                    int32_t si = 0;
+                    for (int64_t j = 0; j < rr; j++) {
+                        s += ((float *)h->ptr[x])[(a * rr + j) * n + k];
+                        si = (int32_t)((uint32_t)si + (uint32_t)((int32_t *)h->ptr[xi])[(a * rr + j) * n + k]);
+                    }
+                    if (mean) {
+                        s = rr ? s / (double)rr : NAN;
+                        si = rr ? (int32_t)(si / rr) : 0;
+                    }
+                    double g = r[a * n + k];
+                    double e = isnan(s) ? (isnan(g) ? 0 : 1) : fabs(g - s) / (1 + fabs(s));
+                    if (e > worst) worst = e;
+                    bad += ri[a * n + k] != si;
+                }
+            CHECK(worst < 1e-5 && bad == 0, "reduce cfg %zu mean %d: err %g, int bad %d", c, mean, worst, bad);
+            h_free(h);
+        }
+    }
+    /* float16 sum */
+    H *h = h_new(1 << 20);
+    uint32_t x = T(h, FLOAT16, 4, 50), y = T(h, FLOAT16, 4);
+    fill_f16(h, x);
+    const uint16_t *r = run(h, IPU_OP_REDUCE_SUM, 1, &x, y, 3, (int64_t[]){4, 50, 1});
+    float s = 0;
+    for (int j = 0; j < 50; j++) s += ipu__f16_to_f32(((uint16_t *)h->ptr[x])[50 + j]);
+    CHECK(fabsf(ipu__f16_to_f32(r[1]) - s) <= 0.01f * (1 + fabsf(s)), "reduce f16");
+    h_free(h);
+}
+
+static void test_softmax(void) {
+    int64_t cfg[][3] = {{3, 1000, 1}, {4, 9, 300}, {2, 1, 5}};
+    for (size_t c = 0; c < 3; c++)
+        for (int f16 = 0; f16 < 2; f16++) {
+            int64_t o = cfg[c][0], L = cfg[c][1], n = cfg[c][2];
+            H *h = h_new(1 << 20);
+            ipu_dtype dt = f16 ? IPU_DTYPE_FLOAT16 : IPU_DTYPE_FLOAT32;
+            uint32_t x = h_tensor(h, dt, 3, cfg[c]), y = h_tensor(h, dt, 3, cfg[c]);
+            (f16 ? fill_f16 : fill_f32)(h, x);
+            if (!f16) ((float *)h->ptr[x])[0] = 80.0f; /* large values must not overflow */
+            const void *r = run(h, IPU_OP_SOFTMAX, 1, &x, y, 3, cfg[c]);
+#define LD(p, i) (f16 ? (double)ipu__f16_to_f32(((const uint16_t *)(p))[i]) : (double)((const float *)(p))[i])
+            double worst = 0;
+            for (int64_t a = 0; a < o; a++)
+                for (int64_t k = 0; k < n; k++) {
+                    double m = -INFINITY, s = 0;
+                    for (int64_t j = 0; j < L; j++) m = fmax(m, LD(h->ptr[x], (a * L + j) * n + k));
+                    for (int64_t j = 0; j < L; j++) s += exp(LD(h->ptr[x], (a * L + j) * n + k) - m);
+                    for (int64_t j = 0; j < L; j++) {
+                        int64_t i = (a * L + j) * n + k;
+                        double e = fabs(LD(r, i) - exp(LD(h->ptr[x], i) - m) / s);
+                        if (!(e <= worst)) worst = e;
+                    }
+                }
+#undef LD
+            CHECK(worst < (f16 ? 1e-3 : 1e-6), "softmax cfg %zu f16 %d: err %g", c, f16, worst);
+            h_free(h);
+        }
+}
+
+/* ---- verifier errors ---------------------------------------------------------------------- */
+
+static void expect_bad(ipu_status st, const char *needle) {
+    CHECK(st == IPU_ERR_BAD_PROGRAM && strstr(ipu_last_error_message(), needle),
+          "want BAD_PROGRAM with \"%s\", got %s: %s", needle, ipu_status_name(st), ipu_last_error_message());
+}
+
+static void test_verifier(void) {
+    H *h = h_new(1 << 20);
+    uint32_t a = T(h, FLOAT32, 2, 3, 4), b = T(h, FLOAT32, 2, 5, 6), y = T(h, FLOAT32, 2, 3, 6);
+    uint32_t bi = T(h, INT32, 2, 4, 6), bj = T(h, INT32, 2, 4, 6), v = T(h, FLOAT32, 3), w = T(h, FLOAT32, 4);
+    uint32_t g1 = T(h, FLOAT32, 3, 4), g2 = T(h, FLOAT32, 5, 6), gy = T(h, FLOAT32, 3, 6);
+    expect_bad(verify_only(h, IPU_OP_MATMUL, 2, (uint32_t[]){a, b}, y, 0, NULL),
+               "program 7 instruction 3 (matmul): inner dims differ: a[...,K=4] vs b[K=5,...]");
+    expect_bad(verify_only(h, IPU_OP_MATMUL, 2, (uint32_t[]){a, bi}, y, 0, NULL), "dtype int32");
+    expect_bad(verify_only(h, IPU_OP_ADD, 2, (uint32_t[]){a, b}, y, 0, NULL), "do not broadcast");
+    expect_bad(verify_only(h, IPU_OP_ADD, 2, (uint32_t[]){v, w}, y, 0, NULL), "do not broadcast");
+    expect_bad(verify_only(h, IPU_OP_ADD, 2, (uint32_t[]){a, v}, a, 0, NULL), "overlaps");
+    expect_bad(verify_only(h, IPU_OP_ADD, 1, (uint32_t[]){a}, y, 0, NULL), "1 inputs, expected 2..2");
+    expect_bad(verify_only(h, IPU_OP_ADD, 2, (uint32_t[]){a, 99}, y, 0, NULL), "out of range");
+    expect_bad(verify_only(h, (ipu_opcode)99, 1, (uint32_t[]){a}, y, 0, NULL), "unknown opcode 99");
+    expect_bad(verify_only(h, IPU_OP_RELU, 1, (uint32_t[]){a}, y, 1, (int64_t[]){0}), "1 attributes, expected 0");
+    expect_bad(verify_only(h, IPU_OP_TRANSPOSE, 1, (uint32_t[]){a}, y, 3, (int64_t[]){0, 0, 1}), "permutation");
+    expect_bad(verify_only(h, IPU_OP_CONCAT, 1, (uint32_t[]){a}, y, 1, (int64_t[]){3}), "axis 3 out of range");
+    expect_bad(verify_only(h, IPU_OP_REDUCE_SUM, 1, (uint32_t[]){a}, v, 3, (int64_t[]){3, 4, 2}), "numel");
+    expect_bad(verify_only(h, IPU_OP_SOFTMAX, 1, (uint32_t[]){bi}, bj, 3, (int64_t[]){1, 24, 1}), "not float32/float16");
+    expect_bad(verify_only(h, IPU_OP_GEMM, 2, (uint32_t[]){g1, g2}, gy, 4, (int64_t[]){1, 0, 0, 0}), "inner dims differ");
+    expect_bad(verify_only(h, IPU_OP_GEMM, 2, (uint32_t[]){g1, g2}, gy, 4, (int64_t[]){2, 0, 0, 0}), "transA must be 0 or 1");
+    expect_bad(verify_only(h, IPU_OP_EXPAND, 1, (uint32_t[]){w}, y, 0, NULL), "does not broadcast");
+    expect_bad(verify_only(h, IPU_OP_COPY, 1, (uint32_t[]){a}, y, 0, NULL), "bytes");
+    expect_bad(verify_only(h, IPU_OP_BIND, 0, NULL, y, 0, NULL), "BIND outside the Load program");
+    h->t[w].loc = IPU_LOC_TENSOR_DATA;
+    expect_bad(verify_only(h, IPU_OP_RELU, 1, (uint32_t[]){v}, w, 0, NULL), "writes TENSOR_DATA tensor");
+    /* COPY onto identical storage is allowed (no-op) */
+    CHECK(verify_only(h, IPU_OP_COPY, 1, (uint32_t[]){a}, a, 0, NULL) == IPU_OK, "copy in place");
+    h_free(h);
+}
+
+/* ---- containers --------------------------------------------------------------------------- */
+
+typedef struct prog_buf {
+    uint8_t b[2048];
+    size_t n;
+    uint32_t count;
+} prog_buf;
+
+static void pb_add(prog_buf *p, uint16_t op, uint8_t nin, const uint32_t *ops, uint8_t nout,
+                   uint16_t nattr, const int64_t *attr) {
+    if (p->n == 0) p->n = 8;
+    uint8_t *q = p->b + p->n;
+    q[0] = (uint8_t)op;
+    q[1] = (uint8_t)(op >> 8);
+    q[2] = nin;
+    q[3] = nout;
+    q[4] = (uint8_t)nattr;
+    q[5] = (uint8_t)(nattr >> 8);
+    q[6] = q[7] = 0;
+    uint32_t nops = (uint32_t)nin + nout, words = nops + (nops & 1);
+    for (uint32_t i = 0; i < words; i++) ipu__st_u32(q + 8 + 4 * i, i < nops ? ops[i] : 0);
+    for (uint32_t i = 0; i < nattr; i++) ipu__st_u64(q + 8 + 4 * words + 8 * i, (uint64_t)attr[i]);
+    p->n += 8 + 4 * words + 8 * (size_t)nattr;
+    ipu__st_u32(p->b, ++p->count);
+    ipu__st_u32(p->b + 4, 0);
+}
+
+/* Model: y = relu(x @ W + bias); W, bias in TENSOR_DATA. Tensors:
+ * 0 x f32[4,8] arena@0, 1 W f32[8,16] data@0, 2 bias f32[16] data@512, 3 h f32[4,16] arena@128,
+ * 4 h2 arena@384, 5 y arena@640. Anchors "x" (in), "y" (out), "W" (in, tensor data).
+ * Programs: id 5 = Load (BIND 1, BIND 2), id 9 = Main. `mut` selects a corruption. */
+enum { MT_OFF = 64, MA_OFF = 64 + 6 * 96, MS_OFF = MA_OFF + 3 * 24, META_SIZE = MS_OFF + 8 };
+
+static ipu_status build(int mut, ipu_container **cout, ipu_executable **eout, float *wdata) {
+    uint8_t meta[META_SIZE + 64];
+    size_t msize = META_SIZE;
+    memset(meta, 0, sizeof meta);
+    uint32_t hdr[14] = {2, 1, 1, 4, 0, 6, 3, 1, 5, IPU_NO_INDEX};
+    for (int i = 0; i < 10; i++) ipu__st_u32(meta + 4 * i, hdr[i]);
+    ipu__st_u64(meta + 40, 1024);
+    ipu__st_u32(meta + 48, 3); /* strings "xyW" */
+    ipu__st_u32(meta + 56, 9);
+    struct { uint32_t loc; uint64_t off; uint32_t nd; int64_t d0, d1; } ts[6] = {
+        {1, 0, 2, 4, 8}, {2, 0, 2, 8, 16}, {2, 512, 1, 16, 0}, {1, 128, 2, 4, 16}, {1, 384, 2, 4, 16}, {1, 640, 2, 4, 16}};
+    for (int i = 0; i < 6; i++) {
+        uint8_t *t = meta + MT_OFF + 96 * i;
+        ipu__st_u32(t, IPU_DTYPE_FLOAT32);
+        ipu__st_u32(t + 4, ts[i].nd);
+        ipu__st_u32(t + 8, ts[i].loc);
+        ipu__st_u64(t + 16, ts[i].off);
+        ipu__st_u64(t + 24, (uint64_t)(ts[i].d0 * (ts[i].nd == 2 ? ts[i].d1 : 1) * 4));
+        ipu__st_u64(t + 32, (uint64_t)ts[i].d0);
+        if (ts[i].nd == 2) ipu__st_u64(t + 40, (uint64_t)ts[i].d1);
+    }
+    uint32_t an[3][6] = {{0, 1, 1, 0, IPU_NO_INDEX, 0}, {1, 1, 2, 5, 0, 0}, {2, 1, 1, 1, IPU_NO_INDEX, 1}};
+    for (int i = 0; i < 3; i++)
+        for (int k = 0; k < 6; k++) ipu__st_u32(meta + MA_OFF + 24 * i + 4 * k, an[i][k]);
+    memcpy(meta + MS_OFF, "xyW", 3);
+    prog_buf load = {0}, main = {0};
+    pb_add(&load, IPU_OP_BIND, 0, (uint32_t[]){1}, 1, 0, NULL);
+    pb_add(&load, IPU_OP_BIND, 0, (uint32_t[]){2}, 1, 0, NULL);
+    pb_add(&main, IPU_OP_MATMUL, 2, (uint32_t[]){0, 1, 3}, 1, 0, NULL);
+    pb_add(&main, IPU_OP_ADD, 2, (uint32_t[]){3, 2, 4}, 1, 0, NULL);
+    pb_add(&main, IPU_OP_RELU, 1, (uint32_t[]){4, 5}, 1, 0, NULL);
+    switch (mut) {
+        case 1: ipu__st_u32(meta, 3); break;                                   /* ipu_version */
+        case 2: ipu__st_u32(meta + MT_OFF + 96 * 3 + 4, 9); break;             /* ndim 9 */
+        case 3: ipu__st_u64(meta + MT_OFF + 96 * 3 + 24, 260); break;          /* nbytes */
+        case 4: ipu__st_u64(meta + MT_OFF + 96 * 3 + 16, 160); break;          /* unaligned */
+        case 5: ipu__st_u64(meta + MT_OFF + 96 * 5 + 16, 832); break;          /* beyond arena */
+        case 6: memcpy(meta + MS_OFF, "xxW", 3); break;                        /* duplicate name */
+        case 7: ipu__st_u32(meta + MA_OFF + 4, 0); break;                      /* empty name */
+        case 8: ipu__st_u32(meta + MA_OFF + 12, 6); break;                     /* anchor tensor */
+        case 9: msize += 8; break;                                             /* trailing bytes */
+        case 10: ipu__st_u32(meta + 52, 1); break;                             /* reserved */
+        case 11: ipu__st_u32(meta + 56, 4); break;                             /* main program id */
+        case 12: ipu__st_u32(meta + 36, 3); break;                             /* index_anchor */
+        case 13: ipu__st_u64(meta + MT_OFF + 96 * 3 + 32, (uint64_t)-4); break; /* negative dim */
+        case 14: ipu__st_u32(meta + MA_OFF + 16, 1); break;                    /* anchor subgraph */
+        case 15: ipu__st_u64(meta + MT_OFF + 96 + 16, 1024); break;            /* beyond tensor data */
+        case 16: ipu__st_u32(meta + 60, 1); break;                             /* padding */
+        case 17: ipu__st_u32(meta + MA_OFF + 24 * 2 + 20, 0); break;           /* weight anchor flag */
+        /* bad programs */
+        case 20: ipu__st_u64(meta + MT_OFF + 96 + 32, 5); ipu__st_u64(meta + MT_OFF + 96 + 24, 320); break;
+        case 21: main.b[8] = 99; break;                                        /* unknown opcode */
+        case 22: main.n -= 8; break;                                           /* truncated */
+        case 23: pb_add(&main, IPU_OP_BIND, 0, (uint32_t[]){1}, 1, 0, NULL); break;
+        case 24: pb_add(&main, IPU_OP_RELU, 1, (uint32_t[]){4, 1}, 1, 0, NULL); break;
+        case 25: pb_add(&main, IPU_OP_RELU, 1, (uint32_t[]){4, 6}, 1, 0, NULL); break;
+        case 26: main.b[14] = 1; break;                                        /* reserved */
+        case 27: ipu__st_u32(main.b, 9); break;                                /* count too big */
+        default: break;
+    }
+    float tdata[160];
+    for (int i = 0; i < 160; i++) tdata[i] = wdata ? wdata[i] : 0;
+    uint8_t td[576];
+    memset(td, 0, sizeof td);
+    memcpy(td, tdata, 512);
+    memcpy(td + 512, tdata + 128, 64);
+    ipu_container_writer *w = NULL;
+    void *img = NULL;
+    size_t isz = 0;
+    ipu_status st = ipu_container_writer_create(&w);
+    if (!st) st = ipu_container_writer_add_blob(w, IPU_BLOB_METADATA, 0, NULL, meta, msize);
+    if (!st) st = ipu_container_writer_add_blob(w, IPU_BLOB_PROGRAM, 9, NULL, main.b, main.n);
+    if (!st) st = ipu_container_writer_add_blob(w, IPU_BLOB_TENSOR_DATA, 0, NULL, td, sizeof td);
+    if (!st) st = ipu_container_writer_add_blob(w, IPU_BLOB_PROGRAM, 5, NULL, load.b, load.n);
+    if (!st) st = ipu_container_writer_finish(w, &img, &isz);
+    ipu_container_writer_destroy(w);
+    if (st) {
+        printf("container build failed: %s\n", ipu_last_error_message());
+        return st;
+    }
+    st = ipu_container_open_memory(img, isz, cout);
+    free(img);
+    if (st) {
+        printf("container open failed: %s\n", ipu_last_error_message());
+        return st;
+    }
+    *eout = NULL;
+    return ipu_executable_create(*cout, eout);
+}
+
+static void run_program(const ipu_executable *e, uint32_t pidx, void **ptr, void *scratch) {
+    ipu__frame f = {e, ptr};
+    const ipu__program *p = &e->programs[pidx];
+    for (uint32_t i = 0; i < p->n_instr; i++) {
+        size_t w = ipu__instr_work(e, &p->instr[i]);
+        CHECK(ipu__instr_run(&f, &p->instr[i], 0, w, scratch) == IPU_OK, "program run");
+    }
+}
+
+static void test_container(void) {
+    float wd[160];
+    for (int i = 0; i < 160; i++) wd[i] = rndf();
+    ipu_container *c = NULL;
+    ipu_executable *e = NULL;
+    ipu_status st = build(0, &c, &e, wd);
+    CHECK(st == IPU_OK, "create: %s", ipu_last_error_message());
+    if (st == IPU_OK) {
+        ipu_executable_info info;
+        ipu_executable_get_info(e, &info);
+        CHECK(info.num_tensors == 6 && info.num_anchors == 3 && info.num_programs == 2 &&
+                  info.batches_per_step == 4 && info.arena_size == 1024 && info.index_anchor == IPU_NO_INDEX,
+              "info");
+        CHECK(ipu_executable_load_program(e) == 5, "load program id");
+        uint32_t id = 0, ai = 0;
+        CHECK(ipu_executable_main_program(e, 0, &id) == IPU_OK && id == 9, "main program id");
+        CHECK(ipu_executable_main_program(e, 1, &id) == IPU_ERR_NOT_FOUND, "main program range");
+        CHECK(ipu_executable_find_anchor(e, "W", &ai) == IPU_OK && ai == 2, "find anchor");
+        CHECK(ipu_executable_find_anchor(e, "z", &ai) == IPU_ERR_NOT_FOUND, "find missing anchor");
+        ipu_anchor_info an;
+        CHECK(ipu_executable_anchor(e, 1, &an) == IPU_OK && strcmp(an.name, "y") == 0 &&
+                  an.direction == IPU_DIR_OUTPUT && an.tensor == 5 && an.subgraph == 0 &&
+                  !an.has_tensor_data && an.desc.ndim == 2 && an.desc.dims[1] == 16 && an.desc.nbytes == 256,
+              "anchor info");
+        CHECK(ipu_executable_anchor(e, 2, &an) == IPU_OK && an.has_tensor_data, "weight anchor");
+        ipu_tensor_desc td;
+        CHECK(ipu_executable_tensor(e, 2, &td) == IPU_OK && td.ndim == 1 && td.dims[0] == 16, "tensor");
+        ipu_program_info pi;
+        ipu_instruction_info ii;
+        CHECK(ipu_executable_program(e, 0, &pi) == IPU_OK && pi.id == 9 && pi.num_instructions == 3, "program");
+        CHECK(ipu_executable_instruction(e, 0, 1, &ii) == IPU_OK && ii.opcode == IPU_OP_ADD &&
+                  ii.num_inputs == 2 && ii.inputs[1] == 2 && ii.outputs[0] == 4, "instruction");
+        CHECK(ipu_executable_instruction(e, 0, 3, &ii) == IPU_ERR_NOT_FOUND, "instruction range");
+        /* execute Load then Main */
+        uint8_t *arena = aligned_alloc(64, 1024);
+        void *scratch = aligned_alloc(64, IPU__SCRATCH_BYTES);
+        void *ptr[6];
+        for (int t = 0; t < 6; t++) ptr[t] = e->tensors[t].loc == IPU_LOC_ARENA ? arena + e->tensors[t].offset : NULL;
+        float *x = ptr[0];
+        for (int i = 0; i < 32; i++) x[i] = rndf();
+        run_program(e, e->load_program, ptr, scratch);
+        CHECK(ptr[1] != NULL && memcmp(ptr[1], wd, 512) == 0, "BIND points at tensor data");
+        run_program(e, e->main_programs[0], ptr, scratch);
+        const float *y = ptr[5];
+        double worst = 0;
+        for (int i = 0; i < 4; i++)
+            for (int j = 0; j < 16; j++) {
+                float s = 0;
+                for (int k = 0; k < 8; k++) s += x[i * 8 + k] * wd[k * 16 + j];
+                s += wd[128 + j];
+                s = s < 0 ? 0 : s;
+                double err = fabs(y[i * 16 + j] - s);
+                if (err > worst) worst = err;
+            }
+        CHECK(worst < 1e-4, "container model result err %g", worst);
+        free(arena);
+        free(scratch);
+    }
+    ipu_executable_destroy(e);
+    ipu_container_destroy(c);
+    for (int mut = 1; mut <= 27; mut++) {
+        if (mut > 17 && mut < 20) continue;
+        c = NULL;
+        e = NULL;
+        st = build(mut, &c, &e, wd);
+        ipu_status want = mut < 20 ? IPU_ERR_CORRUPT : IPU_ERR_BAD_PROGRAM;
+        CHECK(st == want && e == NULL, "mutation %d: got %s (%s)", mut, ipu_status_name(st), ipu_last_error_message());
+        if (mut == 20)
+            CHECK(strstr(ipu_last_error_message(), "program 9 instruction 0 (matmul): inner dims differ: a[...,K=8] vs b[K=5,...]") != NULL,
+                  "message: %s", ipu_last_error_message());
+        ipu_executable_destroy(e);
+        ipu_container_destroy(c);
+    }
+}
+
+/* ---- benchmark ---------------------------------------------------------------------------- */
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void bench(void) {
+    void *scratch = aligned_alloc(64, IPU__SCRATCH_BYTES);
+    for (int isa = 3; isa >= 1; isa--) {
+        int used = ipu__sgemm_set_isa(isa);
+        if (used != isa) continue;
+        for (int64_t n = 64; n <= 1024; n *= 2) {
+            float *a = aligned_alloc(64, (size_t)(n * n * 4)), *b = aligned_alloc(64, (size_t)(n * n * 4));
+            float *c = aligned_alloc(64, (size_t)(n * n * 4));
+            for (int64_t i = 0; i < n * n; i++) a[i] = rndf(), b[i] = rndf();
+            /* same path as the MATMUL kernel: row blocks of IPU__MM_MB */
+            double best = 1e30;
+            int reps = (int)(2e8 / (double)(n * n * n)) + 1;
+            for (int trial = 0; trial < 5; trial++) {
+                double t0 = now();
+                for (int r = 0; r < reps; r++)
+                    for (int64_t m0 = 0; m0 < n; m0 += IPU__MM_MB) {
+                        ipu__sgemm_args g = {n - m0 < IPU__MM_MB ? n - m0 : IPU__MM_MB, n, n, a + m0 * n, n, 1,
+                                             b, n, 1, 0, 0, c + m0 * n, n};
+                        ipu__sgemm(&g, scratch, IPU__SCRATCH_BYTES);
+                    }
+                double t = (now() - t0) / reps;
+                if (t < best) best = t;
+            }
+            printf("sgemm isa %s n=%4lld: %7.1f GFLOP/s\n", isa == 3 ? "avx512  " : isa == 2 ? "avx2+fma" : "portable",
+                   (long long)n, 2.0 * (double)(n * n * n) / best * 1e-9);
+            free(a);
+            free(b);
+            free(c);
+        }
+    }
+    ipu__sgemm_set_isa(0);
+    /* the demo shape through the MATMUL kernel: 16 x 256^3 */
+    H *h = h_new(16 << 20);
+    uint32_t a = T(h, FLOAT32, 16, 256, 256), b = T(h, FLOAT32, 16, 256, 256), y = T(h, FLOAT32, 16, 256, 256);
+    fill_f32(h, a);
+    fill_f32(h, b);
+    TI ti;
+    if (ti_make(h, &ti, IPU_OP_MATMUL, 2, (uint32_t[]){a, b}, y, 0, NULL) == IPU_OK) {
+        ipu__frame f = {&h->e, h->ptr};
+        size_t w = ipu__instr_work(&h->e, &ti.ins);
+        double best = 1e30;
+        for (int trial = 0; trial < 10; trial++) {
+            double t0 = now();
+            (void)ipu__instr_run(&f, &ti.ins, 0, w, h->scratch);
+            double t = now() - t0;
+            if (t < best) best = t;
+        }
+        printf("MATMUL kernel 16x256^3 (1 thread): %.2f ms, %.1f GFLOP/s\n", best * 1e3,
+               16 * 2.0 * 256 * 256 * 256 / best * 1e-9);
+        ipu__free(ti.ins.plan);
+    }
+    h_free(h);
+    free(scratch);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "--bench") == 0) {
+        bench();
+        return 0;
+    }
+    test_binary_f32();
+    test_binary_f16_int();
+    test_relu();
+    for (int isa = 1; isa <= 3; isa++) test_matmul_f32(isa);
+    test_matmul_other();
+    test_gemm();
+    test_data();
+    test_cast();
+    test_reduce();
+    test_softmax();
+    test_verifier();
+    test_container();
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,807 @@
+/* Runtime tests: builds small containers in memory (METADATA + PROGRAM blobs encoded by hand per
+ * ipu_executable.h and docs/bytecode.md), then exercises requests, batching, threads, fused
+ * models, validation, padding, stream callbacks and close with requests in flight.
+ *
+ * `test_runtime --write-add PATH` writes the Z = X + Y float32[2,3] model to PATH and exits
+ * (used to make a PopEF file for examples/embed.c). */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ipu/ipu.h"
+
+static int g_pass, g_fail;
+
+#define CHECK(cond)                                                                          \
+    do {                                                                                     \
+        if (!(cond)) {                                                                       \
+            fprintf(stderr, "  %s:%d: CHECK failed: %s\n  last error: %s\n", __FILE__,       \
+                    __LINE__, #cond, ipu_last_error_message());                              \
+            return 1;                                                                        \
+        }                                                                                    \
+    } while (0)
+#define CHECK_OK(expr) CHECK((expr) == IPU_OK)
+#define RUN(fn)                                       \
+    do {                                              \
+        int r_ = fn();                                \
+        if (r_) { g_fail++; printf("FAIL %s\n", #fn); } \
+        else { g_pass++; printf("ok   %s\n", #fn); }  \
+        fflush(stdout);                               \
+    } while (0)
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* ---- model builder ------------------------------------------------------------------------ */
+
+typedef struct { uint32_t dtype, loc; uint64_t offset; uint32_t ndim; int64_t dims[8]; } m_tensor;
+typedef struct { const char *name; uint32_t dir, tensor, subgraph, flags; } m_anchor;
+typedef struct { uint16_t op; uint8_t nin, nout; uint32_t ops[8]; } m_instr;
+typedef struct { uint32_t id, n; m_instr ins[4]; } m_prog;
+typedef struct {
+    uint32_t bps, nsub, load, index_anchor;
+    uint32_t main[4];
+    uint64_t arena;
+    uint32_t nt, na, np;
+    m_tensor t[8];
+    m_anchor a[8];
+    m_prog p[4];
+    const void *tdata;
+    size_t tdsize;
+    int set_hash;
+    uint64_t hash;
+} m_model;
+
+static void put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); } /* tests run little-endian */
+static void put64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
+
+static uint64_t tensor_nbytes(const m_tensor *t) {
+    uint64_t n = t->dtype == IPU_DTYPE_UINT32 || t->dtype == IPU_DTYPE_FLOAT32 ? 4 : 1;
+    for (uint32_t d = 0; d < t->ndim; d++) n *= (uint64_t)t->dims[d];
+    return n;
+}
+
+static size_t encode_metadata(const m_model *m, uint8_t *buf) {
+    size_t strings = 0;
+    for (uint32_t i = 0; i < m->na; i++) strings += strlen(m->a[i].name);
+    put32(buf + 0, 2); put32(buf + 4, 1); put32(buf + 8, 1); put32(buf + 12, m->bps);
+    put32(buf + 16, 0); put32(buf + 20, m->nt); put32(buf + 24, m->na);
+    put32(buf + 28, m->nsub); put32(buf + 32, m->load); put32(buf + 36, m->index_anchor);
+    put64(buf + 40, m->arena); put32(buf + 48, (uint32_t)strings); put32(buf + 52, 0);
+    size_t o = 56;
+    for (uint32_t s = 0; s < m->nsub; s++, o += 4) put32(buf + o, m->main[s]);
+    o = (o + 7) & ~(size_t)7;
+    for (uint32_t i = 0; i < m->nt; i++, o += 96) {
+        const m_tensor *t = &m->t[i];
+        put32(buf + o, t->dtype); put32(buf + o + 4, t->ndim); put32(buf + o + 8, t->loc);
+        put32(buf + o + 12, 0); put64(buf + o + 16, t->offset);
+        put64(buf + o + 24, tensor_nbytes(t));
+        for (int d = 0; d < 8; d++) put64(buf + o + 32 + 8 * (size_t)d, (uint64_t)t->dims[d]);
+    }
+    uint32_t soff = 0;
+    for (uint32_t i = 0; i < m->na; i++, o += 24) {
+        const m_anchor *a = &m->a[i];
+        uint32_t len = (uint32_t)strlen(a->name);
+        put32(buf + o, soff); put32(buf + o + 4, len); put32(buf + o + 8, a->dir);
+        put32(buf + o + 12, a->tensor); put32(buf + o + 16, a->subgraph);
+        put32(buf + o + 20, a->flags);
+        soff += len;
+    }
+    for (uint32_t i = 0; i < m->na; i++) {
+        size_t len = strlen(m->a[i].name);
+        memcpy(buf + o, m->a[i].name, len);
+        o += len;
+    }
+    while (o % 8) buf[o++] = 0;
+    return o;
+}
+
+static size_t encode_program(const m_prog *p, uint8_t *buf) {
+    put32(buf, p->n); put32(buf + 4, 0);
+    size_t o = 8;
+    for (uint32_t i = 0; i < p->n; i++) {
+        const m_instr *in = &p->ins[i];
+        uint16_t op = in->op, zero = 0;
+        memcpy(buf + o, &op, 2); buf[o + 2] = in->nin; buf[o + 3] = in->nout;
+        memcpy(buf + o + 4, &zero, 2); memcpy(buf + o + 6, &zero, 2);
+        o += 8;
+        uint32_t nops = (uint32_t)in->nin + in->nout;
+        for (uint32_t k = 0; k < nops; k++, o += 4) put32(buf + o, in->ops[k]);
+        if (nops % 2) { put32(buf + o, 0); o += 4; }
+    }
+    return o;
+}
+
+static ipu_status model_writer(const m_model *m, ipu_container_writer **out) {
+    static uint8_t buf[1 << 16];
+    ipu_container_writer *w = NULL;
+    ipu_status st = ipu_container_writer_create(&w);
+    if (st) return st;
+    memset(buf, 0, sizeof buf);
+    size_t n = encode_metadata(m, buf);
+    st = ipu_container_writer_add_blob(w, IPU_BLOB_METADATA, 0, NULL, buf, n);
+    for (uint32_t i = 0; i < m->np && st == IPU_OK; i++) {
+        memset(buf, 0, sizeof buf);
+        n = encode_program(&m->p[i], buf);
+        st = ipu_container_writer_add_blob(w, IPU_BLOB_PROGRAM, m->p[i].id, NULL, buf, n);
+    }
+    if (st == IPU_OK && m->tdata)
+        st = ipu_container_writer_add_blob(w, IPU_BLOB_TENSOR_DATA, 0, NULL, m->tdata, m->tdsize);
+    if (m->set_hash) ipu_container_writer_set_compiler_hash(w, m->hash);
+    if (st) { ipu_container_writer_destroy(w); return st; }
+    *out = w;
+    return IPU_OK;
+}
+
+static ipu_status build(const m_model *m, ipu_container **c_out, ipu_executable **e_out) {
+    ipu_container_writer *w;
+    void *data = NULL;
+    size_t size = 0;
+    ipu_status st = model_writer(m, &w);
+    if (st) return st;
+    st = ipu_container_writer_finish(w, &data, &size);
+    ipu_container_writer_destroy(w);
+    if (st) return st;
+    st = ipu_container_open_memory(data, size, c_out);
+    free(data);
+    if (st) return st;
+    st = ipu_executable_create(*c_out, e_out);
+    if (st) { ipu_container_destroy(*c_out); *c_out = NULL; }
+    return st;
+}
+
+enum { F32 = IPU_DTYPE_FLOAT32, U32 = IPU_DTYPE_UINT32, ARENA = IPU_LOC_ARENA,
+       TDATA = IPU_LOC_TENSOR_DATA, IN = IPU_DIR_INPUT, OUT = IPU_DIR_OUTPUT,
+       ALL = (int)IPU_NO_INDEX };
+
+/* Z = X + Y, float32[rows, cols]. */
+static m_model add_model(int64_t rows, int64_t cols, uint32_t bps) {
+    m_model m;
+    memset(&m, 0, sizeof m);
+    uint64_t nb = ((uint64_t)(rows * cols * 4) + 63) & ~(uint64_t)63;
+    m.bps = bps; m.nsub = 1; m.load = 0; m.index_anchor = IPU_NO_INDEX; m.main[0] = 1;
+    m.arena = 3 * nb; m.nt = 3; m.na = 3; m.np = 2;
+    for (uint32_t i = 0; i < 3; i++)
+        m.t[i] = (m_tensor){F32, ARENA, i * nb, 2, {rows, cols}};
+    m.a[0] = (m_anchor){"X", IN, 0, IPU_NO_INDEX, 0};
+    m.a[1] = (m_anchor){"Y", IN, 1, IPU_NO_INDEX, 0};
+    m.a[2] = (m_anchor){"Z", OUT, 2, IPU_NO_INDEX, 0};
+    m.p[0] = (m_prog){0, 0, {{0}}};
+    m.p[1] = (m_prog){1, 1, {{IPU_OP_ADD, 2, 1, {0, 1, 2}}}};
+    return m;
+}
+
+/* Fused: index (uint32[1]); subgraph 0: Z0 = X0 + Y; subgraph 1: Z1 = X1 * Y; float32[2,3]. */
+static m_model fused_model(void) {
+    m_model m;
+    memset(&m, 0, sizeof m);
+    m.bps = 1; m.nsub = 2; m.load = 0; m.index_anchor = 0; m.main[0] = 1; m.main[1] = 2;
+    m.arena = 6 * 64; m.nt = 6; m.na = 6; m.np = 3;
+    m.t[0] = (m_tensor){U32, ARENA, 0, 1, {1}};
+    for (uint32_t i = 1; i < 6; i++) m.t[i] = (m_tensor){F32, ARENA, 64 * i, 2, {2, 3}};
+    m.a[0] = (m_anchor){"index", IN, 0, IPU_NO_INDEX, 0};
+    m.a[1] = (m_anchor){"X0", IN, 1, 0, 0};
+    m.a[2] = (m_anchor){"X1", IN, 2, 1, 0};
+    m.a[3] = (m_anchor){"Y", IN, 3, IPU_NO_INDEX, 0};
+    m.a[4] = (m_anchor){"Z0", OUT, 4, 0, 0};
+    m.a[5] = (m_anchor){"Z1", OUT, 5, 1, 0};
+    m.p[0] = (m_prog){0, 0, {{0}}};
+    m.p[1] = (m_prog){1, 1, {{IPU_OP_ADD, 2, 1, {1, 3, 4}}}};
+    m.p[2] = (m_prog){2, 1, {{IPU_OP_MUL, 2, 1, {2, 3, 5}}}};
+    return m;
+}
+
+typedef struct { ipu_container *c; ipu_executable *e; ipu_runtime *rt; } fixture;
+
+static ipu_status fx_open(fixture *f, const m_model *m, const ipu_runtime_config *cfg) {
+    memset(f, 0, sizeof *f);
+    ipu_status st = build(m, &f->c, &f->e);
+    if (st == IPU_OK) st = ipu_runtime_create(f->e, cfg, &f->rt);
+    return st;
+}
+
+static void fx_close(fixture *f) {
+    ipu_runtime_destroy(f->rt);
+    ipu_executable_destroy(f->e);
+    ipu_container_destroy(f->c);
+}
+
+static ipu_runtime_config cfg_threads(uint32_t nth) {
+    ipu_runtime_config c = ipu_runtime_config_default();
+    c.num_threads = nth;
+    return c;
+}
+
+/* Submit Z = X + Y for N batches of `n` floats each. */
+static ipu_status submit_add(ipu_runtime *rt, uint32_t N, const float *x, const float *y,
+                             float *z, ipu_request_done_fn done, void *ud, ipu_request **out) {
+    const void *ins[3] = {x, y, NULL};
+    void *outs[3] = {NULL, NULL, z};
+    ipu_request_desc d = {N, ins, outs, IPU_NO_INDEX, done, ud};
+    return ipu_runtime_submit(rt, &d, out);
+}
+
+static uint32_t rng_next(uint32_t *s) {
+    *s ^= *s << 13; *s ^= *s >> 17; *s ^= *s << 5;
+    return *s;
+}
+
+/* ---- tests -------------------------------------------------------------------------------- */
+
+static int test_single_request(void) {
+    fixture f;
+    m_model m = add_model(2, 3, 1);
+    ipu_runtime_config cfg = cfg_threads(2);
+    CHECK_OK(fx_open(&f, &m, &cfg));
+    float x[6] = {1, 2, 3, 4, 5, 6}, y[6] = {10, 20, 30, 40, 50, 60}, z[6] = {0};
+    ipu_request *r;
+    CHECK_OK(submit_add(f.rt, 1, x, y, z, NULL, NULL, &r));
+    CHECK_OK(ipu_request_wait(r, UINT64_MAX));
+    CHECK(ipu_request_is_done(r));
+    CHECK_OK(ipu_request_status(r));
+    for (int i = 0; i < 6; i++) CHECK(z[i] == x[i] + y[i]);
+    ipu_request_release(r);
+    ipu_runtime_stats s;
+    ipu_runtime_get_stats(f.rt, &s);
+    CHECK(s.requests_submitted == 1 && s.requests_completed == 1 && s.requests_failed == 0);
+    CHECK(s.iterations == 1 && s.num_threads == 2);
+    fx_close(&f);
+    return 0;
+}
+
+static atomic_int g_done_calls;
+static void count_done(ipu_request *req, ipu_status st, void *ud) {
+    (void)req;
+    atomic_fetch_add(&g_done_calls, 1);
+    if (ud) *(ipu_status *)ud = st;
+}
+
+static int test_batches(void) {
+    fixture f;
+    m_model m = add_model(2, 3, 1);
+    CHECK_OK(fx_open(&f, &m, NULL));
+    enum { N = 7 };
+    float x[N * 6], y[N * 6], z[N * 6];
+    for (int i = 0; i < N * 6; i++) { x[i] = (float)i; y[i] = (float)(1000 - 3 * i); z[i] = -1; }
+    ipu_status seen = IPU_ERR_INTERNAL;
+    atomic_store(&g_done_calls, 0);
+    ipu_request *r;
+    CHECK_OK(submit_add(f.rt, N, x, y, z, count_done, &seen, &r));
+    CHECK_OK(ipu_request_wait(r, 5000000000ull));
+    CHECK(atomic_load(&g_done_calls) == 1 && seen == IPU_OK);
+    for (int i = 0; i < N * 6; i++) CHECK(z[i] == x[i] + y[i]);
+    ipu_request_release(r);
+    /* Release before completion: the request stays alive for the runtime. */
+    CHECK_OK(submit_add(f.rt, N, x, y, z, count_done, NULL, &r));
+    ipu_request_release(r);
+    CHECK_OK(ipu_runtime_close(f.rt));
+    CHECK(atomic_load(&g_done_calls) == 2);
+    fx_close(&f);
+    return 0;
+}
+
+static int test_large_parallel(void) {
+    /* 256 x 1024 floats: the ADD has 16 work items and runs on the pool. */
+    for (uint32_t nth = 1; nth <= 3; nth++) {
+        fixture f;
+        m_model m = add_model(256, 1024, 1);
+        ipu_runtime_config cfg = cfg_threads(nth);
+        CHECK_OK(fx_open(&f, &m, &cfg));
+        size_t n = 2 * 256 * 1024;
+        float *x = malloc(n * 4), *y = malloc(n * 4), *z = malloc(n * 4);
+        CHECK(x && y && z);
+        for (size_t i = 0; i < n; i++) { x[i] = (float)(i % 977); y[i] = (float)(i % 13); z[i] = 0; }
+        ipu_request *r;
+        CHECK_OK(submit_add(f.rt, 2, x, y, z, NULL, NULL, &r));
+        CHECK_OK(ipu_request_wait(r, UINT64_MAX));
+        for (size_t i = 0; i < n; i++) CHECK(z[i] == x[i] + y[i]);
+        ipu_request_release(r);
+        free(x); free(y); free(z);
+        fx_close(&f);
+    }
+    return 0;
+}
+
+typedef struct {
+    ipu_runtime *rt;
+    uint32_t seed;
+    int errors;
+    atomic_int *done_count; /* per request */
+} stress_arg;
+
+static void stress_done(ipu_request *req, ipu_status st, void *ud) {
+    (void)req;
+    if (st == IPU_OK) atomic_fetch_add((atomic_int *)ud, 1);
+    else atomic_fetch_add((atomic_int *)ud, 1000);
+}
+
+static void *stress_thread(void *p) {
+    stress_arg *a = p;
+    enum { R = 200, MAXN = 8 };
+    for (int i = 0; i < R; i++) {
+        uint32_t N = 1 + rng_next(&a->seed) % MAXN;
+        float x[MAXN * 6], y[MAXN * 6], z[MAXN * 6];
+        for (uint32_t k = 0; k < N * 6; k++) {
+            x[k] = (float)(rng_next(&a->seed) % 1000);
+            y[k] = (float)(rng_next(&a->seed) % 1000);
+            z[k] = -1;
+        }
+        ipu_request *r;
+        if (submit_add(a->rt, N, x, y, z, stress_done, &a->done_count[i], &r) != IPU_OK) {
+            a->errors++;
+            continue;
+        }
+        if (ipu_request_wait(r, UINT64_MAX) != IPU_OK) a->errors++;
+        /* the done callback ran before wait returned */
+        if (atomic_load(&a->done_count[i]) != 1) a->errors++;
+        for (uint32_t k = 0; k < N * 6; k++)
+            if (z[k] != x[k] + y[k]) { a->errors++; break; }
+        ipu_request_release(r);
+        if (rng_next(&a->seed) % 16 == 0) sched_yield();
+    }
+    return NULL;
+}
+
+static int test_threads(void) {
+    fixture f;
+    m_model m = add_model(2, 3, 1);
+    ipu_runtime_config cfg = cfg_threads(2);
+    cfg.ring_buffer_size_multiplier = 2; /* small rings: submitters block often */
+    CHECK_OK(fx_open(&f, &m, &cfg));
+    enum { T = 3 };
+    static atomic_int counts[T][200];
+    pthread_t th[T];
+    stress_arg args[T];
+    for (int t = 0; t < T; t++) {
+        for (int i = 0; i < 200; i++) atomic_store(&counts[t][i], 0);
+        args[t] = (stress_arg){f.rt, 0x9e3779b9u * (uint32_t)(t + 1), 0, counts[t]};
+        CHECK(pthread_create(&th[t], NULL, stress_thread, &args[t]) == 0);
+    }
+    for (int t = 0; t < T; t++) pthread_join(th[t], NULL);
+    for (int t = 0; t < T; t++) {
+        CHECK(args[t].errors == 0);
+        for (int i = 0; i < 200; i++) CHECK(atomic_load(&counts[t][i]) == 1);
+    }
+    ipu_runtime_stats s;
+    ipu_runtime_get_stats(f.rt, &s);
+    CHECK(s.requests_submitted == T * 200 && s.requests_completed == T * 200);
+    CHECK(s.requests_failed == 0);
+    fx_close(&f);
+    return 0;
+}
+
+static int test_padding(void) {
+    fixture f;
+    m_model m = add_model(2, 3, 4);
+    ipu_runtime_config cfg = cfg_threads(1);
+    cfg.timeout_ns = 2000000; /* 2 ms */
+    CHECK_OK(fx_open(&f, &m, &cfg));
+    float x[5 * 6], y[5 * 6], z[5 * 6];
+    for (int i = 0; i < 30; i++) { x[i] = (float)i; y[i] = 1; }
+    ipu_request *r;
+    CHECK_OK(submit_add(f.rt, 1, x, y, z, NULL, NULL, &r));
+    CHECK_OK(ipu_request_wait(r, UINT64_MAX)); /* outputs do not wait for the step to fill */
+    ipu_request_release(r);
+    sleep_ms(100);
+    ipu_runtime_stats s;
+    ipu_runtime_get_stats(f.rt, &s);
+    CHECK(s.iterations == 1 && s.padded_iterations == 3 && s.steps == 1);
+    CHECK_OK(submit_add(f.rt, 5, x, y, z, NULL, NULL, &r));
+    CHECK_OK(ipu_request_wait(r, UINT64_MAX));
+    for (int i = 0; i < 30; i++) CHECK(z[i] == x[i] + 1);
+    ipu_request_release(r);
+    sleep_ms(100);
+    ipu_runtime_get_stats(f.rt, &s);
+    CHECK(s.iterations == 6 && s.padded_iterations == 6 && s.steps == 3);
+    fx_close(&f);
+
+    /* timeout_ns == 0: a started step waits forever, nothing is padded. */
+    cfg.timeout_ns = 0;
+    CHECK_OK(fx_open(&f, &m, &cfg));
+    CHECK_OK(submit_add(f.rt, 1, x, y, z, NULL, NULL, &r));
+    CHECK_OK(ipu_request_wait(r, UINT64_MAX));
+    ipu_request_release(r);
+    sleep_ms(30);
+    ipu_runtime_get_stats(f.rt, &s);
+    CHECK(s.iterations == 1 && s.padded_iterations == 0 && s.steps == 0);
+    fx_close(&f); /* close wakes the device although it waits without a deadline */
+    return 0;
+}
+
+static ipu_status submit_fused(ipu_runtime *rt, const void *const ins[6], void *const outs[6],
+                               uint32_t sub, ipu_request **r) {
+    ipu_request_desc d = {1, ins, outs, sub, NULL, NULL};
+    return ipu_runtime_submit(rt, &d, r);
+}
+
+static int test_fused(void) {
+    fixture f;
+    m_model m = fused_model();
+    ipu_runtime_config cfg = cfg_threads(2);
+    CHECK_OK(fx_open(&f, &m, &cfg));
+    float x0[6] = {1, 2, 3, 4, 5, 6}, x1[6] = {2, 2, 2, 3, 3, 3}, y[6] = {10, 20, 30, 40, 50, 60};
+    float z0[6], z1[6];
+    ipu_request *r;
+    /* subgraph inferred from X0 / Z0 */
+    {
+        const void *ins[6] = {NULL, x0, NULL, y, NULL, NULL};
+        void *outs[6] = {NULL, NULL, NULL, NULL, z0, NULL};
+        CHECK_OK(submit_fused(f.rt, ins, outs, IPU_NO_INDEX, &r));
+        CHECK_OK(ipu_request_wait(r, UINT64_MAX));
+        ipu_request_release(r);
+        for (int i = 0; i < 6; i++) CHECK(z0[i] == x0[i] + y[i]);
+    }
+    /* subgraph 1 selected by the index anchor */
+    {
+        uint32_t idx = 1;
+        const void *ins[6] = {&idx, NULL, x1, y, NULL, NULL};
+        void *outs[6] = {NULL, NULL, NULL, NULL, NULL, z1};
+        CHECK_OK(submit_fused(f.rt, ins, outs, IPU_NO_INDEX, &r));
+        CHECK_OK(ipu_request_wait(r, UINT64_MAX));
+        ipu_request_release(r);
+        for (int i = 0; i < 6; i++) CHECK(z1[i] == x1[i] * y[i]);
+        /* index 1 and desc.subgraph 0 disagree */
+        CHECK(submit_fused(f.rt, ins, outs, 0, &r) == IPU_ERR_INVALID_ARGUMENT);
+        CHECK(strstr(ipu_last_error_message(), "index"));
+    }
+    /* mixed anchors of subgraphs 0 and 1 */
+    {
+        const void *ins[6] = {NULL, x0, x1, y, NULL, NULL};
+        void *outs[6] = {NULL, NULL, NULL, NULL, z0, z1};
+        CHECK(submit_fused(f.rt, ins, outs, IPU_NO_INDEX, &r) == IPU_ERR_INVALID_ARGUMENT);
+        CHECK(strstr(ipu_last_error_message(), "'X0'") && strstr(ipu_last_error_message(), "'X1'"));
+        /* explicit subgraph + validate_io_params: the other subgraph's anchors are an error */
+        CHECK(submit_fused(f.rt, ins, outs, 0, &r) == IPU_ERR_INVALID_ARGUMENT);
+        CHECK(strstr(ipu_last_error_message(), "does not belong"));
+    }
+    /* no anchor identifies a subgraph */
+    {
+        const void *ins[6] = {NULL, NULL, NULL, y, NULL, NULL};
+        void *outs[6] = {NULL};
+        CHECK(submit_fused(f.rt, ins, outs, IPU_NO_INDEX, &r) == IPU_ERR_INVALID_ARGUMENT);
+        CHECK(strstr(ipu_last_error_message(), "cannot infer"));
+        CHECK(submit_fused(f.rt, ins, outs, 2, &r) == IPU_ERR_INVALID_ARGUMENT);
+    }
+    /* many requests alternating subgraphs, asynchronously */
+    {
+        enum { R = 40 };
+        static float zs[R][6];
+        ipu_request *rs[R];
+        for (int i = 0; i < R; i++) {
+            const void *ins[6] = {NULL, x0, x1, y, NULL, NULL};
+            void *outs[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
+            if (i % 2) ins[1] = NULL, outs[5] = zs[i];
+            else ins[2] = NULL, outs[4] = zs[i];
+            CHECK_OK(submit_fused(f.rt, ins, outs, IPU_NO_INDEX, &rs[i]));
+        }
+        for (int i = 0; i < R; i++) {
+            CHECK_OK(ipu_request_wait(rs[i], UINT64_MAX));
+            ipu_request_release(rs[i]);
+            for (int k = 0; k < 6; k++) CHECK(zs[i][k] == (i % 2 ? x1[k] * y[k] : x0[k] + y[k]));
+        }
+    }
+    fx_close(&f);
+    /* validate_io_params = 0: anchors of other subgraphs are ignored */
+    cfg.validate_io_params = 0;
+    CHECK_OK(fx_open(&f, &m, &cfg));
+    {
+        const void *ins[6] = {NULL, x0, x1, y, NULL, NULL};
+        void *outs[6] = {NULL, NULL, NULL, NULL, z0, z1};
+        memset(z1, 0, sizeof z1);
+        CHECK_OK(submit_fused(f.rt, ins, outs, 0, &r));
+        CHECK_OK(ipu_request_wait(r, UINT64_MAX));
+        ipu_request_release(r);
+        for (int i = 0; i < 6; i++) CHECK(z0[i] == x0[i] + y[i] && z1[i] == 0);
+    }
+    fx_close(&f);
+    return 0;
+}
+
+static int test_validation(void) {
+    fixture f;
+    m_model m = add_model(2, 3, 1);
+    CHECK_OK(fx_open(&f, &m, NULL));
+    float x[6] = {0}, y[6] = {0}, z[6];
+    ipu_request *r = NULL;
+    CHECK(submit_add(f.rt, 1, x, NULL, z, NULL, NULL, &r) == IPU_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(ipu_last_error_message(), "'Y'") && strstr(ipu_last_error_message(), "missing"));
+    CHECK(submit_add(f.rt, 1, x, y, NULL, NULL, NULL, &r) == IPU_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(ipu_last_error_message(), "'Z'"));
+    CHECK(submit_add(f.rt, 0, x, y, z, NULL, NULL, &r) == IPU_ERR_INVALID_ARGUMENT);
+    {
+        const void *ins[3] = {x, y, z}; /* output given as an input */
+        void *outs[3] = {NULL, NULL, z};
+        ipu_request_desc d = {1, ins, outs, IPU_NO_INDEX, NULL, NULL};
+        CHECK(ipu_runtime_submit(f.rt, &d, &r) == IPU_ERR_INVALID_ARGUMENT);
+        d.inputs = NULL;
+        CHECK(ipu_runtime_submit(f.rt, &d, &r) == IPU_ERR_INVALID_ARGUMENT);
+        ins[2] = NULL;
+        d.inputs = ins;
+        d.subgraph = 1;
+        CHECK(ipu_runtime_submit(f.rt, &d, &r) == IPU_ERR_INVALID_ARGUMENT);
+    }
+    CHECK(r == NULL);
+    CHECK(ipu_runtime_submit(f.rt, NULL, &r) == IPU_ERR_INVALID_ARGUMENT);
+    ipu_runtime_stats s;
+    ipu_runtime_get_stats(f.rt, &s);
+    CHECK(s.requests_submitted == 0);
+    fx_close(&f);
+    return 0;
+}
+
+static int test_hash_mismatch(void) {
+    m_model m = add_model(2, 3, 1);
+    m.set_hash = 1;
+    m.hash = 0x1234;
+    ipu_container *c;
+    ipu_executable *e;
+    ipu_runtime *rt = NULL;
+    CHECK_OK(build(&m, &c, &e));
+    CHECK(ipu_runtime_create(e, NULL, &rt) == IPU_ERR_HASH_MISMATCH);
+    CHECK(rt == NULL);
+    CHECK(strstr(ipu_last_error_message(), "0x0000000000001234"));
+    char want[32];
+    snprintf(want, sizeof want, "0x%016llx", (unsigned long long)ipu_compiler_hash());
+    CHECK(strstr(ipu_last_error_message(), want));
+    ipu_runtime_config cfg = ipu_runtime_config_default();
+    cfg.check_package_hash = 0;
+    CHECK_OK(ipu_runtime_create(e, &cfg, &rt));
+    ipu_runtime_destroy(rt);
+    ipu_executable_destroy(e);
+    ipu_container_destroy(c);
+    return 0;
+}
+
+typedef struct {
+    ipu_runtime *rt;
+    uint32_t seed;
+    int tid, n, errors;
+    ipu_request *reqs[4096];
+    float *bufs[4096];
+    uint32_t ns[4096];
+    atomic_int done[4096];
+    ipu_status status[4096];
+} close_arg;
+
+typedef struct { close_arg *a; int i; } close_ref;
+
+static void close_done2(ipu_request *req, ipu_status st, void *ud) {
+    (void)req;
+    close_arg *a = ((close_ref *)ud)->a;
+    int i = ((close_ref *)ud)->i;
+    a->status[i] = st;
+    atomic_fetch_add(&a->done[i], 1);
+}
+
+static close_ref g_refs[3][4096];
+
+enum { CLOSE_ELEMS = 64 * 64 };
+
+static void *close_thread(void *p) {
+    close_arg *a = p;
+    close_ref *refs = g_refs[a->tid];
+    for (int i = 0; i < 4096; i++) {
+        uint32_t N = 1 + rng_next(&a->seed) % 16;
+        float *b = malloc((size_t)N * CLOSE_ELEMS * 4 * 3);
+        if (!b) { a->errors++; break; }
+        for (size_t k = 0; k < (size_t)N * CLOSE_ELEMS; k++) {
+            b[k] = (float)(k % 101);
+            b[(size_t)N * CLOSE_ELEMS + k] = 2;
+            b[(size_t)2 * N * CLOSE_ELEMS + k] = -1;
+        }
+        refs[i] = (close_ref){a, i};
+        ipu_request *r = NULL;
+        ipu_status st = submit_add(a->rt, N, b, b + (size_t)N * CLOSE_ELEMS,
+                                   b + (size_t)2 * N * CLOSE_ELEMS, close_done2, &refs[i], &r);
+        if (st == IPU_ERR_CLOSED) { free(b); break; }
+        if (st != IPU_OK) { a->errors++; free(b); break; }
+        a->reqs[i] = r;
+        a->bufs[i] = b;
+        a->ns[i] = N;
+        a->n = i + 1;
+    }
+    return NULL;
+}
+
+static int test_close_in_flight(void) {
+    static close_arg args[3];
+    uint64_t total_ok = 0, total_closed = 0;
+    for (int round = 0; round < 12; round++) {
+        fixture f;
+        m_model m = add_model(64, 64, 1 + (uint32_t)round % 3);
+        ipu_runtime_config cfg = cfg_threads(1 + (uint32_t)round % 2);
+        cfg.ring_buffer_size_multiplier = 1;
+        cfg.timeout_ns = round % 4 == 0 ? 0 : 100000;
+        CHECK_OK(fx_open(&f, &m, &cfg));
+        pthread_t th[3];
+        for (int t = 0; t < 3; t++) {
+            memset(&args[t], 0, sizeof args[t]);
+            args[t].rt = f.rt;
+            args[t].seed = (uint32_t)(t + 3 * (round + 1));
+            args[t].tid = t;
+            CHECK(pthread_create(&th[t], NULL, close_thread, &args[t]) == 0);
+        }
+        sleep_ms(round % 3 == 0 ? 0 : 2 * round);
+        CHECK_OK(ipu_runtime_close(f.rt));
+        for (int t = 0; t < 3; t++) pthread_join(th[t], NULL);
+        CHECK_OK(ipu_runtime_close(f.rt)); /* idempotent */
+        for (int t = 0; t < 3; t++) {
+            close_arg *a = &args[t];
+            CHECK(a->errors == 0);
+            for (int i = 0; i < a->n; i++) {
+                ipu_status st = ipu_request_wait(a->reqs[i], UINT64_MAX);
+                CHECK(atomic_load(&a->done[i]) == 1);
+                CHECK(st == a->status[i]);
+                CHECK(st == IPU_OK || st == IPU_ERR_CLOSED);
+                if (st == IPU_OK) {
+                    size_t n = (size_t)a->ns[i] * CLOSE_ELEMS;
+                    for (size_t k = 0; k < n; k++) CHECK(a->bufs[i][2 * n + k] == a->bufs[i][k] + 2);
+                    total_ok++;
+                } else {
+                    total_closed++;
+                }
+                ipu_request_release(a->reqs[i]);
+                free(a->bufs[i]);
+            }
+        }
+        ipu_runtime_stats s;
+        ipu_runtime_get_stats(f.rt, &s);
+        CHECK(s.requests_submitted == s.requests_completed + s.requests_failed);
+        fx_close(&f);
+    }
+    printf("     (close test: %llu requests OK, %llu closed)\n", (unsigned long long)total_ok,
+           (unsigned long long)total_closed);
+    return 0;
+}
+
+static int test_submit_after_close(void) {
+    fixture f;
+    m_model m = add_model(2, 3, 1);
+    CHECK_OK(fx_open(&f, &m, NULL));
+    CHECK_OK(ipu_runtime_close(f.rt));
+    CHECK_OK(ipu_runtime_close(f.rt));
+    float x[6] = {0}, y[6] = {0}, z[6];
+    ipu_request *r = NULL;
+    atomic_store(&g_done_calls, 0);
+    CHECK(submit_add(f.rt, 1, x, y, z, count_done, NULL, &r) == IPU_ERR_CLOSED);
+    CHECK(r == NULL && atomic_load(&g_done_calls) == 0);
+    CHECK(ipu_runtime_set_stream_callback(f.rt, 1, NULL, NULL) == IPU_ERR_CLOSED);
+    fx_close(&f);
+    ipu_runtime_destroy(NULL);
+    ipu_request_release(NULL);
+    return 0;
+}
+
+static atomic_int g_cb_calls;
+static atomic_int g_cb_fail_at;   /* fail on this call number (1-based), 0 = never */
+static atomic_int g_cb_block;     /* while set, the callback spins */
+
+static ipu_status fill_y(void *buf, size_t nbytes, const ipu_anchor_info *a, void *ud) {
+    (void)a;
+    int call = atomic_fetch_add(&g_cb_calls, 1) + 1;
+    while (atomic_load(&g_cb_block)) sleep_ms(1);
+    if (call == atomic_load(&g_cb_fail_at)) return IPU_ERR_CALLBACK;
+    float v = *(const float *)ud;
+    for (size_t i = 0; i < nbytes / 4; i++) ((float *)buf)[i] = v;
+    return IPU_OK;
+}
+
+static float g_captured[6];
+static ipu_status capture_z(void *buf, size_t nbytes, const ipu_anchor_info *a, void *ud) {
+    (void)ud;
+    if (strcmp(a->name, "Z") != 0 || nbytes != sizeof g_captured) return IPU_ERR_INTERNAL;
+    memcpy(g_captured, buf, nbytes);
+    return IPU_OK;
+}
+
+static int test_stream_callback(void) {
+    fixture f;
+    m_model m = add_model(2, 3, 1);
+    CHECK_OK(fx_open(&f, &m, NULL));
+    float v = 100;
+    atomic_store(&g_cb_calls, 0);
+    atomic_store(&g_cb_fail_at, 0);
+    CHECK(ipu_runtime_set_stream_callback(f.rt, 7, fill_y, &v) == IPU_ERR_INVALID_ARGUMENT);
+    CHECK_OK(ipu_runtime_set_stream_callback(f.rt, 1, fill_y, &v));
+    float x[3 * 6], y[6] = {0}, z[3 * 6];
+    for (int i = 0; i < 18; i++) x[i] = (float)i;
+    ipu_request *r;
+    CHECK(submit_add(f.rt, 1, x, y, z, NULL, NULL, &r) == IPU_ERR_INVALID_ARGUMENT);
+    CHECK(strstr(ipu_last_error_message(), "stream callback"));
+    CHECK_OK(submit_add(f.rt, 3, x, NULL, z, NULL, NULL, &r));
+    CHECK_OK(ipu_request_wait(r, UINT64_MAX));
+    ipu_request_release(r);
+    for (int i = 0; i < 18; i++) CHECK(z[i] == x[i] + 100);
+    CHECK(atomic_load(&g_cb_calls) == 3);
+    CHECK(ipu_runtime_set_stream_callback(f.rt, 1, NULL, NULL) == IPU_ERR_INVALID_STATE);
+
+    /* A failing callback fails its request once; the rest of it is skipped; rings stay aligned. */
+    atomic_store(&g_cb_calls, 0);
+    atomic_store(&g_cb_fail_at, 2);
+    ipu_status seen = IPU_OK;
+    atomic_store(&g_done_calls, 0);
+    CHECK_OK(submit_add(f.rt, 3, x, NULL, z, count_done, &seen, &r));
+    CHECK(ipu_request_wait(r, UINT64_MAX) == IPU_ERR_CALLBACK);
+    CHECK(strstr(ipu_last_error_message(), "stream callback of input anchor 'Y'"));
+    CHECK(ipu_request_status(r) == IPU_ERR_CALLBACK);
+    CHECK(seen == IPU_ERR_CALLBACK && atomic_load(&g_done_calls) == 1);
+    ipu_request_release(r);
+    v = 7;
+    CHECK_OK(submit_add(f.rt, 2, x + 6, NULL, z, NULL, NULL, &r));
+    CHECK_OK(ipu_request_wait(r, UINT64_MAX));
+    ipu_request_release(r);
+    for (int i = 0; i < 12; i++) CHECK(z[i] == x[6 + i] + 7);
+    CHECK(atomic_load(&g_cb_calls) == 4); /* 2 of the failed request (3rd skipped) + 2 */
+
+    /* ipu_request_wait timeout: the callback blocks the device. */
+    atomic_store(&g_cb_block, 1);
+    CHECK_OK(submit_add(f.rt, 1, x, NULL, z, NULL, NULL, &r));
+    CHECK(ipu_request_wait(r, 2000000) == IPU_ERR_TIMEOUT);
+    CHECK(ipu_request_wait(r, 0) == IPU_ERR_TIMEOUT);
+    CHECK(!ipu_request_is_done(r) && ipu_request_status(r) == IPU_ERR_INVALID_STATE);
+    atomic_store(&g_cb_block, 0);
+    CHECK_OK(ipu_request_wait(r, UINT64_MAX));
+    ipu_request_release(r);
+    ipu_runtime_stats s;
+    ipu_runtime_get_stats(f.rt, &s);
+    CHECK(s.requests_completed == 3 && s.requests_failed == 1);
+    fx_close(&f);
+
+    /* Output callback. */
+    CHECK_OK(fx_open(&f, &m, NULL));
+    CHECK_OK(ipu_runtime_set_stream_callback(f.rt, 2, capture_z, NULL));
+    float y2[6] = {1, 1, 1, 1, 1, 1};
+    CHECK_OK(submit_add(f.rt, 1, x, y2, NULL, NULL, NULL, &r));
+    CHECK_OK(ipu_request_wait(r, UINT64_MAX));
+    ipu_request_release(r);
+    for (int i = 0; i < 6; i++) CHECK(g_captured[i] == x[i] + 1);
+    fx_close(&f);
+    return 0;
+}
+
+static int test_default_threads(void) {
+    fixture f;
+    m_model m = add_model(2, 3, 1);
+    CHECK_OK(fx_open(&f, &m, NULL));
+    ipu_runtime_stats s;
+    ipu_runtime_get_stats(f.rt, &s);
+    CHECK(s.num_threads >= 1);
+    fx_close(&f);
+    CHECK(ipu_runtime_create(NULL, NULL, &f.rt) == IPU_ERR_INVALID_ARGUMENT);
+    return 0;
+}
+
+static int write_add(const char *path) {
+    m_model m = add_model(2, 3, 1);
+    ipu_container_writer *w;
+    if (model_writer(&m, &w) != IPU_OK) return 1;
+    ipu_status st = ipu_container_writer_write_file(w, path);
+    ipu_container_writer_destroy(w);
+    if (st != IPU_OK) fprintf(stderr, "%s\n", ipu_last_error_message());
+    return st != IPU_OK;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 3 && strcmp(argv[1], "--write-add") == 0) return write_add(argv[2]);
+    alarm(240); /* watchdog: a hang is a failure */
+    RUN(test_single_request);
+    RUN(test_batches);
+    RUN(test_large_parallel);
+    RUN(test_threads);
+    RUN(test_padding);
+    RUN(test_fused);
+    RUN(test_validation);
+    RUN(test_hash_mismatch);
+    RUN(test_close_in_flight);
+    RUN(test_submit_after_close);
+    RUN(test_stream_callback);
+    RUN(test_default_threads);
+    printf("%d passed, %d failed\n", g_pass, g_fail);
+    return g_fail != 0;
+}

@@ -1,0 +1,183 @@
+"""Model builders shared by the compiler, reference and (later) kernel-parity tests."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from pyipu import demo
+from pyipu.compiler import Compiler, CompilerOptions, Executable
+
+ORT_IR_VERSION = 8  # onnx 1.23 writes IR 14, which onnxruntime rejects
+
+
+def seed_overlap_io_model(seed: int = 0) -> onnx.ModelProto:
+    """The overlap-I/O seed with weights scaled by 1/16 so activations stay O(1)."""
+    return demo.seed_overlap_io_model(seed, weight_scale=1 / 16)
+
+
+def fusion_model0(opset: int = 11) -> onnx.ModelProto:
+    """Fusion seed model 0: O = Reshape(X + Y, [2]), float32, X and Y of shape (1, 2)."""
+    g = helper.make_graph(
+        [
+            helper.make_node("Add", ["X", "Y"], ["Z"]),
+            helper.make_node("Reshape", ["Z", "C"], ["O"]),
+        ],
+        "graph",
+        [
+            helper.make_tensor_value_info("X", TensorProto.FLOAT, (1, 2)),
+            helper.make_tensor_value_info("Y", TensorProto.FLOAT, (1, 2)),
+        ],
+        [helper.make_tensor_value_info("O", TensorProto.FLOAT, (2,))],
+        [numpy_helper.from_array(np.array([2], dtype=np.int64), "C")],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    onnx.checker.check_model(m)
+    return m
+
+
+def fusion_model1(opset: int = 11) -> onnx.ModelProto:
+    """Fusion seed model 1: O = Concat([X, C], axis=1), float16, X (1, 1), C = [[1.5, 2.0]]."""
+    g = helper.make_graph(
+        [helper.make_node("Concat", ["X", "C"], ["O"], axis=1)],
+        "graph",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT16, (1, 1))],
+        [helper.make_tensor_value_info("O", TensorProto.FLOAT16, (1, 3))],
+        [numpy_helper.from_array(np.array([[1.5, 2.0]], dtype=np.float16), "C")],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    onnx.checker.check_model(m)
+    return m
+
+
+def single_node(
+    op: str,
+    inputs: Sequence[np.ndarray],
+    attrs: dict[str, Any] | None = None,
+    *,
+    opset: int = 17,
+    const_inputs: dict[int, np.ndarray] | None = None,
+    num_outputs: int = 1,
+) -> onnx.ModelProto:
+    """A one-node model: runtime inputs in0, in1... (dtype and shape of `inputs`), constant
+    inputs (initializers) at the positions in `const_inputs`, outputs out0, out1...
+    Output types are left to shape inference."""
+    const_inputs = const_inputs or {}
+    names: list[str] = []
+    graph_inputs = []
+    inits = []
+    it = iter(inputs)
+    total = len(inputs) + len(const_inputs)
+    for i in range(total):
+        if i in const_inputs:
+            arr = const_inputs[i]
+            if arr is None:
+                names.append("")
+                continue
+            names.append(f"c{i}")
+            inits.append(numpy_helper.from_array(np.asarray(arr), f"c{i}"))
+        else:
+            x = next(it)
+            names.append(f"in{i}")
+            graph_inputs.append(
+                helper.make_tensor_value_info(
+                    f"in{i}", helper.np_dtype_to_tensor_dtype(x.dtype), x.shape
+                )
+            )
+    outs = [f"out{i}" for i in range(num_outputs)]
+    node = helper.make_node(op, names, outs, **(attrs or {}))
+    g = helper.make_graph(
+        [node],
+        op.lower(),
+        graph_inputs,
+        [helper.make_empty_tensor_value_info(o) for o in outs],
+        inits,
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    return onnx.shape_inference.infer_shapes(m)
+
+
+def feeds_of(model: onnx.ModelProto, inputs: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+    inits = {t.name for t in model.graph.initializer}
+    names = [i.name for i in model.graph.input if i.name not in inits]
+    return dict(zip(names, inputs, strict=False))
+
+
+def compile_single_op(
+    op: str,
+    inputs: Sequence[np.ndarray],
+    attrs: dict[str, Any] | None = None,
+    *,
+    opset: int = 17,
+    const_inputs: dict[int, np.ndarray] | None = None,
+    options: CompilerOptions | None = None,
+) -> tuple[Executable, dict[str, np.ndarray], onnx.ModelProto]:
+    """(Executable, feeds, model) for one node: feed the Executable to the reference or the
+    C runtime (`Runner(exe).execute(feeds, outputs)`) and compare with onnxruntime(model)."""
+    model = single_node(op, inputs, attrs, opset=opset, const_inputs=const_inputs)
+    exe = Compiler.compile(model, None, options)
+    return exe, feeds_of(model, inputs), model
+
+
+def run_c(exe: Executable, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run one request through the C runtime (the tile interpreter on 2 worker threads)."""
+    from pyipu import runtime
+
+    with runtime.Runner(exe, runtime.RuntimeConfig(num_threads=2)) as runner:
+        outputs = {
+            d.name: np.zeros(d.shape, d.numpy_data_type()) for d in runner.get_execute_outputs()
+        }
+        runner.execute(feeds, outputs)
+    return outputs
+
+
+def assert_matches_reference(
+    got: dict[str, np.ndarray], ref: dict[str, np.ndarray], what: str = "C runtime"
+) -> None:
+    """The C kernels against the NumPy reference: exact for integers and bools; floats within
+    rounding (the C side fuses multiply-adds and blocks its sums differently)."""
+    assert set(got) == set(ref), (what, set(got), set(ref))
+    for name, r in ref.items():
+        g = got[name]
+        assert g.dtype == r.dtype and g.shape == r.shape, (what, name, g.dtype, g.shape, r.shape)
+        if np.issubdtype(r.dtype, np.floating):
+            tol = 2e-3 if r.dtype == np.float16 else 1e-5
+            scale = max(1.0, float(np.nanmax(np.abs(r.astype(np.float32)), initial=0)))
+            np.testing.assert_allclose(
+                g.astype(np.float32),
+                r.astype(np.float32),
+                rtol=tol,
+                atol=tol * scale,
+                err_msg=f"{what} vs reference: {name}",
+            )
+        else:
+            np.testing.assert_array_equal(g, r, err_msg=f"{what} vs reference: {name}")
+
+
+def run_ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    import onnxruntime as ort
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    m.ir_version = ORT_IR_VERSION
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(names, feeds), strict=True))
+
+
+def random_array(
+    shape: Sequence[int], dtype: Any, rng: np.random.Generator, low: float = -3, high: float = 3
+) -> np.ndarray:
+    dt = np.dtype(dtype)
+    if dt == np.bool_:
+        return rng.integers(0, 2, shape).astype(bool)
+    if np.issubdtype(dt, np.integer):
+        lo = max(int(low), np.iinfo(dt).min)
+        return rng.integers(lo, int(high) + 1, shape).astype(dt)
+    return rng.uniform(low, high, shape).astype(dt)
