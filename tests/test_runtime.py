@@ -217,3 +217,83 @@ def test_device_manager(monkeypatch):
     monkeypatch.setenv("PYIPU_IPU_VERSION", "ipu21")
     assert dm.ipu_hardware_version() == "ipu21"
     assert dm.get_device(1).ipuVersion() == "ipu21"
+
+
+def test_package_hash_mismatch(executable, model):
+    foreign = executable.to_bytes(compiler_hash=0x1234)
+    with pytest.raises(errors.PackageHashError, match="hash"):
+        runtime.Runner(foreign)
+    config = runtime.RuntimeConfig(check_package_hash=False)
+    with runtime.Runner(foreign, config) as runner:  # loads anyway, as in PopRT
+        x = np.ones((4, 8), np.float32)
+        y = np.zeros((4, 5), np.float32)
+        runner.execute({"X": x}, {"Y": y})
+        np.testing.assert_allclose(y, mlp_reference(model, x), rtol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def fused():
+    from models import fusion_model0, fusion_model1
+
+    from pyipu.compiler import fuse_models
+
+    return Compiler.compile(fuse_models([fusion_model0(), fusion_model1()]), None)
+
+
+def test_fused_model_selects_subgraph_and_rejects_mixed_requests(fused):
+    config = runtime.RuntimeConfig(validate_io_params=False, timeout_ns=0)
+    with runtime.Runner(fused, config) as r:
+        names = {d.name: d.subgraph for d in r.get_execute_inputs() + r.get_execute_outputs()}
+        assert names == {"graph0/X": 0, "graph0/Y": 0, "graph1/X": 1, "graph0/O": 0, "graph1/O": 1}
+        x = np.ones((1, 2), np.float32)
+        o = np.zeros(2, np.float32)
+        r.execute({"graph0/X": x, "graph0/Y": x}, {"graph0/O": o})
+        np.testing.assert_array_equal(o, [2, 2])
+        # an explicit index agrees with the anchors given
+        idx = np.array([1], np.uint32)
+        o1 = np.zeros((1, 3), np.float16)
+        r.execute({"graph1/X": np.full((1, 1), 0.5, np.float16), "index": idx}, {"graph1/O": o1})
+        np.testing.assert_array_equal(o1, [[0.5, 1.5, 2.0]])
+        with pytest.raises(errors.InvalidArgumentError, match="graph"):
+            r.execute({"graph0/X": x, "graph0/Y": x}, {"graph1/O": o1})
+        with pytest.raises(errors.InvalidArgumentError):
+            r.execute({"graph0/X": x, "graph0/Y": x, "index": idx}, {"graph0/O": o})
+        assert r.stats()["requests_failed"] == 0  # rejected at submit, never queued
+
+
+def test_fused_model_with_validate_io_params_needs_every_anchor(fused):
+    with runtime.Runner(fused, runtime.RuntimeConfig(timeout_ns=0)) as r:
+        x = np.ones((1, 2), np.float32)
+        with pytest.raises(errors.InvalidArgumentError, match="validate_io_params"):
+            r.execute({"graph0/X": x, "graph0/Y": x}, {"graph0/O": np.zeros(2, np.float32)})
+
+
+def test_close_with_requests_in_flight_completes_each_exactly_once(executable):
+    config = runtime.RuntimeConfig(timeout_ns=0, num_threads=1)
+    runner = runtime.Runner(executable, config)
+    xs = [np.ones((40, 8), np.float32) for _ in range(50)]
+    ys = [np.zeros((40, 5), np.float32) for _ in range(50)]
+    futures = []
+    submitter_errors: list[BaseException] = []
+
+    def submit() -> None:
+        for x, y in zip(xs, ys, strict=True):
+            try:
+                futures.append(runner.execute_async({"X": x}, {"Y": y}))
+            except errors.ClosedError as e:  # submitted after close: rejected, never queued
+                submitter_errors.append(e)
+
+    t = threading.Thread(target=submit)
+    t.start()
+    runner.close()
+    t.join(timeout=60)
+    assert not t.is_alive()
+    outcomes = {"ok": 0, "closed": 0}
+    for f in futures:
+        try:
+            f.wait(timeout=60)
+            outcomes["ok"] += 1
+        except errors.ClosedError:
+            outcomes["closed"] += 1
+        assert f.done()
+    assert outcomes["ok"] + outcomes["closed"] + len(submitter_errors) == 50

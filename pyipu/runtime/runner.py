@@ -131,6 +131,11 @@ class Runner:
         runtime = self._runtime
         if runtime is None or runtime.closed:
             raise ClosedError("the runner is closed")
+        if self.num_subgraphs > 1 and self.config.validate_io_params:
+            raise InvalidArgumentError(
+                f"this PopEF fuses {self.num_subgraphs} models and a request runs one of them: "
+                "set RuntimeConfig.validate_io_params = False to pass one subgraph's anchors"
+            )
         if not isinstance(inputs, Mapping) or not isinstance(outputs, Mapping):
             raise InvalidArgumentError("inputs and outputs must be dicts of name -> numpy array")
         n_anchors = len(self._anchors)

@@ -21,8 +21,11 @@
  * nothing was queued and the done callback is never called.
  *
  * Threads: ipu_runtime_submit, ipu_request_* and ipu_runtime_get_stats may be called from any
- * thread. Stream callbacks and done callbacks run on the device thread; they must not call
- * ipu_runtime_close or ipu_runtime_destroy. Idle workers and the idle device thread sleep. */
+ * thread. Stream callbacks and done callbacks run on the device thread; ipu_runtime_submit and
+ * ipu_runtime_close called from them return IPU_ERR_INVALID_STATE (and ipu_runtime_destroy must
+ * not be called there). ipu_request_wait returns only after the request's done callback has
+ * returned, so a done callback must not wait on its own request. Idle workers and the idle device
+ * thread sleep. */
 #ifndef IPU_RUNTIME_H
 #define IPU_RUNTIME_H
 
@@ -41,7 +44,7 @@ typedef struct ipu_runtime_config {
     uint64_t timeout_ns;                  /* idle wait before padding a started step; 0 = never */
     int check_package_hash;               /* refuse containers from another compiler version */
     int validate_io_params;               /* require every anchor of the model in each request */
-    int thread_safe;                      /* serialise submits (required with several callers) */
+    int thread_safe;                      /* PopRT's option; submits are always serialised */
 } ipu_runtime_config;
 
 /* num_threads 0, multiplier 2, timeout 10 ms, check_package_hash 1, validate 1, thread_safe 1. */

@@ -181,9 +181,10 @@ static ipu_status stream_anchors(ipu_runtime *rt, const ipu__slot *c, ipu_direct
     return IPU_OK;
 }
 
-/* One iteration for control slot c (already popped). *counted is set when the iteration was
- * executed (not skipped). Returns IPU_ERR_CLOSED when the device must stop. */
-static ipu_status dev_iteration(ipu_runtime *rt, const ipu__slot *c, bool *counted) {
+/* One iteration for control slot c (already popped). *it counts the iterations of the current
+ * step; stats are updated before the request completes, so a caller that saw the completion
+ * sees them. Returns IPU_ERR_CLOSED when the device must stop. */
+static ipu_status dev_iteration(ipu_runtime *rt, const ipu__slot *c, uint32_t *it) {
     ipu_request *req = c->req;
     const uint32_t s = (uint32_t)c->aux;
     /* A request that already failed (or was failed by an out-of-step queue) has its remaining
@@ -205,7 +206,11 @@ static ipu_status dev_iteration(ipu_runtime *rt, const ipu__slot *c, bool *count
     }
     if (stream_anchors(rt, c, IPU_DIR_OUTPUT, skip, &st) != IPU_OK) goto closed;
     if (skip) return IPU_OK;
-    *counted = true;
+    atomic_fetch_add_explicit(&rt->st_iterations, 1, memory_order_relaxed);
+    if (++*it == rt->bps) {
+        atomic_fetch_add_explicit(&rt->st_steps, 1, memory_order_relaxed);
+        *it = 0;
+    }
     if (st != IPU_OK) ipu__request_complete(rt, req, st, rt->dev_msg);
     else if (--req->remaining == 0) ipu__request_complete(rt, req, IPU_OK, NULL);
     return IPU_OK;
@@ -236,17 +241,9 @@ void *ipu__device_main(void *arg) {
         ipu__slot c;
         if (!ipu_ring_try_pop(rt->ctrl, &c)) continue; /* cannot happen: single consumer */
         ipu__signal_space(rt);
-        bool counted = false;
-        ipu_status st = dev_iteration(rt, &c, &counted);
+        ipu_status st = dev_iteration(rt, &c, &it);
         ipu__request_unref(c.req);
         if (st == IPU_ERR_CLOSED) break;
-        if (counted) {
-            atomic_fetch_add_explicit(&rt->st_iterations, 1, memory_order_relaxed);
-            if (++it == rt->bps) {
-                atomic_fetch_add_explicit(&rt->st_steps, 1, memory_order_relaxed);
-                it = 0;
-            }
-        }
     }
     return NULL;
 }

@@ -287,6 +287,9 @@ ipu_status ipu_runtime_submit(ipu_runtime *rt, const ipu_request_desc *desc, ipu
     if (!rt || !desc || !out)
         return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ipu_runtime_submit: NULL argument");
     if (ipu__closed(rt)) return ipu__fail(IPU_ERR_CLOSED, "submit: the runtime is closed");
+    if (pthread_equal(pthread_self(), rt->device))
+        return ipu__fail(IPU_ERR_INVALID_STATE, "submit called from a stream or done callback "
+                         "(the device thread): it could wait forever for queue space");
     ipu_request *req = NULL;
     uint32_t sub = 0;
     /* The mutex is taken even with thread_safe == 0: uncontended it costs ~20 ns and it is what

@@ -235,7 +235,6 @@ ipu_status ipu_runtime_close(ipu_runtime *rt) {
         pthread_mutex_unlock(&rt->mu);
         /* 2. The device finishes its iteration (or abandons it if a slot is missing) and exits. */
         if (rt->device_started) pthread_join(rt->device, NULL);
-        rt->device_started = 0;
         /* 3. Wait out a submitter that is still pushing (it sees `closed` and stops); any later
          * submitter sees `closed` under submit_mu and queues nothing, so after this barrier
          * the rings have no producer. Then fail every request with queued slots, and the
