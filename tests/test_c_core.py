@@ -27,6 +27,13 @@ def test_meson_test(repo, tmp_path):
         timeout=1200,
     )
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
-    for name in ("test_ring", "test_container", "test_kernels", "test_runtime", "example_embed"):
+    for name in (
+        "test_ring",
+        "test_container",
+        "test_kernels",
+        "test_executable",
+        "test_runtime",
+        "example_embed",
+    ):
         assert name in result.stdout
     assert " 0 failed" in result.stdout or "Fail:              0" in result.stdout

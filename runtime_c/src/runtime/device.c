@@ -77,12 +77,7 @@ static ipu_status dev_wait(ipu_runtime *rt, ipu_ring *r, uint64_t deadline_ns) {
     for (unsigned i = 0;; i++) {
         if (ipu_ring_front(r)) return IPU_OK;
         if (ipu__closed(rt)) return IPU_ERR_CLOSED;
-        if ((i & 31u) == 31u) {
-            uint64_t now = ipu__now_ns();
-            if (t0 == 0) t0 = now;
-            else if (now - t0 > IPU__POOL_SPIN_NS) break;
-        }
-        ipu__cpu_relax();
+        if (ipu__spin_expired(i, &t0)) break;
     }
     for (;;) {
         uint_fast64_t seq = atomic_load(&rt->push_seq);

@@ -260,12 +260,7 @@ static ipu_status push_slot(ipu_runtime *rt, ipu_ring *r, const ipu__slot *sl) {
             ipu__signal_data(rt);
             return IPU_OK;
         }
-        if ((i & 31u) == 31u) {
-            uint64_t now = ipu__now_ns();
-            if (t0 == 0) t0 = now;
-            else if (now - t0 > IPU__POOL_SPIN_NS) break;
-        }
-        ipu__cpu_relax();
+        if (ipu__spin_expired(i, &t0)) break;
     }
     for (;;) {
         uint_fast64_t seq = atomic_load(&rt->pop_seq);

@@ -41,12 +41,7 @@ static unsigned helper_wait(ipu__pool *p, unsigned seen) {
     for (unsigned i = 0;; i++) {
         unsigned g = atomic_load_explicit(&p->gen, memory_order_acquire);
         if (g != seen || atomic_load_explicit(&p->stop, memory_order_acquire)) return g;
-        if ((i & 31u) == 31u) {
-            uint64_t now = ipu__now_ns();
-            if (t0 == 0) t0 = now;
-            else if (now - t0 > IPU__POOL_SPIN_NS) break;
-        }
-        ipu__cpu_relax();
+        if (ipu__spin_expired(i, &t0)) break;
     }
     pthread_mutex_lock(&p->mu);
     atomic_fetch_add(&p->sleepers, 1); /* seq_cst: pairs with the gen increment in run */
@@ -187,12 +182,7 @@ void ipu__pool_run(ipu__pool *p, ipu__pool_fn fn, void *ctx) {
     uint64_t t0 = 0;
     for (unsigned i = 0;; i++) {
         if (atomic_load_explicit(&p->pending, memory_order_acquire) == 0) return;
-        if ((i & 31u) == 31u) {
-            uint64_t now = ipu__now_ns();
-            if (t0 == 0) t0 = now;
-            else if (now - t0 > IPU__POOL_SPIN_NS) break;
-        }
-        ipu__cpu_relax();
+        if (ipu__spin_expired(i, &t0)) break;
     }
     pthread_mutex_lock(&p->mu);
     atomic_store(&p->main_waiting, 1); /* seq_cst: pairs with the pending decrement */

@@ -55,6 +55,19 @@ static inline void ipu__cpu_relax(void) {
 #endif
 }
 
+/* The polling phase of every spin-then-sleep wait: call once per failed poll (i counts polls,
+ * *t0 starts at 0). Pauses and returns false while the IPU__POOL_SPIN_NS budget lasts, then
+ * returns true: time to sleep. */
+static inline bool ipu__spin_expired(unsigned i, uint64_t *t0) {
+    if ((i & 31u) == 31u) {
+        uint64_t now = ipu__now_ns();
+        if (*t0 == 0) *t0 = now;
+        else if (now - *t0 > IPU__POOL_SPIN_NS) return true;
+    }
+    ipu__cpu_relax();
+    return false;
+}
+
 /* Absolute CLOCK_MONOTONIC timespec for a deadline in ns (for pthread_cond_timedwait on a
  * condition variable created with pthread_condattr_setclock(CLOCK_MONOTONIC)). */
 static inline struct timespec ipu__timespec_ns(uint64_t abs_ns) {

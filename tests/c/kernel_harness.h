@@ -1,0 +1,191 @@
+/* Shared harness of the kernel and executable C tests: a hand-built `struct ipu_executable`
+ * whose tensors live in a test arena, instruction construction, verification and execution
+ * (whole range and uneven sub-ranges), and fill helpers. Test-only: static functions. */
+#ifndef IPU_TEST_KERNEL_HARNESS_H
+#define IPU_TEST_KERNEL_HARNESS_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "interp/interp.h"
+#include "interp/kernels/kernels.h"
+
+static int passed, failed;
+
+#define CHECK(cond, ...)                                         \
+    do {                                                         \
+        if (cond) {                                              \
+            passed++;                                            \
+        } else {                                                 \
+            failed++;                                            \
+            printf("%s:%d: FAILED: %s: ", __FILE__, __LINE__, #cond); \
+            printf(__VA_ARGS__);                                 \
+            printf("\n");                                        \
+        }                                                        \
+    } while (0)
+
+static uint64_t rng = 0x9e3779b97f4a7c15ULL;
+static inline uint32_t rnd(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 16);
+}
+static inline float rndf(void) { return (float)((int)(rnd() % 2001) - 1000) / 250.0f; }
+
+/* ---- hand-built executable ---------------------------------------------------------------- */
+
+#define MAXT 32
+typedef struct H {
+    ipu_executable e;
+    ipu__tensor t[MAXT];
+    void *ptr[MAXT];
+    uint8_t *arena;
+    uint64_t used, cap;
+    void *scratch;
+} H;
+
+static inline H *h_new(uint64_t cap) {
+    H *h = calloc(1, sizeof *h);
+    h->arena = aligned_alloc(64, cap);
+    h->cap = cap;
+    h->scratch = aligned_alloc(64, IPU__SCRATCH_BYTES);
+    h->e.tensors = h->t;
+    h->e.info.arena_size = cap;
+    return h;
+}
+static inline void h_free(H *h) {
+    free(h->arena);
+    free(h->scratch);
+    free(h);
+}
+
+static inline uint32_t h_tensor(H *h, ipu_dtype dt, uint32_t ndim, const int64_t *dims) {
+    uint32_t i = h->e.info.num_tensors++;
+    ipu__tensor *t = &h->t[i];
+    memset(t, 0, sizeof *t);
+    t->desc.dtype = dt;
+    t->desc.ndim = ndim;
+    uint64_t n = 1;
+    for (uint32_t d = 0; d < ndim; d++) {
+        t->desc.dims[d] = dims[d];
+        n *= (uint64_t)dims[d];
+    }
+    t->numel = n;
+    t->desc.nbytes = n * ipu_dtype_size(dt);
+    t->loc = IPU_LOC_ARENA;
+    t->offset = h->used;
+    h->used = (h->used + t->desc.nbytes + 63) & ~(uint64_t)63;
+    if (h->used > h->cap) {
+        printf("test arena too small\n");
+        exit(2);
+    }
+    h->ptr[i] = h->arena + t->offset;
+    return i;
+}
+#define T(h, dt, ...) \
+    h_tensor(h, IPU_DTYPE_##dt, sizeof((int64_t[]){__VA_ARGS__}) / 8, (int64_t[]){__VA_ARGS__})
+#define T0(h, dt) h_tensor(h, IPU_DTYPE_##dt, 0, NULL)
+
+typedef struct TI {
+    ipu__instr ins;
+    uint32_t in[8], out[1];
+    int64_t attr[16];
+} TI;
+
+static inline ipu_status ti_make(H *h, TI *ti, ipu_opcode op, uint32_t nin, const uint32_t *in,
+                          uint32_t out, uint32_t nattr, const int64_t *attr) {
+    memset(ti, 0, sizeof *ti);
+    ti->ins.op = op;
+    ti->ins.n_in = nin;
+    ti->ins.n_out = 1;
+    ti->ins.n_attr = nattr;
+    if (nin) memcpy(ti->in, in, sizeof(uint32_t) * nin);
+    ti->out[0] = out;
+    if (nattr) memcpy(ti->attr, attr, sizeof(int64_t) * nattr);
+    ti->ins.in = ti->in;
+    ti->ins.out = ti->out;
+    ti->ins.attr = ti->attr;
+    return ipu__verify_instr(&h->e, 7, 0, 3, &ti->ins);
+}
+
+/* Verify, run over [0, work), then again in uneven sub-ranges (reverse order); the outputs must
+ * be identical. Returns the output pointer (results of the full run). */
+static inline void *run(H *h, ipu_opcode op, uint32_t nin, const uint32_t *in, uint32_t out,
+                 uint32_t nattr, const int64_t *attr) {
+    TI ti;
+    ipu_status st = ti_make(h, &ti, op, nin, in, out, nattr, attr);
+    CHECK(st == IPU_OK, "verify %s: %s", ipu_opcode_name(op), ipu_last_error_message());
+    if (st) return h->ptr[out];
+    ipu__frame f = {&h->e, h->ptr};
+    size_t w = ipu__instr_work(&h->e, &ti.ins);
+    size_t nb = h->t[out].desc.nbytes;
+    memset(h->ptr[out], 0xA5, nb);
+    st = ipu__instr_run(&f, &ti.ins, 0, w, h->scratch);
+    CHECK(st == IPU_OK, "run %s", ipu_opcode_name(op));
+    if (w > 1) {
+        uint8_t *ref = malloc(nb);
+        memcpy(ref, h->ptr[out], nb);
+        memset(h->ptr[out], 0x5A, nb);
+        size_t cuts[8], nc = 0;
+        cuts[nc++] = w;
+        for (size_t c = w; nc < 6 && c > 1;) {
+            c = c > 3 ? c - 1 - rnd() % (c / 2) : c - 1;
+            cuts[nc++] = c;
+        }
+        cuts[nc++] = 0; /* descending: run the last range first */
+        for (size_t i = 0; i + 1 < nc; i++)
+            st |= ipu__instr_run(&f, &ti.ins, cuts[i + 1], cuts[i], h->scratch);
+        CHECK(st == IPU_OK && memcmp(ref, h->ptr[out], nb) == 0,
+              "%s: split run differs from full run (work %zu)", ipu_opcode_name(op), w);
+        free(ref);
+    }
+    CHECK(ipu__instr_run(&f, &ti.ins, 0, w + 1, h->scratch) == IPU_ERR_INTERNAL, "range check");
+    ipu__free(ti.ins.plan);
+    return h->ptr[out];
+}
+
+static inline ipu_status verify_only(H *h, ipu_opcode op, uint32_t nin, const uint32_t *in, uint32_t out,
+                              uint32_t nattr, const int64_t *attr) {
+    TI ti;
+    ipu_status st = ti_make(h, &ti, op, nin, in, out, nattr, attr);
+    ipu__free(ti.ins.plan);
+    return st;
+}
+
+static inline void fill_f32(H *h, uint32_t t) {
+    float *p = h->ptr[t];
+    for (uint64_t i = 0; i < h->t[t].numel; i++) p[i] = rndf();
+}
+static inline void fill_f16(H *h, uint32_t t) {
+    uint16_t *p = h->ptr[t];
+    for (uint64_t i = 0; i < h->t[t].numel; i++) p[i] = ipu__f32_to_f16(rndf());
+}
+static inline void fill_i32(H *h, uint32_t t) {
+    int32_t *p = h->ptr[t];
+    for (uint64_t i = 0; i < h->t[t].numel; i++) p[i] = (int32_t)(rnd() % 41) - 20;
+}
+static inline void fill_bytes(H *h, uint32_t t) {
+    uint8_t *p = h->ptr[t];
+    for (uint64_t i = 0; i < h->t[t].desc.nbytes; i++) p[i] = (uint8_t)rnd();
+}
+
+/* flat index into t (broadcast, right-aligned) of flat output index `i` of shape y */
+static inline uint64_t bidx(const ipu__tensor *t, const ipu__tensor *y, uint64_t i) {
+    uint64_t r = 0, s = 1;
+    uint32_t off = y->desc.ndim - t->desc.ndim;
+    for (uint32_t d = y->desc.ndim; d-- > 0;) {
+        uint64_t c = i % (uint64_t)y->desc.dims[d];
+        i /= (uint64_t)y->desc.dims[d];
+        if (d < off) continue;
+        int64_t td = t->desc.dims[d - off];
+        if (td != 1) r += c * s;
+        s *= (uint64_t)td;
+    }
+    return r;
+}
+
+#endif
