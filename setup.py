@@ -35,6 +35,7 @@ setup(
         "pyipu",
         "pyipu.cli",
         "pyipu.compiler",
+        "pyipu.model_runtime",
         "pyipu.reference",
         "pyipu.runtime",
         "pyipu.magics",

@@ -95,6 +95,55 @@ cdef extern from "ipu/ipu.h" nogil:
     ipu_status ipu_executable_main_program(const ipu_executable *e, uint32_t subgraph,
                                            uint32_t *id_out)
 
+    # session (low-level API)
+    ctypedef struct ipu_session:
+        pass
+    ctypedef int ipu_binding
+    enum: IPU_BIND_QUEUE
+    enum: IPU_BIND_EMPTY
+    enum: IPU_BIND_CALLBACK
+    enum: IPU_BIND_TENSOR_DATA
+    ctypedef struct ipu_session_config:
+        uint32_t num_threads
+        uint32_t ring_capacity
+        uint64_t timeout_ns
+        uint64_t batch_timeout_ns
+        uint32_t batching_dim
+        int flush_on_waiting_outputs
+        int check_package_hash
+    ipu_session_config ipu_session_config_default()
+    ipu_status ipu_session_create(const ipu_executable *exe, const ipu_session_config *cfg,
+                                  ipu_session **out)
+    void ipu_session_destroy(ipu_session *s)
+    ctypedef ipu_status (*ipu_stream_fn)(void *buf, size_t nbytes, const ipu_anchor_info *anchor,
+                                         void *user_data)
+    ipu_status ipu_session_bind(ipu_session *s, uint32_t anchor, ipu_binding b, ipu_stream_fn fn,
+                                void *user_data)
+    ipu_binding ipu_session_binding(const ipu_session *s, uint32_t anchor)
+    ipu_status ipu_session_run_load(ipu_session *s)
+    ctypedef struct ipu_step_result:
+        uint32_t iterations
+        uint32_t padded_iterations
+    ipu_status ipu_session_run_main(ipu_session *s, ipu_step_result *out)
+    void ipu_session_stop(ipu_session *s)
+    int ipu_session_stopped(const ipu_session *s)
+    ctypedef void (*ipu_slot_done_fn)(ipu_status status, void *user_data)
+    ctypedef struct ipu_slot:
+        void *data
+        uint64_t nbytes
+        uint32_t rows
+        ipu_slot_done_fn done
+        void *user_data
+    ipu_status ipu_session_enqueue(ipu_session *s, uint32_t anchor, const ipu_slot *slot,
+                                   uint64_t timeout_ns)
+    void ipu_session_flush(ipu_session *s)
+    void ipu_session_disconnect(ipu_session *s, ipu_status status)
+    size_t ipu_session_queue_depth(const ipu_session *s, uint32_t anchor)
+    ctypedef struct ipu_session_stats:
+        uint64_t steps, iterations, padded_iterations, padded_rows
+        uint32_t num_threads
+    void ipu_session_get_stats(const ipu_session *s, ipu_session_stats *out)
+
     # runtime
     ctypedef struct ipu_runtime:
         pass
@@ -104,6 +153,10 @@ cdef extern from "ipu/ipu.h" nogil:
         uint32_t num_threads
         uint32_t ring_buffer_size_multiplier
         uint64_t timeout_ns
+        uint64_t batch_timeout_ns
+        uint32_t batching_dim
+        int flush_on_waiting_outputs
+        int auto_reset
         int check_package_hash
         int validate_io_params
         int thread_safe
@@ -112,9 +165,13 @@ cdef extern from "ipu/ipu.h" nogil:
                                   ipu_runtime **out)
     ipu_status ipu_runtime_close(ipu_runtime *rt)
     void ipu_runtime_destroy(ipu_runtime *rt)
+    ipu_status ipu_runtime_reset(ipu_runtime *rt)
+    ipu_status ipu_runtime_set_stream_callback(ipu_runtime *rt, uint32_t anchor, ipu_stream_fn fn,
+                                               void *user_data)
     ctypedef void (*ipu_request_done_fn)(ipu_request *req, ipu_status status, void *user_data)
     ctypedef struct ipu_request_desc:
         uint32_t num_batches
+        uint64_t num_rows
         const void *const *inputs
         void *const *outputs
         uint32_t subgraph
@@ -128,6 +185,9 @@ cdef extern from "ipu/ipu.h" nogil:
     void ipu_request_release(ipu_request *req)
     ctypedef struct ipu_runtime_stats:
         uint64_t requests_submitted, requests_completed, requests_failed
-        uint64_t steps, iterations, padded_iterations
+        uint64_t steps, iterations, padded_iterations, padded_rows
+        uint64_t latency_p50_ns, latency_p99_ns
+        double throughput_rps
         uint32_t num_threads
     void ipu_runtime_get_stats(const ipu_runtime *rt, ipu_runtime_stats *out)
+    size_t ipu_runtime_queue_depth(const ipu_runtime *rt, uint32_t anchor)

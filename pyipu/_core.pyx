@@ -6,6 +6,7 @@ name with the C library's detailed message. Blocking calls release the GIL.
 """
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.exc cimport PyErr_CheckSignals
+from cpython.ref cimport Py_DECREF, Py_INCREF
 from libc.stdint cimport uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 
@@ -15,11 +16,18 @@ from pyipu._cipu cimport *
 
 import os
 
+import numpy as np
+
 from pyipu import errors as _errors
 
 cnp.import_array()
 
 _MAX_ENUM = 256
+NO_INDEX = IPU_NO_INDEX
+BIND_QUEUE = IPU_BIND_QUEUE
+BIND_EMPTY = IPU_BIND_EMPTY
+BIND_CALLBACK = IPU_BIND_CALLBACK
+BIND_TENSOR_DATA = IPU_BIND_TENSOR_DATA
 
 
 def enum_table(str kind):
@@ -231,10 +239,45 @@ cdef class Executable:
         return ipu_executable_load_program(self.e), mains
 
 
+cdef class _ErrorBox:
+    """First exception raised by a Python callback of a session, re-raised to its caller."""
+    cdef public object exc
+
+
+cdef ipu_status _stream_trampoline(void *buf, size_t nbytes, const ipu_anchor_info *anchor,
+                                   void *user_data) noexcept with gil:
+    box, fn, dtype, shape, is_input = <tuple>user_data
+    try:
+        view = np.frombuffer(<char[:nbytes]>(<char *>buf), dtype=dtype).reshape(shape)
+        if not is_input:
+            view.flags.writeable = False
+        fn(view)
+        return IPU_OK
+    except BaseException as e:
+        box.exc = e  # the latest failure is the one the failing requests report
+        return 15  # IPU_ERR_CALLBACK
+
+
+cdef void _slot_trampoline(ipu_status status, void *user_data) noexcept with gil:
+    holder = <tuple>user_data
+    Py_DECREF(holder)  # the reference taken by enqueue; `holder` keeps it alive until return
+    box, _array, fn = holder
+    if fn is None:
+        return
+    try:
+        fn(None if status == IPU_OK else
+           _errors.from_status(ipu_status_name(status).decode(), status,
+                               ipu_status_str(status).decode()))
+    except BaseException as e:
+        if box.exc is None:
+            box.exc = e
+
+
 cdef class Request:
     """One submitted request. Keeps its buffers alive until the request has completed."""
     cdef ipu_request *r
     cdef object buffers
+    cdef _ErrorBox box
 
     def __cinit__(self):
         self.r = NULL
@@ -273,15 +316,23 @@ cdef class Request:
                     return False
             PyErr_CheckSignals()
         s = ipu_request_status(self.r)
-        if s != IPU_OK:
-            raise _errors.from_status(ipu_status_name(s).decode(), s, _request_error_message(s))
-        return True
+        if s == IPU_OK:
+            return True
+        err = _errors.from_status(ipu_status_name(s).decode(), s, _request_error_message(s))
+        cause = self.box.exc if self.box is not None else None
+        if s == 15 and cause is not None:  # IPU_ERR_CALLBACK: carry the user's exception
+            err.message = f"a stream callback raised {type(cause).__name__}: {cause}"
+            err.args = (err.message,)
+            raise err from cause
+        raise err
 
 
 cdef str _request_error_message(ipu_status s):
     if s == 8:  # ERR_CLOSED
         return "the runner was closed before this request completed"
-    return "request failed: " + ipu_status_str(s).decode()
+    # The C runtime leaves the request's own message as this thread's last error.
+    detail = ipu_last_error_message().decode("utf-8", "replace")
+    return detail or "request failed: " + ipu_status_str(s).decode()
 
 
 cdef class Runtime:
@@ -290,6 +341,8 @@ cdef class Runtime:
     cdef readonly Executable executable
     cdef uint32_t n_anchors
     cdef readonly bint closed
+    cdef _ErrorBox box
+    cdef dict handlers
 
     def __cinit__(self):
         self.rt = NULL
@@ -301,14 +354,27 @@ cdef class Runtime:
         cfg.num_threads = config.get("num_threads", 0)
         cfg.ring_buffer_size_multiplier = config.get("ring_buffer_size_multiplier", 2)
         cfg.timeout_ns = config.get("timeout_ns", 10_000_000)
+        cfg.batch_timeout_ns = config.get("batch_timeout_ns", 0)
+        cfg.batching_dim = config.get("batching_dim", IPU_NO_INDEX)
+        cfg.flush_on_waiting_outputs = config.get("flush_on_waiting_outputs", False)
+        cfg.auto_reset = config.get("auto_reset", False)
         cfg.check_package_hash = config.get("check_package_hash", True)
         cfg.validate_io_params = config.get("validate_io_params", True)
         cfg.thread_safe = config.get("thread_safe", True)
         self.executable = executable
         self.n_anchors = executable.info.num_anchors
+        self.box = _ErrorBox()
+        self.handlers = {}
         with nogil:
             s = ipu_runtime_create(executable.e, &cfg, &self.rt)
         _check(s)
+
+    def set_stream_callback(self, uint32_t anchor, fn, dtype, shape, bint is_input):
+        """Serve an anchor with fn(array) on the device thread (before the first submit)."""
+        handler = (self.box, fn, np.dtype(dtype), tuple(shape), is_input)
+        _check(ipu_runtime_set_stream_callback(self.rt, anchor, _stream_trampoline,
+                                               <void *>handler))
+        self.handlers[anchor] = handler  # kept alive for the runtime's lifetime
 
     def __dealloc__(self):
         if self.rt != NULL:
@@ -321,8 +387,20 @@ cdef class Runtime:
             with nogil:
                 ipu_runtime_close(self.rt)
 
-    def submit(self, list inputs, list outputs, uint32_t num_batches, subgraph=None):
-        """Queue a request. `inputs`/`outputs` are lists indexed by anchor (ndarray or None)."""
+    def reset(self):
+        """Reload the device after a failure (auto_reset off); requests are accepted again."""
+        cdef ipu_status s
+        with nogil:
+            s = ipu_runtime_reset(self.rt)
+        _check(s)
+
+    def queue_depth(self, uint32_t anchor):
+        return ipu_runtime_queue_depth(self.rt, anchor)
+
+    def submit(self, list inputs, list outputs, uint32_t num_batches, subgraph=None,
+               uint64_t num_rows=0):
+        """Queue a request. `inputs`/`outputs` are lists indexed by anchor (ndarray or None);
+        num_rows > 0 with dynamic batching (rows along batching_dim), else num_batches."""
         cdef Request req = Request.__new__(Request)
         cdef ipu_request_desc desc
         cdef const void **ins = NULL
@@ -344,12 +422,14 @@ cdef class Runtime:
                 y = outputs[i]
                 outs[i] = NULL if y is None else cnp.PyArray_DATA(<cnp.ndarray>y)
             desc.num_batches = num_batches
+            desc.num_rows = num_rows
             desc.inputs = ins
             desc.outputs = outs
             desc.subgraph = IPU_NO_INDEX if subgraph is None else <uint32_t>subgraph
             desc.done = NULL
             desc.user_data = NULL
             req.buffers = (inputs, outputs)
+            req.box = self.box
             with nogil:
                 s = ipu_runtime_submit(self.rt, &desc, &req.r)
             _check(s)
@@ -365,4 +445,126 @@ cdef class Runtime:
                     requests_completed=st.requests_completed,
                     requests_failed=st.requests_failed, steps=st.steps,
                     iterations=st.iterations, padded_iterations=st.padded_iterations,
+                    padded_rows=st.padded_rows, latency_p50_ns=st.latency_p50_ns,
+                    latency_p99_ns=st.latency_p99_ns, throughput_rps=st.throughput_rps,
+                    num_threads=st.num_threads)
+
+
+# --- Session: the low-level API ----------------------------------------------------------------
+
+cdef class Session:
+    """A loaded executable whose programs run on the caller's thread (Model Runtime Session)."""
+    cdef ipu_session *s
+    cdef readonly Executable executable
+    cdef _ErrorBox box
+    cdef dict handlers
+
+    def __cinit__(self):
+        self.s = NULL
+
+    def __init__(self, Executable executable not None, dict config):
+        cdef ipu_session_config cfg = ipu_session_config_default()
+        cdef ipu_status st
+        cfg.num_threads = config.get("num_threads", 0)
+        cfg.ring_capacity = config.get("ring_capacity", 0)
+        cfg.timeout_ns = config.get("timeout_ns", 10_000_000)
+        cfg.batch_timeout_ns = config.get("batch_timeout_ns", 0)
+        cfg.batching_dim = config.get("batching_dim", IPU_NO_INDEX)
+        cfg.flush_on_waiting_outputs = config.get("flush_on_waiting_outputs", False)
+        cfg.check_package_hash = config.get("check_package_hash", True)
+        self.executable = executable
+        self.box = _ErrorBox()
+        self.handlers = {}
+        with nogil:
+            st = ipu_session_create(executable.e, &cfg, &self.s)
+        _check(st)
+
+    def __dealloc__(self):
+        if self.s != NULL:
+            with nogil:
+                ipu_session_destroy(self.s)
+
+    cdef int _raise_pending(self) except -1:
+        exc = self.box.exc
+        if exc is not None:
+            self.box.exc = None
+            raise exc
+        return 0
+
+    def bind(self, uint32_t anchor, int binding, fn=None, dtype=None, shape=None,
+             bint is_input=True):
+        """Bind an anchor: IPU_BIND_QUEUE/EMPTY/TENSOR_DATA, or CALLBACK with fn(array)."""
+        cdef void *ud = NULL
+        cdef ipu_stream_fn cb = NULL
+        if binding == IPU_BIND_CALLBACK:
+            handler = (self.box, fn, np.dtype(dtype), tuple(shape), is_input)
+            self.handlers[anchor] = handler  # kept alive for the session's lifetime
+            ud = <void *>handler
+            cb = _stream_trampoline
+        else:
+            self.handlers.pop(anchor, None)
+        _check(ipu_session_bind(self.s, anchor, binding, cb, ud))
+
+    def binding(self, uint32_t anchor):
+        return ipu_session_binding(self.s, anchor)
+
+    def run_load(self):
+        cdef ipu_status st
+        with nogil:
+            st = ipu_session_run_load(self.s)
+        self._raise_pending()
+        _check(st)
+
+    def run_main(self):
+        """One step; returns (iterations, padded_iterations)."""
+        cdef ipu_status st
+        cdef ipu_step_result r
+        with nogil:
+            st = ipu_session_run_main(self.s, &r)
+        self._raise_pending()
+        _check(st)
+        return r.iterations, r.padded_iterations
+
+    def stop(self):
+        with nogil:
+            ipu_session_stop(self.s)
+
+    def stopped(self):
+        return bool(ipu_session_stopped(self.s))
+
+    def enqueue(self, uint32_t anchor, cnp.ndarray array not None, uint32_t rows=0,
+                callback=None, timeout=None):
+        """Queue a zero-copy slot; the array stays referenced until its callback ran."""
+        cdef ipu_slot slot
+        cdef ipu_status st
+        cdef uint64_t t = <uint64_t>-1 if timeout is None else <uint64_t>(max(timeout, 0) * 1e9)
+        holder = (self.box, array, callback)
+        slot.data = cnp.PyArray_DATA(array)
+        slot.nbytes = array.nbytes
+        slot.rows = rows
+        slot.done = _slot_trampoline
+        slot.user_data = <void *>holder
+        Py_INCREF(holder)
+        with nogil:
+            st = ipu_session_enqueue(self.s, anchor, &slot, t)
+        if st != IPU_OK:
+            Py_DECREF(holder)
+            _check(st)
+
+    def flush(self):
+        ipu_session_flush(self.s)
+
+    def disconnect(self):
+        with nogil:
+            ipu_session_disconnect(self.s, 8)  # IPU_ERR_CLOSED
+        self._raise_pending()
+
+    def queue_depth(self, uint32_t anchor):
+        return ipu_session_queue_depth(self.s, anchor)
+
+    def stats(self):
+        cdef ipu_session_stats st
+        ipu_session_get_stats(self.s, &st)
+        return dict(steps=st.steps, iterations=st.iterations,
+                    padded_iterations=st.padded_iterations, padded_rows=st.padded_rows,
                     num_threads=st.num_threads)

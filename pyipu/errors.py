@@ -105,6 +105,13 @@ class InternalError(UnrecoverableError):
     status_name = "ERR_INTERNAL"
 
 
+class ResetRequiredError(RecoverableError):
+    """A step failed and auto_reset is off: every pending request got the error, and the runner
+    refuses new ones until `Runner.reset()` (recovery_action "IPU_RESET")."""
+
+    status_name = "ERR_NEEDS_RESET"
+
+
 _BY_STATUS: dict[str, type[Error]] = {
     cls.status_name: cls
     for cls in (
@@ -125,6 +132,7 @@ _BY_STATUS: dict[str, type[Error]] = {
         CallbackError,
         AbortedError,
         InternalError,
+        ResetRequiredError,
     )
 }
 

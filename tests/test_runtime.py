@@ -187,15 +187,13 @@ def test_runtime_config_defaults_and_unsupported_fields():
     assert c.batching_dim == 0xFFFFFFFF
     assert c.ring_buffer_size_multiplier == 2
     assert c.check_package_hash is True and c.thread_safe is True and c.auto_reset is False
-    with pytest.raises(errors.UnsupportedError, match="batching_dim"):
-        c.batching_dim = 0
-    with pytest.raises(errors.UnsupportedError, match="auto_reset"):
-        c.auto_reset = True
+    with pytest.raises(errors.UnsupportedError, match="request_tracepoints_buffer_size"):
+        c.request_tracepoints_buffer_size = 5
     with pytest.raises(errors.InvalidArgumentError):
         c.timeout_ns = -1
     with pytest.raises(AttributeError):
         c.no_such_field = 1
-    c.batching_dim = 0xFFFFFFFF  # the default is always accepted
+    c.request_tracepoints_buffer_size = 1000  # the default is always accepted
 
 
 def test_ring_multiplier_and_timeout_config(executable, model):

@@ -12,7 +12,8 @@ from typing import Any
 from pyipu.errors import InvalidArgumentError, UnsupportedError
 
 BATCHING_DIM_DISABLED = 0xFFFFFFFF
-NS_MAX = 9223372036854775807
+NS_MAX = 9223372036854775807  # std::chrono::nanoseconds::max(): "never"
+UINT64_MAX = 2**64 - 1
 
 
 @dataclass
@@ -38,14 +39,14 @@ _FIELDS: dict[str, tuple[Any, bool]] = {
     "thread_safe": (True, True),
     "check_package_hash": (True, True),
     "ring_buffer_size_multiplier": (2, True),
-    "batching_dim": (BATCHING_DIM_DISABLED, False),
-    "auto_reset": (False, False),
-    "flush_on_waiting_outputs": (False, False),
-    "batch_size_timeout_ns": (NS_MAX, False),
-    "data_parallel_timeout_ns": (NS_MAX, False),
-    "is_batch_size_timeout_enabled": (False, False),
+    "batching_dim": (BATCHING_DIM_DISABLED, True),
+    "auto_reset": (False, True),
+    "flush_on_waiting_outputs": (False, True),
+    "batch_size_timeout_ns": (NS_MAX, True),
+    "is_batch_size_timeout_enabled": (False, True),
+    "data_parallel_timeout_ns": (NS_MAX, False),  # needs replicated runners
     "request_tracepoints_buffer_size": (1000, False),
-    "runner_type": (RunnerType.ModelRunner, False),
+    "runner_type": (RunnerType.ModelRunner, True),
 }
 
 
@@ -100,6 +101,26 @@ class RuntimeConfig:
     def to_dict(self) -> dict[str, Any]:
         return {**self._values, **self._extra}
 
+    def c_settings(self) -> dict[str, Any]:
+        """The settings the C runtime takes (ipu_runtime_config)."""
+        v = self._values
+        batch_timeout = 0  # 0: partial batches wait timeout_ns, like every other input
+        if v["is_batch_size_timeout_enabled"]:
+            ns = v["batch_size_timeout_ns"]
+            batch_timeout = UINT64_MAX if ns >= NS_MAX else ns
+        return {
+            "timeout_ns": v["timeout_ns"],
+            "batch_timeout_ns": batch_timeout,
+            "batching_dim": v["batching_dim"],
+            "flush_on_waiting_outputs": v["flush_on_waiting_outputs"],
+            "auto_reset": v["auto_reset"],
+            "check_package_hash": v["check_package_hash"],
+            "validate_io_params": v["validate_io_params"],
+            "thread_safe": v["thread_safe"],
+            "ring_buffer_size_multiplier": v["ring_buffer_size_multiplier"],
+            "num_threads": self._extra["num_threads"],
+        }
+
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in self.to_dict().items())
         return f"RuntimeConfig({fields})"
@@ -117,4 +138,9 @@ def _validate(name: str, value: Any) -> Any:
         )
     if name == "ring_buffer_size_multiplier" and value < 1:
         raise InvalidArgumentError("RuntimeConfig.ring_buffer_size_multiplier must be >= 1")
+    runners = (RunnerType.ModelRunner, RunnerType.ModelFusionRunner)
+    if name == "runner_type" and value not in runners:
+        raise UnsupportedError(
+            f"RuntimeConfig.runner_type={value!r}: only ModelRunner and ModelFusionRunner exist"
+        )
     return value

@@ -18,7 +18,7 @@ from pyipu.errors import (
     InvalidArgumentError,
     ShapeError,
 )
-from pyipu.runtime.config import RuntimeConfig
+from pyipu.runtime.config import BATCHING_DIM_DISABLED, RuntimeConfig
 from pyipu.runtime.descriptors import DataDesc
 
 _INPUT, _OUTPUT = 1, 2
@@ -75,13 +75,14 @@ class Runner:
         container = load_container(popef)
         executable = _core.Executable(container)
         self._info = executable.get_info()
-        settings = self.config.to_dict()
+        settings = self.config.c_settings()
         if settings["num_threads"] is None:
             settings["num_threads"] = _config.num_threads()
+        self._anchors, self._directions = describe_anchors(executable)
+        self._batching_dim = _batching_dim(self.config.batching_dim, self._anchors, self._info)
         self._runtime = _core.Runtime(executable, settings)
-        self._anchors = [_make_desc(a) for a in executable.anchors()]
         self._index_of = {d.name: i for i, d in enumerate(self._anchors)}
-        self._directions = [a[1] for a in executable.anchors()]
+        self._handled: set[str] = set()
         index = self._info["index_anchor"]
         self._index_name = None if index is None else self._anchors[index].name
         _live_runners.add(self)
@@ -102,11 +103,13 @@ class Runner:
         return [
             d
             for d in self.get_model_inputs()
-            if not d.popef_contains_tensor_data and d.name != self._index_name
+            if not d.popef_contains_tensor_data
+            and d.name != self._index_name
+            and d.name not in self._handled
         ]
 
     def get_execute_outputs(self) -> list[DataDesc]:
-        return self.get_model_outputs()
+        return [d for d in self.get_model_outputs() if d.name not in self._handled]
 
     @property
     def batches_per_step(self) -> int:
@@ -115,6 +118,28 @@ class Runner:
     @property
     def num_subgraphs(self) -> int:
         return int(self._info["num_subgraphs"])
+
+    def set_user_input_handler(self, name: str, handler: Any) -> None:
+        """pyipu extension: serve input `name` with `handler(array)`, which fills one batch on
+        the device thread, instead of per-request arrays. Call before the first execute. An
+        exception in the handler fails the iteration's requests with a CallbackError raised
+        `from` it."""
+        self._set_handler(name, handler, _INPUT)
+
+    def set_user_output_handler(self, name: str, handler: Any) -> None:
+        """pyipu extension: `handler(array)` receives every batch of output `name` (read-only,
+        valid during the call only) instead of per-request arrays."""
+        self._set_handler(name, handler, _OUTPUT)
+
+    def _set_handler(self, name: str, handler: Any, direction: int) -> None:
+        if self._runtime is None or self._runtime.closed:
+            raise ClosedError("the runner is closed")
+        i = self._lookup(name, direction)
+        d = self._anchors[i]
+        self._runtime.set_stream_callback(
+            i, handler, d.numpy_data_type(), d.shape, direction == _INPUT
+        )
+        self._handled.add(name)
 
     # --- execution ---------------------------------------------------------------------------
     def execute(self, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray]) -> None:
@@ -145,19 +170,22 @@ class Runner:
         for mapping, direction, slots in ((inputs, _INPUT, in_list), (outputs, _OUTPUT, out_list)):
             for name, array in mapping.items():
                 i = self._lookup(name, direction)
-                n = self._check_array(self._anchors[i], array, direction)
+                n = self._check_array(self._anchors[i], array, direction, self._batching_dim)
                 slots[i] = array
                 if name == self._index_name:
                     continue  # one subgraph selector per request, whatever N is
                 if batches is not None and n != batches[0]:
+                    unit = "batches" if self._batching_dim is None else "rows"
                     raise ShapeError(
-                        f"anchor {name!r} carries {n} batches but {batches[1]!r} carries "
+                        f"anchor {name!r} carries {n} {unit} but {batches[1]!r} carries "
                         f"{batches[0]}; every array of a request must hold the same number"
                     )
                 batches = batches or (n, name)
         if batches is None:
             raise InvalidArgumentError("a request needs at least one input or output")
-        return runtime.submit(in_list, out_list, batches[0])
+        if self._batching_dim is None:
+            return runtime.submit(in_list, out_list, batches[0])
+        return runtime.submit(in_list, out_list, 1, None, batches[0])
 
     def _lookup(self, name: str, direction: int) -> int:
         i = self._index_of.get(name)
@@ -172,7 +200,8 @@ class Runner:
         return i
 
     @staticmethod
-    def _check_array(desc: DataDesc, array: Any, direction: int) -> int:
+    def _check_array(desc: DataDesc, array: Any, direction: int, batching_dim: int | None) -> int:
+        """Batches (or rows along batching_dim) the array carries, after validating it."""
         kind = "input" if direction == _INPUT else "output"
         if not isinstance(array, np.ndarray):
             raise InvalidArgumentError(
@@ -189,6 +218,20 @@ class Runner:
             raise InvalidArgumentError(f"output {desc.name!r} is read-only")
         shape = tuple(desc.shape)
         given = array.shape
+        if batching_dim is not None:
+            d = batching_dim
+            if (
+                len(given) == len(shape)
+                and given[:d] == shape[:d]
+                and given[d + 1 :] == shape[d + 1 :]
+                and given[d] > 0
+            ):
+                return given[d]
+            expected = [*shape[:d], "any", *shape[d + 1 :]]
+            raise ShapeError(
+                f"{kind} {desc.name!r}: expected shape {expected} (batching_dim={d}), "
+                f"got {list(given)}"
+            )
         if given == shape:
             return 1
         if (
@@ -206,10 +249,24 @@ class Runner:
         )
 
     # --- lifecycle ---------------------------------------------------------------------------
-    def stats(self) -> dict[str, int]:
+    def stats(self) -> dict[str, Any]:
+        """Counters, latency percentiles (ns), throughput (requests/s over ~2 s) and the depth
+        of every anchor's queue; cheap enough to poll while the runner is busy."""
         if self._runtime is None:
             raise ClosedError("the runner is closed")
-        return self._runtime.stats()
+        stats = self._runtime.stats()
+        stats["queue_depth"] = {
+            d.name: self._runtime.queue_depth(i)
+            for i, d in enumerate(self._anchors)
+            if not d.popef_contains_tensor_data
+        }
+        return stats
+
+    def reset(self) -> None:
+        """Reload the device after a failure, when auto_reset is off (see ResetRequiredError)."""
+        if self._runtime is None or self._runtime.closed:
+            raise ClosedError("the runner is closed")
+        self._runtime.reset()
 
     def close(self) -> None:
         """Stop the device; pending requests fail with ClosedError. Idempotent."""
@@ -224,6 +281,25 @@ class Runner:
 
     def __del__(self) -> None:
         self.close()
+
+
+def describe_anchors(executable: _core.Executable) -> tuple[list[DataDesc], list[int]]:
+    """Descriptors and directions of an executable's anchors, by anchor index."""
+    anchors = executable.anchors()
+    return [_make_desc(a) for a in anchors], [a[1] for a in anchors]
+
+
+def _batching_dim(value: int, anchors: list[DataDesc], info: dict[str, Any]) -> int | None:
+    if value == BATCHING_DIM_DISABLED:
+        return None
+    if info["num_subgraphs"] > 1:
+        raise InvalidArgumentError("batching_dim cannot be used with a fused (multi-model) PopEF")
+    for d in anchors:
+        if not d.popef_contains_tensor_data and value >= len(d.shape):
+            raise InvalidArgumentError(
+                f"batching_dim={value} is out of range for anchor {d.name!r} of shape {d.shape}"
+            )
+    return value
 
 
 def _make_desc(anchor: tuple) -> DataDesc:

@@ -1,6 +1,6 @@
 /* In-memory PopEF models for the runtime tests: a tiny encoder of METADATA and PROGRAM blobs
  * (layouts in ipu_executable.h and docs/bytecode.md) on top of ipu_container_writer, plus the
- * models used by tests/c/test_runtime.c. Test-only; included by exactly one test. */
+ * models used by tests/c/test_runtime.c, test_session.c and test_serving.c. Test-only. */
 #ifndef IPU_TEST_RUNTIME_MODELS_H
 #define IPU_TEST_RUNTIME_MODELS_H
 
@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "ipu/ipu.h"
+
+#define M_UNUSED __attribute__((unused)) /* not every test uses every helper */
 
 typedef struct { uint32_t dtype, loc; uint64_t offset; uint32_t ndim; int64_t dims[8]; } m_tensor;
 typedef struct { const char *name; uint32_t dir, tensor, subgraph, flags; } m_anchor;
@@ -27,16 +29,16 @@ typedef struct {
     uint64_t hash;
 } m_model;
 
-static void put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); } /* tests run little-endian */
-static void put64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
+static M_UNUSED void put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); } /* tests run little-endian */
+static M_UNUSED void put64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
 
-static uint64_t tensor_nbytes(const m_tensor *t) {
+static M_UNUSED uint64_t tensor_nbytes(const m_tensor *t) {
     uint64_t n = t->dtype == IPU_DTYPE_UINT32 || t->dtype == IPU_DTYPE_FLOAT32 ? 4 : 1;
     for (uint32_t d = 0; d < t->ndim; d++) n *= (uint64_t)t->dims[d];
     return n;
 }
 
-static size_t encode_metadata(const m_model *m, uint8_t *buf) {
+static M_UNUSED size_t encode_metadata(const m_model *m, uint8_t *buf) {
     size_t strings = 0;
     for (uint32_t i = 0; i < m->na; i++) strings += strlen(m->a[i].name);
     put32(buf + 0, 2); put32(buf + 4, 1); put32(buf + 8, 1); put32(buf + 12, m->bps);
@@ -71,7 +73,7 @@ static size_t encode_metadata(const m_model *m, uint8_t *buf) {
     return o;
 }
 
-static size_t encode_program(const m_prog *p, uint8_t *buf) {
+static M_UNUSED size_t encode_program(const m_prog *p, uint8_t *buf) {
     put32(buf, p->n); put32(buf + 4, 0);
     size_t o = 8;
     for (uint32_t i = 0; i < p->n; i++) {
@@ -87,7 +89,7 @@ static size_t encode_program(const m_prog *p, uint8_t *buf) {
     return o;
 }
 
-static ipu_status model_writer(const m_model *m, ipu_container_writer **out) {
+static M_UNUSED ipu_status model_writer(const m_model *m, ipu_container_writer **out) {
     static uint8_t buf[1 << 16];
     ipu_container_writer *w = NULL;
     ipu_status st = ipu_container_writer_create(&w);
@@ -108,7 +110,7 @@ static ipu_status model_writer(const m_model *m, ipu_container_writer **out) {
     return IPU_OK;
 }
 
-static ipu_status build(const m_model *m, ipu_container **c_out, ipu_executable **e_out) {
+static M_UNUSED ipu_status build(const m_model *m, ipu_container **c_out, ipu_executable **e_out) {
     ipu_container_writer *w;
     void *data = NULL;
     size_t size = 0;
@@ -130,7 +132,7 @@ enum { F32 = IPU_DTYPE_FLOAT32, U32 = IPU_DTYPE_UINT32, ARENA = IPU_LOC_ARENA,
        ALL = (int)IPU_NO_INDEX };
 
 /* Z = X + Y, float32[rows, cols]. */
-static m_model add_model(int64_t rows, int64_t cols, uint32_t bps) {
+static M_UNUSED m_model add_model(int64_t rows, int64_t cols, uint32_t bps) {
     m_model m;
     memset(&m, 0, sizeof m);
     uint64_t nb = ((uint64_t)(rows * cols * 4) + 63) & ~(uint64_t)63;
@@ -147,7 +149,7 @@ static m_model add_model(int64_t rows, int64_t cols, uint32_t bps) {
 }
 
 /* Fused: index (uint32[1]); subgraph 0: Z0 = X0 + Y; subgraph 1: Z1 = X1 * Y; float32[2,3]. */
-static m_model fused_model(void) {
+static M_UNUSED m_model fused_model(void) {
     m_model m;
     memset(&m, 0, sizeof m);
     m.bps = 1; m.nsub = 2; m.load = 0; m.index_anchor = 0; m.main[0] = 1; m.main[1] = 2;
@@ -168,35 +170,36 @@ static m_model fused_model(void) {
 
 typedef struct { ipu_container *c; ipu_executable *e; ipu_runtime *rt; } fixture;
 
-static ipu_status fx_open(fixture *f, const m_model *m, const ipu_runtime_config *cfg) {
+static M_UNUSED ipu_status fx_open(fixture *f, const m_model *m, const ipu_runtime_config *cfg) {
     memset(f, 0, sizeof *f);
     ipu_status st = build(m, &f->c, &f->e);
     if (st == IPU_OK) st = ipu_runtime_create(f->e, cfg, &f->rt);
     return st;
 }
 
-static void fx_close(fixture *f) {
+static M_UNUSED void fx_close(fixture *f) {
     ipu_runtime_destroy(f->rt);
     ipu_executable_destroy(f->e);
     ipu_container_destroy(f->c);
 }
 
-static ipu_runtime_config cfg_threads(uint32_t nth) {
+static M_UNUSED ipu_runtime_config cfg_threads(uint32_t nth) {
     ipu_runtime_config c = ipu_runtime_config_default();
     c.num_threads = nth;
     return c;
 }
 
 /* Submit Z = X + Y for N batches of `n` floats each. */
-static ipu_status submit_add(ipu_runtime *rt, uint32_t N, const float *x, const float *y,
+static M_UNUSED ipu_status submit_add(ipu_runtime *rt, uint32_t N, const float *x, const float *y,
                              float *z, ipu_request_done_fn done, void *ud, ipu_request **out) {
     const void *ins[3] = {x, y, NULL};
     void *outs[3] = {NULL, NULL, z};
-    ipu_request_desc d = {N, ins, outs, IPU_NO_INDEX, done, ud};
+    ipu_request_desc d = {.num_batches = N, .inputs = ins, .outputs = outs,
+                          .subgraph = IPU_NO_INDEX, .done = done, .user_data = ud};
     return ipu_runtime_submit(rt, &d, out);
 }
 
-static uint32_t rng_next(uint32_t *s) {
+static M_UNUSED uint32_t rng_next(uint32_t *s) {
     *s ^= *s << 13; *s ^= *s >> 17; *s ^= *s << 5;
     return *s;
 }

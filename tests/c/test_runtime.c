@@ -225,7 +225,7 @@ static int test_padding(void) {
 
 static ipu_status submit_fused(ipu_runtime *rt, const void *const ins[6], void *const outs[6],
                                uint32_t sub, ipu_request **r) {
-    ipu_request_desc d = {1, ins, outs, sub, NULL, NULL};
+    ipu_request_desc d = {.num_batches = 1, .inputs = ins, .outputs = outs, .subgraph = sub};
     return ipu_runtime_submit(rt, &d, r);
 }
 
@@ -326,7 +326,8 @@ static int test_validation(void) {
     {
         const void *ins[3] = {x, y, z}; /* output given as an input */
         void *outs[3] = {NULL, NULL, z};
-        ipu_request_desc d = {1, ins, outs, IPU_NO_INDEX, NULL, NULL};
+        ipu_request_desc d = {.num_batches = 1, .inputs = ins, .outputs = outs,
+                              .subgraph = IPU_NO_INDEX};
         CHECK(ipu_runtime_submit(f.rt, &d, &r) == IPU_ERR_INVALID_ARGUMENT);
         d.inputs = NULL;
         CHECK(ipu_runtime_submit(f.rt, &d, &r) == IPU_ERR_INVALID_ARGUMENT);
@@ -530,7 +531,8 @@ static int test_stream_callback(void) {
     CHECK(atomic_load(&g_cb_calls) == 3);
     CHECK(ipu_runtime_set_stream_callback(f.rt, 1, NULL, NULL) == IPU_ERR_INVALID_STATE);
 
-    /* A failing callback fails its request once; the rest of it is skipped; rings stay aligned. */
+    /* A failing callback fails its request once; the rest of it is disconnected; without
+     * auto_reset the runtime then refuses requests until ipu_runtime_reset. */
     atomic_store(&g_cb_calls, 0);
     atomic_store(&g_cb_fail_at, 2);
     ipu_status seen = IPU_OK;
@@ -542,6 +544,9 @@ static int test_stream_callback(void) {
     CHECK(seen == IPU_ERR_CALLBACK && atomic_load(&g_done_calls) == 1);
     ipu_request_release(r);
     v = 7;
+    CHECK(submit_add(f.rt, 2, x + 6, NULL, z, NULL, NULL, &r) == IPU_ERR_NEEDS_RESET);
+    CHECK(strstr(ipu_last_error_message(), "stream callback of input anchor 'Y'"));
+    CHECK_OK(ipu_runtime_reset(f.rt));
     CHECK_OK(submit_add(f.rt, 2, x + 6, NULL, z, NULL, NULL, &r));
     CHECK_OK(ipu_request_wait(r, UINT64_MAX));
     ipu_request_release(r);

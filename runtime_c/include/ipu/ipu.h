@@ -5,5 +5,6 @@
 #include "ipu_container.h"
 #include "ipu_executable.h"
 #include "ipu_ring.h"
+#include "ipu_session.h"
 #include "ipu_runtime.h"
 #endif

@@ -17,7 +17,7 @@ extern "C" {
 
 typedef struct ipu_ring ipu_ring;
 
-/* Capacity is rounded up to a power of two (>= 1 item usable = capacity). */
+/* A ring that holds up to exactly `capacity` items (>= 1) of item_size bytes. */
 IPU_API IPU_NODISCARD ipu_status ipu_ring_create(size_t capacity, size_t item_size,
                                                 ipu_ring **out);
 IPU_API void ipu_ring_destroy(ipu_ring *r); /* accepts NULL */

@@ -1,7 +1,10 @@
-/* Runtime: loads an executable onto a virtual IPU and serves requests.
+/* Runtime: loads an executable onto a virtual IPU and serves requests. Built on ipu_session
+ * (ipu_session.h): a session, a device thread calling ipu_session_run_main in a loop, and
+ * requests whose batches become session slots.
  *
  * Lifecycle: ipu_runtime_create (checks the package hash, allocates the device arena, runs the
- * Load program, starts the device thread and the compute workers) -> any number of
+ * Load program, starts the compute workers; the device thread starts with the first submit) ->
+ * any number of
  * ipu_runtime_submit calls from any threads -> ipu_runtime_close -> ipu_runtime_destroy.
  *
  * Device loop (one device thread per runtime): a step is batches_per_step iterations of the Main
@@ -12,6 +15,15 @@
  * through its stream callback (by default: pop the next output slot and copy out of the arena).
  * When a step has started and no input arrives for timeout_ns, the rest of the step is padded
  * (skipped and counted in stats.padded_iterations). timeout_ns == 0 waits forever.
+ *
+ * Dynamic batching (batching_dim != IPU_NO_INDEX): a request carries any number of rows along
+ * that dimension; full batches run at once, a remainder waits up to the batch timeout to merge
+ * with other requests' rows and is then zero-padded; each request gets exactly its own rows.
+ *
+ * Failures: when an iteration fails, every request already enqueued fails with the same status
+ * (Model Runtime's rule). With auto_reset the Load program runs again and later requests are
+ * served; without it the runtime refuses new requests with IPU_ERR_NEEDS_RESET until
+ * ipu_runtime_reset.
  *
  * Requests: a request carries N batches per anchor, stacked along dim 0, and becomes N slots in
  * every anchor ring it uses. Submission takes the runtime's submit mutex so slots of one request
@@ -29,7 +41,7 @@
 #ifndef IPU_RUNTIME_H
 #define IPU_RUNTIME_H
 
-#include "ipu_executable.h"
+#include "ipu_session.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -40,14 +52,20 @@ typedef struct ipu_request ipu_request;
 
 typedef struct ipu_runtime_config {
     uint32_t num_threads;                 /* compute workers incl. the device thread; 0 = CPUs */
-    uint32_t ring_buffer_size_multiplier; /* ring capacity = multiplier * batches_per_step slots */
+    uint32_t ring_buffer_size_multiplier; /* ring capacity = multiplier * batches_per_step slots
+                                             (x rows per batch with dynamic batching) */
     uint64_t timeout_ns;                  /* idle wait before padding a started step; 0 = never */
+    uint64_t batch_timeout_ns;            /* wait to complete a partial batch; 0 = timeout_ns */
+    uint32_t batching_dim;                /* IPU_NO_INDEX = requests are whole batches */
+    int flush_on_waiting_outputs;         /* pad only while a request waits for outputs */
+    int auto_reset;                       /* after a failure, reload and keep serving */
     int check_package_hash;               /* refuse containers from another compiler version */
     int validate_io_params;               /* require every anchor of the model in each request */
     int thread_safe;                      /* PopRT's option; submits are always serialised */
 } ipu_runtime_config;
 
-/* num_threads 0, multiplier 2, timeout 10 ms, check_package_hash 1, validate 1, thread_safe 1. */
+/* num_threads 0, multiplier 2, timeout 10 ms, batch timeout 0, batching off, flush 0,
+ * auto_reset 0, check_package_hash 1, validate 1, thread_safe 1. */
 IPU_API ipu_runtime_config ipu_runtime_config_default(void);
 
 /* `exe` is borrowed and must outlive the runtime; `cfg` is copied (NULL = defaults). */
@@ -61,13 +79,16 @@ IPU_API ipu_status ipu_runtime_close(ipu_runtime *rt);
  * until released. */
 IPU_API void ipu_runtime_destroy(ipu_runtime *rt);
 
-/* Stream callback: moves one batch between user memory and the device buffer `buf`.
- * For an input anchor it fills `buf`; for an output anchor it consumes it. Runs on the device
- * thread. A non-OK return fails the current iteration's requests with that status. */
-typedef ipu_status (*ipu_stream_fn)(void *buf, size_t nbytes, const ipu_anchor_info *anchor,
-                                    void *user_data);
-/* Replace the queue-backed callback of `anchor` (before the first submit). Such an anchor is
- * then served by the callback alone and must not be given in requests. */
+/* Failure recovery without auto_reset: run the Load program again and accept requests. */
+IPU_API IPU_NODISCARD ipu_status ipu_runtime_reset(ipu_runtime *rt);
+
+/* Stream callback (ipu_stream_fn, ipu_session.h): moves one batch between user memory and the
+ * device buffer; runs on the device thread; a non-OK return fails the iteration.
+ * Replace the queue-backed callback of `anchor` (before the first submit). Such an anchor is
+ * then served by the callback alone and must not be given in requests. A request must still
+ * queue something (an anchor left to the queues, or the index of a fused model): the device
+ * runs an iteration when slots arrive, so requests of a subgraph served only by callbacks are
+ * refused with IPU_ERR_INVALID_ARGUMENT. */
 IPU_API IPU_NODISCARD ipu_status ipu_runtime_set_stream_callback(ipu_runtime *rt, uint32_t anchor,
                                                                 ipu_stream_fn fn,
                                                                 void *user_data);
@@ -77,7 +98,8 @@ IPU_API IPU_NODISCARD ipu_status ipu_runtime_set_stream_callback(ipu_runtime *rt
 typedef void (*ipu_request_done_fn)(ipu_request *req, ipu_status status, void *user_data);
 
 typedef struct ipu_request_desc {
-    uint32_t num_batches;         /* N >= 1 batches in every buffer */
+    uint32_t num_batches;         /* N >= 1 batches in every buffer (batching disabled) */
+    uint64_t num_rows;            /* rows along batching_dim (batching enabled; >= 1) */
     const void *const *inputs;    /* [num_anchors], by anchor index; NULL entries = not given */
     void *const *outputs;         /* [num_anchors], by anchor index; NULL entries = not given */
     uint32_t subgraph;            /* IPU_NO_INDEX: infer from the anchors given */
@@ -99,11 +121,16 @@ IPU_API ipu_status ipu_request_status(const ipu_request *req);
 IPU_API void ipu_request_release(ipu_request *req);
 
 typedef struct ipu_runtime_stats {
-    uint64_t requests_submitted, requests_completed, requests_failed;
-    uint64_t steps, iterations, padded_iterations;
+    uint64_t requests_submitted, requests_completed, requests_failed; /* failed incl. closed */
+    uint64_t steps, iterations, padded_iterations, padded_rows;
+    uint64_t latency_p50_ns, latency_p99_ns; /* submit -> completion, over all completed */
+    double throughput_rps;                   /* completed requests/s over the last ~2 s */
     uint32_t num_threads;
 } ipu_runtime_stats;
+/* Readable at any time from any thread, without stopping the runtime. */
 IPU_API void ipu_runtime_get_stats(const ipu_runtime *rt, ipu_runtime_stats *out);
+/* Slots queued on an anchor's ring (approximate). */
+IPU_API size_t ipu_runtime_queue_depth(const ipu_runtime *rt, uint32_t anchor);
 
 #ifdef __cplusplus
 }

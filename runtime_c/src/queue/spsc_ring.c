@@ -1,8 +1,9 @@
 /* Lock-free SPSC ring (C11 port of rigtorp::SPSCQueue, monotonic-index variant).
  *
  * head (next slot to read) and tail (next slot to write) are 64-bit counters that only grow;
- * the slot of index i is i & mask, the queue holds tail - head items, and all `capacity` slots
- * are usable (no slack slot is needed because full and empty are distinguished by the counters).
+ * the slot of index i is i & mask over a power-of-two slot array, the queue holds tail - head
+ * items, and it is full at exactly `capacity` items (which may be less than the array: no slack
+ * slot is needed because full and empty are distinguished by the counters).
  *
  * Each counter sits on its own cache line together with the owning side's cached copy of the
  * opposite counter, so in the steady state a push touches only the producer line and the slot,
@@ -59,7 +60,7 @@ ipu_status ipu_ring_create(size_t capacity, size_t item_size, ipu_ring **out) {
         return ipu__fail(IPU_ERR_NOMEM, "ring: out of memory for %zu slots of %zu bytes", cap,
                          item_size);
     }
-    r->capacity = cap;
+    r->capacity = capacity;
     r->mask = cap - 1;
     r->item_size = item_size;
     atomic_init(&r->head, 0);

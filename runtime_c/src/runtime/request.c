@@ -36,10 +36,11 @@ static ipu_status request_new(const ipu_request_desc *desc, uint32_t subgraph,
     atomic_init(&req->refs, 1);
     atomic_init(&req->state, IPU__REQ_PENDING);
     atomic_init(&req->finished, 0);
+    atomic_init(&req->remaining, 0);
     req->status = IPU_ERR_INVALID_STATE;
-    req->num_batches = desc->num_batches;
-    req->remaining = desc->num_batches;
     req->subgraph = subgraph;
+    req->index_value = subgraph;
+    req->t_submit = ipu__now_ns();
     req->done = desc->done;
     req->user_data = desc->user_data;
     *out = req;
@@ -60,12 +61,13 @@ bool ipu__request_complete(ipu_runtime *rt, ipu_request *req, ipu_status st, con
     req->status = st;
     snprintf(req->msg, sizeof req->msg, "%s", st == IPU_OK || !msg ? "" : msg);
     atomic_store_explicit(&req->state, IPU__REQ_DONE, memory_order_release);
-    atomic_fetch_add_explicit(st == IPU_OK ? &rt->st_completed : &rt->st_failed, 1,
-                              memory_order_relaxed);
+    ipu__stats_record(rt, st, req->t_submit);
     if (req->done) {
         /* The callback can read the details with ipu_last_error_message(). */
         if (st != IPU_OK) ipu__fail(st, "%s", req->msg);
+        ipu__tl_in_callback++;
         req->done(req, st, req->user_data);
+        ipu__tl_in_callback--;
     }
     pthread_mutex_lock(&req->mu);
     atomic_store_explicit(&req->finished, 1, memory_order_release);
@@ -162,10 +164,13 @@ static bool given(const ipu_request_desc *d, const ipu_anchor_info *A, uint32_t 
 static ipu_status validate(const ipu_runtime *rt, const ipu_request_desc *d, uint32_t *sub_out) {
     char b1[256], b2[256];
     const bool strict = rt->cfg.validate_io_params != 0;
-    if (d->num_batches == 0)
+    if (rt->s->batching && (d->num_rows == 0 || d->num_rows > UINT32_MAX))
+        return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "submit: num_rows must be 1..2^32-1 with "
+                         "dynamic batching (batching_dim %u)", rt->cfg.batching_dim);
+    if (!rt->s->batching && d->num_batches == 0)
         return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "submit: num_batches must be >= 1");
     for (uint32_t a = 0; a < rt->num_anchors; a++) {
-        const ipu_anchor_info *A = &rt->anchors[a];
+        const ipu_anchor_info *A = &rt->s->anchors[a];
         bool wrong = A->direction == IPU_DIR_INPUT ? d->outputs && d->outputs[a]
                                                    : d->inputs && d->inputs[a];
         if (wrong)
@@ -175,7 +180,7 @@ static ipu_status validate(const ipu_runtime *rt, const ipu_request_desc *d, uin
                              A->direction == IPU_DIR_INPUT ? "inputs" : "outputs",
                              A->direction == IPU_DIR_INPUT ? "outputs" : "inputs");
         if (!given(d, A, a) || a == rt->index_anchor) continue;
-        if (rt->streams[a].fn)
+        if (rt->s->binds[a].kind == IPU_BIND_CALLBACK)
             return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "submit: anchor %s is served by a stream "
                              "callback and must not be given in requests",
                              describe(A, b1, sizeof b1));
@@ -195,7 +200,7 @@ static ipu_status validate(const ipu_runtime *rt, const ipu_request_desc *d, uin
                              "model has %u subgraphs", sub, rt->num_subgraphs);
         uint32_t ia = rt->index_anchor;
         if (ia != IPU_NO_INDEX && d->inputs && d->inputs[ia]) {
-            const ipu_anchor_info *I = &rt->anchors[ia];
+            const ipu_anchor_info *I = &rt->s->anchors[ia];
             uint32_t v = read_index(d->inputs[ia], I->desc.dtype);
             if (v >= rt->num_subgraphs)
                 return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "submit: index anchor '%s' selects "
@@ -210,15 +215,15 @@ static ipu_status validate(const ipu_runtime *rt, const ipu_request_desc *d, uin
         if (sub == IPU_NO_INDEX) {
             uint32_t first = IPU_NO_INDEX;
             for (uint32_t a = 0; a < rt->num_anchors; a++) {
-                const ipu_anchor_info *A = &rt->anchors[a];
-                if (a == ia || !rt->rings[a] || A->subgraph == IPU_NO_INDEX || !given(d, A, a))
+                const ipu_anchor_info *A = &rt->s->anchors[a];
+                if (a == ia || !ipu__streamed(rt, a) || A->subgraph == IPU_NO_INDEX || !given(d, A, a))
                     continue;
                 if (first == IPU_NO_INDEX) {
                     first = a;
-                } else if (A->subgraph != rt->anchors[first].subgraph) {
+                } else if (A->subgraph != rt->s->anchors[first].subgraph) {
                     return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "submit: cannot infer the "
                                      "subgraph: anchors %s and %s belong to different subgraphs",
-                                     describe(&rt->anchors[first], b1, sizeof b1),
+                                     describe(&rt->s->anchors[first], b1, sizeof b1),
                                      describe(A, b2, sizeof b2));
                 }
             }
@@ -226,19 +231,19 @@ static ipu_status validate(const ipu_runtime *rt, const ipu_request_desc *d, uin
                 return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "submit: cannot infer the subgraph of "
                                  "this fused model: no given anchor belongs to a single subgraph; "
                                  "set desc.subgraph%s%s%s", ia != IPU_NO_INDEX ? " or feed '" : "",
-                                 ia != IPU_NO_INDEX ? rt->anchors[ia].name : "",
+                                 ia != IPU_NO_INDEX ? rt->s->anchors[ia].name : "",
                                  ia != IPU_NO_INDEX ? "'" : "");
-            sub = rt->anchors[first].subgraph;
+            sub = rt->s->anchors[first].subgraph;
         }
     }
     for (uint32_t a = 0; a < rt->num_anchors; a++) {
-        const ipu_anchor_info *A = &rt->anchors[a];
+        const ipu_anchor_info *A = &rt->s->anchors[a];
         int role = ipu__anchor_role(rt, a, sub);
         if (role == IPU__ROLE_RING && !given(d, A, a))
             return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "submit: missing %s anchor %s required by "
                              "subgraph %u", dir_name(A->direction), describe(A, b1, sizeof b1),
                              sub);
-        if (role == IPU__ROLE_NONE && strict && rt->rings[a] && a != rt->index_anchor &&
+        if (role == IPU__ROLE_NONE && strict && ipu__streamed(rt, a) &&
             given(d, A, a))
             return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "submit: anchor %s does not belong to "
                              "subgraph %u (set validate_io_params=0 to ignore it)",
@@ -250,104 +255,175 @@ static ipu_status validate(const ipu_runtime *rt, const ipu_request_desc *d, uin
 
 /* ---- submission --------------------------------------------------------------------------- */
 
-/* Push one slot, waiting for space. Producer side, under submit_mu. Returns IPU_ERR_CLOSED if
- * the runtime closed first. */
-static ipu_status push_slot(ipu_runtime *rt, ipu_ring *r, const ipu__slot *sl) {
-    uint64_t t0 = 0;
-    for (unsigned i = 0;; i++) {
-        if (ipu__closed(rt)) return IPU_ERR_CLOSED;
-        if (ipu_ring_try_push(r, sl)) {
-            ipu__signal_data(rt);
-            return IPU_OK;
-        }
-        if (ipu__spin_expired(i, &t0)) break;
+/* Done callback of every slot of a request (runs on the device thread, or on the thread that
+ * disconnects the session). */
+static void slot_done(ipu_status st, void *ud) {
+    ipu_request *req = ud;
+    ipu_runtime *rt = req->rt;
+    if (st != IPU_OK) {
+        const char *m = rt->s->dev_msg;
+        if (!ipu__closed(rt)) ipu__mark_failed(rt, st, m);
+        ipu__request_complete(rt, req, st, m);
+    } else if (atomic_fetch_sub(&req->remaining, 1) == 1) {
+        ipu__request_complete(rt, req, IPU_OK, NULL);
     }
-    for (;;) {
-        uint_fast64_t seq = atomic_load(&rt->pop_seq);
-        if (ipu__closed(rt)) return IPU_ERR_CLOSED;
-        if (ipu_ring_try_push(r, sl)) {
-            ipu__signal_data(rt);
-            return IPU_OK;
-        }
-        pthread_mutex_lock(&rt->mu);
-        atomic_store(&rt->sub_waiting, 1); /* seq_cst: pairs with ipu__signal_space */
-        while (atomic_load(&rt->pop_seq) == seq && !ipu__closed(rt))
-            pthread_cond_wait(&rt->space_cv, &rt->mu);
-        atomic_store(&rt->sub_waiting, 0);
-        pthread_mutex_unlock(&rt->mu);
+    ipu__request_unref(req);
+}
+
+/* Under submit_mu: IPU_OK if the device is healthy. *retry: a failure is being handled and
+ * auto_reset is on - wait (without submit_mu) and try again. */
+static ipu_status health_check(ipu_runtime *rt, bool *retry) {
+    *retry = false;
+    if (atomic_load(&rt->health) == IPU__HEALTH_OK) return IPU_OK;
+    ipu_status st = IPU_OK;
+    pthread_mutex_lock(&rt->state_mu);
+    int h = atomic_load(&rt->health);
+    if (h == IPU__HEALTH_FAILING && rt->cfg.auto_reset)
+        *retry = true;
+    else if (h != IPU__HEALTH_OK)
+        st = ipu__fail(IPU_ERR_NEEDS_RESET, "submit: the device failed (%s: %s); call "
+                       "ipu_runtime_reset (or set auto_reset)", ipu_status_name(rt->fail_status),
+                       rt->fail_msg);
+    pthread_mutex_unlock(&rt->state_mu);
+    return st;
+}
+
+static void wait_recovery(ipu_runtime *rt) {
+    pthread_mutex_lock(&rt->state_mu);
+    while (atomic_load(&rt->health) == IPU__HEALTH_FAILING && !ipu__closed(rt))
+        pthread_cond_wait(&rt->state_cv, &rt->state_mu);
+    pthread_mutex_unlock(&rt->state_mu);
+}
+
+/* Bytes of anchor a's slot in one chunk of request d. */
+static uint64_t slot_bytes(const ipu_runtime *rt, uint32_t a, const ipu_request_desc *d) {
+    const ipu__geom *g = &rt->s->geom[a];
+    if (!rt->s->batching) return rt->s->anchors[a].desc.nbytes;
+    uint64_t n;
+    return ipu__mul_u64(g->outer * g->inner, d->num_rows, &n) && n <= SIZE_MAX ? n : UINT64_MAX;
+}
+
+/* Slots per chunk; fails for requests that would queue nothing or too much. */
+static ipu_status count_slots(const ipu_runtime *rt, const ipu_request_desc *d, uint32_t sub,
+                              uint64_t *per_chunk) {
+    uint64_t n = rt->index_anchor != IPU_NO_INDEX;
+    for (uint32_t a = 0; a < rt->num_anchors; a++) {
+        if (ipu__anchor_role(rt, a, sub) != IPU__ROLE_RING) continue;
+        n++;
+        if (slot_bytes(rt, a, d) == UINT64_MAX)
+            return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "submit: %llu rows of anchor '%s' do not "
+                             "fit in memory", (unsigned long long)d->num_rows,
+                             rt->s->anchors[a].name);
     }
+    if (n == 0)
+        return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "submit: every anchor of subgraph %u is "
+                         "served by a stream callback: a request has nothing to queue", sub);
+    *per_chunk = n;
+    return IPU_OK;
+}
+
+/* Queue the slots of req; *pushed counts those queued. IPU_ERR_CLOSED / IPU_ERR_ABORTED when
+ * the session stopped / the device failed first. Under submit_mu. */
+static ipu_status push_request(ipu_runtime *rt, const ipu_request_desc *d, ipu_request *req,
+                               uint64_t *pushed) {
+    const uint32_t sub = req->subgraph;
+    const uint64_t chunks = rt->s->batching ? 1 : d->num_batches;
+    ipu_status st = IPU_OK;
+    for (uint64_t k = 0; k < chunks && st == IPU_OK; k++) {
+        if (rt->index_anchor != IPU_NO_INDEX) {
+            ipu_slot sl = {&req->index_value, sizeof req->index_value, 0, slot_done, req};
+            st = ipu__session_enqueue(rt->s, rt->index_anchor, &sl, UINT64_MAX, &rt->health);
+            *pushed += st == IPU_OK;
+        }
+        for (int pass = 0; pass < 2 && st == IPU_OK; pass++) {
+            ipu_direction dir = pass == 0 ? IPU_DIR_INPUT : IPU_DIR_OUTPUT;
+            for (uint32_t a = 0; a < rt->num_anchors && st == IPU_OK; a++) {
+                const ipu_anchor_info *A = &rt->s->anchors[a];
+                if (A->direction != dir || ipu__anchor_role(rt, a, sub) != IPU__ROLE_RING)
+                    continue;
+                uint8_t *base = dir == IPU_DIR_INPUT ? (uint8_t *)(uintptr_t)d->inputs[a]
+                                                     : (uint8_t *)d->outputs[a];
+                uint64_t nb = slot_bytes(rt, a, d);
+                ipu_slot sl = {base + (size_t)(k * nb), nb,
+                               rt->s->batching ? (uint32_t)d->num_rows : 0, slot_done, req};
+                st = ipu__session_enqueue(rt->s, a, &sl, UINT64_MAX, &rt->health);
+                *pushed += st == IPU_OK;
+            }
+        }
+    }
+    return st;
 }
 
 ipu_status ipu_runtime_submit(ipu_runtime *rt, const ipu_request_desc *desc, ipu_request **out) {
     if (!rt || !desc || !out)
         return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ipu_runtime_submit: NULL argument");
-    if (ipu__closed(rt)) return ipu__fail(IPU_ERR_CLOSED, "submit: the runtime is closed");
-    if (pthread_equal(pthread_self(), rt->device))
+    if (ipu__tl_in_callback)
         return ipu__fail(IPU_ERR_INVALID_STATE, "submit called from a stream or done callback "
                          "(the device thread): it could wait forever for queue space");
-    ipu_request *req = NULL;
-    uint32_t sub = 0;
-    /* The mutex is taken even with thread_safe == 0: uncontended it costs ~20 ns and it is what
-     * makes each ring single-producer and a request's slots contiguous. */
-    pthread_mutex_lock(&rt->submit_mu);
-    rt->submitted = true;
-    ipu_status st = ipu__closed(rt) ? ipu__fail(IPU_ERR_CLOSED, "submit: the runtime is closed")
-                                    : validate(rt, desc, &sub);
-    if (st == IPU_OK) st = request_new(desc, sub, &req);
-    if (st != IPU_OK) {
-        pthread_mutex_unlock(&rt->submit_mu);
-        return st;
-    }
-    uint64_t per_batch = 1;
-    for (uint32_t a = 0; a < rt->num_anchors; a++)
-        per_batch += ipu__anchor_role(rt, a, sub) == IPU__ROLE_RING;
-    uint64_t total = per_batch * desc->num_batches; /* < 2^53: anchors <= 2^20, N < 2^32 */
-    /* One reference per slot, taken up front; slots never pushed are given back below. The
-     * caller's reference (the initial 1) keeps the count above zero meanwhile. */
-    atomic_fetch_add(&req->refs, total);
-    atomic_fetch_add_explicit(&rt->st_submitted, 1, memory_order_relaxed);
-    uint64_t pushed = 0;
-    for (uint32_t k = 0; k < desc->num_batches && st == IPU_OK; k++) {
-        ipu__slot c = {NULL, req, sub};
-        st = push_slot(rt, rt->ctrl, &c);
-        pushed += st == IPU_OK;
-        for (int pass = 0; pass < 2 && st == IPU_OK; pass++) {
-            ipu_direction dir = pass == 0 ? IPU_DIR_INPUT : IPU_DIR_OUTPUT;
-            for (uint32_t a = 0; a < rt->num_anchors && st == IPU_OK; a++) {
-                const ipu_anchor_info *A = &rt->anchors[a];
-                if (A->direction != dir || ipu__anchor_role(rt, a, sub) != IPU__ROLE_RING)
-                    continue;
-                const uint8_t *base = dir == IPU_DIR_INPUT ? (const uint8_t *)desc->inputs[a]
-                                                           : (const uint8_t *)desc->outputs[a];
-                ipu__slot sl = {(void *)(uintptr_t)(base + (size_t)k * A->desc.nbytes), req, 0};
-                st = push_slot(rt, rt->rings[a], &sl);
-                pushed += st == IPU_OK;
-            }
+    for (;;) {
+        if (ipu__closed(rt)) return ipu__fail(IPU_ERR_CLOSED, "submit: the runtime is closed");
+        ipu_request *req = NULL;
+        uint32_t sub = 0;
+        uint64_t per_chunk = 0;
+        bool retry = false;
+        /* The mutex is taken even with thread_safe == 0: uncontended it costs ~20 ns and it is
+         * what makes each ring single-producer and a request's slots contiguous. */
+        pthread_mutex_lock(&rt->submit_mu);
+        rt->submitted = true;
+        ipu_status st = ipu__closed(rt) ? ipu__fail(IPU_ERR_CLOSED, "submit: the runtime is closed")
+                                        : validate(rt, desc, &sub);
+        if (st == IPU_OK) st = count_slots(rt, desc, sub, &per_chunk);
+        if (st == IPU_OK) st = health_check(rt, &retry);
+        if (st == IPU_OK && retry) {
+            pthread_mutex_unlock(&rt->submit_mu);
+            wait_recovery(rt);
+            continue;
         }
-    }
-    if (pushed < total) {
-        /* The runtime closed while this request was being queued (push_slot only fails with
-         * IPU_ERR_CLOSED). Choice: if no slot was pushed, nothing refers to the request and the
-         * submit fails with IPU_ERR_CLOSED (the done callback is never called). If some slots
-         * were pushed, the request has been accepted (the device may even have run some of its
-         * batches): submit succeeds and the request completes, exactly once, with
-         * IPU_ERR_CLOSED - it can never succeed, since its last batch was never queued. Its
-         * queued slots may all have been consumed already, so it is handed to close() as the
-         * runtime's single "orphan" (holding one reference): close() takes submit_mu after
-         * joining the device - so after this store - and completes it on the closing thread,
-         * like every request failed by close. Only one orphan can exist: any later submitter
-         * sees `closed` under submit_mu and queues nothing. The device never computes on a
-         * partial batch: it re-checks `closed` whenever a slot is missing. */
-        if (pushed == 0) {
+        if (st == IPU_OK && !rt->device_started) st = ipu__start_device(rt);
+        if (st == IPU_OK) st = request_new(desc, sub, &req);
+        if (st != IPU_OK) {
+            pthread_mutex_unlock(&rt->submit_mu);
+            return st;
+        }
+        req->rt = rt;
+        uint64_t total = per_chunk * (rt->s->batching ? 1 : desc->num_batches), pushed = 0;
+        /* One reference per slot, taken up front; slots never pushed give theirs back below.
+         * The caller's reference (the initial 1) keeps the count above zero meanwhile. */
+        atomic_fetch_add(&req->refs, total);
+        atomic_store(&req->remaining, total);
+        atomic_fetch_add_explicit(&rt->st_submitted, 1, memory_order_relaxed);
+        st = push_request(rt, desc, req, &pushed);
+        if (st != IPU_OK && pushed == 0) {
+            /* Nothing refers to the request: the submit fails (closed) or is retried (the
+             * health check reports the failure or waits for the automatic reset). */
             atomic_fetch_sub_explicit(&rt->st_submitted, 1, memory_order_relaxed);
             pthread_mutex_unlock(&rt->submit_mu);
             request_free(req);
-            return ipu__fail(IPU_ERR_CLOSED, "submit: the runtime is closed");
+            if (st == IPU_ERR_CLOSED) return ipu__fail(st, "submit: the runtime is closed");
+            continue;
         }
-        atomic_fetch_sub(&req->refs, total - pushed - 1); /* keep one for the orphan */
-        rt->orphan = req;
+        if (st == IPU_ERR_CLOSED) {
+            /* Partly queued when the session stopped: the request was accepted and completes,
+             * exactly once, with IPU_ERR_CLOSED. Its queued slots may all have been consumed
+             * already, so it is handed to close() as the runtime's single orphan (holding one
+             * reference): close() takes submit_mu after stopping the session - so after this
+             * store - and completes it on the closing thread, like every request failed by
+             * close. Later submitters see `closed` under submit_mu and queue nothing. */
+            atomic_fetch_sub(&req->refs, total - pushed - 1);
+            rt->orphan = req;
+        } else if (st != IPU_OK) {
+            /* Partly queued when the device failed: it fails now; its queued slots are failed
+             * by the device's disconnect (after this thread releases submit_mu). */
+            atomic_fetch_sub(&req->refs, total - pushed);
+            char m[IPU__MSG_BYTES + 64];
+            pthread_mutex_lock(&rt->state_mu);
+            ipu_status fst = rt->fail_status;
+            snprintf(m, sizeof m, "failed by an earlier iteration failure: %s", rt->fail_msg);
+            pthread_mutex_unlock(&rt->state_mu);
+            ipu__request_complete(rt, req, fst, m);
+        }
+        pthread_mutex_unlock(&rt->submit_mu);
+        *out = req;
+        return IPU_OK;
     }
-    pthread_mutex_unlock(&rt->submit_mu);
-    *out = req;
-    return IPU_OK;
 }

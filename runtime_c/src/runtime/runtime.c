@@ -1,17 +1,11 @@
-/* Runtime lifecycle: create (hash check, arena, Load program, rings, threads), stream
- * callbacks, close (stop the device, fail pending requests), destroy, stats.
- * The device loop is in device.c, requests and submission in request.c; the shared state and
- * the wake-up protocol are described in runtime_internal.h. */
-#include <errno.h>
-#include <sched.h>
-#include <signal.h>
+/* Runtime lifecycle on top of ipu_session: create (session, bindings, Load program), stream
+ * callbacks, reset, close (stop the device, fail pending requests), destroy, stats.
+ * The device thread is in device.c, requests and submission in request.c; the shared state and
+ * the protocols are described in runtime_internal.h. */
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "runtime_internal.h"
-
-#define IPU__MAX_THREADS 256u
 
 ipu_runtime_config ipu_runtime_config_default(void) {
     ipu_runtime_config c;
@@ -19,21 +13,12 @@ ipu_runtime_config ipu_runtime_config_default(void) {
     c.num_threads = 0;
     c.ring_buffer_size_multiplier = 2;
     c.timeout_ns = 10000000u;
+    c.batch_timeout_ns = 0;
+    c.batching_dim = IPU_NO_INDEX;
     c.check_package_hash = 1;
     c.validate_io_params = 1;
     c.thread_safe = 1;
     return c;
-}
-
-static uint32_t default_threads(void) {
-    long n = 0;
-#ifdef CPU_COUNT
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0) n = CPU_COUNT(&set);
-#endif
-    if (n <= 0) n = sysconf(_SC_NPROCESSORS_ONLN);
-    if (n <= 0) n = 1;
-    return n > (long)IPU__MAX_THREADS ? IPU__MAX_THREADS : (uint32_t)n;
 }
 
 static ipu_status init_sync(ipu_runtime *rt) {
@@ -44,33 +29,17 @@ static ipu_status init_sync(ipu_runtime *rt) {
     int n = 0;
     if (pthread_mutex_init(&rt->submit_mu, NULL) == 0) n++;
     if (n == 1 && pthread_mutex_init(&rt->close_mu, NULL) == 0) n++;
-    if (n == 2 && pthread_mutex_init(&rt->mu, NULL) == 0) n++;
-    if (n == 3 && pthread_cond_init(&rt->data_cv, &attr) == 0) n++;
-    if (n == 4 && pthread_cond_init(&rt->space_cv, NULL) == 0) n++;
+    if (n == 2 && pthread_mutex_init(&rt->state_mu, NULL) == 0) n++;
+    if (n == 3 && pthread_cond_init(&rt->state_cv, &attr) == 0) n++;
     pthread_condattr_destroy(&attr);
-    if (n == 5) {
+    if (n == 4) {
         rt->sync_ready = 1;
         return IPU_OK;
     }
-    if (n > 3) pthread_cond_destroy(&rt->data_cv);
-    if (n > 2) pthread_mutex_destroy(&rt->mu);
+    if (n > 2) pthread_mutex_destroy(&rt->state_mu);
     if (n > 1) pthread_mutex_destroy(&rt->close_mu);
     if (n > 0) pthread_mutex_destroy(&rt->submit_mu);
     return ipu__fail(IPU_ERR_INTERNAL, "runtime: cannot initialise mutexes/condition variables");
-}
-
-static ipu_status start_device(ipu_runtime *rt) {
-    /* The device thread blocks every signal (they belong to the application's threads). */
-    sigset_t all, old;
-    sigfillset(&all);
-    int masked = pthread_sigmask(SIG_SETMASK, &all, &old) == 0;
-    int rc = pthread_create(&rt->device, NULL, ipu__device_main, rt);
-    if (masked) pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc != 0)
-        return ipu__fail(rc == EAGAIN ? IPU_ERR_NOMEM : IPU_ERR_INTERNAL,
-                         "runtime: cannot start the device thread (error %d)", rc);
-    rt->device_started = 1;
-    return IPU_OK;
 }
 
 ipu_status ipu_runtime_create(const ipu_executable *exe, const ipu_runtime_config *cfg,
@@ -82,101 +51,59 @@ ipu_status ipu_runtime_create(const ipu_executable *exe, const ipu_runtime_confi
     if (!rt) return ipu__fail(IPU_ERR_NOMEM, "runtime: cannot allocate the runtime");
     rt->cfg = cfg ? *cfg : ipu_runtime_config_default();
     rt->exe = exe;
-    rt->index_anchor = IPU_NO_INDEX;
+    rt->t_created = ipu__now_ns();
     atomic_init(&rt->closed, false);
-    if (rt->cfg.check_package_hash) {
-        uint64_t have = ipu_container_compiler_hash(exe->container), want = ipu_compiler_hash();
-        if (have != want) {
-            st = ipu__fail(IPU_ERR_HASH_MISMATCH, "runtime: package hash 0x%016llx of the "
-                           "container differs from runtime hash 0x%016llx (%s); recompile the "
-                           "model with this version or set check_package_hash=0",
-                           (unsigned long long)have, (unsigned long long)want,
-                           IPU_VERSION_STRING);
-            goto fail;
-        }
-    }
+    atomic_init(&rt->health, IPU__HEALTH_OK);
     const ipu_executable_info *info = &exe->info;
-    rt->nth = rt->cfg.num_threads ? rt->cfg.num_threads : default_threads();
-    if (rt->nth > IPU__MAX_THREADS) {
-        st = ipu__fail(IPU_ERR_INVALID_ARGUMENT, "runtime: num_threads %u exceeds %u",
-                       rt->nth, IPU__MAX_THREADS);
-        goto fail;
-    }
-    rt->bps = info->batches_per_step ? info->batches_per_step : 1;
-    rt->num_anchors = info->num_anchors;
-    rt->num_subgraphs = info->num_subgraphs ? info->num_subgraphs : 1;
-    if (info->index_anchor != IPU_NO_INDEX && info->index_anchor < info->num_anchors)
-        rt->index_anchor = info->index_anchor;
-    uint64_t cap64;
+    uint64_t cap;
     uint32_t mult = rt->cfg.ring_buffer_size_multiplier ? rt->cfg.ring_buffer_size_multiplier : 1;
-    if (!ipu__mul_u64(mult, rt->bps, &cap64) || cap64 > ((uint64_t)1 << 24)) {
+    uint32_t bps = info->batches_per_step ? info->batches_per_step : 1;
+    if (!ipu__mul_u64(mult, bps, &cap) || cap > ((uint64_t)1 << 24)) {
         st = ipu__fail(IPU_ERR_INVALID_ARGUMENT, "runtime: ring capacity %u x %u batches is too "
-                       "large (max 2^24 slots)", mult, rt->bps);
+                       "large (max 2^24 slots)", mult, bps);
         goto fail;
     }
-    rt->ring_capacity = cap64 < 2 ? 2 : (size_t)cap64;
-
-    /* Device memory and the execution frame. */
-    if (info->arena_size > SIZE_MAX - 64) {
-        st = ipu__fail(IPU_ERR_NOMEM, "runtime: arena of %llu bytes is too large",
-                       (unsigned long long)info->arena_size);
-        goto fail;
+    /* With dynamic batching a slot may hold a single row: scale the rings by the rows per batch
+     * so a batch can be merged from one-row requests (a full output ring runs a partial batch). */
+    for (uint32_t a = 0; rt->cfg.batching_dim != IPU_NO_INDEX && a < info->num_anchors; a++) {
+        ipu_anchor_info A;
+        if (ipu_executable_anchor(exe, a, &A) != IPU_OK || A.has_tensor_data ||
+            a == info->index_anchor || rt->cfg.batching_dim >= A.desc.ndim)
+            continue;
+        uint64_t rows = A.desc.dims[rt->cfg.batching_dim] > 0
+                            ? (uint64_t)A.desc.dims[rt->cfg.batching_dim] : 1;
+        if (!ipu__mul_u64(cap < 2 ? 2 : cap, rows, &cap) || cap > ((uint64_t)1 << 24))
+            cap = (uint64_t)1 << 24;
+        break;
     }
-    rt->arena = ipu__aligned_alloc(64, (size_t)info->arena_size);
-    rt->tensor_ptr = ipu__calloc(info->num_tensors, sizeof *rt->tensor_ptr);
-    rt->anchors = ipu__calloc(info->num_anchors, sizeof *rt->anchors);
-    rt->streams = ipu__calloc(info->num_anchors, sizeof *rt->streams);
-    rt->rings = ipu__calloc(info->num_anchors, sizeof *rt->rings);
-    rt->wstatus = ipu__calloc(rt->nth, sizeof *rt->wstatus);
-    rt->wmsg = ipu__calloc(rt->nth, sizeof *rt->wmsg);
-    if (!rt->arena || !rt->tensor_ptr || !rt->anchors || !rt->streams || !rt->rings ||
-        !rt->wstatus || !rt->wmsg) {
-        st = ipu__fail(IPU_ERR_NOMEM, "runtime: cannot allocate the device arena (%llu bytes) "
-                       "and tables", (unsigned long long)info->arena_size);
-        goto fail;
-    }
-    memset(rt->arena, 0, (size_t)info->arena_size);
-    for (uint32_t t = 0; t < info->num_tensors; t++)
-        if (exe->tensors[t].loc == IPU_LOC_ARENA) rt->tensor_ptr[t] = rt->arena + exe->tensors[t].offset;
-    rt->frame.exe = exe;
-    rt->frame.ptr = rt->tensor_ptr;
-
-    /* Anchors and their rings. */
-    for (uint32_t a = 0; a < info->num_anchors; a++) {
-        st = ipu_executable_anchor(exe, a, &rt->anchors[a]);
-        if (st != IPU_OK) goto fail;
-        const ipu_anchor_info *A = &rt->anchors[a];
-        bool streamed = A->direction == IPU_DIR_OUTPUT ||
-                        (A->direction == IPU_DIR_INPUT && !A->has_tensor_data &&
-                         a != rt->index_anchor);
-        if (streamed && exe->tensors[A->tensor].loc != IPU_LOC_ARENA) {
-            st = ipu__fail(IPU_ERR_INVALID_ARGUMENT, "runtime: streamed anchor '%s' is not "
-                           "backed by device memory", A->name);
-            goto fail;
-        }
-        if (streamed) {
-            st = ipu_ring_create(rt->ring_capacity, sizeof(ipu__slot), &rt->rings[a]);
-            if (st != IPU_OK) goto fail;
-        }
-    }
-    st = ipu_ring_create(rt->ring_capacity, sizeof(ipu__slot), &rt->ctrl);
-    if (st != IPU_OK) goto fail;
-
-    st = init_sync(rt);
-    if (st != IPU_OK) goto fail;
-    st = ipu__pool_create(rt->nth, IPU__SCRATCH_BYTES, &rt->pool);
-    if (st != IPU_OK) goto fail;
-
-    /* Load program on this thread (worker 0): BIND instructions bind weights zero-copy. */
-    st = ipu__run_program(rt, exe->load_program);
+    ipu_session_config sc = ipu_session_config_default();
+    sc.num_threads = rt->cfg.num_threads;
+    sc.ring_capacity = (uint32_t)(cap < 2 ? 2 : cap);
+    sc.timeout_ns = rt->cfg.timeout_ns;
+    sc.batch_timeout_ns = rt->cfg.batch_timeout_ns;
+    sc.batching_dim = rt->cfg.batching_dim;
+    sc.flush_on_waiting_outputs = rt->cfg.flush_on_waiting_outputs;
+    sc.check_package_hash = rt->cfg.check_package_hash;
+    st = ipu_session_create(exe, &sc, &rt->s);
     if (st != IPU_OK) {
         char m[IPU__MSG_BYTES];
         snprintf(m, sizeof m, "%s", ipu_last_error_message());
-        st = ipu__fail(st, "runtime: Load program failed: %s", m);
+        st = ipu__fail(st, "runtime: %s", m);
         goto fail;
     }
-    st = start_device(rt);
+    rt->num_anchors = rt->s->num_anchors;
+    rt->num_subgraphs = rt->s->num_subgraphs;
+    rt->index_anchor = rt->s->index_anchor;
+    st = init_sync(rt);
     if (st != IPU_OK) goto fail;
+    /* Default bindings (weights TENSOR_DATA, the rest QUEUE); Load on this thread. */
+    st = ipu_session_run_load(rt->s);
+    if (st != IPU_OK) {
+        char m[IPU__MSG_BYTES];
+        snprintf(m, sizeof m, "%s", ipu_last_error_message());
+        st = ipu__fail(st, "runtime: %s", m);
+        goto fail;
+    }
     *out = rt;
     return IPU_OK;
 fail:
@@ -190,9 +117,9 @@ ipu_status ipu_runtime_set_stream_callback(ipu_runtime *rt, uint32_t anchor, ipu
     if (anchor >= rt->num_anchors)
         return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "set_stream_callback: anchor %u out of range "
                          "(model has %u anchors)", anchor, rt->num_anchors);
-    if (!rt->rings[anchor])
+    if (!ipu__streamed(rt, anchor))
         return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "set_stream_callback: anchor '%s' is not "
-                         "streamed (%s)", rt->anchors[anchor].name,
+                         "streamed (%s)", rt->s->anchors[anchor].name,
                          anchor == rt->index_anchor ? "it is the subgraph index"
                                                     : "its data is in the container");
     ipu_status st = IPU_OK;
@@ -201,59 +128,82 @@ ipu_status ipu_runtime_set_stream_callback(ipu_runtime *rt, uint32_t anchor, ipu
         st = ipu__fail(IPU_ERR_CLOSED, "set_stream_callback: the runtime is closed");
     else if (rt->submitted)
         st = ipu__fail(IPU_ERR_INVALID_STATE, "set_stream_callback: anchor '%s': stream "
-                       "callbacks must be set before the first submit", rt->anchors[anchor].name);
-    else
-        rt->streams[anchor] = (ipu__stream){fn, user_data};
+                       "callbacks must be set before the first submit",
+                       rt->s->anchors[anchor].name);
+    else /* the device thread has not started: nobody is inside run_main */
+        st = ipu__session_rebind(rt->s, anchor, fn ? IPU_BIND_CALLBACK : IPU_BIND_QUEUE, fn,
+                                 user_data);
     pthread_mutex_unlock(&rt->submit_mu);
     return st;
 }
 
-/* Complete every request that still has slots queued with IPU_ERR_CLOSED, dropping the slot
- * references. The device thread has been joined, so this thread is the only consumer. */
-static void drain(ipu_runtime *rt, ipu_ring *r) {
-    ipu__slot sl;
-    while (ipu_ring_try_pop(r, &sl)) {
-        ipu__request_complete(rt, sl.req, IPU_ERR_CLOSED,
-                              "runtime closed before the request completed");
-        ipu__request_unref(sl.req);
+ipu_status ipu_runtime_reset(ipu_runtime *rt) {
+    if (!rt) return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ipu_runtime_reset: rt is NULL");
+    if (ipu__tl_in_callback)
+        return ipu__fail(IPU_ERR_INVALID_STATE, "ipu_runtime_reset called from a stream or done "
+                         "callback");
+    pthread_mutex_lock(&rt->submit_mu);
+    if (ipu__closed(rt)) {
+        pthread_mutex_unlock(&rt->submit_mu);
+        return ipu__fail(IPU_ERR_CLOSED, "ipu_runtime_reset: the runtime is closed");
     }
+    if (!rt->device_started) {
+        /* No device thread: Load runs here (submit_mu keeps it from starting meanwhile). */
+        ipu_status st = ipu_session_run_load(rt->s);
+        pthread_mutex_lock(&rt->state_mu);
+        if (st == IPU_OK) atomic_store(&rt->health, IPU__HEALTH_OK);
+        pthread_mutex_unlock(&rt->state_mu);
+        pthread_mutex_unlock(&rt->submit_mu);
+        return st;
+    }
+    pthread_mutex_unlock(&rt->submit_mu);
+    pthread_mutex_lock(&rt->state_mu);
+    uint64_t gen = ++rt->reset_req_gen;
+    atomic_store(&rt->reset_pending, 1);
+    pthread_mutex_unlock(&rt->state_mu);
+    ipu__session_interrupt(rt->s);
+    pthread_mutex_lock(&rt->state_mu);
+    while (rt->reset_done_gen < gen && !ipu__closed(rt)) pthread_cond_wait(&rt->state_cv, &rt->state_mu);
+    ipu_status st = rt->reset_done_gen >= gen ? rt->reset_status : IPU_ERR_CLOSED;
+    char m[IPU__MSG_BYTES];
+    snprintf(m, sizeof m, "%s", rt->fail_msg);
+    pthread_mutex_unlock(&rt->state_mu);
+    if (st == IPU_ERR_CLOSED) return ipu__fail(st, "ipu_runtime_reset: the runtime closed");
+    if (st != IPU_OK) return ipu__fail(st, "ipu_runtime_reset: %s", m);
+    return IPU_OK;
 }
 
 ipu_status ipu_runtime_close(ipu_runtime *rt) {
     if (!rt) return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ipu_runtime_close: rt is NULL");
     if (!rt->sync_ready) return IPU_OK; /* half-built: no thread ever ran */
-    if (rt->device_started && pthread_equal(pthread_self(), rt->device))
+    if (ipu__tl_in_callback)
         return ipu__fail(IPU_ERR_INVALID_STATE, "ipu_runtime_close called from a stream or done "
-                         "callback (the device thread)");
+                         "callback");
     pthread_mutex_lock(&rt->close_mu);
     if (!rt->close_done) {
-        /* 1. Stop: flag + broadcast under mu, so no waiter can miss it. */
-        pthread_mutex_lock(&rt->mu);
+        /* 1. Stop: flag (+ broadcast for reset waiters), then the session wakes its waiters. */
+        pthread_mutex_lock(&rt->state_mu);
         atomic_store(&rt->closed, true);
-        pthread_cond_broadcast(&rt->data_cv);
-        pthread_cond_broadcast(&rt->space_cv);
-        pthread_mutex_unlock(&rt->mu);
-        /* 2. The device finishes its iteration (or abandons it if a slot is missing) and exits. */
-        if (rt->device_started) pthread_join(rt->device, NULL);
-        /* 3. Wait out a submitter that is still pushing (it sees `closed` and stops); any later
-         * submitter sees `closed` under submit_mu and queues nothing, so after this barrier
-         * the rings have no producer. Then fail every request with queued slots, and the
-         * orphan (see request.c), outside submit_mu: done callbacks run outside runtime locks. */
+        pthread_cond_broadcast(&rt->state_cv);
+        pthread_mutex_unlock(&rt->state_mu);
+        ipu_session_stop(rt->s);
+        /* 2. Wait out a submitter that is still pushing (it sees the stop and gives up); later
+         * submitters see `closed` under submit_mu and queue nothing. */
         pthread_mutex_lock(&rt->submit_mu);
+        int started = rt->device_started;
         ipu_request *orphan = rt->orphan;
         rt->orphan = NULL;
         pthread_mutex_unlock(&rt->submit_mu);
-        drain(rt, rt->ctrl);
-        for (uint32_t a = 0; a < rt->num_anchors; a++)
-            if (rt->rings[a]) drain(rt, rt->rings[a]);
+        /* 3. The device leaves run_main (abandoning a half-served iteration) and exits. */
+        if (started) pthread_join(rt->device, NULL);
+        /* 4. This thread is now the only consumer: fail everything still queued. */
+        ipu__session_disconnect_msg(rt->s, IPU_ERR_CLOSED,
+                                    "runtime closed before the request completed");
         if (orphan) {
             ipu__request_complete(rt, orphan, IPU_ERR_CLOSED,
                                   "runtime closed while the request was being submitted");
             ipu__request_unref(orphan);
         }
-        /* 4. Join the compute helpers. */
-        ipu__pool_destroy(rt->pool);
-        rt->pool = NULL;
         rt->close_done = 1;
     }
     pthread_mutex_unlock(&rt->close_mu);
@@ -263,38 +213,97 @@ ipu_status ipu_runtime_close(ipu_runtime *rt) {
 void ipu_runtime_destroy(ipu_runtime *rt) {
     if (!rt) return;
     if (rt->sync_ready) {
-        /* A failing close (called on the device thread) leaves everything in place: leaking is
-         * the only safe option there. */
+        /* A failing close (called from a callback) leaves everything in place: leaking is the
+         * only safe option there. */
         if (ipu_runtime_close(rt) != IPU_OK) return;
-        pthread_cond_destroy(&rt->space_cv);
-        pthread_cond_destroy(&rt->data_cv);
-        pthread_mutex_destroy(&rt->mu);
+        pthread_cond_destroy(&rt->state_cv);
+        pthread_mutex_destroy(&rt->state_mu);
         pthread_mutex_destroy(&rt->close_mu);
         pthread_mutex_destroy(&rt->submit_mu);
     }
-    ipu__pool_destroy(rt->pool);
-    if (rt->rings)
-        for (uint32_t a = 0; a < rt->num_anchors; a++) ipu_ring_destroy(rt->rings[a]);
-    ipu_ring_destroy(rt->ctrl);
-    ipu__free(rt->rings);
-    ipu__free(rt->streams);
-    ipu__free(rt->anchors);
-    ipu__free(rt->tensor_ptr);
-    ipu__free(rt->wstatus);
-    ipu__free(rt->wmsg);
-    ipu__aligned_free(rt->arena);
+    ipu_session_destroy(rt->s);
     ipu__free(rt);
+}
+
+/* ---- stats -------------------------------------------------------------------------------- */
+
+static uint32_t lat_bucket(uint64_t v) {
+    if (v < IPU__LAT_SUB) return (uint32_t)v;
+    uint32_t e = 63u - (uint32_t)__builtin_clzll(v); /* >= 4 */
+    uint32_t sub = (uint32_t)(v >> (e - 4)) & (IPU__LAT_SUB - 1);
+    return (e - 3) * IPU__LAT_SUB + sub;
+}
+
+/* Middle of bucket b. */
+static uint64_t lat_value(uint32_t b) {
+    if (b < IPU__LAT_SUB) return b;
+    uint32_t e = b / IPU__LAT_SUB + 3, sub = b % IPU__LAT_SUB;
+    uint64_t lo = ((uint64_t)(IPU__LAT_SUB + sub)) << (e - 4);
+    return lo + (((uint64_t)1 << (e - 4)) >> 1);
+}
+
+void ipu__stats_record(ipu_runtime *rt, ipu_status st, uint64_t t_submit) {
+    atomic_fetch_add_explicit(st == IPU_OK ? &rt->st_completed : &rt->st_failed, 1,
+                              memory_order_relaxed);
+    if (st != IPU_OK) return;
+    uint64_t now = ipu__now_ns();
+    atomic_fetch_add_explicit(&rt->lat[lat_bucket(now > t_submit ? now - t_submit : 0)], 1,
+                              memory_order_relaxed);
+    uint64_t ep = now / IPU__TP_BUCKET_NS;
+    ipu__tp_bucket *b = &rt->tp[ep % IPU__TP_BUCKETS];
+    uint_fast64_t old = atomic_load_explicit(&b->epoch, memory_order_relaxed);
+    if (old != ep && atomic_compare_exchange_strong(&b->epoch, &old, ep))
+        atomic_store_explicit(&b->count, 0, memory_order_relaxed); /* approximate under races */
+    atomic_fetch_add_explicit(&b->count, 1, memory_order_relaxed);
+}
+
+static uint64_t percentile(const uint64_t *h, uint64_t total, double q) {
+    uint64_t want = (uint64_t)(q * (double)total + 0.999999), acc = 0;
+    if (want == 0) want = 1;
+    for (uint32_t b = 0; b < IPU__LAT_BUCKETS; b++) {
+        acc += h[b];
+        if (acc >= want) return lat_value(b);
+    }
+    return 0;
 }
 
 void ipu_runtime_get_stats(const ipu_runtime *rt, ipu_runtime_stats *out) {
     if (!out) return;
     memset(out, 0, sizeof *out);
     if (!rt) return;
+    ipu_session_stats ss;
+    ipu_session_get_stats(rt->s, &ss);
     out->requests_submitted = atomic_load_explicit(&rt->st_submitted, memory_order_relaxed);
     out->requests_completed = atomic_load_explicit(&rt->st_completed, memory_order_relaxed);
     out->requests_failed = atomic_load_explicit(&rt->st_failed, memory_order_relaxed);
-    out->steps = atomic_load_explicit(&rt->st_steps, memory_order_relaxed);
-    out->iterations = atomic_load_explicit(&rt->st_iterations, memory_order_relaxed);
-    out->padded_iterations = atomic_load_explicit(&rt->st_padded, memory_order_relaxed);
-    out->num_threads = rt->nth;
+    out->steps = ss.steps;
+    out->iterations = ss.iterations;
+    out->padded_iterations = ss.padded_iterations;
+    out->padded_rows = ss.padded_rows;
+    out->num_threads = ss.num_threads;
+    uint64_t h[IPU__LAT_BUCKETS];
+    uint64_t total = 0;
+    for (uint32_t b = 0; b < IPU__LAT_BUCKETS; b++) {
+        h[b] = atomic_load_explicit(&rt->lat[b], memory_order_relaxed);
+        total += h[b];
+    }
+    if (total) {
+        out->latency_p50_ns = percentile(h, total, 0.50);
+        out->latency_p99_ns = percentile(h, total, 0.99);
+    }
+    uint64_t now = ipu__now_ns(), ep = now / IPU__TP_BUCKET_NS, count = 0;
+    for (uint32_t i = 0; i < IPU__TP_BUCKETS; i++) {
+        uint64_t e = atomic_load_explicit(&rt->tp[i].epoch, memory_order_relaxed);
+        if (e + IPU__TP_BUCKETS > ep && e <= ep)
+            count += atomic_load_explicit(&rt->tp[i].count, memory_order_relaxed);
+    }
+    /* Window: the 19 previous buckets and the elapsed part of the current one. */
+    uint64_t window = (IPU__TP_BUCKETS - 1) * IPU__TP_BUCKET_NS + now % IPU__TP_BUCKET_NS;
+    if (now - rt->t_created < window) window = now - rt->t_created;
+    if (window < 1000000) window = 1000000;
+    out->throughput_rps = (double)count * 1e9 / (double)window;
+}
+
+size_t ipu_runtime_queue_depth(const ipu_runtime *rt, uint32_t anchor) {
+    return rt ? ipu_session_queue_depth(rt->s, anchor) : 0;
 }

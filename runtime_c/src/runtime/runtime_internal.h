@@ -1,147 +1,132 @@
-/* Internal state of ipu_runtime and ipu_request, shared by runtime.c (lifecycle, programs),
- * device.c (the device loop) and request.c (requests and submission).
+/* Internal state of ipu_runtime and ipu_request, shared by runtime.c (lifecycle, reset, stats),
+ * device.c (the device thread and failure handling) and request.c (requests and submission).
  *
- * Queues. Every streamed anchor (an input without IPU_ANCHOR_TENSOR_DATA that is not the index
- * anchor, or an output) has one SPSC ring of ipu__slot. In addition the runtime has a CONTROL
- * ring: one slot per batch of every request, carrying the request and the selected subgraph (for
- * fused models this is the "index" stream; the device writes the subgraph id into the index
- * tensor). Every iteration starts by popping a control slot, so the device knows which request
- * and which subgraph the iteration serves, and models whose inputs are all callback-served still
- * run one iteration per requested batch.
+ * The runtime is built on an ipu_session (session_internal.h): create = session create (ring
+ * capacity = ring_buffer_size_multiplier * batches_per_step, min 2, times the rows per batch with
+ * dynamic batching so one-row requests can fill a batch) + default bindings (weights
+ * TENSOR_DATA, everything else QUEUE, the fused index anchor included) + run_load on the calling
+ * thread. The device thread is started by the first submit (so stream callbacks, which rebind
+ * anchors, can be set until then); it loops on ipu_session_run_main.
  *
- * Producer side: submitters, serialised by submit_mu (so each ring has one producer at a time
- * and a request's slots are contiguous). For batch k a request pushes: control slot, then one slot
- * per ring anchor of its subgraph in anchor order (inputs first, then outputs) - exactly the order
- * in which the device pops them, so the device never waits for a slot that sits behind a push
- * blocked on a full ring. Consumer side: the device thread, then (after it is joined) close().
+ * Slots. A request becomes slots: without batching one chunk per batch, with batching one chunk
+ * of num_rows rows; per chunk, in this order: the index slot (fused models; it points at the
+ * request's own uint32 subgraph id), one slot per queue-bound input of the subgraph, one per
+ * queue-bound output - the order in which the device consumes them, so a push blocked on a full
+ * ring never waits for something behind it. Submitters are serialised by submit_mu (this makes
+ * every ring single-producer and a request's slots contiguous). There is no control ring: the
+ * device runs an iteration when the subgraph's queue-bound anchors have slots, so a request needs
+ * at least one queue-bound anchor (or the index slot of a fused model); submit refuses requests
+ * whose anchors are all served by stream callbacks.
  *
- * Sleep/wake, both directions, without lost wakeups (reliability.md §5): the producer of an
- * event bumps a sequence counter (seq_cst) and then reads the waiter's flag (seq_cst); the waiter
- * sets its flag (seq_cst, under mu) and then re-reads the counter before sleeping. Whichever
- * comes second in the seq_cst order sees the other. close() sets `closed` and broadcasts under
- * mu, and every waiter re-checks `closed` under mu before sleeping.
+ * Completion. Every slot holds a request reference and has slot_done (request.c) as its done
+ * callback: an error status completes the request with it (first completion wins, by a CAS
+ * PENDING -> CLAIMED); otherwise `remaining` (slots not yet done) is decremented and the last one
+ * completes it with IPU_OK. Input slots are done at the end of their iteration, output slots
+ * once their rows are written, so a request completes after its last iteration's outputs and
+ * output callbacks. The winner stores the status, publishes DONE, records stats, runs the user's
+ * done callback, then sets `finished` under the request mutex and broadcasts.
  *
- * Requests. refs = 1 (the caller) + 1 per slot in a ring. Whoever consumes a slot drops its ref
- * after it is done with the request, so a request is alive while any slot points to it.
- * Completion: state CAS PENDING -> CLAIMED decides the single winner, which stores the status,
- * publishes DONE, runs the done callback and then sets `finished` under the request mutex and
- * broadcasts (ipu_request_wait returns after the done callback returned). */
+ * Failures. A slot failing with an error (while not closed) or run_main returning one sets
+ * health = FAILING (under state_mu) and wakes producers: a submitter blocked on a full ring
+ * (ipu__session_enqueue with abort = &health) gives up; a request it had partly queued completes
+ * with the failure. The device then waits out submit_mu (no producer left), disconnects every
+ * queued slot with the failure status (every enqueued request fails), and with auto_reset reruns
+ * Load (health = OK); otherwise health = NEEDS_RESET and submits fail with IPU_ERR_NEEDS_RESET
+ * until ipu_runtime_reset, which asks the device thread (reset_req_gen + session interrupt) to
+ * rerun Load and waits for it (or runs Load itself if the device never started). Submits that
+ * find health == FAILING with auto_reset wait (without submit_mu) for the device to finish.
+ *
+ * Close: closed = 1 (under state_mu, broadcast), session stop (wakes device and producers), a
+ * submit_mu barrier (no producer left, device_started final), join the device, disconnect every
+ * queued slot with IPU_ERR_CLOSED on the closing thread, and complete the orphan (a request
+ * partly queued when the session stopped, see request.c). Lock order: close_mu -> submit_mu ->
+ * state_mu; the device thread takes state_mu alone or submit_mu alone. Done and stream callbacks
+ * run with ipu__tl_in_callback set; submit, close and reset refuse to run there.
+ *
+ * Stats: counters are relaxed atomics; latency is a log-linear histogram (16 sub-buckets per
+ * power of two) of submit -> completion of successful requests; throughput counts successful
+ * completions in 20 buckets of 100 ms tagged with their epoch (a ~2 s sliding window). */
 #ifndef IPU_RUNTIME_INTERNAL_H
 #define IPU_RUNTIME_INTERNAL_H
 
-#include <pthread.h>
-#include <stdatomic.h>
-#include <stdbool.h>
-
-#include "../interp/interp.h"
-#include "threadpool.h"
-
-#define IPU__MSG_BYTES 512
-/* An instruction runs on the device thread alone when its operands total fewer bytes than this
- * (waking the helpers costs more than the work) or when it has fewer than 2 work items. */
-#define IPU__PAR_MIN_BYTES ((uint64_t)32 << 10)
+#include "session_internal.h"
 
 enum { IPU__REQ_PENDING = 0, IPU__REQ_CLAIMED = 1, IPU__REQ_DONE = 2 };
 enum { IPU__ROLE_NONE = 0, IPU__ROLE_RING = 1, IPU__ROLE_CALLBACK = 2 };
+enum { IPU__HEALTH_OK = 0, IPU__HEALTH_FAILING = 1, IPU__HEALTH_NEEDS_RESET = 2 };
 
-typedef struct ipu__slot {
-    void *ptr;        /* user memory of this batch (NULL in control slots) */
-    ipu_request *req; /* holds one reference */
-    uint64_t aux;     /* control slots: the subgraph id */
-} ipu__slot;
-
-typedef struct ipu__stream {
-    ipu_stream_fn fn; /* NULL: served by the anchor's ring */
-    void *user_data;
-} ipu__stream;
+#define IPU__LAT_SUB 16u
+#define IPU__LAT_BUCKETS (64u * IPU__LAT_SUB)
+#define IPU__TP_BUCKETS 20u
+#define IPU__TP_BUCKET_NS 100000000ull
 
 struct ipu_request {
     atomic_uint_fast64_t refs;
-    atomic_int state;     /* IPU__REQ_* */
-    atomic_int finished;  /* set under mu after the done callback returned */
-    ipu_status status;    /* valid once state == DONE */
-    uint32_t num_batches;
+    atomic_int state;                /* IPU__REQ_* */
+    atomic_int finished;             /* set under mu after the done callback returned */
+    atomic_uint_fast64_t remaining;  /* slots not yet done */
+    ipu_status status;               /* valid once state == DONE */
     uint32_t subgraph;
-    uint32_t remaining;   /* iterations still to run; touched by the device thread only */
+    uint32_t index_value;            /* what the index slot points at */
+    uint64_t t_submit;
+    ipu_runtime *rt;
     ipu_request_done_fn done;
     void *user_data;
     pthread_mutex_t mu;
-    pthread_cond_t cv;    /* CLOCK_MONOTONIC */
+    pthread_cond_t cv;               /* CLOCK_MONOTONIC */
     char msg[IPU__MSG_BYTES];
 };
+
+typedef struct ipu__tp_bucket {
+    atomic_uint_fast64_t epoch, count;
+} ipu__tp_bucket;
 
 struct ipu_runtime {
     const ipu_executable *exe;
     ipu_runtime_config cfg;
-    uint32_t nth, bps, num_anchors, num_subgraphs;
-    uint32_t index_anchor; /* IPU_NO_INDEX unless fused */
-    size_t ring_capacity;
-
-    uint8_t *arena;
-    void **tensor_ptr; /* [num_tensors] */
-    ipu__frame frame;
-    ipu_anchor_info *anchors; /* [num_anchors] */
-    ipu__stream *streams;     /* [num_anchors] */
-    ipu_ring **rings;         /* [num_anchors], NULL for anchors that are never streamed */
-    ipu_ring *ctrl;
-
-    ipu__pool *pool;
-    ipu_status *wstatus;             /* [nth] per-worker kernel status of the current instr */
-    char (*wmsg)[IPU__MSG_BYTES];    /* [nth] per-worker kernel message */
-    char dev_msg[IPU__MSG_BYTES];    /* device-thread scratch for messages */
+    ipu_session *s;
+    uint32_t num_anchors, num_subgraphs, index_anchor;
+    uint64_t t_created;
 
     int sync_ready;
-    pthread_mutex_t submit_mu; /* serialises producers; also guards streams[] and `submitted` */
+    pthread_mutex_t submit_mu; /* serialises producers; guards submitted, orphan, device start */
     pthread_mutex_t close_mu;  /* serialises close */
-    pthread_mutex_t mu;        /* sleep/wake of device and submitter */
-    pthread_cond_t data_cv;    /* device waits for slots (CLOCK_MONOTONIC) */
-    pthread_cond_t space_cv;   /* a submitter waits for ring space */
+    pthread_mutex_t state_mu;  /* health details, reset generations */
+    pthread_cond_t state_cv;   /* health or reset progress changed, or closed */
     pthread_t device;
-    int device_started;
-    int close_done; /* under close_mu */
-    bool submitted; /* under submit_mu */
-    ipu_request *orphan; /* under submit_mu: partially queued when close began (request.c) */
+    int device_started;        /* under submit_mu */
+    int close_done;            /* under close_mu */
+    bool submitted;            /* under submit_mu */
+    ipu_request *orphan;       /* under submit_mu: partially queued when the session stopped */
 
-    _Alignas(64) atomic_uint_fast64_t push_seq;
-    atomic_int dev_waiting;
-    _Alignas(64) atomic_uint_fast64_t pop_seq;
-    atomic_int sub_waiting;
     _Alignas(64) atomic_bool closed;
+    atomic_int health;          /* IPU__HEALTH_*: also the producers' abort flag */
+    atomic_int reset_pending;
+    ipu_status fail_status;     /* under state_mu */
+    char fail_msg[IPU__MSG_BYTES];
+    uint64_t reset_req_gen, reset_done_gen; /* under state_mu */
+    ipu_status reset_status;
 
     _Alignas(64) atomic_uint_fast64_t st_submitted, st_completed, st_failed;
-    atomic_uint_fast64_t st_steps, st_iterations, st_padded;
+    atomic_uint_fast64_t lat[IPU__LAT_BUCKETS];
+    ipu__tp_bucket tp[IPU__TP_BUCKETS];
 };
 
-/* Role of anchor a in subgraph s (NONE: not streamed in s). Stable after the first submit. */
-static inline int ipu__anchor_role(const ipu_runtime *rt, uint32_t a, uint32_t s) {
-    const ipu_anchor_info *A = &rt->anchors[a];
-    if (a == rt->index_anchor || !rt->rings[a]) return IPU__ROLE_NONE;
-    if (A->subgraph != IPU_NO_INDEX && A->subgraph != s) return IPU__ROLE_NONE;
-    return rt->streams[a].fn ? IPU__ROLE_CALLBACK : IPU__ROLE_RING;
+/* Role of anchor a in requests for subgraph sub. */
+static inline int ipu__anchor_role(const ipu_runtime *rt, uint32_t a, uint32_t sub) {
+    const ipu_session *s = rt->s;
+    if (!ipu__in_subgraph(s, a, sub)) return IPU__ROLE_NONE;
+    if (s->binds[a].kind == IPU_BIND_CALLBACK) return IPU__ROLE_CALLBACK;
+    return s->binds[a].kind == IPU_BIND_QUEUE ? IPU__ROLE_RING : IPU__ROLE_NONE;
+}
+
+/* Streamed at all (not a weight, not the index)? */
+static inline bool ipu__streamed(const ipu_runtime *rt, uint32_t a) {
+    return a != rt->index_anchor && !rt->s->anchors[a].has_tensor_data;
 }
 
 static inline bool ipu__closed(const ipu_runtime *rt) {
     return atomic_load_explicit(&rt->closed, memory_order_acquire);
-}
-
-/* After pushing a slot (producer). */
-static inline void ipu__signal_data(ipu_runtime *rt) {
-    atomic_fetch_add(&rt->push_seq, 1);
-    if (atomic_load(&rt->dev_waiting)) {
-        pthread_mutex_lock(&rt->mu);
-        pthread_cond_broadcast(&rt->data_cv);
-        pthread_mutex_unlock(&rt->mu);
-    }
-}
-
-/* After popping a slot (consumer). */
-static inline void ipu__signal_space(ipu_runtime *rt) {
-    atomic_fetch_add(&rt->pop_seq, 1);
-    if (atomic_load(&rt->sub_waiting)) {
-        pthread_mutex_lock(&rt->mu);
-        pthread_cond_broadcast(&rt->space_cv);
-        pthread_mutex_unlock(&rt->mu);
-    }
 }
 
 /* request.c */
@@ -152,7 +137,11 @@ void ipu__request_unref(ipu_request *req);
 
 /* device.c */
 void *ipu__device_main(void *arg);
-/* Run program programs[index] on the pool; the calling thread is worker 0. */
-IPU_NODISCARD ipu_status ipu__run_program(ipu_runtime *rt, uint32_t index);
+IPU_NODISCARD ipu_status ipu__start_device(ipu_runtime *rt);
+/* First failure wins: health OK -> FAILING with status and message; wakes producers. */
+void ipu__mark_failed(ipu_runtime *rt, ipu_status st, const char *msg);
+
+/* runtime.c */
+void ipu__stats_record(ipu_runtime *rt, ipu_status st, uint64_t t_submit);
 
 #endif

@@ -1,0 +1,281 @@
+"""Session and QueueManager: Model Runtime's low-level API.
+
+A Session loads an executable and runs its programs on the calling thread:
+`run_load_programs()` once, then `run_main_programs()` per step. Data reaches the device through
+a QueueManager's per-anchor queues (zero-copy: the queue holds your array until its callback
+runs) or through handlers set with `set_user_input_handler`/`set_user_output_handler`.
+`pyipu.runtime.Runner` is this machinery plus a device thread and request bookkeeping, in C.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pyipu import _config, _core
+from pyipu.errors import ClosedError, DTypeError, InvalidArgumentError, InvalidStateError
+from pyipu.model_runtime.predicates import AnchorCallbackPolicy, Predicate, pred_streamed
+from pyipu.runtime.config import BATCHING_DIM_DISABLED, DeviceWaitConfig
+from pyipu.runtime.descriptors import DataDesc
+from pyipu.runtime.runner import describe_anchors, load_container
+
+_INPUT = 1
+
+
+@dataclass
+class SessionConfig:
+    """Model Runtime's SessionConfig, plus pyipu's num_threads and batching_dim."""
+
+    check_package_hash: bool = True
+    wait_config: DeviceWaitConfig | None = None  # virtual devices never need waiting
+    num_threads: int | None = None  # None: $PYIPU_NUM_THREADS or all cores
+    batching_dim: int = BATCHING_DIM_DISABLED
+
+
+@dataclass(frozen=True)
+class StepResult:
+    iterations: int
+    padded_iterations: int
+
+
+class Session:
+    """One executable on a virtual IPU; its programs run on the thread that calls them."""
+
+    def __init__(self, popef: Any, config: SessionConfig | None = None, device: Any = None):
+        self.config = config or SessionConfig()
+        self.device = device
+        self._exe = _core.Executable(load_container(popef))
+        self._info = self._exe.get_info()
+        self._anchors, self._directions = describe_anchors(self._exe)
+        self._core: _core.Session | None = None
+        self._handlers: dict[int, tuple[Callable[[np.ndarray], Any], bool]] = {}
+        self._loaded = False
+        self._closed = False
+        self.queue_manager: QueueManager | None = None
+
+    # --- model information -------------------------------------------------------------------
+    @property
+    def batches_per_step(self) -> int:
+        return int(self._info["batches_per_step"])
+
+    def anchors(self) -> list[DataDesc]:
+        return list(self._anchors)
+
+    def get_user_input_anchors(self) -> list[DataDesc]:
+        """Inputs the user feeds (PopEF weights excluded)."""
+        return [
+            d
+            for d, k in zip(self._anchors, self._directions, strict=True)
+            if k == _INPUT and not d.popef_contains_tensor_data
+        ]
+
+    def get_user_output_anchors(self) -> list[DataDesc]:
+        return [d for d, k in zip(self._anchors, self._directions, strict=True) if k != _INPUT]
+
+    def _index(self, name: str) -> int:
+        for i, d in enumerate(self._anchors):
+            if d.name == name:
+                return i
+        raise InvalidArgumentError(
+            f"unknown anchor {name!r}; the model has {[d.name for d in self._anchors]}"
+        )
+
+    # --- device state ------------------------------------------------------------------------
+    def _session(self, ring_capacity: int = 0, timeout_ns: int = 0) -> _core.Session:
+        if self._closed:
+            raise ClosedError("the session is closed")
+        if self._core is None:
+            threads = self.config.num_threads or _config.num_threads()
+            self._core = _core.Session(
+                self._exe,
+                {
+                    "num_threads": threads,
+                    "ring_capacity": ring_capacity,
+                    "timeout_ns": timeout_ns,
+                    "batching_dim": self.config.batching_dim,
+                    "check_package_hash": self.config.check_package_hash,
+                },
+            )
+            for anchor, (fn, is_input) in self._handlers.items():
+                d = self._anchors[anchor]
+                self._core.bind(
+                    anchor, _core.BIND_CALLBACK, fn, d.numpy_data_type(), d.shape, is_input
+                )
+        return self._core
+
+    def _check_not_loaded(self, what: str) -> None:
+        if self._loaded:
+            raise InvalidStateError(f"{what} must come before run_load_programs()")
+
+    def set_user_input_handler(self, name: str, handler: Callable[[np.ndarray], Any]) -> None:
+        """`handler(array)` fills one batch of input `name` whenever the device needs it."""
+        self._set_handler(name, handler, True)
+
+    def set_user_output_handler(self, name: str, handler: Callable[[np.ndarray], Any]) -> None:
+        """`handler(array)` receives one batch of output `name` (read-only, valid during the
+        call only)."""
+        self._set_handler(name, handler, False)
+
+    def _set_handler(self, name: str, handler: Callable[[np.ndarray], Any], is_input: bool) -> None:
+        self._check_not_loaded("setting a handler")
+        i = self._index(name)
+        if (self._directions[i] == _INPUT) != is_input:
+            raise InvalidArgumentError(f"{name!r} is not an {'input' if is_input else 'output'}")
+        self._handlers[i] = (handler, is_input)
+        if self._core is not None:
+            d = self._anchors[i]
+            self._core.bind(i, _core.BIND_CALLBACK, handler, d.numpy_data_type(), d.shape, is_input)
+
+    def create_queue_manager(
+        self,
+        capacity: int = 0,
+        timeout_ns: int = 0,
+        input_predicate: Predicate | None = None,
+        output_predicate: Predicate | None = None,
+    ) -> QueueManager:
+        """Queues for the anchors the predicates accept (default: every streamed anchor);
+        rejected anchors get empty callbacks, except PopEF weights, which keep their data. `capacity` slots per queue (0: 2 × batches per
+        step); a started step is padded after `timeout_ns` without input (0: wait forever)."""
+        self._check_not_loaded("create_queue_manager()")
+        if self._core is not None:
+            raise InvalidStateError("a queue manager was already created for this session")
+        core = self._session(capacity, timeout_ns)
+        accept_in = input_predicate or pred_streamed()
+        accept_out = output_predicate or pred_streamed()
+        queued: dict[int, DataDesc] = {}
+        for i, d in enumerate(self._anchors):
+            if i in self._handlers:
+                continue
+            predicate = accept_in if self._directions[i] == _INPUT else accept_out
+            policy = AnchorCallbackPolicy(predicate(d))
+            if d.popef_contains_tensor_data and policy != AnchorCallbackPolicy.BIND_USER_CB:
+                continue  # weights stay bound to the PopEF's data unless taken over explicitly
+            core.bind(i, int(policy))
+            if policy == AnchorCallbackPolicy.BIND_USER_CB:
+                queued[i] = d
+        self.queue_manager = QueueManager(self, queued)
+        return self.queue_manager
+
+    def run_load_programs(self) -> None:
+        """Run the Load program (weights). Bindings are fixed from here on."""
+        self._session().run_load()
+        self._loaded = True
+
+    def run_main_programs(self) -> StepResult:
+        """Run one step (batches_per_step iterations) on this thread, blocking for input.
+        An exception raised by one of your callbacks during the step is re-raised here."""
+        if not self._loaded:
+            raise InvalidStateError("run_load_programs() must run before run_main_programs()")
+        return StepResult(*self._session().run_main())
+
+    def stop(self) -> None:
+        """Make a blocked run_main_programs() (in another thread) and enqueues return."""
+        if self._core is not None:
+            self._core.stop()
+
+    def stats(self) -> dict[str, int]:
+        return self._session().stats()
+
+    def close(self) -> None:
+        """Stop; every queued slot completes (its callback gets a ClosedError). Idempotent."""
+        if self._core is not None:
+            self._core.stop()
+            self._core.disconnect()
+        self._closed = True
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class QueueManager:
+    """Per-anchor queues of a Session (Model Runtime's QueueManager)."""
+
+    def __init__(self, session: Session, anchors: dict[int, DataDesc]):
+        self._session = session
+        self.inputs: dict[str, InputQueue] = {}
+        self.outputs: dict[str, OutputQueue] = {}
+        for i, d in anchors.items():
+            if session._directions[i] == _INPUT:
+                self.inputs[d.name] = InputQueue(session, i, d)
+            else:
+                self.outputs[d.name] = OutputQueue(session, i, d)
+
+    def input_queue(self, name: str) -> InputQueue:
+        try:
+            return self.inputs[name]
+        except KeyError:
+            raise InvalidArgumentError(
+                f"no input queue {name!r}; queues: {sorted(self.inputs)}"
+            ) from None
+
+    def output_queue(self, name: str) -> OutputQueue:
+        try:
+            return self.outputs[name]
+        except KeyError:
+            raise InvalidArgumentError(
+                f"no output queue {name!r}; queues: {sorted(self.outputs)}"
+            ) from None
+
+    def flush_all(self) -> None:
+        """Pad the step in progress now, so pending requests return (flushAll)."""
+        self._session._session().flush()
+
+    def disconnect_all(self) -> None:
+        """Complete every queued slot with a ClosedError (disconnectAll; use at shutdown)."""
+        self._session._session().disconnect()
+
+
+class _Queue:
+    def __init__(self, session: Session, anchor: int, desc: DataDesc):
+        self._session = session
+        self._anchor = anchor
+        self.name = desc.name
+        self.tensor_info = desc
+
+    def __len__(self) -> int:
+        return int(self._session._session().queue_depth(self._anchor))
+
+    def enqueue(
+        self,
+        array: np.ndarray,
+        callback: Callable[[Exception | None], Any] | None = None,
+        rows: int = 0,
+        timeout: float | None = None,
+    ) -> None:
+        """Queue `array` (zero-copy: keep it unchanged until `callback(error)` has run).
+        Inputs: called once the data was copied to the device; outputs: once the result was
+        written. `rows` > 0: a partial batch along the session's batching_dim."""
+        d = self.tensor_info
+        if not isinstance(array, np.ndarray):
+            raise InvalidArgumentError(f"{self.name!r}: expected a numpy.ndarray")
+        if array.dtype != d.numpy_data_type():
+            raise DTypeError(
+                f"{self.name!r}: expected dtype {d.numpy_data_type()}, got {array.dtype}"
+            )
+        if not array.flags.c_contiguous:
+            raise InvalidArgumentError(f"{self.name!r}: array is not C-contiguous")
+        if not rows and array.nbytes != d.size_in_bytes:
+            raise InvalidArgumentError(
+                f"{self.name!r}: one batch is {d.size_in_bytes} bytes {d.shape}, "
+                f"got {array.nbytes} bytes {list(array.shape)}"
+            )
+        self._session._session().enqueue(self._anchor, array, rows, callback, timeout)
+
+
+class InputQueue(_Queue):
+    """Queue of input buffers for one anchor."""
+
+
+class OutputQueue(_Queue):
+    """Queue of output buffers for one anchor."""
+
+    def enqueue(self, array: np.ndarray, *args: Any, **kw: Any) -> None:
+        if not array.flags.writeable:
+            raise InvalidArgumentError(f"{self.name!r}: output array is read-only")
+        super().enqueue(array, *args, **kw)

@@ -1,0 +1,128 @@
+/* Session: the low-level API (Model Runtime's Session + QueueManager).
+ *
+ * A session owns the device state of one loaded executable: the arena, the compute workers, the
+ * anchor bindings and one SPSC ring of slots per queue-bound anchor. Programs run on the thread
+ * that calls ipu_session_run_load / ipu_session_run_main. ipu_runtime (ipu_runtime.h) is built on
+ * a session: a device thread calling ipu_session_run_main in a loop, plus requests whose batches
+ * become slots enqueued here.
+ *
+ * Bindings (set before ipu_session_run_load). Defaults: inputs without tensor data and outputs
+ * -> IPU_BIND_QUEUE; weights (IPU_ANCHOR_TENSOR_DATA) -> IPU_BIND_TENSOR_DATA (bound zero-copy
+ * by the Load program's BIND). IPU_BIND_EMPTY feeds zeros / discards the output. IPU_BIND_CALLBACK
+ * calls a stream callback. A weight bound to QUEUE or CALLBACK is filled once, by the Load
+ * program, from that source instead of the container (the first slot of its queue).
+ *
+ * Slots. A slot is one user buffer for one anchor: `rows` rows along the batching dimension
+ * (rows == 0 or batching disabled: exactly one batch). With batching_dim set, the device
+ * assembles each batch from consecutive slots of the anchor (a slot may span batches); every
+ * queue-bound anchor must be fed the same row counts in the same order. A batch that stays
+ * partial for batch_timeout_ns is zero-padded and run; rows of padding are discarded on output.
+ * An input slot's done callback runs once its rows have been copied in (at the end of the
+ * iteration that took its last rows, with that iteration's status); an output slot's once its
+ * rows have been written (or with an error status: the slot was not, or not fully, served).
+ * Every enqueued slot gets exactly one done call. Done callbacks run on the thread running the
+ * program (or on the thread calling ipu_session_disconnect / ipu_session_destroy).
+ *
+ * Steps. ipu_session_run_main runs one step: up to batches_per_step iterations. For fused
+ * models an iteration first reads the index anchor (a uint32 subgraph id, queue- or
+ * callback-bound) and then runs that subgraph's Main program with that subgraph's anchors only.
+ * Once a step has run an iteration, waiting longer than timeout_ns for the next input ends the
+ * step (padding: the remaining iterations are skipped and counted). timeout_ns == 0 waits
+ * forever; with flush_on_waiting_outputs the step is only padded while an output slot is queued.
+ * ipu_session_flush pads the step in progress at once (Model Runtime's flushAll).
+ *
+ * Threads: run_load/run_main/flush/disconnect from one "device" thread at a time; enqueue from
+ * one producer thread per anchor at a time (callers serialise, as with Model Runtime's queues);
+ * stop, queue_depth and stats from any thread. */
+#ifndef IPU_SESSION_H
+#define IPU_SESSION_H
+
+#include "ipu_executable.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ipu_session ipu_session;
+
+typedef enum ipu_binding {
+    IPU_BIND_QUEUE = 1,
+    IPU_BIND_EMPTY = 2,
+    IPU_BIND_CALLBACK = 3,
+    IPU_BIND_TENSOR_DATA = 4,
+} ipu_binding;
+
+typedef struct ipu_session_config {
+    uint32_t num_threads;         /* compute workers incl. the calling thread; 0 = usable CPUs */
+    uint32_t ring_capacity;       /* slots per anchor ring; 0 = 2 * batches_per_step */
+    uint64_t timeout_ns;          /* wait for the next input of a started step; 0 = forever */
+    uint64_t batch_timeout_ns;    /* wait to complete a partial batch; 0 = same as timeout_ns */
+    uint32_t batching_dim;        /* IPU_NO_INDEX = disabled (slots are whole batches) */
+    int flush_on_waiting_outputs; /* pad only while an output slot is queued */
+    int check_package_hash;       /* IPU_ERR_HASH_MISMATCH for another compiler's container */
+} ipu_session_config;
+
+/* num_threads 0, ring_capacity 0, timeout 10 ms, batch timeout 0, batching off, check hash. */
+IPU_API ipu_session_config ipu_session_config_default(void);
+
+/* `exe` is borrowed and must outlive the session. Allocates the arena and starts the workers. */
+IPU_API IPU_NODISCARD ipu_status ipu_session_create(const ipu_executable *exe,
+                                                   const ipu_session_config *cfg,
+                                                   ipu_session **out);
+/* Stop, complete every queued slot with IPU_ERR_CLOSED, join the workers, free. Accepts NULL. */
+IPU_API void ipu_session_destroy(ipu_session *s);
+
+typedef ipu_status (*ipu_stream_fn)(void *buf, size_t nbytes, const ipu_anchor_info *anchor,
+                                    void *user_data);
+/* Before ipu_session_run_load only (else IPU_ERR_INVALID_STATE). `fn` only for CALLBACK. */
+IPU_API IPU_NODISCARD ipu_status ipu_session_bind(ipu_session *s, uint32_t anchor, ipu_binding b,
+                                                 ipu_stream_fn fn, void *user_data);
+IPU_API ipu_binding ipu_session_binding(const ipu_session *s, uint32_t anchor);
+
+/* Run the Load program (once; again later to reset the device state). */
+IPU_API IPU_NODISCARD ipu_status ipu_session_run_load(ipu_session *s);
+
+typedef struct ipu_step_result {
+    uint32_t iterations;        /* iterations computed in this step */
+    uint32_t padded_iterations; /* iterations skipped by timeout or flush */
+} ipu_step_result;
+/* Run one step of the Main program (see above). IPU_ERR_CLOSED once stopped. On an error the
+ * slots of the failed iteration complete with it; the session stays usable. `out` may be NULL. */
+IPU_API ipu_status ipu_session_run_main(ipu_session *s, ipu_step_result *out);
+/* Make a blocked or future run_main / enqueue return IPU_ERR_CLOSED. Idempotent, any thread. */
+IPU_API void ipu_session_stop(ipu_session *s);
+IPU_API int ipu_session_stopped(const ipu_session *s);
+
+typedef void (*ipu_slot_done_fn)(ipu_status status, void *user_data);
+typedef struct ipu_slot {
+    void *data;         /* borrowed until done is called; inputs are only read */
+    uint64_t nbytes;    /* rows * bytes per row (or the anchor's nbytes for a whole batch) */
+    uint32_t rows;      /* rows along batching_dim; 0 = one whole batch */
+    ipu_slot_done_fn done; /* may be NULL */
+    void *user_data;
+} ipu_slot;
+/* Queue a slot on a QUEUE-bound anchor; waits while the ring is full, up to timeout_ns
+ * (UINT64_MAX = forever): IPU_ERR_TIMEOUT then, IPU_ERR_CLOSED if stopped. On error the slot was
+ * not queued and its done callback is never called. */
+IPU_API IPU_NODISCARD ipu_status ipu_session_enqueue(ipu_session *s, uint32_t anchor,
+                                                    const ipu_slot *slot, uint64_t timeout_ns);
+/* Pad the step in progress now (flushAll): sets a flag the device observes while it waits for
+ * input; a partial batch runs at once, otherwise the step ends. No effect when no step is in
+ * progress. Any thread (it takes the session's wake-up mutex: not from a signal handler). */
+IPU_API void ipu_session_flush(ipu_session *s);
+/* Complete every queued slot with `status` (disconnectAll uses IPU_ERR_CLOSED). Device thread
+ * only, or after the device thread has stopped. */
+IPU_API void ipu_session_disconnect(ipu_session *s, ipu_status status);
+/* Slots queued on an anchor (approximate from other threads). */
+IPU_API size_t ipu_session_queue_depth(const ipu_session *s, uint32_t anchor);
+
+typedef struct ipu_session_stats {
+    uint64_t steps, iterations, padded_iterations, padded_rows;
+    uint32_t num_threads;
+} ipu_session_stats;
+IPU_API void ipu_session_get_stats(const ipu_session *s, ipu_session_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,162 @@
+/* Internal state of ipu_session (ipu_session.h), shared by session.c (lifecycle, bindings, Load,
+ * enqueue, disconnect, program execution) and session_main.c (the Main step: batch assembly,
+ * padding, scatter). The runtime (runtime_internal.h) reads a few fields directly.
+ *
+ * Rings. Every anchor has an SPSC ring of ipu_slot (used only while it is QUEUE-bound). The
+ * producer of an anchor's ring is whoever calls ipu_session_enqueue for it (callers serialise);
+ * the consumer is the thread running the programs (the "device"), or the thread calling
+ * disconnect / destroy once the device is idle.
+ *
+ * Geometry. Every streamed anchor has rows_per_batch R (dims[batching_dim], or 1 when batching
+ * is off), outer = prod(dims[:d]) and inner = prod(dims[d+1:]) * elem size bytes (R = 1,
+ * outer = 1, inner = nbytes without batching). A slot with n rows holds outer * n * inner bytes;
+ * rows [r0, r0+k) of it go to rows [f, f+k) of the batch with `outer` strided memcpys.
+ * consumed[a] counts the rows of the front slot of anchor a already taken; front_err[a] is the
+ * status its done callback will get (set when a failed iteration consumed some of its rows).
+ *
+ * Sleep/wake, without lost wakeups (reliability.md §5): the producer of an event bumps a sequence
+ * counter (seq_cst) and then reads the waiter count (seq_cst); a waiter increments the count
+ * (seq_cst, under mu) and re-reads the counter before sleeping. push_seq/dev_waiting wake the
+ * device (slot pushed, flush, interrupt); pop_seq/sub_waiting wake producers (slot popped, abort
+ * flag changed). stop() sets `stopped` and broadcasts both condition variables under mu. */
+#ifndef IPU_SESSION_INTERNAL_H
+#define IPU_SESSION_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "../interp/interp.h"
+#include "threadpool.h"
+
+#define IPU__MSG_BYTES 512
+/* An instruction runs on the device thread alone when its operands total fewer bytes than this
+ * (waking the helpers costs more than the work) or when it has fewer than 2 work items. */
+#define IPU__PAR_MIN_BYTES ((uint64_t)32 << 10)
+#define IPU__MAX_THREADS 256u
+
+typedef struct ipu__bind {
+    ipu_binding kind;
+    ipu_stream_fn fn;
+    void *user_data;
+} ipu__bind;
+
+typedef struct ipu__pend {
+    ipu_slot sl;
+    ipu_status err; /* IPU_OK: gets the iteration's status */
+} ipu__pend;
+
+typedef struct ipu__geom {
+    uint64_t rows;  /* R: rows per batch */
+    uint64_t outer; /* prod(dims[:d]) */
+    uint64_t inner; /* bytes of one row inside one outer block */
+} ipu__geom;
+
+struct ipu_session {
+    const ipu_executable *exe;
+    ipu_session_config cfg;
+    uint32_t nth, bps, num_anchors, num_subgraphs;
+    uint32_t index_anchor; /* IPU_NO_INDEX unless fused */
+    bool batching;
+    bool loaded;           /* run_load has been called: bindings are frozen */
+
+    uint8_t *arena;
+    void **tensor_ptr; /* [num_tensors] */
+    ipu__frame frame;
+    ipu_anchor_info *anchors; /* [num_anchors] */
+    ipu__bind *binds;         /* [num_anchors] */
+    ipu__geom *geom;          /* [num_anchors] */
+    ipu_ring **rings;         /* [num_anchors] */
+    uint64_t *consumed;       /* [num_anchors] rows of the front slot already taken */
+    ipu_status *front_err;    /* [num_anchors] */
+    uint8_t **wstore;         /* [num_anchors] storage of weights not bound to TENSOR_DATA */
+    uint8_t *override;        /* [num_tensors] 1: skip BIND of this tensor in Load */
+
+    ipu__pend *pending;       /* input slots taken by the running iteration (done deferred) */
+    size_t pending_cap, npending;
+    uint64_t batch_rows;      /* R shared by every streamed anchor (1 without batching) */
+
+    ipu__pool *pool;
+    ipu_status *wstatus;          /* [nth] per-worker kernel status of the current instr */
+    char (*wmsg)[IPU__MSG_BYTES]; /* [nth] per-worker kernel message */
+    char dev_msg[IPU__MSG_BYTES]; /* message of the current failure (device thread) */
+
+    int sync_ready;
+    pthread_mutex_t mu;     /* sleep/wake only */
+    pthread_cond_t data_cv; /* the device waits for slots (CLOCK_MONOTONIC) */
+    pthread_cond_t space_cv; /* producers wait for ring space (CLOCK_MONOTONIC) */
+
+    _Alignas(64) atomic_uint_fast64_t push_seq;
+    atomic_int dev_waiting;
+    atomic_int flush_req;
+    atomic_int interrupt_req;
+    _Alignas(64) atomic_uint_fast64_t pop_seq;
+    atomic_int sub_waiting;
+    _Alignas(64) atomic_bool stopped;
+
+    _Alignas(64) atomic_uint_fast64_t st_steps, st_iterations, st_padded, st_padded_rows;
+};
+
+static inline bool ipu__stopped(const ipu_session *s) {
+    return atomic_load_explicit(&s->stopped, memory_order_acquire);
+}
+
+/* After a push, flush or interrupt request: wake the device. */
+static inline void ipu__wake_device(ipu_session *s) {
+    atomic_fetch_add(&s->push_seq, 1);
+    if (atomic_load(&s->dev_waiting)) {
+        pthread_mutex_lock(&s->mu);
+        pthread_cond_broadcast(&s->data_cv);
+        pthread_mutex_unlock(&s->mu);
+    }
+}
+
+/* After a pop or an abort-flag change: wake producers. */
+static inline void ipu__wake_producers(ipu_session *s) {
+    atomic_fetch_add(&s->pop_seq, 1);
+    if (atomic_load(&s->sub_waiting)) {
+        pthread_mutex_lock(&s->mu);
+        pthread_cond_broadcast(&s->space_cv);
+        pthread_mutex_unlock(&s->mu);
+    }
+}
+
+/* Is anchor a streamed per iteration (not a weight, not the index) in subgraph sub? */
+static inline bool ipu__in_subgraph(const ipu_session *s, uint32_t a, uint32_t sub) {
+    const ipu_anchor_info *A = &s->anchors[a];
+    if (a == s->index_anchor || A->has_tensor_data) return false;
+    return A->subgraph == IPU_NO_INDEX || A->subgraph == sub;
+}
+
+/* session.c */
+/* Like ipu_session_enqueue; additionally returns IPU_ERR_ABORTED (without queueing) once
+ * *abort != 0 (re-checked after every ipu__wake_producers). abort may be NULL. */
+IPU_NODISCARD ipu_status ipu__session_enqueue(ipu_session *s, uint32_t anchor,
+                                              const ipu_slot *slot, uint64_t timeout_ns,
+                                              const atomic_int *abort);
+/* Change the binding of a non-weight anchor to QUEUE or CALLBACK even after Load. Only while no
+ * thread is inside run_main (the runtime calls it before its device thread starts). */
+IPU_NODISCARD ipu_status ipu__session_rebind(ipu_session *s, uint32_t anchor, ipu_binding b,
+                                             ipu_stream_fn fn, void *user_data);
+/* Make a waiting run_main return IPU_OK at the next iteration boundary (partial batches run). */
+void ipu__session_interrupt(ipu_session *s);
+/* Pop a slot of anchor a (consumer) and reset its consumed rows; wakes producers. */
+void ipu__session_pop(ipu_session *s, uint32_t a, ipu_slot *out);
+/* Call a slot's done callback (flagging the thread as inside a callback). */
+void ipu__slot_done(ipu_session *s, const ipu_slot *sl, ipu_status st);
+/* Device-side waiting. ipu__dev_sleep sleeps until push_seq != seq, stop, or the deadline
+ * (0 = none); the caller read seq before checking its condition. ipu__wait_front waits for a
+ * front slot of anchor a (false: stopped). */
+void ipu__dev_sleep(ipu_session *s, uint_fast64_t seq, uint64_t deadline_ns);
+bool ipu__wait_front(ipu_session *s, uint32_t a);
+/* Set the failure message and complete every queued slot with st (see ipu_session_disconnect). */
+void ipu__session_disconnect_msg(ipu_session *s, ipu_status st, const char *msg);
+/* Run program programs[index] on the pool; the calling thread is worker 0. */
+IPU_NODISCARD ipu_status ipu__run_program(ipu_session *s, uint32_t index);
+/* Store a subgraph id as the first element of the index tensor. */
+void ipu__store_index(void *p, const ipu_tensor_desc *d, uint32_t v);
+
+/* Thread-local: non-zero while the thread runs a user stream or slot-done callback. */
+extern _Thread_local int ipu__tl_in_callback;
+
+#endif

@@ -1,0 +1,348 @@
+/* Session: the Main step (ipu_session_run_main). One iteration:
+ *   1. fused models: read the subgraph id from the index anchor (queue slot, callback or 0),
+ *      validate it and store it in the index tensor;
+ *   2. gather one batch: rows are taken, in lockstep, from the front slots of the subgraph's
+ *      queue-bound inputs into the input tensors (with dynamic batching a slot may span batches;
+ *      consumed[] remembers where its front slot stands). A partial batch runs zero-padded after
+ *      the batch timeout, on flush, or when an output ring of the subgraph is full (no more rows
+ *      can arrive before outputs are taken). A subgraph without queue-bound inputs takes its rows
+ *      from the front output slots (no merging); one without queue-bound anchors just runs;
+ *   3. EMPTY inputs are zeroed, CALLBACK inputs are called, the Main program runs, CALLBACK
+ *      outputs are called;
+ *   4. the batch's rows are scattered to the front output slots (padding rows are dropped);
+ *   5. the done callbacks of the input slots taken in 2 run, with the iteration's status.
+ * Waiting before anything was taken ends the step after timeout_ns once an iteration ran
+ * (padding). See ipu_session.h for the contract and session_internal.h for the wake-up protocol. */
+#include <stdio.h>
+#include <string.h>
+
+#include "session_internal.h"
+
+enum { EV_READY = 0, EV_END_STEP, EV_CLOSED, EV_INTERRUPT };
+
+static bool is_queue(const ipu_session *s, uint32_t a, uint32_t sub, ipu_direction dir) {
+    return s->anchors[a].direction == dir && ipu__in_subgraph(s, a, sub) &&
+           s->binds[a].kind == IPU_BIND_QUEUE;
+}
+
+static uint64_t front_avail(ipu_session *s, uint32_t a) {
+    const ipu_slot *f = ipu_ring_front(s->rings[a]);
+    return f ? (uint64_t)f->rows - s->consumed[a] : 0;
+}
+
+/* Any queue-bound output of `sub` (IPU_NO_INDEX: of any subgraph) with a slot queued (full:
+ * with a full ring). */
+static bool outputs_queued(ipu_session *s, uint32_t sub, bool full) {
+    for (uint32_t a = 0; a < s->num_anchors; a++) {
+        if (sub == IPU_NO_INDEX ? s->anchors[a].direction != IPU_DIR_OUTPUT ||
+                                      s->binds[a].kind != IPU_BIND_QUEUE
+                                : !is_queue(s, a, sub, IPU_DIR_OUTPUT))
+            continue;
+        size_t n = ipu_ring_size(s->rings[a]);
+        if (full ? n >= ipu_ring_capacity(s->rings[a]) : n > 0) return true;
+    }
+    return false;
+}
+
+/* Copy k rows between slot rows [r0, r0+k) and tensor rows [f, f+k) (see session_internal.h). */
+static void copy_rows(const ipu__geom *g, uint8_t *tensor, uint8_t *slot, uint64_t slot_rows,
+                      uint64_t r0, uint64_t f, uint64_t k, bool to_tensor) {
+    size_t n = (size_t)(k * g->inner);
+    for (uint64_t o = 0; o < g->outer; o++) {
+        uint8_t *t = tensor + (size_t)((o * g->rows + f) * g->inner);
+        uint8_t *p = slot + (size_t)((o * slot_rows + r0) * g->inner);
+        if (to_tensor) memcpy(t, p, n);
+        else memcpy(p, t, n);
+    }
+}
+
+static void zero_rows(const ipu__geom *g, uint8_t *tensor, uint64_t f) {
+    for (uint64_t o = 0; o < g->outer; o++)
+        memset(tensor + (size_t)((o * g->rows + f) * g->inner), 0,
+               (size_t)((g->rows - f) * g->inner));
+}
+
+static void *tensor_of(ipu_session *s, uint32_t a) { return s->tensor_ptr[s->anchors[a].tensor]; }
+
+/* Take k rows from the front slot of input anchor a into batch rows [f, f+k). A fully taken
+ * slot is popped; its done callback is deferred to the end of the iteration. */
+static void take_rows(ipu_session *s, uint32_t a, uint64_t f, uint64_t k, uint32_t *index) {
+    const ipu_slot *sl = ipu_ring_front(s->rings[a]);
+    if (a == s->index_anchor) memcpy(index, sl->data, sizeof *index);
+    else copy_rows(&s->geom[a], tensor_of(s, a), sl->data, sl->rows, s->consumed[a], f, k, true);
+    s->consumed[a] += k;
+    if (s->consumed[a] < sl->rows) return;
+    ipu__pend *p = &s->pending[s->npending < s->pending_cap ? s->npending++ : s->pending_cap - 1];
+    p->err = s->front_err[a];
+    s->front_err[a] = IPU_OK;
+    ipu__session_pop(s, a, &p->sl);
+}
+
+/* Gather rows for one batch of subgraph `sub` (index_phase: only the index slot). committed:
+ * slots were already taken in this iteration (no step timeout, no interrupt). *filled gets the
+ * rows gathered (>= 1 on EV_READY). */
+static int gather(ipu_session *s, uint32_t sub, uint32_t it, bool index_phase, bool committed,
+                  uint64_t *filled, uint32_t *index) {
+    const uint64_t R = index_phase ? 1 : s->batch_rows;
+    ipu_direction dir = IPU_DIR_INPUT;
+    uint32_t nlead = 0;
+    if (!index_phase) {
+        for (uint32_t a = 0; a < s->num_anchors; a++) nlead += is_queue(s, a, sub, IPU_DIR_INPUT);
+        if (nlead == 0) {
+            dir = IPU_DIR_OUTPUT;
+            for (uint32_t a = 0; a < s->num_anchors; a++)
+                nlead += is_queue(s, a, sub, IPU_DIR_OUTPUT);
+        }
+        if (nlead == 0) {
+            *filled = R;
+            return EV_READY;
+        }
+    }
+    const uint64_t step_to = s->cfg.timeout_ns;
+    const uint64_t batch_to = s->cfg.batch_timeout_ns ? s->cfg.batch_timeout_ns : step_to;
+    uint64_t got = 0, t_start = 0, t_partial = 0, t0 = 0;
+    bool spinning = true;
+    for (unsigned i = 0;; i++) {
+        uint_fast64_t seq = atomic_load(&s->push_seq);
+        uint64_t k = R - got;
+        if (index_phase) {
+            k = front_avail(s, s->index_anchor) ? 1 : 0;
+        } else {
+            for (uint32_t a = 0; a < s->num_anchors && k; a++)
+                if (is_queue(s, a, sub, dir)) {
+                    uint64_t av = front_avail(s, a);
+                    if (av < k) k = av;
+                }
+        }
+        if (k > 0) {
+            if (dir == IPU_DIR_OUTPUT) { /* rows of the front output slots, not consumed here */
+                *filled = k;
+                return EV_READY;
+            }
+            for (uint32_t a = 0; a < s->num_anchors; a++)
+                if (index_phase ? a == s->index_anchor : is_queue(s, a, sub, IPU_DIR_INPUT))
+                    take_rows(s, a, got, k, index);
+            got += k;
+            if (got == R) break;
+            if (t_partial == 0) t_partial = ipu__now_ns();
+            continue;
+        }
+        if (ipu__stopped(s)) return EV_CLOSED;
+        if (!committed && atomic_exchange(&s->flush_req, 0)) {
+            if (got > 0) break;
+            if (it > 0) return EV_END_STEP;
+            /* no step in progress: nothing to pad */
+        }
+        if (atomic_load(&s->interrupt_req)) {
+            if (got > 0) break;
+            if (!committed) return EV_INTERRUPT;
+        }
+        if (got > 0 && outputs_queued(s, sub, true)) break;
+        uint64_t deadline = 0;
+        if (!s->cfg.flush_on_waiting_outputs ||
+            outputs_queued(s, index_phase ? IPU_NO_INDEX : sub, false)) {
+            if (got > 0 && batch_to) {
+                deadline = t_partial + batch_to;
+            } else if (got == 0 && !committed && it > 0 && step_to) {
+                if (t_start == 0) t_start = ipu__now_ns();
+                deadline = t_start + step_to;
+            }
+        }
+        if (deadline && ipu__now_ns() >= deadline) {
+            if (got > 0) break;
+            return EV_END_STEP;
+        }
+        if (spinning && !ipu__spin_expired(i, &t0)) continue;
+        spinning = false;
+        ipu__dev_sleep(s, seq, deadline);
+    }
+    *filled = got;
+    return EV_READY;
+}
+
+/* Record the first failure of an iteration: status and "what: <last error message>". */
+static void note_failure(ipu_session *s, ipu_status *st, ipu_status e, const char *what) {
+    if (*st != IPU_OK) return;
+    char detail[IPU__MSG_BYTES];
+    snprintf(detail, sizeof detail, "%s", ipu_last_error_message());
+    *st = e;
+    snprintf(s->dev_msg, sizeof s->dev_msg, "%.200s: %.300s", what, detail);
+}
+
+static void call_stream(ipu_session *s, uint32_t a, ipu_status *st) {
+    const ipu_anchor_info *A = &s->anchors[a];
+    ipu__tl_in_callback++;
+    ipu_status cs = s->binds[a].fn(tensor_of(s, a), (size_t)A->desc.nbytes, A,
+                                   s->binds[a].user_data);
+    ipu__tl_in_callback--;
+    if (cs != IPU_OK) {
+        char what[IPU__MSG_BYTES];
+        snprintf(what, sizeof what, "stream callback of %s anchor '%s' failed",
+                 A->direction == IPU_DIR_INPUT ? "input" : "output", A->name);
+        note_failure(s, st, cs, what);
+    }
+}
+
+/* Scatter `filled` rows to the front slots of every queue-bound output of `sub` (with a
+ * failed iteration: consume them, marking the slots failed). false: stopped. */
+static bool scatter(ipu_session *s, uint32_t sub, uint64_t filled, ipu_status st) {
+    for (uint32_t a = 0; a < s->num_anchors; a++) {
+        if (!is_queue(s, a, sub, IPU_DIR_OUTPUT)) continue;
+        for (uint64_t f = 0; f < filled;) {
+            if (!ipu__wait_front(s, a)) return false;
+            const ipu_slot *fr = ipu_ring_front(s->rings[a]);
+            uint64_t k = fr->rows - s->consumed[a];
+            if (k > filled - f) k = filled - f;
+            if (st == IPU_OK)
+                copy_rows(&s->geom[a], tensor_of(s, a), fr->data, fr->rows, s->consumed[a], f, k,
+                          false);
+            else if (s->front_err[a] == IPU_OK)
+                s->front_err[a] = st;
+            s->consumed[a] += k;
+            f += k;
+            if (s->consumed[a] == fr->rows) {
+                ipu_status err = s->front_err[a];
+                s->front_err[a] = IPU_OK;
+                ipu_slot sl;
+                ipu__session_pop(s, a, &sl);
+                ipu__slot_done(s, &sl, err);
+            }
+        }
+    }
+    return true;
+}
+
+/* Complete the deferred input slots; after a failure mark partially taken fronts. */
+static void finish_inputs(ipu_session *s, ipu_status st) {
+    for (size_t i = 0; i < s->npending; i++) {
+        ipu__pend *p = &s->pending[i];
+        ipu__slot_done(s, &p->sl, p->err != IPU_OK ? p->err : st);
+    }
+    s->npending = 0;
+    if (st == IPU_OK || st == IPU_ERR_CLOSED) return;
+    for (uint32_t a = 0; a < s->num_anchors; a++)
+        if (s->anchors[a].direction == IPU_DIR_INPUT && s->consumed[a] > 0 &&
+            s->front_err[a] == IPU_OK)
+            s->front_err[a] = st;
+}
+
+/* One iteration. Returns an EV_* code; *st is the iteration's failure (EV_READY only). */
+static int iteration(ipu_session *s, uint32_t it, ipu_status *st) {
+    *st = IPU_OK;
+    uint32_t sub = 0, index = 0;
+    uint64_t filled = 0;
+    bool committed = false;
+    int ev;
+    const uint32_t ia = s->index_anchor;
+    if (ia != IPU_NO_INDEX) {
+        const ipu__bind *b = &s->binds[ia];
+        if (b->kind == IPU_BIND_QUEUE) {
+            ev = gather(s, 0, it, true, false, &filled, &index);
+            if (ev != EV_READY) return ev;
+            committed = true;
+        } else if (b->kind == IPU_BIND_CALLBACK) {
+            ipu__tl_in_callback++;
+            ipu_status cs = b->fn(&index, sizeof index, &s->anchors[ia], b->user_data);
+            ipu__tl_in_callback--;
+            if (cs != IPU_OK) note_failure(s, st, cs, "stream callback of the index anchor failed");
+        }
+        if (*st == IPU_OK && index >= s->num_subgraphs) {
+            ipu__fail(IPU_ERR_INVALID_ARGUMENT, "index %u >= %u subgraphs", index,
+                      s->num_subgraphs);
+            note_failure(s, st, IPU_ERR_INVALID_ARGUMENT, "invalid subgraph index");
+        }
+        if (*st != IPU_OK) {
+            finish_inputs(s, *st);
+            return EV_READY;
+        }
+        sub = index;
+        void *p = tensor_of(s, ia);
+        if (p) ipu__store_index(p, &s->anchors[ia].desc, index);
+    }
+    ev = gather(s, sub, it, false, committed, &filled, NULL);
+    if (ev != EV_READY) {
+        finish_inputs(s, IPU_ERR_CLOSED);
+        return ev;
+    }
+    if (filled < s->batch_rows) {
+        for (uint32_t a = 0; a < s->num_anchors; a++)
+            if (is_queue(s, a, sub, IPU_DIR_INPUT)) zero_rows(&s->geom[a], tensor_of(s, a), filled);
+        atomic_fetch_add_explicit(&s->st_padded_rows, s->batch_rows - filled,
+                                  memory_order_relaxed);
+    }
+    for (uint32_t a = 0; a < s->num_anchors && *st == IPU_OK; a++) {
+        if (s->anchors[a].direction != IPU_DIR_INPUT || !ipu__in_subgraph(s, a, sub)) continue;
+        if (s->binds[a].kind == IPU_BIND_EMPTY)
+            memset(tensor_of(s, a), 0, (size_t)s->anchors[a].desc.nbytes);
+        else if (s->binds[a].kind == IPU_BIND_CALLBACK)
+            call_stream(s, a, st);
+    }
+    if (*st == IPU_OK) {
+        ipu_status ps = ipu__run_program(s, s->exe->main_programs[sub]);
+        if (ps != IPU_OK) {
+            char what[64];
+            snprintf(what, sizeof what, "Main program of subgraph %u failed", sub);
+            note_failure(s, st, ps, what);
+        }
+    }
+    for (uint32_t a = 0; a < s->num_anchors && *st == IPU_OK; a++)
+        if (s->anchors[a].direction == IPU_DIR_OUTPUT && ipu__in_subgraph(s, a, sub) &&
+            s->binds[a].kind == IPU_BIND_CALLBACK)
+            call_stream(s, a, st);
+    if (*st == IPU_OK) atomic_fetch_add_explicit(&s->st_iterations, 1, memory_order_relaxed);
+    if (!scatter(s, sub, filled, *st)) {
+        snprintf(s->dev_msg, sizeof s->dev_msg, "session stopped during the iteration");
+        finish_inputs(s, IPU_ERR_CLOSED);
+        return EV_CLOSED;
+    }
+    finish_inputs(s, *st);
+    return EV_READY;
+}
+
+ipu_status ipu_session_run_main(ipu_session *s, ipu_step_result *out) {
+    if (!s) return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ipu_session_run_main: session is NULL");
+    if (!s->loaded)
+        return ipu__fail(IPU_ERR_INVALID_STATE, "ipu_session_run_main: run the Load program "
+                         "first");
+    ipu_step_result r = {0, 0};
+    ipu_status ret = IPU_OK;
+    atomic_store(&s->flush_req, 0); /* a flush pads the step in progress: none before this */
+    while (r.iterations < s->bps) {
+        if (ipu__stopped(s)) {
+            ret = IPU_ERR_CLOSED;
+            break;
+        }
+        if (atomic_exchange(&s->interrupt_req, 0)) {
+            if (r.iterations > 0) r.padded_iterations = s->bps - r.iterations;
+            break;
+        }
+        ipu_status st;
+        snprintf(s->dev_msg, sizeof s->dev_msg, "session stopped before the slot was served");
+        int ev = iteration(s, r.iterations, &st);
+        if (ev == EV_CLOSED) {
+            ret = IPU_ERR_CLOSED;
+            break;
+        }
+        if (ev == EV_INTERRUPT) {
+            atomic_store(&s->interrupt_req, 0);
+            if (r.iterations > 0) r.padded_iterations = s->bps - r.iterations;
+            break;
+        }
+        if (ev == EV_END_STEP) {
+            r.padded_iterations = s->bps - r.iterations;
+            break;
+        }
+        if (st != IPU_OK) {
+            ret = ipu__fail(st, "%s", s->dev_msg);
+            break;
+        }
+        r.iterations++;
+    }
+    if (r.padded_iterations)
+        atomic_fetch_add_explicit(&s->st_padded, r.padded_iterations, memory_order_relaxed);
+    if (r.iterations + r.padded_iterations == s->bps)
+        atomic_fetch_add_explicit(&s->st_steps, 1, memory_order_relaxed);
+    if (ret == IPU_ERR_CLOSED) return ipu__fail(IPU_ERR_CLOSED, "session stopped");
+    if (ret == IPU_OK && out) *out = r;
+    return ret;
+}

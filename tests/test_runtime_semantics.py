@@ -1,0 +1,273 @@
+"""Model Runtime semantics through Runner: device loop and padding, dynamic batching, failure
+propagation and auto_reset, statistics; one test per RuntimeConfig field's effect."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from pyipu import errors, runtime
+from pyipu.compiler import Compiler, CompilerOptions
+
+
+def scale_model(shape: tuple[int, ...] = (4, 3)) -> onnx.ModelProto:
+    """Y = 2 * X + 1, elementwise, so every row of the output depends on its own row only."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("Mul", ["X", "two"], ["T"]),
+            helper.make_node("Add", ["T", "one"], ["Y"]),
+        ],
+        "scale",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, shape)],
+        [
+            onnx.numpy_helper.from_array(np.array(2.0, np.float32), "two"),
+            onnx.numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def compile_scale(shape=(4, 3), bps: int = 1):
+    options = CompilerOptions()
+    options.batches_per_step = bps
+    return Compiler.compile(scale_model(shape), None, options)
+
+
+@pytest.fixture(scope="module")
+def exe():
+    return compile_scale()
+
+
+@pytest.fixture(scope="module")
+def exe_bps4():
+    return compile_scale(bps=4)
+
+
+def run(runner, x):
+    y = np.zeros_like(x)
+    runner.execute({"X": x}, {"Y": y})
+    return y
+
+
+def wait_until(predicate, timeout: float = 5.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.005)
+    return predicate()
+
+
+# --- timeout_ns and padding -------------------------------------------------------------------
+def test_timeout_pads_a_started_step(exe_bps4):
+    with runtime.Runner(exe_bps4, runtime.RuntimeConfig(timeout_ns=1_000_000)) as r:
+        x = np.ones((4, 3), np.float32)
+        np.testing.assert_array_equal(run(r, x), 3 * x)
+        assert wait_until(lambda: r.stats()["padded_iterations"] == 3)
+        assert r.stats()["steps"] == 1
+
+
+def test_timeout_zero_waits_but_each_request_still_returns(exe_bps4):
+    with runtime.Runner(exe_bps4, runtime.RuntimeConfig(timeout_ns=0)) as r:
+        x = np.ones((4, 3), np.float32)
+        np.testing.assert_array_equal(run(r, x), 3 * x)  # outputs leave after each iteration
+        time.sleep(0.05)
+        stats = r.stats()
+        assert stats["padded_iterations"] == 0 and stats["steps"] == 0  # the step stays open
+
+
+def test_flush_on_waiting_outputs_only_pads_for_waiting_requests(exe_bps4):
+    config = runtime.RuntimeConfig(timeout_ns=1_000_000, flush_on_waiting_outputs=True)
+    with runtime.Runner(exe_bps4, config) as r:
+        run(r, np.ones((4, 3), np.float32))
+        time.sleep(0.05)  # nobody waits for outputs now: no padding although the timeout passed
+        assert r.stats()["padded_iterations"] == 0
+
+
+# --- dynamic batching -------------------------------------------------------------------------
+@pytest.mark.parametrize("rows", [1, 3, 4, 5, 11])
+def test_batching_dim_accepts_any_rows(exe, rows):
+    config = runtime.RuntimeConfig(batching_dim=0, timeout_ns=1_000_000)
+    with runtime.Runner(exe, config) as r:
+        x = np.random.default_rng(rows).standard_normal((rows, 3)).astype(np.float32)
+        np.testing.assert_allclose(run(r, x), 2 * x + 1, rtol=1e-6)
+        if rows % 4:
+            assert r.stats()["padded_rows"] > 0
+
+
+def test_batching_merges_rows_of_concurrent_requests(exe):
+    config = runtime.RuntimeConfig(batching_dim=0, timeout_ns=50_000_000)
+    with runtime.Runner(exe, config) as r:
+        xs = [np.full((n, 3), i, np.float32) for i, n in enumerate([1, 2, 1, 3, 1])]
+        ys = [np.zeros_like(x) for x in xs]
+        futures = [r.execute_async({"X": x}, {"Y": y}) for x, y in zip(xs, ys, strict=True)]
+        for f in futures:
+            f.wait()
+        for x, y in zip(xs, ys, strict=True):
+            np.testing.assert_array_equal(y, 2 * x + 1)  # each caller gets exactly its rows
+        assert r.stats()["iterations"] == 2  # 8 rows = two batches of 4, no padding needed
+
+
+def test_batching_on_dim_1():
+    exe = compile_scale(shape=(2, 4))
+    config = runtime.RuntimeConfig(batching_dim=1, timeout_ns=1_000_000)
+    with runtime.Runner(exe, config) as r:
+        x = np.arange(2 * 7, dtype=np.float32).reshape(2, 7)
+        np.testing.assert_array_equal(run(r, x), 2 * x + 1)
+        with pytest.raises(errors.ShapeError, match="batching_dim=1"):
+            run(r, np.zeros((3, 7), np.float32))
+
+
+def test_batch_size_timeout(exe):
+    # timeout_ns = 0 would wait forever for the rest of a partial batch; the batch-size timeout
+    # (when enabled) bounds that wait.
+    config = runtime.RuntimeConfig(
+        batching_dim=0,
+        timeout_ns=0,
+        is_batch_size_timeout_enabled=True,
+        batch_size_timeout_ns=2_000_000,
+    )
+    with runtime.Runner(exe, config) as r:
+        x = np.ones((1, 3), np.float32)
+        np.testing.assert_array_equal(run(r, x), 3 * x)
+    config = runtime.RuntimeConfig(batching_dim=0, timeout_ns=0)
+    with runtime.Runner(exe, config) as r:
+        future = r.execute_async(
+            {"X": np.ones((1, 3), np.float32)}, {"Y": np.zeros((1, 3), np.float32)}
+        )
+        assert future.wait(timeout=0.2) is False  # waits for 3 more rows...
+        r.execute({"X": np.ones((3, 3), np.float32)}, {"Y": np.zeros((3, 3), np.float32)})
+        assert future.wait(timeout=5)  # ...which another request brings
+
+
+# --- failures, auto_reset ---------------------------------------------------------------------
+class HandlerFailure(Exception):
+    pass
+
+
+def failing_output_handler(fail: list[bool]):
+    def handler(_array: np.ndarray) -> None:
+        if fail[0]:
+            raise HandlerFailure("output handler failed")
+
+    return handler
+
+
+def test_failure_without_auto_reset_needs_reset():
+    exe = Compiler.compile(_two_output_model(), None)
+    with runtime.Runner(exe, runtime.RuntimeConfig(timeout_ns=0)) as r:
+        fail = [True]
+        r.set_user_output_handler("Z", failing_output_handler(fail))
+        x = np.ones((4, 3), np.float32)
+        with pytest.raises(errors.CallbackError) as info:
+            run(r, x)
+        assert isinstance(info.value.__cause__, HandlerFailure)
+        with pytest.raises(errors.ResetRequiredError) as info:
+            run(r, x)
+        assert info.value.recovery_action == "IPU_RESET"
+        fail[0] = False
+        r.reset()
+        np.testing.assert_array_equal(run(r, x), 3 * x)
+
+
+def test_failure_with_auto_reset_keeps_serving():
+    exe = Compiler.compile(_two_output_model(), None)
+    with runtime.Runner(exe, runtime.RuntimeConfig(timeout_ns=0, auto_reset=True)) as r:
+        fail = [True]
+        r.set_user_output_handler("Z", failing_output_handler(fail))
+        x = np.ones((4, 3), np.float32)
+        with pytest.raises(errors.CallbackError):
+            run(r, x)
+        fail[0] = False
+        np.testing.assert_array_equal(run(r, x), 3 * x)
+
+
+def test_a_failed_step_fails_every_enqueued_request():
+    exe = Compiler.compile(_two_output_model(), None)
+    config = runtime.RuntimeConfig(timeout_ns=0, ring_buffer_size_multiplier=4)
+    with runtime.Runner(exe, config) as r:
+        release = [False]
+
+        def slow_then_fail(_a: np.ndarray) -> None:
+            while not release[0]:
+                time.sleep(0.001)
+            raise HandlerFailure("boom")
+
+        r.set_user_output_handler("Z", slow_then_fail)
+        x = np.ones((4, 3), np.float32)
+        # one request in the handler, two more queued (4-slot queues): all accepted, none done
+        futures = [r.execute_async({"X": x}, {"Y": np.zeros_like(x)}) for _ in range(3)]
+        release[0] = True
+        for f in futures:
+            with pytest.raises(errors.Error):
+                f.wait(timeout=10)
+        stats = r.stats()
+        assert stats["requests_failed"] == 3 and stats["requests_completed"] == 0
+
+
+def _two_output_model() -> onnx.ModelProto:
+    m = scale_model()
+    m.graph.node.append(helper.make_node("Identity", ["T"], ["Z"]))
+    m.graph.output.append(helper.make_tensor_value_info("Z", TensorProto.FLOAT, (4, 3)))
+    return m
+
+
+# --- statistics, ring size, other fields ------------------------------------------------------
+def test_stats_latency_throughput_and_queue_depth(exe):
+    with runtime.Runner(exe, runtime.RuntimeConfig(timeout_ns=0)) as r:
+        x = np.ones((4, 3), np.float32)
+        for _ in range(50):
+            run(r, x)
+        s = r.stats()
+        assert s["requests_submitted"] == s["requests_completed"] == 50
+        assert 0 < s["latency_p50_ns"] <= s["latency_p99_ns"]
+        assert s["throughput_rps"] > 0
+        assert s["queue_depth"] == {"X": 0, "Y": 0}
+
+
+def test_ring_buffer_size_multiplier_bounds_the_queues(exe_bps4):
+    for multiplier in (1, 3):
+        config = runtime.RuntimeConfig(ring_buffer_size_multiplier=multiplier, timeout_ns=0)
+        with runtime.Runner(exe_bps4, config) as r:
+            block = [True]
+            r.set_user_output_handler("Y", lambda _a, block=block: _spin(block))
+            x = np.ones((4 * 40, 3), np.float32)
+            # submitting 40 batches blocks while X's queue is full: submit from another thread
+            t = threading.Thread(target=r.execute, args=({"X": x}, {}))
+            t.start()
+            capacity = multiplier * 4
+            assert wait_until(lambda r=r, c=capacity: r.stats()["queue_depth"]["X"] == c)
+            time.sleep(0.02)
+            assert r.stats()["queue_depth"]["X"] == capacity
+            block[0] = False
+            t.join(timeout=10)
+            assert not t.is_alive()
+
+
+def _spin(block: list[bool]) -> None:
+    while block[0]:
+        time.sleep(0.0005)
+
+
+def test_thread_safe_false_with_a_single_caller(exe):
+    with runtime.Runner(exe, runtime.RuntimeConfig(thread_safe=False)) as r:
+        x = np.ones((4, 3), np.float32)
+        np.testing.assert_array_equal(run(r, x), 3 * x)
+
+
+def test_fields_not_implemented_say_so():
+    c = runtime.RuntimeConfig()
+    with pytest.raises(errors.UnsupportedError, match="data_parallel_timeout_ns"):
+        c.data_parallel_timeout_ns = 5
+    with pytest.raises(errors.UnsupportedError, match="request_tracepoints_buffer_size"):
+        c.request_tracepoints_buffer_size = 10
+    with pytest.raises(errors.UnsupportedError, match="runner_type"):
+        c.runner_type = runtime.RunnerType.PackRunner
+    c.runner_type = runtime.RunnerType.ModelFusionRunner
+    c.device_wait_config = runtime.DeviceWaitConfig(timeout_sec=5, sleep_time_sec=1)
