@@ -137,8 +137,9 @@ class Session:
         output_predicate: Predicate | None = None,
     ) -> QueueManager:
         """Queues for the anchors the predicates accept (default: every streamed anchor);
-        rejected anchors get empty callbacks, except PopEF weights, which keep their data. `capacity` slots per queue (0: 2 × batches per
-        step); a started step is padded after `timeout_ns` without input (0: wait forever)."""
+        rejected anchors get empty callbacks, except PopEF weights, which keep their data.
+        `capacity` slots per queue (0: 2 × batches per step); a started step is padded after
+        `timeout_ns` without input (0: wait forever)."""
         self._check_not_loaded("create_queue_manager()")
         if self._core is not None:
             raise InvalidStateError("a queue manager was already created for this session")
