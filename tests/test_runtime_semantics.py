@@ -271,3 +271,30 @@ def test_fields_not_implemented_say_so():
         c.runner_type = runtime.RunnerType.PackRunner
     c.runner_type = runtime.RunnerType.ModelFusionRunner
     c.device_wait_config = runtime.DeviceWaitConfig(timeout_sec=5, sleep_time_sec=1)
+
+
+# --- replication, I/O tiles -------------------------------------------------------------------
+def test_replicas_share_the_requests(monkeypatch):
+    options = CompilerOptions()
+    options.replication_factor = 2
+    exe = Compiler.compile(scale_model(), None, options)
+    with runtime.Runner(exe, runtime.RuntimeConfig(timeout_ns=0)) as r:
+        xs = [np.full((4, 3), i, np.float32) for i in range(20)]
+        for x in xs:
+            np.testing.assert_array_equal(run(r, x), 2 * x + 1)
+        stats = r.stats()
+        assert stats["replicas"] == 2 and stats["requests_completed"] == 20
+        assert [rt.stats()["requests_completed"] for rt in r._runtimes] == [10, 10]
+    monkeypatch.setenv("PYIPU_NUM_DEVICES", "1")
+    with pytest.raises(errors.NotFoundError, match="replicated 2 times"):
+        runtime.Runner(exe)
+
+
+@pytest.mark.parametrize(("bps", "expected"), [(1, 1), (16, 16), (64, 64)])
+def test_num_io_tiles_auto(bps, expected):
+    # X and Y are [256, 256] float32: 512 KiB of I/O per batch, 624 KiB of SRAM per tile
+    options = CompilerOptions()
+    options.batches_per_step = bps
+    options.num_io_tiles = "auto"
+    exe = Compiler.compile(scale_model((256, 256)), None, options)
+    assert exe.program.num_io_tiles == expected

@@ -54,7 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--precision", choices=["fp32", "fp16"], default="fp32")
     p.add_argument("--batches_per_step", type=int, default=1)
-    p.add_argument("--num_io_tiles", type=int, default=0)
+    p.add_argument(
+        "--num_io_tiles",
+        type=lambda v: v if v == "auto" else int(v),
+        default=0,
+        help='I/O tiles for overlap I/O (0: off; "auto": sized from the I/O bytes)',
+    )
     p.add_argument("--ipu_version", choices=["ipu2", "ipu21"], default="ipu2")
     p.add_argument(
         "--max_tensor_size",
@@ -153,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
     if opts.get("export_popef"):
         options = CompilerOptions()
         options.batches_per_step = int(opts["batches_per_step"])
-        options.num_io_tiles = int(opts["num_io_tiles"])
+        options.num_io_tiles = opts["num_io_tiles"]
         options.ipu_version = opts["ipu_version"]
         popef = output_dir / "executable.popef"
         start = time.perf_counter()

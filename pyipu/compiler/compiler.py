@@ -8,6 +8,7 @@ compiles to one Main program per fused model plus the `index` input anchor.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import sys
@@ -19,6 +20,7 @@ from typing import IO
 from pyipu.compiler.errors import CompileError
 from pyipu.compiler.executable import Executable
 from pyipu.compiler.fusion import FUSION_KEY, read_fusion_info
+from pyipu.compiler.io_tiles import auto_num_io_tiles, streamed_bytes
 from pyipu.compiler.ir import ModelIR
 from pyipu.compiler.lower import GraphBuilder, add_index_anchor, lower_subgraph
 from pyipu.compiler.memory import build_ir
@@ -70,9 +72,13 @@ def compile_ir(
         ipu_version=opts.ipu_version_number,
         num_ipus=opts.num_ipus,
         batches_per_step=opts.batches_per_step,
-        num_io_tiles=opts.num_io_tiles,
+        num_io_tiles=1 if opts.num_io_tiles == "auto" else opts.num_io_tiles,
         opaque=tuple(opaque),
     )
+    io_tiles = ir.num_io_tiles
+    if opts.num_io_tiles == "auto":
+        io_tiles = auto_num_io_tiles(streamed_bytes(ir))
+    ir = dataclasses.replace(ir, replication_factor=opts.replication_factor, num_io_tiles=io_tiles)
     _progress(opts, 3)
     if opts.serialize_ir:
         _write_ir(ir, opts.serialized_ir_dest)

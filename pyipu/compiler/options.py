@@ -60,6 +60,8 @@ def _proportion(name: str, v: Any) -> None:
 
 
 def _num_io_tiles(name: str, v: Any) -> None:
+    if v == "auto":  # sized from the model's I/O bytes at compile time
+        return
     _int_at_least(0)(name, v)
     if v >= _NUM_TILES:
         raise CompileError(f"CompilerOptions.{name} must be < {_NUM_TILES} (tiles per IPU)")
@@ -99,6 +101,7 @@ def _only_default(default: Any, why: str) -> Callable[[str, Any], None]:
 
 _VALIDATORS: dict[str, Callable[[str, Any], None]] = {
     "num_ipus": _int_at_least(1),
+    "replication_factor": _int_at_least(1),
     "ipu_version": _ipu_version,
     "batches_per_step": _int_at_least(1),
     "partials_type": _partials_type,
@@ -145,9 +148,11 @@ _VALIDATORS: dict[str, Callable[[str, Any], None]] = {
 class CompilerOptions:
     """Options of `Compiler.compile` (PopRT 1.5 names and defaults).
 
-    Implemented: ipu_version, num_ipus (recorded), batches_per_step, num_io_tiles (recorded;
-    the runtime overlaps I/O when > 0), opaque_blobs, enable_engine_caching/cache_path,
-    serialize_ir/serialized_ir_dest, compilation_progress_logger. partials_type: pyipu always
+    Implemented: ipu_version, num_ipus (recorded), replication_factor (PopART's replicated
+    graphs: the Runner runs one replica per virtual IPU), batches_per_step, num_io_tiles (the
+    runtime overlaps I/O when > 0; "auto" sizes it from the model's I/O bytes), opaque_blobs,
+    enable_engine_caching/cache_path, serialize_ir/serialized_ir_dest,
+    compilation_progress_logger. partials_type: pyipu always
     accumulates floats in float32 (both values accepted). Poplar tuning knobs are recorded only.
 
     Example:
@@ -158,11 +163,12 @@ class CompilerOptions:
     """
 
     num_ipus: int = 1
+    replication_factor: int = 1
     ipu_version: str = "ipu2"
     batches_per_step: int = 1
     partials_type: str = "half"
     available_memory_proportion: float = 0.6
-    num_io_tiles: int = 0
+    num_io_tiles: int | str = 0
     enable_model_fusion: bool = False
     enable_prefetch_datastreams: bool = True
     stream_buffering_depth: int = 1
@@ -228,6 +234,7 @@ class CompilerOptions:
             (
                 self.ipu_version_number,
                 self.num_ipus,
+                self.replication_factor,
                 self.batches_per_step,
                 self.num_io_tiles,
                 sorted(self.opaque_blobs.items()),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import itertools
 import os
 import weakref
 from collections.abc import Mapping
@@ -16,6 +17,7 @@ from pyipu.errors import (
     ClosedError,
     DTypeError,
     InvalidArgumentError,
+    NotFoundError,
     ShapeError,
 )
 from pyipu.runtime.config import BATCHING_DIM_DISABLED, RuntimeConfig
@@ -66,7 +68,7 @@ class Runner:
     """
 
     def __init__(self, popef: Any, config: RuntimeConfig | None = None) -> None:
-        self._runtime: _core.Runtime | None = None
+        self._runtimes: list[_core.Runtime] = []
         self.config = config if config is not None else RuntimeConfig()
         if not isinstance(self.config, RuntimeConfig):
             raise InvalidArgumentError(
@@ -80,7 +82,17 @@ class Runner:
             settings["num_threads"] = _config.num_threads()
         self._anchors, self._directions = describe_anchors(executable)
         self._batching_dim = _batching_dim(self.config.batching_dim, self._anchors, self._info)
-        self._runtime = _core.Runtime(executable, settings)
+        replicas = int(self._info["replication_factor"])
+        available = _config.num_devices()
+        if replicas > available:
+            raise NotFoundError(
+                f"the PopEF is replicated {replicas} times but only {available} virtual IPUs "
+                "exist (PYIPU_NUM_DEVICES)"
+            )
+        # One replica per virtual IPU, each with its own device thread and share of the cores.
+        settings["num_threads"] = max(1, settings["num_threads"] // replicas)
+        self._runtimes = [_core.Runtime(executable, settings) for _ in range(replicas)]
+        self._next_replica = itertools.count()
         self._index_of = {d.name: i for i, d in enumerate(self._anchors)}
         self._handled: set[str] = set()
         index = self._info["index_anchor"]
@@ -132,13 +144,11 @@ class Runner:
         self._set_handler(name, handler, _OUTPUT)
 
     def _set_handler(self, name: str, handler: Any, direction: int) -> None:
-        if self._runtime is None or self._runtime.closed:
-            raise ClosedError("the runner is closed")
+        self._check_open()
         i = self._lookup(name, direction)
         d = self._anchors[i]
-        self._runtime.set_stream_callback(
-            i, handler, d.numpy_data_type(), d.shape, direction == _INPUT
-        )
+        for rt in self._runtimes:
+            rt.set_stream_callback(i, handler, d.numpy_data_type(), d.shape, direction == _INPUT)
         self._handled.add(name)
 
     # --- execution ---------------------------------------------------------------------------
@@ -153,9 +163,9 @@ class Runner:
         return Future(self._submit(inputs, outputs))
 
     def _submit(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> _core.Request:
-        runtime = self._runtime
-        if runtime is None or runtime.closed:
-            raise ClosedError("the runner is closed")
+        self._check_open()
+        # Requests are spread over the replicas round-robin.
+        runtime = self._runtimes[next(self._next_replica) % len(self._runtimes)]
         if self.num_subgraphs > 1 and self.config.validate_io_params:
             raise InvalidArgumentError(
                 f"this PopEF fuses {self.num_subgraphs} models and a request runs one of them: "
@@ -252,11 +262,18 @@ class Runner:
     def stats(self) -> dict[str, Any]:
         """Counters, latency percentiles (ns), throughput (requests/s over ~2 s) and the depth
         of every anchor's queue; cheap enough to poll while the runner is busy."""
-        if self._runtime is None:
+        if not self._runtimes:
             raise ClosedError("the runner is closed")
-        stats = self._runtime.stats()
+        per_replica = [rt.stats() for rt in self._runtimes]
+        stats: dict[str, Any] = {
+            k: sum(r[k] for r in per_replica) for k in per_replica[0] if "latency" not in k
+        }
+        # Percentiles do not add up: report the slowest replica's.
+        for k in ("latency_p50_ns", "latency_p99_ns"):
+            stats[k] = max(r[k] for r in per_replica)
+        stats["replicas"] = len(self._runtimes)
         stats["queue_depth"] = {
-            d.name: self._runtime.queue_depth(i)
+            d.name: sum(rt.queue_depth(i) for rt in self._runtimes)
             for i, d in enumerate(self._anchors)
             if not d.popef_contains_tensor_data
         }
@@ -264,14 +281,18 @@ class Runner:
 
     def reset(self) -> None:
         """Reload the device after a failure, when auto_reset is off (see ResetRequiredError)."""
-        if self._runtime is None or self._runtime.closed:
-            raise ClosedError("the runner is closed")
-        self._runtime.reset()
+        self._check_open()
+        for rt in self._runtimes:
+            rt.reset()
 
     def close(self) -> None:
         """Stop the device; pending requests fail with ClosedError. Idempotent."""
-        if self._runtime is not None:
-            self._runtime.close()
+        for rt in self._runtimes:
+            rt.close()
+
+    def _check_open(self) -> None:
+        if not self._runtimes or self._runtimes[0].closed:
+            raise ClosedError("the runner is closed")
 
     def __enter__(self) -> Runner:
         return self
