@@ -9,28 +9,11 @@ import time
 import numpy as np
 import onnx
 import pytest
+from models import scale_model
 from onnx import TensorProto, helper
 
 from pyipu import errors, runtime
 from pyipu.compiler import Compiler, CompilerOptions
-
-
-def scale_model(shape: tuple[int, ...] = (4, 3)) -> onnx.ModelProto:
-    """Y = 2 * X + 1, elementwise, so every row of the output depends on its own row only."""
-    graph = helper.make_graph(
-        [
-            helper.make_node("Mul", ["X", "two"], ["T"]),
-            helper.make_node("Add", ["T", "one"], ["Y"]),
-        ],
-        "scale",
-        [helper.make_tensor_value_info("X", TensorProto.FLOAT, shape)],
-        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, shape)],
-        [
-            onnx.numpy_helper.from_array(np.array(2.0, np.float32), "two"),
-            onnx.numpy_helper.from_array(np.array(1.0, np.float32), "one"),
-        ],
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 
 
 def compile_scale(shape=(4, 3), bps: int = 1):

@@ -1,0 +1,6 @@
+"""Benchmarks share the tests' model builders (tests/models.py)."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
