@@ -21,7 +21,6 @@ from pyipu.compiler import Compiler, CompilerOptions
 SHAPE = (512, 1024)
 CALLERS = 3
 REQUESTS_PER_CALLER = 16
-THREADS = 2  # compute threads per runner, fixed so runs compare
 
 
 def feed(runner: runtime.Runner) -> None:
@@ -39,13 +38,16 @@ def feed(runner: runtime.Runner) -> None:
 
 
 @pytest.mark.benchmark(group="overlap_io")
+@pytest.mark.parametrize("threads", [1, 2], ids=["1thread", "2threads"])
 @pytest.mark.parametrize("num_io_tiles", [0, "auto"], ids=["serial", "overlap"])
-def test_overlap_io_throughput(benchmark, num_io_tiles):
+def test_overlap_io_throughput(benchmark, num_io_tiles, threads):
+    """`threads` compute threads per runner (fixed so runs compare); overlap adds one I/O
+    thread."""
     options = CompilerOptions()
     options.batches_per_step = 4
     options.num_io_tiles = num_io_tiles
     exe = Compiler.compile(scale_model(SHAPE), None, options)
-    config = runtime.RuntimeConfig(timeout_ns=0, num_threads=THREADS)
+    config = runtime.RuntimeConfig(timeout_ns=0, num_threads=threads)
     with runtime.Runner(exe, config) as runner:
         feed(runner)  # warm-up
         benchmark.pedantic(feed, args=(runner,), rounds=7, iterations=1)

@@ -38,6 +38,7 @@ def test_meson_test(repo, tmp_path):
         "test_runtime",
         "test_session",
         "test_serving",
+        "test_overlap",
         "example_embed",
     ):
         assert name in result.stdout

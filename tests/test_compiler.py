@@ -688,3 +688,29 @@ def test_two_outputs_of_one_storage_get_their_own_copy() -> None:
     x = arr((2, 3), F32)
     out = exe.run_reference({"x": x})
     np.testing.assert_array_equal(out["v"], np.maximum(x, 0).reshape(6))
+
+
+@pytest.mark.parametrize("io_tiles", [0, 192])
+def test_num_io_tiles_keeps_anchor_storage_private(io_tiles: int) -> None:
+    """With num_io_tiles > 0 no tensor shares storage with a streamed anchor (except its views),
+    so the runtime can double-buffer anchors (overlap I/O)."""
+    opts = CompilerOptions()
+    opts.num_io_tiles = io_tiles
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ir = Compiler.compile(seed_overlap_io_model().SerializeToString(), ["output"], opts).program
+    ranges = [
+        (ir.tensors[a.tensor].offset, ir.tensors[a.tensor].offset + ir.tensors[a.tensor].nbytes)
+        for a in ir.anchors
+        if not a.has_tensor_data and ir.tensors[a.tensor].location == Location.ARENA
+    ]
+    bad = 0
+    for t in ir.tensors:
+        if t.location != Location.ARENA or t.nbytes == 0:
+            continue
+        hits = [(lo, hi) for lo, hi in ranges if t.offset < hi and lo < t.offset + t.nbytes]
+        inside = len(hits) == 1 and hits[0][0] <= t.offset and t.offset + t.nbytes <= hits[0][1]
+        shares = len(hits) == 1 and (t.offset, t.offset + t.nbytes) != hits[0]
+        bad += bool(hits) and (not inside or shares)
+    if io_tiles:
+        assert bad == 0

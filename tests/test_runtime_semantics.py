@@ -246,8 +246,6 @@ def test_thread_safe_false_with_a_single_caller(exe):
 
 def test_fields_not_implemented_say_so():
     c = runtime.RuntimeConfig()
-    with pytest.raises(errors.UnsupportedError, match="data_parallel_timeout_ns"):
-        c.data_parallel_timeout_ns = 5
     with pytest.raises(errors.UnsupportedError, match="request_tracepoints_buffer_size"):
         c.request_tracepoints_buffer_size = 10
     with pytest.raises(errors.UnsupportedError, match="runner_type"):
@@ -281,3 +279,26 @@ def test_num_io_tiles_auto(bps, expected):
     options.num_io_tiles = "auto"
     exe = Compiler.compile(scale_model((256, 256)), None, options)
     assert exe.program.num_io_tiles == expected
+
+
+def test_data_parallel_timeout_pads_replicated_steps():
+    options = CompilerOptions()
+    options.replication_factor = 2
+    options.batches_per_step = 4
+    exe = Compiler.compile(scale_model(), None, options)
+    for enabled, padded in ((True, 3), (False, 0)):
+        config = runtime.RuntimeConfig(
+            timeout_ns=0, is_batch_size_timeout_enabled=enabled, data_parallel_timeout_ns=1_000_000
+        )
+        with runtime.Runner(exe, config) as r:
+            run(r, np.ones((4, 3), np.float32))
+            if padded:
+                assert wait_until(lambda r=r, p=padded: r.stats()["padded_iterations"] == p)
+            else:
+                time.sleep(0.05)
+                assert r.stats()["padded_iterations"] == 0
+
+
+def test_num_threads(exe):
+    with runtime.Runner(exe, runtime.RuntimeConfig(num_threads=1)) as r:
+        assert r.stats()["num_threads"] == 1

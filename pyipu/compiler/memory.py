@@ -7,6 +7,10 @@ its inputs. Input anchors live from before the first instruction, output anchors
 last. Subgraphs of a fused model never run at the same time, so their tensors may share memory;
 tensors of every subgraph (the `index` input) conflict with everything.
 
+With overlap I/O (num_io_tiles > 0) the runtime double-buffers the streamed anchors, which needs
+every tensor to lie either inside one anchor's storage or outside all of them: the roots of
+streamed anchors then conflict with every other root (no reuse of anchor storage).
+
 Placement is greedy, largest first, at the lowest 64-aligned offset that overlaps no placed root
 whose lifetime intersects.
 """
@@ -45,8 +49,11 @@ class Lifetime:
         return self.start <= other.end and other.start <= self.end
 
 
-def lifetimes(b: GraphBuilder) -> dict[int, Lifetime]:
-    """Lifetime of every arena root, from the instruction lists and the anchors."""
+def lifetimes(b: GraphBuilder, pin_anchors: bool = False) -> dict[int, Lifetime]:
+    """Lifetime of every arena root, from the instruction lists and the anchors.
+
+    pin_anchors: roots of streamed anchors live always (their storage is never reused).
+    """
     events: dict[int, list[int]] = {}
     for prog in b.programs:
         for pos, ins in enumerate(prog):
@@ -63,6 +70,11 @@ def lifetimes(b: GraphBuilder) -> dict[int, Lifetime]:
         if t.base is None and t.kind == ARENA:
             ev = events.get(i, [-1])
             out[i] = Lifetime(t.subgraph, min(ev), max(ev))
+    if pin_anchors:
+        for a in b.anchors:
+            r = b.root(a.tensor)
+            if not a.has_tensor_data and r in out:
+                out[r] = Lifetime(NO_INDEX, -1, out[r].end)
     return out
 
 
@@ -101,7 +113,7 @@ def build_ir(
 
     Program 0 (Load) binds every weight; program i + 1 is the Main program of subgraph i.
     """
-    lives = lifetimes(b)
+    lives = lifetimes(b, pin_anchors=num_io_tiles > 0)
     offsets, arena_size = place({r: b.tensors[r].nbytes for r in lives}, lives)
 
     data_offset: dict[int, int] = {}

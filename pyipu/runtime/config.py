@@ -44,7 +44,7 @@ _FIELDS: dict[str, tuple[Any, bool]] = {
     "flush_on_waiting_outputs": (False, True),
     "batch_size_timeout_ns": (NS_MAX, True),
     "is_batch_size_timeout_enabled": (False, True),
-    "data_parallel_timeout_ns": (NS_MAX, False),  # needs replicated runners
+    "data_parallel_timeout_ns": (NS_MAX, True),
     "request_tracepoints_buffer_size": (1000, False),
     "runner_type": (RunnerType.ModelRunner, True),
 }
@@ -101,15 +101,21 @@ class RuntimeConfig:
     def to_dict(self) -> dict[str, Any]:
         return {**self._values, **self._extra}
 
-    def c_settings(self) -> dict[str, Any]:
-        """The settings the C runtime takes (ipu_runtime_config)."""
+    def c_settings(self, replicas: int = 1) -> dict[str, Any]:
+        """The settings the C runtime takes (ipu_runtime_config). Replicas waiting "in
+        parallel" pad their steps after data_parallel_timeout_ns when the batch-size timeouts
+        are enabled (max = never), instead of timeout_ns."""
         v = self._values
+        timeout = v["timeout_ns"]
+        if replicas > 1 and v["is_batch_size_timeout_enabled"]:
+            ns = v["data_parallel_timeout_ns"]
+            timeout = 0 if ns >= NS_MAX else ns
         batch_timeout = 0  # 0: partial batches wait timeout_ns, like every other input
         if v["is_batch_size_timeout_enabled"]:
             ns = v["batch_size_timeout_ns"]
             batch_timeout = UINT64_MAX if ns >= NS_MAX else ns
         return {
-            "timeout_ns": v["timeout_ns"],
+            "timeout_ns": timeout,
             "batch_timeout_ns": batch_timeout,
             "batching_dim": v["batching_dim"],
             "flush_on_waiting_outputs": v["flush_on_waiting_outputs"],

@@ -77,12 +77,12 @@ class Runner:
         container = load_container(popef)
         executable = _core.Executable(container)
         self._info = executable.get_info()
-        settings = self.config.c_settings()
+        replicas = int(self._info["replication_factor"])
+        settings = self.config.c_settings(replicas)
         if settings["num_threads"] is None:
             settings["num_threads"] = _config.num_threads()
         self._anchors, self._directions = describe_anchors(executable)
         self._batching_dim = _batching_dim(self.config.batching_dim, self._anchors, self._info)
-        replicas = int(self._info["replication_factor"])
         available = _config.num_devices()
         if replicas > available:
             raise NotFoundError(

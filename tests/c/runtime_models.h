@@ -27,6 +27,7 @@ typedef struct {
     size_t tdsize;
     int set_hash;
     uint64_t hash;
+    uint32_t io_tiles; /* num_io_tiles (0 by default) */
 } m_model;
 
 static M_UNUSED void put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); } /* tests run little-endian */
@@ -42,7 +43,7 @@ static M_UNUSED size_t encode_metadata(const m_model *m, uint8_t *buf) {
     size_t strings = 0;
     for (uint32_t i = 0; i < m->na; i++) strings += strlen(m->a[i].name);
     put32(buf + 0, 2); put32(buf + 4, 1); put32(buf + 8, 1); put32(buf + 12, m->bps);
-    put32(buf + 16, 0); put32(buf + 20, m->nt); put32(buf + 24, m->na);
+    put32(buf + 16, m->io_tiles); put32(buf + 20, m->nt); put32(buf + 24, m->na);
     put32(buf + 28, m->nsub); put32(buf + 32, m->load); put32(buf + 36, m->index_anchor);
     put64(buf + 40, m->arena); put32(buf + 48, (uint32_t)strings); put32(buf + 52, 0);
     size_t o = 56;

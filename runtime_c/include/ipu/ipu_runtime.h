@@ -62,10 +62,12 @@ typedef struct ipu_runtime_config {
     int check_package_hash;               /* refuse containers from another compiler version */
     int validate_io_params;               /* require every anchor of the model in each request */
     int thread_safe;                      /* PopRT's option; submits are always serialised */
+    int overlap_io;                       /* ipu_session_config.overlap_io: -1 = num_io_tiles */
 } ipu_runtime_config;
 
 /* num_threads 0, multiplier 2, timeout 10 ms, batch timeout 0, batching off, flush 0,
- * auto_reset 0, check_package_hash 1, validate 1, thread_safe 1. */
+ * auto_reset 0, check_package_hash 1, validate 1, thread_safe 1,
+ * overlap_io -1. */
 IPU_API ipu_runtime_config ipu_runtime_config_default(void);
 
 /* `exe` is borrowed and must outlive the runtime; `cfg` is copied (NULL = defaults). */

@@ -60,9 +60,22 @@ typedef struct ipu_session_config {
     uint32_t batching_dim;        /* IPU_NO_INDEX = disabled (slots are whole batches) */
     int flush_on_waiting_outputs; /* pad only while an output slot is queued */
     int check_package_hash;       /* IPU_ERR_HASH_MISMATCH for another compiler's container */
+    int overlap_io;               /* -1: on when the executable has num_io_tiles > 0; 0 off; 1 on */
 } ipu_session_config;
 
-/* num_threads 0, ring_capacity 0, timeout 10 ms, batch timeout 0, batching off, check hash. */
+/* Overlap I/O. With overlap_io on, run_main runs a step as a Load/Compute/Store pipeline: an I/O
+ * thread owned by the session copies the inputs of iteration i+1 in and the outputs of iteration
+ * i-1 out (firing their done callbacks) while the workers compute iteration i. The streamed
+ * anchors are double-buffered (two staging sets). Results, padding, batching and done-callback
+ * semantics are those of the serial loop; done callbacks may then also run on the I/O thread,
+ * and stream callbacks of inputs and outputs run on it. When a stage fails, an iteration already
+ * loaded still runs before run_main returns the error. Executables whose memory plan places a
+ * tensor partially over a streamed anchor (or over two) run serially: stats.overlap_io says
+ * whether the pipeline is in use (also 0 for a subgraph with queue-bound outputs but no
+ * queue-bound input).
+ *
+ * num_threads 0, ring_capacity 0, timeout 10 ms, batch timeout 0, batching off, check hash,
+ * overlap_io -1. */
 IPU_API ipu_session_config ipu_session_config_default(void);
 
 /* `exe` is borrowed and must outlive the session. Allocates the arena and starts the workers. */
@@ -119,6 +132,7 @@ IPU_API size_t ipu_session_queue_depth(const ipu_session *s, uint32_t anchor);
 typedef struct ipu_session_stats {
     uint64_t steps, iterations, padded_iterations, padded_rows;
     uint32_t num_threads;
+    int overlap_io; /* 1: run_main uses the overlap I/O pipeline (see ipu_session_config) */
 } ipu_session_stats;
 IPU_API void ipu_session_get_stats(const ipu_session *s, ipu_session_stats *out);
 

@@ -261,7 +261,8 @@ static void slot_done(ipu_status st, void *ud) {
     ipu_request *req = ud;
     ipu_runtime *rt = req->rt;
     if (st != IPU_OK) {
-        const char *m = rt->s->dev_msg;
+        char m[IPU__MSG_BYTES]; /* the session set the thread's last error to the message */
+        snprintf(m, sizeof m, "%s", ipu_last_error_message());
         if (!ipu__closed(rt)) ipu__mark_failed(rt, st, m);
         ipu__request_complete(rt, req, st, m);
     } else if (atomic_fetch_sub(&req->remaining, 1) == 1) {

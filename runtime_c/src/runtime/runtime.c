@@ -18,6 +18,7 @@ ipu_runtime_config ipu_runtime_config_default(void) {
     c.check_package_hash = 1;
     c.validate_io_params = 1;
     c.thread_safe = 1;
+    c.overlap_io = -1;
     return c;
 }
 
@@ -84,6 +85,7 @@ ipu_status ipu_runtime_create(const ipu_executable *exe, const ipu_runtime_confi
     sc.batching_dim = rt->cfg.batching_dim;
     sc.flush_on_waiting_outputs = rt->cfg.flush_on_waiting_outputs;
     sc.check_package_hash = rt->cfg.check_package_hash;
+    sc.overlap_io = rt->cfg.overlap_io;
     st = ipu_session_create(exe, &sc, &rt->s);
     if (st != IPU_OK) {
         char m[IPU__MSG_BYTES];

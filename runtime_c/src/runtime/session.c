@@ -17,6 +17,7 @@ ipu_session_config ipu_session_config_default(void) {
     c.timeout_ns = 10000000u;
     c.batching_dim = IPU_NO_INDEX;
     c.check_package_hash = 1;
+    c.overlap_io = -1;
     return c;
 }
 
@@ -175,14 +176,22 @@ ipu_status ipu_session_create(const ipu_executable *exe, const ipu_session_confi
     if (s->batch_rows == 0) s->batch_rows = 1;
     /* One iteration takes at most R slots per input anchor (each has >= 1 row), plus the index. */
     s->pending_cap = (size_t)n_in * ((size_t)s->batch_rows + 1);
-    s->pending = ipu__calloc(s->pending_cap, sizeof *s->pending);
-    if (!s->pending) {
+    s->pops = ipu__calloc(na ? na : 1, sizeof *s->pops);
+    for (int k = 0; k < 2; k++) {
+        s->iters[k].pending = ipu__calloc(s->pending_cap, sizeof *s->iters[k].pending);
+        s->iters[k].part = ipu__calloc(na ? na : 1, sizeof *s->iters[k].part);
+        s->iters[k].ptr = s->tensor_ptr;
+    }
+    if (!s->pops || !s->iters[0].pending || !s->iters[1].pending || !s->iters[0].part ||
+        !s->iters[1].part) {
         st = ipu__fail(IPU_ERR_NOMEM, "session: cannot allocate the slot tables");
         goto fail;
     }
     st = init_sync(s);
     if (st != IPU_OK) goto fail;
     st = ipu__pool_create(s->nth, IPU__SCRATCH_BYTES, &s->pool);
+    if (st != IPU_OK) goto fail;
+    st = ipu__pipeline_create(s);
     if (st != IPU_OK) goto fail;
     *out = s;
     return IPU_OK;
@@ -198,6 +207,7 @@ void ipu_session_destroy(ipu_session *s) {
         ipu__session_disconnect_msg(s, IPU_ERR_CLOSED, "session destroyed before the slot was "
                                     "served");
     }
+    ipu__pipeline_destroy(s);
     ipu__pool_destroy(s->pool);
     if (s->sync_ready) {
         pthread_cond_destroy(&s->space_cv);
@@ -208,7 +218,11 @@ void ipu_session_destroy(ipu_session *s) {
         if (s->rings) ipu_ring_destroy(s->rings[a]);
         if (s->wstore) ipu__aligned_free(s->wstore[a]);
     }
-    ipu__free(s->pending);
+    for (int k = 0; k < 2; k++) {
+        ipu__free(s->iters[k].pending);
+        ipu__free(s->iters[k].part);
+    }
+    ipu__free(s->pops);
     ipu__free(s->rings);
     ipu__free(s->wstore);
     ipu__free(s->front_err);
@@ -308,12 +322,14 @@ bool ipu__wait_front(ipu_session *s, uint32_t a) {
 void ipu__session_pop(ipu_session *s, uint32_t a, ipu_slot *out) {
     if (!ipu_ring_try_pop(s->rings[a], out)) memset(out, 0, sizeof *out); /* cannot happen */
     s->consumed[a] = 0;
+    s->pops[a]++;
     ipu__wake_producers(s);
 }
 
-void ipu__slot_done(ipu_session *s, const ipu_slot *sl, ipu_status st) {
+void ipu__slot_done(ipu_session *s, const ipu_slot *sl, ipu_status st, const char *msg) {
+    (void)s;
     if (!sl->done) return;
-    if (st != IPU_OK) ipu__fail(st, "%s", s->dev_msg);
+    if (st != IPU_OK) ipu__fail(st, "%s", msg);
     ipu__tl_in_callback++;
     sl->done(st, sl->user_data);
     ipu__tl_in_callback--;
@@ -411,7 +427,7 @@ void ipu__session_disconnect_msg(ipu_session *s, ipu_status st, const char *msg)
             ipu_slot sl;
             ipu__session_pop(s, a, &sl);
             s->front_err[a] = IPU_OK;
-            ipu__slot_done(s, &sl, st);
+            ipu__slot_done(s, &sl, st, s->dev_msg);
         }
     }
 }
@@ -437,6 +453,7 @@ void ipu_session_get_stats(const ipu_session *s, ipu_session_stats *out) {
     out->padded_iterations = atomic_load_explicit(&s->st_padded, memory_order_relaxed);
     out->padded_rows = atomic_load_explicit(&s->st_padded_rows, memory_order_relaxed);
     out->num_threads = s->nth;
+    out->overlap_io = atomic_load_explicit(&s->st_overlap, memory_order_relaxed);
 }
 
 /* ---- Load --------------------------------------------------------------------------------- */
@@ -465,7 +482,7 @@ static ipu_status fill_weight(ipu_session *s, uint32_t a, void *dst) {
     ipu_slot sl;
     ipu__session_pop(s, a, &sl);
     memcpy(dst, sl.data, n);
-    ipu__slot_done(s, &sl, IPU_OK);
+    ipu__slot_done(s, &sl, IPU_OK, "");
     return IPU_OK;
 }
 
@@ -488,12 +505,13 @@ ipu_status ipu_session_run_load(ipu_session *s) {
         ipu_status st = fill_weight(s, a, s->tensor_ptr[t]);
         if (st != IPU_OK) return st;
     }
-    ipu_status st = ipu__run_program(s, e->load_program);
+    ipu_status st = ipu__run_program(s, &s->frame, e->load_program);
     if (st != IPU_OK) {
         char m[IPU__MSG_BYTES];
         snprintf(m, sizeof m, "%s", ipu_last_error_message());
         return ipu__fail(st, "Load program failed: %s", m);
     }
+    ipu__pipeline_after_load(s);
     return IPU_OK;
 }
 
@@ -501,6 +519,7 @@ ipu_status ipu_session_run_load(ipu_session *s) {
 
 typedef struct ipu__job {
     ipu_session *s;
+    const ipu__frame *f;
     const ipu__instr *ins;
     size_t work;
 } ipu__job;
@@ -511,7 +530,7 @@ static void job_fn(void *ctx, uint32_t ith, uint32_t nth) {
     size_t begin = q * ith + (ith < r ? ith : r);
     size_t end = begin + q + (ith < r ? 1 : 0);
     if (begin >= end) return;
-    ipu_status st = ipu__instr_run(&j->s->frame, j->ins, begin, end,
+    ipu_status st = ipu__instr_run(j->f, j->ins, begin, end,
                                    ipu__pool_scratch(j->s->pool, ith));
     if (st != IPU_OK) {
         j->s->wstatus[ith] = st;
@@ -526,7 +545,7 @@ static uint64_t instr_bytes(const ipu_executable *e, const ipu__instr *ins) {
     return total;
 }
 
-ipu_status ipu__run_program(ipu_session *s, uint32_t index) {
+ipu_status ipu__run_program(ipu_session *s, const ipu__frame *f, uint32_t index) {
     const ipu_executable *e = s->exe;
     const ipu__program *prog = &e->programs[index];
     char msg[IPU__MSG_BYTES] = "";
@@ -537,11 +556,11 @@ ipu_status ipu__run_program(ipu_session *s, uint32_t index) {
         if (work == 0) continue;
         ipu_status st = IPU_OK;
         if (s->nth == 1 || work < 2 || instr_bytes(e, ins) < IPU__PAR_MIN_BYTES) {
-            st = ipu__instr_run(&s->frame, ins, 0, work, ipu__pool_scratch(s->pool, 0));
+            st = ipu__instr_run(f, ins, 0, work, ipu__pool_scratch(s->pool, 0));
             if (st != IPU_OK) snprintf(msg, sizeof msg, "%s", ipu_last_error_message());
         } else {
             for (uint32_t w = 0; w < s->nth; w++) s->wstatus[w] = IPU_OK;
-            ipu__job job = {s, ins, work};
+            ipu__job job = {s, f, ins, work};
             ipu__pool_run(s->pool, job_fn, &job);
             for (uint32_t w = 0; w < s->nth && st == IPU_OK; w++) {
                 if (s->wstatus[w] != IPU_OK) {

@@ -44,7 +44,28 @@ typedef struct ipu__bind {
 typedef struct ipu__pend {
     ipu_slot sl;
     ipu_status err; /* IPU_OK: gets the iteration's status */
+    uint32_t anchor;
+    uint64_t id;    /* pops[anchor] when it was popped (its identity) */
 } ipu__pend;
+
+/* One iteration in flight (session_main.c stages). The serial loop uses iters[0] over the arena;
+ * the overlap I/O pipeline uses iters[k] over staging set k. part[a] = 1 + the id of an input
+ * front slot this iteration took only some rows of (0: none): a failure of the iteration marks
+ * that slot failed wherever it is by then (still the front, or taken by the next iteration). */
+typedef struct ipu__iter {
+    void **ptr;               /* [num_tensors] tensor base pointers (the frame) */
+    ipu__pend *pending;       /* input slots taken (done deferred to the store stage) */
+    size_t npending;
+    uint64_t *part;           /* [num_anchors] */
+    uint32_t sub;             /* subgraph */
+    uint64_t filled;          /* rows gathered */
+    int ev;                   /* load result (EV_* of session_main.c; 0 = ready) */
+    ipu_status st;            /* first failure of the iteration */
+    bool (*idle)(struct ipu_session *s); /* load: called while waiting for input; true = did work */
+    char msg[IPU__MSG_BYTES]; /* message of the failure / of a CLOSED completion */
+} ipu__iter;
+/* Load results (ipu__iter.ev). */
+enum { IPU__EV_READY = 0, IPU__EV_END_STEP, IPU__EV_CLOSED, IPU__EV_INTERRUPT };
 
 typedef struct ipu__geom {
     uint64_t rows;  /* R: rows per batch */
@@ -72,8 +93,9 @@ struct ipu_session {
     uint8_t **wstore;         /* [num_anchors] storage of weights not bound to TENSOR_DATA */
     uint8_t *override;        /* [num_tensors] 1: skip BIND of this tensor in Load */
 
-    ipu__pend *pending;       /* input slots taken by the running iteration (done deferred) */
-    size_t pending_cap, npending;
+    uint64_t *pops;           /* [num_anchors] slots popped so far (slot identities) */
+    ipu__iter iters[2];
+    size_t pending_cap;
     uint64_t batch_rows;      /* R shared by every streamed anchor (1 without batching) */
 
     ipu__pool *pool;
@@ -95,6 +117,27 @@ struct ipu_session {
     _Alignas(64) atomic_bool stopped;
 
     _Alignas(64) atomic_uint_fast64_t st_steps, st_iterations, st_padded, st_padded_rows;
+    atomic_int st_overlap;
+
+    /* Overlap I/O (session_pipeline.c). pl_on: the layout allows it and the config enables it
+     * (the I/O thread runs). Tensor t inside staged anchor pl_anchor[t] >= 0 lives at
+     * pl_set[k] + pl_soff[anchor] + (offset(t) - offset(anchor)) in set k. */
+    bool pl_on, io_started, io_sync;
+    int32_t *pl_anchor;     /* [num_tensors] */
+    uint64_t *pl_soff;      /* [num_anchors] UINT64_MAX: not staged */
+    uint8_t *pl_set[2];
+    uint64_t pl_set_bytes;
+    void **pl_ptr[2];       /* [num_tensors] */
+    pthread_t io_thread;
+    pthread_mutex_t io_mu;
+    pthread_cond_t io_cv;
+    int io_store, io_load, io_early; /* job: set indices or -1 (written before job_seq++) */
+    uint32_t io_load_it;
+    bool io_quit, io_closed;         /* io_closed: a store found the session stopped */
+    int io_early_done;
+    _Alignas(64) atomic_uint job_seq;
+    atomic_uint done_seq;
+    atomic_int compute_done;
 };
 
 static inline bool ipu__stopped(const ipu_session *s) {
@@ -142,8 +185,9 @@ IPU_NODISCARD ipu_status ipu__session_rebind(ipu_session *s, uint32_t anchor, ip
 void ipu__session_interrupt(ipu_session *s);
 /* Pop a slot of anchor a (consumer) and reset its consumed rows; wakes producers. */
 void ipu__session_pop(ipu_session *s, uint32_t a, ipu_slot *out);
-/* Call a slot's done callback (flagging the thread as inside a callback). */
-void ipu__slot_done(ipu_session *s, const ipu_slot *sl, ipu_status st);
+/* Call a slot's done callback (flagging the thread as inside a callback); a failure status
+ * sets the thread's last error to msg first. */
+void ipu__slot_done(ipu_session *s, const ipu_slot *sl, ipu_status st, const char *msg);
 /* Device-side waiting. ipu__dev_sleep sleeps until push_seq != seq, stop, or the deadline
  * (0 = none); the caller read seq before checking its condition. ipu__wait_front waits for a
  * front slot of anchor a (false: stopped). */
@@ -151,8 +195,27 @@ void ipu__dev_sleep(ipu_session *s, uint_fast64_t seq, uint64_t deadline_ns);
 bool ipu__wait_front(ipu_session *s, uint32_t a);
 /* Set the failure message and complete every queued slot with st (see ipu_session_disconnect). */
 void ipu__session_disconnect_msg(ipu_session *s, ipu_status st, const char *msg);
-/* Run program programs[index] on the pool; the calling thread is worker 0. */
-IPU_NODISCARD ipu_status ipu__run_program(ipu_session *s, uint32_t index);
+/* Run program programs[index] over frame f on the pool; the calling thread is worker 0. */
+IPU_NODISCARD ipu_status ipu__run_program(ipu_session *s, const ipu__frame *f, uint32_t index);
+
+/* session_main.c: the stages of one iteration over c (see ipu__iter). load: index, gather,
+ * padding, EMPTY / CALLBACK inputs (c->ev != IPU__EV_READY: nothing to compute; the taken
+ * slots are complete). compute: the Main program. store: CALLBACK outputs, scatter, done
+ * callbacks of the inputs (false: stopped; everything of c is complete). */
+void ipu__stage_load(ipu_session *s, ipu__iter *c, uint32_t it);
+void ipu__stage_compute(ipu_session *s, ipu__iter *c);
+bool ipu__stage_store(ipu_session *s, ipu__iter *c);
+
+/* session_pipeline.c */
+/* Decide overlap I/O from the layout and cfg.overlap_io, allocate the staging sets, start the
+ * I/O thread. */
+IPU_NODISCARD ipu_status ipu__pipeline_create(ipu_session *s);
+void ipu__pipeline_destroy(ipu_session *s); /* joins the I/O thread; frees */
+void ipu__pipeline_after_load(ipu_session *s); /* copy the anchor ranges into both sets */
+/* Whether this run_main can use the pipeline (pl_on and no subgraph takes its rows from
+ * output slots); one step through it. */
+bool ipu__pipeline_usable(ipu_session *s);
+ipu_status ipu__pipeline_run_main(ipu_session *s, ipu_step_result *r);
 /* Store a subgraph id as the first element of the index tensor. */
 void ipu__store_index(void *p, const ipu_tensor_desc *d, uint32_t v);
 

@@ -12,13 +12,16 @@
  *   4. the batch's rows are scattered to the front output slots (padding rows are dropped);
  *   5. the done callbacks of the input slots taken in 2 run, with the iteration's status.
  * Waiting before anything was taken ends the step after timeout_ns once an iteration ran
- * (padding). See ipu_session.h for the contract and session_internal.h for the wake-up protocol. */
+ * (padding). See ipu_session.h for the contract and session_internal.h for the wake-up protocol.
+ * The iteration is split into stages over an ipu__iter (load: 1-3 up to the inputs; compute: the
+ * program; store: CALLBACK outputs, 4, 5) so that session_pipeline.c can overlap them. */
 #include <stdio.h>
 #include <string.h>
 
 #include "session_internal.h"
 
-enum { EV_READY = 0, EV_END_STEP, EV_CLOSED, EV_INTERRUPT };
+enum { EV_READY = IPU__EV_READY, EV_END_STEP = IPU__EV_END_STEP, EV_CLOSED = IPU__EV_CLOSED,
+       EV_INTERRUPT = IPU__EV_INTERRUPT };
 
 static bool is_queue(const ipu_session *s, uint32_t a, uint32_t sub, ipu_direction dir) {
     return s->anchors[a].direction == dir && ipu__in_subgraph(s, a, sub) &&
@@ -62,18 +65,24 @@ static void zero_rows(const ipu__geom *g, uint8_t *tensor, uint64_t f) {
                (size_t)((g->rows - f) * g->inner));
 }
 
-static void *tensor_of(ipu_session *s, uint32_t a) { return s->tensor_ptr[s->anchors[a].tensor]; }
+static void *tensor_of(ipu_session *s, const ipu__iter *c, uint32_t a) {
+    return c->ptr[s->anchors[a].tensor];
+}
 
 /* Take k rows from the front slot of input anchor a into batch rows [f, f+k). A fully taken
  * slot is popped; its done callback is deferred to the end of the iteration. */
-static void take_rows(ipu_session *s, uint32_t a, uint64_t f, uint64_t k, uint32_t *index) {
+static void take_rows(ipu_session *s, ipu__iter *c, uint32_t a, uint64_t f, uint64_t k,
+                      uint32_t *index) {
     const ipu_slot *sl = ipu_ring_front(s->rings[a]);
     if (a == s->index_anchor) memcpy(index, sl->data, sizeof *index);
-    else copy_rows(&s->geom[a], tensor_of(s, a), sl->data, sl->rows, s->consumed[a], f, k, true);
+    else copy_rows(&s->geom[a], tensor_of(s, c, a), sl->data, sl->rows, s->consumed[a], f, k,
+                   true);
     s->consumed[a] += k;
     if (s->consumed[a] < sl->rows) return;
-    ipu__pend *p = &s->pending[s->npending < s->pending_cap ? s->npending++ : s->pending_cap - 1];
+    ipu__pend *p = &c->pending[c->npending < s->pending_cap ? c->npending++ : s->pending_cap - 1];
     p->err = s->front_err[a];
+    p->anchor = a;
+    p->id = s->pops[a];
     s->front_err[a] = IPU_OK;
     ipu__session_pop(s, a, &p->sl);
 }
@@ -81,8 +90,8 @@ static void take_rows(ipu_session *s, uint32_t a, uint64_t f, uint64_t k, uint32
 /* Gather rows for one batch of subgraph `sub` (index_phase: only the index slot). committed:
  * slots were already taken in this iteration (no step timeout, no interrupt). *filled gets the
  * rows gathered (>= 1 on EV_READY). */
-static int gather(ipu_session *s, uint32_t sub, uint32_t it, bool index_phase, bool committed,
-                  uint64_t *filled, uint32_t *index) {
+static int gather(ipu_session *s, ipu__iter *c, uint32_t sub, uint32_t it, bool index_phase,
+                  bool committed, uint64_t *filled, uint32_t *index) {
     const uint64_t R = index_phase ? 1 : s->batch_rows;
     ipu_direction dir = IPU_DIR_INPUT;
     uint32_t nlead = 0;
@@ -121,7 +130,7 @@ static int gather(ipu_session *s, uint32_t sub, uint32_t it, bool index_phase, b
             }
             for (uint32_t a = 0; a < s->num_anchors; a++)
                 if (index_phase ? a == s->index_anchor : is_queue(s, a, sub, IPU_DIR_INPUT))
-                    take_rows(s, a, got, k, index);
+                    take_rows(s, c, a, got, k, index);
             got += k;
             if (got == R) break;
             if (t_partial == 0) t_partial = ipu__now_ns();
@@ -152,6 +161,7 @@ static int gather(ipu_session *s, uint32_t sub, uint32_t it, bool index_phase, b
             if (got > 0) break;
             return EV_END_STEP;
         }
+        if (c->idle && c->idle(s)) continue; /* overlap I/O: stored an iteration meanwhile */
         if (spinning && !ipu__spin_expired(i, &t0)) continue;
         spinning = false;
         ipu__dev_sleep(s, seq, deadline);
@@ -161,31 +171,32 @@ static int gather(ipu_session *s, uint32_t sub, uint32_t it, bool index_phase, b
 }
 
 /* Record the first failure of an iteration: status and "what: <last error message>". */
-static void note_failure(ipu_session *s, ipu_status *st, ipu_status e, const char *what) {
-    if (*st != IPU_OK) return;
+static void note_failure(ipu__iter *c, ipu_status e, const char *what) {
+    if (c->st != IPU_OK) return;
     char detail[IPU__MSG_BYTES];
     snprintf(detail, sizeof detail, "%s", ipu_last_error_message());
-    *st = e;
-    snprintf(s->dev_msg, sizeof s->dev_msg, "%.200s: %.300s", what, detail);
+    c->st = e;
+    snprintf(c->msg, sizeof c->msg, "%.200s: %.300s", what, detail);
 }
 
-static void call_stream(ipu_session *s, uint32_t a, ipu_status *st) {
+static void call_stream(ipu_session *s, ipu__iter *c, uint32_t a) {
     const ipu_anchor_info *A = &s->anchors[a];
     ipu__tl_in_callback++;
-    ipu_status cs = s->binds[a].fn(tensor_of(s, a), (size_t)A->desc.nbytes, A,
+    ipu_status cs = s->binds[a].fn(tensor_of(s, c, a), (size_t)A->desc.nbytes, A,
                                    s->binds[a].user_data);
     ipu__tl_in_callback--;
     if (cs != IPU_OK) {
         char what[IPU__MSG_BYTES];
         snprintf(what, sizeof what, "stream callback of %s anchor '%s' failed",
                  A->direction == IPU_DIR_INPUT ? "input" : "output", A->name);
-        note_failure(s, st, cs, what);
+        note_failure(c, cs, what);
     }
 }
 
 /* Scatter `filled` rows to the front slots of every queue-bound output of `sub` (with a
  * failed iteration: consume them, marking the slots failed). false: stopped. */
-static bool scatter(ipu_session *s, uint32_t sub, uint64_t filled, ipu_status st) {
+static bool scatter(ipu_session *s, ipu__iter *c, uint32_t sub, uint64_t filled,
+                    ipu_status st) {
     for (uint32_t a = 0; a < s->num_anchors; a++) {
         if (!is_queue(s, a, sub, IPU_DIR_OUTPUT)) continue;
         for (uint64_t f = 0; f < filled;) {
@@ -194,8 +205,8 @@ static bool scatter(ipu_session *s, uint32_t sub, uint64_t filled, ipu_status st
             uint64_t k = fr->rows - s->consumed[a];
             if (k > filled - f) k = filled - f;
             if (st == IPU_OK)
-                copy_rows(&s->geom[a], tensor_of(s, a), fr->data, fr->rows, s->consumed[a], f, k,
-                          false);
+                copy_rows(&s->geom[a], tensor_of(s, c, a), fr->data, fr->rows, s->consumed[a], f,
+                          k, false);
             else if (s->front_err[a] == IPU_OK)
                 s->front_err[a] = st;
             s->consumed[a] += k;
@@ -205,98 +216,165 @@ static bool scatter(ipu_session *s, uint32_t sub, uint64_t filled, ipu_status st
                 s->front_err[a] = IPU_OK;
                 ipu_slot sl;
                 ipu__session_pop(s, a, &sl);
-                ipu__slot_done(s, &sl, err);
+                ipu__slot_done(s, &sl, err, c->msg);
             }
         }
     }
     return true;
 }
 
-/* Complete the deferred input slots; after a failure mark partially taken fronts. */
-static void finish_inputs(ipu_session *s, ipu_status st) {
-    for (size_t i = 0; i < s->npending; i++) {
-        ipu__pend *p = &s->pending[i];
-        ipu__slot_done(s, &p->sl, p->err != IPU_OK ? p->err : st);
+/* Mark the input slot `id` of anchor a failed with st: the front slot (front_err) or, when a
+ * later iteration has taken its remaining rows already, its entry in that iteration's list. */
+static void mark_failed(ipu_session *s, uint32_t a, uint64_t id, ipu_status st) {
+    if (s->pops[a] == id) {
+        if (s->front_err[a] == IPU_OK) s->front_err[a] = st;
+        return;
     }
-    s->npending = 0;
-    if (st == IPU_OK || st == IPU_ERR_CLOSED) return;
-    for (uint32_t a = 0; a < s->num_anchors; a++)
-        if (s->anchors[a].direction == IPU_DIR_INPUT && s->consumed[a] > 0 &&
-            s->front_err[a] == IPU_OK)
-            s->front_err[a] = st;
+    for (int k = 0; k < 2; k++)
+        for (size_t i = 0; i < s->iters[k].npending; i++) {
+            ipu__pend *p = &s->iters[k].pending[i];
+            if (p->anchor == a && p->id == id && p->err == IPU_OK) p->err = st;
+        }
 }
 
-/* One iteration. Returns an EV_* code; *st is the iteration's failure (EV_READY only). */
-static int iteration(ipu_session *s, uint32_t it, ipu_status *st) {
-    *st = IPU_OK;
-    uint32_t sub = 0, index = 0;
-    uint64_t filled = 0;
+/* Complete the deferred input slots; after a failure mark partially taken slots failed. */
+static void finish_inputs(ipu_session *s, ipu__iter *c, ipu_status st) {
+    for (size_t i = 0; i < c->npending; i++) {
+        ipu__pend *p = &c->pending[i];
+        ipu__slot_done(s, &p->sl, p->err != IPU_OK ? p->err : st, c->msg);
+    }
+    c->npending = 0;
+    for (uint32_t a = 0; a < s->num_anchors; a++) {
+        if (c->part[a] && st != IPU_OK && st != IPU_ERR_CLOSED)
+            mark_failed(s, a, c->part[a] - 1, st);
+        c->part[a] = 0;
+    }
+}
+
+void ipu__stage_load(ipu_session *s, ipu__iter *c, uint32_t it) {
+    c->st = IPU_OK;
+    c->sub = 0;
+    c->filled = 0;
+    c->ev = EV_READY;
+    snprintf(c->msg, sizeof c->msg, "session stopped before the slot was served");
+    uint32_t index = 0;
     bool committed = false;
-    int ev;
     const uint32_t ia = s->index_anchor;
     if (ia != IPU_NO_INDEX) {
         const ipu__bind *b = &s->binds[ia];
         if (b->kind == IPU_BIND_QUEUE) {
-            ev = gather(s, 0, it, true, false, &filled, &index);
-            if (ev != EV_READY) return ev;
+            c->ev = gather(s, c, 0, it, true, false, &c->filled, &index);
+            c->filled = 0;
+            if (c->ev != EV_READY) {
+                finish_inputs(s, c, IPU_ERR_CLOSED);
+                return;
+            }
             committed = true;
         } else if (b->kind == IPU_BIND_CALLBACK) {
             ipu__tl_in_callback++;
             ipu_status cs = b->fn(&index, sizeof index, &s->anchors[ia], b->user_data);
             ipu__tl_in_callback--;
-            if (cs != IPU_OK) note_failure(s, st, cs, "stream callback of the index anchor failed");
+            if (cs != IPU_OK) note_failure(c, cs, "stream callback of the index anchor failed");
         }
-        if (*st == IPU_OK && index >= s->num_subgraphs) {
+        if (c->st == IPU_OK && index >= s->num_subgraphs) {
             ipu__fail(IPU_ERR_INVALID_ARGUMENT, "index %u >= %u subgraphs", index,
                       s->num_subgraphs);
-            note_failure(s, st, IPU_ERR_INVALID_ARGUMENT, "invalid subgraph index");
+            note_failure(c, IPU_ERR_INVALID_ARGUMENT, "invalid subgraph index");
         }
-        if (*st != IPU_OK) {
-            finish_inputs(s, *st);
-            return EV_READY;
-        }
-        sub = index;
-        void *p = tensor_of(s, ia);
+        if (c->st != IPU_OK) return; /* the store stage completes the taken slots */
+        c->sub = index;
+        void *p = tensor_of(s, c, ia);
         if (p) ipu__store_index(p, &s->anchors[ia].desc, index);
     }
-    ev = gather(s, sub, it, false, committed, &filled, NULL);
-    if (ev != EV_READY) {
-        finish_inputs(s, IPU_ERR_CLOSED);
-        return ev;
+    const uint32_t sub = c->sub;
+    c->ev = gather(s, c, sub, it, false, committed, &c->filled, NULL);
+    if (c->ev != EV_READY) {
+        finish_inputs(s, c, IPU_ERR_CLOSED);
+        return;
     }
-    if (filled < s->batch_rows) {
+    if (c->filled < s->batch_rows) {
         for (uint32_t a = 0; a < s->num_anchors; a++)
-            if (is_queue(s, a, sub, IPU_DIR_INPUT)) zero_rows(&s->geom[a], tensor_of(s, a), filled);
-        atomic_fetch_add_explicit(&s->st_padded_rows, s->batch_rows - filled,
+            if (is_queue(s, a, sub, IPU_DIR_INPUT))
+                zero_rows(&s->geom[a], tensor_of(s, c, a), c->filled);
+        atomic_fetch_add_explicit(&s->st_padded_rows, s->batch_rows - c->filled,
                                   memory_order_relaxed);
     }
-    for (uint32_t a = 0; a < s->num_anchors && *st == IPU_OK; a++) {
-        if (s->anchors[a].direction != IPU_DIR_INPUT || !ipu__in_subgraph(s, a, sub)) continue;
+    for (uint32_t a = 0; a < s->num_anchors; a++) {
+        if (is_queue(s, a, sub, IPU_DIR_INPUT) && s->consumed[a] > 0)
+            c->part[a] = s->pops[a] + 1;
+        if (c->st != IPU_OK || s->anchors[a].direction != IPU_DIR_INPUT ||
+            !ipu__in_subgraph(s, a, sub))
+            continue;
         if (s->binds[a].kind == IPU_BIND_EMPTY)
-            memset(tensor_of(s, a), 0, (size_t)s->anchors[a].desc.nbytes);
+            memset(tensor_of(s, c, a), 0, (size_t)s->anchors[a].desc.nbytes);
         else if (s->binds[a].kind == IPU_BIND_CALLBACK)
-            call_stream(s, a, st);
+            call_stream(s, c, a);
     }
-    if (*st == IPU_OK) {
-        ipu_status ps = ipu__run_program(s, s->exe->main_programs[sub]);
-        if (ps != IPU_OK) {
-            char what[64];
-            snprintf(what, sizeof what, "Main program of subgraph %u failed", sub);
-            note_failure(s, st, ps, what);
-        }
+}
+
+void ipu__stage_compute(ipu_session *s, ipu__iter *c) {
+    if (c->st != IPU_OK) return;
+    ipu__frame f = {s->exe, c->ptr};
+    ipu_status ps = ipu__run_program(s, &f, s->exe->main_programs[c->sub]);
+    if (ps != IPU_OK) {
+        char what[64];
+        snprintf(what, sizeof what, "Main program of subgraph %u failed", c->sub);
+        note_failure(c, ps, what);
     }
-    for (uint32_t a = 0; a < s->num_anchors && *st == IPU_OK; a++)
-        if (s->anchors[a].direction == IPU_DIR_OUTPUT && ipu__in_subgraph(s, a, sub) &&
+}
+
+bool ipu__stage_store(ipu_session *s, ipu__iter *c) {
+    for (uint32_t a = 0; a < s->num_anchors && c->st == IPU_OK; a++)
+        if (s->anchors[a].direction == IPU_DIR_OUTPUT && ipu__in_subgraph(s, a, c->sub) &&
             s->binds[a].kind == IPU_BIND_CALLBACK)
-            call_stream(s, a, st);
-    if (*st == IPU_OK) atomic_fetch_add_explicit(&s->st_iterations, 1, memory_order_relaxed);
-    if (!scatter(s, sub, filled, *st)) {
-        snprintf(s->dev_msg, sizeof s->dev_msg, "session stopped during the iteration");
-        finish_inputs(s, IPU_ERR_CLOSED);
-        return EV_CLOSED;
+            call_stream(s, c, a);
+    if (c->st == IPU_OK) atomic_fetch_add_explicit(&s->st_iterations, 1, memory_order_relaxed);
+    if (!scatter(s, c, c->sub, c->filled, c->st)) {
+        snprintf(c->msg, sizeof c->msg, "session stopped during the iteration");
+        finish_inputs(s, c, IPU_ERR_CLOSED);
+        return false;
     }
-    finish_inputs(s, *st);
+    finish_inputs(s, c, c->st);
+    return true;
+}
+
+/* One serial iteration over the arena. Returns an EV_* code; *st is the iteration's failure. */
+static int iteration(ipu_session *s, uint32_t it, ipu_status *st) {
+    ipu__iter *c = &s->iters[0];
+    c->ptr = s->tensor_ptr;
+    c->idle = NULL;
+    *st = IPU_OK;
+    ipu__stage_load(s, c, it);
+    if (c->ev != EV_READY) return c->ev;
+    ipu__stage_compute(s, c);
+    if (!ipu__stage_store(s, c)) return EV_CLOSED;
+    *st = c->st;
     return EV_READY;
+}
+
+static ipu_status run_serial(ipu_session *s, ipu_step_result *r) {
+    while (r->iterations < s->bps) {
+        if (ipu__stopped(s)) return IPU_ERR_CLOSED;
+        if (atomic_exchange(&s->interrupt_req, 0)) {
+            if (r->iterations > 0) r->padded_iterations = s->bps - r->iterations;
+            break;
+        }
+        ipu_status st;
+        int ev = iteration(s, r->iterations, &st);
+        if (ev == EV_CLOSED) return IPU_ERR_CLOSED;
+        if (ev == EV_INTERRUPT) {
+            atomic_store(&s->interrupt_req, 0);
+            if (r->iterations > 0) r->padded_iterations = s->bps - r->iterations;
+            break;
+        }
+        if (ev == EV_END_STEP) {
+            r->padded_iterations = s->bps - r->iterations;
+            break;
+        }
+        if (st != IPU_OK) return ipu__fail(st, "%s", s->iters[0].msg);
+        r->iterations++;
+    }
+    return IPU_OK;
 }
 
 ipu_status ipu_session_run_main(ipu_session *s, ipu_step_result *out) {
@@ -305,39 +383,8 @@ ipu_status ipu_session_run_main(ipu_session *s, ipu_step_result *out) {
         return ipu__fail(IPU_ERR_INVALID_STATE, "ipu_session_run_main: run the Load program "
                          "first");
     ipu_step_result r = {0, 0};
-    ipu_status ret = IPU_OK;
     atomic_store(&s->flush_req, 0); /* a flush pads the step in progress: none before this */
-    while (r.iterations < s->bps) {
-        if (ipu__stopped(s)) {
-            ret = IPU_ERR_CLOSED;
-            break;
-        }
-        if (atomic_exchange(&s->interrupt_req, 0)) {
-            if (r.iterations > 0) r.padded_iterations = s->bps - r.iterations;
-            break;
-        }
-        ipu_status st;
-        snprintf(s->dev_msg, sizeof s->dev_msg, "session stopped before the slot was served");
-        int ev = iteration(s, r.iterations, &st);
-        if (ev == EV_CLOSED) {
-            ret = IPU_ERR_CLOSED;
-            break;
-        }
-        if (ev == EV_INTERRUPT) {
-            atomic_store(&s->interrupt_req, 0);
-            if (r.iterations > 0) r.padded_iterations = s->bps - r.iterations;
-            break;
-        }
-        if (ev == EV_END_STEP) {
-            r.padded_iterations = s->bps - r.iterations;
-            break;
-        }
-        if (st != IPU_OK) {
-            ret = ipu__fail(st, "%s", s->dev_msg);
-            break;
-        }
-        r.iterations++;
-    }
+    ipu_status ret = ipu__pipeline_usable(s) ? ipu__pipeline_run_main(s, &r) : run_serial(s, &r);
     if (r.padded_iterations)
         atomic_fetch_add_explicit(&s->st_padded, r.padded_iterations, memory_order_relaxed);
     if (r.iterations + r.padded_iterations == s->bps)
