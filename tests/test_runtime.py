@@ -295,3 +295,20 @@ def test_close_with_requests_in_flight_completes_each_exactly_once(executable):
             outcomes["closed"] += 1
         assert f.done()
     assert outcomes["ok"] + outcomes["closed"] + len(submitter_errors) == 50
+
+
+def test_garbage_collected_runner_completes_its_requests(executable):
+    import gc
+
+    runner = runtime.Runner(executable, runtime.RuntimeConfig(timeout_ns=0, num_threads=1))
+    x = np.ones((400, 8), np.float32)  # 100 batches each: some are still queued when it goes
+    ys = [np.zeros((400, 5), np.float32) for _ in range(3)]
+    futures = [runner.execute_async({"X": x}, {"Y": y}) for y in ys]
+    del runner
+    gc.collect()
+    for f in futures:
+        try:
+            f.wait(timeout=30)
+        except errors.ClosedError:
+            pass
+        assert f.done()
