@@ -15,31 +15,8 @@
 
 #include "ipu/ipu.h"
 
-static int g_pass, g_fail;
+#include "runtime_harness.h"
 
-#define CHECK(cond)                                                                          \
-    do {                                                                                     \
-        if (!(cond)) {                                                                       \
-            fprintf(stderr, "  %s:%d: CHECK failed: %s\n  last error: %s\n", __FILE__,       \
-                    __LINE__, #cond, ipu_last_error_message());                              \
-            return 1;                                                                        \
-        }                                                                                    \
-    } while (0)
-#define CHECK_OK(expr) CHECK((expr) == IPU_OK)
-#define RUN(fn)                                                 \
-    do {                                                        \
-        int r_ = fn();                                          \
-        if (r_) { g_fail++; printf("FAIL %s\n", #fn); }         \
-        else { g_pass++; printf("ok   %s\n", #fn); }            \
-        fflush(stdout);                                         \
-    } while (0)
-
-static void sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-#include "runtime_models.h"
 
 /* Z = X + Y with `rows` rows along the batching dimension. */
 static ipu_status submit_rows(ipu_runtime *rt, uint64_t rows, const float *x, const float *y,

@@ -13,29 +13,7 @@
 
 #include "ipu/ipu.h"
 
-static int g_pass, g_fail;
-
-#define CHECK(cond)                                                                          \
-    do {                                                                                     \
-        if (!(cond)) {                                                                       \
-            fprintf(stderr, "  %s:%d: CHECK failed: %s\n  last error: %s\n", __FILE__,       \
-                    __LINE__, #cond, ipu_last_error_message());                              \
-            return 1;                                                                        \
-        }                                                                                    \
-    } while (0)
-#define CHECK_OK(expr) CHECK((expr) == IPU_OK)
-#define RUN(fn)                                                 \
-    do {                                                        \
-        int r_ = fn();                                          \
-        if (r_) { g_fail++; printf("FAIL %s\n", #fn); }         \
-        else { g_pass++; printf("ok   %s\n", #fn); }            \
-        fflush(stdout);                                         \
-    } while (0)
-
-static void sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
+#include "runtime_harness.h"
 
 static uint64_t now_ns(void) {
     struct timespec ts;
@@ -43,7 +21,6 @@ static uint64_t now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-#include "runtime_models.h"
 
 typedef struct { ipu_container *c; ipu_executable *e; ipu_session *s; } sfix;
 
