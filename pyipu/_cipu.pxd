@@ -142,6 +142,7 @@ cdef extern from "ipu/ipu.h" nogil:
     ctypedef struct ipu_session_stats:
         uint64_t steps, iterations, padded_iterations, padded_rows
         uint32_t num_threads
+        int overlap_io
     void ipu_session_get_stats(const ipu_session *s, ipu_session_stats *out)
 
     # runtime

@@ -567,4 +567,4 @@ cdef class Session:
         ipu_session_get_stats(self.s, &st)
         return dict(steps=st.steps, iterations=st.iterations,
                     padded_iterations=st.padded_iterations, padded_rows=st.padded_rows,
-                    num_threads=st.num_threads)
+                    num_threads=st.num_threads, overlap_io=bool(st.overlap_io))

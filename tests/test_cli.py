@@ -64,6 +64,7 @@ def test_convert_and_export(tmp_path, precision):
     assert dump.returncode == 0, dump.stderr
     assert "input  X" in dump.stdout and "output R" in dump.stdout
     assert "batches_per_step 2" in dump.stdout and "add" in dump.stdout
+    assert "1472 compute + 0 I/O tiles" in dump.stdout
 
 
 def test_dynamic_shape_without_input_shape_is_a_clear_error(tmp_path):

@@ -197,3 +197,23 @@ def test_ipu_model_device():
     assert (dev.ipu_version, dev.tiles_per_ipu) == ("ipu21", 100)
     with pytest.raises(errors.InvalidArgumentError):
         DeviceManager().create_ipu_model_device(1, "ipu3", 4)
+
+
+@pytest.mark.parametrize("io_tiles", [0, "auto"])
+def test_overlap_io_session_gives_the_same_results(io_tiles):
+    options = CompilerOptions()
+    options.batches_per_step = 3
+    options.num_io_tiles = io_tiles
+    exe = Compiler.compile(affine_model(), None, options)
+    with Session(exe, SessionConfig(num_threads=1)) as session:
+        qm = session.create_queue_manager(capacity=8)
+        session.run_load_programs()
+        xs = [np.full((2, 3), i, np.float32) for i in range(3)]
+        ys = [np.zeros((2, 3), np.float32) for _ in xs]
+        for x, y in zip(xs, ys, strict=True):
+            qm.input_queue("X").enqueue(x)
+            qm.output_queue("Y").enqueue(y)
+        assert session.run_main_programs().iterations == 3
+        for x, y in zip(xs, ys, strict=True):
+            np.testing.assert_allclose(y, expected(x))
+        assert session.stats()["overlap_io"] == (io_tiles == "auto")

@@ -11,6 +11,7 @@ from pyipu.errors import Error
 
 _BLOB_TYPES = {1: "metadata", 2: "tensor_data", 3: "program", 4: "opaque"}
 _TARGETS = {2: "ipu2", 21: "ipu21"}
+TILES_PER_IPU = 1472  # GC200 and C600
 
 
 def dump(path: str, out=sys.stdout, show_instructions: bool = False) -> None:
@@ -25,6 +26,9 @@ def dump(path: str, out=sys.stdout, show_instructions: bool = False) -> None:
     w(f"Target: {target}, {info['num_ipus']} IPU(s), replication {info['replication_factor']}, ")
     w(f"batches_per_step {info['batches_per_step']}, num_io_tiles {info['num_io_tiles']}, ")
     w(f"arena {info['arena_size']} bytes\n")
+    io_tiles = info["num_io_tiles"]
+    w(f"IPU Model: {TILES_PER_IPU} tiles per IPU = {TILES_PER_IPU - io_tiles} compute + ")
+    w(f"{io_tiles} I/O tiles{' (overlap I/O)' if io_tiles else ''}\n")
 
     anchors = exe.anchors()
     fused = info["num_subgraphs"] > 1
