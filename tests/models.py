@@ -11,6 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from pyipu import demo
 from pyipu.compiler import Compiler, CompilerOptions, Executable
+from pyipu.compiler.ir import ModelIR
 
 ORT_IR_VERSION = 8  # onnx 1.23 writes IR 14, which onnxruntime rejects
 
@@ -199,3 +200,58 @@ def scale_model(shape: tuple[int, ...] = (4, 3)) -> onnx.ModelProto:
         ],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+F32, F16, I32, I64 = np.float32, np.float16, np.int32, np.int64
+
+BROADCASTS = [
+    ((3, 4), (3, 4)),
+    ((2, 3, 4), (4,)),
+    ((1,), (2, 3)),
+    ((), (2, 3)),
+    ((2, 1, 4), (3, 1)),
+    ((5,), ()),
+]
+
+
+def expected(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """onnxruntime's outputs; onnx.reference where ORT lacks a kernel for the dtype."""
+    try:
+        return run_ort(model, feeds)
+    except Exception as e:  # onnxruntime NOT_IMPLEMENTED for some dtype/op pairs
+        if "NOT_IMPLEMENTED" not in str(e) and "Could not find an implementation" not in str(e):
+            raise
+        from onnx.reference import ReferenceEvaluator
+
+        names = [o.name for o in model.graph.output]
+        return dict(zip(names, ReferenceEvaluator(model).run(None, feeds), strict=True))
+
+
+def check_op(
+    op: str,
+    inputs: list[np.ndarray],
+    attrs: dict[str, Any] | None = None,
+    *,
+    opset: int = 17,
+    const_inputs: dict[int, Any] | None = None,
+    tol: float | None = None,
+) -> ModelIR:
+    exe, feeds, model = compile_single_op(op, inputs, attrs, opset=opset, const_inputs=const_inputs)
+    got = exe.run_reference(feeds)
+    assert_matches_reference(run_c(exe, feeds), got)
+    want = expected(model, feeds)
+    assert set(got) == set(want)
+    for name, w in want.items():
+        g = got[name]
+        assert g.dtype == w.dtype, name
+        assert g.shape == w.shape, (name, g.shape, w.shape)
+        if np.issubdtype(w.dtype, np.floating):
+            t = tol if tol is not None else (2e-2 if w.dtype == np.float16 else 1e-5)
+            np.testing.assert_allclose(g.astype(np.float32), w.astype(np.float32), rtol=t, atol=t)
+        else:
+            np.testing.assert_array_equal(g, w)
+    return exe.program
+
+
+def arr(shape: tuple[int, ...], dt: Any, seed: int = 0, **kw: Any) -> np.ndarray:
+    return random_array(shape, dt, np.random.default_rng(seed), **kw)

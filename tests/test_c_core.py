@@ -34,6 +34,7 @@ def test_meson_test(repo, tmp_path):
         "test_ring",
         "test_container",
         "test_kernels",
+        "test_kernels_eltwise",
         "test_executable",
         "test_runtime",
         "test_session",

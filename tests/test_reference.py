@@ -13,12 +13,14 @@ import pytest
 from pyipu.compiler.ir import (
     NO_INDEX,
     Anchor,
+    BinaryFn,
     Direction,
     Instr,
     Location,
     ModelIR,
     Program,
     TensorSpec,
+    UnaryFn,
     align,
     dtype_of,
     f64_bits,
@@ -122,6 +124,30 @@ def test_broadcast_scalar_and_rank_difference() -> None:
 def test_relu(dt: type) -> None:
     x = np.array([-3, -0.0, 0, 2, 5], dtype=dt)
     np.testing.assert_array_equal(run_op(Op.RELU, [x], dt, (5,)), np.maximum(x, 0))
+
+
+def test_unary_semantics() -> None:
+    u, eq = Op.UNARY, np.testing.assert_array_equal
+    x = np.float32([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, np.nan])
+    eq(run_op(u, [x], np.float32, (7,), (UnaryFn.ROUND, 0, 0)), [-2, -2, -0, 0, 2, 2, np.nan])
+    clip = (UnaryFn.CLIP, f64_bits(-1.0), f64_bits(1.0))
+    eq(run_op(u, [x], np.float32, (7,), clip), [-1, -1, -0.5, 0.5, 1, 1, np.nan])
+    i = np.int32([np.iinfo(np.int32).min, -7, 0, 9])
+    eq(run_op(u, [i], np.int32, (4,), (UnaryFn.NEG, 0, 0)), [i[0], 7, 0, -9])  # wraps
+    eq(run_op(u, [i], np.int32, (4,), (UnaryFn.ABS, 0, 0)), [i[0], 7, 0, 9])
+    eq(run_op(u, [i], np.int32, (4,), (UnaryFn.CLIP, -5, 2**40)), [-5, -5, 0, 9])
+    eq(run_op(u, [np.array([True, False])], np.bool_, (2,), (UnaryFn.NOT, 0, 0)), [False, True])
+
+
+def test_binary_compare_and_where_broadcast() -> None:
+    a = np.float16([[1, 2, np.nan]])
+    b = np.float16([[2], [1]])
+    lt = run_op(Op.BINARY, [a, b], np.bool_, (2, 3), (BinaryFn.LESS,))
+    np.testing.assert_array_equal(lt, [[True, False, False], [False, False, False]])
+    mx = run_op(Op.BINARY, [a, b], np.float16, (2, 3), (BinaryFn.MAX,))
+    np.testing.assert_array_equal(mx, [[2, 2, np.nan], [1, 2, np.nan]])
+    y = run_op(Op.WHERE, [lt, np.int64(7).reshape(()), np.int64([1, 2, 3])], np.int64, (2, 3))
+    np.testing.assert_array_equal(y, [[7, 2, 3], [1, 2, 3]])
 
 
 # ---------------------------------------------------------------- casts

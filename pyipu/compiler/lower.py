@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 import onnx
-from onnx import helper
+from onnx import TensorProto, helper
 
 from pyipu.compiler.errors import (
     CompileError,
@@ -89,7 +89,17 @@ class GraphBuilder:
         base: int | None = None,
         data: bytes | None = None,
     ) -> int:
-        dt = DType(dtype)
+        try:
+            dt = DType(dtype)
+        except ValueError:  # an ONNX type the IPU has no counterpart for (bfloat16, float8...)
+            onnx_name = (
+                TensorProto.DataType.Name(dtype)
+                if dtype in TensorProto.DataType.values()
+                else dtype
+            )
+            raise UnsupportedDTypeError(
+                f"tensor {name!r} has ONNX type {onnx_name}, which pyipu does not support"
+            ) from None
         shape = tuple(int(d) for d in shape)
         if dt not in ALL_DTYPES:
             raise UnsupportedDTypeError(

@@ -13,7 +13,14 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from onnx import TensorProto
 
-from pyipu.compiler.ir import ALL_DTYPES, FLOAT_DTYPES, NUMERIC_DTYPES, f64_bits
+from pyipu.compiler.ir import (
+    ALL_DTYPES,
+    FLOAT_DTYPES,
+    NUMERIC_DTYPES,
+    BinaryFn,
+    UnaryFn,
+    f64_bits,
+)
 from pyipu.compiler.lower import Node
 from pyipu.enums import DType, Op
 
@@ -66,6 +73,158 @@ for _name, _op in (("Add", Op.ADD), ("Sub", Op.SUB), ("Mul", Op.MUL), ("Div", Op
 def Relu(n: Node) -> None:  # noqa: N802 - registry functions are named after ONNX ops
     dt = n.check_dtype(NUMERIC_DTYPES, 0)
     n.emit(Op.RELU, [n.input(0)], n.shape(0), dt)
+
+
+# ---------------------------------------------------------------- UNARY / BINARY / WHERE
+
+BOOL_DTYPES = frozenset({DType.BOOL})
+
+
+def _unary(fn: UnaryFn, int_since: int | None = None, params: tuple[str, ...] = ()) -> LowerFn:
+    """One UNARY instruction; ints allowed from opset `int_since`; float attrs → p0, p1."""
+    defaults = {"alpha": {UnaryFn.LEAKY_RELU: 0.01, UnaryFn.HARD_SIGMOID: 0.2}.get(fn, 1.0)}
+    defaults["beta"] = 0.5
+
+    def lower(n: Node) -> None:
+        ints = int_since is not None and n.opset >= int_since
+        dt = n.check_dtype(NUMERIC_DTYPES if ints else FLOAT_DTYPES, 0)
+        vals = [f64_bits(float(n.attr(p, defaults[p]))) for p in params]
+        vals += [0] * (2 - len(vals))
+        n.emit(Op.UNARY, [n.input(0)], n.shape(0), dt, [int(fn), *vals])
+
+    return lower
+
+
+for _name, _fn, _since in (
+    ("Sigmoid", UnaryFn.SIGMOID, 1),
+    ("Tanh", UnaryFn.TANH, 1),
+    ("Exp", UnaryFn.EXP, 1),
+    ("Log", UnaryFn.LOG, 1),
+    ("Sqrt", UnaryFn.SQRT, 1),
+    ("Erf", UnaryFn.ERF, 9),
+    ("Reciprocal", UnaryFn.RECIPROCAL, 1),
+    ("Sin", UnaryFn.SIN, 7),
+    ("Cos", UnaryFn.COS, 7),
+    ("Floor", UnaryFn.FLOOR, 1),
+    ("Ceil", UnaryFn.CEIL, 1),
+    ("Round", UnaryFn.ROUND, 11),
+    ("Softplus", UnaryFn.SOFTPLUS, 1),
+):
+    register(_name, _since)(_unary(_fn))
+register("Neg", 1)(_unary(UnaryFn.NEG, int_since=6))
+register("Abs", 1)(_unary(UnaryFn.ABS, int_since=6))
+register("Sign", 9)(_unary(UnaryFn.SIGN, int_since=9))
+register("LeakyRelu", 1)(_unary(UnaryFn.LEAKY_RELU, params=("alpha",)))
+register("Elu", 1)(_unary(UnaryFn.ELU, params=("alpha",)))
+register("HardSigmoid", 1)(_unary(UnaryFn.HARD_SIGMOID, params=("alpha", "beta")))
+
+
+@register("Not", 1)
+def Not(n: Node) -> None:  # noqa: N802
+    dt = n.check_dtype(BOOL_DTYPES, 0)
+    n.emit(Op.UNARY, [n.input(0)], n.shape(0), dt, [int(UnaryFn.NOT), 0, 0])
+
+
+@register("Clip", 1, 11)
+def Clip(n: Node) -> None:  # noqa: N802
+    dt = n.check_dtype(NUMERIC_DTYPES if n.opset >= 12 else FLOAT_DTYPES, 0)
+    floating = dt in FLOAT_DTYPES
+    bounds: list[float | int | None] = [None, None]
+    if n.opset < 11:
+        bounds = [n.attr("min"), n.attr("max")]
+    else:
+        for i in (1, 2):
+            if n.has_input(i):
+                if n.dtype(i) != dt:
+                    n.fail(f"input {i} has dtype {n.dtype(i).name.lower()}, x {dt.name.lower()}")
+                v = np.asarray(n.const(i, ("min", "max")[i - 1]))
+                if v.size != 1:
+                    n.shape_error(f"input {i} must be a scalar, got shape {list(v.shape)}")
+                bounds[i - 1] = v.item()
+    if floating:
+        lo = -math.inf if bounds[0] is None else float(bounds[0])
+        hi = math.inf if bounds[1] is None else float(bounds[1])
+        attrs = [f64_bits(lo), f64_bits(hi)]
+    else:
+        info = np.iinfo(np.int64)
+        attrs = [
+            info.min if bounds[0] is None else int(bounds[0]),
+            info.max if bounds[1] is None else int(bounds[1]),
+        ]
+    n.emit(Op.UNARY, [n.input(0)], n.shape(0), dt, [int(UnaryFn.CLIP), *attrs])
+
+
+def _binary_fn(fn: BinaryFn, dtypes: Callable[[int], frozenset[int]]) -> LowerFn:
+    """One BINARY instruction; `dtypes(opset)` are the input dtypes ONNX allows."""
+
+    def lower(n: Node) -> None:
+        if n.opset < 7 and n.attr("axis") is not None:
+            n.fail("legacy 'axis' broadcasting (opset < 7) is not supported")
+        b = n.input(1)
+        if fn == BinaryFn.POW and n.dtype(1) != n.dtype(0) and n.dtype(1) in NUMERIC_DTYPES:
+            # opset >= 12: the exponent may have another numeric type; compute in the base's
+            b = n.emit_temp(Op.CAST, [b], n.shape(1), n.dtype(0), suffix=":cast")
+            dt = n.check_dtype(dtypes(n.opset), 0)
+        else:
+            dt = n.check_dtype(dtypes(n.opset), 0, 1)
+        shape = _broadcast(n, n.shape(0), n.shape(1))
+        out = DType.BOOL if fn >= BinaryFn.EQUAL else dt
+        n.emit(Op.BINARY, [n.input(0), b], shape, out, [int(fn)])
+
+    return lower
+
+
+def _since(v: int, new: frozenset[int], old: frozenset[int]) -> Callable[[int], frozenset[int]]:
+    return lambda opset: new if opset >= v else old
+
+
+_INTS = frozenset({DType.INT32, DType.INT64})
+register("Pow", 1)(_binary_fn(BinaryFn.POW, lambda _: FLOAT_DTYPES))
+for _name, _fn in (("Less", BinaryFn.LESS), ("Greater", BinaryFn.GREATER)):
+    register(_name, 1)(_binary_fn(_fn, _since(9, NUMERIC_DTYPES, FLOAT_DTYPES)))
+register("LessOrEqual", 12)(_binary_fn(BinaryFn.LESS_EQUAL, lambda _: NUMERIC_DTYPES))
+register("GreaterOrEqual", 12)(_binary_fn(BinaryFn.GREATER_EQUAL, lambda _: NUMERIC_DTYPES))
+register("Equal", 1)(
+    _binary_fn(BinaryFn.EQUAL, _since(11, NUMERIC_DTYPES | BOOL_DTYPES, _INTS | BOOL_DTYPES))
+)
+for _name, _fn in (("And", BinaryFn.AND), ("Or", BinaryFn.OR), ("Xor", BinaryFn.XOR)):
+    register(_name, 1)(_binary_fn(_fn, lambda _: BOOL_DTYPES))
+
+
+def _variadic(fn: BinaryFn) -> LowerFn:
+    """Min/Max: n inputs lowered as a chain of BINARY instructions; one input is a view."""
+
+    def lower(n: Node) -> None:
+        idx = list(range(len(n.inputs)))
+        if not idx or not all(n.has_input(i) for i in idx):
+            n.fail("every input is required")
+        dt = n.check_dtype(NUMERIC_DTYPES if n.opset >= 12 else FLOAT_DTYPES, *idx)
+        shape = _broadcast(n, *(n.shape(i) for i in idx))
+        if len(idx) == 1:
+            n.set_view(n.input(0), shape)
+            return
+        acc, acc_shape = n.input(0), n.shape(0)
+        for i in idx[1:]:
+            acc_shape = _broadcast(n, acc_shape, n.shape(i))
+            ins = [acc, n.input(i)]
+            if i == idx[-1]:
+                n.emit(Op.BINARY, ins, acc_shape, dt, [int(fn)])
+            else:
+                acc = n.emit_temp(Op.BINARY, ins, acc_shape, dt, [int(fn)], f":{i}")
+
+    return lower
+
+
+register("Min", 1)(_variadic(BinaryFn.MIN))
+register("Max", 1)(_variadic(BinaryFn.MAX))
+
+
+@register("Where", 9)
+def Where(n: Node) -> None:  # noqa: N802
+    n.check_dtype(BOOL_DTYPES, 0)
+    dt = n.check_dtype(ALL_DTYPES, 1, 2)
+    shape = _broadcast(n, n.shape(0), n.shape(1), n.shape(2))
+    n.emit(Op.WHERE, [n.input(0), n.input(1), n.input(2)], shape, dt)
 
 
 @register("Cast", 1)

@@ -15,7 +15,17 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from pyipu.compiler.ir import NO_INDEX, Direction, Instr, Location, ModelIR, bits_f64, np_dtype
+from pyipu.compiler.ir import (
+    NO_INDEX,
+    BinaryFn,
+    Direction,
+    Instr,
+    Location,
+    ModelIR,
+    UnaryFn,
+    bits_f64,
+    np_dtype,
+)
 from pyipu.enums import DType, Op
 
 Kernel = Callable[[Instr, list[np.ndarray], np.ndarray], np.ndarray]
@@ -87,6 +97,80 @@ def div(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
 def relu(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
     (x,) = _args(xs)
     return np.maximum(x, x.dtype.type(0))
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    return np.vectorize(math.erf, otypes=[np.float64])(x).astype(x.dtype)
+
+
+# UNARY functions on float32 (float16 is computed in float32): the C kernels (kernels/unary.c)
+# use the same formulations with libm's float functions. a, b: the float parameters.
+_UNARY_FLOAT: dict[int, Callable[[np.ndarray, np.float32, np.float32], np.ndarray]] = {
+    UnaryFn.SIGMOID: lambda x, a, b: np.float32(1) / (np.float32(1) + np.exp(-x)),
+    UnaryFn.TANH: lambda x, a, b: np.tanh(x),
+    UnaryFn.EXP: lambda x, a, b: np.exp(x),
+    UnaryFn.LOG: lambda x, a, b: np.log(x),
+    UnaryFn.SQRT: lambda x, a, b: np.sqrt(x),
+    UnaryFn.ERF: lambda x, a, b: _erf(x),
+    UnaryFn.RECIPROCAL: lambda x, a, b: np.float32(1) / x,
+    UnaryFn.SIN: lambda x, a, b: np.sin(x),
+    UnaryFn.COS: lambda x, a, b: np.cos(x),
+    UnaryFn.FLOOR: lambda x, a, b: np.floor(x),
+    UnaryFn.CEIL: lambda x, a, b: np.ceil(x),
+    UnaryFn.ROUND: lambda x, a, b: np.round(x),  # half to even
+    UnaryFn.SOFTPLUS: lambda x, a, b: np.maximum(x, 0) + np.log1p(np.exp(-np.abs(x))),
+    UnaryFn.LEAKY_RELU: lambda x, a, b: np.where(x >= 0, x, a * x),
+    UnaryFn.ELU: lambda x, a, b: np.where(x >= 0, x, a * np.expm1(x)),
+    UnaryFn.HARD_SIGMOID: lambda x, a, b: np.minimum(np.maximum(a * x + b, 0), 1),
+}
+
+
+@kernel(Op.UNARY)
+def unary(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
+    fn, p0, p1 = (int(a) for a in ins.attrs)
+    (x,) = _args(xs)
+    if fn == UnaryFn.NOT:
+        return ~x
+    floating = np.issubdtype(x.dtype, np.floating)
+    if fn == UnaryFn.CLIP:  # minimum(maximum(x, lo), hi): NaN propagates
+        if floating:
+            lo, hi = np.float32(bits_f64(p0)), np.float32(bits_f64(p1))
+        else:
+            lo, hi = np.int64(p0), np.int64(p1)
+        return np.minimum(np.maximum(x.astype(lo.dtype), lo), hi)
+    if fn == UnaryFn.NEG:
+        return -x  # integers wrap
+    if fn == UnaryFn.ABS:
+        return np.abs(x)  # abs(INT_MIN) wraps to INT_MIN
+    if fn == UnaryFn.SIGN:
+        return np.sign(x)
+    return _UNARY_FLOAT[fn](x, np.float32(bits_f64(p0)), np.float32(bits_f64(p1)))
+
+
+_BINARY: dict[int, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    BinaryFn.POW: np.power,
+    BinaryFn.MIN: np.minimum,
+    BinaryFn.MAX: np.maximum,
+    BinaryFn.EQUAL: np.equal,
+    BinaryFn.LESS: np.less,
+    BinaryFn.GREATER: np.greater,
+    BinaryFn.LESS_EQUAL: np.less_equal,
+    BinaryFn.GREATER_EQUAL: np.greater_equal,
+    BinaryFn.AND: np.logical_and,
+    BinaryFn.OR: np.logical_or,
+    BinaryFn.XOR: np.logical_xor,
+}
+
+
+@kernel(Op.BINARY)
+def binary(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
+    a, b = _args(xs)
+    return _BINARY[int(ins.attrs[0])](a, b)
+
+
+@kernel(Op.WHERE)
+def where(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
+    return np.where(xs[0], xs[1], xs[2])
 
 
 def saturating_cast(x: np.ndarray, to: np.dtype) -> np.ndarray:

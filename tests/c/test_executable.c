@@ -33,6 +33,20 @@ static void test_verifier(void) {
     expect_bad(verify_only(h, IPU_OP_EXPAND, 1, (uint32_t[]){w}, y, 0, NULL), "does not broadcast");
     expect_bad(verify_only(h, IPU_OP_COPY, 1, (uint32_t[]){a}, y, 0, NULL), "bytes");
     expect_bad(verify_only(h, IPU_OP_BIND, 0, NULL, y, 0, NULL), "BIND outside the Load program");
+    /* UNARY / BINARY / WHERE */
+    uint32_t bb = T(h, BOOL, 2, 4, 6), bc = T(h, BOOL, 2, 4, 6), cy = T(h, INT32, 2, 4, 6);
+    expect_bad(verify_only(h, IPU_OP_UNARY, 1, (uint32_t[]){bi}, bj, 3, (int64_t[]){99, 0, 0}), "unknown unary function 99");
+    expect_bad(verify_only(h, IPU_OP_UNARY, 1, (uint32_t[]){bi}, bj, 3, (int64_t[]){IPU__UN_EXP, 0, 0}), "does not take dtype int32");
+    expect_bad(verify_only(h, IPU_OP_UNARY, 1, (uint32_t[]){bi}, bj, 1, (int64_t[]){IPU__UN_NEG}), "1 attributes, expected 3");
+    expect_bad(verify_only(h, IPU_OP_UNARY, 1, (uint32_t[]){bi}, bb, 3, (int64_t[]){IPU__UN_NEG, 0, 0}), "dtype");
+    expect_bad(verify_only(h, IPU_OP_BINARY, 2, (uint32_t[]){bi, bj}, cy, 1, (int64_t[]){IPU__BIN_LESS}), "expected int32, int32 -> bool");
+    expect_bad(verify_only(h, IPU_OP_BINARY, 2, (uint32_t[]){bi, bj}, cy, 1, (int64_t[]){IPU__BIN_POW}), "does not take dtype int32");
+    expect_bad(verify_only(h, IPU_OP_BINARY, 2, (uint32_t[]){bi, bj}, cy, 1, (int64_t[]){IPU__BIN_COUNT}), "unknown binary function");
+    expect_bad(verify_only(h, IPU_OP_BINARY, 2, (uint32_t[]){a, v}, y, 1, (int64_t[]){IPU__BIN_MIN}), "not the broadcast");
+    expect_bad(verify_only(h, IPU_OP_WHERE, 3, (uint32_t[]){bi, bj, bj}, cy, 0, NULL), "expected (bool, T, T) -> T");
+    expect_bad(verify_only(h, IPU_OP_WHERE, 3, (uint32_t[]){v, w, w}, y, 0, NULL), "expected (bool, T, T) -> T");
+    CHECK(verify_only(h, IPU_OP_WHERE, 3, (uint32_t[]){bb, bi, bj}, cy, 0, NULL) == IPU_OK, "where ok");
+    CHECK(verify_only(h, IPU_OP_BINARY, 2, (uint32_t[]){bi, bj}, bc, 1, (int64_t[]){IPU__BIN_EQUAL}) == IPU_OK, "equal ok");
     h->t[w].loc = IPU_LOC_TENSOR_DATA;
     expect_bad(verify_only(h, IPU_OP_RELU, 1, (uint32_t[]){v}, w, 0, NULL), "writes TENSOR_DATA tensor");
     /* COPY onto identical storage is allowed (no-op) */

@@ -30,6 +30,13 @@ ipu__kernel_fn ipu__select_kernel(ipu_opcode op, ipu_dtype dt) {
         case IPU_OP_SOFTMAX:
             return dt == IPU_DTYPE_FLOAT32 ? ipu__k_softmax_f32
                    : dt == IPU_DTYPE_FLOAT16 ? ipu__k_softmax_f16 : NULL;
+        case IPU_OP_UNARY:
+            if (dt == IPU_DTYPE_BOOL) return ipu__k_unary_b8;
+            BY_DTYPE(unary, dt)
+        case IPU_OP_BINARY: /* dt: the inputs' dtype */
+            if (dt == IPU_DTYPE_BOOL) return ipu__k_binary_b8;
+            BY_DTYPE(binary, dt)
+        case IPU_OP_WHERE: return ipu__k_where;
         case IPU_OP_EXPAND: return ipu__k_expand;
         case IPU_OP_CONCAT: return ipu__k_concat;
         case IPU_OP_CAST: return ipu__k_cast;

@@ -386,6 +386,123 @@ static ipu_status plan_flat(ipu__instr *ins, uint64_t count, uint64_t block, ipu
     return IPU_OK;
 }
 
+/* UNARY: attrs fn, p0, p1 (float64 bits for floats; CLIP bounds as integers for int dtypes). */
+static ipu_status v_unary(const vctx *v, const ipu__tensor *x, const ipu__tensor *y,
+                          ipu__instr *ins) {
+    char s1[160], s2[160];
+    int64_t fn = ins->attr[0];
+    ipu_dtype dt = y->desc.dtype;
+    if (fn < 0 || fn >= IPU__UN_COUNT) return bad(v, "unknown unary function %lld", (long long)fn);
+    bool ok = fn == IPU__UN_NOT                 ? dt == IPU_DTYPE_BOOL
+              : fn <= IPU__UN_SIGN || fn == IPU__UN_CLIP ? is_numeric(dt)
+                                                          : is_float(dt);
+    if (!ok) return bad(v, "unary function %lld does not take dtype %s", (long long)fn, dt_str(dt));
+    if (!same_shape(x, y))
+        return bad(v, "output y%s differs from input x%s", shape_str(s1, sizeof s1, y),
+                   shape_str(s2, sizeof s2, x));
+    ipu__unary_plan *p;
+    if (!(p = alloc_plan(sizeof *p))) return plan_nomem();
+    double d0, d1;
+    memcpy(&d0, &ins->attr[1], sizeof d0);
+    memcpy(&d1, &ins->attr[2], sizeof d1);
+    p->fn = (int)fn;
+    p->p0 = (float)d0;
+    p->p1 = (float)d1;
+    p->i0 = ins->attr[1];
+    p->i1 = ins->attr[2];
+    p->numel = y->numel;
+    p->hdr.work = (size_t)ceil_div(y->numel, IPU__ELT_BLOCK);
+    p->hdr.fn = ipu__select_kernel(ins->op, dt);
+    ins->plan = p;
+    return IPU_OK;
+}
+
+/* BINARY (attr fn) and WHERE (cond, x, z): broadcast every input to y; dtype rules. */
+static ipu_status v_nary(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                         ipu__instr *ins) {
+    char s1[160], s2[160];
+    uint32_t n = ins->n_in, nd = y->desc.ndim;
+    ipu_dtype dt = in[n - 1]->desc.dtype;
+    int fn = 0;
+    if (ins->op == IPU_OP_BINARY) {
+        if (ins->attr[0] < 0 || ins->attr[0] >= IPU__BIN_COUNT)
+            return bad(v, "unknown binary function %lld", (long long)ins->attr[0]);
+        fn = (int)ins->attr[0];
+        bool ok = fn == IPU__BIN_POW       ? is_float(dt)
+                  : fn >= IPU__BIN_AND     ? dt == IPU_DTYPE_BOOL
+                  : fn == IPU__BIN_EQUAL   ? is_numeric(dt) || dt == IPU_DTYPE_BOOL
+                                           : is_numeric(dt);
+        if (!ok) return bad(v, "binary function %d does not take dtype %s", fn, dt_str(dt));
+        ipu_dtype want = fn >= IPU__BIN_EQUAL ? IPU_DTYPE_BOOL : dt;
+        if (in[0]->desc.dtype != dt || y->desc.dtype != want)
+            return bad(v, "dtypes %s, %s -> %s, expected %s, %s -> %s", dt_str(in[0]->desc.dtype),
+                       dt_str(dt), dt_str(y->desc.dtype), dt_str(dt), dt_str(dt), dt_str(want));
+    } else {
+        if (in[0]->desc.dtype != IPU_DTYPE_BOOL || in[1]->desc.dtype != dt ||
+            y->desc.dtype != dt || !is_castable(dt))
+            return bad(v, "dtypes (%s, %s, %s) -> %s, expected (bool, T, T) -> T",
+                       dt_str(in[0]->desc.dtype), dt_str(in[1]->desc.dtype), dt_str(dt),
+                       dt_str(y->desc.dtype));
+        fn = (int)ipu_dtype_size(dt);
+    }
+    /* y must be exactly the broadcast of the inputs' shapes */
+    uint32_t maxnd = 0;
+    for (uint32_t k = 0; k < n; k++)
+        if (in[k]->desc.ndim > maxnd) maxnd = in[k]->desc.ndim;
+    bool ok = maxnd == nd;
+    for (uint32_t i = 0; ok && i < nd; i++) {
+        int64_t want = 1, dy = y->desc.dims[nd - 1 - i];
+        for (uint32_t k = 0; ok && k < n; k++) {
+            const ipu__tensor *t = in[k];
+            int64_t d = i < t->desc.ndim ? t->desc.dims[t->desc.ndim - 1 - i] : 1;
+            if (d != 1 && want != 1 && d != want) ok = false;
+            if (d != 1) want = d;
+        }
+        ok = ok && dy == want;
+    }
+    if (!ok)
+        return bad(v, "output y%s is not the broadcast of the inputs (first input %s)",
+                   shape_str(s1, sizeof s1, y), shape_str(s2, sizeof s2, in[0]));
+    ipu__nary_plan *p;
+    if (!(p = alloc_plan(sizeof *p))) return plan_nomem();
+    int64_t shape[IPU_MAX_DIMS];
+    memcpy(shape, y->desc.dims, sizeof shape);
+    for (uint32_t k = 0; k < n; k++) {
+        bcast_strides(in[k], 0, nd, y->desc.dims, p->st[k]);
+        p->ies[k] = (uint32_t)ipu_dtype_size(in[k]->desc.dtype);
+    }
+    /* collapse: drop size-1 dims, merge dims contiguous in every input */
+    uint32_t o = 0;
+    for (uint32_t d = 0; d < nd; d++) {
+        if (shape[d] == 1) continue;
+        bool merge = o > 0;
+        for (uint32_t k = 0; merge && k < n; k++)
+            merge = p->st[k][o - 1] == p->st[k][d] * shape[d];
+        if (merge) {
+            p->shape[o - 1] *= shape[d];
+            for (uint32_t k = 0; k < n; k++) p->st[k][o - 1] = p->st[k][d];
+        } else {
+            p->shape[o] = shape[d];
+            for (uint32_t k = 0; k < n; k++) p->st[k][o] = p->st[k][d];
+            o++;
+        }
+    }
+    if (o == 0) {
+        p->shape[0] = 1;
+        for (uint32_t k = 0; k < n; k++) p->st[k][0] = 0;
+        o = 1;
+    }
+    p->ndim = o;
+    p->n_in = n;
+    p->fn = fn;
+    p->yes = (uint32_t)ipu_dtype_size(y->desc.dtype);
+    p->numel = y->numel;
+    p->hdr.work = (size_t)ceil_div(y->numel, IPU__ELT_BLOCK);
+    p->hdr.fn = ipu__select_kernel(ins->op, dt);
+    ins->plan = p;
+    return IPU_OK;
+}
+
 static bool overlaps(const ipu__tensor *a, const ipu__tensor *b) {
     if (a->loc != IPU_LOC_ARENA || b->loc != IPU_LOC_ARENA) return false;
     if (a->desc.nbytes == 0 || b->desc.nbytes == 0) return false;
@@ -444,6 +561,8 @@ ipu_status ipu__verify_instr(const ipu_executable *e, uint32_t program_id, int i
         case IPU_OP_CONCAT: want_attr = 1; break;
         case IPU_OP_REDUCE_SUM: case IPU_OP_REDUCE_MEAN: case IPU_OP_SOFTMAX: want_attr = 3; break;
         case IPU_OP_TRANSPOSE: want_attr = in[0]->desc.ndim; break;
+        case IPU_OP_UNARY: want_attr = 3; break;
+        case IPU_OP_BINARY: want_attr = 1; break;
         default: break;
     }
     if (ins->n_attr != want_attr) return bad(v, "%u attributes, expected %u", ins->n_attr, want_attr);
@@ -459,7 +578,8 @@ ipu_status ipu__verify_instr(const ipu_executable *e, uint32_t program_id, int i
             break;
         default: break;
     }
-    if (op != IPU_OP_CAST && op != IPU_OP_COPY && op != IPU_OP_CONCAT)
+    if (op != IPU_OP_CAST && op != IPU_OP_COPY && op != IPU_OP_CONCAT && op != IPU_OP_BINARY &&
+        op != IPU_OP_WHERE)
         for (uint32_t i = 0; i < ins->n_in; i++)
             if (in[i]->desc.dtype != dt)
                 return bad(v, "input %u has dtype %s, output %s", i, dt_str(in[i]->desc.dtype),
@@ -516,6 +636,8 @@ ipu_status ipu__verify_instr(const ipu_executable *e, uint32_t program_id, int i
                            shape_str(s2, sizeof s2, in[0]));
             return plan_flat(ins, y->numel, IPU__ELT_BLOCK, in[0]->desc.dtype, dt);
         case IPU_OP_TRANSPOSE: return v_transpose(v, in[0], y, ins);
+        case IPU_OP_UNARY: return v_unary(v, in[0], y, ins);
+        case IPU_OP_BINARY: case IPU_OP_WHERE: return v_nary(v, in, y, ins);
         default: return bad(v, "unhandled opcode");
     }
 }

@@ -76,6 +76,41 @@ typedef struct ipu__red_plan {
     int64_t outer, red, inner, nib;
 } ipu__red_plan;
 
+/* UNARY attr 0 and BINARY attr 0 (docs/bytecode.md; same values as UnaryFn/BinaryFn in
+ * pyipu/compiler/ir.py). */
+typedef enum ipu__unary_fn {
+    IPU__UN_NEG, IPU__UN_ABS, IPU__UN_SIGN, IPU__UN_SIGMOID, IPU__UN_TANH, IPU__UN_EXP,
+    IPU__UN_LOG, IPU__UN_SQRT, IPU__UN_ERF, IPU__UN_RECIPROCAL, IPU__UN_SIN, IPU__UN_COS,
+    IPU__UN_FLOOR, IPU__UN_CEIL, IPU__UN_ROUND, IPU__UN_SOFTPLUS, IPU__UN_LEAKY_RELU,
+    IPU__UN_ELU, IPU__UN_HARD_SIGMOID, IPU__UN_CLIP, IPU__UN_NOT, IPU__UN_COUNT
+} ipu__unary_fn;
+typedef enum ipu__binary_fn {
+    IPU__BIN_POW, IPU__BIN_MIN, IPU__BIN_MAX, IPU__BIN_EQUAL, IPU__BIN_LESS, IPU__BIN_GREATER,
+    IPU__BIN_LESS_EQUAL, IPU__BIN_GREATER_EQUAL, IPU__BIN_AND, IPU__BIN_OR, IPU__BIN_XOR,
+    IPU__BIN_COUNT
+} ipu__binary_fn;
+
+/* UNARY: flat element ranges (input and output have the same shape). */
+typedef struct ipu__unary_plan {
+    ipu__plan hdr;
+    uint64_t numel;
+    int fn;
+    float p0, p1;     /* float parameters (alpha, beta, clip bounds) */
+    int64_t i0, i1;   /* CLIP bounds for integer dtypes */
+} ipu__unary_plan;
+
+/* BINARY (n_in = 2) and WHERE (n_in = 3): flat output ranges, collapsed broadcast strides of
+ * every input in elements (0 = broadcast); element sizes may differ between inputs and y. */
+typedef struct ipu__nary_plan {
+    ipu__plan hdr;
+    uint64_t numel;
+    int fn;
+    uint32_t ndim, n_in;
+    uint32_t ies[3], yes;
+    int64_t shape[IPU_MAX_DIMS];
+    int64_t st[3][IPU_MAX_DIMS];
+} ipu__nary_plan;
+
 /* dispatch.c: the kernel for an opcode and (first input's / output's) dtype, NULL if none.
  * For CAST the kernel is dtype-generic. */
 ipu__kernel_fn ipu__select_kernel(ipu_opcode op, ipu_dtype dtype);
@@ -111,6 +146,11 @@ IPU__KDECL(ipu__k_gemm_f32);
 IPU__KDECL(ipu__k_gemm_f16);
 IPU__KDECL(ipu__k_softmax_f32);
 IPU__KDECL(ipu__k_softmax_f16);
+IPU__K4(unary);
+IPU__KDECL(ipu__k_unary_b8);
+IPU__K4(binary);
+IPU__KDECL(ipu__k_binary_b8);
+IPU__KDECL(ipu__k_where);
 #undef IPU__K4
 
 /* gemm_f32.c: C[m x n] (row stride ldc, float32) = op(A)[m x k] * op(B)[k x n], m <= IPU__MM_MB.

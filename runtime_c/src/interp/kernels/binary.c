@@ -1,0 +1,184 @@
+/* BINARY (POW, MIN, MAX, comparisons, AND/OR/XOR; ipu__binary_fn) and WHERE, with numpy
+ * broadcasting of 2 or 3 inputs (ipu__nary_plan, same scheme as the ADD plan). float16 is
+ * computed in float32; comparisons write bool (one byte, 0 or 1). Work item = IPU__ELT_BLOCK
+ * output elements. */
+#include <math.h>
+
+#include "kernels.h"
+
+/* Inner run: n elements; in[k] points at input k's first element, s[k] is 0 or 1. */
+typedef void (*nary_inner)(const void *const *in, const int64_t *s, void *y, size_t n, int fn);
+
+static void nary_run(const ipu__nary_plan *p, const void *const *base, void *y, size_t b,
+                     size_t e, nary_inner fn) {
+    uint64_t lo = (uint64_t)b * IPU__ELT_BLOCK, hi = (uint64_t)e * IPU__ELT_BLOCK;
+    if (hi > p->numel) hi = p->numel;
+    uint32_t nd = p->ndim, last = nd - 1, k, ni = p->n_in;
+    int64_t idx[IPU_MAX_DIMS], s[3];
+    uint64_t r = lo;
+    for (uint32_t d = nd; d-- > 0;) {
+        idx[d] = (int64_t)(r % (uint64_t)p->shape[d]);
+        r /= (uint64_t)p->shape[d];
+    }
+    for (k = 0; k < ni; k++) s[k] = p->st[k][last];
+    while (lo < hi) {
+        const void *in[3];
+        for (k = 0; k < ni; k++) {
+            int64_t o = 0;
+            for (uint32_t d = 0; d < nd; d++) o += idx[d] * p->st[k][d];
+            in[k] = (const char *)base[k] + (size_t)o * p->ies[k];
+        }
+        uint64_t run = (uint64_t)(p->shape[last] - idx[last]);
+        if (run > hi - lo) run = hi - lo;
+        fn(in, s, (char *)y + lo * p->yes, (size_t)run, p->fn);
+        lo += run;
+        idx[last] += (int64_t)run;
+        for (uint32_t d = last; d > 0 && idx[d] == p->shape[d]; d--) {
+            idx[d] = 0;
+            idx[d - 1]++;
+        }
+    }
+}
+
+/* y[i] = EXPR(x, z) with x, z the inputs' elements; strides 0/1 give four vectorisable loops. */
+#define LOOP2(TI, yp, EXPR)                                                     \
+    do {                                                                        \
+        if (sa && sb) {                                                         \
+            for (size_t i = 0; i < n; i++) {                                    \
+                TI x = a[i], z = b[i];                                          \
+                yp[i] = (EXPR);                                                 \
+            }                                                                   \
+        } else if (sa) {                                                        \
+            const TI z = b[0];                                                  \
+            for (size_t i = 0; i < n; i++) {                                    \
+                TI x = a[i];                                                    \
+                yp[i] = (EXPR);                                                 \
+            }                                                                   \
+        } else if (sb) {                                                        \
+            const TI x = a[0];                                                  \
+            for (size_t i = 0; i < n; i++) {                                    \
+                TI z = b[i];                                                    \
+                yp[i] = (EXPR);                                                 \
+            }                                                                   \
+        } else {                                                                \
+            const TI x = a[0], z = b[0];                                        \
+            for (size_t i = 0; i < n; i++) yp[i] = (EXPR);                      \
+        }                                                                       \
+    } while (0)
+
+#define CMP_CASES(T)                                                          \
+    case IPU__BIN_EQUAL: LOOP2(T, yb, (uint8_t)(x == z)); break;              \
+    case IPU__BIN_LESS: LOOP2(T, yb, (uint8_t)(x < z)); break;                \
+    case IPU__BIN_GREATER: LOOP2(T, yb, (uint8_t)(x > z)); break;             \
+    case IPU__BIN_LESS_EQUAL: LOOP2(T, yb, (uint8_t)(x <= z)); break;         \
+    case IPU__BIN_GREATER_EQUAL: LOOP2(T, yb, (uint8_t)(x >= z)); break
+
+/* MIN/MAX like numpy's minimum/maximum: a NaN operand gives NaN. */
+static void bin_f32(const void *const *in, const int64_t *s, void *vy, size_t n, int fn) {
+    const float *a = in[0], *b = in[1];
+    int64_t sa = s[0], sb = s[1];
+    float *restrict y = vy;
+    uint8_t *restrict yb = vy;
+    switch (fn) {
+        case IPU__BIN_POW: LOOP2(float, y, powf(x, z)); break;
+        case IPU__BIN_MIN: LOOP2(float, y, (x != x || x < z) ? x : z); break;
+        case IPU__BIN_MAX: LOOP2(float, y, (x != x || x > z) ? x : z); break;
+        CMP_CASES(float);
+        default: break;
+    }
+}
+
+#define BIN_INT(sfx, T)                                                                   \
+    static void bin_##sfx(const void *const *in, const int64_t *s, void *vy, size_t n,   \
+                          int fn) {                                                      \
+        const T *a = in[0], *b = in[1];                                                  \
+        int64_t sa = s[0], sb = s[1];                                                    \
+        T *restrict y = vy;                                                              \
+        uint8_t *restrict yb = vy;                                                       \
+        switch (fn) {                                                                    \
+            case IPU__BIN_MIN: LOOP2(T, y, x < z ? x : z); break;                        \
+            case IPU__BIN_MAX: LOOP2(T, y, x > z ? x : z); break;                        \
+            CMP_CASES(T);                                                                \
+            default: break;                                                              \
+        }                                                                                \
+    }
+BIN_INT(i32, int32_t)
+BIN_INT(i64, int64_t)
+
+/* bool: EQUAL, AND, OR, XOR on the truth values. */
+static void bin_b8(const void *const *in, const int64_t *s, void *vy, size_t n, int fn) {
+    const uint8_t *a = in[0], *b = in[1];
+    int64_t sa = s[0], sb = s[1];
+    uint8_t *restrict yb = vy;
+    switch (fn) {
+        case IPU__BIN_EQUAL: LOOP2(uint8_t, yb, (uint8_t)((x != 0) == (z != 0))); break;
+        case IPU__BIN_AND: LOOP2(uint8_t, yb, (uint8_t)((x != 0) & (z != 0))); break;
+        case IPU__BIN_OR: LOOP2(uint8_t, yb, (uint8_t)((x != 0) | (z != 0))); break;
+        case IPU__BIN_XOR: LOOP2(uint8_t, yb, (uint8_t)((x != 0) ^ (z != 0))); break;
+        default: break;
+    }
+}
+
+/* float16: convert chunks to float32, run the float32 loop, round back (or write bools). */
+#define F16_CHUNK 256
+static void bin_f16(const void *const *in, const int64_t *s, void *vy, size_t n, int fn) {
+    const uint16_t *a = in[0], *b = in[1];
+    float fa[F16_CHUNK], fb[F16_CHUNK], fy[F16_CHUNK];
+    const void *fin[2] = {fa, fb};
+    int cmp = fn >= IPU__BIN_EQUAL;
+    if (!s[0]) fa[0] = ipu__f16_to_f32(a[0]);
+    if (!s[1]) fb[0] = ipu__f16_to_f32(b[0]);
+    for (size_t i = 0; i < n; i += F16_CHUNK) {
+        size_t m = n - i < F16_CHUNK ? n - i : F16_CHUNK;
+        if (s[0]) ipu__cvt_f16_to_f32(a + i, fa, m);
+        if (s[1]) ipu__cvt_f16_to_f32(b + i, fb, m);
+        if (cmp) {
+            bin_f32(fin, s, (uint8_t *)vy + i, m, fn);
+        } else {
+            bin_f32(fin, s, fy, m, fn);
+            ipu__cvt_f32_to_f16(fy, (uint16_t *)vy + i, m);
+        }
+    }
+}
+
+#define BIN_KERNEL(sfx)                                                                        \
+    ipu_status ipu__k_binary_##sfx(const ipu__frame *f, const ipu__instr *ins, size_t b,       \
+                                   size_t e, void *scratch) {                                  \
+        (void)scratch;                                                                         \
+        const void *base[2] = {f->ptr[ins->in[0]], f->ptr[ins->in[1]]};                        \
+        nary_run(ins->plan, base, f->ptr[ins->out[0]], b, e, bin_##sfx);                       \
+        return IPU_OK;                                                                         \
+    }
+BIN_KERNEL(f32)
+BIN_KERNEL(f16)
+BIN_KERNEL(i32)
+BIN_KERNEL(i64)
+BIN_KERNEL(b8)
+
+/* WHERE: y = cond ? x : z, selected on element size (any dtype). */
+#define WHERE_LOOP(T)                                                             \
+    do {                                                                          \
+        const T *x = in[1], *z = in[2];                                           \
+        T *restrict y = vy;                                                       \
+        for (size_t i = 0; i < n; i++)                                            \
+            y[i] = c[(size_t)s[0] * i] ? x[(size_t)s[1] * i] : z[(size_t)s[2] * i]; \
+    } while (0)
+
+static void where_inner(const void *const *in, const int64_t *s, void *vy, size_t n, int es) {
+    const uint8_t *c = in[0];
+    switch (es) {
+        case 1: WHERE_LOOP(uint8_t); break;
+        case 2: WHERE_LOOP(uint16_t); break;
+        case 4: WHERE_LOOP(uint32_t); break;
+        case 8: WHERE_LOOP(uint64_t); break;
+        default: break;
+    }
+}
+
+ipu_status ipu__k_where(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
+                        void *scratch) {
+    (void)scratch;
+    const void *base[3] = {f->ptr[ins->in[0]], f->ptr[ins->in[1]], f->ptr[ins->in[2]]};
+    nary_run(ins->plan, base, f->ptr[ins->out[0]], b, e, where_inner);
+    return IPU_OK;
+}
