@@ -263,6 +263,61 @@ def softmax(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=1, keepdims=True)
 
 
+# ---------------------------------------------------------------- convolution, pooling
+
+
+def _window(k: int, d: int, s: int, n_out: int) -> slice:
+    """Positions tap k reads in a padded axis for outputs 0..n_out-1."""
+    return slice(k * d, k * d + s * (n_out - 1) + 1, s)
+
+
+@kernel(Op.CONV2D)
+def conv2d(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
+    g, sh, sw, dh, dw, pt, pl, pb, pr = (int(a) for a in ins.attrs)
+    x, w, *bias = _args(xs)
+    n = x.shape[0]
+    m, cig, kh_, kw_ = w.shape
+    oh, ow = y.shape[2:]
+    xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+    xp = xp.reshape(n, g, cig, *xp.shape[2:])
+    wg = w.reshape(g, m // g, cig, kh_, kw_)
+    out = np.zeros((n, g, m // g, oh, ow), np.float32)
+    for kh in range(kh_):
+        for kw in range(kw_):
+            patch = xp[..., _window(kh, dh, sh, oh), _window(kw, dw, sw, ow)]
+            out += np.einsum("ngchw,gmc->ngmhw", patch, wg[..., kh, kw])
+    out = out.reshape(n, m, oh, ow)
+    if bias:
+        out = out + bias[0][:, None, None]
+    return out
+
+
+@kernel(Op.POOL2D)
+def pool2d(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
+    kind, kh_, kw_, sh, sw, pt, pl, pb, pr, cip, dh, dw = (int(a) for a in ins.attrs)
+    (x,) = _args(xs)
+    h, w = x.shape[2:]
+    oh, ow = y.shape[2:]
+    eh = max(0, (oh - 1) * sh + (kh_ - 1) * dh + 1 - (h + pt + pb))  # ceil-mode overhang
+    ew = max(0, (ow - 1) * sw + (kw_ - 1) * dw + 1 - (w + pl + pr))
+    pads = ((pt, pb + eh), (pl, pr + ew))
+    xp = np.pad(x, ((0, 0), (0, 0), *pads), constant_values=-np.inf if kind == 0 else 0)
+    valid = np.pad(np.ones((h, w), np.float32), pads)
+    inpad = np.pad(np.ones((h + pt + pb, w + pl + pr), np.float32), ((0, eh), (0, ew)))
+    acc = np.full((*x.shape[:2], oh, ow), -np.inf if kind == 0 else 0, np.float32)
+    cnt = np.zeros((oh, ow), np.float32)
+    for kh in range(kh_):
+        for kw in range(kw_):
+            sl = (_window(kh, dh, sh, oh), _window(kw, dw, sw, ow))
+            v = xp[(..., *sl)]
+            acc = np.maximum(acc, v) if kind == 0 else acc + v
+            cnt += (inpad if cip else valid)[sl]
+    if kind == 0:
+        return acc
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return acc / cnt
+
+
 # ---------------------------------------------------------------- the machine
 
 

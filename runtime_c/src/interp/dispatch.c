@@ -12,6 +12,8 @@
         default: return NULL;                     \
     }
 
+static int is_f(ipu_dtype dt) { return dt == IPU_DTYPE_FLOAT32 || dt == IPU_DTYPE_FLOAT16; }
+
 ipu__kernel_fn ipu__select_kernel(ipu_opcode op, ipu_dtype dt) {
     switch (op) {
         case IPU_OP_BIND: return ipu__k_bind;
@@ -37,6 +39,8 @@ ipu__kernel_fn ipu__select_kernel(ipu_opcode op, ipu_dtype dt) {
             if (dt == IPU_DTYPE_BOOL) return ipu__k_binary_b8;
             BY_DTYPE(binary, dt)
         case IPU_OP_WHERE: return ipu__k_where;
+        case IPU_OP_CONV2D: return is_f(dt) ? ipu__k_conv2d : NULL;
+        case IPU_OP_POOL2D: return is_f(dt) ? ipu__k_pool2d : NULL;
         case IPU_OP_EXPAND: return ipu__k_expand;
         case IPU_OP_CONCAT: return ipu__k_concat;
         case IPU_OP_CAST: return ipu__k_cast;

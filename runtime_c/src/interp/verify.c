@@ -7,15 +7,9 @@
 
 #include "interp.h"
 #include "kernels/kernels.h"
+#include "verify_internal.h"
 
-typedef struct vctx {
-    const ipu_executable *e;
-    const ipu__instr *ins;
-    uint32_t prog, idx;
-    const char *opname;
-} vctx;
-
-__attribute__((format(printf, 2, 3))) static ipu_status bad(const vctx *v, const char *fmt, ...) {
+ipu_status (ipu__vbad)(const vctx *v, const char *fmt, ...) {
     char msg[384];
     va_list ap;
     va_start(ap, fmt);
@@ -26,7 +20,7 @@ __attribute__((format(printf, 2, 3))) static ipu_status bad(const vctx *v, const
 }
 
 /* "[2,3,4]" (truncated with "..." if long). */
-static const char *shape_str(char *buf, size_t cap, const ipu__tensor *t) {
+const char *(ipu__shape_str)(char *buf, size_t cap, const ipu__tensor *t) {
     size_t n = 0;
     buf[n++] = '[';
     for (uint32_t d = 0; d < t->desc.ndim && n + 24 < cap; d++)
@@ -563,6 +557,8 @@ ipu_status ipu__verify_instr(const ipu_executable *e, uint32_t program_id, int i
         case IPU_OP_TRANSPOSE: want_attr = in[0]->desc.ndim; break;
         case IPU_OP_UNARY: want_attr = 3; break;
         case IPU_OP_BINARY: want_attr = 1; break;
+        case IPU_OP_CONV2D: want_attr = 9; break;
+        case IPU_OP_POOL2D: want_attr = 12; break;
         default: break;
     }
     if (ins->n_attr != want_attr) return bad(v, "%u attributes, expected %u", ins->n_attr, want_attr);
@@ -573,7 +569,7 @@ ipu_status ipu__verify_instr(const ipu_executable *e, uint32_t program_id, int i
         case IPU_OP_RELU: case IPU_OP_REDUCE_SUM: case IPU_OP_REDUCE_MEAN:
             if (!is_numeric(dt)) return bad(v, "dtype %s is not numeric", dt_str(dt));
             break;
-        case IPU_OP_GEMM: case IPU_OP_SOFTMAX:
+        case IPU_OP_GEMM: case IPU_OP_SOFTMAX: case IPU_OP_CONV2D: case IPU_OP_POOL2D:
             if (!is_float(dt)) return bad(v, "dtype %s is not float32/float16", dt_str(dt));
             break;
         default: break;
@@ -638,6 +634,8 @@ ipu_status ipu__verify_instr(const ipu_executable *e, uint32_t program_id, int i
         case IPU_OP_TRANSPOSE: return v_transpose(v, in[0], y, ins);
         case IPU_OP_UNARY: return v_unary(v, in[0], y, ins);
         case IPU_OP_BINARY: case IPU_OP_WHERE: return v_nary(v, in, y, ins);
+        case IPU_OP_CONV2D: return ipu__verify_conv2d(v, in, y, ins);
+        case IPU_OP_POOL2D: return ipu__verify_pool2d(v, in[0], y, ins);
         default: return bad(v, "unhandled opcode");
     }
 }

@@ -76,6 +76,27 @@ typedef struct ipu__red_plan {
     int64_t outer, red, inner, nib;
 } ipu__red_plan;
 
+/* CONV2D: x[N,C,H,W] * w[M,C/G,KH,KW] (+ bias[M]) -> y[N,M,OH,OW]. Work item = (n, group,
+ * block of IPU__MM_MB output channels of the group, block of `rows` output rows). The GEMM path
+ * im2cols tiles of P output pixels x KCH rows of K = Cig*KH*KW into scratch (after the first
+ * IPU__CONV_SG_BYTES, which ipu__sgemm uses); `direct`: depthwise (Cig = Cog = 1) loop. */
+#define IPU__CONV_SG_BYTES ((size_t)192 << 10)
+typedef struct ipu__conv_plan {
+    ipu__plan hdr;
+    int f16, has_bias, direct, pointwise; /* pointwise: 1x1, stride 1, no pads: no im2col */
+    int64_t N, C, H, W, M, OH, OW, KH, KW, G, Cig, Cog, K;
+    int64_t sh, sw, dh, dw, pt, pl;
+    int64_t mblocks, rows, rblocks, P, KCH;
+} ipu__conv_plan;
+
+/* POOL2D: x[N,C,H,W] -> y[N,C,OH,OW]; work item = (plane n*C + c, block of `rows` rows). */
+typedef struct ipu__pool_plan {
+    ipu__plan hdr;
+    int f16, kind, cip;
+    int64_t H, W, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, pb, pr;
+    int64_t rows, rblocks;
+} ipu__pool_plan;
+
 /* UNARY attr 0 and BINARY attr 0 (docs/bytecode.md; same values as UnaryFn/BinaryFn in
  * pyipu/compiler/ir.py). */
 typedef enum ipu__unary_fn {
@@ -151,6 +172,8 @@ IPU__KDECL(ipu__k_unary_b8);
 IPU__K4(binary);
 IPU__KDECL(ipu__k_binary_b8);
 IPU__KDECL(ipu__k_where);
+IPU__KDECL(ipu__k_conv2d);
+IPU__KDECL(ipu__k_pool2d);
 #undef IPU__K4
 
 /* gemm_f32.c: C[m x n] (row stride ldc, float32) = op(A)[m x k] * op(B)[k x n], m <= IPU__MM_MB.

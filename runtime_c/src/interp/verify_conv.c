@@ -1,0 +1,182 @@
+/* Verifier for CONV2D and POOL2D (docs/bytecode.md): attributes, shapes and the kernel plans
+ * (kernels/kernels.h). Split from verify.c, which dispatches here. */
+#include "kernels/kernels.h"
+#include "verify_internal.h"
+
+static uint64_t ceil_div(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
+static void *alloc_plan(size_t size) { return ipu__calloc(1, size); }
+static ipu_status plan_nomem(void) {
+    return ipu__fail(IPU_ERR_NOMEM, "out of memory allocating an instruction plan");
+}
+#define IPU__ATTR_MAX ((int64_t)1 << 30)
+
+/* Output size of a window of k taps at dilation d over n (+ pads) elements, stride s: floor and
+ * ceil variants; false if the padded input is smaller than the window. */
+static bool win_out(int64_t n, int64_t pa, int64_t pb, int64_t k, int64_t d, int64_t s,
+                    int64_t *lo, int64_t *hi) {
+    int64_t span = n + pa + pb - (d * (k - 1) + 1);
+    if (span < 0) return false;
+    *lo = span / s + 1;
+    *hi = (span + s - 1) / s + 1;
+    return true;
+}
+
+/* attrs [first, first + count) must lie in [lo, IPU__ATTR_MAX]. */
+static ipu_status attr_range(const vctx *v, uint32_t first, uint32_t count, int64_t lo,
+                             const char *const *names) {
+    for (uint32_t i = 0; i < count; i++) {
+        int64_t a = v->ins->attr[first + i];
+        if (a < lo || a > IPU__ATTR_MAX)
+            return bad(v, "%s = %lld outside [%lld, %lld]", names[i], (long long)a,
+                       (long long)lo, (long long)IPU__ATTR_MAX);
+    }
+    return IPU_OK;
+}
+
+ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                         ipu__instr *ins) {
+    static const char *const pos[] = {"group", "stride_h", "stride_w", "dil_h", "dil_w"};
+    static const char *const pads[] = {"pad_top", "pad_left", "pad_bottom", "pad_right"};
+    char s1[160], s2[160], s3[160];
+    const ipu__tensor *x = in[0], *w = in[1], *bias = ins->n_in == 3 ? in[2] : NULL;
+    ipu_status st = attr_range(v, 0, 5, 1, pos);
+    if (!st) st = attr_range(v, 5, 4, 0, pads);
+    if (st) return st;
+    if (x->desc.ndim != 4 || w->desc.ndim != 4 || y->desc.ndim != 4)
+        return bad(v, "x%s, w%s and y%s must be 4-D", shape_str(s1, sizeof s1, x),
+                   shape_str(s2, sizeof s2, w), shape_str(s3, sizeof s3, y));
+    const int64_t *a = ins->attr, *xd = x->desc.dims, *wd = w->desc.dims, *yd = y->desc.dims;
+    int64_t G = a[0], C = xd[1], M = wd[0], KH = wd[2], KW = wd[3];
+    if (C % G || M % G)
+        return bad(v, "group %lld does not divide input channels %lld and output channels %lld",
+                   (long long)G, (long long)C, (long long)M);
+    if (wd[1] != C / G)
+        return bad(v, "w%s: dim 1 must be C/group = %lld", shape_str(s1, sizeof s1, w),
+                   (long long)(C / G));
+    if (KH < 1 || KW < 1 || KH > IPU__ATTR_MAX || KW > IPU__ATTR_MAX)
+        return bad(v, "kernel %lldx%lld outside [1, %lld]", (long long)KH, (long long)KW,
+                   (long long)IPU__ATTR_MAX);
+    if (bias && (bias->desc.ndim != 1 || bias->desc.dims[0] != M))
+        return bad(v, "bias%s must be [%lld]", shape_str(s1, sizeof s1, bias), (long long)M);
+    int64_t oh, ohc, ow, owc;
+    if (!win_out(xd[2], a[5], a[7], KH, a[3], a[1], &oh, &ohc) ||
+        !win_out(xd[3], a[6], a[8], KW, a[4], a[2], &ow, &owc))
+        return bad(v, "padded input x%s is smaller than the dilated kernel %lldx%lld",
+                   shape_str(s1, sizeof s1, x), (long long)KH, (long long)KW);
+    if (yd[0] != xd[0] || yd[1] != M || yd[2] != oh || yd[3] != ow)
+        return bad(v, "output y%s, expected [%lld,%lld,%lld,%lld]", shape_str(s1, sizeof s1, y),
+                   (long long)xd[0], (long long)M, (long long)oh, (long long)ow);
+    ipu__conv_plan *p;
+    if (!(p = alloc_plan(sizeof *p))) return plan_nomem();
+    p->f16 = y->desc.dtype == IPU_DTYPE_FLOAT16;
+    p->has_bias = bias != NULL;
+    p->N = xd[0];
+    p->C = C;
+    p->H = xd[2];
+    p->W = xd[3];
+    p->M = M;
+    p->OH = oh;
+    p->OW = ow;
+    p->KH = KH;
+    p->KW = KW;
+    p->G = G;
+    p->Cig = C / G;
+    p->Cog = M / G;
+    p->K = p->Cig * KH * KW; /* <= w.numel */
+    p->sh = a[1];
+    p->sw = a[2];
+    p->dh = a[3];
+    p->dw = a[4];
+    p->pt = a[5];
+    p->pl = a[6];
+    /* direct path scratch: OW + KH*KW floats */
+    uint64_t dbytes = ((uint64_t)ow + (uint64_t)KH * (uint64_t)KW) * sizeof(float);
+    p->pointwise = KH == 1 && KW == 1 && a[1] == 1 && a[2] == 1 && a[5] == 0 && a[6] == 0 &&
+                   a[7] == 0 && a[8] == 0;
+    p->direct = p->Cig == 1 && p->Cog == 1 && dbytes <= IPU__SCRATCH_BYTES;
+    int64_t avail = (int64_t)((IPU__SCRATCH_BYTES - IPU__CONV_SG_BYTES) / sizeof(float));
+    p->P = avail / (2 * IPU__MM_MB + p->K);
+    if (p->P > 512) p->P = 512;
+    if (p->P < 16) p->P = 16;
+    p->KCH = avail / p->P - 2 * IPU__MM_MB;
+    if (p->KCH > p->K) p->KCH = p->K;
+    if (p->direct) {
+        p->mblocks = 1;
+        p->rows = ow >= 4096 ? 1 : 4096 / ow;
+    } else {
+        p->mblocks = (int64_t)ceil_div((uint64_t)p->Cog, (uint64_t)IPU__MM_MB);
+        p->rows = (int64_t)ceil_div((uint64_t)p->P, (uint64_t)ow);
+    }
+    if (p->rows > oh) p->rows = oh;
+    p->rblocks = (int64_t)ceil_div((uint64_t)oh, (uint64_t)p->rows);
+    p->hdr.work = y->numel == 0 ? 0
+                                : (size_t)((uint64_t)p->N * (uint64_t)G * (uint64_t)p->mblocks *
+                                           (uint64_t)p->rblocks);
+    p->hdr.fn = ipu__select_kernel(ins->op, y->desc.dtype);
+    ins->plan = p;
+    return IPU_OK;
+}
+
+ipu_status ipu__verify_pool2d(const vctx *v, const ipu__tensor *x, const ipu__tensor *y,
+                         ipu__instr *ins) {
+    static const char *const pos[] = {"kernel_h", "kernel_w", "stride_h", "stride_w"};
+    static const char *const pads[] = {"pad_top", "pad_left", "pad_bottom", "pad_right"};
+    static const char *const dil[] = {"dil_h", "dil_w"};
+    char s1[160], s2[160];
+    const int64_t *a = ins->attr;
+    if (a[0] != 0 && a[0] != 1) return bad(v, "kind must be 0 (max) or 1 (avg), got %lld", (long long)a[0]);
+    if (a[9] != 0 && a[9] != 1)
+        return bad(v, "count_include_pad must be 0 or 1, got %lld", (long long)a[9]);
+    ipu_status st = attr_range(v, 1, 4, 1, pos);
+    if (!st) st = attr_range(v, 5, 4, 0, pads);
+    if (!st) st = attr_range(v, 10, 2, 1, dil);
+    if (st) return st;
+    if (x->desc.ndim != 4 || y->desc.ndim != 4)
+        return bad(v, "x%s and y%s must be 4-D", shape_str(s1, sizeof s1, x),
+                   shape_str(s2, sizeof s2, y));
+    const int64_t *xd = x->desc.dims, *yd = y->desc.dims;
+    for (int i = 0; i < 2; i++)
+        if (a[5 + i] > (a[1 + i] - 1) * a[10 + i] || a[7 + i] > (a[1 + i] - 1) * a[10 + i])
+            return bad(v, "pads (%lld, %lld) must be smaller than the dilated kernel %lld",
+                       (long long)a[5 + i], (long long)a[7 + i],
+                       (long long)((a[1 + i] - 1) * a[10 + i] + 1));
+    int64_t oh, ohc, ow, owc;
+    if (!win_out(xd[2], a[5], a[7], a[1], a[10], a[3], &oh, &ohc) ||
+        !win_out(xd[3], a[6], a[8], a[2], a[11], a[4], &ow, &owc))
+        return bad(v, "padded input x%s is smaller than the dilated kernel %lldx%lld",
+                   shape_str(s1, sizeof s1, x), (long long)a[1], (long long)a[2]);
+    /* ceil mode: the last window must start inside the input or its top/left padding */
+    bool okh = yd[2] == oh || (yd[2] == ohc && (ohc - 1) * a[3] < xd[2] + a[5]);
+    bool okw = yd[3] == ow || (yd[3] == owc && (owc - 1) * a[4] < xd[3] + a[6]);
+    if (yd[0] != xd[0] || yd[1] != xd[1] || !okh || !okw)
+        return bad(v, "output y%s, expected [%lld,%lld,%lld,%lld] (or the ceil-mode size)",
+                   shape_str(s1, sizeof s1, y), (long long)xd[0], (long long)xd[1],
+                   (long long)oh, (long long)ow);
+    ipu__pool_plan *p;
+    if (!(p = alloc_plan(sizeof *p))) return plan_nomem();
+    p->f16 = y->desc.dtype == IPU_DTYPE_FLOAT16;
+    p->kind = (int)a[0];
+    p->cip = (int)a[9];
+    p->H = xd[2];
+    p->W = xd[3];
+    p->OH = yd[2];
+    p->OW = yd[3];
+    p->KH = a[1];
+    p->KW = a[2];
+    p->sh = a[3];
+    p->sw = a[4];
+    p->pt = a[5];
+    p->pl = a[6];
+    p->pb = a[7];
+    p->pr = a[8];
+    p->dh = a[10];
+    p->dw = a[11];
+    p->rows = p->OW >= 1024 ? 1 : 1024 / p->OW;
+    if (p->rows > p->OH) p->rows = p->OH;
+    p->rblocks = (int64_t)ceil_div((uint64_t)p->OH, (uint64_t)p->rows);
+    p->hdr.work = y->numel == 0 ? 0 : (size_t)((uint64_t)xd[0] * (uint64_t)xd[1] *
+                                               (uint64_t)p->rblocks);
+    p->hdr.fn = ipu__select_kernel(ins->op, y->desc.dtype);
+    ins->plan = p;
+    return IPU_OK;
+}

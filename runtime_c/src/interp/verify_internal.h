@@ -1,0 +1,29 @@
+/* Internal to the verifier (verify.c, verify_conv.c): the context of the instruction being
+ * verified and the helpers that report on it. */
+#ifndef IPU_VERIFY_INTERNAL_H
+#define IPU_VERIFY_INTERNAL_H
+
+#include "interp.h"
+
+typedef struct vctx {
+    const ipu_executable *e;
+    const ipu__instr *ins;
+    uint32_t prog, idx;
+    const char *opname;
+} vctx;
+
+/* IPU_ERR_BAD_PROGRAM with the program id, instruction index and opcode name. */
+__attribute__((format(printf, 2, 3))) ipu_status ipu__vbad(const vctx *v, const char *fmt, ...);
+/* "[2,3,4]" (truncated with "..." if long). */
+const char *ipu__shape_str(char *buf, size_t cap, const ipu__tensor *t);
+
+/* Short names used throughout the verifier. */
+#define bad(...) ipu__vbad(__VA_ARGS__)
+#define shape_str(...) ipu__shape_str(__VA_ARGS__)
+
+ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                              ipu__instr *ins);
+ipu_status ipu__verify_pool2d(const vctx *v, const ipu__tensor *x, const ipu__tensor *y,
+                              ipu__instr *ins);
+
+#endif

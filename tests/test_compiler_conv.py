@@ -1,0 +1,182 @@
+"""Conv, pooling and BatchNormalization: every case compiled, run on the NumPy reference and
+compared with onnxruntime, and run on the C kernels (CONV2D, POOL2D) and compared with the
+reference."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from models import F16, F32, arr, check_op, compile_single_op
+
+from pyipu.compiler import CompileError
+from pyipu.enums import Op
+
+# (x shape, w shape, attrs)
+CONV_CASES = [
+    ((1, 3, 8, 8), (4, 3, 1, 1), {}),
+    ((2, 5, 9, 7), (6, 5, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ((1, 3, 20, 18), (8, 3, 7, 7), {"strides": [2, 2], "pads": [3, 3, 3, 3]}),
+    ((1, 8, 6, 6), (12, 2, 3, 3), {"group": 4, "pads": [1, 1, 1, 1]}),
+    ((2, 6, 10, 9), (6, 1, 3, 3), {"group": 6, "pads": [1, 1, 1, 1]}),
+    ((1, 4, 9, 9), (8, 1, 3, 3), {"group": 4, "strides": [2, 1]}),
+    ((1, 4, 12, 11), (5, 4, 3, 3), {"dilations": [2, 3], "pads": [2, 1, 2, 1]}),
+    ((1, 3, 7, 8), (4, 3, 3, 2), {"pads": [0, 1, 2, 0]}),
+    ((1, 3, 7, 8), (4, 3, 3, 3), {"auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+    ((1, 3, 8, 7), (4, 3, 4, 4), {"auto_pad": "SAME_LOWER", "strides": [2, 3]}),
+    ((1, 3, 7, 8), (4, 3, 3, 3), {"auto_pad": "VALID", "strides": [2, 2]}),
+    ((1, 130, 5, 5), (100, 130, 3, 3), {"pads": [1, 1, 1, 1]}),  # > 96 output channels
+    ((1, 1, 40, 41), (2, 1, 3, 3), {"pads": [1, 1, 1, 1]}),  # several pixel tiles
+    ((1, 600, 4, 4), (3, 600, 5, 5), {"pads": [2, 2, 2, 2]}),  # K chunked (15000 > KCH)
+    ((1, 6, 5, 5), (6, 1, 5, 5), {"group": 6, "dilations": [2, 2], "pads": [4, 3, 2, 4]}),
+]
+
+
+@pytest.mark.parametrize("case", range(len(CONV_CASES)))
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("dt", [F32, F16])
+def test_conv(case: int, bias: bool, dt: Any) -> None:
+    xs, ws, attrs = CONV_CASES[case]
+    x = arr(xs, dt, case, low=-1, high=1)
+    w = arr(ws, dt, case + 100, low=-1, high=1)
+    inputs = [x, w] + ([arr((ws[0],), dt, 7)] if bias else [])
+    k = ws[1] * ws[2] * ws[3]
+    tol = 2e-2 if dt == F16 else 1e-5 * max(1.0, k / 16)
+    prog = check_op("Conv", inputs, attrs, opset=11, tol=tol)
+    assert Op.CONV2D in {i.op for i in prog.program(prog.main_programs[0]).instrs}
+
+
+def test_conv_constant_weights_opset1() -> None:
+    x = arr((2, 3, 6, 6), F32, 1)
+    w = arr((4, 3, 3, 3), F32, 2)
+    check_op("Conv", [x], {"pads": [1, 1, 1, 1]}, opset=1, const_inputs={1: w})
+
+
+def test_conv_1d_rejected() -> None:
+    with pytest.raises(CompileError, match="only 2-D convolution"):
+        compile_single_op("Conv", [arr((1, 2, 5), F32), arr((3, 2, 3), F32)], opset=11)
+
+
+POOL_CASES = [
+    ({"kernel_shape": [2, 2], "strides": [2, 2]}),
+    ({"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ({"kernel_shape": [3, 2], "pads": [1, 0, 2, 1]}),
+    ({"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
+    ({"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": 1}),
+    ({"kernel_shape": [3, 3], "auto_pad": "SAME_UPPER", "strides": [2, 2]}),
+    ({"kernel_shape": [2, 3], "auto_pad": "SAME_LOWER"}),
+    ({"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1}),
+    (
+        {
+            "kernel_shape": [3, 3],
+            "strides": [2, 2],
+            "pads": [1, 1, 1, 1],
+            "ceil_mode": 1,
+            "count_include_pad": 1,
+        }
+    ),
+]
+
+
+@pytest.mark.parametrize("case", range(len(POOL_CASES)))
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+@pytest.mark.parametrize("dt", [F32, F16])
+def test_pool(case: int, op: str, dt: Any) -> None:
+    attrs = dict(POOL_CASES[case])
+    if op == "MaxPool":
+        attrs.pop("count_include_pad", None)
+    check_op(op, [arr((2, 3, 9, 10), dt, case)], attrs, opset=12)
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+@pytest.mark.parametrize("dt", [F32, F16])
+def test_pool_dilated(op: str, dt: Any) -> None:
+    attrs = {"kernel_shape": [2, 3], "dilations": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": 1}
+    check_op(op, [arr((1, 2, 8, 9), dt, 3)], attrs, opset=19)
+
+
+def test_maxpool_indices_rejected() -> None:
+    from models import single_node
+
+    from pyipu.compiler import Compiler
+
+    model = single_node(
+        "MaxPool", [arr((1, 1, 4, 4), F32)], {"kernel_shape": [2, 2]}, opset=12, num_outputs=2
+    )
+    with pytest.raises(CompileError, match="Indices"):
+        Compiler().compile(model)
+
+
+@pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool"])
+@pytest.mark.parametrize("dt", [F32, F16])
+def test_global_pool(op: str, dt: Any) -> None:
+    check_op(op, [arr((2, 5, 6, 7), dt, 4)], opset=12)
+
+
+@pytest.mark.parametrize("opset", [9, 14, 15])
+@pytest.mark.parametrize("dt", [F32, F16])
+@pytest.mark.parametrize("shape", [(2, 4, 5, 6), (3, 4)])
+def test_batchnorm(opset: int, dt: Any, shape: tuple[int, ...]) -> None:
+    c = shape[1]
+    rng = np.random.default_rng(5)
+    params = [
+        rng.uniform(0.5, 2, c),
+        rng.uniform(-1, 1, c),
+        rng.uniform(-1, 1, c),
+        rng.uniform(0.5, 2, c),
+    ]
+    pdt = F32 if opset >= 15 else dt
+    consts = {i + 1: p.astype(pdt) for i, p in enumerate(params)}
+    check_op(
+        "BatchNormalization",
+        [arr(shape, dt, 6)],
+        {"epsilon": 1e-3},
+        opset=opset,
+        const_inputs=consts,
+    )
+
+
+def _tampered(op: str, inputs: list[np.ndarray], attrs: dict, pos: int, value: int) -> Any:
+    """The executable of one node with attribute `pos` of its instruction replaced."""
+    import dataclasses
+
+    from pyipu.compiler import Executable
+
+    exe, feeds, _ = compile_single_op(op, inputs, attrs, opset=12)
+    ir = exe.program
+    progs = []
+    for p in ir.programs:
+        instrs = tuple(
+            dataclasses.replace(i, attrs=i.attrs[:pos] + (value,) + i.attrs[pos + 1 :])
+            if i.op in (Op.CONV2D, Op.POOL2D)
+            else i
+            for i in p.instrs
+        )
+        progs.append(dataclasses.replace(p, instrs=instrs))
+    return Executable.from_program(dataclasses.replace(ir, programs=tuple(progs))), feeds
+
+
+@pytest.mark.parametrize(
+    "op,pos,value,text",
+    [
+        ("Conv", 0, 3, "group 3 does not divide"),
+        ("Conv", 1, 0, "stride_h = 0 outside"),
+        ("Conv", 5, -1, "pad_top = -1 outside"),
+        ("Conv", 6, 1, r"output y\[1,4,4,4\], expected \[1,4,4,5\]"),
+        ("MaxPool", 0, 2, "kind must be 0"),
+        ("MaxPool", 9, 2, "count_include_pad must be 0 or 1"),
+        ("MaxPool", 5, 3, "pads .* must be smaller than the dilated kernel"),
+        ("MaxPool", 3, 1, "output y.* expected"),
+    ],
+)
+def test_verifier_rejects(op: str, pos: int, value: int, text: str) -> None:
+    from models import run_c
+
+    if op == "Conv":
+        inputs, attrs = [arr((1, 4, 6, 6), F32), arr((4, 2, 3, 3), F32)], {"group": 2}
+    else:
+        inputs, attrs = [arr((1, 2, 6, 6), F32)], {"kernel_shape": [2, 2], "strides": [2, 2]}
+    exe, feeds = _tampered(op, inputs, attrs, pos, value)
+    with pytest.raises(Exception, match=text):
+        run_c(exe, feeds)
