@@ -131,6 +131,18 @@ def test_min_max(op: str, dt: Any, shapes: tuple) -> None:
     assert n_binary == len(shapes) - 1
 
 
+@pytest.mark.parametrize("dt", [F32, F16])
+@pytest.mark.parametrize("shapes", [((3, 4),), *BROADCASTS[:3], ((2, 1, 4), (3, 1), (4,))], ids=str)
+def test_sum(dt: Any, shapes: tuple) -> None:
+    ir = check_op("Sum", [arr(s, dt, k) for k, s in enumerate(shapes)], opset=13)
+    assert sum(i.op == Op.ADD for i in ir.program(1).instrs) == len(shapes) - 1
+
+
+def test_sum_rejects_ints() -> None:
+    with pytest.raises(UnsupportedDTypeError):
+        compile_single_op("Sum", [arr((2,), I32), arr((2,), I32)], opset=13)
+
+
 CMP_OPS = ["Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"]
 
 

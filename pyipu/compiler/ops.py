@@ -191,14 +191,16 @@ for _name, _fn in (("And", BinaryFn.AND), ("Or", BinaryFn.OR), ("Xor", BinaryFn.
     register(_name, 1)(_binary_fn(_fn, lambda _: BOOL_DTYPES))
 
 
-def _variadic(fn: BinaryFn) -> LowerFn:
-    """Min/Max: n inputs lowered as a chain of BINARY instructions; one input is a view."""
+def _variadic(op: Op, attrs: list[int], numeric_since: int | None) -> LowerFn:
+    """Min/Max/Sum: n inputs lowered as a chain of two-input instructions; one input is a view.
+    Integer inputs are allowed from opset `numeric_since` (None: floats only)."""
 
     def lower(n: Node) -> None:
         idx = list(range(len(n.inputs)))
         if not idx or not all(n.has_input(i) for i in idx):
             n.fail("every input is required")
-        dt = n.check_dtype(NUMERIC_DTYPES if n.opset >= 12 else FLOAT_DTYPES, *idx)
+        numeric = numeric_since is not None and n.opset >= numeric_since
+        dt = n.check_dtype(NUMERIC_DTYPES if numeric else FLOAT_DTYPES, *idx)
         shape = _broadcast(n, *(n.shape(i) for i in idx))
         if len(idx) == 1:
             n.set_view(n.input(0), shape)
@@ -208,15 +210,16 @@ def _variadic(fn: BinaryFn) -> LowerFn:
             acc_shape = _broadcast(n, acc_shape, n.shape(i))
             ins = [acc, n.input(i)]
             if i == idx[-1]:
-                n.emit(Op.BINARY, ins, acc_shape, dt, [int(fn)])
+                n.emit(op, ins, acc_shape, dt, attrs)
             else:
-                acc = n.emit_temp(Op.BINARY, ins, acc_shape, dt, [int(fn)], f":{i}")
+                acc = n.emit_temp(op, ins, acc_shape, dt, attrs, f":{i}")
 
     return lower
 
 
-register("Min", 1)(_variadic(BinaryFn.MIN))
-register("Max", 1)(_variadic(BinaryFn.MAX))
+register("Min", 1)(_variadic(Op.BINARY, [int(BinaryFn.MIN)], 12))
+register("Max", 1)(_variadic(Op.BINARY, [int(BinaryFn.MAX)], 12))
+register("Sum", 1)(_variadic(Op.ADD, [], None))
 
 
 @register("Where", 9)
