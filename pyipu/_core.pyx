@@ -31,7 +31,7 @@ BIND_TENSOR_DATA = IPU_BIND_TENSOR_DATA
 
 
 def enum_table(str kind):
-    """(name, value) pairs of a C enum table: 'status', 'dtype' or 'op'."""
+    """(name, value) pairs of a C enum table: 'status', 'dtype', 'op', 'unary' or 'binary'."""
     cdef int v
     cdef const char *s
     out = []
@@ -44,6 +44,10 @@ def enum_table(str kind):
             s = ipu_dtype_name(v)
         elif kind == "op":
             s = ipu_opcode_name(v)
+        elif kind == "unary":
+            s = ipu_unary_fn_name(v)
+        elif kind == "binary":
+            s = ipu_binary_fn_name(v)
         else:
             raise ValueError(f"unknown enum table {kind!r}")
         if s != NULL:

@@ -1,4 +1,5 @@
-"""IntEnums for statuses, dtypes and opcodes, built from the C tables (runtime_c/include/ipu/*.def).
+"""IntEnums for statuses, dtypes, opcodes and UNARY/BINARY functions, built from the C tables
+(runtime_c/include/ipu/*.def).
 
 The .def files are the single source of truth: C includes them, and this module reads them through
 the extension, so C, Cython and Python cannot drift apart.
@@ -15,6 +16,9 @@ from pyipu import _core
 Status = IntEnum("Status", _core.enum_table("status"))  # type: ignore[misc]
 DType = IntEnum("DType", [(n.upper(), v) for n, v in _core.enum_table("dtype")])  # type: ignore[misc]
 Op = IntEnum("Op", [(n.upper(), v) for n, v in _core.enum_table("op")])  # type: ignore[misc]
+# Function ids of the UNARY and BINARY opcodes (attribute 0), from ipu_fns.def.
+UnaryFn = IntEnum("UnaryFn", _core.enum_table("unary"))  # type: ignore[misc]
+BinaryFn = IntEnum("BinaryFn", _core.enum_table("binary"))  # type: ignore[misc]
 
 _TO_NUMPY: dict[int, np.dtype] = {
     d.value: np.dtype(d.name.lower())

@@ -13,19 +13,17 @@ import pytest
 from pyipu.compiler.ir import (
     NO_INDEX,
     Anchor,
-    BinaryFn,
     Direction,
     Instr,
     Location,
     ModelIR,
     Program,
     TensorSpec,
-    UnaryFn,
     align,
     dtype_of,
     f64_bits,
 )
-from pyipu.enums import DType, Op
+from pyipu.enums import BinaryFn, DType, Op, UnaryFn
 from pyipu.reference import run
 from pyipu.reference.numpy_interp import int_div, saturating_cast
 

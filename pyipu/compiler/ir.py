@@ -57,48 +57,6 @@ OP_ARITY: dict[int, tuple[int, int, int]] = {
 }
 
 
-class UnaryFn(IntEnum):
-    """UNARY attr 0 (docs/bytecode.md; same values as ipu__unary_fn in kernels/kernels.h)."""
-
-    NEG = 0
-    ABS = 1
-    SIGN = 2
-    SIGMOID = 3
-    TANH = 4
-    EXP = 5
-    LOG = 6
-    SQRT = 7
-    ERF = 8
-    RECIPROCAL = 9
-    SIN = 10
-    COS = 11
-    FLOOR = 12
-    CEIL = 13
-    ROUND = 14
-    SOFTPLUS = 15
-    LEAKY_RELU = 16
-    ELU = 17
-    HARD_SIGMOID = 18
-    CLIP = 19
-    NOT = 20
-
-
-class BinaryFn(IntEnum):
-    """BINARY attr 0 (docs/bytecode.md; same values as ipu__binary_fn in kernels/kernels.h)."""
-
-    POW = 0
-    MIN = 1
-    MAX = 2
-    EQUAL = 3
-    LESS = 4
-    GREATER = 5
-    LESS_EQUAL = 6
-    GREATER_EQUAL = 7
-    AND = 8
-    OR = 9
-    XOR = 10
-
-
 # dtypes a tensor may have ("all dtypes" in docs/bytecode.md) and the numeric subset.
 ALL_DTYPES = frozenset(
     {

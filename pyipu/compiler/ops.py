@@ -17,12 +17,10 @@ from pyipu.compiler.ir import (
     ALL_DTYPES,
     FLOAT_DTYPES,
     NUMERIC_DTYPES,
-    BinaryFn,
-    UnaryFn,
     f64_bits,
 )
 from pyipu.compiler.lower import Node
-from pyipu.enums import DType, Op
+from pyipu.enums import BinaryFn, DType, Op, UnaryFn
 
 LowerFn = Callable[[Node], None]
 REGISTRY: dict[str, dict[int, LowerFn]] = {}

@@ -17,16 +17,14 @@ import numpy as np
 
 from pyipu.compiler.ir import (
     NO_INDEX,
-    BinaryFn,
     Direction,
     Instr,
     Location,
     ModelIR,
-    UnaryFn,
     bits_f64,
     np_dtype,
 )
-from pyipu.enums import DType, Op
+from pyipu.enums import BinaryFn, DType, Op, UnaryFn
 
 Kernel = Callable[[Instr, list[np.ndarray], np.ndarray], np.ndarray]
 KERNELS: dict[int, Kernel] = {}

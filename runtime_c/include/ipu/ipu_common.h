@@ -58,6 +58,9 @@ IPU_API size_t ipu_dtype_size(ipu_dtype t);
 IPU_API const char *ipu_dtype_name(ipu_dtype t);
 /* Lower-case opcode name ("matmul"), or NULL for an unknown opcode. */
 IPU_API const char *ipu_opcode_name(ipu_opcode op);
+/* Names of the UNARY / BINARY function ids (ipu_fns.def, "sigmoid"), NULL when unknown. */
+IPU_API const char *ipu_unary_fn_name(int fn);
+IPU_API const char *ipu_binary_fn_name(int fn);
 
 /* Detailed message of the most recent error on the calling thread (empty string if none).
  * The pointer is valid until the next failing call on this thread. */

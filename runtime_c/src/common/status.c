@@ -65,6 +65,34 @@ const char *ipu_opcode_name(ipu_opcode op) {
     }
 }
 
+const char *ipu_unary_fn_name(int fn) {
+    switch (fn) {
+#define IPU_UNARY(name, value) \
+    case value:                \
+        return #name;
+#define IPU_BINARY(name, value)
+#include "ipu/ipu_fns.def"
+#undef IPU_UNARY
+#undef IPU_BINARY
+        default:
+            return NULL;
+    }
+}
+
+const char *ipu_binary_fn_name(int fn) {
+    switch (fn) {
+#define IPU_UNARY(name, value)
+#define IPU_BINARY(name, value) \
+    case value:                 \
+        return #name;
+#include "ipu/ipu_fns.def"
+#undef IPU_UNARY
+#undef IPU_BINARY
+        default:
+            return NULL;
+    }
+}
+
 static _Thread_local char last_error[512];
 
 ipu_status ipu__fail(ipu_status s, const char *fmt, ...) {

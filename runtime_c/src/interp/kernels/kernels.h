@@ -99,15 +99,21 @@ typedef struct ipu__pool_plan {
 
 /* UNARY attr 0 and BINARY attr 0 (docs/bytecode.md; same values as UnaryFn/BinaryFn in
  * pyipu/compiler/ir.py). */
+/* Function ids of UNARY and BINARY (attribute 0), from ipu/ipu_fns.def. */
 typedef enum ipu__unary_fn {
-    IPU__UN_NEG, IPU__UN_ABS, IPU__UN_SIGN, IPU__UN_SIGMOID, IPU__UN_TANH, IPU__UN_EXP,
-    IPU__UN_LOG, IPU__UN_SQRT, IPU__UN_ERF, IPU__UN_RECIPROCAL, IPU__UN_SIN, IPU__UN_COS,
-    IPU__UN_FLOOR, IPU__UN_CEIL, IPU__UN_ROUND, IPU__UN_SOFTPLUS, IPU__UN_LEAKY_RELU,
-    IPU__UN_ELU, IPU__UN_HARD_SIGMOID, IPU__UN_CLIP, IPU__UN_NOT, IPU__UN_COUNT
+#define IPU_UNARY(name, value) IPU__UN_##name = value,
+#define IPU_BINARY(name, value)
+#include "ipu/ipu_fns.def"
+#undef IPU_UNARY
+#undef IPU_BINARY
+    IPU__UN_COUNT
 } ipu__unary_fn;
 typedef enum ipu__binary_fn {
-    IPU__BIN_POW, IPU__BIN_MIN, IPU__BIN_MAX, IPU__BIN_EQUAL, IPU__BIN_LESS, IPU__BIN_GREATER,
-    IPU__BIN_LESS_EQUAL, IPU__BIN_GREATER_EQUAL, IPU__BIN_AND, IPU__BIN_OR, IPU__BIN_XOR,
+#define IPU_UNARY(name, value)
+#define IPU_BINARY(name, value) IPU__BIN_##name = value,
+#include "ipu/ipu_fns.def"
+#undef IPU_UNARY
+#undef IPU_BINARY
     IPU__BIN_COUNT
 } ipu__binary_fn;
 
