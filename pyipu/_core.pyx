@@ -353,18 +353,21 @@ cdef class Runtime:
         self.closed = False
 
     def __init__(self, Executable executable not None, dict config):
+        # Keys left out keep the C defaults (ipu_runtime_config_default): one source of truth.
         cdef ipu_runtime_config cfg = ipu_runtime_config_default()
         cdef ipu_status s
-        cfg.num_threads = config.get("num_threads", 0)
-        cfg.ring_buffer_size_multiplier = config.get("ring_buffer_size_multiplier", 2)
-        cfg.timeout_ns = config.get("timeout_ns", 10_000_000)
-        cfg.batch_timeout_ns = config.get("batch_timeout_ns", 0)
-        cfg.batching_dim = config.get("batching_dim", IPU_NO_INDEX)
-        cfg.flush_on_waiting_outputs = config.get("flush_on_waiting_outputs", False)
-        cfg.auto_reset = config.get("auto_reset", False)
-        cfg.check_package_hash = config.get("check_package_hash", True)
-        cfg.validate_io_params = config.get("validate_io_params", True)
-        cfg.thread_safe = config.get("thread_safe", True)
+        cfg.num_threads = config.get("num_threads", cfg.num_threads)
+        cfg.ring_buffer_size_multiplier = config.get("ring_buffer_size_multiplier",
+                                                     cfg.ring_buffer_size_multiplier)
+        cfg.timeout_ns = config.get("timeout_ns", cfg.timeout_ns)
+        cfg.batch_timeout_ns = config.get("batch_timeout_ns", cfg.batch_timeout_ns)
+        cfg.batching_dim = config.get("batching_dim", cfg.batching_dim)
+        cfg.flush_on_waiting_outputs = config.get("flush_on_waiting_outputs",
+                                                  cfg.flush_on_waiting_outputs)
+        cfg.auto_reset = config.get("auto_reset", cfg.auto_reset)
+        cfg.check_package_hash = config.get("check_package_hash", cfg.check_package_hash)
+        cfg.validate_io_params = config.get("validate_io_params", cfg.validate_io_params)
+        cfg.thread_safe = config.get("thread_safe", cfg.thread_safe)
         self.executable = executable
         self.n_anchors = executable.info.num_anchors
         self.box = _ErrorBox()
@@ -469,13 +472,14 @@ cdef class Session:
     def __init__(self, Executable executable not None, dict config):
         cdef ipu_session_config cfg = ipu_session_config_default()
         cdef ipu_status st
-        cfg.num_threads = config.get("num_threads", 0)
-        cfg.ring_capacity = config.get("ring_capacity", 0)
-        cfg.timeout_ns = config.get("timeout_ns", 10_000_000)
-        cfg.batch_timeout_ns = config.get("batch_timeout_ns", 0)
-        cfg.batching_dim = config.get("batching_dim", IPU_NO_INDEX)
-        cfg.flush_on_waiting_outputs = config.get("flush_on_waiting_outputs", False)
-        cfg.check_package_hash = config.get("check_package_hash", True)
+        cfg.num_threads = config.get("num_threads", cfg.num_threads)
+        cfg.ring_capacity = config.get("ring_capacity", cfg.ring_capacity)
+        cfg.timeout_ns = config.get("timeout_ns", cfg.timeout_ns)
+        cfg.batch_timeout_ns = config.get("batch_timeout_ns", cfg.batch_timeout_ns)
+        cfg.batching_dim = config.get("batching_dim", cfg.batching_dim)
+        cfg.flush_on_waiting_outputs = config.get("flush_on_waiting_outputs",
+                                                  cfg.flush_on_waiting_outputs)
+        cfg.check_package_hash = config.get("check_package_hash", cfg.check_package_hash)
         self.executable = executable
         self.box = _ErrorBox()
         self.handlers = {}

@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 
 from pyipu import _config, _core
-from pyipu.errors import ClosedError, DTypeError, InvalidArgumentError, InvalidStateError
+from pyipu.errors import ClosedError, InvalidArgumentError, InvalidStateError
 from pyipu.model_runtime.predicates import AnchorCallbackPolicy, Predicate, pred_streamed
 from pyipu.runtime.config import BATCHING_DIM_DISABLED, DeviceWaitConfig
-from pyipu.runtime.descriptors import DataDesc
+from pyipu.runtime.descriptors import DataDesc, check_buffer
 from pyipu.runtime.runner import describe_anchors, load_container
 
 _INPUT = 1
@@ -99,12 +99,14 @@ class Session:
                     "check_package_hash": self.config.check_package_hash,
                 },
             )
-            for anchor, (fn, is_input) in self._handlers.items():
-                d = self._anchors[anchor]
-                self._core.bind(
-                    anchor, _core.BIND_CALLBACK, fn, d.numpy_data_type(), d.shape, is_input
-                )
+            for anchor in self._handlers:
+                self._bind_handler(self._core, anchor)
         return self._core
+
+    def _bind_handler(self, core: _core.Session, anchor: int) -> None:
+        fn, is_input = self._handlers[anchor]
+        d = self._anchors[anchor]
+        core.bind(anchor, _core.BIND_CALLBACK, fn, d.numpy_data_type(), d.shape, is_input)
 
     def _check_not_loaded(self, what: str) -> None:
         if self._loaded:
@@ -126,8 +128,7 @@ class Session:
             raise InvalidArgumentError(f"{name!r} is not an {'input' if is_input else 'output'}")
         self._handlers[i] = (handler, is_input)
         if self._core is not None:
-            d = self._anchors[i]
-            self._core.bind(i, _core.BIND_CALLBACK, handler, d.numpy_data_type(), d.shape, is_input)
+            self._bind_handler(self._core, i)
 
     def create_queue_manager(
         self,
@@ -253,14 +254,7 @@ class _Queue:
         Inputs: called once the data was copied to the device; outputs: once the result was
         written. `rows` > 0: a partial batch along the session's batching_dim."""
         d = self.tensor_info
-        if not isinstance(array, np.ndarray):
-            raise InvalidArgumentError(f"{self.name!r}: expected a numpy.ndarray")
-        if array.dtype != d.numpy_data_type():
-            raise DTypeError(
-                f"{self.name!r}: expected dtype {d.numpy_data_type()}, got {array.dtype}"
-            )
-        if not array.flags.c_contiguous:
-            raise InvalidArgumentError(f"{self.name!r}: array is not C-contiguous")
+        check_buffer(d, array, isinstance(self, OutputQueue))
         if not rows and array.nbytes != d.size_in_bytes:
             raise InvalidArgumentError(
                 f"{self.name!r}: one batch is {d.size_in_bytes} bytes {d.shape}, "
@@ -275,8 +269,3 @@ class InputQueue(_Queue):
 
 class OutputQueue(_Queue):
     """Queue of output buffers for one anchor."""
-
-    def enqueue(self, array: np.ndarray, *args: Any, **kw: Any) -> None:
-        if not array.flags.writeable:
-            raise InvalidArgumentError(f"{self.name!r}: output array is read-only")
-        super().enqueue(array, *args, **kw)

@@ -15,13 +15,12 @@ from pyipu import _config, _core
 from pyipu.enums import DType
 from pyipu.errors import (
     ClosedError,
-    DTypeError,
     InvalidArgumentError,
     NotFoundError,
     ShapeError,
 )
 from pyipu.runtime.config import BATCHING_DIM_DISABLED, RuntimeConfig
-from pyipu.runtime.descriptors import DataDesc
+from pyipu.runtime.descriptors import DataDesc, check_buffer
 
 _INPUT, _OUTPUT = 1, 2
 _live_runners: weakref.WeakSet[Runner] = weakref.WeakSet()
@@ -213,19 +212,7 @@ class Runner:
     def _check_array(desc: DataDesc, array: Any, direction: int, batching_dim: int | None) -> int:
         """Batches (or rows along batching_dim) the array carries, after validating it."""
         kind = "input" if direction == _INPUT else "output"
-        if not isinstance(array, np.ndarray):
-            raise InvalidArgumentError(
-                f"{kind} {desc.name!r} must be a numpy.ndarray, got {type(array).__name__}"
-            )
-        expected = desc.numpy_data_type()
-        if array.dtype != expected:
-            raise DTypeError(f"{kind} {desc.name!r}: expected dtype {expected}, got {array.dtype}")
-        if not array.flags.c_contiguous:
-            raise InvalidArgumentError(
-                f"{kind} {desc.name!r} is not C-contiguous; pass np.ascontiguousarray(array)"
-            )
-        if direction == _OUTPUT and not array.flags.writeable:
-            raise InvalidArgumentError(f"output {desc.name!r} is read-only")
+        array = check_buffer(desc, array, direction == _OUTPUT)
         shape = tuple(desc.shape)
         given = array.shape
         if batching_dim is not None:
