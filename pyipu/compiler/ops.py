@@ -684,3 +684,7 @@ def Shape(n: Node) -> None:  # noqa: N802 - static shapes make Shape a constant
 @register("Size", 1)
 def Size(n: Node) -> None:  # noqa: N802
     n.set_const(np.array(_prod(n.shape(0)), dtype=np.int64))
+
+
+# The other op families register themselves on import (they need `register` defined above).
+from pyipu.compiler import ops_data, ops_reduce  # noqa: E402, F401

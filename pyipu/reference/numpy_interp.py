@@ -443,3 +443,7 @@ def run(
         else:
             out[a.name] = stacked.reshape(n) if n > 1 else stacked.reshape(())
     return out
+
+
+# The other kernel families register themselves on import (they need `kernel` defined above).
+from pyipu.reference import kernels_data, kernels_reduce  # noqa: E402, F401
