@@ -687,4 +687,4 @@ def Size(n: Node) -> None:  # noqa: N802
 
 
 # The other op families register themselves on import (they need `register` defined above).
-from pyipu.compiler import ops_data, ops_reduce  # noqa: E402, F401
+from pyipu.compiler import ops_data, ops_gather, ops_reduce  # noqa: E402, F401

@@ -446,4 +446,4 @@ def run(
 
 
 # The other kernel families register themselves on import (they need `kernel` defined above).
-from pyipu.reference import kernels_data, kernels_reduce  # noqa: E402, F401
+from pyipu.reference import kernels_data, kernels_gather, kernels_reduce  # noqa: E402, F401
