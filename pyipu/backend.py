@@ -15,8 +15,9 @@ Choices (see docs/onnx-support.md):
 * float64 is not an IPU type: a model whose graph inputs or outputs are float64, and float64
   input arrays, are rejected with `pyipu.compiler.UnsupportedDTypeError`. Inputs are never
   silently down-cast.
-* Zero-size tensors (a dim of 0) cannot be IPU anchors: rejected with
-  `pyipu.compiler.UnsupportedError`. 0-d (scalar) tensors are supported.
+* Zero-size tensors (a dim of 0) cannot be IPU anchors: an empty input is compiled in as a
+  constant (it has no data, only a shape); a model whose outputs or intermediates are empty is
+  rejected with `pyipu.compiler.UnsupportedError`. 0-d (scalar) tensors are supported.
 * Devices: "CPU" and "IPU" (the virtual IPU runs on the CPU); "CUDA" is not supported.
 """
 
@@ -184,10 +185,9 @@ class PyipuBackendRep(BackendRep):
             if value.dtype == np.float64:
                 raise UnsupportedDTypeError(f"input {name!r}: {_FLOAT64_MESSAGE}")
             if value.size == 0:
-                raise UnsupportedError(
-                    f"input {name!r} has zero-size shape {list(value.shape)}; IPU anchors "
-                    "cannot be empty"
-                )
+                # An empty tensor carries only its shape: compiled in as a constant (an IPU
+                # anchor cannot be empty), like the inputs frozen in run().
+                self._frozen.add(name)
             # (np.ascontiguousarray would turn a 0-d array into shape (1,))
             feeds[name] = value if value.flags.c_contiguous else value.copy(order="C")
         return feeds

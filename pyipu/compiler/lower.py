@@ -26,12 +26,14 @@ from pyipu.compiler.errors import (
     UnsupportedOpError,
     node_label,
 )
+from pyipu.compiler.functions import body_opset, expand, function_body, tensor_type
 from pyipu.compiler.ir import ALL_DTYPES, MAX_ATTRS, MAX_DIMS, NO_INDEX, Instr, dtype_of
 from pyipu.compiler.onnx_import import (
     ImportedGraph,
     ValueSpec,
     check_declared_shape,
     evaluate_node,
+    is_deterministic,
 )
 from pyipu.enums import DType, Op
 
@@ -165,6 +167,7 @@ class Lowering:
         self.subgraph = subgraph
         self.values: dict[str, int] = {}
         self.output_names: set[str] = set()  # a weight must not take an output's anchor name
+        self.expansions = 0  # function bodies expanded so far (unique name prefixes)
 
     @property
     def constants(self) -> dict[str, np.ndarray]:
@@ -196,25 +199,50 @@ class Lowering:
         self.b.anchors.append(BuildAnchor(spec.name, 1, t, self.subgraph))
         return t
 
-    def lower_node(self, proto: onnx.NodeProto, registry: dict[str, dict[int, Callable]]) -> None:
-        opset = self.graph.opset
+    def lower_node(
+        self,
+        proto: onnx.NodeProto,
+        registry: dict[str, dict[int, Callable]],
+        opset: int | None = None,
+    ) -> None:
+        """Lower one node at `opset` (the graph's unless it comes from a function body)."""
+        opset = self.graph.opset if opset is None else opset
         label = node_label(proto.name, proto.op_type, opset)
         if proto.domain not in ("", "ai.onnx"):
             raise UnsupportedOpError(f"{label}: domain {proto.domain!r} is not supported")
-        if proto.input and all(not i or i in self.constants for i in proto.input):
+        if all(not i or i in self.constants for i in proto.input) and is_deterministic(proto):
             # Inputs became known during lowering (Shape of a static tensor...): fold.
-            results = evaluate_node(proto, [self.constants.get(i) for i in proto.input], self.graph)
+            inputs = [self.constants.get(i) for i in proto.input]
+            results = evaluate_node(proto, inputs, self.graph, opset)
             self.constants.update(zip([o for o in proto.output if o], results, strict=True))
             return
-        versions = registry.get(proto.op_type)
+        versions = registry.get(proto.op_type, {})
+        usable = [v for v in versions if v <= opset]
+        if usable:
+            versions[max(usable)](Node(self, proto, opset, label))
+            return
+        if self._expand_function(proto, registry, opset):
+            return
         if not versions:
             raise UnsupportedOpError(f"{label}: op {proto.op_type} is not supported by pyipu")
-        usable = [v for v in versions if v <= opset]
-        if not usable:
-            raise UnsupportedOpError(
-                f"{label}: {proto.op_type} is supported from opset {min(versions)} only"
-            )
-        versions[max(usable)](Node(self, proto, opset, label))
+        raise UnsupportedOpError(
+            f"{label}: {proto.op_type} is supported from opset {min(versions)} only"
+        )
+
+    def _expand_function(
+        self, proto: onnx.NodeProto, registry: dict[str, dict[int, Callable]], opset: int
+    ) -> bool:
+        """Lower the node's ONNX function body instead of the node, if its schema has one."""
+        types = [tensor_type(*self.spec(i)) if i else onnx.TypeProto() for i in proto.input]
+        body = function_body(proto, types, opset)
+        if body is None:
+            return False
+        self.expansions += 1
+        prefix = f"{proto.name or proto.op_type}:fn{self.expansions}:"
+        inner = body_opset(body, opset)
+        for node in expand(proto, body, prefix, opset):
+            self.lower_node(node, registry, inner)
+        return True
 
     def add_output(self, name: str) -> int:
         """Make `name` an output anchor; gives it its own storage when it would alias."""
@@ -350,6 +378,15 @@ class Node:
     def set_view(self, t: int, shape: Sequence[int], out: int = 0) -> None:
         """Output `out` is `t` seen with another shape: zero-copy."""
         self.low.values[self.outputs[out]] = self.low.b.view(t, shape, self.outputs[out])
+
+    def fold(self) -> None:
+        """Compute every output at compile time; each input must be a constant."""
+        inputs = [
+            self.const(i, "input") if self.has_input(i) else None for i in range(len(self.inputs))
+        ]
+        results = evaluate_node(self.proto, inputs, self.low.graph, self.opset)
+        for i, r in enumerate(results):
+            self.set_const(r, i)
 
     def set_const(self, array: np.ndarray, out: int = 0) -> None:
         if out < len(self.outputs) and self.outputs[out]:

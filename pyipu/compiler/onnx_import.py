@@ -31,6 +31,11 @@ _NONDETERMINISTIC = {
 }
 
 
+def is_deterministic(node: onnx.NodeProto) -> bool:
+    """Whether the node may be computed at compile time when its inputs are known."""
+    return node.op_type not in _NONDETERMINISTIC and node.domain in ("", "ai.onnx")
+
+
 @dataclass(frozen=True)
 class ValueSpec:
     """dtype (ONNX TensorProto number) and static shape of a runtime graph input."""
@@ -148,7 +153,10 @@ def _static_input(vi: onnx.ValueInfoProto) -> ValueSpec:
 
 
 def _run_node(
-    node: onnx.NodeProto, inputs: list[np.ndarray | None], model: onnx.ModelProto
+    node: onnx.NodeProto,
+    inputs: list[np.ndarray | None],
+    model: onnx.ModelProto,
+    opset: int | None = None,
 ) -> list[np.ndarray]:
     """Run one node with onnx.reference on a one-node model: robust for any standard op."""
     from onnx.reference import ReferenceEvaluator
@@ -163,23 +171,25 @@ def _run_node(
         ],
         [helper.make_empty_tensor_value_info(o) for o in node.output if o],
     )
-    one = helper.make_model(
-        graph, opset_imports=list(model.opset_import), ir_version=model.ir_version
-    )
+    imports = list(model.opset_import)
+    if opset is not None:  # a function body's node: its own default-domain opset
+        imports = [o for o in imports if o.domain not in ("", "ai.onnx")]
+        imports.append(helper.make_opsetid("", opset))
+    one = helper.make_model(graph, opset_imports=imports, ir_version=model.ir_version)
     one.functions.extend(model.functions)
     results = ReferenceEvaluator(one).run(None, feeds)
     return [np.asarray(r) for r in results]
 
 
 def evaluate_node(
-    node: onnx.NodeProto, inputs: list[np.ndarray | None], graph: ImportedGraph
+    node: onnx.NodeProto, inputs: list[np.ndarray | None], graph: ImportedGraph, opset: int
 ) -> list[np.ndarray]:
-    """Fold one node of an imported graph (errors name the node)."""
+    """Fold one node of an imported graph at `opset` (errors name the node)."""
     try:
-        return _run_node(node, inputs, graph.model)
+        return _run_node(node, inputs, graph.model, opset)
     except Exception as e:
         raise CompileError(
-            f"constant folding of {node_label(node.name, node.op_type, graph.opset)} failed: {e}"
+            f"constant folding of {node_label(node.name, node.op_type, opset)} failed: {e}"
         ) from e
 
 
@@ -196,7 +206,7 @@ def fold_constants(
     remaining: list[onnx.NodeProto] = []
     for node in nodes:
         known = all(not n or n in constants for n in node.input)
-        if not known or node.op_type in _NONDETERMINISTIC or node.domain not in ("", "ai.onnx"):
+        if not known or not is_deterministic(node):
             remaining.append(node)
             continue
         try:

@@ -507,169 +507,6 @@ def Softmax(n: Node) -> None:  # noqa: N802
     n.emit(Op.SOFTMAX, [n.input(0)], src, dt, attrs)
 
 
-# ---------------------------------------------------------------- convolution, pooling, norms
-
-
-def _ints(n: Node, name: str, default: Sequence[int]) -> list[int]:
-    v = n.attr(name)
-    return list(default) if v is None else [int(a) for a in v]
-
-
-def _spatial_4d(n: Node, what: str) -> tuple[int, ...]:
-    src = n.shape(0)
-    if len(src) != 4:
-        n.fail(f"only 2-D {what} (4-D NCHW input) is supported, got input shape {list(src)}")
-    return src
-
-
-def _pads_2d(
-    n: Node, hw: Sequence[int], kernel: Sequence[int], strides: Sequence[int], dils: Sequence[int]
-) -> list[int]:
-    """[top, left, bottom, right], auto_pad resolved."""
-    auto = n.attr("auto_pad", "NOTSET") or "NOTSET"
-    if auto == "NOTSET":
-        pads = _ints(n, "pads", [0, 0, 0, 0])
-        if len(pads) != 4 or any(p < 0 for p in pads):
-            n.fail(f"pads {pads} must be 4 non-negative values")
-        return pads
-    if auto == "VALID":
-        return [0, 0, 0, 0]
-    if auto not in ("SAME_UPPER", "SAME_LOWER"):
-        n.fail(f"auto_pad {auto!r} is not supported")
-    begin, end = [], []
-    for size, k, s, d in zip(hw, kernel, strides, dils, strict=True):
-        out = -(-size // s)
-        total = max(0, (out - 1) * s + (k - 1) * d + 1 - size)
-        small, big = total // 2, total - total // 2
-        begin.append(small if auto == "SAME_UPPER" else big)
-        end.append(big if auto == "SAME_UPPER" else small)
-    return begin + end
-
-
-def _pos_pair(n: Node, name: str) -> list[int]:
-    v = _ints(n, name, [1, 1])
-    if len(v) != 2 or any(a < 1 for a in v):
-        n.fail(f"{name} {v} must be 2 positive values")
-    return v
-
-
-def _out_dim(size: int, pa: int, pb: int, k: int, d: int, s: int, ceil: bool = False) -> int:
-    span = size + pa + pb - ((k - 1) * d + 1)
-    if span < 0:
-        return 0
-    if not ceil:
-        return span // s + 1
-    out = -(-span // s) + 1
-    return out - 1 if (out - 1) * s >= size + pa else out  # last window must start inside
-
-
-@register("Conv", 1, 11)
-def Conv(n: Node) -> None:  # noqa: N802
-    idx = [i for i in range(3) if n.has_input(i)]
-    dt = n.check_dtype(FLOAT_DTYPES, *idx)
-    src = _spatial_4d(n, "convolution")
-    ws = n.shape(1)
-    if len(ws) != 4:
-        n.shape_error(f"weight shape {list(ws)} must be 4-D")
-    group = int(n.attr("group", 1))
-    if group < 1 or src[1] % group or ws[0] % group or ws[1] * group != src[1]:
-        n.shape_error(f"group {group} does not fit input {list(src)} and weight {list(ws)}")
-    kernel = _ints(n, "kernel_shape", ws[2:])
-    if list(kernel) != list(ws[2:]):
-        n.shape_error(f"kernel_shape {kernel} differs from the weight's {list(ws[2:])}")
-    strides, dils = _pos_pair(n, "strides"), _pos_pair(n, "dilations")
-    pads = _pads_2d(n, src[2:], kernel, strides, dils)
-    out = [
-        _out_dim(src[2 + i], pads[i], pads[2 + i], kernel[i], dils[i], strides[i]) for i in (0, 1)
-    ]
-    if min(out) < 1:
-        n.shape_error(f"input {list(src)} with pads {pads} is smaller than the kernel {kernel}")
-    if n.has_input(2) and n.shape(2) != (ws[0],):
-        n.shape_error(f"bias shape {list(n.shape(2))} must be [{ws[0]}]")
-    attrs = [group, *strides, *dils, *pads]
-    n.emit(Op.CONV2D, [n.input(i) for i in idx], (src[0], ws[0], *out), dt, attrs)
-
-
-def _pool(kind: int) -> LowerFn:
-    def lower(n: Node) -> None:
-        dt = n.check_dtype(FLOAT_DTYPES, 0)
-        src = _spatial_4d(n, "pooling")
-        if len(n.outputs) > 1 and n.outputs[1]:
-            n.fail("the Indices output of MaxPool is not supported")
-        if n.attr("storage_order", 0):
-            n.fail("storage_order=1 is not supported")
-        kernel = _ints(n, "kernel_shape", [])
-        if len(kernel) != 2 or any(k < 1 for k in kernel):
-            n.fail(f"kernel_shape {kernel} must be 2 positive values")
-        strides, dils = _pos_pair(n, "strides"), _pos_pair(n, "dilations")
-        pads = _pads_2d(n, src[2:], kernel, strides, dils)
-        for i in (0, 1):
-            if max(pads[i], pads[2 + i]) >= (kernel[i] - 1) * dils[i] + 1:
-                n.fail(f"pads {pads} must be smaller than the kernel {kernel}")
-        ceil = bool(n.attr("ceil_mode", 0))
-        out = [
-            _out_dim(src[2 + i], pads[i], pads[2 + i], kernel[i], dils[i], strides[i], ceil)
-            for i in (0, 1)
-        ]
-        if min(out) < 1:
-            n.shape_error(f"input {list(src)} with pads {pads} is smaller than the kernel {kernel}")
-        cip = int(n.attr("count_include_pad", 0))
-        attrs = [kind, *kernel, *strides, *pads, cip, *dils]
-        n.emit(Op.POOL2D, [n.input(0)], (*src[:2], *out), dt, attrs)
-
-    return lower
-
-
-register("MaxPool", 1, 8, 10, 11, 12)(_pool(0))
-register("AveragePool", 1, 7, 10, 11, 19)(_pool(1))
-
-
-@register("GlobalAveragePool", 1)
-def GlobalAveragePool(n: Node) -> None:  # noqa: N802
-    dt = n.check_dtype(FLOAT_DTYPES, 0)
-    src = n.shape(0)
-    if len(src) < 3:
-        n.shape_error(f"input {list(src)} must have rank >= 3")
-    out = (*src[:2], *([1] * (len(src) - 2)))
-    n.emit(Op.REDUCE_MEAN, [n.input(0)], out, dt, [_prod(src[:2]), _prod(src[2:]), 1])
-
-
-@register("GlobalMaxPool", 1)
-def GlobalMaxPool(n: Node) -> None:  # noqa: N802
-    dt = n.check_dtype(FLOAT_DTYPES, 0)
-    src = _spatial_4d(n, "global max pooling")
-    attrs = [0, src[2], src[3], 1, 1, 0, 0, 0, 0, 0, 1, 1]
-    n.emit(Op.POOL2D, [n.input(0)], (*src[:2], 1, 1), dt, attrs)
-
-
-@register("BatchNormalization", 9, 14, 15)
-def BatchNormalization(n: Node) -> None:  # noqa: N802 - inference: y = x * scale' + shift'
-    dt = n.check_dtype(FLOAT_DTYPES, 0)
-    if n.attr("training_mode", 0):
-        n.fail("training_mode=1 is not supported (inference only)")
-    if any(o for o in n.outputs[1:]):
-        n.fail("the running mean/variance outputs (training) are not supported")
-    src = n.shape(0)
-    if len(src) < 2:
-        n.shape_error(f"input {list(src)} must have rank >= 2")
-    c = src[1]
-    names = ("scale", "B", "input_mean", "input_var")
-    vals = [np.asarray(n.const(i, names[i - 1]), dtype=np.float64) for i in range(1, 5)]
-    for name, v in zip(names, vals, strict=True):
-        if v.shape != (c,):
-            n.shape_error(f"{name} shape {list(v.shape)} must be [{c}]")
-    scale, bias, mean, var = vals
-    k = scale / np.sqrt(var + float(n.attr("epsilon", 1e-5)))
-    shift = bias - mean * k
-    shape = (c, *([1] * (len(src) - 2)))
-    npdt = np.float16 if dt == DType.FLOAT16 else np.float32
-    b = n.low.b
-    tk = b.weight(n.outputs[0] + ":bn_scale", k.astype(npdt).reshape(shape), n.low.subgraph)
-    ts = b.weight(n.outputs[0] + ":bn_shift", shift.astype(npdt).reshape(shape), n.low.subgraph)
-    t = n.emit_temp(Op.MUL, [n.input(0), tk], src, dt, suffix=":bn_mul")
-    n.emit(Op.ADD, [t, ts], src, dt)
-
-
 # ---------------------------------------------------------------- compile-time values
 
 
@@ -681,10 +518,20 @@ def Shape(n: Node) -> None:  # noqa: N802 - static shapes make Shape a constant
     n.set_const(np.array(dims, dtype=np.int64))
 
 
+def _folded(n: Node) -> None:
+    """Ops whose outputs are compile-time values: their inputs (shape, start/limit...) must be
+    constants, as the output shape depends on them (IPU graphs are static)."""
+    n.fold()
+
+
+for _name, _since in (("Constant", 1), ("ConstantOfShape", 9), ("Range", 11)):
+    register(_name, _since)(_folded)
+
+
 @register("Size", 1)
 def Size(n: Node) -> None:  # noqa: N802
     n.set_const(np.array(_prod(n.shape(0)), dtype=np.int64))
 
 
 # The other op families register themselves on import (they need `register` defined above).
-from pyipu.compiler import ops_data, ops_gather, ops_reduce  # noqa: E402, F401
+from pyipu.compiler import ops_data, ops_gather, ops_nn, ops_reduce  # noqa: E402, F401
