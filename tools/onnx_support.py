@@ -4,7 +4,7 @@
     python tools/onnx_support.py                  # run the suite, write docs/onnx-support.md
     python tools/onnx_support.py --check          # also fail if known_failures.txt is stale
     python tools/onnx_support.py --update-known   # rewrite tests/onnx_backend/known_failures.txt
-    python tools/onnx_support.py --ort            # add onnxruntime.backend counts side by side
+    python tools/onnx_support.py --no-ort         # skip the onnxruntime.backend run side by side
 
 The suite is the one tests/onnx_backend/test_node_suite.py runs (onnx.backend.test.BackendTest),
 executed in-process with unittest. Only the `_cuda` variants and the op-rule exclusions
@@ -31,6 +31,8 @@ import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 import onnx.backend.test  # noqa: E402
 import onnx_suite  # noqa: E402
+
+from pyipu.compiler.functions import has_function  # noqa: E402
 
 ORT_ANCHOR = (1398, 1884)  # /work/shared/reference/perf-anchors.md §6 (ORT 1.31.1, CPU EP)
 DOC = ROOT / "docs" / "onnx-support.md"
@@ -101,6 +103,12 @@ def run_suite(backend, cases, skip_reasons: dict[str, str]) -> dict[str, tuple[s
             else:
                 results[base] = ("pass", "")
     return results
+
+
+def onnxruntime_version() -> str:
+    import onnxruntime
+
+    return onnxruntime.__version__
 
 
 def _dtype_name(elem: int) -> str:
@@ -174,9 +182,10 @@ def write_doc(cases, results, known, registry, elapsed, ort) -> str:  # noqa: AN
         "/work/shared/reference/perf-anchors.md §6, its own allclose loop).",
     ]
     if ort is not None:
+        ort_node = sum(1 for c in cases if c.kind == "node" and ort.get(c.name, ("",))[0] == "pass")
         lines.append(
-            f"Side by side with the same BackendTest runner here, onnxruntime.backend passes "
-            f"{ort[0]} of {ort[1]} node tests."
+            f"Side by side in this run, with the same BackendTest runner: **pyipu {node['pass']}, "
+            f"onnxruntime {onnxruntime_version()} {ort_node}** of {node_total} node tests."
         )
     lines += [
         f"Suite run time: {elapsed:.1f} s in-process (pytest adds collection time).",
@@ -197,7 +206,23 @@ def write_doc(cases, results, known, registry, elapsed, ort) -> str:  # noqa: AN
         lines.append(
             f"| {op} | {vers} | {dts} | {cnt['pass']} | {cnt['fail']} | {cnt['excluded']} |"
         )
-    missing = sorted(op for op in per_op if op not in registry)
+    expanded = sorted(
+        op for op in per_op if op not in registry and "." not in op and has_function(op, 10**4)
+    )
+    lines += [
+        "",
+        "## Ops lowered through their ONNX function body",
+        "",
+        "No lowering of their own: the compiler expands them into the ops of their (plain or",
+        "context-dependent) function body, which are then lowered as above.",
+        "",
+        "| op | pass | fail | excluded |",
+        "|---|---|---|---|",
+    ]
+    for op in expanded:
+        cnt = per_op[op]
+        lines.append(f"| {op} | {cnt['pass']} | {cnt['fail']} | {cnt['excluded']} |")
+    missing = sorted(op for op in per_op if op not in registry and op not in expanded)
     lines += [
         "",
         f"## Ops in the node suite that are not implemented yet ({len(missing)})",
@@ -215,14 +240,20 @@ def write_doc(cases, results, known, registry, elapsed, ort) -> str:  # noqa: AN
     return "\n".join(lines) + "\n"
 
 
-def run_ort(cases) -> tuple[int, int] | None:  # noqa: ANN001
+def run_ort(cases) -> dict[str, tuple[str, str]] | None:  # noqa: ANN001
+    """onnxruntime.backend through the same BackendTest runner (None without onnxruntime)."""
     try:
+        import onnxruntime
         import onnxruntime.backend as ort_backend
     except ImportError:
         return None
-    res = run_suite(ort_backend, cases, {})
-    node = {c.name for c in cases if c.kind == "node"}
-    return sum(1 for n, (s, _) in res.items() if n in node and s == "pass"), len(node)
+    onnxruntime.set_default_logger_severity(3)
+    sink = io.StringIO()
+    stdout, sys.stdout = sys.stdout, sink
+    try:
+        return run_suite(ort_backend, cases, {})
+    finally:
+        sys.stdout = stdout
 
 
 def update_known(results, known) -> str:  # noqa: ANN001
@@ -244,7 +275,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="fail when known_failures.txt is stale")
     ap.add_argument("--update-known", action="store_true", help="rewrite known_failures.txt")
-    ap.add_argument("--ort", action="store_true", help="also count onnxruntime.backend passes")
+    ap.add_argument(
+        "--no-ort", action="store_true", help="skip the onnxruntime.backend run side by side"
+    )
     ap.add_argument("--output", type=Path, default=DOC)
     args = ap.parse_args()
 
@@ -269,10 +302,17 @@ def main() -> int:
         onnx_suite.KNOWN_FAILURES.write_text(update_known(results, known))
         known = onnx_suite.load_known_failures()
         print(f"wrote {onnx_suite.KNOWN_FAILURES.relative_to(ROOT)} ({len(failing)} entries)")
-    ort = run_ort(cases) if args.ort else None
+    ort = None if args.no_ort else run_ort(cases)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(write_doc(cases, results, known, REGISTRY, elapsed, ort))
     counts = collections.Counter(s for s, _ in results.values())
+    node = {c.name for c in cases if c.kind == "node"}
+    mine = sum(1 for n in node if results.get(n, ("",))[0] == "pass")
+    if ort is not None:
+        theirs = sum(1 for n in node if ort.get(n, ("",))[0] == "pass")
+        print(f"node tests passing: pyipu {mine}, onnxruntime {theirs} (of {len(node)})")
+    else:
+        print(f"node tests passing: pyipu {mine} of {len(node)}")
     print(
         f"wrote {args.output}: pass {counts['pass']}, fail {counts['fail']}, "
         f"excluded {counts['excluded']} ({elapsed:.1f} s)"
