@@ -12,9 +12,10 @@ Choices (see docs/onnx-support.md):
 * IPU graphs are static. A model whose graph inputs have dynamic (symbolic, unknown or missing)
   dims is compiled at `run` time with the shapes of the actual inputs, once per input-shape
   signature (the compiled runners are cached on the BackendRep).
-* float64 is not an IPU type: a model whose graph inputs or outputs are float64, and float64
-  input arrays, are rejected with `pyipu.compiler.UnsupportedDTypeError`. Inputs are never
-  silently down-cast.
+* float64 is not an IPU type: a model that uses float64 is computed in float32, with a
+  `Float64Warning` at prepare(): float64 inputs are rounded to float32 and float64 outputs are
+  float32 results widened back to float64 (`pyipu.compiler.float64_to_float32` is the rewrite).
+  The compiler itself rejects float64 models.
 * Zero-size tensors (a dim of 0) cannot be IPU anchors: an empty input is compiled in as a
   constant (it has no data, only a shape); a model whose outputs or intermediates are empty is
   rejected with `pyipu.compiler.UnsupportedError`. 0-d (scalar) tensors are supported.
@@ -24,6 +25,7 @@ Choices (see docs/onnx-support.md):
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -38,6 +40,7 @@ from pyipu.compiler import (
     UnsupportedDTypeError,
     UnsupportedError,
 )
+from pyipu.compiler.float64 import float64_to_float32, uses_float64
 from pyipu.compiler.onnx_import import set_input_shapes
 from pyipu.enums import DType
 from pyipu.errors import InvalidArgumentError
@@ -49,10 +52,14 @@ SUPPORTED_DEVICES = ("CPU", "IPU")
 _NEEDS_CONSTANT = re.compile(r"must be a constant, but '([^']+)' is computed at run time")
 _MAX_FROZEN_ELEMENTS = 64
 
-_FLOAT64_MESSAGE = (
-    "float64 is not an IPU data type; pyipu does not down-cast silently: convert the model and "
-    "its inputs to float32 (or float16)"
-)
+
+class Float64Warning(UserWarning):
+    """A float64 model is computed in float32 (the IPU has no float64)."""
+
+
+def _declared_dtype(infos: Sequence[onnx.ValueInfoProto], name: str) -> str:
+    (vi,) = [i for i in infos if i.name == name]
+    return TensorProto.DataType.Name(vi.type.tensor_type.elem_type).lower()
 
 
 def _static_dims(vi: onnx.ValueInfoProto) -> tuple[int, ...] | None:
@@ -78,11 +85,24 @@ class PyipuBackendRep(BackendRep):
         options: CompilerOptions | None = None,
         num_threads: int | None = None,
     ) -> None:
+        graph = model.graph
+        self._f64 = {
+            vi.name
+            for vi in [*graph.input, *graph.output]
+            if vi.type.tensor_type.elem_type == TensorProto.DOUBLE
+        }
+        if uses_float64(model):
+            warnings.warn(
+                "the model uses float64, which the IPU does not have: computing in float32",
+                Float64Warning,
+                stacklevel=3,
+            )
+            model = float64_to_float32(model)
+            graph = model.graph
         self.model = model
         self.device = device
         self._options = options
         self._num_threads = num_threads
-        graph = model.graph
         inits = {i.name for i in graph.initializer} | {i.name for i in graph.sparse_initializer}
         self.input_infos = [vi for vi in graph.input if vi.name not in inits]
         self.input_names = [vi.name for vi in self.input_infos]
@@ -94,8 +114,6 @@ class PyipuBackendRep(BackendRep):
                     "values are not supported)"
                 )
             elem = vi.type.tensor_type.elem_type
-            if elem == TensorProto.DOUBLE:
-                raise UnsupportedDTypeError(f"graph input/output {vi.name!r}: {_FLOAT64_MESSAGE}")
             if elem and elem not in DType._value2member_map_:
                 raise UnsupportedDTypeError(
                     f"graph input/output {vi.name!r} has ONNX dtype "
@@ -183,7 +201,12 @@ class PyipuBackendRep(BackendRep):
             if declared == () and value.shape == (1,):
                 value = value.reshape(())  # a 1-element array fed to a 0-d input
             if value.dtype == np.float64:
-                raise UnsupportedDTypeError(f"input {name!r}: {_FLOAT64_MESSAGE}")
+                if name not in self._f64:
+                    raise UnsupportedDTypeError(
+                        f"input {name!r} is float64 but the model declares it "
+                        f"{_declared_dtype(self.input_infos, name)}"
+                    )
+                value = value.astype(np.float32)
             if value.size == 0:
                 # An empty tensor carries only its shape: compiled in as a constant (an IPU
                 # anchor cannot be empty), like the inputs frozen in run().
@@ -221,7 +244,10 @@ class PyipuBackendRep(BackendRep):
         }
         runner.execute(feeds, outputs)
         return namedtupledict("Outputs", self.output_names)(
-            *(outputs[n] for n in self.output_names)
+            *(
+                outputs[n].astype(np.float64) if n in self._f64 else outputs[n]
+                for n in self.output_names
+            )
         )
 
     def close(self) -> None:

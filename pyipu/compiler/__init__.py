@@ -10,6 +10,7 @@ from pyipu.compiler.errors import (
     UnsupportedOpError,
 )
 from pyipu.compiler.executable import Executable
+from pyipu.compiler.float64 import float64_to_float32
 from pyipu.compiler.fusion import MFConverter, fuse_models
 from pyipu.compiler.options import CompilerOptions
 
@@ -24,5 +25,6 @@ __all__ = [
     "UnsupportedDTypeError",
     "UnsupportedError",
     "UnsupportedOpError",
+    "float64_to_float32",
     "fuse_models",
 ]

@@ -104,8 +104,14 @@ class GraphBuilder:
             ) from None
         shape = tuple(int(d) for d in shape)
         if dt not in ALL_DTYPES:
+            hint = (
+                " (the IPU has no float64: convert the model with "
+                "pyipu.compiler.float64_to_float32, as pyipu.backend does)"
+                if dt == DType.FLOAT64
+                else ""
+            )
             raise UnsupportedDTypeError(
-                f"tensor {name!r} has dtype {dt.name.lower()}, which pyipu does not support"
+                f"tensor {name!r} has dtype {dt.name.lower()}, which pyipu does not support{hint}"
             )
         if len(shape) > MAX_DIMS:
             raise UnsupportedError(f"tensor {name!r} has {len(shape)} dims (at most {MAX_DIMS})")

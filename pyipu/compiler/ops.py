@@ -18,6 +18,7 @@ from pyipu.compiler.ir import (
     FLOAT_DTYPES,
     NUMERIC_DTYPES,
     f64_bits,
+    np_dtype,
 )
 from pyipu.compiler.lower import Node
 from pyipu.enums import BinaryFn, DType, Op, UnaryFn
@@ -244,6 +245,24 @@ def Cast(n: Node) -> None:  # noqa: N802
         n.set_view(n.input(0), n.shape(0))
     else:
         n.emit(Op.CAST, [n.input(0)], n.shape(0), dst)
+
+
+@register("BitCast", 26)
+def BitCast(n: Node) -> None:  # noqa: N802 - same bytes, another dtype of the same width
+    src = n.check_dtype(ALL_DTYPES, 0)
+    try:
+        dst = DType(int(n.attr("to")))
+    except (TypeError, ValueError):
+        n.fail(f"bit-cast to ONNX type {n.attr('to')} is not supported")
+    if dst not in ALL_DTYPES:
+        n.fail(f"bit-cast to {dst.name.lower()} is not supported")
+    if np_dtype(dst).itemsize != np_dtype(src).itemsize or DType.BOOL in (src, dst):
+        n.fail(f"cannot bit-cast {src.name.lower()} to {dst.name.lower()}: widths differ")
+    b = n.low.b
+    x = n.input(0)
+    name = n.outputs[0]
+    t = b.add(name, dst, n.shape(0), n.low.subgraph, b.tensors[x].kind, base=b.root(x))
+    n.low.values[name] = t
 
 
 # ---------------------------------------------------------------- matrix products
@@ -534,4 +553,10 @@ def Size(n: Node) -> None:  # noqa: N802
 
 
 # The other op families register themselves on import (they need `register` defined above).
-from pyipu.compiler import ops_data, ops_gather, ops_nn, ops_reduce  # noqa: E402, F401
+from pyipu.compiler import (  # noqa: E402, F401
+    ops_data,
+    ops_einsum,
+    ops_gather,
+    ops_nn,
+    ops_reduce,
+)
