@@ -54,6 +54,11 @@ OP_ARITY: dict[int, tuple[int, int, int]] = {
     Op.UNARY: (1, 1, 1),
     Op.BINARY: (2, 2, 1),
     Op.WHERE: (3, 3, 1),
+    Op.GATHER: (2, 2, 1),
+    Op.GATHER_ELEMENTS: (2, 2, 1),
+    Op.GATHER_ND: (2, 2, 1),
+    Op.SCATTER_ELEMENTS: (3, 3, 1),
+    Op.SCATTER_ND: (3, 3, 1),
 }
 
 

@@ -45,6 +45,10 @@ ipu__kernel_fn ipu__select_kernel(ipu_opcode op, ipu_dtype dt) {
         case IPU_OP_CONCAT: return ipu__k_concat;
         case IPU_OP_CAST: return ipu__k_cast;
         case IPU_OP_TRANSPOSE: return ipu__k_transpose;
+        case IPU_OP_GATHER: case IPU_OP_GATHER_ND: return ipu__k_gather;
+        case IPU_OP_GATHER_ELEMENTS: return ipu__k_gather_elements;
+        case IPU_OP_SCATTER_ELEMENTS: return ipu__k_scatter_elements;
+        case IPU_OP_SCATTER_ND: return ipu__k_scatter_nd;
         default: return NULL;
     }
 }

@@ -559,6 +559,10 @@ ipu_status ipu__verify_instr(const ipu_executable *e, uint32_t program_id, int i
         case IPU_OP_BINARY: want_attr = 1; break;
         case IPU_OP_CONV2D: want_attr = 9; break;
         case IPU_OP_POOL2D: want_attr = 12; break;
+        case IPU_OP_GATHER: want_attr = 3; break;
+        case IPU_OP_GATHER_ELEMENTS: case IPU_OP_GATHER_ND: want_attr = 1; break;
+        case IPU_OP_SCATTER_ND: want_attr = 1; break;
+        case IPU_OP_SCATTER_ELEMENTS: want_attr = 2; break;
         default: break;
     }
     if (ins->n_attr != want_attr) return bad(v, "%u attributes, expected %u", ins->n_attr, want_attr);
@@ -575,7 +579,7 @@ ipu_status ipu__verify_instr(const ipu_executable *e, uint32_t program_id, int i
         default: break;
     }
     if (op != IPU_OP_CAST && op != IPU_OP_COPY && op != IPU_OP_CONCAT && op != IPU_OP_BINARY &&
-        op != IPU_OP_WHERE)
+        op != IPU_OP_WHERE && !ipu__is_gather_op(op))
         for (uint32_t i = 0; i < ins->n_in; i++)
             if (in[i]->desc.dtype != dt)
                 return bad(v, "input %u has dtype %s, output %s", i, dt_str(in[i]->desc.dtype),
@@ -636,6 +640,11 @@ ipu_status ipu__verify_instr(const ipu_executable *e, uint32_t program_id, int i
         case IPU_OP_BINARY: case IPU_OP_WHERE: return v_nary(v, in, y, ins);
         case IPU_OP_CONV2D: return ipu__verify_conv2d(v, in, y, ins);
         case IPU_OP_POOL2D: return ipu__verify_pool2d(v, in[0], y, ins);
+        case IPU_OP_GATHER: return ipu__verify_gather(v, in, y, ins);
+        case IPU_OP_GATHER_ELEMENTS: return ipu__verify_gather_elements(v, in, y, ins);
+        case IPU_OP_GATHER_ND: return ipu__verify_gather_nd(v, in, y, ins);
+        case IPU_OP_SCATTER_ELEMENTS: return ipu__verify_scatter_elements(v, in, y, ins);
+        case IPU_OP_SCATTER_ND: return ipu__verify_scatter_nd(v, in, y, ins);
         default: return bad(v, "unhandled opcode");
     }
 }

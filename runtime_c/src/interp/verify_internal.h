@@ -26,4 +26,20 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
 ipu_status ipu__verify_pool2d(const vctx *v, const ipu__tensor *x, const ipu__tensor *y,
                               ipu__instr *ins);
 
+/* verify_gather.c: GATHER, GATHER_ELEMENTS, GATHER_ND, SCATTER_ELEMENTS, SCATTER_ND (their
+ * indices are int32/int64 whatever the data dtype: exempt from the same-dtype rule). */
+static inline bool ipu__is_gather_op(ipu_opcode op) {
+    return op == IPU_OP_GATHER || op == IPU_OP_GATHER_ELEMENTS || op == IPU_OP_GATHER_ND ||
+           op == IPU_OP_SCATTER_ELEMENTS || op == IPU_OP_SCATTER_ND;
+}
+#define IPU__VGATHER(name)                                                                  \
+    ipu_status name(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y, \
+                    ipu__instr *ins)
+IPU__VGATHER(ipu__verify_gather);
+IPU__VGATHER(ipu__verify_gather_elements);
+IPU__VGATHER(ipu__verify_gather_nd);
+IPU__VGATHER(ipu__verify_scatter_elements);
+IPU__VGATHER(ipu__verify_scatter_nd);
+#undef IPU__VGATHER
+
 #endif

@@ -180,6 +180,10 @@ IPU__KDECL(ipu__k_binary_b8);
 IPU__KDECL(ipu__k_where);
 IPU__KDECL(ipu__k_conv2d);
 IPU__KDECL(ipu__k_pool2d);
+IPU__KDECL(ipu__k_gather); /* gather.c: GATHER and GATHER_ND, all dtypes */
+IPU__KDECL(ipu__k_gather_elements);
+IPU__KDECL(ipu__k_scatter_elements);
+IPU__KDECL(ipu__k_scatter_nd);
 #undef IPU__K4
 
 /* gemm_f32.c: C[m x n] (row stride ldc, float32) = op(A)[m x k] * op(B)[k x n], m <= IPU__MM_MB.
