@@ -32,8 +32,9 @@ from pyipu.compiler.onnx_import import (
     ImportedGraph,
     ValueSpec,
     check_declared_shape,
-    evaluate_node,
-    is_deterministic,
+    fold_node,
+    foldable,
+    outer_refs,
 )
 from pyipu.enums import DType, Op
 
@@ -216,10 +217,9 @@ class Lowering:
         label = node_label(proto.name, proto.op_type, opset)
         if proto.domain not in ("", "ai.onnx"):
             raise UnsupportedOpError(f"{label}: domain {proto.domain!r} is not supported")
-        if all(not i or i in self.constants for i in proto.input) and is_deterministic(proto):
+        if foldable(proto, self.constants):
             # Inputs became known during lowering (Shape of a static tensor...): fold.
-            inputs = [self.constants.get(i) for i in proto.input]
-            results = evaluate_node(proto, inputs, self.graph, opset)
+            results = fold_node(proto, self.constants, self.graph.model, opset)
             self.constants.update(zip([o for o in proto.output if o], results, strict=True))
             return
         versions = registry.get(proto.op_type, {})
@@ -387,10 +387,10 @@ class Node:
 
     def fold(self) -> None:
         """Compute every output at compile time; each input must be a constant."""
-        inputs = [
-            self.const(i, "input") if self.has_input(i) else None for i in range(len(self.inputs))
-        ]
-        results = evaluate_node(self.proto, inputs, self.low.graph, self.opset)
+        for i in range(len(self.inputs)):
+            if self.has_input(i):
+                self.const(i, "input")  # a clear error for a run-time value
+        results = fold_node(self.proto, self.low.constants, self.low.graph.model, self.opset)
         for i, r in enumerate(results):
             self.set_const(r, i)
 
@@ -409,7 +409,7 @@ def needed_nodes(nodes: Sequence[onnx.NodeProto], outputs: Sequence[str]) -> lis
     for node in reversed(nodes):
         if any(o in want for o in node.output if o):
             keep.append(node)
-            want.update(i for i in node.input if i)
+            want.update(i for i in [*node.input, *outer_refs(node)] if i)
     keep.reverse()
     return keep
 

@@ -31,6 +31,44 @@ _NONDETERMINISTIC = {
 }
 
 
+def outer_refs(node: onnx.NodeProto) -> list[str]:
+    """Names the node's bodies (If/Loop/Scan) read from the enclosing scope."""
+    refs: list[str] = []
+
+    def walk(g: onnx.GraphProto, bound: set[str]) -> None:
+        bound = bound | {i.name for i in g.input} | {i.name for i in g.initializer}
+        for sub in g.node:
+            refs.extend(i for i in sub.input if i and i not in bound and i not in refs)
+            for a in sub.attribute:
+                for body in [a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs:
+                    walk(body, bound)
+            bound |= {o for o in sub.output if o}
+
+    for a in node.attribute:
+        for body in [a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs:
+            walk(body, set())
+    return refs
+
+
+def foldable(node: onnx.NodeProto, constants: Mapping[str, np.ndarray]) -> bool:
+    """Whether every value the node reads, its bodies' outer references included, is known."""
+    names = [*node.input, *outer_refs(node)]
+    return all(not n or n in constants for n in names) and is_deterministic(node)
+
+
+def fold_node(
+    node: onnx.NodeProto, constants: Mapping[str, np.ndarray], model: onnx.ModelProto, opset: int
+) -> list[np.ndarray]:
+    """Evaluate a foldable node (errors name the node)."""
+    names = [*node.input, *outer_refs(node)]
+    try:
+        return _run_node(node, names, [constants.get(n) for n in names], model, opset)
+    except Exception as e:
+        raise CompileError(
+            f"constant folding of {node_label(node.name, node.op_type, opset)} failed: {e}"
+        ) from e
+
+
 def is_deterministic(node: onnx.NodeProto) -> bool:
     """Whether the node may be computed at compile time when its inputs are known."""
     return node.op_type not in _NONDETERMINISTIC and node.domain in ("", "ai.onnx")
@@ -154,14 +192,15 @@ def _static_input(vi: onnx.ValueInfoProto) -> ValueSpec:
 
 def _run_node(
     node: onnx.NodeProto,
-    inputs: list[np.ndarray | None],
+    names: Sequence[str],
+    inputs: Sequence[np.ndarray | None],
     model: onnx.ModelProto,
-    opset: int | None = None,
+    opset: int,
 ) -> list[np.ndarray]:
     """Run one node with onnx.reference on a one-node model: robust for any standard op."""
     from onnx.reference import ReferenceEvaluator
 
-    feeds = {n: a for n, a in zip(node.input, inputs, strict=True) if n and a is not None}
+    feeds = {n: a for n, a in zip(names, inputs, strict=True) if n and a is not None}
     graph = helper.make_graph(
         [node],
         "fold",
@@ -171,26 +210,12 @@ def _run_node(
         ],
         [helper.make_empty_tensor_value_info(o) for o in node.output if o],
     )
-    imports = list(model.opset_import)
-    if opset is not None:  # a function body's node: its own default-domain opset
-        imports = [o for o in imports if o.domain not in ("", "ai.onnx")]
-        imports.append(helper.make_opsetid("", opset))
+    imports = [o for o in model.opset_import if o.domain not in ("", "ai.onnx")]
+    imports.append(helper.make_opsetid("", opset))  # a function body's node has its own
     one = helper.make_model(graph, opset_imports=imports, ir_version=model.ir_version)
     one.functions.extend(model.functions)
     results = ReferenceEvaluator(one).run(None, feeds)
     return [np.asarray(r) for r in results]
-
-
-def evaluate_node(
-    node: onnx.NodeProto, inputs: list[np.ndarray | None], graph: ImportedGraph, opset: int
-) -> list[np.ndarray]:
-    """Fold one node of an imported graph at `opset` (errors name the node)."""
-    try:
-        return _run_node(node, inputs, graph.model, opset)
-    except Exception as e:
-        raise CompileError(
-            f"constant folding of {node_label(node.name, node.op_type, opset)} failed: {e}"
-        ) from e
 
 
 def fold_constants(
@@ -205,16 +230,10 @@ def fold_constants(
     """
     remaining: list[onnx.NodeProto] = []
     for node in nodes:
-        known = all(not n or n in constants for n in node.input)
-        if not known or not is_deterministic(node):
+        if not foldable(node, constants):
             remaining.append(node)
             continue
-        try:
-            results = _run_node(node, [constants.get(n) for n in node.input], model)
-        except Exception as e:
-            raise CompileError(
-                f"constant folding of {node_label(node.name, node.op_type, opset)} failed: {e}"
-            ) from e
+        results = fold_node(node, constants, model, opset)
         for name, value in zip([o for o in node.output if o], results, strict=True):
             constants[name] = value
     return remaining

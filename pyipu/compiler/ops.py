@@ -543,7 +543,15 @@ def _folded(n: Node) -> None:
     n.fold()
 
 
-for _name, _since in (("Constant", 1), ("ConstantOfShape", 9), ("Range", 11)):
+for _name, _since in (
+    ("Constant", 1),
+    ("ConstantOfShape", 9),
+    ("Range", 11),
+    ("HannWindow", 17),  # window and filter-bank generators: their size is their input
+    ("HammingWindow", 17),
+    ("BlackmanWindow", 17),
+    ("MelWeightMatrix", 17),
+):
     register(_name, _since)(_folded)
 
 
@@ -554,6 +562,7 @@ def Size(n: Node) -> None:  # noqa: N802
 
 # The other op families register themselves on import (they need `register` defined above).
 from pyipu.compiler import (  # noqa: E402, F401
+    ops_control,
     ops_data,
     ops_einsum,
     ops_gather,
