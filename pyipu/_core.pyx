@@ -31,7 +31,8 @@ BIND_TENSOR_DATA = IPU_BIND_TENSOR_DATA
 
 
 def enum_table(str kind):
-    """(name, value) pairs of a C enum table: 'status', 'dtype', 'op', 'unary' or 'binary'."""
+    """(name, value) pairs of a C enum table: 'status', 'dtype', 'op', 'unary', 'binary' or
+    'reduce'."""
     cdef int v
     cdef const char *s
     out = []
@@ -48,6 +49,8 @@ def enum_table(str kind):
             s = ipu_unary_fn_name(v)
         elif kind == "binary":
             s = ipu_binary_fn_name(v)
+        elif kind == "reduce":
+            s = ipu_reduce_fn_name(v)
         else:
             raise ValueError(f"unknown enum table {kind!r}")
         if s != NULL:

@@ -183,7 +183,10 @@ class PyipuBackendRep(BackendRep):
                 value = value.reshape(())  # a 1-element array fed to a 0-d input
             if value.dtype == np.float64:
                 raise UnsupportedDTypeError(f"input {name!r}: {_FLOAT64_MESSAGE}")
-            if value.size == 0:
+            if value.size == 0 and value.dtype.kind in "iu":
+                # An empty integer input (Reduce* axes) has one possible value: compile it in.
+                self._frozen.add(name)
+            elif value.size == 0:
                 raise UnsupportedError(
                     f"input {name!r} has zero-size shape {list(value.shape)}; IPU anchors "
                     "cannot be empty"

@@ -54,6 +54,12 @@ OP_ARITY: dict[int, tuple[int, int, int]] = {
     Op.UNARY: (1, 1, 1),
     Op.BINARY: (2, 2, 1),
     Op.WHERE: (3, 3, 1),
+    Op.REDUCE: (1, 1, 1),
+    Op.ARG_REDUCE: (1, 1, 1),
+    Op.CUMSUM: (1, 1, 1),
+    Op.TOPK: (1, 1, 2),
+    Op.LOG_SOFTMAX: (1, 1, 1),
+    Op.HARDMAX: (1, 1, 1),
 }
 
 

@@ -61,6 +61,8 @@ IPU_API const char *ipu_opcode_name(ipu_opcode op);
 /* Names of the UNARY / BINARY function ids (ipu_fns.def, "sigmoid"), NULL when unknown. */
 IPU_API const char *ipu_unary_fn_name(int fn);
 IPU_API const char *ipu_binary_fn_name(int fn);
+/* Name of a REDUCE function id (ipu_fns.def, "SUM_SQUARE"), NULL when unknown. */
+IPU_API const char *ipu_reduce_fn_name(int fn);
 
 /* Detailed message of the most recent error on the calling thread (empty string if none).
  * The pointer is valid until the next failing call on this thread. */

@@ -93,6 +93,22 @@ const char *ipu_binary_fn_name(int fn) {
     }
 }
 
+const char *ipu_reduce_fn_name(int fn) {
+    switch (fn) {
+#define IPU_UNARY(name, value)
+#define IPU_BINARY(name, value)
+#define IPU_REDUCE(name, value) \
+    case value:                 \
+        return #name;
+#include "ipu/ipu_fns.def"
+#undef IPU_UNARY
+#undef IPU_BINARY
+#undef IPU_REDUCE
+        default:
+            return NULL;
+    }
+}
+
 static _Thread_local char last_error[512];
 
 ipu_status ipu__fail(ipu_status s, const char *fmt, ...) {

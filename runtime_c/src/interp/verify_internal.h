@@ -25,5 +25,7 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
                               ipu__instr *ins);
 ipu_status ipu__verify_pool2d(const vctx *v, const ipu__tensor *x, const ipu__tensor *y,
                               ipu__instr *ins);
+/* verify_reduce.c: REDUCE, ARG_REDUCE, CUMSUM, TOPK, LOG_SOFTMAX, HARDMAX. */
+ipu_status ipu__verify_reduce(const vctx *v, const ipu__tensor *x, ipu__instr *ins);
 
 #endif
