@@ -20,8 +20,11 @@ cdef extern from "ipu/ipu.h" nogil:
     size_t ipu_dtype_size(ipu_dtype t)
     const char *ipu_dtype_name(ipu_dtype t)
     const char *ipu_opcode_name(ipu_opcode op)
+    ipu_status ipu_opcode_arity(ipu_opcode op, uint32_t *min_in_out, uint32_t *max_in_out,
+                                uint32_t *n_out_out)
     const char *ipu_unary_fn_name(int fn)
     const char *ipu_binary_fn_name(int fn)
+    const char *ipu_reduce_fn_name(int fn)
     const char *ipu_last_error_message()
     uint64_t ipu_hash64(const void *data, size_t size, uint64_t seed)
     uint64_t ipu_compiler_hash()

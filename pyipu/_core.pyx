@@ -30,8 +30,19 @@ BIND_CALLBACK = IPU_BIND_CALLBACK
 BIND_TENSOR_DATA = IPU_BIND_TENSOR_DATA
 
 
+def op_arity():
+    """{opcode value: (min inputs, max inputs, outputs)} from ipu_ops.def."""
+    cdef uint32_t lo, hi, outs
+    out = {}
+    for value, _ in [(v, n) for n, v in enum_table("op")]:
+        if ipu_opcode_arity(<ipu_opcode>value, &lo, &hi, &outs) == IPU_OK:
+            out[value] = (lo, hi, outs)
+    return out
+
+
 def enum_table(str kind):
-    """(name, value) pairs of a C enum table: 'status', 'dtype', 'op', 'unary' or 'binary'."""
+    """(name, value) pairs of a C enum table: 'status', 'dtype', 'op', 'unary', 'binary' or
+    'reduce'."""
     cdef int v
     cdef const char *s
     out = []
@@ -48,6 +59,8 @@ def enum_table(str kind):
             s = ipu_unary_fn_name(v)
         elif kind == "binary":
             s = ipu_binary_fn_name(v)
+        elif kind == "reduce":
+            s = ipu_reduce_fn_name(v)
         else:
             raise ValueError(f"unknown enum table {kind!r}")
         if s != NULL:

@@ -19,6 +19,8 @@ Op = IntEnum("Op", [(n.upper(), v) for n, v in _core.enum_table("op")])  # type:
 # Function ids of the UNARY and BINARY opcodes (attribute 0), from ipu_fns.def.
 UnaryFn = IntEnum("UnaryFn", _core.enum_table("unary"))  # type: ignore[misc]
 BinaryFn = IntEnum("BinaryFn", _core.enum_table("binary"))  # type: ignore[misc]
+# Function ids of the REDUCE opcode (attribute 0), from ipu_fns.def.
+ReduceFn = IntEnum("ReduceFn", _core.enum_table("reduce"))  # type: ignore[misc]
 
 _TO_NUMPY: dict[int, np.dtype] = {
     d.value: np.dtype(d.name.lower())

@@ -14,6 +14,7 @@ from enum import IntEnum
 
 import numpy as np
 
+from pyipu import _core
 from pyipu.enums import DType, Op
 
 NO_INDEX = 0xFFFFFFFF  # anchor subgraph "all" / metadata index_anchor "not fused"
@@ -33,33 +34,8 @@ class Direction(IntEnum):
     OUTPUT = 2
 
 
-# (min_inputs, max_inputs, num_outputs) per opcode, as in runtime_c/include/ipu/ipu_ops.def.
-OP_ARITY: dict[int, tuple[int, int, int]] = {
-    Op.BIND: (0, 0, 1),
-    Op.COPY: (1, 1, 1),
-    Op.ADD: (2, 2, 1),
-    Op.SUB: (2, 2, 1),
-    Op.MUL: (2, 2, 1),
-    Op.DIV: (2, 2, 1),
-    Op.MATMUL: (2, 2, 1),
-    Op.GEMM: (2, 3, 1),
-    Op.EXPAND: (1, 1, 1),
-    Op.CONCAT: (1, 255, 1),
-    Op.REDUCE_SUM: (1, 1, 1),
-    Op.REDUCE_MEAN: (1, 1, 1),
-    Op.RELU: (1, 1, 1),
-    Op.CAST: (1, 1, 1),
-    Op.SOFTMAX: (1, 1, 1),
-    Op.TRANSPOSE: (1, 1, 1),
-    Op.UNARY: (1, 1, 1),
-    Op.BINARY: (2, 2, 1),
-    Op.WHERE: (3, 3, 1),
-    Op.GATHER: (2, 2, 1),
-    Op.GATHER_ELEMENTS: (2, 2, 1),
-    Op.GATHER_ND: (2, 2, 1),
-    Op.SCATTER_ELEMENTS: (3, 3, 1),
-    Op.SCATTER_ND: (3, 3, 1),
-}
+# (min_inputs, max_inputs, num_outputs) per opcode, read from runtime_c/include/ipu/ipu_ops.def.
+OP_ARITY: dict[int, tuple[int, int, int]] = _core.op_arity()
 
 
 # dtypes a tensor may have ("all dtypes" in docs/bytecode.md) and the numeric subset.

@@ -26,7 +26,9 @@ from pyipu.compiler.ir import (
 )
 from pyipu.enums import BinaryFn, DType, Op, UnaryFn
 
-Kernel = Callable[[Instr, list[np.ndarray], np.ndarray], np.ndarray]
+# A kernel gets the instruction, copies of its inputs and (a view of) its first output, and
+# returns the result, or one result per output for multi-output opcodes (TOPK).
+Kernel = Callable[[Instr, list[np.ndarray], np.ndarray], np.ndarray | tuple[np.ndarray, ...]]
 KERNELS: dict[int, Kernel] = {}
 
 
@@ -345,14 +347,17 @@ class Machine:
                 self.bound.add(ins.outputs[0])
                 continue
             xs = [self.view(t).copy() for t in ins.inputs]
-            y = self.view(ins.outputs[0])
+            ys = [self.view(t) for t in ins.outputs]
             with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-                result = np.asarray(KERNELS[ins.op](ins, xs, y))
-            if result.shape != y.shape:
-                result = result.reshape(y.shape)  # views of [outer, inner]: same order
-            if y.dtype == np.float16 or np.issubdtype(y.dtype, np.integer):
-                result = result.astype(y.dtype)  # RNE for float16, wrap for integers
-            y[...] = result
+                res = KERNELS[ins.op](ins, xs, ys[0])
+            results = res if isinstance(res, tuple) else (res,)
+            for y, r in zip(ys, results, strict=True):
+                result = np.asarray(r)
+                if result.shape != y.shape:
+                    result = result.reshape(y.shape)  # views of [outer, inner]: same order
+                if y.dtype == np.float16 or np.issubdtype(y.dtype, np.integer):
+                    result = result.astype(y.dtype)  # RNE for float16, wrap for integers
+                y[...] = result
 
 
 def _select_subgraph(model: ModelIR, inputs: Mapping[str, np.ndarray], subgraph: int | None) -> int:

@@ -58,9 +58,15 @@ IPU_API size_t ipu_dtype_size(ipu_dtype t);
 IPU_API const char *ipu_dtype_name(ipu_dtype t);
 /* Lower-case opcode name ("matmul"), or NULL for an unknown opcode. */
 IPU_API const char *ipu_opcode_name(ipu_opcode op);
+/* Operand counts of an opcode (ipu_ops.def): inputs in [min_in, max_in], n_out outputs.
+ * IPU_ERR_INVALID_ARGUMENT for an unknown opcode or a NULL pointer. */
+IPU_API ipu_status ipu_opcode_arity(ipu_opcode op, uint32_t *min_in_out, uint32_t *max_in_out,
+                                    uint32_t *n_out_out);
 /* Names of the UNARY / BINARY function ids (ipu_fns.def, "sigmoid"), NULL when unknown. */
 IPU_API const char *ipu_unary_fn_name(int fn);
 IPU_API const char *ipu_binary_fn_name(int fn);
+/* Name of a REDUCE function id (ipu_fns.def, "SUM_SQUARE"), NULL when unknown. */
+IPU_API const char *ipu_reduce_fn_name(int fn);
 
 /* Detailed message of the most recent error on the calling thread (empty string if none).
  * The pointer is valid until the next failing call on this thread. */

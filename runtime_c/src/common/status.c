@@ -65,6 +65,24 @@ const char *ipu_opcode_name(ipu_opcode op) {
     }
 }
 
+ipu_status ipu_opcode_arity(ipu_opcode op, uint32_t *min_in_out, uint32_t *max_in_out,
+                            uint32_t *n_out_out) {
+    if (!min_in_out || !max_in_out || !n_out_out)
+        return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ipu_opcode_arity: NULL output pointer");
+    switch (op) {
+#define IPU_OP(name, value, str, min_in, max_in, n_out) \
+    case IPU_OP_##name:                                 \
+        *min_in_out = min_in;                           \
+        *max_in_out = max_in;                           \
+        *n_out_out = n_out;                             \
+        return IPU_OK;
+#include "ipu/ipu_ops.def"
+#undef IPU_OP
+        default:
+            return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "unknown opcode %d", (int)op);
+    }
+}
+
 const char *ipu_unary_fn_name(int fn) {
     switch (fn) {
 #define IPU_UNARY(name, value) \
@@ -88,6 +106,22 @@ const char *ipu_binary_fn_name(int fn) {
 #include "ipu/ipu_fns.def"
 #undef IPU_UNARY
 #undef IPU_BINARY
+        default:
+            return NULL;
+    }
+}
+
+const char *ipu_reduce_fn_name(int fn) {
+    switch (fn) {
+#define IPU_UNARY(name, value)
+#define IPU_BINARY(name, value)
+#define IPU_REDUCE(name, value) \
+    case value:                 \
+        return #name;
+#include "ipu/ipu_fns.def"
+#undef IPU_UNARY
+#undef IPU_BINARY
+#undef IPU_REDUCE
         default:
             return NULL;
     }

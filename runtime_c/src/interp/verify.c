@@ -532,22 +532,34 @@ ipu_status ipu__verify_instr(const ipu_executable *e, uint32_t program_id, int i
             return bad(v, "input %u: tensor index %u out of range (%u tensors)", i, ins->in[i], nt);
         in[i] = &e->tensors[ins->in[i]];
     }
-    if (ins->out[0] >= nt)
-        return bad(v, "output: tensor index %u out of range (%u tensors)", ins->out[0], nt);
+    for (uint32_t o = 0; o < ins->n_out; o++)
+        if (ins->out[o] >= nt)
+            return bad(v, "output %u: tensor index %u out of range (%u tensors)", o, ins->out[o],
+                       nt);
     const ipu__tensor *y = &e->tensors[ins->out[0]];
     ipu_opcode op = ins->op;
     if (op == IPU_OP_BIND) {
         if (!is_load) return bad(v, "BIND outside the Load program");
         if (y->loc != IPU_LOC_TENSOR_DATA)
             return bad(v, "tensor %u is not a TENSOR_DATA tensor", ins->out[0]);
-    } else if (y->loc != IPU_LOC_ARENA) {
-        return bad(v, "writes TENSOR_DATA tensor %u", ins->out[0]);
     }
-    for (uint32_t i = 0; i < ins->n_in; i++) {
-        if (!overlaps(in[i], y)) continue;
-        if (op == IPU_OP_COPY && in[i]->offset == y->offset && in[i]->desc.nbytes == y->desc.nbytes)
-            continue;
-        return bad(v, "output tensor %u overlaps input %u (tensor %u)", ins->out[0], i, ins->in[i]);
+    /* multi-output opcodes (TOPK): every output in the arena, disjoint from the inputs and
+     * from each other */
+    for (uint32_t o = 0; o < ins->n_out; o++) {
+        const ipu__tensor *yo = &e->tensors[ins->out[o]];
+        if (op != IPU_OP_BIND && yo->loc != IPU_LOC_ARENA)
+            return bad(v, "writes TENSOR_DATA tensor %u", ins->out[o]);
+        for (uint32_t i = 0; i < ins->n_in; i++) {
+            if (!overlaps(in[i], yo)) continue;
+            if (op == IPU_OP_COPY && in[i]->offset == yo->offset &&
+                in[i]->desc.nbytes == yo->desc.nbytes)
+                continue;
+            return bad(v, "output tensor %u overlaps input %u (tensor %u)", ins->out[o], i,
+                       ins->in[i]);
+        }
+        for (uint32_t q = 0; q < o; q++)
+            if (ins->out[q] == ins->out[o] || overlaps(&e->tensors[ins->out[q]], yo))
+                return bad(v, "outputs %u and %u overlap", q, o);
     }
     uint32_t want_attr = 0;
     switch (op) {
@@ -563,6 +575,12 @@ ipu_status ipu__verify_instr(const ipu_executable *e, uint32_t program_id, int i
         case IPU_OP_GATHER_ELEMENTS: case IPU_OP_GATHER_ND: want_attr = 1; break;
         case IPU_OP_SCATTER_ND: want_attr = 1; break;
         case IPU_OP_SCATTER_ELEMENTS: want_attr = 2; break;
+        case IPU_OP_REDUCE: want_attr = 4; break;
+        case IPU_OP_ARG_REDUCE: want_attr = 5; break;
+        case IPU_OP_CUMSUM: want_attr = 5; break;
+        case IPU_OP_TOPK: want_attr = 6; break;
+        case IPU_OP_LOG_SOFTMAX: want_attr = 3; break;
+        case IPU_OP_HARDMAX: want_attr = 3; break;
         default: break;
     }
     if (ins->n_attr != want_attr) return bad(v, "%u attributes, expected %u", ins->n_attr, want_attr);
@@ -579,7 +597,7 @@ ipu_status ipu__verify_instr(const ipu_executable *e, uint32_t program_id, int i
         default: break;
     }
     if (op != IPU_OP_CAST && op != IPU_OP_COPY && op != IPU_OP_CONCAT && op != IPU_OP_BINARY &&
-        op != IPU_OP_WHERE && !ipu__is_gather_op(op))
+        op != IPU_OP_WHERE && op != IPU_OP_ARG_REDUCE && !ipu__is_gather_op(op))
         for (uint32_t i = 0; i < ins->n_in; i++)
             if (in[i]->desc.dtype != dt)
                 return bad(v, "input %u has dtype %s, output %s", i, dt_str(in[i]->desc.dtype),
@@ -645,6 +663,12 @@ ipu_status ipu__verify_instr(const ipu_executable *e, uint32_t program_id, int i
         case IPU_OP_GATHER_ND: return ipu__verify_gather_nd(v, in, y, ins);
         case IPU_OP_SCATTER_ELEMENTS: return ipu__verify_scatter_elements(v, in, y, ins);
         case IPU_OP_SCATTER_ND: return ipu__verify_scatter_nd(v, in, y, ins);
+        case IPU_OP_REDUCE: return ipu__verify_reduce(v, in[0], ins);
+        case IPU_OP_ARG_REDUCE: return ipu__verify_reduce(v, in[0], ins);
+        case IPU_OP_CUMSUM: return ipu__verify_reduce(v, in[0], ins);
+        case IPU_OP_TOPK: return ipu__verify_reduce(v, in[0], ins);
+        case IPU_OP_LOG_SOFTMAX: return ipu__verify_reduce(v, in[0], ins);
+        case IPU_OP_HARDMAX: return ipu__verify_reduce(v, in[0], ins);
         default: return bad(v, "unhandled opcode");
     }
 }

@@ -25,6 +25,8 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
                               ipu__instr *ins);
 ipu_status ipu__verify_pool2d(const vctx *v, const ipu__tensor *x, const ipu__tensor *y,
                               ipu__instr *ins);
+/* verify_reduce.c: REDUCE, ARG_REDUCE, CUMSUM, TOPK, LOG_SOFTMAX, HARDMAX. */
+ipu_status ipu__verify_reduce(const vctx *v, const ipu__tensor *x, ipu__instr *ins);
 
 /* verify_gather.c: GATHER, GATHER_ELEMENTS, GATHER_ND, SCATTER_ELEMENTS, SCATTER_ND (their
  * indices are int32/int64 whatever the data dtype: exempt from the same-dtype rule). */

@@ -138,6 +138,31 @@ typedef struct ipu__nary_plan {
     int64_t st[3][IPU_MAX_DIMS];
 } ipu__nary_plan;
 
+/* REDUCE attr 0, from ipu/ipu_fns.def. */
+typedef enum ipu__reduce_fn {
+#define IPU_UNARY(name, value)
+#define IPU_BINARY(name, value)
+#define IPU_REDUCE(name, value) IPU__RED_##name = value,
+#include "ipu/ipu_fns.def"
+#undef IPU_UNARY
+#undef IPU_BINARY
+#undef IPU_REDUCE
+    IPU__RED_COUNT
+} ipu__reduce_fn;
+
+/* REDUCE, ARG_REDUCE, CUMSUM, TOPK, LOG_SOFTMAX, HARDMAX (reduce2.c, verify_reduce.c): x as
+ * [outer, n, inner]; work item = (outer, block of IPU__RED_IB inner columns), except TOPK:
+ * (outer, one inner column). `dtype` is x's. */
+typedef struct ipu__rfam_plan {
+    ipu__plan hdr;
+    ipu_dtype dtype;
+    int fn;                     /* REDUCE function */
+    int is_min, last;           /* ARG_REDUCE */
+    int exclusive, reverse;     /* CUMSUM */
+    int largest;                /* TOPK */
+    int64_t outer, n, inner, nib, k;
+} ipu__rfam_plan;
+
 /* dispatch.c: the kernel for an opcode and (first input's / output's) dtype, NULL if none.
  * For CAST the kernel is dtype-generic. */
 ipu__kernel_fn ipu__select_kernel(ipu_opcode op, ipu_dtype dtype);
@@ -184,6 +209,12 @@ IPU__KDECL(ipu__k_gather); /* gather.c: GATHER and GATHER_ND, all dtypes */
 IPU__KDECL(ipu__k_gather_elements);
 IPU__KDECL(ipu__k_scatter_elements);
 IPU__KDECL(ipu__k_scatter_nd);
+IPU__KDECL(ipu__k_reduce);
+IPU__KDECL(ipu__k_arg_reduce);
+IPU__KDECL(ipu__k_cumsum);
+IPU__KDECL(ipu__k_topk);
+IPU__KDECL(ipu__k_log_softmax);
+IPU__KDECL(ipu__k_hardmax);
 #undef IPU__K4
 
 /* gemm_f32.c: C[m x n] (row stride ldc, float32) = op(A)[m x k] * op(B)[k x n], m <= IPU__MM_MB.

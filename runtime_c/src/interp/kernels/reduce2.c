@@ -1,0 +1,389 @@
+/* The reduction family (docs/bytecode.md): REDUCE, ARG_REDUCE, CUMSUM, TOPK, LOG_SOFTMAX and
+ * HARDMAX over the middle axis of x viewed as [outer, n, inner]. Work item = (outer index,
+ * block of IPU__RED_IB inner columns); TOPK: (outer index, one column).
+ *
+ * Numerics (the reference, pyipu/reference/kernels_reduce.py, does the same):
+ * - floats (float16 converted on load) accumulate sums, products and cumulative sums in double,
+ *   in order along the reduced axis, rounded once on store; MAX/MIN and the arg/top-k
+ *   comparisons are exact; NaN propagates through MAX/MIN and wins ARG_REDUCE (as numpy);
+ * - integers accumulate in uint64 and wrap to their own type on store (MEAN: the wrapped sum
+ *   divided by n, truncating; L2: sqrt of the wrapped sum of squares, truncated, 0 if negative).
+ * Kernels are dtype-generic: element loads and stores switch on the plan's dtype. */
+#include <math.h>
+#include <string.h>
+
+#include "kernels.h"
+
+#define IB IPU__RED_IB
+
+typedef struct red_item {
+    int64_t o, c0, w; /* outer index, first column, number of columns */
+} red_item;
+
+static red_item item_of(const ipu__rfam_plan *p, size_t it) {
+    red_item r;
+    r.o = (int64_t)((uint64_t)it / (uint64_t)p->nib);
+    r.c0 = (int64_t)((uint64_t)it % (uint64_t)p->nib) * IB;
+    r.w = p->inner - r.c0 < IB ? p->inner - r.c0 : IB;
+    return r;
+}
+
+static inline bool is_f(ipu_dtype dt) { return dt == IPU_DTYPE_FLOAT32 || dt == IPU_DTYPE_FLOAT16; }
+
+static inline float ldf(const void *x, ipu_dtype dt, int64_t i) {
+    return dt == IPU_DTYPE_FLOAT16 ? ipu__f16_to_f32(((const uint16_t *)x)[i])
+                                   : ((const float *)x)[i];
+}
+
+static inline void stf(void *y, ipu_dtype dt, int64_t i, double v) {
+    if (dt == IPU_DTYPE_FLOAT16)
+        ((uint16_t *)y)[i] = ipu__f32_to_f16((float)v);
+    else
+        ((float *)y)[i] = (float)v;
+}
+
+static inline int64_t ldi(const void *x, ipu_dtype dt, int64_t i) {
+    switch (dt) {
+        case IPU_DTYPE_INT32: return ((const int32_t *)x)[i];
+        case IPU_DTYPE_INT64: return ((const int64_t *)x)[i];
+        case IPU_DTYPE_INT8: return ((const int8_t *)x)[i];
+        case IPU_DTYPE_UINT8: return ((const uint8_t *)x)[i];
+        case IPU_DTYPE_BOOL: return ((const uint8_t *)x)[i] != 0;
+        case IPU_DTYPE_UINT32: return ((const uint32_t *)x)[i];
+        default: return 0;
+    }
+}
+
+/* Store the low bits of v (wrapping). */
+static inline void sti(void *y, ipu_dtype dt, int64_t i, uint64_t v) {
+    switch (dt) {
+        case IPU_DTYPE_INT32: ((int32_t *)y)[i] = (int32_t)(uint32_t)v; break;
+        case IPU_DTYPE_INT64: ((int64_t *)y)[i] = (int64_t)v; break;
+        case IPU_DTYPE_INT8: ((int8_t *)y)[i] = (int8_t)(uint8_t)v; break;
+        case IPU_DTYPE_UINT8: case IPU_DTYPE_BOOL: ((uint8_t *)y)[i] = (uint8_t)v; break;
+        case IPU_DTYPE_UINT32: ((uint32_t *)y)[i] = (uint32_t)v; break;
+        default: break;
+    }
+}
+
+/* v wrapped to dt's width, sign-extended for signed types */
+static inline int64_t wrap(ipu_dtype dt, uint64_t v) {
+    switch (dt) {
+        case IPU_DTYPE_INT32: return (int32_t)(uint32_t)v;
+        case IPU_DTYPE_UINT32: return (uint32_t)v;
+        default: return (int64_t)v;
+    }
+}
+
+/* NaN-propagating max/min */
+static inline float fmaxn(float m, float v) { return (v > m || v != v) ? v : m; }
+static inline float fminn(float m, float v) { return (v < m || v != v) ? v : m; }
+
+/* for k in [0, n), c in [0, w): BODY with v = element (k, c) of the block (rows contiguous) */
+#define ROWS(LD, BODY)                                        \
+    for (int64_t k = 0; k < p->n; k++) {                      \
+        int64_t rb = base + k * p->inner;                     \
+        for (int64_t c = 0; c < r.w; c++) {                   \
+            LD##_t v = LD(x, dt, rb + c);                     \
+            BODY;                                             \
+        }                                                     \
+    }
+typedef float ldf_t;
+typedef int64_t ldi_t;
+
+/* ---- REDUCE ------------------------------------------------------------------------------ */
+
+static void reduce_float_block(const ipu__rfam_plan *p, const void *x, void *y, red_item r) {
+    ipu_dtype dt = p->dtype;
+    int64_t base = r.o * p->n * p->inner + r.c0;
+    double acc[IB];
+    float m[IB];
+    int fn = p->fn;
+    for (int64_t c = 0; c < r.w; c++) {
+        acc[c] = fn == IPU__RED_PROD ? 1.0 : 0.0;
+        m[c] = ldf(x, dt, base + c);
+    }
+    switch (fn) {
+        case IPU__RED_SUM: case IPU__RED_MEAN: case IPU__RED_LOG_SUM:
+            ROWS(ldf, acc[c] += v) break;
+        case IPU__RED_MAX: ROWS(ldf, m[c] = fmaxn(m[c], v)) break;
+        case IPU__RED_MIN: ROWS(ldf, m[c] = fminn(m[c], v)) break;
+        case IPU__RED_PROD: ROWS(ldf, acc[c] *= v) break;
+        case IPU__RED_SUM_SQUARE: case IPU__RED_L2: ROWS(ldf, acc[c] += (double)v * v) break;
+        case IPU__RED_L1: ROWS(ldf, acc[c] += fabs((double)v)) break;
+        case IPU__RED_LOG_SUM_EXP: /* stable: exp(x - max), max added back */
+            ROWS(ldf, m[c] = fmaxn(m[c], v))
+            ROWS(ldf, acc[c] += exp((double)v - m[c])) break;
+        default: break;
+    }
+    int64_t yb = r.o * p->inner + r.c0;
+    for (int64_t c = 0; c < r.w; c++) {
+        double a = acc[c];
+        switch (fn) {
+            case IPU__RED_MEAN: a /= (double)p->n; break;
+            case IPU__RED_MAX: case IPU__RED_MIN: a = m[c]; break;
+            case IPU__RED_L2: a = sqrt(a); break;
+            case IPU__RED_LOG_SUM: a = log(a); break;
+            case IPU__RED_LOG_SUM_EXP: a = isfinite(m[c]) ? m[c] + log(a) : m[c]; break;
+            default: break;
+        }
+        stf(y, dt, yb + c, a);
+    }
+}
+
+static void reduce_int_block(const ipu__rfam_plan *p, const void *x, void *y, red_item r) {
+    ipu_dtype dt = p->dtype;
+    int64_t base = r.o * p->n * p->inner + r.c0;
+    uint64_t acc[IB];
+    int64_t m[IB];
+    int fn = p->fn;
+    for (int64_t c = 0; c < r.w; c++) {
+        acc[c] = fn == IPU__RED_PROD ? 1 : 0;
+        m[c] = ldi(x, dt, base + c);
+    }
+    switch (fn) {
+        case IPU__RED_SUM: case IPU__RED_MEAN: ROWS(ldi, acc[c] += (uint64_t)v) break;
+        case IPU__RED_MAX: ROWS(ldi, m[c] = v > m[c] ? v : m[c]) break;
+        case IPU__RED_MIN: ROWS(ldi, m[c] = v < m[c] ? v : m[c]) break;
+        case IPU__RED_PROD: ROWS(ldi, acc[c] *= (uint64_t)v) break;
+        case IPU__RED_SUM_SQUARE: case IPU__RED_L2: ROWS(ldi, acc[c] += (uint64_t)v * (uint64_t)v) break;
+        case IPU__RED_L1: ROWS(ldi, acc[c] += v < 0 ? 0 - (uint64_t)v : (uint64_t)v) break;
+        default: break;
+    }
+    int64_t yb = r.o * p->inner + r.c0;
+    for (int64_t c = 0; c < r.w; c++) {
+        uint64_t a = acc[c];
+        if (fn == IPU__RED_MAX || fn == IPU__RED_MIN) {
+            a = (uint64_t)m[c];
+        } else if (fn == IPU__RED_MEAN) {
+            a = (uint64_t)(wrap(dt, a) / p->n);
+        } else if (fn == IPU__RED_L2) {
+            int64_t s = wrap(dt, a);
+            a = s > 0 ? (uint64_t)(int64_t)sqrt((double)s) : 0;
+        }
+        sti(y, dt, yb + c, a);
+    }
+}
+
+ipu_status ipu__k_reduce(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
+                         void *scratch) {
+    (void)scratch;
+    const ipu__rfam_plan *p = ins->plan;
+    const void *x = f->ptr[ins->in[0]];
+    void *y = f->ptr[ins->out[0]];
+    for (size_t it = b; it < e; it++) {
+        if (is_f(p->dtype))
+            reduce_float_block(p, x, y, item_of(p, it));
+        else
+            reduce_int_block(p, x, y, item_of(p, it));
+    }
+    return IPU_OK;
+}
+
+/* ---- ARG_REDUCE, HARDMAX ---------------------------------------------------------------- */
+
+/* bi[c] = index along n of the max (min) of each column of the block. Ties: first, or last
+ * with `last`; floats: NaN wins (the first NaN, or the last with `last`), as numpy. */
+static void arg_block(const ipu__rfam_plan *p, const void *x, red_item r, int is_min, int last,
+                      int64_t *bi) {
+    ipu_dtype dt = p->dtype;
+    int64_t base = r.o * p->n * p->inner + r.c0;
+    for (int64_t c = 0; c < r.w; c++) bi[c] = 0;
+    if (is_f(dt)) {
+        float best[IB];
+        for (int64_t c = 0; c < r.w; c++) best[c] = ldf(x, dt, base + c);
+        ROWS(ldf, {
+            float bv = best[c];
+            bool take = bv != bv ? (last && v != v)
+                        : v != v ? true
+                        : is_min ? (v < bv || (last && v == bv))
+                                 : (v > bv || (last && v == bv));
+            if (take && k > 0) {
+                best[c] = v;
+                bi[c] = k;
+            }
+        })
+    } else {
+        int64_t best[IB];
+        for (int64_t c = 0; c < r.w; c++) best[c] = ldi(x, dt, base + c);
+        ROWS(ldi, {
+            int64_t bv = best[c];
+            bool take = is_min ? (v < bv || (last && v == bv)) : (v > bv || (last && v == bv));
+            if (take && k > 0) {
+                best[c] = v;
+                bi[c] = k;
+            }
+        })
+    }
+}
+
+ipu_status ipu__k_arg_reduce(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
+                             void *scratch) {
+    (void)scratch;
+    const ipu__rfam_plan *p = ins->plan;
+    const void *x = f->ptr[ins->in[0]];
+    int64_t *y = f->ptr[ins->out[0]];
+    int64_t bi[IB];
+    for (size_t it = b; it < e; it++) {
+        red_item r = item_of(p, it);
+        arg_block(p, x, r, p->is_min, p->last, bi);
+        memcpy(y + r.o * p->inner + r.c0, bi, sizeof(int64_t) * (size_t)r.w);
+    }
+    return IPU_OK;
+}
+
+ipu_status ipu__k_hardmax(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
+                          void *scratch) {
+    (void)scratch;
+    const ipu__rfam_plan *p = ins->plan;
+    const void *x = f->ptr[ins->in[0]];
+    void *y = f->ptr[ins->out[0]];
+    int64_t bi[IB];
+    for (size_t it = b; it < e; it++) {
+        red_item r = item_of(p, it);
+        arg_block(p, x, r, 0, 0, bi);
+        int64_t base = r.o * p->n * p->inner + r.c0;
+        for (int64_t k = 0; k < p->n; k++)
+            for (int64_t c = 0; c < r.w; c++)
+                stf(y, p->dtype, base + k * p->inner + c, k == bi[c] ? 1.0 : 0.0);
+    }
+    return IPU_OK;
+}
+
+/* ---- LOG_SOFTMAX: (x - max) - log(sum exp(x - max)) --------------------------------------- */
+
+ipu_status ipu__k_log_softmax(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
+                              void *scratch) {
+    (void)scratch;
+    const ipu__rfam_plan *p = ins->plan;
+    const void *x = f->ptr[ins->in[0]];
+    void *y = f->ptr[ins->out[0]];
+    ipu_dtype dt = p->dtype;
+    float m[IB];
+    double s[IB];
+    for (size_t it = b; it < e; it++) {
+        red_item r = item_of(p, it);
+        int64_t base = r.o * p->n * p->inner + r.c0;
+        for (int64_t c = 0; c < r.w; c++) {
+            m[c] = ldf(x, dt, base + c);
+            s[c] = 0.0;
+        }
+        ROWS(ldf, m[c] = fmaxn(m[c], v))
+        ROWS(ldf, s[c] += exp((double)v - m[c]))
+        for (int64_t c = 0; c < r.w; c++) s[c] = log(s[c]);
+        ROWS(ldf, stf(y, dt, rb + c, ((double)v - m[c]) - s[c]))
+    }
+    return IPU_OK;
+}
+
+/* ---- CUMSUM ------------------------------------------------------------------------------ */
+
+ipu_status ipu__k_cumsum(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
+                         void *scratch) {
+    (void)scratch;
+    const ipu__rfam_plan *p = ins->plan;
+    const void *x = f->ptr[ins->in[0]];
+    void *y = f->ptr[ins->out[0]];
+    ipu_dtype dt = p->dtype;
+    bool fl = is_f(dt);
+    double fa[IB];
+    uint64_t ia[IB];
+    for (size_t it = b; it < e; it++) {
+        red_item r = item_of(p, it);
+        int64_t base = r.o * p->n * p->inner + r.c0;
+        for (int64_t c = 0; c < r.w; c++) {
+            fa[c] = 0.0;
+            ia[c] = 0;
+        }
+        for (int64_t j = 0; j < p->n; j++) {
+            int64_t k = p->reverse ? p->n - 1 - j : j, rb = base + k * p->inner;
+            for (int64_t c = 0; c < r.w; c++) {
+                if (fl) {
+                    double v = ldf(x, dt, rb + c);
+                    if (!p->exclusive) fa[c] += v;
+                    stf(y, dt, rb + c, fa[c]);
+                    if (p->exclusive) fa[c] += v;
+                } else {
+                    uint64_t v = (uint64_t)ldi(x, dt, rb + c);
+                    if (!p->exclusive) ia[c] += v;
+                    sti(y, dt, rb + c, ia[c]);
+                    if (p->exclusive) ia[c] += v;
+                }
+            }
+        }
+    }
+    return IPU_OK;
+}
+
+/* ---- TOPK: a heap of the k best indices kept in the column of the indices output ---------- */
+
+typedef struct topk_col {
+    const void *x;
+    ipu_dtype dt;
+    int64_t xb, xs; /* element i of the column: x[xb + i * xs] */
+    int64_t *h;     /* heap slot j: h[j * xs] */
+    int largest;
+} topk_col;
+
+/* Element a ranks after element b in the output: values ordered with NaN above +inf
+ * (largest first or smallest first), ties by lower index first. */
+static bool worse(const topk_col *t, int64_t a, int64_t b) {
+    int ord; /* sign of va - vb in the total order */
+    if (is_f(t->dt)) {
+        float va = ldf(t->x, t->dt, t->xb + a * t->xs), vb = ldf(t->x, t->dt, t->xb + b * t->xs);
+        bool an = va != va, bn = vb != vb;
+        ord = an || bn ? (int)an - (int)bn : (va > vb) - (va < vb);
+    } else {
+        int64_t va = ldi(t->x, t->dt, t->xb + a * t->xs), vb = ldi(t->x, t->dt, t->xb + b * t->xs);
+        ord = (va > vb) - (va < vb);
+    }
+    if (ord == 0) return a > b;
+    return t->largest ? ord < 0 : ord > 0;
+}
+
+/* Restore the heap (every parent worse than its children) below slot i of a heap of size n. */
+static void sift(const topk_col *t, int64_t i, int64_t n) {
+    int64_t *h = t->h, s = t->xs;
+    for (;;) {
+        int64_t l = 2 * i + 1, w = i;
+        if (l < n && worse(t, h[l * s], h[w * s])) w = l;
+        if (l + 1 < n && worse(t, h[(l + 1) * s], h[w * s])) w = l + 1;
+        if (w == i) return;
+        int64_t tmp = h[i * s];
+        h[i * s] = h[w * s];
+        h[w * s] = tmp;
+        i = w;
+    }
+}
+
+ipu_status ipu__k_topk(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
+                       void *scratch) {
+    (void)scratch;
+    const ipu__rfam_plan *p = ins->plan;
+    const uint8_t *x = f->ptr[ins->in[0]];
+    uint8_t *yv = f->ptr[ins->out[0]];
+    int64_t *yi = f->ptr[ins->out[1]];
+    size_t es = ipu_dtype_size(p->dtype);
+    int64_t n = p->n, k = p->k, inner = p->inner;
+    for (size_t it = b; it < e; it++) {
+        int64_t o = (int64_t)((uint64_t)it / (uint64_t)inner), c = (int64_t)((uint64_t)it % (uint64_t)inner);
+        topk_col t = {x, p->dtype, o * n * inner + c, inner, yi + o * k * inner + c, p->largest};
+        for (int64_t j = 0; j < k; j++) t.h[j * inner] = j;
+        for (int64_t j = k / 2; j-- > 0;) sift(&t, j, k);
+        for (int64_t i = k; i < n; i++)
+            if (worse(&t, t.h[0], i)) {
+                t.h[0] = i;
+                sift(&t, 0, k);
+            }
+        for (int64_t end = k - 1; end > 0; end--) { /* worst to the back: best first */
+            int64_t tmp = t.h[0];
+            t.h[0] = t.h[end * inner];
+            t.h[end * inner] = tmp;
+            sift(&t, 0, end);
+        }
+        for (int64_t j = 0; j < k; j++)
+            memcpy(yv + (size_t)(o * k * inner + c + j * inner) * es,
+                   x + (size_t)(t.xb + t.h[j * inner] * inner) * es, es);
+    }
+    return IPU_OK;
+}
