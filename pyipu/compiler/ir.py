@@ -54,6 +54,8 @@ OP_ARITY: dict[int, tuple[int, int, int]] = {
     Op.UNARY: (1, 1, 1),
     Op.BINARY: (2, 2, 1),
     Op.WHERE: (3, 3, 1),
+    Op.REINDEX: (2, 2, 1),
+    Op.INTERP: (3, 3, 1),
 }
 
 

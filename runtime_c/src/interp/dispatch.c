@@ -45,6 +45,8 @@ ipu__kernel_fn ipu__select_kernel(ipu_opcode op, ipu_dtype dt) {
         case IPU_OP_CONCAT: return ipu__k_concat;
         case IPU_OP_CAST: return ipu__k_cast;
         case IPU_OP_TRANSPOSE: return ipu__k_transpose;
+        case IPU_OP_REINDEX: return ipu__k_reindex;
+        case IPU_OP_INTERP: return is_f(dt) ? ipu__k_interp : NULL;
         default: return NULL;
     }
 }

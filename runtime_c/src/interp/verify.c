@@ -559,6 +559,7 @@ ipu_status ipu__verify_instr(const ipu_executable *e, uint32_t program_id, int i
         case IPU_OP_BINARY: want_attr = 1; break;
         case IPU_OP_CONV2D: want_attr = 9; break;
         case IPU_OP_POOL2D: want_attr = 12; break;
+        case IPU_OP_REINDEX: case IPU_OP_INTERP: want_attr = ins->n_attr; break; /* verify_data.c */
         default: break;
     }
     if (ins->n_attr != want_attr) return bad(v, "%u attributes, expected %u", ins->n_attr, want_attr);
@@ -575,7 +576,7 @@ ipu_status ipu__verify_instr(const ipu_executable *e, uint32_t program_id, int i
         default: break;
     }
     if (op != IPU_OP_CAST && op != IPU_OP_COPY && op != IPU_OP_CONCAT && op != IPU_OP_BINARY &&
-        op != IPU_OP_WHERE)
+        op != IPU_OP_WHERE && op != IPU_OP_REINDEX && op != IPU_OP_INTERP)
         for (uint32_t i = 0; i < ins->n_in; i++)
             if (in[i]->desc.dtype != dt)
                 return bad(v, "input %u has dtype %s, output %s", i, dt_str(in[i]->desc.dtype),
@@ -636,6 +637,8 @@ ipu_status ipu__verify_instr(const ipu_executable *e, uint32_t program_id, int i
         case IPU_OP_BINARY: case IPU_OP_WHERE: return v_nary(v, in, y, ins);
         case IPU_OP_CONV2D: return ipu__verify_conv2d(v, in, y, ins);
         case IPU_OP_POOL2D: return ipu__verify_pool2d(v, in[0], y, ins);
+        case IPU_OP_REINDEX: return ipu__verify_reindex(v, in, y, ins);
+        case IPU_OP_INTERP: return ipu__verify_interp(v, in, y, ins);
         default: return bad(v, "unhandled opcode");
     }
 }
