@@ -55,6 +55,8 @@ ipu__kernel_fn ipu__select_kernel(ipu_opcode op, ipu_dtype dt) {
         case IPU_OP_TOPK: return ipu__k_topk;
         case IPU_OP_LOG_SOFTMAX: return ipu__k_log_softmax;
         case IPU_OP_HARDMAX: return ipu__k_hardmax;
+        case IPU_OP_REINDEX: return ipu__k_reindex;
+        case IPU_OP_INTERP: return is_f(dt) ? ipu__k_interp : NULL;
         default: return NULL;
     }
 }

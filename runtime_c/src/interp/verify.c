@@ -581,6 +581,7 @@ ipu_status ipu__verify_instr(const ipu_executable *e, uint32_t program_id, int i
         case IPU_OP_TOPK: want_attr = 6; break;
         case IPU_OP_LOG_SOFTMAX: want_attr = 3; break;
         case IPU_OP_HARDMAX: want_attr = 3; break;
+        case IPU_OP_REINDEX: case IPU_OP_INTERP: want_attr = ins->n_attr; break; /* verify_data.c */
         default: break;
     }
     if (ins->n_attr != want_attr) return bad(v, "%u attributes, expected %u", ins->n_attr, want_attr);
@@ -597,7 +598,8 @@ ipu_status ipu__verify_instr(const ipu_executable *e, uint32_t program_id, int i
         default: break;
     }
     if (op != IPU_OP_CAST && op != IPU_OP_COPY && op != IPU_OP_CONCAT && op != IPU_OP_BINARY &&
-        op != IPU_OP_WHERE && op != IPU_OP_ARG_REDUCE && !ipu__is_gather_op(op))
+        op != IPU_OP_WHERE && op != IPU_OP_ARG_REDUCE && op != IPU_OP_REINDEX &&
+        op != IPU_OP_INTERP && !ipu__is_gather_op(op))
         for (uint32_t i = 0; i < ins->n_in; i++)
             if (in[i]->desc.dtype != dt)
                 return bad(v, "input %u has dtype %s, output %s", i, dt_str(in[i]->desc.dtype),
@@ -669,6 +671,8 @@ ipu_status ipu__verify_instr(const ipu_executable *e, uint32_t program_id, int i
         case IPU_OP_TOPK: return ipu__verify_reduce(v, in[0], ins);
         case IPU_OP_LOG_SOFTMAX: return ipu__verify_reduce(v, in[0], ins);
         case IPU_OP_HARDMAX: return ipu__verify_reduce(v, in[0], ins);
+        case IPU_OP_REINDEX: return ipu__verify_reindex(v, in, y, ins);
+        case IPU_OP_INTERP: return ipu__verify_interp(v, in, y, ins);
         default: return bad(v, "unhandled opcode");
     }
 }

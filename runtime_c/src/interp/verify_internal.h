@@ -43,5 +43,9 @@ IPU__VGATHER(ipu__verify_gather_nd);
 IPU__VGATHER(ipu__verify_scatter_elements);
 IPU__VGATHER(ipu__verify_scatter_nd);
 #undef IPU__VGATHER
+ipu_status ipu__verify_reindex(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                               ipu__instr *ins);
+ipu_status ipu__verify_interp(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                              ipu__instr *ins);
 
 #endif
