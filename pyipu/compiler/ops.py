@@ -568,4 +568,5 @@ from pyipu.compiler import (  # noqa: E402, F401
     ops_gather,
     ops_nn,
     ops_reduce,
+    ops_rnn,
 )
