@@ -111,8 +111,24 @@ def expand(node: NodeProto, f: FunctionProto, prefix: str, opset: int) -> list[N
                 n.attribute.append(b)
             else:
                 n.attribute.append(a)
+                if a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS):
+                    b = n.attribute[-1]
+                    for sub in [b.g] if b.type == AttributeProto.GRAPH else b.graphs:
+                        rename_outer_refs(sub, rename)
         out.append(n)
     return out
+
+
+def rename_outer_refs(g: onnx.GraphProto, rename: dict[str, str]) -> None:
+    """Rename, in place, the names body `g` (and its nested bodies) reads from outside."""
+    bound = {i.name for i in g.input} | {i.name for i in g.initializer}
+    for node in g.node:
+        node.input[:] = [i if i in bound else rename.get(i, i) for i in node.input]
+        for a in node.attribute:
+            for sub in [a.g] if a.type == AttributeProto.GRAPH else a.graphs:
+                inner = {k: v for k, v in rename.items() if k not in bound}
+                rename_outer_refs(sub, inner)
+        bound.update(o for o in node.output if o)
 
 
 def tensor_type(dtype: int, shape: Sequence[int]) -> TypeProto:

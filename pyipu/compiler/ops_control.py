@@ -14,6 +14,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from pyipu.compiler.functions import rename_outer_refs
 from pyipu.compiler.ir import ALL_DTYPES, dtype_of
 from pyipu.compiler.lower import Node
 from pyipu.compiler.ops import REGISTRY, _broadcast, register
@@ -37,11 +38,8 @@ def _renamed(node: onnx.NodeProto, rename: dict[str, str], prefix: str) -> onnx.
     out.input[:] = [rename.get(i, i) for i in node.input]
     out.output[:] = [rename.get(o, o) for o in node.output]
     for a in out.attribute:
-        subs = [a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)
-        for g in subs:  # outer-scope references inside nested bodies
-            inner = _defined(g)
-            for sub in g.node:
-                sub.input[:] = [i if i in inner else rename.get(i, i) for i in sub.input]
+        for g in [a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs:
+            rename_outer_refs(g, rename)
     return out
 
 
