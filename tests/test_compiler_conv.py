@@ -242,3 +242,30 @@ def test_verifier_rejects(op: str, pos: int, value: int, text: str) -> None:
     exe, feeds = _tampered(op, inputs, attrs, pos, value)
     with pytest.raises(Exception, match=text):
         run_c(exe, feeds)
+
+
+CONV_T_CASES = [
+    ((1, 2, 3, 3), (2, 3, 3, 3), {}),
+    ((2, 4, 4, 3), (4, 2, 3, 2), {"strides": [2, 3], "pads": [1, 0, 0, 1]}),
+    (
+        (1, 4, 3, 4),
+        (4, 3, 3, 3),
+        {"group": 2, "dilations": [2, 1], "output_padding": [0, 1], "strides": [1, 2]},
+    ),
+    ((1, 2, 3, 3), (2, 3, 3, 3), {"strides": [3, 2], "output_shape": [10, 8]}),
+    ((1, 2, 4, 4), (2, 1, 3, 3), {"strides": [2, 2], "auto_pad": "SAME_UPPER"}),
+    ((2, 3, 7), (3, 2, 3), {"strides": [2], "pads": [1, 1]}),  # 1-D
+]
+
+
+@pytest.mark.parametrize("case", range(len(CONV_T_CASES)))
+@pytest.mark.parametrize("const_w", [False, True])
+def test_conv_transpose(case: int, const_w: bool) -> None:
+    xs, ws, attrs = CONV_T_CASES[case]
+    x, w = arr(xs, F32, case, low=-1, high=1), arr(ws, F32, case + 50, low=-1, high=1)
+    bias = arr((ws[1] * attrs.get("group", 1),), F32, 3)
+    if const_w:
+        prog = check_op("ConvTranspose", [x, bias], attrs, opset=11, const_inputs={1: w})
+    else:
+        prog = check_op("ConvTranspose", [x, w, bias], attrs, opset=11)
+    assert Op.CONV2D in {i.op for i in prog.program(prog.main_programs[0]).instrs}

@@ -6,6 +6,7 @@ InstanceNormalization are composed from existing instructions.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -312,3 +313,115 @@ def InstanceNormalization(n: Node) -> None:  # noqa: N802
     bias = b.view(n.input(2), per_c, name + ":bias_c")
     t = n.emit_temp(Op.MUL, [b.view(norm, src, name + ":normnd"), scale], src, dt, suffix=":scaled")
     n.emit(Op.ADD, [t, bias], src, dt)
+
+
+# ---------------------------------------------------------------- transposed convolution
+
+
+def _reindex_temp(n: Node, x: int, maps: Sequence[np.ndarray], dt: DType, tag: str) -> int:
+    """REINDEX of x by per-dim maps (-1: zero) into a temporary."""
+    b = n.low.b
+    shape = b.tensors[x].shape
+    strides = [math.prod(shape[i + 1 :]) for i in range(len(shape))]
+    table = np.concatenate([np.asarray(m, np.int64) for m in maps])
+    t = b.weight(f"{n.outputs[0]}:{tag}", table, n.low.subgraph)
+    yshape = tuple(len(m) for m in maps)
+    return n.emit_temp(Op.REINDEX, [x, t], yshape, dt, [0, *strides], f":{tag}")
+
+
+def _upsample_map(size: int, stride: int, before: int, after: int) -> np.ndarray:
+    """Positions of a zero-stuffed (stride - 1 zeros between) and padded axis: -1 for zeros."""
+    span = stride * (size - 1) + 1
+    p = np.arange(-before, span + after)
+    return np.where((p >= 0) & (p < span) & (p % stride == 0), p // stride, -1)
+
+
+@register("ConvTranspose", 1, 11)
+def ConvTranspose(n: Node) -> None:  # noqa: N802
+    """A direct convolution of the zero-stuffed, padded input with the flipped, regrouped
+    weights: the stuffing and padding are one REINDEX, so no intermediate is materialised
+    twice."""
+    idx = [i for i in range(3) if n.has_input(i)]
+    dt = n.check_dtype(FLOAT_DTYPES, *idx)
+    sp = Spatial(n, "transposed convolution")
+    src = sp.shape
+    ws = n.shape(1)
+    if len(ws) != len(n.shape(0)):
+        n.shape_error(f"weight shape {list(ws)} must have the input's rank {len(n.shape(0))}")
+    if sp.one_d:
+        ws = (*ws[:2], 1, ws[2])
+    group = int(n.attr("group", 1))
+    c, mg = ws[0], ws[1]
+    if group < 1 or src[1] != c or c % group:
+        n.shape_error(f"group {group} does not fit input {list(n.shape(0))} and weight {list(ws)}")
+    cg, m = c // group, mg * group
+    kernel = sp.ints("kernel_shape", ws[2:] if not sp.one_d else ws[3:])
+    if list(kernel) != list(ws[2:]):
+        n.shape_error(f"kernel_shape {n.attr('kernel_shape')} differs from the weight's")
+    strides, dils = sp.positive("strides"), sp.positive("dilations")
+    outpad = sp.ints("output_padding", [0] * (1 if sp.one_d else 2), pad=0)
+    span = [(kernel[i] - 1) * dils[i] + 1 for i in (0, 1)]
+    full = [strides[i] * (src[2 + i] - 1) + outpad[i] + span[i] for i in (0, 1)]
+    auto = n.attr("auto_pad", "NOTSET") or "NOTSET"
+    if n.attr("output_shape") is not None or auto in ("SAME_UPPER", "SAME_LOWER"):
+        if n.attr("output_shape") is not None:
+            target = sp.ints("output_shape", [], pad=1)[-2:]
+        else:
+            target = [src[2 + i] * strides[i] for i in (0, 1)]
+        total = [full[i] - target[i] for i in (0, 1)]
+        if auto == "SAME_UPPER":
+            pads = [
+                total[0] // 2,
+                total[1] // 2,
+                total[0] - total[0] // 2,
+                total[1] - total[1] // 2,
+            ]
+        else:
+            pads = [
+                total[0] - total[0] // 2,
+                total[1] - total[1] // 2,
+                total[0] // 2,
+                total[1] // 2,
+            ]
+    elif auto in ("NOTSET", "VALID"):
+        pads = [0, 0, 0, 0] if auto == "VALID" else sp.ints("pads", [0] * (2 if sp.one_d else 4), 0)
+    else:
+        n.fail(f"auto_pad {auto!r} is not supported")
+    out = [full[i] - pads[i] - pads[2 + i] for i in (0, 1)]
+    if min(out) < 1:  # (negative pads, from an output_shape beyond the full size, just add zeros)
+        n.shape_error(f"pads {pads} do not fit input {list(src)} and kernel {kernel}")
+    maps = [np.arange(src[0]), np.arange(c)]
+    for i in (0, 1):
+        before, after = span[i] - 1 - pads[i], span[i] - 1 - pads[2 + i] + outpad[i]
+        maps.append(_upsample_map(src[2 + i], strides[i], before, after))
+    x = _reindex_temp(n, sp.x, maps, dt, "stuffed")
+    w = _transposed_weights(n, dt, group, cg, mg, kernel, sp.one_d)
+    inputs = [x, w] + ([n.input(2)] if n.has_input(2) else [])
+    if n.has_input(2) and n.shape(2) != (m,):
+        n.shape_error(f"bias shape {list(n.shape(2))} must be [{m}]")
+    sp.emit(Op.CONV2D, inputs, (src[0], m, *out), dt, [group, 1, 1, *dils, 0, 0, 0, 0])
+
+
+def _transposed_weights(
+    n: Node, dt: DType, group: int, cg: int, mg: int, kernel: Sequence[int], one_d: bool
+) -> int:
+    """W [C, M/g, kh, kw] -> [M, C/g, kh, kw], regrouped and spatially flipped."""
+    b = n.low.b
+    kh, kw = kernel
+    name = n.outputs[0]
+    if n.inputs[1] in n.low.constants:
+        w = np.asarray(n.low.constants[n.inputs[1]]).reshape(group, cg, mg, kh, kw)
+        w = w.transpose(0, 2, 1, 3, 4)[..., ::-1, ::-1].reshape(group * mg, cg, kh, kw)
+        return b.weight(f"{name}:wflip", np.ascontiguousarray(w), n.low.subgraph)
+    w5 = b.view(n.input(1), (group, cg, mg, kh, kw), f"{name}:w5")
+    perm = [0, 2, 1, 3, 4]
+    wt = n.emit_temp(Op.TRANSPOSE, [w5], (group, mg, cg, kh, kw), dt, perm, ":wt")
+    maps = [
+        np.arange(group),
+        np.arange(mg),
+        np.arange(cg),
+        np.arange(kh)[::-1],
+        np.arange(kw)[::-1],
+    ]
+    wf = _reindex_temp(n, wt, maps, dt, "wflip")
+    return b.view(wf, (group * mg, cg, kh, kw), f"{name}:w4")
