@@ -38,21 +38,13 @@ class Direction(IntEnum):
 OP_ARITY: dict[int, tuple[int, int, int]] = _core.op_arity()
 
 
-# dtypes a tensor may have ("all dtypes" in docs/bytecode.md) and the numeric subset.
-ALL_DTYPES = frozenset(
-    {
-        DType.FLOAT32,
-        DType.FLOAT16,
-        DType.INT32,
-        DType.INT64,
-        DType.INT8,
-        DType.UINT8,
-        DType.BOOL,
-        DType.UINT32,
-    }
-)
-NUMERIC_DTYPES = frozenset({DType.FLOAT32, DType.FLOAT16, DType.INT32, DType.INT64})
+# dtypes a tensor may have ("all dtypes" in docs/bytecode.md) and the numeric subsets.
 FLOAT_DTYPES = frozenset({DType.FLOAT32, DType.FLOAT16})
+SIGNED_DTYPES = frozenset({DType.INT8, DType.INT16, DType.INT32, DType.INT64})
+UNSIGNED_DTYPES = frozenset({DType.UINT8, DType.UINT16, DType.UINT32, DType.UINT64})
+INT_DTYPES = SIGNED_DTYPES | UNSIGNED_DTYPES
+NUMERIC_DTYPES = FLOAT_DTYPES | INT_DTYPES
+ALL_DTYPES = NUMERIC_DTYPES | {DType.BOOL}
 
 _NUMPY_NAMES = {
     DType.FLOAT32: "float32",

@@ -17,6 +17,8 @@ from pyipu.compiler.ir import (
     ALL_DTYPES,
     FLOAT_DTYPES,
     NUMERIC_DTYPES,
+    SIGNED_DTYPES,
+    UNSIGNED_DTYPES,
     f64_bits,
     np_dtype,
 )
@@ -49,6 +51,12 @@ def _prod(dims: Sequence[int]) -> int:
 
 # ---------------------------------------------------------------- element-wise
 
+# MATMUL and the reductions take these (docs/bytecode.md); the element-wise family takes all
+# NUMERIC_DTYPES.
+_MM_DTYPES = FLOAT_DTYPES | {DType.INT32, DType.INT64}
+# Add/Sub/Mul/Div before opset 14 (14 added the 8- and 16-bit integers).
+_ARITH_V7 = FLOAT_DTYPES | {DType.INT32, DType.INT64, DType.UINT32, DType.UINT64}
+
 
 def _binary(op: Op) -> LowerFn:
     def lower(n: Node) -> None:
@@ -57,7 +65,7 @@ def _binary(op: Op) -> LowerFn:
                 n.fail("legacy 'axis' broadcasting (opset < 7) is not supported")
             if not n.attr("broadcast", 0) and n.shape(0) != n.shape(1):
                 n.shape_error(f"shapes {list(n.shape(0))} and {list(n.shape(1))} differ")
-        dt = n.check_dtype(NUMERIC_DTYPES, 0, 1)
+        dt = n.check_dtype(NUMERIC_DTYPES if n.opset >= 14 else _ARITH_V7, 0, 1)
         shape = _broadcast(n, n.shape(0), n.shape(1))
         n.emit(op, [n.input(0), n.input(1)], shape, dt)
 
@@ -70,7 +78,7 @@ for _name, _op in (("Add", Op.ADD), ("Sub", Op.SUB), ("Mul", Op.MUL), ("Div", Op
 
 @register("Relu", 1)
 def Relu(n: Node) -> None:  # noqa: N802 - registry functions are named after ONNX ops
-    dt = n.check_dtype(NUMERIC_DTYPES, 0)
+    dt = n.check_dtype(FLOAT_DTYPES | SIGNED_DTYPES if n.opset >= 14 else FLOAT_DTYPES, 0)
     n.emit(Op.RELU, [n.input(0)], n.shape(0), dt)
 
 
@@ -79,14 +87,19 @@ def Relu(n: Node) -> None:  # noqa: N802 - registry functions are named after ON
 BOOL_DTYPES = frozenset({DType.BOOL})
 
 
-def _unary(fn: UnaryFn, int_since: int | None = None, params: tuple[str, ...] = ()) -> LowerFn:
-    """One UNARY instruction; ints allowed from opset `int_since`; float attrs → p0, p1."""
+def _unary(
+    fn: UnaryFn,
+    int_since: int | None = None,
+    params: tuple[str, ...] = (),
+    ints: frozenset[int] = NUMERIC_DTYPES,
+) -> LowerFn:
+    """One UNARY instruction; `ints` allowed from opset `int_since`; float attrs → p0, p1."""
     defaults = {"alpha": {UnaryFn.LEAKY_RELU: 0.01, UnaryFn.HARD_SIGMOID: 0.2}.get(fn, 1.0)}
     defaults["beta"] = 0.5
 
     def lower(n: Node) -> None:
-        ints = int_since is not None and n.opset >= int_since
-        dt = n.check_dtype(NUMERIC_DTYPES if ints else FLOAT_DTYPES, 0)
+        allow_ints = int_since is not None and n.opset >= int_since
+        dt = n.check_dtype(FLOAT_DTYPES | ints if allow_ints else FLOAT_DTYPES, 0)
         vals = [f64_bits(float(n.attr(p, defaults[p]))) for p in params]
         vals += [0] * (2 - len(vals))
         n.emit(Op.UNARY, [n.input(0)], n.shape(0), dt, [int(fn), *vals])
@@ -110,7 +123,7 @@ for _name, _fn, _since in (
     ("Softplus", UnaryFn.SOFTPLUS, 1),
 ):
     register(_name, _since)(_unary(_fn))
-register("Neg", 1)(_unary(UnaryFn.NEG, int_since=6))
+register("Neg", 1)(_unary(UnaryFn.NEG, int_since=6, ints=SIGNED_DTYPES))
 register("Abs", 1)(_unary(UnaryFn.ABS, int_since=6))
 register("Sign", 9)(_unary(UnaryFn.SIGN, int_since=9))
 register("LeakyRelu", 1)(_unary(UnaryFn.LEAKY_RELU, params=("alpha",)))
@@ -144,6 +157,10 @@ def Clip(n: Node) -> None:  # noqa: N802
         lo = -math.inf if bounds[0] is None else float(bounds[0])
         hi = math.inf if bounds[1] is None else float(bounds[1])
         attrs = [f64_bits(lo), f64_bits(hi)]
+    elif dt in UNSIGNED_DTYPES:  # compared as uint64: the bounds' bit patterns
+        lo = 0 if bounds[0] is None else int(bounds[0])
+        hi = int(np.iinfo(np.uint64).max) if bounds[1] is None else int(bounds[1])
+        attrs = [v - (1 << 64) if v >= 1 << 63 else v for v in (lo, hi)]
     else:
         info = np.iinfo(np.int64)
         attrs = [
@@ -153,22 +170,57 @@ def Clip(n: Node) -> None:  # noqa: N802
     n.emit(Op.UNARY, [n.input(0)], n.shape(0), dt, [int(UnaryFn.CLIP), *attrs])
 
 
+# BINARY functions whose output is bool.
+COMPARISONS = frozenset(
+    {
+        BinaryFn.EQUAL,
+        BinaryFn.LESS,
+        BinaryFn.GREATER,
+        BinaryFn.LESS_EQUAL,
+        BinaryFn.GREATER_EQUAL,
+    }
+)
+
+
+def _pow_operands(n: Node, dtypes: frozenset[int]) -> tuple[int, int, DType, DType | None]:
+    """Pow: (base, exponent, dtype computed in, dtype to cast the result to or None).
+
+    From opset 12 the exponent may have any numeric type: it is cast to the base's type, except
+    for an integer base with a float exponent, computed in float32 and cast back (truncating)."""
+    a, b = n.input(0), n.input(1)
+    dt = n.check_dtype(dtypes, 0)
+    eb = n.dtype(1)
+    if eb == dt:
+        return a, b, dt, None
+    if eb not in NUMERIC_DTYPES or n.opset < 12:
+        n.check_dtype(dtypes, 0, 1)  # raises: the dtypes differ
+    if dt in FLOAT_DTYPES or eb not in FLOAT_DTYPES:
+        b = n.emit_temp(Op.CAST, [b], n.shape(1), dt, suffix=":cast")
+        return a, b, dt, None
+    a = n.emit_temp(Op.CAST, [a], n.shape(0), DType.FLOAT32, suffix=":base_f32")
+    if eb != DType.FLOAT32:
+        b = n.emit_temp(Op.CAST, [b], n.shape(1), DType.FLOAT32, suffix=":cast")
+    return a, b, DType.FLOAT32, dt
+
+
 def _binary_fn(fn: BinaryFn, dtypes: Callable[[int], frozenset[int]]) -> LowerFn:
     """One BINARY instruction; `dtypes(opset)` are the input dtypes ONNX allows."""
 
     def lower(n: Node) -> None:
         if n.opset < 7 and n.attr("axis") is not None:
             n.fail("legacy 'axis' broadcasting (opset < 7) is not supported")
-        b = n.input(1)
-        if fn == BinaryFn.POW and n.dtype(1) != n.dtype(0) and n.dtype(1) in NUMERIC_DTYPES:
-            # opset >= 12: the exponent may have another numeric type; compute in the base's
-            b = n.emit_temp(Op.CAST, [b], n.shape(1), n.dtype(0), suffix=":cast")
-            dt = n.check_dtype(dtypes(n.opset), 0)
-        else:
-            dt = n.check_dtype(dtypes(n.opset), 0, 1)
         shape = _broadcast(n, n.shape(0), n.shape(1))
-        out = DType.BOOL if fn >= BinaryFn.EQUAL else dt
-        n.emit(Op.BINARY, [n.input(0), b], shape, out, [int(fn)])
+        if fn == BinaryFn.POW:
+            a, b, dt, back = _pow_operands(n, dtypes(n.opset))
+            if back is not None:
+                t = n.emit_temp(Op.BINARY, [a, b], shape, dt, [int(fn)], ":pow_f32")
+                n.emit(Op.CAST, [t], shape, back)
+                return
+        else:
+            a, b = n.input(0), n.input(1)
+            dt = n.check_dtype(dtypes(n.opset), 0, 1)
+        out = DType.BOOL if fn in COMPARISONS else dt
+        n.emit(Op.BINARY, [a, b], shape, out, [int(fn)])
 
     return lower
 
@@ -178,7 +230,7 @@ def _since(v: int, new: frozenset[int], old: frozenset[int]) -> Callable[[int], 
 
 
 _INTS = frozenset({DType.INT32, DType.INT64})
-register("Pow", 1)(_binary_fn(BinaryFn.POW, lambda _: FLOAT_DTYPES))
+register("Pow", 1)(_binary_fn(BinaryFn.POW, _since(12, _MM_DTYPES, FLOAT_DTYPES)))
 for _name, _fn in (("Less", BinaryFn.LESS), ("Greater", BinaryFn.GREATER)):
     register(_name, 1)(_binary_fn(_fn, _since(9, NUMERIC_DTYPES, FLOAT_DTYPES)))
 register("LessOrEqual", 12)(_binary_fn(BinaryFn.LESS_EQUAL, lambda _: NUMERIC_DTYPES))
@@ -270,7 +322,7 @@ def BitCast(n: Node) -> None:  # noqa: N802 - same bytes, another dtype of the s
 
 @register("MatMul", 1)
 def MatMul(n: Node) -> None:  # noqa: N802
-    dt = n.check_dtype(NUMERIC_DTYPES, 0, 1)
+    dt = n.check_dtype(_MM_DTYPES, 0, 1)
     sa, sb = n.shape(0), n.shape(1)
     if not sa or not sb:
         n.shape_error(f"cannot matmul {list(sa)} and {list(sb)}: operands must have rank >= 1")
@@ -472,7 +524,7 @@ def Transpose(n: Node) -> None:  # noqa: N802
 
 def _reduce(op: Op, axes_input_since: int) -> LowerFn:
     def lower(n: Node) -> None:
-        dt = n.check_dtype(NUMERIC_DTYPES, 0)
+        dt = n.check_dtype(_MM_DTYPES, 0)
         src = n.shape(0)
         axes = _axes(n, axes_input_since)
         keepdims = bool(n.attr("keepdims", 1))
@@ -565,6 +617,7 @@ from pyipu.compiler import (  # noqa: E402, F401
     ops_control,
     ops_data,
     ops_einsum,
+    ops_eltwise,
     ops_gather,
     ops_nn,
     ops_reduce,

@@ -122,7 +122,40 @@ _UNARY_FLOAT: dict[int, Callable[[np.ndarray, np.float32, np.float32], np.ndarra
     UnaryFn.LEAKY_RELU: lambda x, a, b: np.where(x >= 0, x, a * x),
     UnaryFn.ELU: lambda x, a, b: np.where(x >= 0, x, a * np.expm1(x)),
     UnaryFn.HARD_SIGMOID: lambda x, a, b: np.minimum(np.maximum(a * x + b, 0), 1),
+    UnaryFn.TAN: lambda x, a, b: np.tan(x),
+    UnaryFn.ASIN: lambda x, a, b: np.arcsin(x),
+    UnaryFn.ACOS: lambda x, a, b: np.arccos(x),
+    UnaryFn.ATAN: lambda x, a, b: np.arctan(x),
+    UnaryFn.SINH: lambda x, a, b: np.sinh(x),
+    UnaryFn.COSH: lambda x, a, b: np.cosh(x),
+    UnaryFn.ASINH: lambda x, a, b: np.arcsinh(x),
+    UnaryFn.ACOSH: lambda x, a, b: np.arccosh(x),
+    UnaryFn.ATANH: lambda x, a, b: np.arctanh(x),
+    UnaryFn.SOFTSIGN: lambda x, a, b: x / (np.float32(1) + np.abs(x)),
+    UnaryFn.HARD_SWISH: lambda x, a, b: x * np.minimum(np.maximum(x / np.float32(6) + 0.5, 0), 1),
+    UnaryFn.MISH: lambda x, a, b: x * np.tanh(np.maximum(x, 0) + np.log1p(np.exp(-np.abs(x)))),
+    UnaryFn.SELU: lambda x, a, b: np.where(x > 0, b * x, b * (a * np.exp(x) - a)),
+    UnaryFn.CELU: lambda x, a, b: np.maximum(x, 0) + np.minimum(0, a * np.expm1(x / a)),
+    UnaryFn.THRESHOLDED_RELU: lambda x, a, b: np.where(x > a, x, np.float32(0)),
+    UnaryFn.SHRINK: lambda x, a, b: np.where(x < -b, x + a, np.where(x > b, x - a, 0)),
+    UnaryFn.GELU: lambda x, a, b: _gelu(x, bool(a)),
+    UnaryFn.SWISH: lambda x, a, b: x / (np.float32(1) + np.exp(-a * x)),
 }
+
+
+def _gelu(x: np.ndarray, tanh: bool) -> np.ndarray:
+    if tanh:
+        inner = np.float32(0.7978845608028654) * (x + np.float32(0.044715) * x * x * x)
+        return np.float32(0.5) * x * (np.float32(1) + np.tanh(inner))
+    return np.float32(0.5) * x * (np.float32(1) + _erf(x * np.float32(0.7071067811865476)))
+
+
+def _int_shrink(x: np.ndarray, bias: np.float32, lambd: np.float32) -> np.ndarray:
+    """SHRINK on integers: computed in float32 (as onnxruntime), truncated and saturated."""
+    f = x.astype(np.float32)
+    return saturating_cast(
+        np.where(f < -lambd, f + bias, np.where(f > lambd, f - bias, 0)), x.dtype
+    )
 
 
 @kernel(Op.UNARY)
@@ -132,11 +165,14 @@ def unary(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
     if fn == UnaryFn.NOT:
         return ~x
     floating = np.issubdtype(x.dtype, np.floating)
+    a, b = np.float32(bits_f64(p0)), np.float32(bits_f64(p1))
     if fn == UnaryFn.CLIP:  # minimum(maximum(x, lo), hi): NaN propagates
         if floating:
-            lo, hi = np.float32(bits_f64(p0)), np.float32(bits_f64(p1))
-        else:
+            lo, hi = a, b
+        elif np.issubdtype(x.dtype, np.signedinteger):
             lo, hi = np.int64(p0), np.int64(p1)
+        else:  # unsigned: the bounds are uint64 bit patterns
+            lo, hi = np.int64(p0).view(np.uint64), np.int64(p1).view(np.uint64)
         return np.minimum(np.maximum(x.astype(lo.dtype), lo), hi)
     if fn == UnaryFn.NEG:
         return -x  # integers wrap
@@ -144,7 +180,15 @@ def unary(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
         return np.abs(x)  # abs(INT_MIN) wraps to INT_MIN
     if fn == UnaryFn.SIGN:
         return np.sign(x)
-    return _UNARY_FLOAT[fn](x, np.float32(bits_f64(p0)), np.float32(bits_f64(p1)))
+    if fn == UnaryFn.BITWISE_NOT:
+        return ~x
+    if fn == UnaryFn.ISNAN:
+        return np.isnan(x)
+    if fn == UnaryFn.ISINF:
+        return (np.isposinf(x) & bool(a)) | (np.isneginf(x) & bool(b))
+    if fn == UnaryFn.SHRINK and not floating:
+        return _int_shrink(x, a, b)
+    return _UNARY_FLOAT[fn](x, a, b)
 
 
 _BINARY: dict[int, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
@@ -162,10 +206,57 @@ _BINARY: dict[int, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
 }
 
 
+def _int_pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Exact integer power, wrapping; a negative exponent gives the truncated 1 / a^-b."""
+    neg = b < 0
+    p = np.power(a, np.where(neg, 0, b).astype(b.dtype))
+    odd = (b % 2) != 0
+    inv = np.where(a == 1, 1, np.where((a == -1) & odd, -1, np.where(a == -1, 1, 0)))
+    return np.where(neg, inv, p).astype(a.dtype)
+
+
+def _safe(b: np.ndarray) -> np.ndarray:
+    return np.where(b == 0, 1, b).astype(b.dtype)
+
+
+def _int_rem(a: np.ndarray, b: np.ndarray, floor: bool) -> np.ndarray:
+    """Remainder with the divisor's sign (floor) or the dividend's (fmod); x mod 0 == 0."""
+    r = np.mod(a, _safe(b)) if floor else np.fmod(a, _safe(b))
+    return np.where(b == 0, 0, r).astype(a.dtype)
+
+
+def _shift(a: np.ndarray, b: np.ndarray, left: bool) -> np.ndarray:
+    """Shifts (arithmetic right shift for signed types); a shift by < 0 or >= the bit width
+    leaves the sign fill only: -1 for a right shift of a negative value, else 0."""
+    big = (b < 0) | (b >= a.dtype.itemsize * 8)
+    sh = np.where(big, 0, b).astype(a.dtype)
+    r = np.left_shift(a, sh) if left else np.right_shift(a, sh)
+    fill = 0 if left else np.where(a < 0, -1, 0)
+    return np.where(big, fill, r).astype(a.dtype)
+
+
+_BINARY_INT: dict[int, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    BinaryFn.POW: _int_pow,
+    BinaryFn.MOD: lambda a, b: _int_rem(a, b, True),
+    BinaryFn.FMOD: lambda a, b: _int_rem(a, b, False),
+    BinaryFn.BITSHIFT_LEFT: lambda a, b: _shift(a, b, True),
+    BinaryFn.BITSHIFT_RIGHT: lambda a, b: _shift(a, b, False),
+    BinaryFn.BITWISE_AND: np.bitwise_and,
+    BinaryFn.BITWISE_OR: np.bitwise_or,
+    BinaryFn.BITWISE_XOR: np.bitwise_xor,
+}
+_BINARY[BinaryFn.MOD] = np.mod  # floats: the divisor's sign
+_BINARY[BinaryFn.FMOD] = np.fmod
+_BINARY[BinaryFn.PRELU] = lambda a, b: np.where(a < 0, b * a, a)
+
+
 @kernel(Op.BINARY)
 def binary(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
     a, b = _args(xs)
-    return _BINARY[int(ins.attrs[0])](a, b)
+    fn = int(ins.attrs[0])
+    if np.issubdtype(a.dtype, np.integer) and fn in _BINARY_INT:
+        return _BINARY_INT[fn](a, b)
+    return _BINARY[fn](a, b)
 
 
 @kernel(Op.WHERE)

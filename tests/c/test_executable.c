@@ -40,7 +40,16 @@ static void test_verifier(void) {
     expect_bad(verify_only(h, IPU_OP_UNARY, 1, (uint32_t[]){bi}, bj, 1, (int64_t[]){IPU__UN_NEG}), "1 attributes, expected 3");
     expect_bad(verify_only(h, IPU_OP_UNARY, 1, (uint32_t[]){bi}, bb, 3, (int64_t[]){IPU__UN_NEG, 0, 0}), "dtype");
     expect_bad(verify_only(h, IPU_OP_BINARY, 2, (uint32_t[]){bi, bj}, cy, 1, (int64_t[]){IPU__BIN_LESS}), "expected int32, int32 -> bool");
-    expect_bad(verify_only(h, IPU_OP_BINARY, 2, (uint32_t[]){bi, bj}, cy, 1, (int64_t[]){IPU__BIN_POW}), "does not take dtype int32");
+    expect_bad(verify_only(h, IPU_OP_BINARY, 2, (uint32_t[]){bi, bj}, cy, 1, (int64_t[]){IPU__BIN_AND}), "does not take dtype int32");
+    /* element-wise functions of the integer / classification kinds */
+    uint32_t vb = T(h, BOOL, 3), v2 = T(h, FLOAT32, 3), vb2 = T(h, BOOL, 3);
+    expect_bad(verify_only(h, IPU_OP_BINARY, 2, (uint32_t[]){v, v}, v2, 1, (int64_t[]){IPU__BIN_BITWISE_AND}), "binary function 15 does not take dtype float32");
+    expect_bad(verify_only(h, IPU_OP_BINARY, 2, (uint32_t[]){vb, vb}, vb2, 1, (int64_t[]){IPU__BIN_BITSHIFT_LEFT}), "does not take dtype bool");
+    expect_bad(verify_only(h, IPU_OP_UNARY, 1, (uint32_t[]){v}, v2, 3, (int64_t[]){IPU__UN_ISNAN, 0, 0}), "output dtype float32, expected bool");
+    expect_bad(verify_only(h, IPU_OP_UNARY, 1, (uint32_t[]){v}, v2, 3, (int64_t[]){IPU__UN_BITWISE_NOT, 0, 0}), "does not take dtype float32");
+    CHECK(verify_only(h, IPU_OP_UNARY, 1, (uint32_t[]){v}, vb, 3, (int64_t[]){IPU__UN_ISINF, 0, 0}) == IPU_OK, "isinf ok");
+    CHECK(verify_only(h, IPU_OP_BINARY, 2, (uint32_t[]){bi, bj}, cy, 1, (int64_t[]){IPU__BIN_POW}) == IPU_OK, "int pow ok");
+    CHECK(verify_only(h, IPU_OP_BINARY, 2, (uint32_t[]){v, v}, v2, 1, (int64_t[]){IPU__BIN_MOD}) == IPU_OK, "float mod ok");
     expect_bad(verify_only(h, IPU_OP_BINARY, 2, (uint32_t[]){bi, bj}, cy, 1, (int64_t[]){IPU__BIN_COUNT}), "unknown binary function");
     expect_bad(verify_only(h, IPU_OP_BINARY, 2, (uint32_t[]){a, v}, y, 1, (int64_t[]){IPU__BIN_MIN}), "not the broadcast");
     expect_bad(verify_only(h, IPU_OP_WHERE, 3, (uint32_t[]){bi, bj, bj}, cy, 0, NULL), "expected (bool, T, T) -> T");

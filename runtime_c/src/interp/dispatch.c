@@ -12,17 +12,30 @@
         default: return NULL;                     \
     }
 
+/* BY_DTYPE plus the other integer types (the element-wise family: kernels/elt_types.h). */
+#define BY_DTYPE_ALL(op, dt)                                \
+    switch (dt) {                                           \
+        case IPU_DTYPE_INT8: return ipu__k_##op##_i8;       \
+        case IPU_DTYPE_UINT8: return ipu__k_##op##_u8;      \
+        case IPU_DTYPE_INT16: return ipu__k_##op##_i16;     \
+        case IPU_DTYPE_UINT16: return ipu__k_##op##_u16;    \
+        case IPU_DTYPE_UINT32: return ipu__k_##op##_u32;    \
+        case IPU_DTYPE_UINT64: return ipu__k_##op##_u64;    \
+        default: break;                                     \
+    }                                                       \
+    BY_DTYPE(op, dt)
+
 static int is_f(ipu_dtype dt) { return dt == IPU_DTYPE_FLOAT32 || dt == IPU_DTYPE_FLOAT16; }
 
 ipu__kernel_fn ipu__select_kernel(ipu_opcode op, ipu_dtype dt) {
     switch (op) {
         case IPU_OP_BIND: return ipu__k_bind;
         case IPU_OP_COPY: return ipu__k_copy;
-        case IPU_OP_ADD: BY_DTYPE(add, dt)
-        case IPU_OP_SUB: BY_DTYPE(sub, dt)
-        case IPU_OP_MUL: BY_DTYPE(mul, dt)
-        case IPU_OP_DIV: BY_DTYPE(div, dt)
-        case IPU_OP_RELU: BY_DTYPE(relu, dt)
+        case IPU_OP_ADD: BY_DTYPE_ALL(add, dt)
+        case IPU_OP_SUB: BY_DTYPE_ALL(sub, dt)
+        case IPU_OP_MUL: BY_DTYPE_ALL(mul, dt)
+        case IPU_OP_DIV: BY_DTYPE_ALL(div, dt)
+        case IPU_OP_RELU: BY_DTYPE_ALL(relu, dt)
         case IPU_OP_MATMUL: BY_DTYPE(matmul, dt)
         case IPU_OP_REDUCE_SUM: BY_DTYPE(reduce_sum, dt)
         case IPU_OP_REDUCE_MEAN: BY_DTYPE(reduce_mean, dt)
@@ -32,12 +45,12 @@ ipu__kernel_fn ipu__select_kernel(ipu_opcode op, ipu_dtype dt) {
         case IPU_OP_SOFTMAX:
             return dt == IPU_DTYPE_FLOAT32 ? ipu__k_softmax_f32
                    : dt == IPU_DTYPE_FLOAT16 ? ipu__k_softmax_f16 : NULL;
-        case IPU_OP_UNARY:
+        case IPU_OP_UNARY: /* dt: the input's dtype */
             if (dt == IPU_DTYPE_BOOL) return ipu__k_unary_b8;
-            BY_DTYPE(unary, dt)
+            BY_DTYPE_ALL(unary, dt)
         case IPU_OP_BINARY: /* dt: the inputs' dtype */
             if (dt == IPU_DTYPE_BOOL) return ipu__k_binary_b8;
-            BY_DTYPE(binary, dt)
+            BY_DTYPE_ALL(binary, dt)
         case IPU_OP_WHERE: return ipu__k_where;
         case IPU_OP_CONV2D: return is_f(dt) ? ipu__k_conv2d : NULL;
         case IPU_OP_POOL2D: return is_f(dt) ? ipu__k_pool2d : NULL;

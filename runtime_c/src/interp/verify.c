@@ -44,10 +44,18 @@ static bool is_numeric(ipu_dtype t) {
            t == IPU_DTYPE_INT64;
 }
 static bool is_float(ipu_dtype t) { return t == IPU_DTYPE_FLOAT32 || t == IPU_DTYPE_FLOAT16; }
-static bool is_castable(ipu_dtype t) {
-    return is_numeric(t) || t == IPU_DTYPE_INT8 || t == IPU_DTYPE_UINT8 || t == IPU_DTYPE_BOOL ||
-           t == IPU_DTYPE_UINT32;
+static bool is_uint(ipu_dtype t) {
+    return t == IPU_DTYPE_UINT8 || t == IPU_DTYPE_UINT16 || t == IPU_DTYPE_UINT32 ||
+           t == IPU_DTYPE_UINT64;
 }
+static bool is_sint(ipu_dtype t) {
+    return t == IPU_DTYPE_INT8 || t == IPU_DTYPE_INT16 || t == IPU_DTYPE_INT32 ||
+           t == IPU_DTYPE_INT64;
+}
+static bool is_int(ipu_dtype t) { return is_sint(t) || is_uint(t); }
+/* The element-wise family's "numeric": floats and every integer type. */
+static bool is_arith(ipu_dtype t) { return is_float(t) || is_int(t); }
+static bool is_castable(ipu_dtype t) { return is_arith(t) || t == IPU_DTYPE_BOOL; }
 
 static bool same_shape(const ipu__tensor *a, const ipu__tensor *b) {
     if (a->desc.ndim != b->desc.ndim) return false;
@@ -381,16 +389,28 @@ static ipu_status plan_flat(ipu__instr *ins, uint64_t count, uint64_t block, ipu
 }
 
 /* UNARY: attrs fn, p0, p1 (float64 bits for floats; CLIP bounds as integers for int dtypes). */
+static bool unary_dtype_ok(int64_t fn, ipu_dtype dt) {
+    switch (fn) {
+        case IPU__UN_NOT: return dt == IPU_DTYPE_BOOL;
+        case IPU__UN_NEG: return is_float(dt) || is_sint(dt);
+        case IPU__UN_ABS: case IPU__UN_SIGN: case IPU__UN_CLIP: case IPU__UN_SHRINK:
+            return is_arith(dt);
+        case IPU__UN_BITWISE_NOT: return is_int(dt);
+        default: return is_float(dt);
+    }
+}
+
 static ipu_status v_unary(const vctx *v, const ipu__tensor *x, const ipu__tensor *y,
                           ipu__instr *ins) {
     char s1[160], s2[160];
     int64_t fn = ins->attr[0];
-    ipu_dtype dt = y->desc.dtype;
+    ipu_dtype dt = x->desc.dtype;
     if (fn < 0 || fn >= IPU__UN_COUNT) return bad(v, "unknown unary function %lld", (long long)fn);
-    bool ok = fn == IPU__UN_NOT                 ? dt == IPU_DTYPE_BOOL
-              : fn <= IPU__UN_SIGN || fn == IPU__UN_CLIP ? is_numeric(dt)
-                                                          : is_float(dt);
-    if (!ok) return bad(v, "unary function %lld does not take dtype %s", (long long)fn, dt_str(dt));
+    if (!unary_dtype_ok(fn, dt))
+        return bad(v, "unary function %lld does not take dtype %s", (long long)fn, dt_str(dt));
+    ipu_dtype want = (fn == IPU__UN_ISNAN || fn == IPU__UN_ISINF) ? IPU_DTYPE_BOOL : dt;
+    if (y->desc.dtype != want)
+        return bad(v, "output dtype %s, expected %s", dt_str(y->desc.dtype), dt_str(want));
     if (!same_shape(x, y))
         return bad(v, "output y%s differs from input x%s", shape_str(s1, sizeof s1, y),
                    shape_str(s2, sizeof s2, x));
@@ -411,6 +431,17 @@ static ipu_status v_unary(const vctx *v, const ipu__tensor *x, const ipu__tensor
     return IPU_OK;
 }
 
+static bool binary_dtype_ok(int fn, ipu_dtype dt) {
+    switch (fn) {
+        case IPU__BIN_EQUAL: return is_arith(dt) || dt == IPU_DTYPE_BOOL;
+        case IPU__BIN_AND: case IPU__BIN_OR: case IPU__BIN_XOR: return dt == IPU_DTYPE_BOOL;
+        case IPU__BIN_BITWISE_AND: case IPU__BIN_BITWISE_OR: case IPU__BIN_BITWISE_XOR:
+        case IPU__BIN_BITSHIFT_LEFT: case IPU__BIN_BITSHIFT_RIGHT:
+            return is_int(dt);
+        default: return is_arith(dt); /* POW, MIN, MAX, comparisons, MOD, FMOD, PRELU */
+    }
+}
+
 /* BINARY (attr fn) and WHERE (cond, x, z): broadcast every input to y; dtype rules. */
 static ipu_status v_nary(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
                          ipu__instr *ins) {
@@ -422,12 +453,9 @@ static ipu_status v_nary(const vctx *v, const ipu__tensor *const *in, const ipu_
         if (ins->attr[0] < 0 || ins->attr[0] >= IPU__BIN_COUNT)
             return bad(v, "unknown binary function %lld", (long long)ins->attr[0]);
         fn = (int)ins->attr[0];
-        bool ok = fn == IPU__BIN_POW       ? is_float(dt)
-                  : fn >= IPU__BIN_AND     ? dt == IPU_DTYPE_BOOL
-                  : fn == IPU__BIN_EQUAL   ? is_numeric(dt) || dt == IPU_DTYPE_BOOL
-                                           : is_numeric(dt);
-        if (!ok) return bad(v, "binary function %d does not take dtype %s", fn, dt_str(dt));
-        ipu_dtype want = fn >= IPU__BIN_EQUAL ? IPU_DTYPE_BOOL : dt;
+        if (!binary_dtype_ok(fn, dt))
+            return bad(v, "binary function %d does not take dtype %s", fn, dt_str(dt));
+        ipu_dtype want = ipu__bin_is_cmp(fn) ? IPU_DTYPE_BOOL : dt;
         if (in[0]->desc.dtype != dt || y->desc.dtype != want)
             return bad(v, "dtypes %s, %s -> %s, expected %s, %s -> %s", dt_str(in[0]->desc.dtype),
                        dt_str(dt), dt_str(y->desc.dtype), dt_str(dt), dt_str(dt), dt_str(want));
@@ -588,8 +616,10 @@ ipu_status ipu__verify_instr(const ipu_executable *e, uint32_t program_id, int i
     /* dtype rules */
     ipu_dtype dt = y->desc.dtype;
     switch (op) {
-        case IPU_OP_ADD: case IPU_OP_SUB: case IPU_OP_MUL: case IPU_OP_DIV: case IPU_OP_MATMUL:
-        case IPU_OP_RELU: case IPU_OP_REDUCE_SUM: case IPU_OP_REDUCE_MEAN:
+        case IPU_OP_ADD: case IPU_OP_SUB: case IPU_OP_MUL: case IPU_OP_DIV: case IPU_OP_RELU:
+            if (!is_arith(dt)) return bad(v, "dtype %s is not numeric", dt_str(dt));
+            break;
+        case IPU_OP_MATMUL: case IPU_OP_REDUCE_SUM: case IPU_OP_REDUCE_MEAN:
             if (!is_numeric(dt)) return bad(v, "dtype %s is not numeric", dt_str(dt));
             break;
         case IPU_OP_GEMM: case IPU_OP_SOFTMAX: case IPU_OP_CONV2D: case IPU_OP_POOL2D:
@@ -598,8 +628,8 @@ ipu_status ipu__verify_instr(const ipu_executable *e, uint32_t program_id, int i
         default: break;
     }
     if (op != IPU_OP_CAST && op != IPU_OP_COPY && op != IPU_OP_CONCAT && op != IPU_OP_BINARY &&
-        op != IPU_OP_WHERE && op != IPU_OP_ARG_REDUCE && op != IPU_OP_REINDEX &&
-        op != IPU_OP_INTERP && !ipu__is_gather_op(op))
+        op != IPU_OP_WHERE && op != IPU_OP_UNARY && op != IPU_OP_ARG_REDUCE &&
+        op != IPU_OP_REINDEX && op != IPU_OP_INTERP && !ipu__is_gather_op(op))
         for (uint32_t i = 0; i < ins->n_in; i++)
             if (in[i]->desc.dtype != dt)
                 return bad(v, "input %u has dtype %s, output %s", i, dt_str(in[i]->desc.dtype),

@@ -1,4 +1,4 @@
-/* BINARY (POW, MIN, MAX, comparisons, AND/OR/XOR; ipu__binary_fn) and WHERE, with numpy
+/* BINARY (the functions of ipu__binary_fn, per dtype as docs/bytecode.md) and WHERE, with numpy
  * broadcasting of 2 or 3 inputs (ipu__nary_plan, same scheme as the ADD plan). float16 is
  * computed in float32; comparisons write bool (one byte, 0 or 1). Work item = IPU__ELT_BLOCK
  * output elements. */
@@ -73,6 +73,13 @@ static void nary_run(const ipu__nary_plan *p, const void *const *base, void *y, 
     case IPU__BIN_LESS_EQUAL: LOOP2(T, yb, (uint8_t)(x <= z)); break;         \
     case IPU__BIN_GREATER_EQUAL: LOOP2(T, yb, (uint8_t)(x >= z)); break
 
+/* MOD on floats: x - floor(x / z) * z, the sign of z (a zero result too); NaN for z == 0. */
+static inline float fmod_floor(float x, float z) {
+    float r = fmodf(x, z);
+    if (r == 0.0f) return copysignf(0.0f, z);
+    return (r < 0) != (z < 0) ? r + z : r;
+}
+
 /* MIN/MAX like numpy's minimum/maximum: a NaN operand gives NaN. */
 static void bin_f32(const void *const *in, const int64_t *s, void *vy, size_t n, int fn) {
     const float *a = in[0], *b = in[1];
@@ -83,27 +90,76 @@ static void bin_f32(const void *const *in, const int64_t *s, void *vy, size_t n,
         case IPU__BIN_POW: LOOP2(float, y, powf(x, z)); break;
         case IPU__BIN_MIN: LOOP2(float, y, (x != x || x < z) ? x : z); break;
         case IPU__BIN_MAX: LOOP2(float, y, (x != x || x > z) ? x : z); break;
+        case IPU__BIN_MOD: LOOP2(float, y, fmod_floor(x, z)); break;
+        case IPU__BIN_FMOD: LOOP2(float, y, fmodf(x, z)); break;
+        case IPU__BIN_PRELU: LOOP2(float, y, x < 0 ? z * x : x); break;
         CMP_CASES(float);
         default: break;
     }
 }
 
-#define BIN_INT(sfx, T)                                                                   \
-    static void bin_##sfx(const void *const *in, const int64_t *s, void *vy, size_t n,   \
-                          int fn) {                                                      \
-        const T *a = in[0], *b = in[1];                                                  \
-        int64_t sa = s[0], sb = s[1];                                                    \
-        T *restrict y = vy;                                                              \
-        uint8_t *restrict yb = vy;                                                       \
-        switch (fn) {                                                                    \
-            case IPU__BIN_MIN: LOOP2(T, y, x < z ? x : z); break;                        \
-            case IPU__BIN_MAX: LOOP2(T, y, x > z ? x : z); break;                        \
-            CMP_CASES(T);                                                                \
-            default: break;                                                              \
-        }                                                                                \
+/* Integers (IPU__INT_TYPES): arithmetic wraps in W. POW: exact power by squaring (wraps); a
+ * negative exponent gives the truncated 1 / x^-e (1 for x == 1, ±1 for x == -1, else 0). MOD:
+ * remainder with the divisor's sign; FMOD: with the dividend's sign; x mod 0 == 0. Shifts: the
+ * right shift is arithmetic for signed types; a shift by < 0 or >= the bit width leaves only
+ * the sign fill (-1 for a right shift of a negative x, else 0). PRELU: x < 0 ? slope * x : x. */
+#define ISNEG(S, v) ((S) && ((uint64_t)(int64_t)(v) >> 63) != 0) /* no -Wtype-limits */
+#define BIN_INT(sfx, D, T, W, S, C, MIN, MAX)                                                  \
+    static inline T ipow_##sfx(T x, T e) {                                                     \
+        if (ISNEG(S, e)) {                                                                        \
+            if (x == 1) return 1;                                                              \
+            if (S && x == (T)-1) return ((W)e & 1u) ? x : (T)1;                                \
+            return 0;                                                                          \
+        }                                                                                      \
+        W r = 1, base = (W)x;                                                                  \
+        for (uint64_t k = (uint64_t)e; k; k >>= 1) {                                           \
+            if (k & 1u) r *= base;                                                             \
+            base *= base;                                                                      \
+        }                                                                                      \
+        return (T)r;                                                                           \
+    }                                                                                          \
+    static inline T fmod_##sfx(T a, T b) {                                                     \
+        if (b == 0 || (S && b == (T)-1)) return 0;                                             \
+        return (T)(a % b);                                                                     \
+    }                                                                                          \
+    static inline T mod_##sfx(T a, T b) {                                                      \
+        T r = fmod_##sfx(a, b);                                                                \
+        return (r != 0 && ISNEG(S, r) != ISNEG(S, b)) ? (T)((W)r + (W)b) : r;                  \
+    }                                                                                          \
+    /* arithmetic for signed T, written without right-shifting a negative value */             \
+    static inline T shr_##sfx(T x, T z) {                                                      \
+        int neg = ISNEG(S, x);                                                                 \
+        if (ISNEG(S, z) || (uint64_t)z >= 8 * sizeof(T)) return neg ? (T)-1 : (T)0;            \
+        return neg ? (T) ~(~(W)x >> (W)z) : (T)((W)x >> (W)z);                                 \
+    }                                                                                          \
+    static void bin_##sfx(const void *const *in, const int64_t *s, void *vy, size_t n,         \
+                          int fn) {                                                            \
+        const T *a = in[0], *b = in[1];                                                        \
+        int64_t sa = s[0], sb = s[1];                                                          \
+        const uint64_t bits = 8 * sizeof(T);                                                   \
+        T *restrict y = vy;                                                                    \
+        uint8_t *restrict yb = vy;                                                             \
+        switch (fn) {                                                                          \
+            case IPU__BIN_POW: LOOP2(T, y, ipow_##sfx(x, z)); break;                           \
+            case IPU__BIN_MIN: LOOP2(T, y, x < z ? x : z); break;                              \
+            case IPU__BIN_MAX: LOOP2(T, y, x > z ? x : z); break;                              \
+            case IPU__BIN_MOD: LOOP2(T, y, mod_##sfx(x, z)); break;                            \
+            case IPU__BIN_FMOD: LOOP2(T, y, fmod_##sfx(x, z)); break;                          \
+            case IPU__BIN_BITSHIFT_LEFT:                                                       \
+                LOOP2(T, y, (ISNEG(S, z) || (uint64_t)z >= bits) ? (T)0 : (T)((W)x << (W)z));  \
+                break;                                                                         \
+            case IPU__BIN_BITSHIFT_RIGHT: LOOP2(T, y, shr_##sfx(x, z)); break;                 \
+            case IPU__BIN_BITWISE_AND: LOOP2(T, y, (T)((W)x & (W)z)); break;                   \
+            case IPU__BIN_BITWISE_OR: LOOP2(T, y, (T)((W)x | (W)z)); break;                    \
+            case IPU__BIN_BITWISE_XOR: LOOP2(T, y, (T)((W)x ^ (W)z)); break;                   \
+            case IPU__BIN_PRELU: LOOP2(T, y, ISNEG(S, x) ? (T)((W)z * (W)x) : x); break;          \
+            CMP_CASES(T);                                                                      \
+            default: break;                                                                    \
+        }                                                                                      \
     }
-BIN_INT(i32, int32_t)
-BIN_INT(i64, int64_t)
+IPU__INT_TYPES(BIN_INT)
+#undef BIN_INT
+#undef ISNEG
 
 /* bool: EQUAL, AND, OR, XOR on the truth values. */
 static void bin_b8(const void *const *in, const int64_t *s, void *vy, size_t n, int fn) {
@@ -125,7 +181,7 @@ static void bin_f16(const void *const *in, const int64_t *s, void *vy, size_t n,
     const uint16_t *a = in[0], *b = in[1];
     float fa[F16_CHUNK], fb[F16_CHUNK], fy[F16_CHUNK];
     const void *fin[2] = {fa, fb};
-    int cmp = fn >= IPU__BIN_EQUAL;
+    int cmp = ipu__bin_is_cmp(fn);
     if (!s[0]) fa[0] = ipu__f16_to_f32(a[0]);
     if (!s[1]) fb[0] = ipu__f16_to_f32(b[0]);
     for (size_t i = 0; i < n; i += F16_CHUNK) {
@@ -141,7 +197,7 @@ static void bin_f16(const void *const *in, const int64_t *s, void *vy, size_t n,
     }
 }
 
-#define BIN_KERNEL(sfx)                                                                        \
+#define BIN_KERNEL(sfx, ...)                                                                   \
     ipu_status ipu__k_binary_##sfx(const ipu__frame *f, const ipu__instr *ins, size_t b,       \
                                    size_t e, void *scratch) {                                  \
         (void)scratch;                                                                         \
@@ -151,9 +207,8 @@ static void bin_f16(const void *const *in, const int64_t *s, void *vy, size_t n,
     }
 BIN_KERNEL(f32)
 BIN_KERNEL(f16)
-BIN_KERNEL(i32)
-BIN_KERNEL(i64)
 BIN_KERNEL(b8)
+IPU__INT_TYPES(BIN_KERNEL)
 
 /* WHERE: y = cond ? x : z, selected on element size (any dtype). */
 #define WHERE_LOOP(T)                                                             \

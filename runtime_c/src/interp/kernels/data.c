@@ -1,6 +1,6 @@
 /* Data movement kernels: BIND, COPY, EXPAND, CONCAT, TRANSPOSE (all dtypes, by element size)
- * and CAST (docs/bytecode.md: float -> int truncates and saturates, NaN -> 0; int -> int wraps;
- * to bool: x != 0). */
+ * and CAST between any two dtypes (docs/bytecode.md: float -> int truncates and saturates,
+ * NaN -> 0; int -> int wraps; to bool: x != 0). */
 #include <math.h>
 #include <string.h>
 
@@ -154,49 +154,42 @@ static void load_f(ipu_dtype t, const void *src, float *d, size_t n) {
         ipu__cvt_f16_to_f32(src, d, n);
 }
 
+/* Integer and bool sources load as int64 (uint64 as its bit pattern: see store_from_i). */
 static void load_i(ipu_dtype t, const void *src, int64_t *d, size_t n) {
     switch (t) {
-        case IPU_DTYPE_INT32: { const int32_t *s = src; for (size_t i = 0; i < n; i++) d[i] = s[i]; break; }
-        case IPU_DTYPE_INT64: memcpy(d, src, n * sizeof(int64_t)); break;
-        case IPU_DTYPE_INT8: { const int8_t *s = src; for (size_t i = 0; i < n; i++) d[i] = s[i]; break; }
-        case IPU_DTYPE_UINT8: { const uint8_t *s = src; for (size_t i = 0; i < n; i++) d[i] = s[i]; break; }
-        case IPU_DTYPE_BOOL: { const uint8_t *s = src; for (size_t i = 0; i < n; i++) d[i] = s[i] != 0; break; }
-        default: { const uint32_t *s = src; for (size_t i = 0; i < n; i++) d[i] = s[i]; break; } /* UINT32 */
+#define LOAD_I(sfx, D, T, W, S, C, MIN, MAX)                               \
+    case IPU_DTYPE_##D: {                                                  \
+        const T *s = src;                                                  \
+        for (size_t i = 0; i < n; i++) d[i] = (int64_t)s[i];               \
+        break;                                                             \
+    }
+        IPU__INT_TYPES(LOAD_I)
+#undef LOAD_I
+        default: { /* BOOL */
+            const uint8_t *s = src;
+            for (size_t i = 0; i < n; i++) d[i] = s[i] != 0;
+            break;
+        }
     }
 }
 
-/* float -> integer: truncate toward zero, saturate, NaN -> 0. */
-static inline int64_t sat_f(float v, double lo, double hi) {
-    double d = (double)v;
-    if (d != d) return 0;
-    if (d <= lo) return (int64_t)lo;
-    if (d >= hi) return (int64_t)hi;
-    return (int64_t)d;
-}
-
-#define FSTORE(T, LO, HI)                                                                   \
-    do {                                                                                    \
-        T *o = dst;                                                                         \
-        for (size_t i = 0; i < n; i++) o[i] = (T)sat_f(s[i], LO, HI);                      \
-    } while (0)
-
+/* float -> integer: truncate toward zero, saturate at T's range, NaN -> 0. */
 static void store_from_f(ipu_dtype t, const float *s, void *dst, size_t n) {
     switch (t) {
         case IPU_DTYPE_FLOAT32: memcpy(dst, s, n * sizeof(float)); break;
         case IPU_DTYPE_FLOAT16: ipu__cvt_f32_to_f16(s, dst, n); break;
-        case IPU_DTYPE_INT32: FSTORE(int32_t, -2147483648.0, 2147483647.0); break;
-        case IPU_DTYPE_INT8: FSTORE(int8_t, -128.0, 127.0); break;
-        case IPU_DTYPE_UINT8: FSTORE(uint8_t, 0.0, 255.0); break;
-        case IPU_DTYPE_UINT32: FSTORE(uint32_t, 0.0, 4294967295.0); break;
-        case IPU_DTYPE_INT64: {
-            int64_t *o = dst;
-            for (size_t i = 0; i < n; i++) {
-                float v = s[i];
-                o[i] = v != v ? 0 : v <= -9223372036854775808.0f ? INT64_MIN
-                       : v >= 9223372036854775808.0f ? INT64_MAX : (int64_t)v;
-            }
-            break;
-        }
+#define STORE_F(sfx, D, T, W, S, C, MIN, MAX)                                              \
+    case IPU_DTYPE_##D: {                                                                  \
+        T *o = dst;                                                                        \
+        for (size_t i = 0; i < n; i++) {                                                   \
+            double v = (double)s[i];                                                       \
+            o[i] = v != v ? (T)0 : v <= (double)(MIN) ? (MIN) : v >= (double)(MAX) ? (MAX) \
+                                                                             : (T)v;       \
+        }                                                                                  \
+        break;                                                                             \
+    }
+        IPU__INT_TYPES(STORE_F)
+#undef STORE_F
         default: { /* BOOL */
             uint8_t *o = dst;
             for (size_t i = 0; i < n; i++) o[i] = s[i] != 0.0f;
@@ -205,21 +198,34 @@ static void store_from_f(ipu_dtype t, const float *s, void *dst, size_t n) {
     }
 }
 
-/* integer -> any: wrap (two's complement) for integers, round-to-nearest for floats. */
-static void store_from_i(ipu_dtype t, const int64_t *s, void *dst, size_t n) {
+/* integer -> any: wrap (two's complement) for integers, round-to-nearest for floats; `u64`:
+ * the source is uint64 (its values are the int64 bit patterns). */
+static void store_from_i(ipu_dtype t, const int64_t *s, void *dst, size_t n, bool u64) {
     switch (t) {
-        case IPU_DTYPE_FLOAT32: { float *o = dst; for (size_t i = 0; i < n; i++) o[i] = (float)s[i]; break; }
-        case IPU_DTYPE_FLOAT16: {
-            uint16_t *o = dst;
-            for (size_t i = 0; i < n; i++) o[i] = ipu__f32_to_f16((float)s[i]);
+        case IPU_DTYPE_FLOAT32: {
+            float *o = dst;
+            for (size_t i = 0; i < n; i++) o[i] = u64 ? (float)(uint64_t)s[i] : (float)s[i];
             break;
         }
-        case IPU_DTYPE_INT32: { uint32_t *o = dst; for (size_t i = 0; i < n; i++) o[i] = (uint32_t)s[i]; break; }
-        case IPU_DTYPE_INT64: memcpy(dst, s, n * sizeof(int64_t)); break;
-        case IPU_DTYPE_INT8:
-        case IPU_DTYPE_UINT8: { uint8_t *o = dst; for (size_t i = 0; i < n; i++) o[i] = (uint8_t)s[i]; break; }
-        case IPU_DTYPE_UINT32: { uint32_t *o = dst; for (size_t i = 0; i < n; i++) o[i] = (uint32_t)s[i]; break; }
-        default: { uint8_t *o = dst; for (size_t i = 0; i < n; i++) o[i] = s[i] != 0; break; } /* BOOL */
+        case IPU_DTYPE_FLOAT16: {
+            uint16_t *o = dst;
+            for (size_t i = 0; i < n; i++)
+                o[i] = ipu__f32_to_f16(u64 ? (float)(uint64_t)s[i] : (float)s[i]);
+            break;
+        }
+#define STORE_I(sfx, D, T, W, S, C, MIN, MAX)                             \
+    case IPU_DTYPE_##D: {                                                 \
+        T *o = dst;                                                       \
+        for (size_t i = 0; i < n; i++) o[i] = (T)(uint64_t)s[i];          \
+        break;                                                            \
+    }
+        IPU__INT_TYPES(STORE_I)
+#undef STORE_I
+        default: { /* BOOL */
+            uint8_t *o = dst;
+            for (size_t i = 0; i < n; i++) o[i] = s[i] != 0;
+            break;
+        }
     }
 }
 
@@ -245,7 +251,7 @@ ipu_status ipu__k_cast(const ipu__frame *f, const ipu__instr *ins, size_t b, siz
             store_from_f(p->dst, fb, y + i * des, n);
         } else {
             load_i(p->src, x + i * ses, ib, n);
-            store_from_i(p->dst, ib, y + i * des, n);
+            store_from_i(p->dst, ib, y + i * des, n, p->src == IPU_DTYPE_UINT64);
         }
     }
     return IPU_OK;

@@ -1,6 +1,7 @@
 /* Element-wise kernels: ADD/SUB/MUL/DIV with numpy broadcasting and RELU, for float32, float16
- * (computed in float32), int32 and int64 (wrap-around, computed in unsigned types; division
- * truncates, x/0 == 0, MIN/-1 == MIN). Work item = IPU__ELT_BLOCK output elements. */
+ * (computed in float32) and every integer type of IPU__INT_TYPES (wrap-around, computed in
+ * unsigned types; division truncates, x/0 == 0, MIN/-1 == MIN). Work item = IPU__ELT_BLOCK
+ * output elements. */
 #include <string.h>
 
 #include "kernels.h"
@@ -122,29 +123,10 @@ void ipu__bcast_run(const ipu__bcast_plan *p, const void *a, const void *b, void
         }                                                                                        \
     }
 
-static inline int32_t div_i32(int32_t a, int32_t b) {
-    if (b == 0) return 0;
-    if (b == -1) return (int32_t)(0u - (uint32_t)a);
-    return a / b;
-}
-static inline int64_t div_i64(int64_t a, int64_t b) {
-    if (b == 0) return 0;
-    if (b == -1) return (int64_t)(0u - (uint64_t)a);
-    return a / b;
-}
-
 BIN_LOOP(add_f32, float, x + z)
 BIN_LOOP(sub_f32, float, x - z)
 BIN_LOOP(mul_f32, float, x * z)
 BIN_LOOP(div_f32, float, x / z)
-BIN_LOOP(add_i32, int32_t, (int32_t)((uint32_t)x + (uint32_t)z))
-BIN_LOOP(sub_i32, int32_t, (int32_t)((uint32_t)x - (uint32_t)z))
-BIN_LOOP(mul_i32, int32_t, (int32_t)((uint32_t)x * (uint32_t)z))
-BIN_LOOP(div_i32l, int32_t, div_i32(x, z))
-BIN_LOOP(add_i64, int64_t, (int64_t)((uint64_t)x + (uint64_t)z))
-BIN_LOOP(sub_i64, int64_t, (int64_t)((uint64_t)x - (uint64_t)z))
-BIN_LOOP(mul_i64, int64_t, (int64_t)((uint64_t)x * (uint64_t)z))
-BIN_LOOP(div_i64l, int64_t, div_i64(x, z))
 
 /* float16: convert chunks to float32, run the float32 loop, round back. */
 #define F16_CHUNK 256
@@ -179,58 +161,71 @@ static void elt_range(const ipu__bcast_plan *p, size_t b, size_t e, uint64_t *lo
     if (*hi > p->numel) *hi = p->numel;
 }
 
-#define BIN_KERNEL(op, sfx)                                                                    \
-    ipu_status ipu__k_##op##_##sfx(const ipu__frame *f, const ipu__instr *ins, size_t b,       \
-                                   size_t e, void *scratch) {                                  \
-        (void)scratch;                                                                         \
-        const ipu__bcast_plan *p = ins->plan;                                                  \
-        uint64_t lo, hi;                                                                       \
-        elt_range(p, b, e, &lo, &hi);                                                          \
-        ipu__bcast_run(p, f->ptr[ins->in[0]], f->ptr[ins->in[1]], f->ptr[ins->out[0]], lo, hi, \
-                       op##_##sfx);                                                            \
-        return IPU_OK;                                                                         \
-    }
-
-#define div_i32 div_i32l
-#define div_i64 div_i64l
-BIN_KERNEL(add, f32)
-BIN_KERNEL(sub, f32)
-BIN_KERNEL(mul, f32)
-BIN_KERNEL(div, f32)
-BIN_KERNEL(add, f16)
-BIN_KERNEL(sub, f16)
-BIN_KERNEL(mul, f16)
-BIN_KERNEL(div, f16)
-BIN_KERNEL(add, i32)
-BIN_KERNEL(sub, i32)
-BIN_KERNEL(mul, i32)
-BIN_KERNEL(div, i32)
-BIN_KERNEL(add, i64)
-BIN_KERNEL(sub, i64)
-BIN_KERNEL(mul, i64)
-BIN_KERNEL(div, i64)
-#undef div_i32
-#undef div_i64
-
-/* RELU: y = max(x, 0) like the reference's np.maximum(x, 0): NaN propagates, -0.0 -> +0.0. */
-#define RELU_KERNEL(sfx, T)                                                                      \
-    ipu_status ipu__k_relu_##sfx(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e, \
-                                 void *scratch) {                                                \
+#define BIN_KERNEL(name, inner)                                                                \
+    ipu_status name(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,              \
+                    void *scratch) {                                                             \
         (void)scratch;                                                                           \
+        const ipu__bcast_plan *p = ins->plan;                                                    \
         uint64_t lo, hi;                                                                         \
-        elt_range(ins->plan, b, e, &lo, &hi);                                                    \
-        const T *x = (const T *)f->ptr[ins->in[0]];                                              \
-        T *restrict y = (T *)f->ptr[ins->out[0]];                                                \
-        for (uint64_t i = lo; i < hi; i++) {                                                     \
-            T v = x[i];                                                                          \
-            y[i] = (v > 0 || v != v) ? v : (T)0;                                                 \
-        }                                                                                        \
+        elt_range(p, b, e, &lo, &hi);                                                            \
+        ipu__bcast_run(p, f->ptr[ins->in[0]], f->ptr[ins->in[1]], f->ptr[ins->out[0]], lo, hi,   \
+                       inner);                                                                   \
         return IPU_OK;                                                                           \
     }
-RELU_KERNEL(f32, float)
-RELU_KERNEL(i32, int32_t)
-RELU_KERNEL(i64, int64_t)
 
+BIN_KERNEL(ipu__k_add_f32, add_f32)
+BIN_KERNEL(ipu__k_sub_f32, sub_f32)
+BIN_KERNEL(ipu__k_mul_f32, mul_f32)
+BIN_KERNEL(ipu__k_div_f32, div_f32)
+BIN_KERNEL(ipu__k_add_f16, add_f16)
+BIN_KERNEL(ipu__k_sub_f16, sub_f16)
+BIN_KERNEL(ipu__k_mul_f16, mul_f16)
+BIN_KERNEL(ipu__k_div_f16, div_f16)
+
+/* Integers: wrap-around in the unsigned type W; division truncates, x/0 == 0, MIN/-1 == MIN.
+ * RELU: max(x, 0) (the identity on unsigned types). */
+#define INT_ELT(sfx, D, T, W, S, C, MIN, MAX)                                                   \
+    static inline T div1_##sfx(T a, T b) {                                                      \
+        if (b == 0) return 0;                                                                   \
+        if (S && b == (T)-1) return (T)(0u - (W)a);                                             \
+        return (T)(a / b);                                                                      \
+    }                                                                                           \
+    BIN_LOOP(add_##sfx, T, (T)((W)x + (W)z))                                                    \
+    BIN_LOOP(sub_##sfx, T, (T)((W)x - (W)z))                                                    \
+    BIN_LOOP(mul_##sfx, T, (T)((W)x * (W)z))                                                    \
+    BIN_LOOP(div_##sfx, T, div1_##sfx(x, z))                                                    \
+    BIN_KERNEL(ipu__k_add_##sfx, add_##sfx)                                                     \
+    BIN_KERNEL(ipu__k_sub_##sfx, sub_##sfx)                                                     \
+    BIN_KERNEL(ipu__k_mul_##sfx, mul_##sfx)                                                     \
+    BIN_KERNEL(ipu__k_div_##sfx, div_##sfx)                                                     \
+    ipu_status ipu__k_relu_##sfx(const ipu__frame *f, const ipu__instr *ins, size_t b,          \
+                                 size_t e, void *scratch) {                                     \
+        (void)scratch;                                                                          \
+        uint64_t lo, hi;                                                                        \
+        elt_range(ins->plan, b, e, &lo, &hi);                                                   \
+        const T *x = (const T *)f->ptr[ins->in[0]];                                             \
+        T *restrict y = (T *)f->ptr[ins->out[0]];                                               \
+        for (uint64_t i = lo; i < hi; i++) y[i] = x[i] > 0 ? x[i] : (T)0;                       \
+        return IPU_OK;                                                                          \
+    }
+IPU__INT_TYPES(INT_ELT)
+#undef INT_ELT
+
+/* RELU (float32): y = max(x, 0) like the reference's np.maximum(x, 0): NaN propagates,
+ * -0.0 -> +0.0. */
+ipu_status ipu__k_relu_f32(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
+                           void *scratch) {
+    (void)scratch;
+    uint64_t lo, hi;
+    elt_range(ins->plan, b, e, &lo, &hi);
+    const float *x = f->ptr[ins->in[0]];
+    float *restrict y = f->ptr[ins->out[0]];
+    for (uint64_t i = lo; i < hi; i++) {
+        float v = x[i];
+        y[i] = (v > 0 || v != v) ? v : 0.0f;
+    }
+    return IPU_OK;
+}
 ipu_status ipu__k_relu_f16(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
                            void *scratch) {
     (void)scratch;

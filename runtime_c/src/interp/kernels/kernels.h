@@ -282,4 +282,6 @@ void ipu__bcast_run(const ipu__bcast_plan *p, const void *a, const void *b, void
 void ipu__cvt_f16_to_f32(const uint16_t *src, float *dst, size_t n);
 void ipu__cvt_f32_to_f16(const float *src, uint16_t *dst, size_t n);
 
+#include "elt_types.h" /* integer dtypes of the element-wise kernels */
+
 #endif

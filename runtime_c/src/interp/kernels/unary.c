@@ -1,7 +1,8 @@
 /* UNARY: one opcode for the element-wise functions of ipu__unary_fn (docs/bytecode.md). float32
  * uses the C math library (the NumPy reference uses the same formulations); float16 is computed
- * in float32 in chunks; int32/int64 (NEG, ABS, SIGN, CLIP) wrap; bool (NOT). Work item =
- * IPU__ELT_BLOCK elements. One switch per work item, then a tight loop per function. */
+ * in float32 in chunks; integers (IPU__INT_TYPES) wrap; bool (NOT). ISNAN/ISINF write bool.
+ * Work item = IPU__ELT_BLOCK elements. One switch per work item, then a tight loop per
+ * function. */
 #include <math.h>
 
 #include "kernels.h"
@@ -56,46 +57,109 @@ static void unary_f32(const ipu__unary_plan *p, const float *x, float *restrict 
             }
             break;
         }
+        case IPU__UN_TAN: ULOOP(tanf(v));
+        case IPU__UN_ASIN: ULOOP(asinf(v));
+        case IPU__UN_ACOS: ULOOP(acosf(v));
+        case IPU__UN_ATAN: ULOOP(atanf(v));
+        case IPU__UN_SINH: ULOOP(sinhf(v));
+        case IPU__UN_COSH: ULOOP(coshf(v));
+        case IPU__UN_ASINH: ULOOP(asinhf(v));
+        case IPU__UN_ACOSH: ULOOP(acoshf(v));
+        case IPU__UN_ATANH: ULOOP(atanhf(v));
+        case IPU__UN_SOFTSIGN: ULOOP(v / (1.0f + fabsf(v)));
+        case IPU__UN_HARD_SWISH: ULOOP(v * fminf(fmaxf(v / 6.0f + 0.5f, 0.0f), 1.0f));
+        case IPU__UN_MISH: ULOOP(v * tanhf((v > 0 ? v : 0.0f) + log1pf(expf(-fabsf(v)))));
+        case IPU__UN_SELU: ULOOP(v > 0 ? b * v : b * (a * expf(v) - a));
+        case IPU__UN_CELU: ULOOP((v > 0 ? v : 0.0f) + fminf(0.0f, a * expm1f(v / a)));
+        case IPU__UN_THRESHOLDED_RELU: ULOOP(v > a ? v : 0.0f);
+        case IPU__UN_SHRINK: ULOOP(v < -b ? v + a : v > b ? v - a : 0.0f);
+        case IPU__UN_GELU:
+            if (a == 0.0f) {
+                ULOOP(0.5f * v * (1.0f + erff(v * 0.70710678118654752f)));
+            } else {
+                ULOOP(0.5f * v * (1.0f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v))));
+            }
+        case IPU__UN_SWISH: ULOOP(v / (1.0f + expf(-a * v)));
         default: break;
     }
 }
 
-#define UNARY_INT(sfx, T_, U)                                                                  \
-    static void unary_##sfx(const ipu__unary_plan *p, const T_ *x, T_ *restrict y, size_t n) { \
-        typedef T_ T;                                                                          \
-        switch (p->fn) {                                                                       \
-            case IPU__UN_NEG: ULOOP((T)(0u - (U)v));                                           \
-            case IPU__UN_ABS: ULOOP(v < 0 ? (T)(0u - (U)v) : v);                               \
-            case IPU__UN_SIGN: ULOOP((T)((v > 0) - (v < 0)));                                  \
-            case IPU__UN_CLIP: {                                                               \
-                const int64_t lo = p->i0, hi = p->i1;                                          \
-                for (size_t i = 0; i < n; i++) {                                               \
-                    int64_t t = (int64_t)x[i] < lo ? lo : (int64_t)x[i];                       \
-                    y[i] = (T)(t > hi ? hi : t);                                               \
-                }                                                                              \
-                break;                                                                         \
-            }                                                                                  \
-            default: break;                                                                    \
-        }                                                                                      \
+/* ISNAN / ISINF (p0: detect +inf, p1: detect -inf): float in, bool out. */
+static void classify_f32(const ipu__unary_plan *p, const float *x, uint8_t *restrict y, size_t n) {
+    if (p->fn == IPU__UN_ISNAN) {
+        for (size_t i = 0; i < n; i++) y[i] = (uint8_t)(x[i] != x[i]);
+        return;
     }
-UNARY_INT(i32, int32_t, uint32_t)
-UNARY_INT(i64, int64_t, uint64_t)
+    const int pos = p->p0 != 0.0f, neg = p->p1 != 0.0f;
+    for (size_t i = 0; i < n; i++)
+        y[i] = (uint8_t)((pos && x[i] == INFINITY) || (neg && x[i] == -INFINITY));
+}
 
-#define UNARY_KERNEL(sfx, T)                                                                      \
-    ipu_status ipu__k_unary_##sfx(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e, \
-                                  void *scratch) {                                                \
-        (void)scratch;                                                                            \
-        const ipu__unary_plan *p = ins->plan;                                                     \
-        uint64_t lo, hi;                                                                          \
-        elt_range(p, b, e, &lo, &hi);                                                             \
-        const T *x = (const T *)f->ptr[ins->in[0]];                                               \
-        T *y = (T *)f->ptr[ins->out[0]];                                                          \
-        unary_##sfx(p, x + lo, y + lo, (size_t)(hi - lo));                                        \
-        return IPU_OK;                                                                            \
+/* Integers: NEG (signed), ABS, SIGN, CLIP, BITWISE_NOT and SHRINK (computed in float32 as the
+ * reference does, then truncated and saturated to T). Arithmetic wraps in W. */
+#define ISNEG(S, v) ((S) && ((uint64_t)(int64_t)(v) >> 63) != 0) /* no -Wtype-limits */
+#define UNARY_INT(sfx, D, T_, W, S, C, MIN, MAX)                                                \
+    static inline T_ f2i_##sfx(float f) {                                                       \
+        if (f != f) return 0;                                                                   \
+        if ((double)f <= (double)(MIN)) return (MIN);                                           \
+        if ((double)f >= (double)(MAX)) return (MAX);                                           \
+        return (T_)f;                                                                           \
+    }                                                                                           \
+    static void unary_##sfx(const ipu__unary_plan *p, const T_ *x, T_ *restrict y, size_t n) {  \
+        typedef T_ T;                                                                           \
+        const float a = p->p0, b = p->p1;                                                       \
+        switch (p->fn) {                                                                        \
+            case IPU__UN_NEG: ULOOP((T)(0u - (W)v));                                            \
+            case IPU__UN_ABS: ULOOP(ISNEG(S, v) ? (T)(0u - (W)v) : v);                             \
+            case IPU__UN_SIGN: ULOOP((T)((v > 0) - ISNEG(S, v)));                                  \
+            case IPU__UN_BITWISE_NOT: ULOOP((T)~(W)v);                                          \
+            case IPU__UN_CLIP: {                                                                \
+                const C lo = (C)p->i0, hi = (C)p->i1;                                           \
+                for (size_t i = 0; i < n; i++) {                                                \
+                    C t = (C)x[i] < lo ? lo : (C)x[i];                                          \
+                    y[i] = (T)(t > hi ? hi : t);                                                \
+                }                                                                               \
+                break;                                                                          \
+            }                                                                                   \
+            case IPU__UN_SHRINK:                                                                \
+                for (size_t i = 0; i < n; i++) {                                                \
+                    float t = (float)x[i];                                                      \
+                    y[i] = t < -b ? f2i_##sfx(t + a) : t > b ? f2i_##sfx(t - a) : (T)0;         \
+                }                                                                               \
+                break;                                                                          \
+            default: break;                                                                     \
+        }                                                                                       \
+    }                                                                                           \
+    ipu_status ipu__k_unary_##sfx(const ipu__frame *f, const ipu__instr *ins, size_t b,         \
+                                  size_t e, void *scratch) {                                    \
+        (void)scratch;                                                                          \
+        const ipu__unary_plan *p = ins->plan;                                                   \
+        uint64_t lo, hi;                                                                        \
+        elt_range(p, b, e, &lo, &hi);                                                           \
+        const T_ *x = (const T_ *)f->ptr[ins->in[0]];                                           \
+        T_ *y = (T_ *)f->ptr[ins->out[0]];                                                      \
+        unary_##sfx(p, x + lo, y + lo, (size_t)(hi - lo));                                      \
+        return IPU_OK;                                                                          \
     }
-UNARY_KERNEL(f32, float)
-UNARY_KERNEL(i32, int32_t)
-UNARY_KERNEL(i64, int64_t)
+IPU__INT_TYPES(UNARY_INT)
+#undef UNARY_INT
+#undef ISNEG
+
+static int is_classify(int fn) { return fn == IPU__UN_ISNAN || fn == IPU__UN_ISINF; }
+
+ipu_status ipu__k_unary_f32(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
+                            void *scratch) {
+    (void)scratch;
+    const ipu__unary_plan *p = ins->plan;
+    uint64_t lo, hi;
+    elt_range(p, b, e, &lo, &hi);
+    const float *x = f->ptr[ins->in[0]];
+    if (is_classify(p->fn))
+        classify_f32(p, x + lo, (uint8_t *)f->ptr[ins->out[0]] + lo, (size_t)(hi - lo));
+    else
+        unary_f32(p, x + lo, (float *)f->ptr[ins->out[0]] + lo, (size_t)(hi - lo));
+    return IPU_OK;
+}
 
 #define F16_CHUNK 512
 ipu_status ipu__k_unary_f16(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
@@ -110,6 +174,10 @@ ipu_status ipu__k_unary_f16(const ipu__frame *f, const ipu__instr *ins, size_t b
     for (uint64_t i = lo; i < hi; i += F16_CHUNK) {
         size_t m = hi - i < F16_CHUNK ? (size_t)(hi - i) : F16_CHUNK;
         ipu__cvt_f16_to_f32(x + i, fx, m);
+        if (is_classify(p->fn)) {
+            classify_f32(p, fx, (uint8_t *)f->ptr[ins->out[0]] + i, m);
+            continue;
+        }
         unary_f32(p, fx, fy, m);
         ipu__cvt_f32_to_f16(fy, y + i, m);
     }
