@@ -402,3 +402,11 @@ def test_verifier_rejects_mixed_extrapolated_taps() -> None:
     exe = _tampered("Resize", [x], {"mode": "linear"}, c, 1, mix)
     with pytest.raises(errors.BadProgramError, match="all -1"):
         run_c(exe, {"in0": x})
+
+
+def test_pad_with_a_run_time_value() -> None:
+    """constant_value computed at run time: zero padding, then WHERE over the padded mask."""
+    x = arr((2, 3), F32, 1)
+    value = np.array(-7.5, np.float32)
+    prog = check_op("Pad", [x, value], {}, opset=18, const_inputs={1: np.array([1, 0, 0, 2])})
+    assert Op.WHERE in {i.op for i in prog.program(prog.main_programs[0]).instrs}

@@ -171,13 +171,48 @@ def Pad(n: Node) -> None:  # noqa: N802
     else:
         pads = _ints(n.const(1, "pads"))
         value = 0
-        if n.has_input(2):
+        if n.has_input(2) and n.inputs[2] not in n.low.constants and mode == "constant":
+            _pad_runtime_value(n, dt, src, pads, axes)
+            return
+        if n.has_input(2) and mode == "constant":
             v = np.asarray(n.const(2, "constant_value"))
             if v.size > 1:
                 n.shape_error(f"constant_value must be a scalar, got shape {list(v.shape)}")
             value = v.reshape(-1)[0] if v.size else 0
         if n.opset >= 18 and n.has_input(3):
             axes = _ints(n.const(3, "axes"))
+    maps = _pad_maps(n, mode, src, pads, axes)
+    reindex(n, n.input(0), src, maps, dt, pad=value if mode == "constant" else 0)
+
+
+def _pad_runtime_value(
+    n: Node, dt: DType, src: Sequence[int], pads: list[int], axes: list[int] | None
+) -> None:
+    """Constant padding with a run-time value: REINDEX with zeros, then WHERE over the
+    compile-time mask of padded positions picks the value there."""
+    if n.dtype(2) != dt or math.prod(n.shape(2)) != 1:
+        n.shape_error("constant_value must be a scalar of the data's dtype")
+    if n.opset >= 18 and n.has_input(3):
+        axes = _ints(n.const(3, "axes"))
+    maps = _pad_maps(n, "constant", src, pads, axes)
+    yshape = tuple(len(m) for m in maps)
+    table = np.concatenate([np.asarray(m, np.int64) for m in maps])
+    b = n.low.b
+    t = b.weight(n.outputs[0] + ":reindex", table, n.low.subgraph)
+    y = n.emit_temp(Op.REINDEX, [n.input(0), t], yshape, dt, [0, *_strides(src)], ":zeropad")
+    outside = np.zeros(yshape, dtype=bool)
+    for d, m in enumerate(maps):
+        idx = [None] * len(maps)
+        idx[d] = slice(None)
+        outside |= (np.asarray(m) < 0)[tuple(idx)]
+    mask = b.weight(n.outputs[0] + ":padmask", outside, n.low.subgraph)
+    value = b.view(n.input(2), (), n.outputs[0] + ":value")
+    n.emit(Op.WHERE, [mask, value, y], yshape, dt)
+
+
+def _pad_maps(
+    n: Node, mode: str, src: Sequence[int], pads: list[int], axes: list[int] | None
+) -> list[np.ndarray]:
     ax = _axes_list(n, axes, len(src), len(src))
     if len(pads) != 2 * len(ax):
         n.shape_error(f"pads {pads} must have 2 x {len(ax)} values")
@@ -192,7 +227,7 @@ def Pad(n: Node) -> None:  # noqa: N802
             maps[a] = np.pad(keep, widths, constant_values=-1)
         else:
             maps[a] = np.pad(keep, widths, mode=mode)
-    reindex(n, n.input(0), src, maps, dt, pad=value if mode == "constant" else 0)
+    return maps
 
 
 @register("CenterCropPad", 18)
