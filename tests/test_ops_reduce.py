@@ -185,6 +185,24 @@ def test_cumsum(dt: Any, axis: int, flags: tuple[int, int]) -> None:
     check_op("CumSum", [x], attrs, opset=14, const_inputs={1: np.array(axis, np.int32)})
 
 
+@pytest.mark.parametrize("dt", [F32, I64])
+@pytest.mark.parametrize("flags", [(0, 0), (1, 0), (0, 1), (1, 1)])
+def test_cumprod(dt: Any, flags: tuple[int, int]) -> None:
+    """CUMPROD shares CUMSUM's plan and kernel; checked against onnx.reference (ORT has none)."""
+    from onnx.reference import ReferenceEvaluator
+
+    x = arr((3, 4, 5), dt, 9, low=-2, high=2)
+    attrs = {"exclusive": flags[0], "reverse": flags[1]}
+    exe, feeds, model = compile_single_op(
+        "CumProd", [x], attrs, opset=26, const_inputs={1: np.array(1, np.int64)}
+    )
+    got = exe.run_reference(feeds)
+    assert_matches_reference(run_c(exe, feeds), got)
+    (want,) = ReferenceEvaluator(model).run(None, feeds)
+    np.testing.assert_allclose(next(iter(got.values())), want, rtol=1e-6)
+    assert Op.CUMPROD in {i.op for i in exe.program.program(exe.program.main_programs[0]).instrs}
+
+
 def test_cumsum_wide() -> None:
     x = arr((2, 40, 600), F32, 8)
     check_op("CumSum", [x], {}, opset=11, const_inputs={1: np.array([1], np.int64)}, tol=1e-4)

@@ -622,4 +622,5 @@ from pyipu.compiler import (  # noqa: E402, F401
     ops_nn,
     ops_reduce,
     ops_rnn,
+    ops_signal,
 )

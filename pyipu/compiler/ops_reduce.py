@@ -122,6 +122,7 @@ register("ArgMin", 1, 11, 12, 13)(_arg(1))
 
 
 @register("CumSum", 11, 14)
+@register("CumProd", 26)
 def CumSum(n: Node) -> None:  # noqa: N802 - registry functions are named after ONNX ops
     dts = ORDERED_DTYPES - {DType.INT8, DType.UINT8}
     dt = n.check_dtype(dts if n.opset >= 14 else dts - {DType.FLOAT16}, 0)
@@ -138,7 +139,8 @@ def CumSum(n: Node) -> None:  # noqa: N802 - registry functions are named after 
         if v not in (0, 1):
             n.fail(f"{name} must be 0 or 1, got {v}")
         flags.append(v)
-    n.emit(Op.CUMSUM, [n.input(0)], src, dt, [*_split(n, src, axis), *flags])
+    op = Op.CUMPROD if n.op_type == "CumProd" else Op.CUMSUM
+    n.emit(op, [n.input(0)], src, dt, [*_split(n, src, axis), *flags])
 
 
 @register("TopK", 1, 10, 11)

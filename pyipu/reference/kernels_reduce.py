@@ -121,17 +121,20 @@ def log_softmax(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
 
 
 @kernel(Op.CUMSUM)
+@kernel(Op.CUMPROD)
 def cumsum(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
     outer, n, inner, exclusive, reverse = (int(a) for a in ins.attrs)
     x = _view(xs[0], outer, n, inner)
     if reverse:
         x = x[:, ::-1, :]
+    scan = np.cumprod if ins.op == Op.CUMPROD else np.cumsum
     if _float(x):
-        acc = np.cumsum(x.astype(np.float64), axis=1)
+        acc = scan(x.astype(np.float64), axis=1)
     else:
-        acc = np.cumsum(x.astype(np.int64).astype(np.uint64), axis=1, dtype=np.uint64)
+        acc = scan(x.astype(np.int64).astype(np.uint64), axis=1, dtype=np.uint64)
     if exclusive:
-        acc = np.concatenate([np.zeros_like(acc[:, :1]), acc[:, :-1]], axis=1)
+        first = np.ones_like(acc[:, :1]) if ins.op == Op.CUMPROD else np.zeros_like(acc[:, :1])
+        acc = np.concatenate([first, acc[:, :-1]], axis=1)
     if reverse:
         acc = acc[:, ::-1, :]
     return acc.astype(y.dtype)  # float rounding once; integers wrap

@@ -64,7 +64,7 @@ ipu__kernel_fn ipu__select_kernel(ipu_opcode op, ipu_dtype dt) {
         case IPU_OP_SCATTER_ND: return ipu__k_scatter_nd;
         case IPU_OP_REDUCE: return ipu__k_reduce; /* dtype-generic: plans carry the dtype */
         case IPU_OP_ARG_REDUCE: return ipu__k_arg_reduce;
-        case IPU_OP_CUMSUM: return ipu__k_cumsum;
+        case IPU_OP_CUMSUM: case IPU_OP_CUMPROD: return ipu__k_cumsum;
         case IPU_OP_TOPK: return ipu__k_topk;
         case IPU_OP_LOG_SOFTMAX: return ipu__k_log_softmax;
         case IPU_OP_HARDMAX: return ipu__k_hardmax;

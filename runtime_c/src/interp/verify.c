@@ -605,7 +605,7 @@ ipu_status ipu__verify_instr(const ipu_executable *e, uint32_t program_id, int i
         case IPU_OP_SCATTER_ELEMENTS: want_attr = 2; break;
         case IPU_OP_REDUCE: want_attr = 4; break;
         case IPU_OP_ARG_REDUCE: want_attr = 5; break;
-        case IPU_OP_CUMSUM: want_attr = 5; break;
+        case IPU_OP_CUMSUM: case IPU_OP_CUMPROD: want_attr = 5; break;
         case IPU_OP_TOPK: want_attr = 6; break;
         case IPU_OP_LOG_SOFTMAX: want_attr = 3; break;
         case IPU_OP_HARDMAX: want_attr = 3; break;
@@ -697,7 +697,7 @@ ipu_status ipu__verify_instr(const ipu_executable *e, uint32_t program_id, int i
         case IPU_OP_SCATTER_ND: return ipu__verify_scatter_nd(v, in, y, ins);
         case IPU_OP_REDUCE: return ipu__verify_reduce(v, in[0], ins);
         case IPU_OP_ARG_REDUCE: return ipu__verify_reduce(v, in[0], ins);
-        case IPU_OP_CUMSUM: return ipu__verify_reduce(v, in[0], ins);
+        case IPU_OP_CUMSUM: case IPU_OP_CUMPROD: return ipu__verify_reduce(v, in[0], ins);
         case IPU_OP_TOPK: return ipu__verify_reduce(v, in[0], ins);
         case IPU_OP_LOG_SOFTMAX: return ipu__verify_reduce(v, in[0], ins);
         case IPU_OP_HARDMAX: return ipu__verify_reduce(v, in[0], ins);

@@ -85,6 +85,7 @@ ipu_status ipu__verify_reduce(const vctx *v, const ipu__tensor *x, ipu__instr *i
             p->last = (int)a[1];
             break;
         case IPU_OP_CUMSUM:
+        case IPU_OP_CUMPROD:
             if (!is_arith(dt) && dt != IPU_DTYPE_UINT32)
                 st = bad(v, "dtype %s is not supported", dt_str(dt));
             if (!st) st = flag(v, 3, "exclusive");

@@ -276,7 +276,7 @@ ipu_status ipu__k_log_softmax(const ipu__frame *f, const ipu__instr *ins, size_t
     return IPU_OK;
 }
 
-/* ---- CUMSUM ------------------------------------------------------------------------------ */
+/* ---- CUMSUM and CUMPROD (same plan; the opcode picks + or *) ------------------------------ */
 
 ipu_status ipu__k_cumsum(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
                          void *scratch) {
@@ -285,29 +285,28 @@ ipu_status ipu__k_cumsum(const ipu__frame *f, const ipu__instr *ins, size_t b, s
     const void *x = f->ptr[ins->in[0]];
     void *y = f->ptr[ins->out[0]];
     ipu_dtype dt = p->dtype;
-    bool fl = is_f(dt);
+    bool fl = is_f(dt), prod = ins->op == IPU_OP_CUMPROD;
     double fa[IB];
     uint64_t ia[IB];
     for (size_t it = b; it < e; it++) {
         red_item r = item_of(p, it);
         int64_t base = r.o * p->n * p->inner + r.c0;
         for (int64_t c = 0; c < r.w; c++) {
-            fa[c] = 0.0;
-            ia[c] = 0;
+            fa[c] = prod ? 1.0 : 0.0;
+            ia[c] = prod ? 1 : 0;
         }
         for (int64_t j = 0; j < p->n; j++) {
             int64_t k = p->reverse ? p->n - 1 - j : j, rb = base + k * p->inner;
             for (int64_t c = 0; c < r.w; c++) {
                 if (fl) {
-                    double v = ldf(x, dt, rb + c);
-                    if (!p->exclusive) fa[c] += v;
-                    stf(y, dt, rb + c, fa[c]);
-                    if (p->exclusive) fa[c] += v;
+                    double v = ldf(x, dt, rb + c), next = prod ? fa[c] * v : fa[c] + v;
+                    stf(y, dt, rb + c, p->exclusive ? fa[c] : next);
+                    fa[c] = next;
                 } else {
                     uint64_t v = (uint64_t)ldi(x, dt, rb + c);
-                    if (!p->exclusive) ia[c] += v;
-                    sti(y, dt, rb + c, ia[c]);
-                    if (p->exclusive) ia[c] += v;
+                    uint64_t next = prod ? ia[c] * v : ia[c] + v; /* wraps */
+                    sti(y, dt, rb + c, p->exclusive ? ia[c] : next);
+                    ia[c] = next;
                 }
             }
         }
