@@ -87,27 +87,33 @@ def Relu(n: Node) -> None:  # noqa: N802 - registry functions are named after ON
 BOOL_DTYPES = frozenset({DType.BOOL})
 
 
-def _unary(
+def _floats(_opset: int) -> frozenset[int]:
+    return FLOAT_DTYPES
+
+
+def unary(
     fn: UnaryFn,
-    int_since: int | None = None,
-    params: tuple[str, ...] = (),
-    ints: frozenset[int] = NUMERIC_DTYPES,
+    params: Sequence[tuple[str, float]] = (),
+    dtypes: Callable[[int], frozenset[int]] = _floats,
+    out: DType | None = None,
 ) -> LowerFn:
-    """One UNARY instruction; `ints` allowed from opset `int_since`; float attrs → p0, p1."""
-    defaults = {"alpha": {UnaryFn.LEAKY_RELU: 0.01, UnaryFn.HARD_SIGMOID: 0.2}.get(fn, 1.0)}
-    defaults["beta"] = 0.5
+    """One UNARY instruction; `dtypes(opset)` are the input dtypes ONNX allows; the float
+    attributes `params` (name, ONNX default) go to p0, p1; `out`: a fixed output dtype."""
 
     def lower(n: Node) -> None:
-        allow_ints = int_since is not None and n.opset >= int_since
-        dt = n.check_dtype(FLOAT_DTYPES | ints if allow_ints else FLOAT_DTYPES, 0)
-        vals = [f64_bits(float(n.attr(p, defaults[p]))) for p in params]
+        dt = n.check_dtype(dtypes(n.opset), 0)
+        vals = [f64_bits(float(n.attr(name, default))) for name, default in params]
         vals += [0] * (2 - len(vals))
-        n.emit(Op.UNARY, [n.input(0)], n.shape(0), dt, [int(fn), *vals])
+        n.emit(Op.UNARY, [n.input(0)], n.shape(0), out or dt, [int(fn), *vals])
 
     return lower
 
 
-for _name, _fn, _since in (
+def _since(v: int, new: frozenset[int], old: frozenset[int]) -> Callable[[int], frozenset[int]]:
+    return lambda opset: new if opset >= v else old
+
+
+for _name, _fn, _since_v in (
     ("Sigmoid", UnaryFn.SIGMOID, 1),
     ("Tanh", UnaryFn.TANH, 1),
     ("Exp", UnaryFn.EXP, 1),
@@ -122,13 +128,13 @@ for _name, _fn, _since in (
     ("Round", UnaryFn.ROUND, 11),
     ("Softplus", UnaryFn.SOFTPLUS, 1),
 ):
-    register(_name, _since)(_unary(_fn))
-register("Neg", 1)(_unary(UnaryFn.NEG, int_since=6, ints=SIGNED_DTYPES))
-register("Abs", 1)(_unary(UnaryFn.ABS, int_since=6))
-register("Sign", 9)(_unary(UnaryFn.SIGN, int_since=9))
-register("LeakyRelu", 1)(_unary(UnaryFn.LEAKY_RELU, params=("alpha",)))
-register("Elu", 1)(_unary(UnaryFn.ELU, params=("alpha",)))
-register("HardSigmoid", 1)(_unary(UnaryFn.HARD_SIGMOID, params=("alpha", "beta")))
+    register(_name, _since_v)(unary(_fn))
+register("Neg", 1)(unary(UnaryFn.NEG, dtypes=_since(6, FLOAT_DTYPES | SIGNED_DTYPES, FLOAT_DTYPES)))
+register("Abs", 1)(unary(UnaryFn.ABS, dtypes=_since(6, NUMERIC_DTYPES, FLOAT_DTYPES)))
+register("Sign", 9)(unary(UnaryFn.SIGN, dtypes=lambda _: NUMERIC_DTYPES))
+register("LeakyRelu", 1)(unary(UnaryFn.LEAKY_RELU, (("alpha", 0.01),)))
+register("Elu", 1)(unary(UnaryFn.ELU, (("alpha", 1.0),)))
+register("HardSigmoid", 1)(unary(UnaryFn.HARD_SIGMOID, (("alpha", 0.2), ("beta", 0.5))))
 
 
 @register("Not", 1)
@@ -223,10 +229,6 @@ def _binary_fn(fn: BinaryFn, dtypes: Callable[[int], frozenset[int]]) -> LowerFn
         n.emit(Op.BINARY, [a, b], shape, out, [int(fn)])
 
     return lower
-
-
-def _since(v: int, new: frozenset[int], old: frozenset[int]) -> Callable[[int], frozenset[int]]:
-    return lambda opset: new if opset >= v else old
 
 
 _INTS = frozenset({DType.INT32, DType.INT64})
@@ -595,7 +597,7 @@ def _folded(n: Node) -> None:
     n.fold()
 
 
-for _name, _since in (
+for _name, _first in (
     ("Constant", 1),
     ("ConstantOfShape", 9),
     ("Range", 11),
@@ -604,7 +606,7 @@ for _name, _since in (
     ("BlackmanWindow", 17),
     ("MelWeightMatrix", 17),
 ):
-    register(_name, _since)(_folded)
+    register(_name, _first)(_folded)
 
 
 @register("Size", 1)

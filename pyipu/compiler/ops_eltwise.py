@@ -5,7 +5,7 @@ QuantizeLinear/DequantizeLinear, all composed from existing instructions."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -19,32 +19,8 @@ from pyipu.compiler.ir import (
     np_dtype,
 )
 from pyipu.compiler.lower import Node
-from pyipu.compiler.ops import LowerFn, _binary_fn, _broadcast, register
+from pyipu.compiler.ops import _binary_fn, _broadcast, _since, register, unary
 from pyipu.enums import BinaryFn, DType, Op, UnaryFn
-
-Dtypes = Callable[[int], frozenset[int]]
-
-
-def _floats(_opset: int) -> frozenset[int]:
-    return FLOAT_DTYPES
-
-
-def _unary_p(
-    fn: UnaryFn,
-    params: Sequence[tuple[str, float]] = (),
-    dtypes: Dtypes = _floats,
-    out: DType | None = None,
-) -> LowerFn:
-    """One UNARY instruction; the float attributes `params` (name, ONNX default) go to p0, p1."""
-
-    def lower(n: Node) -> None:
-        dt = n.check_dtype(dtypes(n.opset), 0)
-        vals = [f64_bits(float(n.attr(name, default))) for name, default in params]
-        vals += [0] * (2 - len(vals))
-        n.emit(Op.UNARY, [n.input(0)], n.shape(0), out or dt, [int(fn), *vals])
-
-    return lower
-
 
 for _name, _fn, _since_v in (
     ("Tan", UnaryFn.TAN, 7),
@@ -60,31 +36,29 @@ for _name, _fn, _since_v in (
     ("HardSwish", UnaryFn.HARD_SWISH, 14),
     ("Mish", UnaryFn.MISH, 18),
 ):
-    register(_name, _since_v)(_unary_p(_fn))
+    register(_name, _since_v)(unary(_fn))
 
 register("Selu", 1)(
-    _unary_p(
+    unary(
         UnaryFn.SELU, (("alpha", 1.67326319217681884765625), ("gamma", 1.05070102214813232421875))
     )
 )
-register("Celu", 12)(
-    _unary_p(UnaryFn.CELU, (("alpha", 1.0),), lambda _: frozenset({DType.FLOAT32}))
-)
-register("ThresholdedRelu", 10)(_unary_p(UnaryFn.THRESHOLDED_RELU, (("alpha", 1.0),)))
-register("Swish", 24)(_unary_p(UnaryFn.SWISH, (("alpha", 1.0),)))
+register("Celu", 12)(unary(UnaryFn.CELU, (("alpha", 1.0),), lambda _: frozenset({DType.FLOAT32})))
+register("ThresholdedRelu", 10)(unary(UnaryFn.THRESHOLDED_RELU, (("alpha", 1.0),)))
+register("Swish", 24)(unary(UnaryFn.SWISH, (("alpha", 1.0),)))
 register("Shrink", 9)(
-    _unary_p(UnaryFn.SHRINK, (("bias", 0.0), ("lambd", 0.5)), lambda _: NUMERIC_DTYPES)
+    unary(UnaryFn.SHRINK, (("bias", 0.0), ("lambd", 0.5)), lambda _: NUMERIC_DTYPES)
 )
-register("IsNaN", 9)(_unary_p(UnaryFn.ISNAN, out=DType.BOOL))
+register("IsNaN", 9)(unary(UnaryFn.ISNAN, out=DType.BOOL))
 register("IsInf", 10, 20)(
-    _unary_p(
+    unary(
         UnaryFn.ISINF,
         (("detect_positive", 1), ("detect_negative", 1)),
         lambda opset: FLOAT_DTYPES if opset >= 20 else frozenset({DType.FLOAT32}),
         DType.BOOL,
     )
 )
-register("BitwiseNot", 18)(_unary_p(UnaryFn.BITWISE_NOT, dtypes=lambda _: INT_DTYPES))
+register("BitwiseNot", 18)(unary(UnaryFn.BITWISE_NOT, dtypes=lambda _: INT_DTYPES))
 
 
 @register("Gelu", 20)
@@ -126,7 +100,7 @@ def Mod(n: Node) -> None:  # noqa: N802
 
 
 # Signed integers from opset 28 (arithmetic right shift).
-_shift_dtypes: Dtypes = lambda opset: INT_DTYPES if opset >= 28 else UNSIGNED_DTYPES  # noqa: E731
+_shift_dtypes = _since(28, INT_DTYPES, UNSIGNED_DTYPES)
 _shl = _binary_fn(BinaryFn.BITSHIFT_LEFT, _shift_dtypes)
 _shr = _binary_fn(BinaryFn.BITSHIFT_RIGHT, _shift_dtypes)
 
