@@ -75,9 +75,51 @@ def test_pool_1d(op: str) -> None:
     check_op(op, [arr((2, 3, 9), F32, 1)], attrs, opset=11)
 
 
-def test_conv_3d_rejected() -> None:
-    with pytest.raises(CompileError, match="only 1-D and 2-D convolution"):
-        x, w = arr((1, 2, 3, 4, 5), F32), arr((3, 2, 1, 1, 1), F32)
+CONV_3D_CASES = [
+    ((1, 2, 4, 5, 6), (3, 2, 2, 3, 3), {}),
+    (
+        (2, 4, 5, 5, 5),
+        (4, 2, 3, 3, 3),
+        {"group": 2, "pads": [1, 0, 1, 1, 1, 0], "strides": [2, 1, 2]},
+    ),
+    ((1, 2, 7, 6, 5), (2, 2, 3, 2, 2), {"dilations": [2, 1, 2], "pads": [2, 0, 1, 1, 1, 0]}),
+    ((1, 2, 5, 6, 5), (2, 2, 3, 2, 3), {"auto_pad": "SAME_LOWER", "strides": [2, 2, 1]}),
+]
+
+
+@pytest.mark.parametrize("case", range(len(CONV_3D_CASES)))
+@pytest.mark.parametrize("const_w", [False, True])
+def test_conv_3d(case: int, const_w: bool) -> None:
+    xs, ws, attrs = CONV_3D_CASES[case]
+    x, w = arr(xs, F32, case, low=-1, high=1), arr(ws, F32, case + 9, low=-1, high=1)
+    bias = arr((ws[0],), F32, 3)
+    if const_w:
+        prog = check_op("Conv", [x, bias], attrs, opset=11, const_inputs={1: w}, tol=1e-5)
+    else:
+        prog = check_op("Conv", [x, w, bias], attrs, opset=11, tol=1e-5)
+    assert Op.CONV2D in {i.op for i in prog.program(prog.main_programs[0]).instrs}
+
+
+POOL_3D_CASES = [
+    {"kernel_shape": [2, 2, 2]},
+    {"kernel_shape": [3, 3, 3], "strides": [2, 2, 2], "pads": [1, 1, 1, 1, 1, 1]},
+    {"kernel_shape": [3, 2, 3], "strides": [2, 1, 2], "ceil_mode": 1},
+    {"kernel_shape": [3, 3, 3], "pads": [1, 0, 1, 1, 1, 0], "count_include_pad": 1},
+]
+
+
+@pytest.mark.parametrize("case", range(len(POOL_3D_CASES)))
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+def test_pool_3d(op: str, case: int) -> None:
+    attrs = dict(POOL_3D_CASES[case])
+    if op == "MaxPool":
+        attrs.pop("count_include_pad", None)
+    check_op(op, [arr((2, 3, 6, 5, 7), F32, case, low=-2, high=2)], attrs, opset=11, tol=1e-5)
+
+
+def test_conv_4d_rejected() -> None:
+    with pytest.raises(CompileError, match="only 1-D, 2-D and .*3-D convolution"):
+        x, w = arr((1, 2, 3, 3, 3, 3), F32), arr((3, 2, 1, 1, 1, 1), F32)
         compile_single_op("Conv", [x, w], opset=11)
 
 

@@ -14,6 +14,7 @@ import numpy as np
 from pyipu.compiler.ir import FLOAT_DTYPES
 from pyipu.compiler.lower import Node
 from pyipu.compiler.ops import LowerFn, _prod, register
+from pyipu.compiler.ops_data import _bits as pad_bits
 from pyipu.enums import BinaryFn, DType, Op, UnaryFn
 
 
@@ -29,7 +30,7 @@ class Spatial:
         src = n.shape(0)
         if len(src) not in (3, 4):
             n.fail(
-                f"only 1-D and 2-D {what} (3-D NCW or 4-D NCHW input) is supported, got input "
+                f"only 1-D, 2-D and (for Conv and pooling) 3-D {what} is supported, got input "
                 f"shape {list(src)}"
             )
         self.n = n
@@ -102,6 +103,11 @@ def _out_dim(size: int, pa: int, pb: int, k: int, d: int, s: int, ceil: bool = F
 
 @register("Conv", 1, 11)
 def Conv(n: Node) -> None:  # noqa: N802
+    if len(n.shape(0)) == 5:
+        from pyipu.compiler.ops_nn3d import conv3d  # (it builds on this module)
+
+        conv3d(n)
+        return
     idx = [i for i in range(3) if n.has_input(i)]
     dt = n.check_dtype(FLOAT_DTYPES, *idx)
     sp = Spatial(n, "convolution")
@@ -154,12 +160,17 @@ def _pool_attrs(n: Node, sp: Spatial, kind: int, cip: int) -> tuple[list[int], l
 
 def _pool(kind: int) -> LowerFn:
     def lower(n: Node) -> None:
-        dt = n.check_dtype(FLOAT_DTYPES, 0)
-        sp = Spatial(n, "pooling")
         if len(n.outputs) > 1 and n.outputs[1]:
             n.fail("the Indices output of MaxPool is not supported")
         if n.attr("storage_order", 0):
             n.fail("storage_order=1 is not supported")
+        if len(n.shape(0)) == 5:
+            from pyipu.compiler.ops_nn3d import pool3d  # (it builds on this module)
+
+            pool3d(n, kind)
+            return
+        dt = n.check_dtype(FLOAT_DTYPES, 0)
+        sp = Spatial(n, "pooling")
         attrs, out = _pool_attrs(n, sp, kind, int(n.attr("count_include_pad", 0)))
         sp.emit(Op.POOL2D, [sp.x], out, dt, attrs)
 
@@ -318,15 +329,17 @@ def InstanceNormalization(n: Node) -> None:  # noqa: N802
 # ---------------------------------------------------------------- transposed convolution
 
 
-def _reindex_temp(n: Node, x: int, maps: Sequence[np.ndarray], dt: DType, tag: str) -> int:
-    """REINDEX of x by per-dim maps (-1: zero) into a temporary."""
+def _reindex_temp(
+    n: Node, x: int, maps: Sequence[np.ndarray], dt: DType, tag: str, pad: float = 0.0
+) -> int:
+    """REINDEX of x by per-dim maps (-1: the pad value) into a temporary."""
     b = n.low.b
     shape = b.tensors[x].shape
     strides = [math.prod(shape[i + 1 :]) for i in range(len(shape))]
     table = np.concatenate([np.asarray(m, np.int64) for m in maps])
     t = b.weight(f"{n.outputs[0]}:{tag}", table, n.low.subgraph)
     yshape = tuple(len(m) for m in maps)
-    return n.emit_temp(Op.REINDEX, [x, t], yshape, dt, [0, *strides], f":{tag}")
+    return n.emit_temp(Op.REINDEX, [x, t], yshape, dt, [pad_bits(pad, dt), *strides], f":{tag}")
 
 
 def _upsample_map(size: int, stride: int, before: int, after: int) -> np.ndarray:
