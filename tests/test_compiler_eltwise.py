@@ -199,3 +199,15 @@ def test_elementwise_chain_in_one_graph() -> None:
     ref = exe.run_reference(feeds)
     assert_matches_reference(run_c(exe, feeds), ref)
     np.testing.assert_allclose(ref["y"], expected(m, feeds)["y"], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["Add", "Mul", "Sub"])
+def test_legacy_axis_broadcast(op: str) -> None:
+    """Opset < 7: B's dims line up with A's from `axis` on (ORT has no opset-6 kernels: the
+    expected values are numpy's with B reshaped to [3, 4, 1])."""
+    a, b = arr((2, 3, 4, 5), F32, 1), arr((3, 4), F32, 2)
+    exe, feeds, _ = compile_single_op(op, [a, b], {"broadcast": 1, "axis": 1}, opset=6)
+    got = exe.run_reference(feeds)
+    assert_matches_reference(run_c(exe, feeds), got)
+    fn = {"Add": np.add, "Mul": np.multiply, "Sub": np.subtract}[op]
+    np.testing.assert_allclose(next(iter(got.values())), fn(a, b.reshape(3, 4, 1)), rtol=1e-6)

@@ -58,16 +58,32 @@ _MM_DTYPES = FLOAT_DTYPES | {DType.INT32, DType.INT64}
 _ARITH_V7 = FLOAT_DTYPES | {DType.INT32, DType.INT64, DType.UINT32, DType.UINT64}
 
 
+def _legacy_b(n: Node, has_broadcast_attr: bool = True) -> tuple[int, tuple[int, ...]]:
+    """Input 1 and its shape under opset < 7 broadcasting: with `axis`, B's dims line up with
+    A's from that axis on (a view with trailing 1s makes that numpy broadcasting)."""
+    sa, sb = n.shape(0), n.shape(1)
+    if n.opset >= 7:
+        return n.input(1), sb
+    if has_broadcast_attr and not n.attr("broadcast", 0):
+        if sa != sb:
+            n.shape_error(f"shapes {list(sa)} and {list(sb)} differ (broadcast=0)")
+        return n.input(1), sb
+    axis = n.attr("axis")
+    if axis is None:
+        return n.input(1), sb
+    axis = n.axis(int(axis), len(sa))
+    if axis + len(sb) > len(sa) or any(b not in (1, sa[axis + i]) for i, b in enumerate(sb)):
+        n.shape_error(f"B {list(sb)} does not line up with A {list(sa)} at axis {axis}")
+    shape = (*sb, *([1] * (len(sa) - axis - len(sb))))
+    return n.low.b.view(n.input(1), shape, n.inputs[1] + ":axis"), shape
+
+
 def _binary(op: Op) -> LowerFn:
     def lower(n: Node) -> None:
-        if n.opset < 7:  # legacy broadcast: only the numpy-compatible suffix form
-            if n.attr("axis") is not None:
-                n.fail("legacy 'axis' broadcasting (opset < 7) is not supported")
-            if not n.attr("broadcast", 0) and n.shape(0) != n.shape(1):
-                n.shape_error(f"shapes {list(n.shape(0))} and {list(n.shape(1))} differ")
+        b, sb = _legacy_b(n)
         dt = n.check_dtype(NUMERIC_DTYPES if n.opset >= 14 else _ARITH_V7, 0, 1)
-        shape = _broadcast(n, n.shape(0), n.shape(1))
-        n.emit(op, [n.input(0), n.input(1)], shape, dt)
+        shape = _broadcast(n, n.shape(0), sb)
+        n.emit(op, [n.input(0), b], shape, dt)
 
     return lower
 
@@ -213,9 +229,10 @@ def _binary_fn(fn: BinaryFn, dtypes: Callable[[int], frozenset[int]]) -> LowerFn
     """One BINARY instruction; `dtypes(opset)` are the input dtypes ONNX allows."""
 
     def lower(n: Node) -> None:
-        if n.opset < 7 and n.attr("axis") is not None:
-            n.fail("legacy 'axis' broadcasting (opset < 7) is not supported")
-        shape = _broadcast(n, n.shape(0), n.shape(1))
+        if fn == BinaryFn.POW and n.opset < 7 and n.attr("axis") is not None:
+            n.fail("legacy 'axis' broadcasting (opset < 7) of Pow is not supported")
+        b, sb = _legacy_b(n, has_broadcast_attr=fn != BinaryFn.PRELU)
+        shape = _broadcast(n, n.shape(0), sb)
         if fn == BinaryFn.POW:
             a, b, dt, back = _pow_operands(n, dtypes(n.opset))
             if back is not None:
@@ -223,7 +240,7 @@ def _binary_fn(fn: BinaryFn, dtypes: Callable[[int], frozenset[int]]) -> LowerFn
                 n.emit(Op.CAST, [t], shape, back)
                 return
         else:
-            a, b = n.input(0), n.input(1)
+            a = n.input(0)
             dt = n.check_dtype(dtypes(n.opset), 0, 1)
         out = DType.BOOL if fn in COMPARISONS else dt
         n.emit(Op.BINARY, [a, b], shape, out, [int(fn)])
