@@ -3,6 +3,7 @@ reference against onnxruntime."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from models import F32, I64, arr, check_op, compile_single_op
 
@@ -43,3 +44,7 @@ def test_einsum_int64() -> None:
 def test_einsum_diagonal_is_a_compile_error() -> None:
     with pytest.raises(UnsupportedAttributeError, match="Einsum.*diagonals"):
         compile_single_op("Einsum", [arr((3, 3), F32)], {"equation": "ii->i"}, opset=12)
+
+
+def test_einsum_of_a_scalar() -> None:
+    check_op("Einsum", [np.array(2.5, dtype=F32)], {"equation": "->"}, opset=12)

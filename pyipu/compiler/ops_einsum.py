@@ -48,7 +48,7 @@ def _parse(n: Node, ranks: Sequence[int]) -> tuple[list[str], str]:
         if "..." in t:
             k = r - len(t.replace("...", ""))
             t = t.replace("...", ell[ell_rank - k :] if k else "")
-        if len(t) != r or not t.isalpha():
+        if len(t) != r or (t and not t.isalpha()):
             n.shape_error(f"term {t!r} of {eq!r} does not match an operand of rank {r}")
         if len(set(t)) != len(t):
             n.fail(f"repeated index in {t!r} (diagonals) is not supported")
