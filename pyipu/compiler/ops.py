@@ -404,7 +404,9 @@ def Dropout(n: Node) -> None:  # noqa: N802 - inference: identity, mask of ones
     if n.opset < 7 and not n.attr("is_test", 0):
         n.fail("training-mode Dropout (is_test=0) is not supported")
     if n.has_input(2) and bool(np.asarray(n.const(2, "training_mode")).item()):
-        n.fail("training-mode Dropout is not supported")
+        ratio = float(np.asarray(n.const(1, "ratio")).item()) if n.has_input(1) else 0.5
+        if ratio != 0.0:  # random masks: pyipu is an inference runtime
+            n.fail(f"training-mode Dropout with ratio {ratio} is not supported (only ratio 0)")
     n.check_dtype(ALL_DTYPES, 0)
     n.set_view(n.input(0), n.shape(0))
     if len(n.outputs) > 1 and n.outputs[1]:
