@@ -147,6 +147,20 @@ class Program:
 
 
 @dataclass(frozen=True)
+class Stage:
+    """One stage of a sharded model: a compute program on one virtual IPU (manual sharding).
+
+    `copy_program` holds the stage's explicit inter-IPU copies to the next stage (NO_INDEX for the
+    last stage). Stages run in order for one batch; with pipelining, stage s works on batch i - s
+    while stage 0 works on batch i, and the copy programs run between those compute phases.
+    """
+
+    program: int  # program id of the stage's compute program
+    ipu: int  # virtual IPU the stage runs on (0 .. num_ipus - 1)
+    copy_program: int = NO_INDEX
+
+
+@dataclass(frozen=True)
 class ModelIR:
     """Everything a container holds: target, tensor table, anchors, programs, tensor data."""
 
@@ -163,6 +177,8 @@ class ModelIR:
     batches_per_step: int = 1
     num_io_tiles: int = 0
     opaque: tuple[tuple[str, bytes], ...] = ()
+    stages: tuple[Stage, ...] = ()  # empty: not sharded, every program runs on IPU 0
+    pipelined: bool = False  # stages of consecutive batches run concurrently
 
     @property
     def num_subgraphs(self) -> int:
