@@ -1,0 +1,223 @@
+"""fuse_bn_into_conv and fuse_activation: fewer nodes, the same function.
+
+fuse_bn_into_conv folds an inference BatchNormalization that is the only reader of a Conv whose
+weights (and bias) are initializers into that Conv's weights and bias.
+
+fuse_activation merges activation chains into one standard ONNX op, so the result stays a plain
+ONNX model any runtime accepts (the compiler then emits one instruction instead of several):
+  - clamps in a row (Relu, Clip with constant bounds, Max/Min with a constant scalar) become one
+    Relu or Clip with the intersected bounds;
+  - x * HardSigmoid(x) with alpha=1/6, beta=0.5 becomes HardSwish (opset >= 14).
+An intermediate result read by anything else, or a graph output, blocks the merge.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+from onnx import NodeProto, TensorProto, helper, numpy_helper
+
+from pyipu.passes.base import Pass, register
+from pyipu.passes.graph import (
+    NameGen,
+    constant_values,
+    consumers,
+    default_opset,
+    remove_unused_constants,
+    value_types,
+)
+
+
+def _attr(node: NodeProto, name: str, default: float | int) -> float | int:
+    for a in node.attribute:
+        if a.name == name:
+            return helper.get_attribute_value(a)
+    return default
+
+
+def _sole_reader(readers: dict, outputs: set[str], name: str) -> NodeProto | None:
+    uses = readers.get(name, [])
+    if name in outputs or len(uses) != 1 or uses[0][1] < 0:
+        return None
+    return uses[0][0]
+
+
+@register("fuse_bn_into_conv")
+class FuseBnIntoConv(Pass):
+    """Conv → BatchNormalization (inference) becomes one Conv with rescaled weights and bias."""
+
+    def run(self, onnx_model: onnx.ModelProto) -> onnx.ModelProto:
+        g = onnx_model.graph
+        inits = _Arrays(g)
+        readers = consumers(g)
+        outputs = {o.name for o in g.output}
+        fresh = NameGen(g)
+        removed: set[int] = set()
+        for conv in g.node:
+            if conv.op_type != "Conv" or conv.domain not in ("", "ai.onnx"):
+                continue
+            bn = _sole_reader(readers, outputs, conv.output[0])
+            if bn is None or not _fusable(conv, bn, inits):
+                continue
+            w = inits[conv.input[1]].astype(np.float64)
+            b = inits[conv.input[2]] if len(conv.input) > 2 and conv.input[2] else 0.0
+            scale, bias, mean, var = (inits[n].astype(np.float64) for n in bn.input[1:5])
+            factor = scale / np.sqrt(var + float(_attr(bn, "epsilon", 1e-5)))
+            dtype = inits[conv.input[1]].dtype
+            new_w = (w * factor.reshape(-1, *([1] * (w.ndim - 1)))).astype(dtype)
+            new_b = ((np.asarray(b, np.float64) - mean) * factor + bias).astype(dtype)
+            w_name, b_name = fresh(conv.input[1] + "_bn"), fresh(bn.output[0] + "_bias")
+            g.initializer.extend(
+                [numpy_helper.from_array(new_w, w_name), numpy_helper.from_array(new_b, b_name)]
+            )
+            conv.input[:] = [conv.input[0], w_name, b_name]
+            conv.output[0] = bn.output[0]
+            removed.add(id(bn))
+        _drop(g, removed)
+        remove_unused_constants(g)
+        return onnx_model
+
+
+class _Arrays:
+    """Initializer arrays, converted on first use (most are never needed)."""
+
+    def __init__(self, g: onnx.GraphProto) -> None:
+        self._protos = {i.name: i for i in g.initializer}
+        self._arrays: dict[str, np.ndarray] = {}
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._protos
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._arrays:
+            self._arrays[name] = numpy_helper.to_array(self._protos[name])
+        return self._arrays[name]
+
+
+def _fusable(conv: NodeProto, bn: NodeProto, inits: _Arrays) -> bool:
+    if bn.op_type != "BatchNormalization" or bn.input[0] != conv.output[0]:
+        return False
+    if _attr(bn, "training_mode", 0) or any(o for o in bn.output[1:]):
+        return False
+    names = [conv.input[1], *(n for n in conv.input[2:3] if n), *bn.input[1:5]]
+    if len(bn.input) < 5 or not all(n in inits for n in names):
+        return False
+    w = inits[conv.input[1]]
+    if w.dtype.kind != "f":
+        return False
+    return all(inits[n].shape == (w.shape[0],) for n in bn.input[1:5])
+
+
+def _drop(g: onnx.GraphProto, removed: set[int]) -> None:
+    if removed:
+        keep = [n for n in g.node if id(n) not in removed]
+        del g.node[:]
+        g.node.extend(keep)
+
+
+def _clamp(node: NodeProto, consts: dict[str, np.ndarray], opset: int) -> tuple | None:
+    """(input, lo, hi) when the node clamps one runtime input to constant bounds."""
+    if node.domain not in ("", "ai.onnx") or len(node.output) != 1:
+        return None
+    op = node.op_type
+    if op == "Relu":
+        return node.input[0], 0.0, math.inf
+    if op == "Clip":
+        if opset < 11:
+            return node.input[0], _attr(node, "min", -math.inf), _attr(node, "max", math.inf)
+        bounds = []
+        for slot, default in ((1, -math.inf), (2, math.inf)):
+            name = node.input[slot] if len(node.input) > slot else ""
+            if name and name not in consts:
+                return None
+            bounds.append(float(consts[name]) if name else default)
+        return node.input[0], *bounds
+    if op in ("Max", "Min") and len(node.input) == 2:
+        x, c = node.input
+        if x in consts:
+            x, c = c, x
+        if x in consts or c not in consts or consts[c].size != 1:
+            return None
+        v = float(consts[c].reshape(()))
+        return (x, v, math.inf) if op == "Max" else (x, -math.inf, v)
+    return None
+
+
+@register("fuse_activation")
+class FuseActivation(Pass):
+    """Merge clamp chains into one Relu/Clip and x*HardSigmoid(x) into HardSwish."""
+
+    def run(self, onnx_model: onnx.ModelProto) -> onnx.ModelProto:
+        g = onnx_model.graph
+        opset = default_opset(onnx_model)
+        consts = constant_values(g, max_size=1)
+        types = value_types(onnx_model)
+        fresh = NameGen(g)
+        outputs = {o.name for o in g.output}
+        removed: set[int] = set()
+        changed = True
+        while changed:
+            changed = False
+            readers = consumers(g)
+            for first in g.node:
+                if id(first) in removed:
+                    continue
+                second = _sole_reader(readers, outputs, first.output[0]) if first.output else None
+                if second is None or id(second) in removed:
+                    continue
+                merged = self._merge_clamps(first, second, consts, opset, types, fresh, g)
+                if merged is None and opset >= 14:
+                    merged = _hard_swish(first, second)
+                if merged is not None:
+                    idx = list(g.node).index(second)
+                    g.node[idx].CopyFrom(merged)
+                    removed.add(id(first))
+                    changed = True
+                    break
+            _drop(g, removed)
+            removed.clear()
+        remove_unused_constants(g)
+        return onnx_model
+
+    @staticmethod
+    def _merge_clamps(first, second, consts, opset, types, fresh, g) -> NodeProto | None:
+        a, b = _clamp(first, consts, opset), _clamp(second, consts, opset)
+        if a is None or b is None or b[0] != first.output[0]:
+            return None
+        lo, hi = max(a[1], b[1]), min(a[2], b[2])
+        if lo > hi:
+            return None  # disjoint bounds: the chain is a constant, leave it
+        x, out = a[0], second.output[0]
+        name = second.name or first.name
+        if lo == 0.0 and hi == math.inf:
+            return helper.make_node("Relu", [x], [out], name=name)
+        if opset < 11:
+            return helper.make_node("Clip", [x], [out], name=name, min=lo, max=hi)
+        dtype = helper.tensor_dtype_to_np_dtype(types.get(x, (TensorProto.FLOAT, None))[0])
+        if dtype.kind != "f" and (math.isinf(lo) or math.isinf(hi)):
+            return None
+        inputs = [x]
+        for tag, v in (("min", lo), ("max", hi)):
+            if math.isinf(v) and tag == "max":
+                break
+            t = fresh(f"{out}_{tag}")
+            g.initializer.append(numpy_helper.from_array(np.array(v, dtype=dtype), t))
+            inputs.append(t)
+        return helper.make_node("Clip", inputs, [out], name=name)
+
+
+def _hard_swish(first: NodeProto, second: NodeProto) -> NodeProto | None:
+    """Mul(x, HardSigmoid(x)) with HardSwish's constants."""
+    if first.op_type != "HardSigmoid" or second.op_type != "Mul":
+        return None
+    if not (
+        math.isclose(_attr(first, "alpha", 0.2), 1 / 6, rel_tol=1e-6)
+        and math.isclose(_attr(first, "beta", 0.5), 0.5)
+    ):
+        return None
+    x = first.input[0]
+    if sorted(second.input) != sorted([x, first.output[0]]):
+        return None
+    return helper.make_node("HardSwish", [x], [second.output[0]], name=second.name)
