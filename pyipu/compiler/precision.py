@@ -15,7 +15,11 @@ from onnx import AttributeProto, GraphProto, TensorProto, helper, numpy_helper
 
 
 def _half_tensor(t: TensorProto) -> None:
-    if t.data_type == TensorProto.FLOAT:
+    if t.data_type == TensorProto.FLOAT and t.raw_data and not t.external_data:
+        # the common case, converted without building a second TensorProto
+        t.raw_data = np.frombuffer(t.raw_data, "<f4").astype("<f2").tobytes()
+        t.data_type = TensorProto.FLOAT16
+    elif t.data_type == TensorProto.FLOAT:
         half = numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float16), t.name)
         t.CopyFrom(half)
 

@@ -18,7 +18,7 @@ from pyipu.compiler.errors import CompileError, ShapeError, UnsupportedError
 from pyipu.compiler.onnx_import import ModelLike, load_model, set_input_shapes
 from pyipu.converter.check import compare_models
 from pyipu.passes import Pass, PassManager
-from pyipu.passes.graph import default_opset, value_types
+from pyipu.passes.graph import default_opset, is_big, light_copy, value_types
 
 DEFAULT_PASSES = (
     "eliminate_identity",
@@ -151,14 +151,11 @@ class Converter:
 
     def convert(self, model: ModelLike) -> onnx.ModelProto:
         original = load_model(model)
-        out = onnx.ModelProto()
-        out.CopyFrom(original)
-        if self.input_shape:
-            out = set_input_shapes(out, self.input_shape)
+        out = set_input_shapes(original, self.input_shape)  # a copy, even without shapes
         if self.batch_size is not None:
             _set_batch(out, int(self.batch_size), int(self.batch_axis or 0))
         out = _upgrade_opset(out, self.convert_version)
-        out = PassManager(self.passes()).run(out)
+        out = PassManager(self.passes()).run_in_place(out)
         _edit_outputs(out, self.remove_outputs, self.checkpoints)
         if self.check:
             self.check_result = compare_models(original, out)
@@ -215,13 +212,32 @@ def _upgrade_opset(model: onnx.ModelProto, version: int) -> onnx.ModelProto:
     current = default_opset(model)
     if current >= version:
         return model
-    listed = {i.name for i in model.graph.input}
-    if model.ir_version < 4 and any(i.name not in listed for i in model.graph.initializer):
+    g = model.graph
+    listed = {i.name for i in g.input}
+    if model.ir_version < 4 and any(i.name not in listed for i in g.initializer):
         model.ir_version = 4  # IR 3 lists every initializer as an input; this model is IR 4 really
-    try:
-        return version_converter.convert_version(model, version)
+    try:  # on a copy without the weights (the converter serialises the whole model)
+        conv = version_converter.convert_version(light_copy(model), version).graph
     except Exception as e:
         raise CompileError(f"converting opset {current} to convert_version {version}: {e}") from e
+    big = {i.name for i in g.initializer if is_big(i)}
+    for i in reversed(range(len(g.initializer))):
+        if g.initializer[i].name not in big:
+            del g.initializer[i]
+    g.initializer.extend(conv.initializer)
+    for field, new in (
+        (g.node, conv.node),
+        (g.output, conv.output),
+        (g.value_info, conv.value_info),
+    ):
+        del field[:]
+        field.extend(new)
+    del g.input[:]
+    g.input.extend(i for i in conv.input if i.name not in big or i.name in listed)
+    others = [o for o in model.opset_import if o.domain not in ("", "ai.onnx")]
+    del model.opset_import[:]
+    model.opset_import.extend([*others, onnx.helper.make_opsetid("", version)])
+    return model
 
 
 def _edit_outputs(model: onnx.ModelProto, remove: Sequence[str], add: Sequence[str]) -> None:

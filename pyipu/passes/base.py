@@ -60,11 +60,11 @@ class Pass:
         """Apply `transform(graph, is_main_graph)` to every nested body, then to `graph`."""
         for node in graph.node:
             for attr in node.attribute:
-                if attr.type == onnx.AttributeProto.GRAPH:
-                    attr.g.CopyFrom(Pass.traverse_graph(attr.g, transform, False))
-                elif attr.type == onnx.AttributeProto.GRAPHS:
-                    for sub in attr.graphs:
-                        sub.CopyFrom(Pass.traverse_graph(sub, transform, False))
+                bodies = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else attr.graphs
+                for body in bodies:
+                    new = Pass.traverse_graph(body, transform, False)
+                    if new is not body:
+                        body.CopyFrom(new)
         return transform(graph, is_main_graph)
 
     @staticmethod
@@ -209,6 +209,10 @@ class PassManager:
         """Apply the (sorted) passes to a copy of `onnx_model`; returns the result."""
         model = onnx.ModelProto()
         model.CopyFrom(onnx_model)
+        return self.run_in_place(model)
+
+    def run_in_place(self, model: onnx.ModelProto) -> onnx.ModelProto:
+        """`run` without the copy: passes may change `model` itself."""
         for p in self.sort_passes():
             out = p.run(model)
             if not isinstance(out, onnx.ModelProto):

@@ -37,6 +37,11 @@ def _bypass(graph: GraphProto, is_copy) -> GraphProto:
     return graph
 
 
+def _replace_graph(model: onnx.ModelProto, graph: GraphProto) -> None:
+    if graph is not model.graph:
+        model.graph.CopyFrom(graph)
+
+
 @register("eliminate_identity")
 class EliminateIdentity(Pass):
     """Remove Identity nodes (readers use the Identity's input directly)."""
@@ -45,7 +50,7 @@ class EliminateIdentity(Pass):
         def transform(g: GraphProto, is_main_graph: bool) -> GraphProto:
             return _bypass(g, _is_identity)
 
-        onnx_model.graph.CopyFrom(self.traverse_graph(onnx_model.graph, transform))
+        _replace_graph(onnx_model, self.traverse_graph(onnx_model.graph, transform))
         return onnx_model
 
 
@@ -73,5 +78,5 @@ class EliminateDropout(Pass):
         def transform(g: GraphProto, is_main_graph: bool) -> GraphProto:
             return _bypass(g, lambda n: _inference_dropout(g, n))
 
-        onnx_model.graph.CopyFrom(self.traverse_graph(onnx_model.graph, transform))
+        _replace_graph(onnx_model, self.traverse_graph(onnx_model.graph, transform))
         return onnx_model

@@ -17,6 +17,7 @@ from onnx import NodeProto, helper, numpy_helper
 from pyipu.compiler.onnx_import import fold_node, foldable
 from pyipu.passes.base import Pass, register
 from pyipu.passes.graph import (
+    LazyArrays,
     default_opset,
     remove_unused_constants,
     static_shape,
@@ -35,8 +36,8 @@ class ConstantFolding(Pass):
     def run(self, onnx_model: onnx.ModelProto) -> onnx.ModelProto:
         g = onnx_model.graph
         opset = default_opset(onnx_model)
-        constants = {i.name: numpy_helper.to_array(i) for i in g.initializer}
-        graph_io = {v.name for v in (*g.output, *g.input)} - set(constants)
+        constants = LazyArrays(g)
+        graph_io = {v.name for v in (*g.output, *g.input)} - {i.name for i in g.initializer}
         kept: list[NodeProto] = []
         folded: list[onnx.TensorProto] = []
         for node in g.node:

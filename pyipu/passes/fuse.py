@@ -21,6 +21,7 @@ from onnx import NodeProto, TensorProto, helper, numpy_helper
 
 from pyipu.passes.base import Pass, register
 from pyipu.passes.graph import (
+    LazyArrays,
     NameGen,
     constant_values,
     consumers,
@@ -50,7 +51,7 @@ class FuseBnIntoConv(Pass):
 
     def run(self, onnx_model: onnx.ModelProto) -> onnx.ModelProto:
         g = onnx_model.graph
-        inits = _Arrays(g)
+        inits = LazyArrays(g)
         readers = consumers(g)
         outputs = {o.name for o in g.output}
         fresh = NameGen(g)
@@ -80,23 +81,7 @@ class FuseBnIntoConv(Pass):
         return onnx_model
 
 
-class _Arrays:
-    """Initializer arrays, converted on first use (most are never needed)."""
-
-    def __init__(self, g: onnx.GraphProto) -> None:
-        self._protos = {i.name: i for i in g.initializer}
-        self._arrays: dict[str, np.ndarray] = {}
-
-    def __contains__(self, name: str) -> bool:
-        return name in self._protos
-
-    def __getitem__(self, name: str) -> np.ndarray:
-        if name not in self._arrays:
-            self._arrays[name] = numpy_helper.to_array(self._protos[name])
-        return self._arrays[name]
-
-
-def _fusable(conv: NodeProto, bn: NodeProto, inits: _Arrays) -> bool:
+def _fusable(conv: NodeProto, bn: NodeProto, inits: LazyArrays) -> bool:
     if bn.op_type != "BatchNormalization" or bn.input[0] != conv.output[0]:
         return False
     if _attr(bn, "training_mode", 0) or any(o for o in bn.output[1:]):

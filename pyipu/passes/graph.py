@@ -83,7 +83,11 @@ Dims = tuple[int | str | None, ...]
 _LIGHT_LIMIT = 4096  # initializers with more elements are shape-only inputs for inference
 
 
-def _light_copy(model: onnx.ModelProto) -> onnx.ModelProto:
+def is_big(init: TensorProto) -> bool:
+    return int(np.prod(init.dims)) > _LIGHT_LIMIT
+
+
+def light_copy(model: onnx.ModelProto) -> onnx.ModelProto:
     """The model with big initializers turned into typed inputs: inference need not copy them."""
     g = model.graph
     light = GraphProto(name=g.name)
@@ -93,7 +97,7 @@ def _light_copy(model: onnx.ModelProto) -> onnx.ModelProto:
     listed = {i.name for i in g.input}
     light.input.extend(g.input)
     for init in g.initializer:
-        if int(np.prod(init.dims)) <= _LIGHT_LIMIT:
+        if not is_big(init):
             light.initializer.append(init)
         elif init.name not in listed:
             light.input.append(helper.make_tensor_value_info(init.name, init.data_type, init.dims))
@@ -106,7 +110,7 @@ def _light_copy(model: onnx.ModelProto) -> onnx.ModelProto:
 def value_types(model: onnx.ModelProto) -> dict[str, tuple[int, Dims | None]]:
     """name → (ONNX elem type, dims or None) for the main graph, from shape inference."""
     try:
-        inferred = infer_shapes(_light_copy(model))
+        inferred = infer_shapes(light_copy(model))
     except Exception:  # inference is best effort here: passes only use what it knows
         inferred = model
     g = inferred.graph
@@ -165,13 +169,29 @@ def remove_unused_constants(graph: GraphProto) -> None:
         del graph.node[:]
         graph.node.extend(keep)
     dead = {i.name for i in graph.initializer if i.name not in read}
-    if dead:
-        live = [i for i in graph.initializer if i.name not in dead]
-        del graph.initializer[:]
-        graph.initializer.extend(live)
-        inputs = [i for i in graph.input if i.name not in dead]
-        del graph.input[:]
-        graph.input.extend(inputs)
+    for field in (graph.initializer, graph.input):  # in place: weights are not copied
+        for i in reversed(range(len(field))):
+            if field[i].name in dead:
+                del field[i]
+
+
+class LazyArrays(dict):
+    """Initializer arrays by name, each converted on first use (most are never needed)."""
+
+    def __init__(self, graph: GraphProto) -> None:
+        super().__init__()
+        self._protos = {i.name: i for i in graph.initializer}
+
+    def __contains__(self, name: object) -> bool:
+        return dict.__contains__(self, name) or name in self._protos
+
+    def __missing__(self, name: str) -> np.ndarray:
+        value = numpy_helper.to_array(self._protos[name])
+        self[name] = value
+        return value
+
+    def get(self, name: str, default: np.ndarray | None = None) -> np.ndarray | None:  # type: ignore[override]
+        return self[name] if name in self else default
 
 
 def make_cast(src: str, dst: str, to: int, name: str) -> NodeProto:
