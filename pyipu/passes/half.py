@@ -44,6 +44,12 @@ class FloatToHalf(Pass):
             and readers.get(i.name)
             and all(id(n) in skipped_ids for n, _ in readers[i.name])
         }
+        # outputs read only by other skipped nodes stay float32 too: no Cast pair between them
+        for i in skip:
+            for o in g.node[i].output:
+                if o and o not in outputs and readers.get(o):
+                    if all(id(n) in skipped_ids for n, _ in readers[o]):
+                        keep.add(o)
         out = convert_to_fp16(onnx_model, keep=keep, skip_nodes=skip)
         _wrap_in_casts(out.graph, skip, keep, types)
         return out
@@ -71,7 +77,7 @@ def _wrap_in_casts(g: onnx.GraphProto, skip: set[int], keep: set[str], types: di
                 node.input[slot] = as_fp32[name]
         new_nodes.append(node)
         for slot, name in enumerate(node.output):
-            if name and is_float(name):
+            if name and is_float(name) and name not in keep:
                 raw = node.output[slot] = fresh(name + "__fp32")
                 new_nodes.append(make_cast(raw, name, TensorProto.FLOAT16, fresh(name + "__cast")))
     del g.node[:]
