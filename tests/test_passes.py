@@ -240,7 +240,11 @@ def _int64_model() -> onnx.ModelProto:
             helper.make_node("Mul", ["yi", "two"], ["W"]),
         ],
         [vi("ids", TensorProto.INT64, [2, 3])],
-        [vi("Y", 1, [3, 4]), vi("Z", TensorProto.INT64, [2, 3]), vi("W", TensorProto.INT64, [3, 4])],
+        [
+            vi("Y", 1, [3, 4]),
+            vi("Z", TensorProto.INT64, [2, 3]),
+            vi("W", TensorProto.INT64, [3, 4]),
+        ],
         [
             init("E", rng.standard_normal((5, 4)).astype(np.float32)),
             init("st", np.array([1], np.int64)),
@@ -335,7 +339,9 @@ def _foldable_model() -> onnx.ModelProto:
             helper.make_node("Constant", [], ["c"], value=init("cv", np.float32([1, 2, 3]))),
             helper.make_node("Mul", ["c", "c"], ["c2"]),
             helper.make_node("Add", ["c2", "one"], ["c3"]),
-            helper.make_node("ConstantOfShape", ["big_shape"], ["big"], value=init("v", np.float32([0.5]))),
+            helper.make_node(
+                "ConstantOfShape", ["big_shape"], ["big"], value=init("v", np.float32([0.5]))
+            ),
             helper.make_node("ReduceSum", ["big"], ["bs"], keepdims=0),
             helper.make_node("Add", ["X", "c3"], ["A"]),
             helper.make_node("Add", ["A", "bs"], ["Y"]),
