@@ -481,3 +481,12 @@ def test_model_overview_reports_and_leaves_the_model_alone():
     assert ov.inputs == [("X", "float", [2, 8])] and ov.outputs == [("Y", "float", [2, 4])]
     text = stream.getvalue()
     assert "params: 33" in text and "Softmax" in text and "input  X: float [2, 8]" in text
+
+
+def test_import_pyipu_stays_light():
+    import subprocess
+    import sys
+
+    code = "import sys, pyipu; print('onnx' in sys.modules); pyipu.Converter; print('onnx' in sys.modules)"
+    out = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True)
+    assert out.stdout.split() == ["False", "True"], out.stderr

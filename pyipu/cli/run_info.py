@@ -58,7 +58,7 @@ def run_executable(executable: Any, iterations: int = 10, seed: int = 0) -> list
             latency = (time.perf_counter() - start) / iterations
             first = next(iter(feeds.values()), None)
             batch = int(first.shape[0]) if first is not None and first.ndim else 1
-            tag = "" if sub is None else f"[subgraph {sub}] "
+            tag = f"[subgraph {sub}] " if len(groups) > 1 else ""
             lines.append(
                 f"{tag}[Success] Bs: {batch}, Latency: {latency * 1e3:.3f} ms, "
                 f"Tput: {batch / latency:.1f} samples/s"

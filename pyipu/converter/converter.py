@@ -18,7 +18,13 @@ from pyipu.compiler.errors import CompileError, ShapeError, UnsupportedError
 from pyipu.compiler.onnx_import import ModelLike, load_model, set_input_shapes
 from pyipu.converter.check import compare_models
 from pyipu.passes import Pass, PassManager
-from pyipu.passes.graph import default_opset, is_big, light_copy, value_types
+from pyipu.passes.graph import (
+    default_opset,
+    is_big,
+    light_copy,
+    static_shape,
+    value_types,
+)
 
 DEFAULT_PASSES = (
     "eliminate_identity",
@@ -156,6 +162,8 @@ class Converter:
             _set_batch(out, int(self.batch_size), int(self.batch_axis or 0))
         out = _upgrade_opset(out, self.convert_version)
         out = PassManager(self.passes()).run_in_place(out)
+        if self.input_shape or self.batch_size is not None:
+            _static_output_shapes(out)
         _edit_outputs(out, self.remove_outputs, self.checkpoints)
         if self.check:
             self.check_result = compare_models(original, out)
@@ -205,6 +213,26 @@ def _set_batch(model: onnx.ModelProto, batch: int, axis: int) -> None:
         d.Clear()
         d.dim_value = batch
     del model.graph.value_info[:]
+
+
+def _static_output_shapes(model: onnx.ModelProto) -> None:
+    """Declare the output shapes inference finds static now that the input shapes are."""
+    types = value_types(model)
+    for vi in model.graph.output:
+        dims = static_shape(types[vi.name][1]) if vi.name in types else None
+        t = vi.type.tensor_type
+        if dims is None or not vi.type.HasField("tensor_type"):
+            continue
+        old = list(t.shape.dim) if t.HasField("shape") else []
+        if old and len(old) != len(dims):
+            continue
+        if any(
+            d.HasField("dim_value") and d.dim_value != n for d, n in zip(old, dims, strict=False)
+        ):
+            continue  # a declared shape that disagrees: left for the compiler to report
+        t.shape.Clear()
+        for n in dims:
+            t.shape.dim.add().dim_value = n
 
 
 def _upgrade_opset(model: onnx.ModelProto, version: int) -> onnx.ModelProto:
