@@ -487,6 +487,9 @@ def test_import_pyipu_stays_light():
     import subprocess
     import sys
 
-    code = "import sys, pyipu; print('onnx' in sys.modules); pyipu.Converter; print('onnx' in sys.modules)"
+    code = (
+        "import sys, pyipu; print('onnx' in sys.modules); "
+        "pyipu.Converter; print('onnx' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True)
     assert out.stdout.split() == ["False", "True"], out.stderr
