@@ -251,3 +251,70 @@ def test_fp16_light_cnn_within_tolerance_of_fp32(name: str) -> None:
 @pytest.mark.parametrize("name", SLOW)
 def test_fp16_large_light_cnn_within_tolerance_of_fp32(name: str) -> None:
     _check_fp16(name)
+
+
+# --- the default passes over ONNX's node test suite ----------------------------------------------
+
+# Cases whose converted model legitimately differs: int64 data that does not fit int32, bit
+# reinterpretation of int64, onnxruntime lacking an int32 kernel, and a model whose Range reads
+# 1-element tensors that onnxruntime only rejects once an If condition is constant.
+NODE_SUITE_EXPECTED = {
+    "test_bitcast_float64_to_int64",
+    "test_bitcast_int64_to_float64",
+    "test_unique_length_1",
+    "test_affine_grid_2d_expanded",
+    "test_affine_grid_2d_align_corners_expanded",
+}
+
+
+def _same(want, got) -> bool:
+    for w, g in zip(want, got, strict=True):
+        w, g = np.asarray(w), np.asarray(g)
+        if w.shape != g.shape:
+            return False
+        if w.dtype.kind in "fc":
+            if not np.allclose(g.astype(w.dtype), w, rtol=1e-4, atol=1e-5, equal_nan=True):
+                return False
+        elif not np.array_equal(g.astype(w.dtype), w):
+            return False
+    return True
+
+
+@pytest.mark.slow  # loading onnx's node cases alone takes ~12 s
+def test_default_passes_keep_the_onnx_node_suite_results():
+    """Every 4th case of onnx's node suite that onnxruntime runs: the default Converter's model
+    passes onnx's checker and gives onnxruntime's results for the original (int64 → int32)."""
+    from onnx.backend.test.loader import load_model_tests
+
+    cases = [tc for tc in load_model_tests(kind="node") if getattr(tc, "model", None)]
+    checked, bad = 0, []
+    for tc in cases[::4]:
+        if tc.name in NODE_SUITE_EXPECTED or not tc.data_sets:
+            continue
+        m = tc.model
+        inits = {i.name for i in m.graph.initializer}
+        names = [i.name for i in m.graph.input if i.name not in inits]
+        arrays = list(tc.data_sets[0][0])
+        if len(arrays) != len(names) or any(
+            not isinstance(a, np.ndarray) or a.dtype == object for a in arrays
+        ):
+            continue
+        feeds = dict(zip(names, arrays, strict=True))
+        try:
+            want, _ = run_model(m, feeds)
+        except Exception:  # onnxruntime cannot run the original either
+            continue
+        if any(not isinstance(w, np.ndarray) for w in want):
+            continue  # sequences and optionals
+        converted = Converter(convert_version=1).convert(m)
+        onnx.checker.check_model(converted)
+        dtypes = {v.name: v.type.tensor_type.elem_type for v in converted.graph.input}
+        fed = {
+            n: a.astype(helper.tensor_dtype_to_np_dtype(dtypes[n])) if dtypes.get(n) else a
+            for n, a in feeds.items()
+        }
+        got, _ = run_model(converted, fed)
+        checked += 1
+        if not _same(want, got):
+            bad.append(tc.name)
+    assert checked > 250 and not bad, (checked, bad)

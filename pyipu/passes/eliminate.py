@@ -6,7 +6,7 @@ import onnx
 from onnx import GraphProto, NodeProto, numpy_helper
 
 from pyipu.passes.base import Pass, register
-from pyipu.passes.graph import consumers, rename_uses
+from pyipu.passes.graph import consumers, drop_nodes, rename_uses
 
 
 def _bypass(graph: GraphProto, is_copy) -> GraphProto:
@@ -14,7 +14,7 @@ def _bypass(graph: GraphProto, is_copy) -> GraphProto:
     graph_inputs = {v.name for v in (*graph.input, *graph.initializer)}
     producers = {o: n for n in graph.node for o in n.output if o}
     removed: set[int] = set()
-    for node in list(graph.node):
+    for index, node in enumerate(graph.node):
         if not is_copy(node):
             continue
         src, dst = node.input[0], node.output[0]
@@ -29,11 +29,8 @@ def _bypass(graph: GraphProto, is_copy) -> GraphProto:
             rename_uses(graph, src, dst)
         else:
             rename_uses(graph, dst, src)
-        removed.add(id(node))
-    if removed:
-        keep = [n for n in graph.node if id(n) not in removed]
-        del graph.node[:]
-        graph.node.extend(keep)
+        removed.add(index)
+    drop_nodes(graph, removed)
     return graph
 
 

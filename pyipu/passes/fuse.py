@@ -26,6 +26,7 @@ from pyipu.passes.graph import (
     constant_values,
     consumers,
     default_opset,
+    drop_nodes,
     remove_unused_constants,
     value_types,
 )
@@ -38,7 +39,8 @@ def _attr(node: NodeProto, name: str, default: float | int) -> float | int:
     return default
 
 
-def _sole_reader(readers: dict, outputs: set[str], name: str) -> NodeProto | None:
+def _sole_reader(readers: dict, outputs: set[str], name: str) -> int | None:
+    """The index of the only node reading `name` (not a graph output), else None."""
     uses = readers.get(name, [])
     if name in outputs or len(uses) != 1 or uses[0][1] < 0:
         return None
@@ -59,9 +61,10 @@ class FuseBnIntoConv(Pass):
         for conv in g.node:
             if conv.op_type != "Conv" or conv.domain not in ("", "ai.onnx"):
                 continue
-            bn = _sole_reader(readers, outputs, conv.output[0])
-            if bn is None or not _fusable(conv, bn, inits):
+            bn_index = _sole_reader(readers, outputs, conv.output[0])
+            if bn_index is None or not _fusable(conv, g.node[bn_index], inits):
                 continue
+            bn = g.node[bn_index]
             w = inits[conv.input[1]].astype(np.float64)
             b = inits[conv.input[2]] if len(conv.input) > 2 and conv.input[2] else 0.0
             scale, bias, mean, var = (inits[n].astype(np.float64) for n in bn.input[1:5])
@@ -75,8 +78,8 @@ class FuseBnIntoConv(Pass):
             )
             conv.input[:] = [conv.input[0], w_name, b_name]
             conv.output[0] = bn.output[0]
-            removed.add(id(bn))
-        _drop(g, removed)
+            removed.add(bn_index)
+        drop_nodes(g, removed)
         remove_unused_constants(g)
         return onnx_model
 
@@ -93,13 +96,6 @@ def _fusable(conv: NodeProto, bn: NodeProto, inits: LazyArrays) -> bool:
     if w.dtype.kind != "f":
         return False
     return all(inits[n].shape == (w.shape[0],) for n in bn.input[1:5])
-
-
-def _drop(g: onnx.GraphProto, removed: set[int]) -> None:
-    if removed:
-        keep = [n for n in g.node if id(n) not in removed]
-        del g.node[:]
-        g.node.extend(keep)
 
 
 def _clamp(node: NodeProto, consts: dict[str, np.ndarray], opset: int) -> tuple | None:
@@ -141,28 +137,23 @@ class FuseActivation(Pass):
         types = value_types(onnx_model)
         fresh = NameGen(g)
         outputs = {o.name for o in g.output}
-        removed: set[int] = set()
         changed = True
-        while changed:
+        while changed:  # one merge per round: the reader map changes with each
             changed = False
             readers = consumers(g)
-            for first in g.node:
-                if id(first) in removed:
+            for i, first in enumerate(g.node):
+                j = _sole_reader(readers, outputs, first.output[0]) if first.output else None
+                if j is None:
                     continue
-                second = _sole_reader(readers, outputs, first.output[0]) if first.output else None
-                if second is None or id(second) in removed:
-                    continue
+                second = g.node[j]
                 merged = self._merge_clamps(first, second, consts, opset, types, fresh, g)
                 if merged is None and opset >= 14:
                     merged = _hard_swish(first, second)
                 if merged is not None:
-                    idx = list(g.node).index(second)
-                    g.node[idx].CopyFrom(merged)
-                    removed.add(id(first))
+                    second.CopyFrom(merged)
+                    del g.node[i]
                     changed = True
                     break
-            _drop(g, removed)
-            removed.clear()
         remove_unused_constants(g)
         return onnx_model
 

@@ -42,16 +42,24 @@ def _rename_in_body(g: GraphProto, old: str, new: str) -> None:
     rename_uses(g, old, new)
 
 
-def consumers(graph: GraphProto) -> dict[str, list[tuple[NodeProto, int]]]:
-    """name → [(node, input slot)], with a body's outer references counted as slot -1."""
-    out: dict[str, list[tuple[NodeProto, int]]] = {}
-    for node in graph.node:
+def consumers(graph: GraphProto) -> dict[str, list[tuple[int, int]]]:
+    """name → [(node index, input slot)], a body's outer references counted as slot -1.
+
+    Indices, not node objects: protobuf hands out a new wrapper object at each access.
+    """
+    out: dict[str, list[tuple[int, int]]] = {}
+    for i, node in enumerate(graph.node):
         for slot, name in enumerate(node.input):
             if name:
-                out.setdefault(name, []).append((node, slot))
+                out.setdefault(name, []).append((i, slot))
         for name in outer_refs(node):
-            out.setdefault(name, []).append((node, -1))
+            out.setdefault(name, []).append((i, -1))
     return out
+
+
+def drop_nodes(graph: GraphProto, indices: set[int]) -> None:
+    for i in sorted(indices, reverse=True):
+        del graph.node[i]
 
 
 def used_names(graph: GraphProto) -> set[str]:

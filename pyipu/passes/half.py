@@ -36,19 +36,18 @@ class FloatToHalf(Pass):
         types = value_types(onnx_model)
         readers = consumers(g)
         outputs = {o.name for o in g.output}
-        skipped_ids = {id(g.node[i]) for i in skip}
         keep = {
             i.name
             for i in g.initializer
             if i.name not in outputs
             and readers.get(i.name)
-            and all(id(n) in skipped_ids for n, _ in readers[i.name])
+            and all(n in skip for n, _ in readers[i.name])
         }
         # outputs read only by other skipped nodes stay float32 too: no Cast pair between them
         for i in skip:
             for o in g.node[i].output:
                 if o and o not in outputs and readers.get(o):
-                    if all(id(n) in skipped_ids for n, _ in readers[o]):
+                    if all(n in skip for n, _ in readers[o]):
                         keep.add(o)
         out = convert_to_fp16(onnx_model, keep=keep, skip_nodes=skip)
         _wrap_in_casts(out.graph, skip, keep, types)

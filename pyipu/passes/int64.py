@@ -36,13 +36,33 @@ _INT32 = "tensor(int32)"
 _RETYPED_OUTPUTS = {"Cast", "Constant", "ConstantOfShape", "EyeLike"}
 
 
-def _allowed(node: NodeProto, slot: int, is_input: bool, opset: int) -> set[str] | None:
-    """The type strings a node's input/output slot accepts; None when unknown (custom ops)."""
-    if node.domain not in ("", "ai.onnx"):
+_CAST_OPSET = 13  # imported for the inserted Casts when a model imports no default domain
+_BIT_EXACT = {"BitCast"}  # reinterprets the bits: an int32 input would change the result
+
+
+def _schema(node: NodeProto, opset: int) -> defs.OpSchema | None:
+    """The schema of a standard op pyipu may feed int32; None for everything else.
+
+    Ops defined by a function body count as "else": onnxruntime expands the body with the
+    types it was written for, and some bodies mix their input type with int64 constants.
+    """
+    if node.domain not in ("", "ai.onnx") or node.op_type in _BIT_EXACT:
+        return None
+    if any(True for _ in subgraphs(node)):
         return None
     try:
         schema = defs.get_schema(node.op_type, opset, "")
     except Exception:  # SchemaError: not a standard op
+        return None
+    if schema.has_function or schema.has_context_dependent_function:
+        return None
+    return schema
+
+
+def _allowed(node: NodeProto, slot: int, is_input: bool, opset: int) -> set[str] | None:
+    """The type strings a node's input/output slot accepts; None when unknown (custom ops)."""
+    schema = _schema(node, opset)
+    if schema is None:
         return None
     formal = schema.inputs if is_input else schema.outputs
     if not formal:
@@ -52,9 +72,15 @@ def _allowed(node: NodeProto, slot: int, is_input: bool, opset: int) -> set[str]
     return by_name.get(param.type_str, {param.type_str})
 
 
+# Inputs ONNX types as int32-or-int64 that onnxruntime nevertheless only reads as int64.
+_INT64_IN_PRACTICE = {("Pad", 3)}
+
+
 def _accepts_int32(node: NodeProto, slot: int, is_input: bool, opset: int) -> bool:
-    if slot < 0 or any(True for _ in subgraphs(node)):
-        return False  # bodies (and what they read from outside) keep int64
+    if slot < 0:
+        return False  # bodies keep int64, and so what they read from outside
+    if is_input and (node.op_type, slot) in _INT64_IN_PRACTICE:
+        return False
     allowed = _allowed(node, slot, is_input, opset)
     return allowed is not None and _INT32 in allowed
 
@@ -94,11 +120,12 @@ def _convert(model: onnx.ModelProto) -> None:
     outputs = {o.name for o in g.output}
 
     def needs_int64(name: str) -> list[tuple[NodeProto, int]]:
-        return [(n, s) for n, s in readers.get(name, []) if not _accepts_int32(n, s, True, opset)]
+        uses = [(g.node[i], s) for i, s in readers.get(name, [])]
+        return [(n, s) for n, s in uses if not _accepts_int32(n, s, True, opset)]
 
     def slice_bound_only(name: str) -> bool:
         uses = readers.get(name, [])
-        return bool(uses) and all(n.op_type == "Slice" and s in (1, 2) for n, s in uses)
+        return bool(uses) and all(g.node[i].op_type == "Slice" and s in (1, 2) for i, s in uses)
 
     # constants read only where int64 is required stay int64
     kept = {
@@ -126,6 +153,8 @@ def _convert(model: onnx.ModelProto) -> None:
                 raw_int64[o] = node.output[slot] = fresh(o + "__int64")
 
     converted = i64 - kept
+    if not any(o.domain in ("", "ai.onnx") for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid("", _CAST_OPSET))  # for the Casts
     int64_form = dict(raw_int64)  # converted value → name of an int64 copy
     new_nodes: list[NodeProto] = []
     for node in g.node:
@@ -154,13 +183,8 @@ def _convert(model: onnx.ModelProto) -> None:
 
 def _follows_inputs(node: NodeProto, slot: int, opset: int) -> bool:
     """Whether an output's type is the type of some input (so int32 inputs give int32)."""
-    if any(True for _ in subgraphs(node)) or node.domain not in ("", "ai.onnx"):
-        return False
-    try:
-        schema = defs.get_schema(node.op_type, opset, "")
-    except Exception:  # SchemaError: not a standard op
-        return False
-    if not schema.outputs:
+    schema = _schema(node, opset)
+    if schema is None or not schema.outputs:
         return False
     param = schema.outputs[min(slot, len(schema.outputs) - 1)].type_str
     return param in {i.type_str for i in schema.inputs} and _accepts_int32(node, slot, False, opset)
