@@ -235,12 +235,19 @@ def test_run_prints_batch_latency_and_throughput(tmp_path):
         (["--custom_pass_config", "missing.py"], 2, "not a readable Python file"),
         (["--custom_pass_config", "broken.py"], 2, "NameError"),
         (["--remove_outputs", "Q"], 1, "not graph outputs"),
+        (["--input_model", "bad.onnx"], 2, "bad.onnx is not an ONNX model"),
         (["--batch_size", "2", "--batch_axis", "1"], 1, "fixed to 3"),
+        (["--custom_pass_config", "buggy.py", "--passes", "buggy"], 1, "KeyError: 'oops'"),
     ],
 )
 def test_converter_flag_errors_are_one_line(tmp_path, args, code, message):
     _pass_model(tmp_path / "m.onnx")
+    (tmp_path / "bad.onnx").write_bytes(b"not a model")
     (tmp_path / "broken.py").write_text("undefined_name\n")
+    (tmp_path / "buggy.py").write_text(
+        "import pyipu\n\n\n@pyipu.passes.register('buggy')\nclass Buggy(pyipu.Pass):\n"
+        "    def run(self, onnx_model):\n        return {}['oops']\n"
+    )
     result = _run([tool("pyipu"), "--input_model", "m.onnx", *args], tmp_path)
     assert result.returncode == code, result.stdout + result.stderr
     assert result.stderr.startswith("pyipu: error: ") and message in result.stderr

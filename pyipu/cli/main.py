@@ -195,7 +195,10 @@ def run(args: argparse.Namespace) -> int:
         path = base / entry["input_model"]
         if not path.is_file():
             raise CliError(f"input model {str(path)!r} does not exist")
-        original = onnx.load(str(path))
+        try:
+            original = onnx.load(str(path))
+        except Exception as e:  # protobuf's DecodeError and friends
+            raise CliError(f"{path} is not an ONNX model: {e}") from e
         converted = make_converter(entry).convert(original)
         if opts.get("check"):
             checks_ok &= _check(original, converted, label)
@@ -265,6 +268,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except (Error, ValueError, OSError, TypeError, NotImplementedError) as e:
         print(f"pyipu: error: {e}", file=sys.stderr)
+        return 1
+    except Exception as e:  # e.g. a bug in a --custom_pass_config pass: still one line
+        print(f"pyipu: error: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
 
 
