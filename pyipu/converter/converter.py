@@ -150,7 +150,8 @@ class Converter:
             out.append(Pass.get_pass("float_to_half", skip_op_types=self.fp16_skip_op_types))
         for p in self.used_passes:
             if isinstance(p, Pass):
-                out.append(p)
+                if p.name not in self.skip_passes:
+                    out.append(p)
             elif p not in self.skip_passes:
                 out.append(Pass.get_pass(p))
         return out
