@@ -4,7 +4,8 @@ Converts an ONNX model with `pyipu.Converter` (input shapes, batch size, opset, 
 writes the converted model, and with --export_popef compiles it to `<output_dir>/executable.popef`.
 --check compares the converted model with the original, --show prints its I/O, --run compiles
 and runs it on random data. A `model_fusion:` list in --config_yaml fuses several models into one
-executable whose `index` input selects the subgraph. Errors print `pyipu: error: ...`, exit 1.
+executable whose `index` input selects the subgraph. Errors print one line, `pyipu: error: ...`,
+and exit with 1 (2 for usage errors).
 """
 
 from __future__ import annotations
