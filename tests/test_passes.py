@@ -493,3 +493,39 @@ def test_import_pyipu_stays_light():
     )
     out = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True)
     assert out.stdout.split() == ["False", "True"], out.stderr
+
+
+def test_eliminate_nop_dropout_is_onnxoptimizers_name():
+    assert issubclass(
+        pyipu.get_registered_passes()["eliminate_nop_dropout"],
+        pyipu.get_registered_passes()["eliminate_dropout"],
+    )
+
+
+def test_fuse_matmul_add_bias_into_gemm():
+    m = make_model(
+        [
+            helper.make_node("MatMul", ["X", "W"], ["a"]),
+            helper.make_node("Add", ["bias", "a"], ["b"]),
+            helper.make_node("MatMul", ["X3", "W"], ["c"]),  # 3-D A: Gemm cannot take it
+            helper.make_node("Add", ["c", "bias"], ["d"]),
+            helper.make_node("MatMul", ["b", "W2"], ["e"]),
+            helper.make_node("Add", ["e", "full"], ["Y"]),  # C of shape [M, N]
+        ],
+        [vi("X", 1, [2, 4]), vi("X3", 1, [3, 2, 4])],
+        [vi("Y", 1, [2, 5]), vi("d", 1, [3, 2, 3])],
+        [
+            init("W", rng.standard_normal((4, 3)).astype(np.float32)),
+            init("bias", rng.standard_normal(3).astype(np.float32)),
+            init("W2", rng.standard_normal((3, 5)).astype(np.float32)),
+            init("full", rng.standard_normal((2, 5)).astype(np.float32)),
+        ],
+    )
+    out = apply(["fuse_matmul_add_bias_into_gemm"], m)
+    assert ops(m) == {"MatMul": 3, "Add": 3}
+    assert ops(out) == {"Gemm": 2, "MatMul": 1, "Add": 1}
+    feeds = {
+        "X": rng.standard_normal((2, 4)).astype(np.float32),
+        "X3": rng.standard_normal((3, 2, 4)).astype(np.float32),
+    }
+    assert_same_function(m, out, feeds, rtol=1e-5, atol=1e-5)

@@ -77,3 +77,8 @@ class EliminateDropout(Pass):
 
         _replace_graph(onnx_model, self.traverse_graph(onnx_model.graph, transform))
         return onnx_model
+
+
+@register("eliminate_nop_dropout")
+class EliminateNopDropout(EliminateDropout):
+    """eliminate_dropout under onnxoptimizer's name (PopRT's Optimizer uses those names)."""

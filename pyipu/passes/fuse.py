@@ -3,6 +3,9 @@
 fuse_bn_into_conv folds an inference BatchNormalization that is the only reader of a Conv whose
 weights (and bias) are initializers into that Conv's weights and bias.
 
+fuse_matmul_add_bias_into_gemm (onnxoptimizer's name) turns MatMul(A, B) + C with a 2-D A and
+constant B and C into Gemm(A, B, C).
+
 fuse_activation merges activation chains into one standard ONNX op, so the result stays a plain
 ONNX model any runtime accepts (the compiler then emits one instruction instead of several):
   - clamps in a row (Relu, Clip with constant bounds, Max/Min with a constant scalar) become one
@@ -21,6 +24,7 @@ from onnx import NodeProto, TensorProto, helper, numpy_helper
 
 from pyipu.passes.base import Pass, register
 from pyipu.passes.graph import (
+    FLOAT_TYPES,
     LazyArrays,
     NameGen,
     constant_values,
@@ -197,3 +201,40 @@ def _hard_swish(first: NodeProto, second: NodeProto) -> NodeProto | None:
     if sorted(second.input) != sorted([x, first.output[0]]):
         return None
     return helper.make_node("HardSwish", [x], [second.output[0]], name=second.name)
+
+
+@register("fuse_matmul_add_bias_into_gemm")
+class FuseMatMulAddIntoGemm(Pass):
+    """MatMul(A, B) + C → Gemm(A, B, C) for a 2-D A, constant B [K, N] and C broadcastable to
+    [M, N], the MatMul read only by the Add."""
+
+    def run(self, onnx_model: onnx.ModelProto) -> onnx.ModelProto:
+        g = onnx_model.graph
+        if default_opset(onnx_model) < 7:
+            return onnx_model  # Gemm's C needs the `broadcast` attribute before opset 7
+        types = value_types(onnx_model)
+        inits = {i.name: tuple(i.dims) for i in g.initializer}
+        readers = consumers(g)
+        outputs = {o.name for o in g.output}
+        removed: set[int] = set()
+        for i, mm in enumerate(g.node):
+            if mm.op_type != "MatMul" or mm.domain not in ("", "ai.onnx"):
+                continue
+            j = _sole_reader(readers, outputs, mm.output[0])
+            if j is None or g.node[j].op_type != "Add":
+                continue
+            add = g.node[j]
+            bias = add.input[1] if add.input[0] == mm.output[0] else add.input[0]
+            a, b = mm.input
+            a_dims = types.get(a, (0, None))[1]
+            if a_dims is None or len(a_dims) != 2 or len(inits.get(b, ())) != 2:
+                continue
+            n = inits[b][1]
+            if types.get(a, (0,))[0] not in FLOAT_TYPES or bias not in inits:
+                continue
+            if inits[bias] not in ((n,), (1, n), (1,), (), (a_dims[0], n)):
+                continue  # Gemm's C broadcasts one way only; keep the general Add
+            add.CopyFrom(helper.make_node("Gemm", [a, b, bias], [add.output[0]], name=add.name))
+            removed.add(i)
+        drop_nodes(g, removed)
+        return onnx_model
