@@ -16,7 +16,7 @@ from onnx import version_converter
 
 from pyipu.compiler.errors import CompileError, ShapeError, UnsupportedError
 from pyipu.compiler.onnx_import import ModelLike, load_model, set_input_shapes
-from pyipu.converter.check import compare_models
+from pyipu.converter.check import CheckResult, compare_models
 from pyipu.passes import Pass, PassManager
 from pyipu.passes.graph import (
     default_opset,
@@ -131,7 +131,7 @@ class Converter:
         self.batch_size = batch_size
         self.batch_axis = batch_axis
         self.remove_outputs = _names(remove_outputs)
-        self.check_result = None
+        self.check_result: CheckResult | None = None
         if batch_axis is not None and batch_size is None:
             raise ShapeError("batch_axis needs batch_size")
         if batch_size is not None and int(batch_size) < 1:
