@@ -4,10 +4,40 @@ A script written for PopRT runs after replacing `poprt` with `pyipu`:
 
     from pyipu import runtime
     from pyipu.compiler import Compiler, CompilerOptions
+    model = pyipu.Converter(precision="fp16").convert(onnx_model)
 """
 
 from pyipu.errors import Error, RecoverableError, UnrecoverableError
 
 __version__ = "0.1.0"
 
-__all__ = ["Error", "RecoverableError", "UnrecoverableError", "__version__"]
+__all__ = [
+    "Converter",
+    "Error",
+    "Pass",
+    "PassManager",
+    "RecoverableError",
+    "UnrecoverableError",
+    "__version__",
+    "get_registered_passes",
+    "passes",
+]
+
+# Imported on first use, so `import pyipu` stays light (no onnx import).
+_LAZY = {
+    "Converter": ("pyipu.converter", "Converter"),
+    "Pass": ("pyipu.passes", "Pass"),
+    "PassManager": ("pyipu.passes", "PassManager"),
+    "get_registered_passes": ("pyipu.passes", "get_registered_passes"),
+    "passes": ("pyipu.passes", None),
+}
+
+
+def __getattr__(name: str) -> object:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'pyipu' has no attribute {name!r}")
+    import importlib
+
+    module_name, attr = _LAZY[name]
+    module = importlib.import_module(module_name)
+    return module if attr is None else getattr(module, attr)

@@ -86,3 +86,169 @@ def test_popef_dump_rejects_corrupt_file(tmp_path):
     (tmp_path / "bad.popef").write_bytes(b"PYIPUEF\0" + b"\0" * 100)
     result = _run([tool("popef_dump"), "bad.popef"], tmp_path)
     assert result.returncode == 1 and "bad.popef" in result.stderr
+
+
+# --- converter flags -----------------------------------------------------------------------------
+
+
+def _pass_model(path) -> None:
+    """X → Identity → Relu → Add(ConstantOfShape 64x64 summed) → Y, with a dynamic batch."""
+    g = helper.make_graph(
+        [
+            helper.make_node("Identity", ["X"], ["a"]),
+            helper.make_node("Relu", ["a"], ["b"]),
+            helper.make_node(
+                "ConstantOfShape",
+                ["big_shape"],
+                ["big"],
+                value=helper.make_tensor("v", TensorProto.FLOAT, [1], [0.5]),
+            ),
+            helper.make_node("ReduceSum", ["big"], ["s"], keepdims=0),
+            helper.make_node("Add", ["b", "s"], ["Y"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ("batch", 3))],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ("batch", 3))],
+        [helper.make_tensor("big_shape", TensorProto.INT64, [2], [64, 64])],
+    )
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+
+
+CUSTOM_PASS = '''
+import pyipu
+
+
+@pyipu.passes.register("relu_to_sigmoid")
+class ReluToSigmoid(pyipu.Pass):
+    """Replace Relu by Sigmoid (changes results: --check must notice)."""
+
+    def run(self, onnx_model):
+        for node in onnx_model.graph.node:
+            if node.op_type == "Relu":
+                node.op_type = "Sigmoid"
+        return onnx_model
+'''
+
+
+def _ops(path) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for n in onnx.load(str(path)).graph.node:
+        counts[n.op_type] = counts.get(n.op_type, 0) + 1
+    return counts
+
+
+def test_list_all_passes_with_a_custom_pass_config(tmp_path):
+    (tmp_path / "custom.py").write_text(CUSTOM_PASS)
+    result = _run([tool("pyipu"), "--list_all_passes"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    for name in ("int64_to_int32", "float_to_half", "constant_folding", "model_overview"):
+        assert name in result.stdout
+    assert "relu_to_sigmoid" not in result.stdout
+    result = _run(
+        [tool("pyipu"), "--custom_pass_config", "custom.py", "--list_all_passes"], tmp_path
+    )
+    assert "relu_to_sigmoid" in result.stdout and "Replace Relu by Sigmoid" in result.stdout
+
+
+def test_passes_skip_passes_batch_size_max_tensor_size_show(tmp_path):
+    _pass_model(tmp_path / "m.onnx")
+    base = [tool("pyipu"), "--input_model", "m.onnx", "--batch_size", "2", "--show"]
+    result = _run([*base, "--output_model", "a.onnx", "--passes", "model_overview"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert _ops(tmp_path / "a.onnx") == {"Relu": 1, "Add": 1}
+    assert "Relu" in result.stdout and "params:" in result.stdout  # model_overview
+    assert "Input  X: float [2, 3]" in result.stdout and "Output Y: float [2, 3]" in result.stdout
+    result = _run(
+        [
+            *base,
+            "--output_model",
+            "b.onnx",
+            "--skip_passes",
+            "eliminate_identity",
+            "--max_tensor_size",
+            "1024",
+            "--convert_version",
+            "14",
+        ],
+        tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert _ops(tmp_path / "b.onnx") == {
+        "Identity": 1,
+        "Relu": 1,
+        "ConstantOfShape": 1,  # 16 KiB > --max_tensor_size: not folded
+        "ReduceSum": 1,
+        "Add": 1,
+    }
+    assert onnx.load(str(tmp_path / "b.onnx")).opset_import[0].version == 14
+
+
+def test_fp16_skip_op_types_flag(tmp_path):
+    _pass_model(tmp_path / "m.onnx")
+    result = _run(
+        [
+            tool("pyipu"),
+            "--input_model",
+            "m.onnx",
+            "--input_shape",
+            "X=2,3",
+            "--precision",
+            "fp16",
+            "--fp16_skip_op_types",
+            "Relu",
+            "--check",
+        ],
+        tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert _ops(tmp_path / "m.fp16.onnx") == {"Cast": 2, "Relu": 1, "Add": 1}
+    assert "[check] OK" in result.stdout
+
+
+def test_check_reports_the_error_and_fails_on_mismatch(tmp_path):
+    _pass_model(tmp_path / "m.onnx")
+    (tmp_path / "custom.py").write_text(CUSTOM_PASS)
+    base = [tool("pyipu"), "--input_model", "m.onnx", "--input_shape", "X=4,3", "--check"]
+    ok = _run(base, tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    assert "[check] Y: max error 0 (onnxruntime)" in ok.stdout and "[check] OK" in ok.stdout
+    bad = _run(
+        [*base, "--custom_pass_config", "custom.py", "--passes", "relu_to_sigmoid"], tmp_path
+    )
+    assert bad.returncode == 1 and "[check] MISMATCH" in bad.stdout
+
+
+def test_run_prints_batch_latency_and_throughput(tmp_path):
+    _pass_model(tmp_path / "m.onnx")
+    (tmp_path / "c.yaml").write_text("input_model: m.onnx\nbatch_size: 4\nrun: true\n")
+    result = _run([tool("pyipu"), "--config_yaml", "c.yaml"], tmp_path)
+    assert result.returncode == 0, result.stderr
+    line = next(x for x in result.stdout.splitlines() if "Bs:" in x)
+    assert line.startswith("[Success] Bs: 4, Latency: ") and "Tput: " in line
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["--passes", "no_such_pass"], 1, "unknown pass 'no_such_pass'; registered passes:"),
+        (["--precision", "fp8"], 1, "precision 'fp8' is not supported"),
+        (["--custom_pass_config", "missing.py"], 2, "not a readable Python file"),
+        (["--custom_pass_config", "broken.py"], 2, "NameError"),
+        (["--remove_outputs", "Q"], 1, "not graph outputs"),
+        (["--input_model", "bad.onnx"], 2, "bad.onnx is not an ONNX model"),
+        (["--batch_size", "2", "--batch_axis", "1"], 1, "fixed to 3"),
+        (["--custom_pass_config", "buggy.py", "--passes", "buggy"], 1, "KeyError: 'oops'"),
+    ],
+)
+def test_converter_flag_errors_are_one_line(tmp_path, args, code, message):
+    _pass_model(tmp_path / "m.onnx")
+    (tmp_path / "bad.onnx").write_bytes(b"not a model")
+    (tmp_path / "broken.py").write_text("undefined_name\n")
+    (tmp_path / "buggy.py").write_text(
+        "import pyipu\n\n\n@pyipu.passes.register('buggy')\nclass Buggy(pyipu.Pass):\n"
+        "    def run(self, onnx_model):\n        return {}['oops']\n"
+    )
+    result = _run([tool("pyipu"), "--input_model", "m.onnx", *args], tmp_path)
+    assert result.returncode == code, result.stdout + result.stderr
+    assert result.stderr.startswith("pyipu: error: ") and message in result.stderr
+    assert "Traceback" not in result.stderr

@@ -1,13 +1,17 @@
 """`pyipu`: PopRT's command line (`poprt --input_model ... --export_popef`), on the CPU.
 
-Converts an ONNX model (input shapes, precision), writes the converted model, and with
---export_popef compiles it to `<output_dir>/executable.popef`. A `model_fusion:` list in
---config_yaml fuses several models into one executable whose `index` input selects the subgraph.
+Converts an ONNX model with `pyipu.Converter` (input shapes, batch size, opset, passes, precision),
+writes the converted model, and with --export_popef compiles it to `<output_dir>/executable.popef`.
+--check compares the converted model with the original, --show prints its I/O, --run compiles
+and runs it on random data. A `model_fusion:` list in --config_yaml fuses several models into one
+executable whose `index` input selects the subgraph. Errors print one line, `pyipu: error: ...`,
+and exit with 1 (2 for usage errors).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 import time
 from pathlib import Path
@@ -18,19 +22,29 @@ import yaml
 
 from pyipu.errors import Error
 
-_YAML_KEYS = {
+# Options a model_fusion entry may set for its own model (the others are global).
+_PER_MODEL = (
     "input_model",
-    "output_dir",
-    "output_model",
-    "export_popef",
     "input_shape",
     "precision",
-    "batches_per_step",
-    "num_io_tiles",
-    "ipu_version",
+    "fp16_skip_op_types",
+    "batch_size",
+    "batch_axis",
+    "convert_version",
     "max_tensor_size",
-    "model_fusion",
-}
+    "passes",
+    "skip_passes",
+    "remove_outputs",
+    "checkpoints",
+)
+
+
+class CliError(Exception):
+    """A usage error found after parsing (exit code 2, like argparse's)."""
+
+
+def _csv(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="pyipu",
         description="Convert an ONNX model and compile it to a PopEF executable (PopRT's CLI).",
     )
-    p.add_argument("--input_model", help="ONNX model to convert")
+    p.add_argument("-i", "--input_model", help="ONNX model to convert")
     p.add_argument("--output_dir", default="./", help="directory for outputs (default ./)")
     p.add_argument("--output_model", help="file name of the converted ONNX model")
     p.add_argument(
@@ -52,7 +66,30 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME=D0,D1,...",
         help="static shapes for inputs with dynamic dims, e.g. X=1,3,224,224",
     )
-    p.add_argument("--precision", choices=["fp32", "fp16"], default="fp32")
+    p.add_argument("--batch_size", type=int, help="set dim batch_axis of every input to this")
+    p.add_argument("--batch_axis", type=int, help="the batch dim for --batch_size (default 0)")
+    p.add_argument("--precision", choices=["fp32", "fp16", "fp8", "fp8_weight"], default="fp32")
+    p.add_argument(
+        "--fp16_skip_op_types", type=_csv, help="op types kept in fp32 with --precision fp16"
+    )
+    p.add_argument("--convert_version", type=int, default=11, help="ONNX opset (default 11)")
+    p.add_argument(
+        "--max_tensor_size",
+        type=int,
+        default=-1,
+        help="constant folding does not create tensors larger than this many bytes (-1: no cap)",
+    )
+    p.add_argument("--passes", type=_csv, help="extra passes to run, comma separated")
+    p.add_argument("--skip_passes", type=_csv, help="passes not to run, comma separated")
+    p.add_argument("--list_all_passes", action="store_true", help="print the registered passes")
+    p.add_argument(
+        "--custom_pass_config", help="a Python file whose @pyipu.passes.register passes to load"
+    )
+    p.add_argument("--remove_outputs", type=_csv, help="graph outputs to remove")
+    p.add_argument("--checkpoints", type=_csv, help="intermediate values to add as outputs")
+    p.add_argument("--check", action="store_true", help="compare converted and original outputs")
+    p.add_argument("--show", action="store_true", help="print the converted model's I/O")
+    p.add_argument("--run", action="store_true", help="compile and run on random data")
     p.add_argument("--batches_per_step", type=int, default=1)
     p.add_argument(
         "--num_io_tiles",
@@ -61,118 +98,180 @@ def build_parser() -> argparse.ArgumentParser:
         help='I/O tiles for overlap I/O (0: off; "auto": sized from the I/O bytes)',
     )
     p.add_argument("--ipu_version", choices=["ipu2", "ipu21"], default="ipu2")
-    p.add_argument(
-        "--max_tensor_size",
-        type=int,
-        default=-1,
-        help="constant-folding cap in bytes (-1: unlimited); accepted for compatibility",
-    )
     p.add_argument("--config_yaml", help="YAML file with these options and/or model_fusion")
     return p
 
 
-def parse_input_shapes(specs: list[str] | None) -> dict[str, list[int]]:
-    shapes: dict[str, list[int]] = {}
-    for spec in specs or []:
-        name, sep, dims = spec.rpartition("=")
-        try:
-            if not sep or not name:
-                raise ValueError
-            shapes[name] = [int(d) for d in dims.split(",") if d.strip()]
-        except ValueError:
-            raise SystemExit(
-                f"pyipu: bad --input_shape {spec!r}; expected NAME=D0,D1,..."
-            ) from None
-    return shapes
-
-
-def convert(model: onnx.ModelProto, input_shape: dict[str, list[int]], precision: str):
-    from pyipu.compiler.onnx_import import set_input_shapes
-    from pyipu.compiler.precision import convert_to_fp16
-
-    if input_shape:
-        model = set_input_shapes(model, input_shape)
-    if precision == "fp16":
-        model = convert_to_fp16(model)
-    return model
+def _yaml_keys() -> set[str]:
+    return {a.dest for a in build_parser()._actions if a.dest != "help"} | {"model_fusion"}
 
 
 def _load_yaml(path: str) -> dict[str, Any]:
-    with open(path) as f:
-        data = yaml.safe_load(f) or {}
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f) or {}
+    except yaml.YAMLError as e:
+        raise CliError(f"{path}: not valid YAML: {e}") from e
     if not isinstance(data, dict):
-        raise SystemExit(f"pyipu: {path}: expected a mapping of options")
-    unknown = set(data) - _YAML_KEYS
+        raise CliError(f"{path}: expected a mapping of options")
+    unknown = set(data) - _yaml_keys()
     if unknown:
-        raise SystemExit(f"pyipu: {path}: unknown keys {sorted(unknown)}")
+        raise CliError(f"{path}: unknown keys {sorted(unknown)}")
     return data
 
 
-def run(args: argparse.Namespace) -> int:
-    from pyipu.compiler import Compiler, CompilerOptions
-    from pyipu.compiler.fusion import fuse_models
+def _listify(v: Any) -> list[str] | None:
+    if v is None:
+        return None
+    return _csv(v) if isinstance(v, str) else [str(x) for x in v]
 
+
+def load_custom_passes(path: str) -> None:
+    """Import a --custom_pass_config file so its @register passes join the registry."""
+    spec = importlib.util.spec_from_file_location(f"pyipu_custom_passes_{Path(path).stem}", path)
+    if spec is None or spec.loader is None or not Path(path).is_file():
+        raise CliError(f"--custom_pass_config {path!r} is not a readable Python file")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Error:
+        raise
+    except Exception as e:
+        raise CliError(f"--custom_pass_config {path}: {type(e).__name__}: {e}") from e
+
+
+def make_converter(opts: dict[str, Any]):
+    from pyipu.converter import Converter
+
+    shapes = opts.get("input_shape")
+    return Converter(
+        input_shape=shapes.split() if isinstance(shapes, str) else shapes,
+        convert_version=int(opts.get("convert_version", 11)),
+        precision=opts.get("precision", "fp32"),
+        fp16_skip_op_types=_listify(opts.get("fp16_skip_op_types")),
+        max_tensor_size=int(opts.get("max_tensor_size", -1)),
+        skip_passes=_listify(opts.get("skip_passes")),
+        used_passes=_listify(opts.get("passes")) or [],
+        batch_size=opts.get("batch_size"),
+        batch_axis=opts.get("batch_axis"),
+        remove_outputs=_listify(opts.get("remove_outputs")) or [],
+        checkpoints=_listify(opts.get("checkpoints")),
+    )
+
+
+def _check(original: onnx.ModelProto, converted: onnx.ModelProto, label: str) -> bool:
+    from pyipu.converter import compare_models
+
+    result = compare_models(original, converted)
+    verdict = "OK" if result.ok else "MISMATCH"
+    for name, err in result.errors.items():
+        print(f"[check] {label}{name}: max error {err:.3g} ({result.backend})")
+    print(f"[check] {verdict}: max error {result.max_error:.3g}, tolerance {result.tolerance:g}")
+    return result.ok
+
+
+def run(args: argparse.Namespace) -> int:
     opts = vars(args).copy()
     base = Path.cwd()
+    fusion = None
     if args.config_yaml:
         config = _load_yaml(args.config_yaml)
         base = Path(args.config_yaml).resolve().parent
         opts.update({k: v for k, v in config.items() if k != "model_fusion"})
         fusion = config.get("model_fusion")
-    else:
-        fusion = None
-    output_dir = (base / opts["output_dir"]).resolve()
-    output_dir.mkdir(parents=True, exist_ok=True)
+    if opts.get("custom_pass_config"):
+        load_custom_passes(str(base / opts["custom_pass_config"]))
+    if opts.get("list_all_passes"):
+        from pyipu.passes import get_registered_passes
 
-    def load_converted(entry: dict[str, Any]) -> onnx.ModelProto:
+        for name, cls in sorted(get_registered_passes().items()):
+            doc = (cls.__doc__ or "").strip().splitlines()
+            print(f"{name:<22}{doc[0] if doc else ''}")
+        return 0
+
+    checks_ok = True
+
+    def load_converted(entry: dict[str, Any], label: str) -> onnx.ModelProto:
+        nonlocal checks_ok
         path = base / entry["input_model"]
-        shapes = entry.get("input_shape")
-        if isinstance(shapes, str):
-            shapes = shapes.split()
-        model = onnx.load(str(path))
-        return convert(model, parse_input_shapes(shapes), entry.get("precision", "fp32"))
+        if not path.is_file():
+            raise CliError(f"input model {str(path)!r} does not exist")
+        try:
+            original = onnx.load(str(path))
+        except Exception as e:  # protobuf's DecodeError and friends
+            raise CliError(f"{path} is not an ONNX model: {e}") from e
+        converted = make_converter(entry).convert(original)
+        if opts.get("check"):
+            checks_ok &= _check(original, converted, label)
+        return converted
 
     if fusion:
         if not isinstance(fusion, list) or not all(isinstance(e, dict) for e in fusion):
-            raise SystemExit("pyipu: model_fusion must be a list of per-model option mappings")
-        models = [load_converted({"precision": opts["precision"], **entry}) for entry in fusion]
-        model = fuse_models(models)
+            raise CliError("model_fusion must be a list of per-model option mappings")
+        from pyipu.converter import MFConverter
+
+        models = []
+        for i, entry in enumerate(fusion):
+            if "input_model" not in entry or set(entry) - set(_PER_MODEL):
+                raise CliError(
+                    f"model_fusion entry {i} needs input_model and may set only {list(_PER_MODEL)}"
+                )
+            defaults = {k: opts[k] for k in _PER_MODEL if k in opts and k != "input_shape"}
+            models.append(load_converted({**defaults, **entry}, f"graph{i}/"))
+        model = MFConverter().convert(models)
         default_name = "model_fusion.onnx"
     else:
         if not opts.get("input_model"):
-            raise SystemExit(
-                "pyipu: --input_model (or a config_yaml with model_fusion) is required"
-            )
-        model = load_converted(
-            {
-                "input_model": opts["input_model"],
-                "input_shape": opts.get("input_shape"),
-                "precision": opts["precision"],
-            }
-        )
+            raise CliError("--input_model (or a config_yaml with model_fusion) is required")
+        model = load_converted(opts, "")
         default_name = f"{Path(opts['input_model']).stem}.{opts['precision']}.onnx"
 
+    output_dir = (base / opts["output_dir"]).resolve()
+    output_dir.mkdir(parents=True, exist_ok=True)
     out_model = output_dir / (opts.get("output_model") or default_name)
     onnx.save(model, str(out_model))
     print(f"Converted model saved to {out_model}")
+    if opts.get("show"):
+        from pyipu.cli.run_info import show
+
+        print(show(model))
+    if opts.get("export_popef") or opts.get("run"):
+        _compile(model, opts, output_dir)
+    return 0 if checks_ok else 1
+
+
+def _compile(model: onnx.ModelProto, opts: dict[str, Any], output_dir: Path) -> None:
+    from pyipu.compiler import Compiler, CompilerOptions
+
+    options = CompilerOptions()
+    options.batches_per_step = int(opts["batches_per_step"])
+    options.num_io_tiles = opts["num_io_tiles"]
+    options.ipu_version = opts["ipu_version"]
+    start = time.perf_counter()
+    executable = Compiler.compile(model, None, options)
     if opts.get("export_popef"):
-        options = CompilerOptions()
-        options.batches_per_step = int(opts["batches_per_step"])
-        options.num_io_tiles = opts["num_io_tiles"]
-        options.ipu_version = opts["ipu_version"]
         popef = output_dir / "executable.popef"
-        start = time.perf_counter()
-        Compiler.compile_and_export(model, None, str(popef), options)
+        executable.save(popef)
         print(f"PopEF saved to {popef} ({time.perf_counter() - start:.2f} s)")
-    return 0
+    if opts.get("run"):
+        from pyipu.cli.run_info import run_executable
+
+        for line in run_executable(executable):
+            print(line)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return run(args)
-    except (Error, ValueError, OSError) as e:
+    except CliError as e:
         print(f"pyipu: error: {e}", file=sys.stderr)
+        return 2
+    except (Error, ValueError, OSError, TypeError, NotImplementedError) as e:
+        print(f"pyipu: error: {e}", file=sys.stderr)
+        return 1
+    except Exception as e:  # e.g. a bug in a --custom_pass_config pass: still one line
+        print(f"pyipu: error: {type(e).__name__}: {e}", file=sys.stderr)
         return 1
 
 
