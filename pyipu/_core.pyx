@@ -207,7 +207,8 @@ cdef class Executable:
                     num_programs=self.info.num_programs,
                     index_anchor=None if self.info.index_anchor == IPU_NO_INDEX
                     else self.info.index_anchor,
-                    arena_size=self.info.arena_size)
+                    arena_size=self.info.arena_size, num_stages=self.info.num_stages,
+                    pipelined=bool(self.info.pipelined))
 
     def anchors(self):
         """[(name, direction, dtype, shape, nbytes, subgraph or None, has_tensor_data, tensor)]."""
@@ -467,7 +468,8 @@ cdef class Runtime:
                     iterations=st.iterations, padded_iterations=st.padded_iterations,
                     padded_rows=st.padded_rows, latency_p50_ns=st.latency_p50_ns,
                     latency_p99_ns=st.latency_p99_ns, throughput_rps=st.throughput_rps,
-                    num_threads=st.num_threads)
+                    num_threads=st.num_threads, pipeline_ticks=st.pipeline_ticks,
+                    concurrent_ticks=st.concurrent_ticks)
 
 
 # --- Session: the low-level API ----------------------------------------------------------------
@@ -588,4 +590,5 @@ cdef class Session:
         ipu_session_get_stats(self.s, &st)
         return dict(steps=st.steps, iterations=st.iterations,
                     padded_iterations=st.padded_iterations, padded_rows=st.padded_rows,
-                    num_threads=st.num_threads, overlap_io=bool(st.overlap_io))
+                    num_threads=st.num_threads, overlap_io=bool(st.overlap_io),
+                    pipeline_ticks=st.pipeline_ticks, concurrent_ticks=st.concurrent_ticks)

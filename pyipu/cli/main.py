@@ -67,6 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=-1,
         help="constant-folding cap in bytes (-1: unlimited); accepted for compatibility",
     )
+    p.add_argument("--manual_sharding_config", help="shard.yaml: list of {node, device, stage}")
+    p.add_argument(
+        "--only_manual_sharding",
+        action="store_true",
+        help="with --manual_sharding_config: apply no other conversion (precision, shapes)",
+    )
     p.add_argument("--config_yaml", help="YAML file with these options and/or model_fusion")
     return p
 
@@ -143,15 +149,25 @@ def run(args: argparse.Namespace) -> int:
             raise SystemExit(
                 "pyipu: --input_model (or a config_yaml with model_fusion) is required"
             )
-        model = load_converted(
-            {
-                "input_model": opts["input_model"],
-                "input_shape": opts.get("input_shape"),
-                "precision": opts["precision"],
-            }
+        sharding_only = opts.get("only_manual_sharding") and opts.get("manual_sharding_config")
+        model = (
+            onnx.load(str(base / opts["input_model"]))
+            if sharding_only
+            else load_converted(
+                {
+                    "input_model": opts["input_model"],
+                    "input_shape": opts.get("input_shape"),
+                    "precision": opts["precision"],
+                }
+            )
         )
         default_name = f"{Path(opts['input_model']).stem}.{opts['precision']}.onnx"
 
+    shard_options: dict[str, Any] = {}
+    if opts.get("manual_sharding_config"):
+        from pyipu.compiler.sharding import shard_for_cli
+
+        model, shard_options = shard_for_cli(model, opts["manual_sharding_config"])
     out_model = output_dir / (opts.get("output_model") or default_name)
     onnx.save(model, str(out_model))
     print(f"Converted model saved to {out_model}")
@@ -160,6 +176,8 @@ def run(args: argparse.Namespace) -> int:
         options.batches_per_step = int(opts["batches_per_step"])
         options.num_io_tiles = opts["num_io_tiles"]
         options.ipu_version = opts["ipu_version"]
+        for k, v in shard_options.items():
+            setattr(options, k, v)
         popef = output_dir / "executable.popef"
         start = time.perf_counter()
         Compiler.compile_and_export(model, None, str(popef), options)

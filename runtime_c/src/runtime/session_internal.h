@@ -67,6 +67,13 @@ typedef struct ipu__iter {
 /* Load results (ipu__iter.ev). */
 enum { IPU__EV_READY = 0, IPU__EV_END_STEP, IPU__EV_CLOSED, IPU__EV_INTERRUPT };
 
+/* Barrier of one worker group of the stage pipeline (session_stages.c). */
+typedef struct ipu__gbar {
+    _Alignas(64) atomic_uint count;
+    atomic_uint gen;
+    atomic_int sleepers;
+} ipu__gbar;
+
 typedef struct ipu__geom {
     uint64_t rows;  /* R: rows per batch */
     uint64_t outer; /* prod(dims[:d]) */
@@ -94,7 +101,8 @@ struct ipu_session {
     uint8_t *override;        /* [num_tensors] 1: skip BIND of this tensor in Load */
 
     uint64_t *pops;           /* [num_anchors] slots popped so far (slot identities) */
-    ipu__iter iters[2];
+    ipu__iter *iters;         /* [n_iters]: 2, or one per stage of a pipelined executable */
+    uint32_t n_iters;
     size_t pending_cap;
     uint64_t batch_rows;      /* R shared by every streamed anchor (1 without batching) */
 
@@ -117,7 +125,20 @@ struct ipu_session {
     _Alignas(64) atomic_bool stopped;
 
     _Alignas(64) atomic_uint_fast64_t st_steps, st_iterations, st_padded, st_padded_rows;
+    atomic_uint_fast64_t st_ticks, st_concurrent_ticks;
     atomic_int st_overlap;
+
+    /* Stage pipeline (session_stages.c): per active stage slot of a tick, its stage, batch,
+     * first failing instruction (UINT32_MAX: none), status and message; group barriers. */
+    uint32_t *pp_act;
+    ipu__iter **pp_iter;
+    atomic_uint *pp_fail_at;
+    ipu_status *pp_st;
+    char (*pp_msg)[IPU__MSG_BYTES];
+    ipu__gbar *pp_bar;
+    pthread_mutex_t pp_mu;
+    pthread_cond_t pp_cv;
+    bool pp_sync;
 
     /* Overlap I/O (session_pipeline.c). pl_on: the layout allows it and the config enables it
      * (the I/O thread runs). Tensor t inside staged anchor pl_anchor[t] >= 0 lives at
@@ -218,6 +239,16 @@ bool ipu__pipeline_usable(ipu_session *s);
 ipu_status ipu__pipeline_run_main(ipu_session *s, ipu_step_result *r);
 /* Store a subgraph id as the first element of the index tensor. */
 void ipu__store_index(void *p, const ipu_tensor_desc *d, uint32_t v);
+
+/* session_stages.c (manual sharding) */
+IPU_NODISCARD ipu_status ipu__stages_create(ipu_session *s); /* pipelined executables only */
+void ipu__stages_destroy(ipu_session *s);
+/* Every stage and its copies in order over frame f (one iteration of a sharded executable). */
+IPU_NODISCARD ipu_status ipu__run_stages(ipu_session *s, const ipu__frame *f);
+/* Whether run_main runs the stage pipeline (pipelined executable whose inputs are queued);
+ * one step through it. */
+bool ipu__stages_pipelined(const ipu_session *s);
+ipu_status ipu__stages_run_main(ipu_session *s, ipu_step_result *r);
 
 /* Thread-local: non-zero while the thread runs a user stream or slot-done callback. */
 extern _Thread_local int ipu__tl_in_callback;
