@@ -64,9 +64,10 @@ ipu_status ipu__stages_create(ipu_session *s) {
     s->pp_fail_at = ipu__calloc(n, sizeof *s->pp_fail_at);
     s->pp_st = ipu__calloc(n, sizeof *s->pp_st);
     s->pp_msg = ipu__calloc(n, sizeof *s->pp_msg);
-    s->pp_bar = ipu__calloc(groups, sizeof *s->pp_bar);
+    s->pp_bar = ipu__aligned_alloc(64, groups * sizeof *s->pp_bar); /* 64-byte aligned type */
     if (!s->pp_act || !s->pp_iter || !s->pp_fail_at || !s->pp_st || !s->pp_msg || !s->pp_bar)
         return ipu__fail(IPU_ERR_NOMEM, "session: cannot allocate the pipeline tables");
+    memset(s->pp_bar, 0, groups * sizeof *s->pp_bar);
     for (uint32_t g = 0; g < groups; g++) {
         atomic_init(&s->pp_bar[g].count, 0);
         atomic_init(&s->pp_bar[g].gen, 0);
@@ -93,7 +94,7 @@ void ipu__stages_destroy(ipu_session *s) {
     ipu__free(s->pp_fail_at);
     ipu__free(s->pp_st);
     ipu__free(s->pp_msg);
-    ipu__free(s->pp_bar);
+    ipu__aligned_free(s->pp_bar);
 }
 
 /* ---- sequential ---------------------------------------------------------------------------- */
