@@ -4,11 +4,13 @@ container round trip, the NumPy reference and the C runtime (sequential and pipe
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
+from helpers import subprocess_env, tool
 from onnx import TensorProto, helper, numpy_helper
 
 import pyipu
@@ -26,7 +28,6 @@ from pyipu.compiler.sharding import (
 from pyipu.compiler.staging import IPU_ATTR, STAGE_ATTR
 from pyipu.enums import Op
 from pyipu.reference import numpy_interp
-from tests.helpers import subprocess_env, tool
 
 ROOT = Path(__file__).resolve().parent.parent
 N = 64  # features: large enough that instructions are split over a group's workers
@@ -420,3 +421,15 @@ def test_cli_manual_sharding_config(tmp_path: Path) -> None:
     subprocess.run(args, check=True, env=subprocess_env(), capture_output=True)
     ir = Executable(tmp_path / "executable.popef").program
     assert [s.ipu for s in ir.stages] == [0, 1, 2] and ir.pipelined and ir.num_ipus == 3
+
+
+def test_sharding_example_runs() -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "sharding" / "sharding.py")],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "pipelined: 3 stages on IPUs [0, 1, 2], identical results" in result.stdout
