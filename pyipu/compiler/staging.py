@@ -47,6 +47,18 @@ def _int_attr(node: onnx.NodeProto, name: str) -> int | None:
     return None
 
 
+def _required(nodes: Sequence[onnx.NodeProto], attr: str, why: str) -> dict[int, int]:
+    """id(node) → the node's `attr`, which every node must have."""
+    values = {id(n): _int_attr(n, attr) for n in nodes}
+    missing = [_node_name(n) for n in nodes if values[id(n)] is None]
+    if missing:
+        raise CompileError(
+            f"{why} needs attribute {attr} on every node; missing on "
+            f"{missing[:8]}{' ...' if len(missing) > 8 else ''} (use pyipu.compiler.Sharder)"
+        )
+    return {k: int(v or 0) for k, v in values.items()}
+
+
 @dataclass(frozen=True)
 class Placement:
     """Where every node runs: dense stage index per node and the IPU of each stage."""
@@ -64,26 +76,14 @@ class Placement:
 
 def place_nodes(nodes: Sequence[onnx.NodeProto], num_ipus: int, pipelined: bool) -> Placement:
     """Read and validate the placement attributes of `nodes` (topological order)."""
-    missing = [_node_name(n) for n in nodes if _int_attr(n, IPU_ATTR) is None]
-    if missing:
-        raise CompileError(
-            f"virtual_graph_mode='manual' needs attribute {IPU_ATTR} on every node; missing on "
-            f"{missing[:8]}{' ...' if len(missing) > 8 else ''} (use pyipu.compiler.Sharder)"
-        )
-    ipu = {id(n): int(_int_attr(n, IPU_ATTR) or 0) for n in nodes}
+    ipu = _required(nodes, IPU_ATTR, "virtual_graph_mode='manual'")
     for n in nodes:
         if ipu[id(n)] >= num_ipus:
             raise CompileError(
                 f"node {_node_name(n)!r} is placed on IPU {ipu[id(n)]}, but num_ipus is {num_ipus}"
             )
     if pipelined:
-        missing = [_node_name(n) for n in nodes if _int_attr(n, STAGE_ATTR) is None]
-        if missing:
-            raise CompileError(
-                f"enable_pipelining needs attribute {STAGE_ATTR} on every node; missing on "
-                f"{missing[:8]}{' ...' if len(missing) > 8 else ''}"
-            )
-        raw = {id(n): int(_int_attr(n, STAGE_ATTR) or 0) for n in nodes}
+        raw = _required(nodes, STAGE_ATTR, "enable_pipelining")
     else:
         raw = dict(ipu)  # without pipelining the IPUs run in their numeric order
     numbers = sorted(set(raw.values())) or [0]

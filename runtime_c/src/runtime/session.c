@@ -538,9 +538,8 @@ typedef struct ipu__job {
 
 static void job_fn(void *ctx, uint32_t ith, uint32_t nth) {
     const ipu__job *j = ctx;
-    size_t q = j->work / nth, r = j->work % nth;
-    size_t begin = q * ith + (ith < r ? ith : r);
-    size_t end = begin + q + (ith < r ? 1 : 0);
+    size_t begin, end;
+    ipu__split_work(j->work, ith, nth, &begin, &end);
     if (begin >= end) return;
     ipu_status st = ipu__instr_run(j->f, j->ins, begin, end,
                                    ipu__pool_scratch(j->s->pool, ith));
@@ -550,7 +549,7 @@ static void job_fn(void *ctx, uint32_t ith, uint32_t nth) {
     }
 }
 
-static uint64_t instr_bytes(const ipu_executable *e, const ipu__instr *ins) {
+uint64_t ipu__instr_bytes(const ipu_executable *e, const ipu__instr *ins) {
     uint64_t total = 0;
     for (uint32_t i = 0; i < ins->n_in; i++) total += e->tensors[ins->in[i]].desc.nbytes;
     for (uint32_t i = 0; i < ins->n_out; i++) total += e->tensors[ins->out[i]].desc.nbytes;
@@ -567,7 +566,7 @@ ipu_status ipu__run_program(ipu_session *s, const ipu__frame *f, uint32_t index)
         size_t work = ipu__instr_work(e, ins);
         if (work == 0) continue;
         ipu_status st = IPU_OK;
-        if (s->nth == 1 || work < 2 || instr_bytes(e, ins) < IPU__PAR_MIN_BYTES) {
+        if (s->nth == 1 || work < 2 || ipu__instr_bytes(e, ins) < IPU__PAR_MIN_BYTES) {
             st = ipu__instr_run(f, ins, 0, work, ipu__pool_scratch(s->pool, 0));
             if (st != IPU_OK) snprintf(msg, sizeof msg, "%s", ipu_last_error_message());
         } else {

@@ -185,6 +185,14 @@ static inline void ipu__wake_producers(ipu_session *s) {
     }
 }
 
+/* Work items [begin, end) of worker i of n when `work` items are split evenly. */
+static inline void ipu__split_work(size_t work, uint32_t i, uint32_t n, size_t *begin,
+                                   size_t *end) {
+    size_t q = work / n, r = work % n;
+    *begin = q * i + (i < r ? i : r);
+    *end = *begin + q + (i < r ? 1 : 0);
+}
+
 /* Is anchor a streamed per iteration (not a weight, not the index) in subgraph sub? */
 static inline bool ipu__in_subgraph(const ipu_session *s, uint32_t a, uint32_t sub) {
     const ipu_anchor_info *A = &s->anchors[a];
@@ -216,6 +224,8 @@ void ipu__dev_sleep(ipu_session *s, uint_fast64_t seq, uint64_t deadline_ns);
 bool ipu__wait_front(ipu_session *s, uint32_t a);
 /* Set the failure message and complete every queued slot with st (see ipu_session_disconnect). */
 void ipu__session_disconnect_msg(ipu_session *s, ipu_status st, const char *msg);
+/* Bytes of an instruction's operands (small instructions run on one worker). */
+uint64_t ipu__instr_bytes(const ipu_executable *e, const ipu__instr *ins);
 /* Run program programs[index] over frame f on the pool; the calling thread is worker 0. */
 IPU_NODISCARD ipu_status ipu__run_program(ipu_session *s, const ipu__frame *f, uint32_t index);
 

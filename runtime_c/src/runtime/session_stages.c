@@ -121,13 +121,6 @@ typedef struct tick_ctx {
     uint32_t nact, groups;
 } tick_ctx;
 
-static uint64_t op_bytes(const ipu_executable *e, const ipu__instr *ins) {
-    uint64_t total = 0;
-    for (uint32_t i = 0; i < ins->n_in; i++) total += e->tensors[ins->in[i]].desc.nbytes;
-    for (uint32_t i = 0; i < ins->n_out; i++) total += e->tensors[ins->out[i]].desc.nbytes;
-    return total;
-}
-
 /* Active stage slot j on the calling worker: rank `rank` of a group of m workers. */
 static void run_slot(ipu_session *s, uint32_t j, uint32_t ith, uint32_t rank, uint32_t m,
                      ipu__gbar *bar) {
@@ -139,13 +132,9 @@ static void run_slot(ipu_session *s, uint32_t j, uint32_t ith, uint32_t rank, ui
         const ipu__instr *ins = &prog->instr[i];
         size_t work = ipu__instr_work(e, ins);
         if (work == 0) continue;
-        bool alone = m == 1 || work < 2 || op_bytes(e, ins) < IPU__PAR_MIN_BYTES;
+        bool alone = m == 1 || work < 2 || ipu__instr_bytes(e, ins) < IPU__PAR_MIN_BYTES;
         size_t begin = 0, end = rank == 0 ? work : 0;
-        if (!alone) {
-            size_t q = work / m, r = work % m;
-            begin = q * rank + (rank < r ? rank : r);
-            end = begin + q + (rank < r ? 1 : 0);
-        }
+        if (!alone) ipu__split_work(work, rank, m, &begin, &end);
         if (begin < end) {
             ipu_status st = ipu__instr_run(&f, ins, begin, end, scratch);
             unsigned none = UINT32_MAX;
