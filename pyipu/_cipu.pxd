@@ -101,6 +101,9 @@ cdef extern from "ipu/ipu.h" nogil:
     uint32_t ipu_executable_load_program(const ipu_executable *e)
     ipu_status ipu_executable_main_program(const ipu_executable *e, uint32_t subgraph,
                                            uint32_t *id_out)
+    ctypedef struct ipu_stage_info:
+        uint32_t program, ipu, copy_program
+    ipu_status ipu_executable_stage(const ipu_executable *e, uint32_t stage, ipu_stage_info *out)
 
     # session (low-level API)
     ctypedef struct ipu_session:

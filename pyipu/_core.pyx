@@ -256,6 +256,16 @@ cdef class Executable:
             mains.append(pid)
         return ipu_executable_load_program(self.e), mains
 
+    def stages(self):
+        """[(program id, ipu, copy program id or None)] of a sharded executable."""
+        cdef ipu_stage_info st
+        out = []
+        for k in range(self.info.num_stages):
+            _check(ipu_executable_stage(self.e, k, &st))
+            out.append((st.program, st.ipu,
+                        None if st.copy_program == IPU_NO_INDEX else st.copy_program))
+        return out
+
 
 cdef class _ErrorBox:
     """First exception raised by a Python callback of a session, re-raised to its caller."""

@@ -433,3 +433,17 @@ def test_sharding_example_runs() -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "pipelined: 3 stages on IPUs [0, 1, 2], identical results" in result.stdout
+
+
+def test_popef_dump_shows_stages(tmp_path: Path) -> None:
+    import io
+
+    from pyipu.cli.popef_dump import dump
+
+    path = tmp_path / "sharded.popef"
+    compile_sharded(True, 3).save(path)
+    out = io.StringIO()
+    dump(str(path), out)
+    text = out.getvalue()
+    assert "Stages (3, pipelined):" in text and "stage 1: IPU 1" in text
+    assert "(copies of stage 0)" in text
