@@ -1,6 +1,7 @@
 /* Internal state of ipu_session (ipu_session.h), shared by session.c (lifecycle, bindings, Load,
- * enqueue, disconnect, program execution) and session_main.c (the Main step: batch assembly,
- * padding, scatter). The runtime (runtime_internal.h) reads a few fields directly.
+ * enqueue, disconnect, program execution), session_main.c (the Main step: batch assembly,
+ * padding, scatter), session_pipeline.c (overlap I/O) and session_stages.c (sharded
+ * executables). The runtime (runtime_internal.h) reads a few fields directly.
  *
  * Rings. Every anchor has an SPSC ring of ipu_slot (used only while it is QUEUE-bound). The
  * producer of an anchor's ring is whoever calls ipu_session_enqueue for it (callers serialise);
