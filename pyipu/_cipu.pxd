@@ -66,6 +66,8 @@ cdef extern from "ipu/ipu.h" nogil:
         uint32_t num_tensors, num_anchors, num_subgraphs, num_programs
         uint32_t index_anchor
         uint64_t arena_size
+        uint32_t num_stages
+        int pipelined
     ctypedef struct ipu_tensor_desc:
         ipu_dtype dtype
         uint32_t ndim
@@ -99,6 +101,9 @@ cdef extern from "ipu/ipu.h" nogil:
     uint32_t ipu_executable_load_program(const ipu_executable *e)
     ipu_status ipu_executable_main_program(const ipu_executable *e, uint32_t subgraph,
                                            uint32_t *id_out)
+    ctypedef struct ipu_stage_info:
+        uint32_t program, ipu, copy_program
+    ipu_status ipu_executable_stage(const ipu_executable *e, uint32_t stage, ipu_stage_info *out)
 
     # session (low-level API)
     ctypedef struct ipu_session:
@@ -148,6 +153,7 @@ cdef extern from "ipu/ipu.h" nogil:
         uint64_t steps, iterations, padded_iterations, padded_rows
         uint32_t num_threads
         int overlap_io
+        uint64_t pipeline_ticks, concurrent_ticks
     void ipu_session_get_stats(const ipu_session *s, ipu_session_stats *out)
 
     # runtime
@@ -195,5 +201,6 @@ cdef extern from "ipu/ipu.h" nogil:
         uint64_t latency_p50_ns, latency_p99_ns
         double throughput_rps
         uint32_t num_threads
+        uint64_t pipeline_ticks, concurrent_ticks
     void ipu_runtime_get_stats(const ipu_runtime *rt, ipu_runtime_stats *out)
     size_t ipu_runtime_queue_depth(const ipu_runtime *rt, uint32_t anchor)

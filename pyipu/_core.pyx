@@ -207,7 +207,8 @@ cdef class Executable:
                     num_programs=self.info.num_programs,
                     index_anchor=None if self.info.index_anchor == IPU_NO_INDEX
                     else self.info.index_anchor,
-                    arena_size=self.info.arena_size)
+                    arena_size=self.info.arena_size, num_stages=self.info.num_stages,
+                    pipelined=bool(self.info.pipelined))
 
     def anchors(self):
         """[(name, direction, dtype, shape, nbytes, subgraph or None, has_tensor_data, tensor)]."""
@@ -254,6 +255,16 @@ cdef class Executable:
             _check(ipu_executable_main_program(self.e, sg, &pid))
             mains.append(pid)
         return ipu_executable_load_program(self.e), mains
+
+    def stages(self):
+        """[(program id, ipu, copy program id or None)] of a sharded executable."""
+        cdef ipu_stage_info st
+        out = []
+        for k in range(self.info.num_stages):
+            _check(ipu_executable_stage(self.e, k, &st))
+            out.append((st.program, st.ipu,
+                        None if st.copy_program == IPU_NO_INDEX else st.copy_program))
+        return out
 
 
 cdef class _ErrorBox:
@@ -467,7 +478,8 @@ cdef class Runtime:
                     iterations=st.iterations, padded_iterations=st.padded_iterations,
                     padded_rows=st.padded_rows, latency_p50_ns=st.latency_p50_ns,
                     latency_p99_ns=st.latency_p99_ns, throughput_rps=st.throughput_rps,
-                    num_threads=st.num_threads)
+                    num_threads=st.num_threads, pipeline_ticks=st.pipeline_ticks,
+                    concurrent_ticks=st.concurrent_ticks)
 
 
 # --- Session: the low-level API ----------------------------------------------------------------
@@ -588,4 +600,5 @@ cdef class Session:
         ipu_session_get_stats(self.s, &st)
         return dict(steps=st.steps, iterations=st.iterations,
                     padded_iterations=st.padded_iterations, padded_rows=st.padded_rows,
-                    num_threads=st.num_threads, overlap_io=bool(st.overlap_io))
+                    num_threads=st.num_threads, overlap_io=bool(st.overlap_io),
+                    pipeline_ticks=st.pipeline_ticks, concurrent_ticks=st.concurrent_ticks)

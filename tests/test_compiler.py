@@ -503,8 +503,8 @@ def test_options_validation() -> None:
         opts.batches_per_step = 0
     with pytest.raises(ValueError, match="available_memory_proportion"):
         opts.available_memory_proportion = 1.5
-    with pytest.raises(NotImplementedError, match="enable_pipelining"):
-        opts.enable_pipelining = True
+    with pytest.raises(NotImplementedError, match="virtual_graph_split_ratios"):
+        opts.virtual_graph_split_ratios = [0.5, 0.5]
     with pytest.raises(NotImplementedError, match="constant_weights"):
         opts.constant_weights = False
     with pytest.raises(AttributeError, match="batch_per_step"):

@@ -98,6 +98,12 @@ def build_parser() -> argparse.ArgumentParser:
         help='I/O tiles for overlap I/O (0: off; "auto": sized from the I/O bytes)',
     )
     p.add_argument("--ipu_version", choices=["ipu2", "ipu21"], default="ipu2")
+    p.add_argument("--manual_sharding_config", help="shard.yaml: list of {node, device, stage}")
+    p.add_argument(
+        "--only_manual_sharding",
+        action="store_true",
+        help="with --manual_sharding_config: apply no other conversion (precision, shapes)",
+    )
     p.add_argument("--config_yaml", help="YAML file with these options and/or model_fusion")
     return p
 
@@ -223,9 +229,17 @@ def run(args: argparse.Namespace) -> int:
     else:
         if not opts.get("input_model"):
             raise CliError("--input_model (or a config_yaml with model_fusion) is required")
-        model = load_converted(opts, "")
+        if opts.get("only_manual_sharding") and opts.get("manual_sharding_config"):
+            model = onnx.load(str(base / opts["input_model"]))
+        else:
+            model = load_converted(opts, "")
         default_name = f"{Path(opts['input_model']).stem}.{opts['precision']}.onnx"
 
+    shard_options: dict[str, Any] = {}
+    if opts.get("manual_sharding_config"):
+        from pyipu.compiler.sharding import shard_for_cli
+
+        model, shard_options = shard_for_cli(model, base / opts["manual_sharding_config"])
     output_dir = (base / opts["output_dir"]).resolve()
     output_dir.mkdir(parents=True, exist_ok=True)
     out_model = output_dir / (opts.get("output_model") or default_name)
@@ -236,14 +250,16 @@ def run(args: argparse.Namespace) -> int:
 
         print(show(model))
     if opts.get("export_popef") or opts.get("run"):
-        _compile(model, opts, output_dir)
+        _compile(model, opts, output_dir, shard_options)
     return 0 if checks_ok else 1
 
 
-def _compile(model: onnx.ModelProto, opts: dict[str, Any], output_dir: Path) -> None:
+def _compile(
+    model: onnx.ModelProto, opts: dict[str, Any], output_dir: Path, extra: dict[str, Any]
+) -> None:
     from pyipu.compiler import Compiler, CompilerOptions
 
-    options = CompilerOptions()
+    options = CompilerOptions.from_dict(extra)
     options.batches_per_step = int(opts["batches_per_step"])
     options.num_io_tiles = opts["num_io_tiles"]
     options.ipu_version = opts["ipu_version"]

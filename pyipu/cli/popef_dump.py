@@ -46,9 +46,18 @@ def dump(path: str, out=sys.stdout, show_instructions: bool = False) -> None:
             w(f"  subgraph {sg}: {', '.join(names)}\n")
 
     load_id, mains = exe.program_flow()
+    roles = {load_id: "load"}
+    stages = exe.stages()
+    if stages:
+        mode = "pipelined" if info["pipelined"] else "sequential"
+        w(f"Stages ({len(stages)}, {mode}):\n")
+        for k, (pid, ipu, copy_id) in enumerate(stages):
+            w(f"  stage {k}: IPU {ipu}, program {pid}, copies {copy_id}\n")
+            roles[pid] = f"stage {k}"
+            roles[copy_id] = f"copies of stage {k}"
     w(f"Programs: load={load_id}, main={mains}\n")
     for pid, instrs in exe.programs():
-        role = "load" if pid == load_id else "main"
+        role = roles.get(pid, "main")
         w(f"  program {pid} ({role}): {len(instrs)} instructions\n")
         if show_instructions:
             for op, ins, outs, attrs in instrs:

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
+import onnx
+
 from pyipu.compiler.cache import cache_dir, cached_compile
 from pyipu.compiler.errors import CompileError
 from pyipu.compiler.executable import Executable
@@ -26,6 +28,7 @@ from pyipu.compiler.memory import build_ir
 from pyipu.compiler.onnx_import import ModelLike, import_model
 from pyipu.compiler.ops import REGISTRY
 from pyipu.compiler.options import CompilerOptions
+from pyipu.compiler.staging import Placement, place_nodes, split_stages, stage_callback
 
 _STEPS = 4
 
@@ -45,10 +48,17 @@ def compile_ir(
     if outputs is not None and (isinstance(outputs, str) or not outputs):
         raise CompileError(f"outputs must be None or a non-empty list of names, got {outputs!r}")
 
+    placement = _placement(graph.nodes, opts, fusion is not None)
     if fusion is None:
         builder = GraphBuilder(1)
         lower_subgraph(
-            builder, graph, 0, graph.inputs, list(outputs or graph.graph_outputs), REGISTRY
+            builder,
+            graph,
+            0,
+            graph.inputs,
+            list(outputs or graph.graph_outputs),
+            REGISTRY,
+            stage_callback(placement),
         )
         index_name = None
     else:
@@ -65,6 +75,7 @@ def compile_ir(
         index_name = fusion.index
         opaque.append((FUSION_KEY, fusion.to_json().encode()))
     _progress(opts, 2)
+    plan = split_stages(builder, placement.stage_ipus) if placement is not None else None
     ir = build_ir(
         builder,
         index_name=index_name,
@@ -73,6 +84,8 @@ def compile_ir(
         batches_per_step=opts.batches_per_step,
         num_io_tiles=1 if opts.num_io_tiles == "auto" else opts.num_io_tiles,
         opaque=tuple(opaque),
+        plan=plan,
+        pipelined=opts.enable_pipelining,
     )
     io_tiles = ir.num_io_tiles
     if opts.num_io_tiles == "auto":
@@ -91,6 +104,30 @@ def _check_options(options: CompilerOptions | None) -> CompilerOptions:
     if not isinstance(options, CompilerOptions):
         raise CompileError(f"options must be a CompilerOptions, got {type(options).__name__}")
     return options
+
+
+def _placement(
+    nodes: Sequence[onnx.NodeProto], opts: CompilerOptions, fused: bool
+) -> Placement | None:
+    """The manual sharding of the model, validated against the options (None: not sharded)."""
+    if opts.enable_pipelining and opts.virtual_graph_mode != "manual":
+        raise CompileError("enable_pipelining needs virtual_graph_mode='manual'")
+    if opts.virtual_graph_mode != "manual":
+        return None
+    if fused:
+        raise CompileError("manual sharding of a fused model (model_fusion) is not supported")
+    if opts.num_io_tiles != 0:
+        raise CompileError(
+            "manual sharding with overlap I/O (num_io_tiles != 0) is not supported; set "
+            "num_io_tiles=0"
+        )
+    placement = place_nodes(nodes, opts.num_ipus, opts.enable_pipelining)
+    if opts.enable_pipelining and opts.batches_per_step % placement.num_stages:
+        raise CompileError(
+            f"with enable_pipelining, batches_per_step ({opts.batches_per_step}) must be a "
+            f"multiple of the number of pipeline stages ({placement.num_stages})"
+        )
+    return placement
 
 
 def _progress(opts: CompilerOptions, step: int) -> None:

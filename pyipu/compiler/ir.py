@@ -234,8 +234,15 @@ class ModelIR:
                 f"  t{i} {t.name} {DType(t.dtype).name.lower()}{list(t.shape)} "
                 f"{t.location.name.lower()}@{t.offset}+{t.nbytes}"
             )
+        roles = {self.load_program: "load"}
+        for k, st in enumerate(self.stages):
+            roles[st.program] = f"stage {k} on IPU {st.ipu}"
+            roles[st.copy_program] = f"copies of stage {k} to stage {k + 1}"
+        if self.stages:
+            mode = "pipelined" if self.pipelined else "sequential"
+            lines.append(f"stages: {len(self.stages)} ({mode})")
         for p in self.programs:
-            role = "load" if p.id == self.load_program else "main"
+            role = roles.get(p.id, "main")
             lines.append(f"program {p.id} ({role}):")
             lines.extend(f"  {ins}" for ins in p.instrs)
         return "\n".join(lines)

@@ -50,6 +50,7 @@ class BuildTensor:
     subgraph: int  # owner subgraph, NO_INDEX for tensors every subgraph uses
     base: int | None = None  # root tensor index when this is a view
     data: bytes | None = None  # WEIGHT roots
+    stage: int = 0  # pipeline stage whose node created it (manual sharding)
 
     @property
     def nbytes(self) -> int:
@@ -78,9 +79,12 @@ class GraphBuilder:
     weights: dict[str, int] = field(default_factory=dict)  # constant name → WEIGHT root
     written: set[int] = field(default_factory=set)  # roots some instruction writes
     claimed: set[int] = field(default_factory=set)  # roots owned by an output anchor
+    current_stage: int = 0  # stage of the node being lowered (manual sharding)
+    instr_stages: list[list[int]] = field(default_factory=list)  # parallel to programs
 
     def __post_init__(self) -> None:
         self.programs = [[] for _ in range(self.num_subgraphs)]
+        self.instr_stages = [[] for _ in range(self.num_subgraphs)]
 
     def add(
         self,
@@ -118,7 +122,9 @@ class GraphBuilder:
             raise UnsupportedError(f"tensor {name!r} has {len(shape)} dims (at most {MAX_DIMS})")
         if any(d <= 0 for d in shape):
             raise UnsupportedError(f"tensor {name!r} has zero-size shape {list(shape)}")
-        self.tensors.append(BuildTensor(name, dt, shape, kind, subgraph, base, data))
+        self.tensors.append(
+            BuildTensor(name, dt, shape, kind, subgraph, base, data, self.current_stage)
+        )
         return len(self.tensors) - 1
 
     def root(self, t: int) -> int:
@@ -162,6 +168,7 @@ class GraphBuilder:
         self.programs[subgraph].append(
             Instr(Op(op), tuple(inputs), tuple(outputs), tuple(int(a) for a in attrs))
         )
+        self.instr_stages[subgraph].append(self.current_stage)
         self.written.update(self.root(o) for o in outputs)
 
 
@@ -421,7 +428,10 @@ def lower_subgraph(
     inputs: Sequence[ValueSpec],
     outputs: Sequence[str],
     registry: dict[str, dict[int, Callable]],
+    stage_of: Callable[[onnx.NodeProto], int] | None = None,
 ) -> None:
+    """Lower the nodes `outputs` need. With `stage_of` (manual sharding) every tensor and
+    instruction records the stage of the node that made it; outputs belong to the last stage."""
     low = Lowering(builder, graph, subgraph)
     low.output_names = set(outputs)
     for spec in inputs:
@@ -430,10 +440,16 @@ def lower_subgraph(
     for name in outputs:
         if name not in produced and name not in graph.constants and name not in low.values:
             raise CompileError(f"requested output {name!r} is not a value of the model")
-    for proto in needed_nodes(graph.nodes, outputs):
+    nodes = needed_nodes(graph.nodes, outputs)
+    last = max((stage_of(n) for n in graph.nodes), default=0) if stage_of else 0
+    for proto in nodes:
+        if stage_of is not None:
+            builder.current_stage = stage_of(proto)
         low.lower_node(proto, registry)
+    builder.current_stage = last
     for name in outputs:
         low.add_output(name)
+    builder.current_stage = 0
 
 
 def add_index_anchor(builder: GraphBuilder, name: str) -> None:

@@ -18,6 +18,7 @@ whose lifetime intersects.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pyipu.compiler.ir import (
     ALIGN,
@@ -28,11 +29,15 @@ from pyipu.compiler.ir import (
     Location,
     ModelIR,
     Program,
+    Stage,
     TensorSpec,
     align,
 )
 from pyipu.compiler.lower import ARENA, GraphBuilder
 from pyipu.enums import Op
+
+if TYPE_CHECKING:
+    from pyipu.compiler.staging import StagePlan
 
 
 @dataclass(frozen=True)
@@ -108,13 +113,22 @@ def build_ir(
     batches_per_step: int = 1,
     num_io_tiles: int = 0,
     opaque: tuple[tuple[str, bytes], ...] = (),
+    plan: StagePlan | None = None,
+    pipelined: bool = False,
 ) -> ModelIR:
     """Plan memory and assemble the ModelIR.
 
-    Program 0 (Load) binds every weight; program i + 1 is the Main program of subgraph i.
+    Program 0 (Load) binds every weight; program i + 1 is the Main program of subgraph i. With a
+    stage plan (manual sharding, one subgraph) programs 1..S are the stage programs (Main is
+    stage 0's) and the non-empty copy programs follow (staging.py).
     """
-    lives = lifetimes(b, pin_anchors=num_io_tiles > 0)
-    offsets, arena_size = place({r: b.tensors[r].nbytes for r in lives}, lives)
+    if plan is not None:
+        from pyipu.compiler.staging import plan_stage_memory
+
+        offsets, arena_size = plan_stage_memory(b, plan)
+    else:
+        lives = lifetimes(b, pin_anchors=num_io_tiles > 0)
+        offsets, arena_size = place({r: b.tensors[r].nbytes for r in lives}, lives)
 
     data_offset: dict[int, int] = {}
     cursor = 0
@@ -140,7 +154,17 @@ def build_ir(
         if t.location == Location.TENSOR_DATA
     )
     programs = [Program(0, binds)]
-    programs += [Program(s + 1, tuple(prog)) for s, prog in enumerate(b.programs)]
+    stages: list[Stage] = []
+    if plan is None:
+        programs += [Program(s + 1, tuple(prog)) for s, prog in enumerate(b.programs)]
+    else:
+        programs += [Program(k + 1, tuple(prog)) for k, prog in enumerate(plan.programs)]
+        for k, ipu in enumerate(plan.ipus):
+            copy_id = NO_INDEX
+            if plan.copies[k]:
+                copy_id = len(programs)
+                programs.append(Program(copy_id, tuple(plan.copies[k])))
+            stages.append(Stage(k + 1, ipu, copy_id))
     # Runtime inputs first, then weights, then outputs (stable within each group).
     ordered = sorted(b.anchors, key=lambda a: (a.direction == Direction.OUTPUT, a.has_tensor_data))
     anchors = tuple(
@@ -155,6 +179,8 @@ def build_ir(
         programs=tuple(programs),
         load_program=0,
         main_programs=tuple(range(1, len(b.programs) + 1)),
+        stages=tuple(stages),
+        pipelined=pipelined,
         arena_size=arena_size,
         index_anchor=index_anchor,
         ipu_version=ipu_version,

@@ -67,6 +67,16 @@ def _num_io_tiles(name: str, v: Any) -> None:
         raise CompileError(f"CompilerOptions.{name} must be < {_NUM_TILES} (tiles per IPU)")
 
 
+def _virtual_graph_mode(name: str, v: Any) -> None:
+    if v == "auto":
+        raise UnsupportedError(
+            f"CompilerOptions.{name}='auto' is not supported by pyipu (no automatic sharding); "
+            "use 'manual' with node placements (pyipu.compiler.Sharder)"
+        )
+    if v not in ("off", "manual"):
+        raise CompileError(f"CompilerOptions.{name} must be 'off' or 'manual', got {v!r}")
+
+
 def _mapping(name: str, v: Any) -> None:
     if not isinstance(v, Mapping):
         raise CompileError(f"CompilerOptions.{name} must be a dict, got {v!r}")
@@ -124,9 +134,9 @@ _VALIDATORS: dict[str, Callable[[str, Any], None]] = {
     "enable_pad_conv_channel": _boolean,
     "enable_gather_simplifier": _boolean,
     "subgraph_copying_strategy": _int_at_least(0),
-    "virtual_graph_mode": _only_default("off", "no sharding"),
-    "virtual_graph_split_ratios": _only_default([], "no sharding"),
-    "enable_pipelining": _only_default(False, "no pipelining"),
+    "virtual_graph_mode": _virtual_graph_mode,
+    "virtual_graph_split_ratios": _only_default([], "no automatic sharding"),
+    "enable_pipelining": _boolean,
     "time_limit_scheduler": _number,
     "swap_limit_scheduler": _number,
     "transitive_closure_optimization_threshold": _int_at_least(0),
@@ -152,7 +162,9 @@ class CompilerOptions:
     graphs: the Runner runs one replica per virtual IPU), batches_per_step, num_io_tiles (the
     runtime overlaps I/O when > 0; "auto" sizes it from the model's I/O bytes), opaque_blobs,
     enable_engine_caching/cache_path, serialize_ir/serialized_ir_dest,
-    compilation_progress_logger. partials_type: pyipu always
+    compilation_progress_logger, virtual_graph_mode ("off" or "manual": nodes placed by their
+    `__ipu_number` / `__pipeline_stage` attributes, see docs/runtime.md) and enable_pipelining
+    (needs "manual" and batches_per_step a multiple of the stage count). partials_type: pyipu always
     accumulates floats in float32 (both values accepted). Poplar tuning knobs are recorded only.
 
     Example:

@@ -22,6 +22,7 @@ from pyipu.compiler.ir import (
     Location,
     ModelIR,
     Program,
+    Stage,
     TensorSpec,
     align,
     np_dtype,
@@ -32,6 +33,7 @@ BLOB_METADATA, BLOB_TENSOR_DATA, BLOB_PROGRAM, BLOB_OPAQUE = 1, 2, 3, 4
 MAGIC = b"PYIPUEF\0"
 FORMAT_VERSION = 1
 ANCHOR_TENSOR_DATA = 1
+STAGES_PIPELINED = 1  # stage table flags
 
 Blob = tuple[int, int, "str | None", bytes]  # (type, id, name for OPAQUE, data)
 
@@ -74,10 +76,16 @@ def encode_metadata(ir: ModelIR) -> bytes:
             ir.index_anchor,
             ir.arena_size,
             len(strings),
-            0,
+            len(ir.stages),
         )
     )
     out += struct.pack(f"<{ir.num_subgraphs}I", *ir.main_programs)
+    if ir.stages:
+        out += struct.pack("<I", STAGES_PIPELINED if ir.pipelined else 0)
+        for st in ir.stages:
+            out += struct.pack("<3I", st.program, st.ipu, st.copy_program)
+    elif ir.pipelined:
+        raise ValueError("a pipelined model needs a stage table")
     _pad8(out)
     for t in ir.tensors:
         if t.ndim > MAX_DIMS:
@@ -230,13 +238,14 @@ def decode_metadata(data: bytes, tensor_data: bytes) -> dict:
         index_anchor,
         arena_size,
         strings_size,
-        reserved,
+        num_stages,
     ) = r.take(_META_HEAD)
     if ipu_version not in (2, 21) or min(num_ipus, replication, bps, num_subgraphs) < 1:
         raise ValueError("metadata: bad target fields")
-    if num_anchors > num_tensors or arena_size % ALIGN or reserved:
+    if num_anchors > num_tensors or arena_size % ALIGN:
         raise ValueError("metadata: bad counts")
     mains = r.take(f"<{num_subgraphs}I")
+    stages, pipelined = _decode_stages(r, num_stages, num_ipus, num_subgraphs)
     r.skip_pad8()
     tensors = []
     for i in range(num_tensors):
@@ -296,7 +305,29 @@ def decode_metadata(data: bytes, tensor_data: bytes) -> dict:
         replication_factor=replication,
         batches_per_step=bps,
         num_io_tiles=io_tiles,
+        stages=stages,
+        pipelined=pipelined,
     )
+
+
+def _decode_stages(
+    r: _Reader, num_stages: int, num_ipus: int, num_subgraphs: int
+) -> tuple[tuple[Stage, ...], bool]:
+    """The stage table after main_programs (present when num_stages > 0)."""
+    if num_stages == 0:
+        return (), False
+    if num_subgraphs != 1:
+        raise ValueError("metadata: a sharded model has exactly one subgraph")
+    (flags,) = r.take("<I")
+    if flags & ~STAGES_PIPELINED:
+        raise ValueError(f"metadata: unknown stage flags {flags:#x}")
+    stages = []
+    for k in range(num_stages):
+        program, ipu, copy_program = r.take("<3I")
+        if ipu >= num_ipus:
+            raise ValueError(f"metadata: stage {k} is on IPU {ipu} but num_ipus is {num_ipus}")
+        stages.append(Stage(program, ipu, copy_program))
+    return tuple(stages), bool(flags & STAGES_PIPELINED)
 
 
 def _fields_after_name(t: TensorSpec) -> tuple:
@@ -317,6 +348,14 @@ def decode_blobs(blobs: list[Blob]) -> ModelIR:
     for pid in (meta["load_program"], *meta["main_programs"]):
         if pid not in ids:
             raise ValueError(f"metadata names program {pid}, which the container lacks")
+    for k, st in enumerate(meta["stages"]):
+        copy = () if st.copy_program == NO_INDEX else (st.copy_program,)
+        if any(pid not in ids for pid in (st.program, *copy)):
+            raise ValueError(f"metadata: stage {k} names a program the container lacks")
+        for pid in copy:
+            prog = next(p for p in programs if p.id == pid)
+            if any(ins.op != Op.COPY for ins in prog.instrs):
+                raise ValueError(f"metadata: copy program {pid} of stage {k} holds non-COPY")
     opaque = tuple((b[2] or "", b[3]) for b in blobs if b[0] == BLOB_OPAQUE)
     return ModelIR(programs=tuple(programs), opaque=opaque, **meta)
 

@@ -450,6 +450,17 @@ class Machine:
                     result = result.astype(y.dtype)  # RNE for float16, wrap for integers
                 y[...] = result
 
+    def run_main(self, subgraph: int) -> None:
+        """One batch through a subgraph's Main program; a sharded model runs its stages in
+        order, each followed by its copy program (pipelining changes timing, not results)."""
+        if not self.model.stages:
+            self.run_program(self.model.main_programs[subgraph])
+            return
+        for stage in self.model.stages:
+            self.run_program(stage.program)
+            if stage.copy_program != NO_INDEX:
+                self.run_program(stage.copy_program)
+
 
 def _select_subgraph(model: ModelIR, inputs: Mapping[str, np.ndarray], subgraph: int | None) -> int:
     if subgraph is not None:
@@ -527,7 +538,7 @@ def run(
             machine.view(a.tensor)[...] = arrays[a.name][i]
         if index_name is not None:
             machine.view(model.anchors[model.index_anchor].tensor)[...] = sub
-        machine.run_program(model.main_programs[sub])
+        machine.run_main(sub)
         for a in outs:
             results[a.name].append(machine.view(a.tensor).copy())
     out: dict[str, np.ndarray] = {}

@@ -28,13 +28,19 @@ typedef struct {
     int set_hash;
     uint64_t hash;
     uint32_t io_tiles; /* num_io_tiles (0 by default) */
+    uint32_t num_ipus; /* 0: 1 */
+    uint32_t nst, st_flags; /* stage table (manual sharding): count, flags */
+    uint32_t st[4][3];      /* program id, ipu, copy program id */
+    uint16_t nattr[4][4];   /* attributes of instruction [i] of program p[k]: [k][i] */
+    int64_t attr[4][4][4];
 } m_model;
 
 static M_UNUSED void put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); } /* tests run little-endian */
 static M_UNUSED void put64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
 
 static M_UNUSED uint64_t tensor_nbytes(const m_tensor *t) {
-    uint64_t n = t->dtype == IPU_DTYPE_UINT32 || t->dtype == IPU_DTYPE_FLOAT32 ? 4 : 1;
+    uint64_t n = t->dtype == IPU_DTYPE_UINT32 || t->dtype == IPU_DTYPE_FLOAT32 ||
+                 t->dtype == IPU_DTYPE_INT32 ? 4 : 1;
     for (uint32_t d = 0; d < t->ndim; d++) n *= (uint64_t)t->dims[d];
     return n;
 }
@@ -42,12 +48,19 @@ static M_UNUSED uint64_t tensor_nbytes(const m_tensor *t) {
 static M_UNUSED size_t encode_metadata(const m_model *m, uint8_t *buf) {
     size_t strings = 0;
     for (uint32_t i = 0; i < m->na; i++) strings += strlen(m->a[i].name);
-    put32(buf + 0, 2); put32(buf + 4, 1); put32(buf + 8, 1); put32(buf + 12, m->bps);
+    put32(buf + 0, 2); put32(buf + 4, m->num_ipus ? m->num_ipus : 1); put32(buf + 8, 1);
+    put32(buf + 12, m->bps);
     put32(buf + 16, m->io_tiles); put32(buf + 20, m->nt); put32(buf + 24, m->na);
     put32(buf + 28, m->nsub); put32(buf + 32, m->load); put32(buf + 36, m->index_anchor);
-    put64(buf + 40, m->arena); put32(buf + 48, (uint32_t)strings); put32(buf + 52, 0);
+    put64(buf + 40, m->arena); put32(buf + 48, (uint32_t)strings); put32(buf + 52, m->nst);
     size_t o = 56;
     for (uint32_t s = 0; s < m->nsub; s++, o += 4) put32(buf + o, m->main[s]);
+    if (m->nst) {
+        put32(buf + o, m->st_flags);
+        o += 4;
+        for (uint32_t k = 0; k < m->nst; k++)
+            for (int j = 0; j < 3; j++, o += 4) put32(buf + o, m->st[k][j]);
+    }
     o = (o + 7) & ~(size_t)7;
     for (uint32_t i = 0; i < m->nt; i++, o += 96) {
         const m_tensor *t = &m->t[i];
@@ -74,18 +87,20 @@ static M_UNUSED size_t encode_metadata(const m_model *m, uint8_t *buf) {
     return o;
 }
 
-static M_UNUSED size_t encode_program(const m_prog *p, uint8_t *buf) {
+static M_UNUSED size_t encode_program(const m_model *m, uint32_t pi, uint8_t *buf) {
+    const m_prog *p = &m->p[pi];
     put32(buf, p->n); put32(buf + 4, 0);
     size_t o = 8;
     for (uint32_t i = 0; i < p->n; i++) {
         const m_instr *in = &p->ins[i];
-        uint16_t op = in->op, zero = 0;
+        uint16_t op = in->op, zero = 0, nattr = m->nattr[pi][i];
         memcpy(buf + o, &op, 2); buf[o + 2] = in->nin; buf[o + 3] = in->nout;
-        memcpy(buf + o + 4, &zero, 2); memcpy(buf + o + 6, &zero, 2);
+        memcpy(buf + o + 4, &nattr, 2); memcpy(buf + o + 6, &zero, 2);
         o += 8;
         uint32_t nops = (uint32_t)in->nin + in->nout;
         for (uint32_t k = 0; k < nops; k++, o += 4) put32(buf + o, in->ops[k]);
         if (nops % 2) { put32(buf + o, 0); o += 4; }
+        for (uint32_t k = 0; k < nattr; k++, o += 8) put64(buf + o, (uint64_t)m->attr[pi][i][k]);
     }
     return o;
 }
@@ -100,7 +115,7 @@ static M_UNUSED ipu_status model_writer(const m_model *m, ipu_container_writer *
     st = ipu_container_writer_add_blob(w, IPU_BLOB_METADATA, 0, NULL, buf, n);
     for (uint32_t i = 0; i < m->np && st == IPU_OK; i++) {
         memset(buf, 0, sizeof buf);
-        n = encode_program(&m->p[i], buf);
+        n = encode_program(m, i, buf);
         st = ipu_container_writer_add_blob(w, IPU_BLOB_PROGRAM, m->p[i].id, NULL, buf, n);
     }
     if (st == IPU_OK && m->tdata)
@@ -128,8 +143,8 @@ static M_UNUSED ipu_status build(const m_model *m, ipu_container **c_out, ipu_ex
     return st;
 }
 
-enum { F32 = IPU_DTYPE_FLOAT32, U32 = IPU_DTYPE_UINT32, ARENA = IPU_LOC_ARENA,
-       TDATA = IPU_LOC_TENSOR_DATA, IN = IPU_DIR_INPUT, OUT = IPU_DIR_OUTPUT,
+enum { F32 = IPU_DTYPE_FLOAT32, U32 = IPU_DTYPE_UINT32, I32 = IPU_DTYPE_INT32,
+       ARENA = IPU_LOC_ARENA, TDATA = IPU_LOC_TENSOR_DATA, IN = IPU_DIR_INPUT, OUT = IPU_DIR_OUTPUT,
        ALL = (int)IPU_NO_INDEX };
 
 /* Z = X + Y, float32[rows, cols]. */

@@ -13,8 +13,13 @@
  *   36  u32 index_anchor       anchor index of the fused-model `index` input, or 0xFFFFFFFF
  *   40  u64 arena_size         bytes of device memory (multiple of 64)
  *   48  u32 strings_size       bytes in the string table
- *   52  u32 reserved, zero
+ *   52  u32 num_stages         0: not sharded; else the stage table follows main_programs
  *   56  u32 main_programs[num_subgraphs]   program id of each subgraph's Main program
+ *       when num_stages > 0 (manual sharding; num_subgraphs must be 1):
+ *       u32 stage_flags (IPU_STAGES_PIPELINED), then num_stages records of 3 u32:
+ *       program id (the stage's compute program; stage 0's is main_programs[0]), ipu
+ *       (< num_ipus), copy program id (only COPY instructions: the stage's inter-IPU copies to
+ *       the next stage) or 0xFFFFFFFF
  *       zero pad to a multiple of 8
  *   then tensors[num_tensors], 96 bytes each:
  *       u32 dtype (ipu_dtype), u32 ndim (0..8), u32 location (ipu_location), u32 flags (0),
@@ -44,6 +49,8 @@ extern "C" {
 typedef enum ipu_location { IPU_LOC_ARENA = 1, IPU_LOC_TENSOR_DATA = 2 } ipu_location;
 typedef enum ipu_direction { IPU_DIR_INPUT = 1, IPU_DIR_OUTPUT = 2 } ipu_direction;
 enum { IPU_ANCHOR_TENSOR_DATA = 1u };
+enum { IPU_STAGES_PIPELINED = 1u };
+#define IPU_MAX_STAGES 4096u
 
 typedef struct ipu_executable ipu_executable;
 
@@ -52,7 +59,17 @@ typedef struct ipu_executable_info {
     uint32_t num_tensors, num_anchors, num_subgraphs, num_programs;
     uint32_t index_anchor; /* IPU_NO_INDEX when the model is not fused */
     uint64_t arena_size;
+    uint32_t num_stages;   /* 0: not sharded (manual sharding: see ipu_executable_stage) */
+    int pipelined;         /* stages of consecutive batches run concurrently */
 } ipu_executable_info;
+
+/* One stage of a sharded model. A Main iteration runs the stages in order, each followed by its
+ * copy program; pipelined, stage s computes batch i - s while stage 0 computes batch i. */
+typedef struct ipu_stage_info {
+    uint32_t program;      /* program id of the stage's compute program */
+    uint32_t ipu;          /* virtual IPU */
+    uint32_t copy_program; /* program id of its copies to the next stage, or IPU_NO_INDEX */
+} ipu_stage_info;
 
 typedef struct ipu_tensor_desc {
     ipu_dtype dtype;
@@ -105,6 +122,8 @@ IPU_API IPU_NODISCARD ipu_status ipu_executable_instruction(const ipu_executable
 IPU_API uint32_t ipu_executable_load_program(const ipu_executable *e);
 IPU_API IPU_NODISCARD ipu_status ipu_executable_main_program(const ipu_executable *e,
                                                             uint32_t subgraph, uint32_t *id_out);
+IPU_API IPU_NODISCARD ipu_status ipu_executable_stage(const ipu_executable *e, uint32_t stage,
+                                                     ipu_stage_info *out);
 
 #ifdef __cplusplus
 }

@@ -31,6 +31,13 @@
  * forever; with flush_on_waiting_outputs the step is only padded while an output slot is queued.
  * ipu_session_flush pads the step in progress at once (Model Runtime's flushAll).
  *
+ * Sharded executables (ipu_executable_stage): an iteration runs every stage and its copy program
+ * in order. Pipelined ones run a step as a pipeline of lock-step ticks in which the stages work
+ * on consecutive batches concurrently, each on its own group of workers (session_stages.c); the
+ * slot, padding and error semantics are those of the serial loop (a failed batch's slots complete
+ * with its error; the batches already in flight still complete before run_main returns it).
+ * Overlap I/O is not used with pipelined executables.
+ *
  * Threads: run_load/run_main/flush/disconnect from one "device" thread at a time; enqueue from
  * one producer thread per anchor at a time (callers serialise, as with Model Runtime's queues);
  * stop, queue_depth and stats from any thread. */
@@ -133,6 +140,9 @@ typedef struct ipu_session_stats {
     uint64_t steps, iterations, padded_iterations, padded_rows;
     uint32_t num_threads;
     int overlap_io; /* 1: run_main uses the overlap I/O pipeline (see ipu_session_config) */
+    /* Pipelined sharded executables: compute phases run, and those in which more than one
+     * stage computed at the same time on separate worker groups. */
+    uint64_t pipeline_ticks, concurrent_ticks;
 } ipu_session_stats;
 IPU_API void ipu_session_get_stats(const ipu_session *s, ipu_session_stats *out);
 

@@ -162,6 +162,7 @@ static ipu_status parse_metadata(ipu_executable *e, const ipu_container *c) {
     in->index_anchor = ipu__ld_u32(p + 36);
     in->arena_size = ipu__ld_u64(p + 40);
     uint32_t strings_size = ipu__ld_u32(p + 48);
+    in->num_stages = ipu__ld_u32(p + 52);
     if (in->ipu_version != 2 && in->ipu_version != 21)
         return ipu__fail(IPU_ERR_CORRUPT, "metadata: unknown ipu_version %u (expected 2 or 21)",
                          in->ipu_version);
@@ -182,9 +183,15 @@ static ipu_status parse_metadata(ipu_executable *e, const ipu_container *c) {
     if (in->arena_size % IPU_CONTAINER_ALIGN != 0)
         return ipu__fail(IPU_ERR_CORRUPT, "metadata: arena_size %llu not a multiple of 64",
                          (unsigned long long)in->arena_size);
-    if (ipu__ld_u32(p + 52) != 0) return ipu__fail(IPU_ERR_CORRUPT, "metadata: reserved field not zero");
+    if (in->num_stages > IPU_MAX_STAGES)
+        return ipu__fail(IPU_ERR_CORRUPT, "metadata: num_stages %u > %u", in->num_stages,
+                         IPU_MAX_STAGES);
+    if (in->num_stages && in->num_subgraphs != 1)
+        return ipu__fail(IPU_ERR_CORRUPT, "metadata: a sharded model (%u stages) must have one "
+                         "subgraph, not %u", in->num_stages, in->num_subgraphs);
     /* Layout: all counts are < 2^32, so these sums cannot overflow 64 bits. */
-    uint64_t main_end = 56 + 4 * (uint64_t)in->num_subgraphs;
+    uint64_t stage_at = 56 + 4 * (uint64_t)in->num_subgraphs;
+    uint64_t main_end = stage_at + (in->num_stages ? 4 + 12 * (uint64_t)in->num_stages : 0);
     uint64_t tens_at = pad8(main_end);
     uint64_t anch_at = tens_at + (uint64_t)TENSOR_REC * in->num_tensors;
     uint64_t str_at = anch_at + (uint64_t)ANCHOR_REC * in->num_anchors;
@@ -201,6 +208,24 @@ static ipu_status parse_metadata(ipu_executable *e, const ipu_container *c) {
     e->anchors = ipu__calloc(in->num_anchors, sizeof(ipu__anchor));
     if (!e->main_programs || !e->tensors || !e->anchors) return nomem();
     for (uint32_t s = 0; s < in->num_subgraphs; s++) e->main_programs[s] = ipu__ld_u32(p + 56 + 4 * (uint64_t)s);
+    if (in->num_stages) {
+        uint32_t flags = ipu__ld_u32(p + stage_at);
+        if (flags & ~(uint32_t)IPU_STAGES_PIPELINED)
+            return ipu__fail(IPU_ERR_CORRUPT, "metadata: unknown stage flags 0x%x", flags);
+        in->pipelined = (flags & IPU_STAGES_PIPELINED) != 0;
+        e->stages = ipu__calloc(in->num_stages, sizeof *e->stages);
+        if (!e->stages) return nomem();
+        for (uint32_t k = 0; k < in->num_stages; k++) {
+            const uint8_t *q = p + stage_at + 4 + 12 * (uint64_t)k;
+            e->stages[k] = (ipu__stage){ipu__ld_u32(q), ipu__ld_u32(q + 4), ipu__ld_u32(q + 8)};
+            if (e->stages[k].ipu >= in->num_ipus)
+                return ipu__fail(IPU_ERR_CORRUPT, "metadata: stage %u is on IPU %u, but num_ipus "
+                                 "is %u", k, e->stages[k].ipu, in->num_ipus);
+        }
+        if (e->stages[0].program != e->main_programs[0])
+            return ipu__fail(IPU_ERR_CORRUPT, "metadata: stage 0 program %u is not the Main "
+                             "program %u", e->stages[0].program, e->main_programs[0]);
+    }
     e->load_program = load_id; /* ids for now; resolved to indices later */
     for (uint32_t i = 0; i < in->num_tensors; i++)
         if ((st = parse_tensor(e, i, p + tens_at + (uint64_t)TENSOR_REC * i))) return st;
@@ -291,6 +316,28 @@ static ipu_status find_prog(const prog_key *keys, uint32_t n, uint32_t id, uint3
     return IPU_OK;
 }
 
+/* Stage program ids → indices; copy programs must hold only COPY instructions. */
+static ipu_status resolve_stages(ipu_executable *e, const prog_key *keys, uint32_t np) {
+    for (uint32_t k = 0; k < e->info.num_stages; k++) {
+        ipu__stage *sg = &e->stages[k];
+        uint32_t id = sg->program;
+        if (find_prog(keys, np, id, &sg->program) || sg->program == e->load_program)
+            return ipu__fail(IPU_ERR_CORRUPT, "metadata: program %u of stage %u does not exist "
+                             "or is the Load program", id, k);
+        if (sg->copy == IPU_NO_INDEX) continue;
+        id = sg->copy;
+        if (find_prog(keys, np, id, &sg->copy) || sg->copy == e->load_program)
+            return ipu__fail(IPU_ERR_CORRUPT, "metadata: copy program %u of stage %u does not "
+                             "exist or is the Load program", id, k);
+        const ipu__program *pr = &e->programs[sg->copy];
+        for (uint32_t i = 0; i < pr->n_instr; i++)
+            if (pr->instr[i].op != IPU_OP_COPY)
+                return ipu__fail(IPU_ERR_BAD_PROGRAM, "copy program %u of stage %u: instruction "
+                                 "%u is not a COPY", id, k, i);
+    }
+    return IPU_OK;
+}
+
 ipu_status ipu_executable_create(const ipu_container *c, ipu_executable **out) {
     if (!c || !out) return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ipu_executable_create: NULL argument");
     ipu_status st = IPU_OK;
@@ -341,6 +388,7 @@ ipu_status ipu_executable_create(const ipu_container *c, ipu_executable **out) {
             goto fail;
         }
     }
+    if ((st = resolve_stages(e, keys, np))) goto fail;
     for (uint32_t k = 0; k < np; k++) {
         ipu__program *pr = &e->programs[k];
         for (uint32_t i = 0; i < pr->n_instr; i++)
@@ -376,6 +424,7 @@ void ipu_executable_destroy(ipu_executable *e) {
     ipu__free(e->anchors);
     ipu__free(e->tensors);
     ipu__free(e->main_programs);
+    ipu__free(e->stages);
     ipu__free(e);
 }
 
@@ -469,5 +518,18 @@ ipu_status ipu_executable_main_program(const ipu_executable *e, uint32_t subgrap
         return ipu__fail(IPU_ERR_NOT_FOUND, "subgraph %u out of range (%u subgraphs)", subgraph,
                          e->info.num_subgraphs);
     *id_out = e->programs[e->main_programs[subgraph]].id;
+    return IPU_OK;
+}
+
+ipu_status ipu_executable_stage(const ipu_executable *e, uint32_t stage, ipu_stage_info *out) {
+    if (!e || !out)
+        return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ipu_executable_stage: NULL argument");
+    if (stage >= e->info.num_stages)
+        return ipu__fail(IPU_ERR_NOT_FOUND, "stage %u out of range (%u stages)", stage,
+                         e->info.num_stages);
+    const ipu__stage *sg = &e->stages[stage];
+    out->program = e->programs[sg->program].id;
+    out->ipu = sg->ipu;
+    out->copy_program = sg->copy == IPU_NO_INDEX ? IPU_NO_INDEX : e->programs[sg->copy].id;
     return IPU_OK;
 }

@@ -35,6 +35,12 @@ typedef struct ipu__instr {
     void *plan;     /* kernel-specific data precomputed by the verifier (owned), or NULL */
 } ipu__instr;
 
+typedef struct ipu__stage {
+    uint32_t program; /* index into programs[] (an id until resolved) */
+    uint32_t ipu;
+    uint32_t copy;    /* index into programs[], or IPU_NO_INDEX */
+} ipu__stage;
+
 typedef struct ipu__program {
     uint32_t id;
     uint32_t n_instr;
@@ -49,6 +55,7 @@ struct ipu_executable {
     ipu__program *programs;
     uint32_t load_program;   /* index into programs[] (not the id) */
     uint32_t *main_programs; /* [num_subgraphs] indices into programs[] */
+    ipu__stage *stages;      /* [info.num_stages] or NULL */
     const uint8_t *tensor_data; /* TENSOR_DATA blob or NULL */
     uint64_t tensor_data_size;
 };

@@ -283,6 +283,8 @@ void ipu_runtime_get_stats(const ipu_runtime *rt, ipu_runtime_stats *out) {
     out->padded_iterations = ss.padded_iterations;
     out->padded_rows = ss.padded_rows;
     out->num_threads = ss.num_threads;
+    out->pipeline_ticks = ss.pipeline_ticks;
+    out->concurrent_ticks = ss.concurrent_ticks;
     uint64_t h[IPU__LAT_BUCKETS];
     uint64_t total = 0;
     for (uint32_t b = 0; b < IPU__LAT_BUCKETS; b++) {

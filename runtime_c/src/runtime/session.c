@@ -177,13 +177,20 @@ ipu_status ipu_session_create(const ipu_executable *exe, const ipu_session_confi
     /* One iteration takes at most R slots per input anchor (each has >= 1 row), plus the index. */
     s->pending_cap = (size_t)n_in * ((size_t)s->batch_rows + 1);
     s->pops = ipu__calloc(na ? na : 1, sizeof *s->pops);
-    for (int k = 0; k < 2; k++) {
+    s->n_iters = info->pipelined && info->num_stages > 2 ? info->num_stages : 2;
+    s->iters = ipu__calloc(s->n_iters, sizeof *s->iters);
+    if (!s->iters) {
+        st = ipu__fail(IPU_ERR_NOMEM, "session: cannot allocate the iteration tables");
+        goto fail;
+    }
+    for (uint32_t k = 0; k < s->n_iters; k++) {
         s->iters[k].pending = ipu__calloc(s->pending_cap, sizeof *s->iters[k].pending);
         s->iters[k].part = ipu__calloc(na ? na : 1, sizeof *s->iters[k].part);
         s->iters[k].ptr = s->tensor_ptr;
     }
-    if (!s->pops || !s->iters[0].pending || !s->iters[1].pending || !s->iters[0].part ||
-        !s->iters[1].part) {
+    bool ok = s->pops != NULL;
+    for (uint32_t k = 0; k < s->n_iters; k++) ok = ok && s->iters[k].pending && s->iters[k].part;
+    if (!ok) {
         st = ipu__fail(IPU_ERR_NOMEM, "session: cannot allocate the slot tables");
         goto fail;
     }
@@ -192,6 +199,7 @@ ipu_status ipu_session_create(const ipu_executable *exe, const ipu_session_confi
     st = ipu__pool_create(s->nth, IPU__SCRATCH_BYTES, &s->pool);
     if (st != IPU_OK) goto fail;
     st = ipu__pipeline_create(s);
+    if (st == IPU_OK) st = ipu__stages_create(s);
     if (st != IPU_OK) goto fail;
     *out = s;
     return IPU_OK;
@@ -208,6 +216,7 @@ void ipu_session_destroy(ipu_session *s) {
                                     "served");
     }
     ipu__pipeline_destroy(s);
+    ipu__stages_destroy(s);
     ipu__pool_destroy(s->pool);
     if (s->sync_ready) {
         pthread_cond_destroy(&s->space_cv);
@@ -218,10 +227,11 @@ void ipu_session_destroy(ipu_session *s) {
         if (s->rings) ipu_ring_destroy(s->rings[a]);
         if (s->wstore) ipu__aligned_free(s->wstore[a]);
     }
-    for (int k = 0; k < 2; k++) {
+    for (uint32_t k = 0; s->iters && k < s->n_iters; k++) {
         ipu__free(s->iters[k].pending);
         ipu__free(s->iters[k].part);
     }
+    ipu__free(s->iters);
     ipu__free(s->pops);
     ipu__free(s->rings);
     ipu__free(s->wstore);
@@ -454,6 +464,8 @@ void ipu_session_get_stats(const ipu_session *s, ipu_session_stats *out) {
     out->padded_rows = atomic_load_explicit(&s->st_padded_rows, memory_order_relaxed);
     out->num_threads = s->nth;
     out->overlap_io = atomic_load_explicit(&s->st_overlap, memory_order_relaxed);
+    out->pipeline_ticks = atomic_load_explicit(&s->st_ticks, memory_order_relaxed);
+    out->concurrent_ticks = atomic_load_explicit(&s->st_concurrent_ticks, memory_order_relaxed);
 }
 
 /* ---- Load --------------------------------------------------------------------------------- */
@@ -526,9 +538,8 @@ typedef struct ipu__job {
 
 static void job_fn(void *ctx, uint32_t ith, uint32_t nth) {
     const ipu__job *j = ctx;
-    size_t q = j->work / nth, r = j->work % nth;
-    size_t begin = q * ith + (ith < r ? ith : r);
-    size_t end = begin + q + (ith < r ? 1 : 0);
+    size_t begin, end;
+    ipu__split_work(j->work, ith, nth, &begin, &end);
     if (begin >= end) return;
     ipu_status st = ipu__instr_run(j->f, j->ins, begin, end,
                                    ipu__pool_scratch(j->s->pool, ith));
@@ -538,7 +549,7 @@ static void job_fn(void *ctx, uint32_t ith, uint32_t nth) {
     }
 }
 
-static uint64_t instr_bytes(const ipu_executable *e, const ipu__instr *ins) {
+uint64_t ipu__instr_bytes(const ipu_executable *e, const ipu__instr *ins) {
     uint64_t total = 0;
     for (uint32_t i = 0; i < ins->n_in; i++) total += e->tensors[ins->in[i]].desc.nbytes;
     for (uint32_t i = 0; i < ins->n_out; i++) total += e->tensors[ins->out[i]].desc.nbytes;
@@ -555,7 +566,7 @@ ipu_status ipu__run_program(ipu_session *s, const ipu__frame *f, uint32_t index)
         size_t work = ipu__instr_work(e, ins);
         if (work == 0) continue;
         ipu_status st = IPU_OK;
-        if (s->nth == 1 || work < 2 || instr_bytes(e, ins) < IPU__PAR_MIN_BYTES) {
+        if (s->nth == 1 || work < 2 || ipu__instr_bytes(e, ins) < IPU__PAR_MIN_BYTES) {
             st = ipu__instr_run(f, ins, 0, work, ipu__pool_scratch(s->pool, 0));
             if (st != IPU_OK) snprintf(msg, sizeof msg, "%s", ipu_last_error_message());
         } else {

@@ -1,6 +1,7 @@
 /* Internal state of ipu_session (ipu_session.h), shared by session.c (lifecycle, bindings, Load,
- * enqueue, disconnect, program execution) and session_main.c (the Main step: batch assembly,
- * padding, scatter). The runtime (runtime_internal.h) reads a few fields directly.
+ * enqueue, disconnect, program execution), session_main.c (the Main step: batch assembly,
+ * padding, scatter), session_pipeline.c (overlap I/O) and session_stages.c (sharded
+ * executables). The runtime (runtime_internal.h) reads a few fields directly.
  *
  * Rings. Every anchor has an SPSC ring of ipu_slot (used only while it is QUEUE-bound). The
  * producer of an anchor's ring is whoever calls ipu_session_enqueue for it (callers serialise);
@@ -67,6 +68,13 @@ typedef struct ipu__iter {
 /* Load results (ipu__iter.ev). */
 enum { IPU__EV_READY = 0, IPU__EV_END_STEP, IPU__EV_CLOSED, IPU__EV_INTERRUPT };
 
+/* Barrier of one worker group of the stage pipeline (session_stages.c). */
+typedef struct ipu__gbar {
+    _Alignas(64) atomic_uint count;
+    atomic_uint gen;
+    atomic_int sleepers;
+} ipu__gbar;
+
 typedef struct ipu__geom {
     uint64_t rows;  /* R: rows per batch */
     uint64_t outer; /* prod(dims[:d]) */
@@ -94,7 +102,8 @@ struct ipu_session {
     uint8_t *override;        /* [num_tensors] 1: skip BIND of this tensor in Load */
 
     uint64_t *pops;           /* [num_anchors] slots popped so far (slot identities) */
-    ipu__iter iters[2];
+    ipu__iter *iters;         /* [n_iters]: 2, or one per stage of a pipelined executable */
+    uint32_t n_iters;
     size_t pending_cap;
     uint64_t batch_rows;      /* R shared by every streamed anchor (1 without batching) */
 
@@ -117,7 +126,20 @@ struct ipu_session {
     _Alignas(64) atomic_bool stopped;
 
     _Alignas(64) atomic_uint_fast64_t st_steps, st_iterations, st_padded, st_padded_rows;
+    atomic_uint_fast64_t st_ticks, st_concurrent_ticks;
     atomic_int st_overlap;
+
+    /* Stage pipeline (session_stages.c): per active stage slot of a tick, its stage, batch,
+     * first failing instruction (UINT32_MAX: none), status and message; group barriers. */
+    uint32_t *pp_act;
+    ipu__iter **pp_iter;
+    atomic_uint *pp_fail_at;
+    ipu_status *pp_st;
+    char (*pp_msg)[IPU__MSG_BYTES];
+    ipu__gbar *pp_bar;
+    pthread_mutex_t pp_mu;
+    pthread_cond_t pp_cv;
+    bool pp_sync;
 
     /* Overlap I/O (session_pipeline.c). pl_on: the layout allows it and the config enables it
      * (the I/O thread runs). Tensor t inside staged anchor pl_anchor[t] >= 0 lives at
@@ -164,6 +186,14 @@ static inline void ipu__wake_producers(ipu_session *s) {
     }
 }
 
+/* Work items [begin, end) of worker i of n when `work` items are split evenly. */
+static inline void ipu__split_work(size_t work, uint32_t i, uint32_t n, size_t *begin,
+                                   size_t *end) {
+    size_t q = work / n, r = work % n;
+    *begin = q * i + (i < r ? i : r);
+    *end = *begin + q + (i < r ? 1 : 0);
+}
+
 /* Is anchor a streamed per iteration (not a weight, not the index) in subgraph sub? */
 static inline bool ipu__in_subgraph(const ipu_session *s, uint32_t a, uint32_t sub) {
     const ipu_anchor_info *A = &s->anchors[a];
@@ -195,6 +225,8 @@ void ipu__dev_sleep(ipu_session *s, uint_fast64_t seq, uint64_t deadline_ns);
 bool ipu__wait_front(ipu_session *s, uint32_t a);
 /* Set the failure message and complete every queued slot with st (see ipu_session_disconnect). */
 void ipu__session_disconnect_msg(ipu_session *s, ipu_status st, const char *msg);
+/* Bytes of an instruction's operands (small instructions run on one worker). */
+uint64_t ipu__instr_bytes(const ipu_executable *e, const ipu__instr *ins);
 /* Run program programs[index] over frame f on the pool; the calling thread is worker 0. */
 IPU_NODISCARD ipu_status ipu__run_program(ipu_session *s, const ipu__frame *f, uint32_t index);
 
@@ -218,6 +250,16 @@ bool ipu__pipeline_usable(ipu_session *s);
 ipu_status ipu__pipeline_run_main(ipu_session *s, ipu_step_result *r);
 /* Store a subgraph id as the first element of the index tensor. */
 void ipu__store_index(void *p, const ipu_tensor_desc *d, uint32_t v);
+
+/* session_stages.c (manual sharding) */
+IPU_NODISCARD ipu_status ipu__stages_create(ipu_session *s); /* pipelined executables only */
+void ipu__stages_destroy(ipu_session *s);
+/* Every stage and its copies in order over frame f (one iteration of a sharded executable). */
+IPU_NODISCARD ipu_status ipu__run_stages(ipu_session *s, const ipu__frame *f);
+/* Whether run_main runs the stage pipeline (pipelined executable whose inputs are queued);
+ * one step through it. */
+bool ipu__stages_pipelined(const ipu_session *s);
+ipu_status ipu__stages_run_main(ipu_session *s, ipu_step_result *r);
 
 /* Thread-local: non-zero while the thread runs a user stream or slot-done callback. */
 extern _Thread_local int ipu__tl_in_callback;

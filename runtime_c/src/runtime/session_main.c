@@ -230,7 +230,7 @@ static void mark_failed(ipu_session *s, uint32_t a, uint64_t id, ipu_status st) 
         if (s->front_err[a] == IPU_OK) s->front_err[a] = st;
         return;
     }
-    for (int k = 0; k < 2; k++)
+    for (uint32_t k = 0; k < s->n_iters; k++)
         for (size_t i = 0; i < s->iters[k].npending; i++) {
             ipu__pend *p = &s->iters[k].pending[i];
             if (p->anchor == a && p->id == id && p->err == IPU_OK) p->err = st;
@@ -315,7 +315,8 @@ void ipu__stage_load(ipu_session *s, ipu__iter *c, uint32_t it) {
 void ipu__stage_compute(ipu_session *s, ipu__iter *c) {
     if (c->st != IPU_OK) return;
     ipu__frame f = {s->exe, c->ptr};
-    ipu_status ps = ipu__run_program(s, &f, s->exe->main_programs[c->sub]);
+    ipu_status ps = s->exe->info.num_stages ? ipu__run_stages(s, &f)
+                                            : ipu__run_program(s, &f, s->exe->main_programs[c->sub]);
     if (ps != IPU_OK) {
         char what[64];
         snprintf(what, sizeof what, "Main program of subgraph %u failed", c->sub);
@@ -384,7 +385,9 @@ ipu_status ipu_session_run_main(ipu_session *s, ipu_step_result *out) {
                          "first");
     ipu_step_result r = {0, 0};
     atomic_store(&s->flush_req, 0); /* a flush pads the step in progress: none before this */
-    ipu_status ret = ipu__pipeline_usable(s) ? ipu__pipeline_run_main(s, &r) : run_serial(s, &r);
+    ipu_status ret = ipu__stages_pipelined(s)  ? ipu__stages_run_main(s, &r)
+                     : ipu__pipeline_usable(s) ? ipu__pipeline_run_main(s, &r)
+                                               : run_serial(s, &r);
     if (r.padded_iterations)
         atomic_fetch_add_explicit(&s->st_padded, r.padded_iterations, memory_order_relaxed);
     if (r.iterations + r.padded_iterations == s->bps)

@@ -97,7 +97,7 @@ static void *io_main(void *arg) {
 ipu_status ipu__pipeline_create(ipu_session *s) {
     const ipu_executable *e = s->exe;
     int want = s->cfg.overlap_io < 0 ? e->info.num_io_tiles > 0 : s->cfg.overlap_io != 0;
-    if (!want) return IPU_OK;
+    if (!want || e->info.pipelined) return IPU_OK; /* the stage pipeline does its own I/O */
     uint32_t nt = e->info.num_tensors ? e->info.num_tensors : 1;
     s->pl_anchor = ipu__calloc(nt, sizeof *s->pl_anchor);
     s->pl_soff = ipu__calloc(s->num_anchors ? s->num_anchors : 1, sizeof *s->pl_soff);
