@@ -11,11 +11,13 @@ import numpy as np
 import onnx
 import pytest
 from helpers import subprocess_env, tool
+from models import fusion_model0
 from onnx import TensorProto, helper, numpy_helper
 
 import pyipu
 from pyipu import runtime
 from pyipu.compiler import CompileError, Compiler, CompilerOptions, UnsupportedError
+from pyipu.compiler.cache import entry_path
 from pyipu.compiler.executable import Executable
 from pyipu.compiler.ir import NO_INDEX, Direction, Location
 from pyipu.compiler.serialize import decode
@@ -192,7 +194,10 @@ def test_validation_errors() -> None:
         CompilerOptions().virtual_graph_mode = "auto"
     with pytest.raises(CompileError):
         CompilerOptions().virtual_graph_mode = "on"
-    assert options(True, 3).cache_key() != options(False, 3).cache_key()
+    model = fusion_model0()
+    assert entry_path(Path("c"), model, None, options(True, 3)) != entry_path(
+        Path("c"), model, None, options(False, 3)
+    )
 
 
 # ---------------------------------------------------------------- compiled structure
