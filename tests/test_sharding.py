@@ -131,6 +131,16 @@ def test_sharder_walks_back_from_sharding_points_and_puts_the_rest_on_max_plus_o
     assert all(len(n.attribute) == 0 for n in model.graph.node if n.op_type == "Add")
 
 
+def test_sharder_is_poprts_converter_class_and_the_manual_sharding_pass() -> None:
+    from pyipu.converter import Sharder as ConverterSharder
+
+    assert ConverterSharder is Sharder
+    points = ({"relu1": 0, "relu2": 1}, {"relu1": 0, "relu2": 1})
+    by_pass = pyipu.PassManager([pyipu.Pass.get_pass("manual_sharding", *points)]).run(mlp())
+    assert placements(by_pass) == placements(Sharder(*points).run(mlp()))
+    assert "manual_sharding" in pyipu.get_registered_passes()
+
+
 def test_sharder_rejects_unknown_nodes_and_mismatched_stages() -> None:
     with pytest.raises(CompileError, match="lacks"):
         Sharder({"nope": 0}).run(mlp())

@@ -1,6 +1,8 @@
-"""PopRT's converter (`poprt.converter`): `Converter` (one model) and `MFConverter` (fusion)."""
+"""PopRT's converter (`poprt.converter`): `Converter` (one model), `MFConverter` (fusion) and
+`Sharder` (manual sharding / pipelining)."""
 
 from pyipu.compiler.fusion import MFConverter
+from pyipu.compiler.sharding import Sharder
 from pyipu.converter.check import CheckResult, compare_models
 from pyipu.converter.converter import DEFAULT_PASSES, Converter, parse_input_shape
 
@@ -9,6 +11,7 @@ __all__ = [
     "CheckResult",
     "Converter",
     "MFConverter",
+    "Sharder",
     "compare_models",
     "parse_input_shape",
 ]

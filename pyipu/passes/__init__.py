@@ -9,7 +9,7 @@
 See docs/converter.md for what each pass does and how to write one.
 """
 
-from pyipu.passes import eliminate, folding, fuse, half, int64, overview
+from pyipu.passes import eliminate, folding, fuse, half, int64, overview, sharding
 from pyipu.passes.base import (
     Pass,
     PassManager,
@@ -42,4 +42,5 @@ __all__ = [
     "int64",
     "overview",
     "register",
+    "sharding",
 ]
