@@ -8,10 +8,10 @@ import sys
 from pyipu import _core
 from pyipu.enums import DType, Op
 from pyipu.errors import Error
+from pyipu.ipu_targets import TARGETS, TILES_PER_IPU
 
 _BLOB_TYPES = {1: "metadata", 2: "tensor_data", 3: "program", 4: "opaque"}
-_TARGETS = {2: "ipu2", 21: "ipu21"}
-TILES_PER_IPU = 1472  # GC200 and C600
+_TARGETS = {t.ipu_version_number: name for name, t in TARGETS.items()}
 
 
 def dump(path: str, out=sys.stdout, show_instructions: bool = False) -> None:

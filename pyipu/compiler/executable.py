@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from pyipu.compiler.ipu_model import NOT_FIT_LABEL, IPUModelReport, Settings, estimate
 from pyipu.compiler.ir import Direction, ModelIR
 from pyipu.compiler.serialize import decode, encode_container
 
@@ -22,6 +23,7 @@ class Executable:
     def __init__(self, path: str | os.PathLike | None = None) -> None:
         self._bytes: bytes | None = None
         self._program: ModelIR | None = None
+        self._report: IPUModelReport | None = None
         if path is not None:
             with open(path, "rb") as f:
                 self._bytes = f.read()
@@ -87,11 +89,26 @@ class Executable:
     def summary(self) -> str:
         return self.program.summary()
 
+    def report(self) -> IPUModelReport:
+        """The IPU Model's memory and cycle estimate (recomputed from the program, so a loaded
+        PopEF file reports what the compiler saw; docs/ipu-model.md)."""
+        if self._report is None:
+            self._report = estimate(self.program)
+        return self._report
+
+    @property
+    def fits(self) -> bool:
+        """False when compiled with `debug.allowOutOfMemory` although it does not fit."""
+        if not Settings.of(self.program).allow_out_of_memory:
+            return True  # the compiler refused anything that does not fit
+        return self.report().fits
+
     def __repr__(self) -> str:
         if self._program is None and self._bytes is not None:
             return f"<Executable {len(self._bytes)} bytes>"
         p = self.program
+        label = "" if self.fits else f", {NOT_FIT_LABEL}"
         return (
             f"<Executable {len(p.anchors)} anchors, {p.num_subgraphs} subgraph(s), "
-            f"arena {p.arena_size} bytes>"
+            f"arena {p.arena_size} bytes{label}>"
         )

@@ -15,8 +15,7 @@ from typing import Any
 
 from pyipu.compiler.errors import CompileError, UnsupportedError
 from pyipu.compiler.ir import IPU_VERSIONS
-
-_NUM_TILES = 1472  # tiles per GC200/C600 IPU
+from pyipu.ipu_targets import TILES_PER_IPU
 
 
 def _int_at_least(lo: int) -> Callable[[str, Any], None]:
@@ -63,8 +62,8 @@ def _num_io_tiles(name: str, v: Any) -> None:
     if v == "auto":  # sized from the model's I/O bytes at compile time
         return
     _int_at_least(0)(name, v)
-    if v >= _NUM_TILES:
-        raise CompileError(f"CompilerOptions.{name} must be < {_NUM_TILES} (tiles per IPU)")
+    if v >= TILES_PER_IPU:
+        raise CompileError(f"CompilerOptions.{name} must be < {TILES_PER_IPU} (tiles per IPU)")
 
 
 def _mapping(name: str, v: Any) -> None:
