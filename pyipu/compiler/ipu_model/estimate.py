@@ -80,8 +80,8 @@ def _timeline(
     for s, segs in live_segments(ir, m, tl).items():
         slot = m.slots[s]
         runs = slot.tile_map.rects(tpi)
-        for lo, hi in segs:
-            (io if slot.category == "io" else act).add(lo, hi, runs)
+        for lo, hi, anchor in segs:
+            (io if anchor else act).add(lo, hi, runs)
     costs: list[InstructionCost] = []
     for pos, step in enumerate(tl.steps, start=1):
         cost, work, temps = instruction_cost(ir, m, step, tgt, budget)

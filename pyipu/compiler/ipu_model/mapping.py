@@ -95,7 +95,7 @@ WEIGHTS, ACTIVATIONS, IO = "weights", "activations", "io"
 class Slot:
     """Storage shared by a root tensor and its views."""
 
-    name: str  # the first tensor's name (the root: roots come before their views)
+    name: str  # its first anchor's name, else its first tensor's (the root's)
     category: str  # WEIGHTS | ACTIVATIONS | IO (an anchor streamed from/to the host)
     nbytes: int
     tile_map: TileMap
@@ -203,6 +203,8 @@ def map_tensors(ir: ModelIR, tiles_per_ipu: int) -> Mapping:
             first.append(i)
         tensor_slot.append(s)
     io_slots = {tensor_slot[t] for t in streamed}
+    for a in reversed(ir.anchors):  # PopEF stores anchor names only: prefer them
+        names[tensor_slot[a.tensor]] = a.name
     slots: list[Slot] = []
     weight_cursor = [0] * ir.num_ipus
     for s, i in enumerate(first):
@@ -232,47 +234,50 @@ def map_tensors(ir: ModelIR, tiles_per_ipu: int) -> Mapping:
     return Mapping(compute, tuple(tensor_slot), tuple(slots), tuple(io_buffers), timelines(ir))
 
 
-def live_segments(
-    ir: ModelIR, m: Mapping, tl: Timeline
-) -> dict[int, list[tuple[int, int]]]:
-    """Arena slot → [(first, last)] timeline positions it holds a live value.
+def live_segments(ir: ModelIR, m: Mapping, tl: Timeline) -> dict[int, list[tuple[int, int, bool]]]:
+    """Arena slot → [(first, last, is_anchor)] timeline positions it holds a live value.
 
     A value lives from a write (an instruction output, or an input anchor before the first
     instruction) to its last read before the next write; output anchors are read after the last
-    instruction. Weights are not included (always live).
+    instruction. is_anchor: the value is an input or output anchor's (its bytes count as I/O,
+    although the same storage may hold activations at other times). Weights are not included
+    (always live).
     """
-    events: dict[int, list[tuple[int, bool]]] = {}
+    events: dict[int, list[tuple[int, bool, bool]]] = {}  # (position, is_write, is_anchor)
     end = len(tl.steps) + 1
     for ai in tl.anchors:
         a = ir.anchors[ai]
         if a.has_tensor_data:
             continue
-        s = m.tensor_slot[a.tensor]
-        events.setdefault(s, []).append((0, True) if a.direction == Direction.INPUT else (end, False))
+        ev = (0, True, True) if a.direction == Direction.INPUT else (end, False, True)
+        events.setdefault(m.tensor_slot[a.tensor], []).append(ev)
     for pos, st in enumerate(tl.steps, start=1):
         for t in st.instr.inputs:
-            events.setdefault(m.tensor_slot[t], []).append((pos, False))
+            events.setdefault(m.tensor_slot[t], []).append((pos, False, False))
         for t in st.instr.outputs:
-            events.setdefault(m.tensor_slot[t], []).append((pos, True))
-    out: dict[int, list[tuple[int, int]]] = {}
+            events.setdefault(m.tensor_slot[t], []).append((pos, True, False))
+    out: dict[int, list[tuple[int, int, bool]]] = {}
     for s, ev in events.items():
         if m.slots[s].category == WEIGHTS:
             continue
-        ev.sort(key=lambda e: (e[0], e[1]))  # at one position, reads come before writes
-        segs: list[tuple[int, int]] = []
+        ev.sort()  # at one position, reads (False) come before writes (True)
+        segs: list[tuple[int, int, bool]] = []
         lo = hi = -1
-        for pos, write in ev:
+        anchor = False
+        for pos, write, is_anchor in ev:
             if write:
                 if lo >= 0:
                     # An in-place instruction's read and write share the position: one value.
                     last = hi if hi < pos else pos - 1
                     if last >= lo:
-                        segs.append((lo, last))
+                        segs.append((lo, last, anchor))
                 lo = hi = pos
+                anchor = is_anchor
             elif lo < 0:  # read before any write here: live from the start
-                lo, hi = 0, pos
+                lo, hi, anchor = 0, pos, is_anchor
             else:
                 hi = pos
-        segs.append((lo, hi))
+                anchor = anchor or is_anchor
+        segs.append((lo, hi, anchor))
         out[s] = segs
     return out
