@@ -235,6 +235,16 @@ def _numbers(rep: IPUModelReport) -> dict:
     return d
 
 
+def test_popef_dump_prints_the_report(tmp_path, capsys) -> None:
+    from pyipu.cli import popef_dump
+
+    path = tmp_path / "mm.popef"
+    Compiler.compile_and_export(matmul_model(), ["y"], str(path))
+    assert popef_dump.main([str(path), "--report"]) == 0
+    out = capsys.readouterr().out
+    assert "IPU Model report" in out and "IPU 0 tile 0: 36160 bytes" in out
+
+
 def test_allow_out_of_memory_compiles_and_labels(tmp_path) -> None:
     opts = CompilerOptions(engine_options={"debug.allowOutOfMemory": "true"})
     exe = Compiler.compile(expand_model(260_000_000), ["z"], opts)
@@ -253,9 +263,7 @@ def test_allow_out_of_memory_compiles_and_labels(tmp_path) -> None:
     fits = Compiler.compile(matmul_model(), ["y"], opts)
     assert fits.fits and NOT_FIT_LABEL not in repr(fits)
     with pytest.raises(CompileError, match="allowOutOfMemory"):
-        Compiler.compile(
-            matmul_model(), ["y"], CompilerOptions(engine_options={"debug.allowOutOfMemory": "1"})
-        )
+        CompilerOptions(engine_options={"debug.allowOutOfMemory": "1"})
 
 
 # ---------------------------------------------------------------------------- reports

@@ -90,9 +90,7 @@ def compile_ir(
 
 def _fit_on_ipu(ir: ModelIR, opts: CompilerOptions) -> ModelIR:
     """Record the IPU Model settings in the IR; IPUOutOfMemoryError if the model does not fit."""
-    settings = Settings(
-        opts.available_memory_proportion, allow_out_of_memory(opts.engine_options)
-    )
+    settings = Settings(opts.available_memory_proportion, allow_out_of_memory(opts.engine_options))
     blob = settings.blob()
     if blob is not None:
         ir = dataclasses.replace(ir, opaque=(*ir.opaque, blob))

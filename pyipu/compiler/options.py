@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pyipu.compiler.errors import CompileError, UnsupportedError
+from pyipu.compiler.ipu_model import allow_out_of_memory
 from pyipu.compiler.ir import IPU_VERSIONS
 from pyipu.ipu_targets import TILES_PER_IPU
 
@@ -69,6 +70,11 @@ def _num_io_tiles(name: str, v: Any) -> None:
 def _mapping(name: str, v: Any) -> None:
     if not isinstance(v, Mapping):
         raise CompileError(f"CompilerOptions.{name} must be a dict, got {v!r}")
+
+
+def _engine_options(name: str, v: Any) -> None:
+    _mapping(name, v)
+    allow_out_of_memory(v)  # the one Poplar engine option pyipu reads: check its value now
 
 
 def _opaque_blobs(name: str, v: Any) -> None:
@@ -132,7 +138,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], None]] = {
     "constant_weights": _only_default(True, "weights are always baked into the executable"),
     "enable_engine_caching": _boolean,
     "cache_path": _string,
-    "engine_options": _mapping,
+    "engine_options": _engine_options,
     "custom_patterns": _only_default([], "no custom PopART patterns"),
     "custom_transform_applier_settings": _only_default({}, "no custom PopART transforms"),
     "opaque_blobs": _opaque_blobs,
@@ -151,7 +157,8 @@ class CompilerOptions:
     graphs: the Runner runs one replica per virtual IPU), batches_per_step, num_io_tiles (the
     runtime overlaps I/O when > 0; "auto" sizes it from the model's I/O bytes), opaque_blobs,
     enable_engine_caching/cache_path, serialize_ir/serialized_ir_dest,
-    compilation_progress_logger. partials_type: pyipu always
+    compilation_progress_logger, available_memory_proportion and engine option
+    `debug.allowOutOfMemory` (the IPU Model, docs/ipu-model.md). partials_type: pyipu always
     accumulates floats in float32 (both values accepted). Poplar tuning knobs are recorded only.
 
     Example:

@@ -6,7 +6,7 @@ Example:
     >>> print(exe.report().summary())  # doctest: +SKIP
 """
 
-from pyipu.compiler.errors import IPUOutOfMemoryError
+from pyipu.compiler.errors import CompileError, IPUOutOfMemoryError
 from pyipu.compiler.ipu_model.cycles import InstructionCost
 from pyipu.compiler.ipu_model.estimate import SETTINGS_BLOB, Settings, estimate
 from pyipu.compiler.ipu_model.report import NOT_FIT_LABEL, IPUModelReport, TensorMemory
@@ -19,9 +19,9 @@ def allow_out_of_memory(engine_options: dict[str, str]) -> bool:
     v = engine_options.get(ALLOW_OOM_OPTION, "false")
     text = str(v).lower()
     if text not in ("true", "false"):
-        from pyipu.compiler.errors import CompileError
-
-        raise CompileError(f"engine option {ALLOW_OOM_OPTION!r} must be 'true' or 'false', got {v!r}")
+        raise CompileError(
+            f"engine option {ALLOW_OOM_OPTION!r} must be 'true' or 'false', got {v!r}"
+        )
     return text == "true"
 
 

@@ -1,12 +1,12 @@
 """Cycle estimate of one instruction: compute on its tiles + exchange + sync (docs/ipu-model.md).
 
 An instruction's work is split over the tiles holding its (first) output; the busiest tile (the
-most output elements) sets the time. MatMul, Gemm and Conv also bring their operands' rows and
-columns to every tile; those bytes are the instruction's temporary memory. When they exceed
-`available_memory_proportion` × tile memory, the instruction runs in serial passes (like PopLibs'
-planner splitting the reduction dimension): each pass holds 1/passes of the bytes and costs one
-more sync.
-"""
+most output elements) sets the time, and every instruction is one compute set (one BSP sync).
+MatMul, Gemm and Conv keep their output blocks on the output's tiles and split the reduction
+dimension K over otherwise idle tiles; every tile brings in the operand slices it needs (its
+temporary memory) and the output tiles receive and add the partial sums. When a tile's
+temporaries exceed `available_memory_proportion` × tile memory, the instruction runs in serial
+passes (like PopLibs' planner): each pass holds 1/passes of the bytes and costs one more sync."""
 
 from __future__ import annotations
 
@@ -99,6 +99,22 @@ def _flops_per_cycle(dtype: DType, t: IPUTarget) -> int:
     return 2 * max(1, t.vector_bytes // np_dtype(dtype).itemsize)  # no AMP: vector MACs
 
 
+def _cost(
+    step: Step,
+    op: Op,
+    tiles: int,
+    *,
+    passes: int = 1,
+    compute: int = 0,
+    exchange: int = 0,
+    sync: int = 0,
+    temp: int = 0,
+) -> InstructionCost:
+    return InstructionCost(
+        step.program, step.index, op.name, tiles, passes, compute, exchange, sync, temp
+    )
+
+
 def _runs(om: TileMap, tpi: int) -> list[tuple[int, int]]:
     return [(a, b) for a, b, _ in om.rects(tpi)]
 
@@ -116,7 +132,7 @@ def instruction_cost(
     op = Op(ins.op)
     tpi = t.tiles_per_ipu
     if not ins.outputs:
-        return InstructionCost(step.program, step.index, op.name, 0, 1, 0, 0, 0, 0), [], []
+        return _cost(step, op, 0), [], []
     out = ir.tensors[ins.outputs[0]]
     om = m.slots[m.tensor_slot[ins.outputs[0]]].tile_map
     e = om.max_elements
@@ -124,9 +140,8 @@ def instruction_cost(
     maps = tuple(m.slots[m.tensor_slot[i]].tile_map for i in ins.inputs)
     if step.inter_ipu:
         link = max(1, int(t.ipu_link_bytes_per_second / t.tile_clock_frequency))
-        cost = InstructionCost(
-            step.program, step.index, op.name, om.ntiles, 1, 0,
-            _cdiv(out.nbytes, link), t.inter_ipu_sync_cycles, 0,
+        cost = _cost(
+            step, op, om.ntiles, exchange=_cdiv(out.nbytes, link), sync=t.inter_ipu_sync_cycles
         )
         return cost, _runs(om, tpi), []
     if op in AMP_OPS:
@@ -134,7 +149,7 @@ def instruction_cost(
     itemsize = max([np_dtype(out.dtype).itemsize] + [s.nbytes // s.numel for s in specs])
     work = e
     exchange_bytes = 0
-    for s, sm in zip(specs, maps):
+    for s, sm in zip(specs, maps, strict=True):
         if s.numel <= out.numel:
             needed = min(s.numel, e)
         else:
@@ -149,10 +164,8 @@ def instruction_cost(
             work = e * ins.attrs[1] * ins.attrs[2]
         cost_per = HEAVY_COST if op in HEAVY_OPS else 1
         compute = _cdiv(work * cost_per, max(1, t.vector_bytes // itemsize))
-    cost = InstructionCost(
-        step.program, step.index, op.name, om.ntiles, 1, compute,
-        _cdiv(exchange_bytes, t.exchange_bytes_per_cycle), t.sync_cycles, 0,
-    )
+    exchange = _cdiv(exchange_bytes, t.exchange_bytes_per_cycle)
+    cost = _cost(step, op, om.ntiles, compute=compute, exchange=exchange, sync=t.sync_cycles)
     return cost, _runs(om, tpi), []
 
 
@@ -181,10 +194,15 @@ def _amp_cost(
     if split > 1:  # add the partial sums
         compute += _cdiv(e * (split - 1), max(1, t.vector_bytes // PARTIAL_BYTES))
     tiles = om.ntiles * split
-    cost = InstructionCost(
-        step.program, step.index, op.name, tiles, passes, compute,
-        _cdiv(need, t.exchange_bytes_per_cycle),
-        t.sync_cycles * (passes + (1 if split > 1 else 0)), temp,
+    cost = _cost(
+        step,
+        op,
+        tiles,
+        passes=passes,
+        compute=compute,
+        exchange=_cdiv(need, t.exchange_bytes_per_cycle),
+        sync=t.sync_cycles * (passes + (1 if split > 1 else 0)),
+        temp=temp,
     )
     base = om.ipu * t.tiles_per_ipu + om.pool_base
     runs = []

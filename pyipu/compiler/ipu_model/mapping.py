@@ -83,7 +83,13 @@ def linear_map(
     per = min(per_grains * grain, numel)
     ntiles = -(-numel // per)
     return TileMap(
-        ipu, pool_base, pool_size, start % pool_size, ntiles, per, numel - (ntiles - 1) * per,
+        ipu,
+        pool_base,
+        pool_size,
+        start % pool_size,
+        ntiles,
+        per,
+        numel - (ntiles - 1) * per,
         itemsize,
     )
 
@@ -159,9 +165,7 @@ def timelines(ir: ModelIR) -> tuple[Timeline, ...]:
         instrs = ir.program(pid).instrs
         if staged and not instrs:
             continue
-        anchors = tuple(
-            i for i, a in enumerate(ir.anchors) if a.subgraph in (sub, NO_INDEX)
-        )
+        anchors = tuple(i for i, a in enumerate(ir.anchors) if a.subgraph in (sub, NO_INDEX))
         out.append(
             Timeline(tuple(Step(pid, i, ins, False) for i, ins in enumerate(instrs)), anchors)
         )
@@ -226,7 +230,11 @@ def map_tensors(ir: ModelIR, tiles_per_ipu: int) -> Mapping:
             sl = slots[s]
             t = ir.tensors[first[s]]
             tm = linear_map(
-                t.numel, sl.tile_map.itemsize, sl.tile_map.ipu, compute, ir.num_io_tiles,
+                t.numel,
+                sl.tile_map.itemsize,
+                sl.tile_map.ipu,
+                compute,
+                ir.num_io_tiles,
                 cursor[sl.tile_map.ipu],
             )
             cursor[sl.tile_map.ipu] = (tm.start + tm.ntiles) % ir.num_io_tiles

@@ -93,9 +93,7 @@ class IPUModelReport:
             "memory": self.memory.tolist(),
             "categories": {k: v.tolist() for k, v in self.categories.items()},
             "tensors": [t.__dict__.copy() for t in self.tensors],
-            "instructions": [
-                {**c.__dict__, "cycles": c.cycles} for c in self.instructions
-            ],
+            "instructions": [{**c.__dict__, "cycles": c.cycles} for c in self.instructions],
             "program_cycles": dict(self.program_cycles),
             "batch_cycles": self.batch_cycles,
             "host_io_cycles": self.host_io_cycles,
@@ -127,9 +125,7 @@ class IPUModelReport:
         lines.append(f"  tiles over {cap} bytes: {over}")
         lines.append("Worst tiles:")
         for ipu, tile, b in self.worst_tiles(min(top, 5)):
-            parts = ", ".join(
-                f"{k} {int(self.categories[k][ipu, tile])}" for k in CATEGORIES
-            )
+            parts = ", ".join(f"{k} {int(self.categories[k][ipu, tile])}" for k in CATEGORIES)
             lines.append(f"  IPU {ipu} tile {tile}: {b} bytes ({parts})")
         lines.append("Largest tensors:")
         for tm in self.tensors[:top]:
