@@ -114,9 +114,10 @@ def test_matmul_memory_per_tile_by_hand() -> None:
     assert (cat["io"][:16] == 1024).all() and (cat["io"][16:32] == 512).all()
     assert (cat["io"][32:] == 0).all() and (cat["activations"] == 0).all()
     # 128 output elements per tile, K = 256 split 4 ways (256 // 64) over 32 × 4 = 128 tiles:
-    # a row of x (64) + 128 columns of W (64 each) fp32, + 128 × 3 float partial sums.
-    temp = (64 + 128 * 64) * 4 + 128 * 3 * 4
-    assert temp == 34560
+    # a row of x (64 fp32; W, a weight, is laid out where it is used) + 128 × 3 float partial
+    # sums.
+    temp = 64 * 4 + 128 * 3 * 4
+    assert temp == 1792
     assert (cat["temporaries"][:128] == temp).all() and (cat["temporaries"][128:] == 0).all()
     assert (cat["code"][:128] == 64).all() and (cat["code"][128:] == 0).all()
     mem = rep.memory[0]
@@ -128,7 +129,7 @@ def test_matmul_memory_per_tile_by_hand() -> None:
         0,
     )
     assert (sum(rep.categories.values()) == rep.memory).all()
-    assert rep.worst_tiles(2) == [(0, 0, 36160), (0, 1, 36160)]
+    assert rep.worst_tiles(2) == [(0, 0, 3392), (0, 1, 3392)]
     big = rep.tensors[0]
     assert (big.name, big.category, big.nbytes, big.tiles) == ("W", "weights", 524288, 1024)
 
@@ -139,34 +140,34 @@ def test_matmul_cycles_by_hand_and_ipu21_clock() -> None:
     assert (c.opcode, c.tiles, c.passes) == ("MATMUL", 128, 1)
     # 2 × 128 × 64 flops at 32 per cycle, + 128 × 3 partial adds at 2 per cycle.
     assert c.compute_cycles == 512 + 192
-    assert c.exchange_cycles == 34560 // 4
+    assert c.exchange_cycles == 1792 // 4
     assert c.sync_cycles == 2 * 150  # the product and the reduction of partials
-    assert rep.batch_cycles == c.cycles == 9644
+    assert rep.batch_cycles == c.cycles == 1452
     host = math.ceil((8 * 256 + 8 * 512) * 4 * 1.33e9 / 32e9)
     assert rep.host_io_cycles == host == 1022
-    assert rep.latency_s == pytest.approx((9644 + 1022) / 1.33e9)
-    assert rep.throughput == pytest.approx(1.33e9 / (9644 + 1022))
+    assert rep.latency_s == pytest.approx((1452 + 1022) / 1.33e9)
+    assert rep.throughput == pytest.approx(1.33e9 / (1452 + 1022))
 
     fast = Compiler.compile(matmul_model(), ["y"], CompilerOptions(ipu_version="ipu21")).report()
-    assert fast.target.ipu_version == "ipu21" and fast.batch_cycles == 9644
+    assert fast.target.ipu_version == "ipu21" and fast.batch_cycles == 1452
     assert fast.host_io_cycles == 1152  # 24576 bytes at 32 GB/s is 1152 cycles at 1.5 GHz
-    assert fast.latency_s == pytest.approx((9644 + 1152) / 1.5e9)
+    assert fast.latency_s == pytest.approx((1452 + 1152) / 1.5e9)
     assert (fast.memory == rep.memory).all()
 
 
 def test_available_memory_proportion_splits_into_passes_and_survives_a_file(tmp_path) -> None:
-    opts = CompilerOptions(available_memory_proportion=0.01)  # 6389 bytes of temporaries
+    opts = CompilerOptions(available_memory_proportion=0.001)  # 638 bytes of temporaries
     exe = Compiler.compile(matmul_model(), ["y"], opts)
     rep = exe.report()
     (c,) = rep.instructions
-    assert c.passes == math.ceil(34560 / int(0.01 * TILE)) == 6
-    assert c.temp_bytes == 34560 // 6 and c.sync_cycles == 7 * 150
-    assert (rep.categories["temporaries"][0, :128] == 5760).all()
+    assert c.passes == math.ceil(1792 / int(0.001 * TILE)) == 3
+    assert c.temp_bytes == 598 and c.sync_cycles == 4 * 150
+    assert (rep.categories["temporaries"][0, :128] == 598).all()
     path = tmp_path / "mm.popef"
     exe.save(path)
     loaded = Executable(path).report()
     assert loaded.to_dict() == rep.to_dict()
-    assert loaded.available_memory_proportion == 0.01
+    assert loaded.available_memory_proportion == 0.001
     default = Compiler.compile(matmul_model(), ["y"]).report()
     assert default.instructions[0].passes == 1 and default.batch_cycles < rep.batch_cycles
 
@@ -242,7 +243,7 @@ def test_popef_dump_prints_the_report(tmp_path, capsys) -> None:
     Compiler.compile_and_export(matmul_model(), ["y"], str(path))
     assert popef_dump.main([str(path), "--report"]) == 0
     out = capsys.readouterr().out
-    assert "IPU Model report" in out and "IPU 0 tile 0: 36160 bytes" in out
+    assert "IPU Model report" in out and "IPU 0 tile 0: 3392 bytes" in out
 
 
 def test_allow_out_of_memory_compiles_and_labels(tmp_path) -> None:
@@ -273,8 +274,8 @@ def test_summary_report_text() -> None:
     text = Compiler.compile_and_get_summary_report(matmul_model(), ["y"], CompilerOptions())
     assert text.startswith("IPU Model report\nTarget: ipu2 (GC200")
     assert "Status: fits on the IPU" in text
-    assert "IPU 0 tile 0: 36160 bytes (weights 512, activations 0, io 1024" in text
-    assert "program 1 #0 matmul on 128 tiles: 9644 = 704 + 8640 + 300" in text
+    assert "IPU 0 tile 0: 3392 bytes (weights 512, activations 0, io 1024" in text
+    assert "program 1 #0 matmul on 128 tiles: 1452 = 704 + 448 + 300" in text
     assert "'W' 524288 bytes (weights) on 1024 tile(s)" in text
     assert "Estimated: latency" in text and "batches/s" in text
 

@@ -37,10 +37,18 @@ def out_of_memory_message(rep: IPUModelReport, top: int = 5) -> str:
         f"{tm.name!r} {tm.nbytes} bytes ({tm.category}, up to {tm.max_bytes_per_tile} per tile)"
         for tm in rep.tensors[:top]
     )
+    ipu, tile, _ = rep.worst_tiles(1)[0]
+    temp = int(rep.categories["temporaries"][ipu, tile])
+    amp = (
+        f"lower available_memory_proportion (now {rep.available_memory_proportion}: MatMul/Conv "
+        f"temporaries take {temp} bytes of tile {tile}), "
+        if temp
+        else ""
+    )
     return (
         f"out of memory on the IPU ({t.ipu_version}: {rep.num_ipus} IPU(s) x {t.tiles_per_ipu} "
         f"tiles x {cap} bytes): {over} tile(s) over. Worst tiles: {tiles}. Largest tensors: "
-        f"{tensors}. Reduce the batch size, shard over more IPUs, or set "
+        f"{tensors}. To fit: {amp}reduce the batch size, shard over more IPUs; or set "
         f"options.engine_options = {{{ALLOW_OOM_OPTION!r}: 'true'}} to compile anyway for CPU use"
     )
 

@@ -3,8 +3,9 @@
 An instruction's work is split over the tiles holding its (first) output; the busiest tile (the
 most output elements) sets the time, and every instruction is one compute set (one BSP sync).
 MatMul, Gemm and Conv keep their output blocks on the output's tiles and split the reduction
-dimension K over otherwise idle tiles; every tile brings in the operand slices it needs (its
-temporary memory) and the output tiles receive and add the partial sums. When a tile's
+dimension K over otherwise idle tiles; every tile brings in the activation slices it needs (its
+temporary memory; weights are laid out where they are used, as PopLibs' planner does) and the
+output tiles receive and add the partial sums. When a tile's
 temporaries exceed `available_memory_proportion` × tile memory, the instruction runs in serial
 passes (like PopLibs' planner): each pass holds 1/passes of the bytes and costs one more sync."""
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pyipu.compiler.ipu_model.mapping import Mapping, Step, TileMap
+from pyipu.compiler.ipu_model.mapping import WEIGHTS, Mapping, Step, TileMap
 from pyipu.compiler.ir import ModelIR, TensorSpec, np_dtype
 from pyipu.enums import DType, Op
 from pyipu.ipu_targets import IPUTarget
@@ -85,10 +86,10 @@ def amp_shape(
     return k, out.shape[-1], k
 
 
-def amp_operand_elements(e: int, k: int, row: int, k_b: int) -> int:
+def amp_operand_elements(e: int, row: int, k_a: int, k_b: int) -> int:
     """Input elements a tile computing `e` consecutive output elements needs:
-    ceil(e/row) "a" slices of k and min(e, row) "b" slices of k_b."""
-    return _cdiv(e, row) * k + min(e, row) * k_b
+    ceil(e/row) "a" slices of k_a and min(e, row) "b" slices of k_b."""
+    return _cdiv(e, row) * k_a + min(e, row) * k_b
 
 
 def _flops_per_cycle(dtype: DType, t: IPUTarget) -> int:
@@ -145,7 +146,8 @@ def instruction_cost(
         )
         return cost, _runs(om, tpi), []
     if op in AMP_OPS:
-        return _amp_cost(step, op, specs, out, om, m.compute_tiles, t, temp_budget)
+        weights = tuple(m.slots[m.tensor_slot[i]].category == WEIGHTS for i in ins.inputs[:2])
+        return _amp_cost(step, op, specs, weights, out, om, m.compute_tiles, t, temp_budget)
     itemsize = max([np_dtype(out.dtype).itemsize] + [s.nbytes // s.numel for s in specs])
     work = e
     exchange_bytes = 0
@@ -173,6 +175,7 @@ def _amp_cost(
     step: Step,
     op: Op,
     specs: tuple[TensorSpec, ...],
+    weights: tuple[bool, ...],
     out: TensorSpec,
     om: TileMap,
     compute_tiles: int,
@@ -186,8 +189,14 @@ def _amp_cost(
     isz = specs[0].nbytes // max(1, specs[0].numel)
     split = max(1, min(compute_tiles // om.ntiles, k // K_GRAIN))
     k_part = _cdiv(k, split)
+    # The planner lays weights out where they are used: only activations are exchanged.
+    a_is_weight, b_is_weight = weights[1], weights[0]
+    if op != Op.CONV2D:
+        a_is_weight, b_is_weight = weights[0], weights[1]
+    k_a = 0 if a_is_weight else k_part
+    k_b = 0 if b_is_weight else _cdiv(k_b, split)
     partial_bytes = e * (split - 1) * PARTIAL_BYTES  # received by each output tile
-    need = amp_operand_elements(e, k_part, row, _cdiv(k_b, split)) * isz + partial_bytes
+    need = amp_operand_elements(e, row, k_a, k_b) * isz + partial_bytes
     passes = max(1, _cdiv(need, max(1, temp_budget)))
     temp = _cdiv(need, passes)
     compute = _cdiv(2 * e * k_part, _flops_per_cycle(DType(specs[0].dtype), t))
