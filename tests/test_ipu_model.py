@@ -339,3 +339,33 @@ def test_report_of_a_fused_model_covers_every_subgraph() -> None:
     assert set(rep.program_cycles) == set(exe.program.main_programs)
     assert rep.batch_cycles == max(rep.program_cycles.values()) > 0
     assert {c.program for c in rep.instructions} == set(exe.program.main_programs)
+
+
+def test_long_program_keeps_values_live_across_chunks() -> None:
+    """x is read by the last of 601 instructions: live through every 256-position chunk."""
+    n = 600
+
+    def spec(name: str, slot: int) -> TensorSpec:
+        return TensorSpec(name, DType.FLOAT32, (1024,), Location.ARENA, 4096 * slot)
+
+    specs = [spec("x", 0), spec("y", 1)] + [spec(f"a{i}", 2 + i % 2) for i in range(n)]
+    instrs = [Instr(Op.RELU, (0 if i == 0 else i + 1,), (i + 2,)) for i in range(n)]
+    instrs.append(Instr(Op.ADD, (n + 1, 0), (1,)))
+    ir = ModelIR(
+        tensors=tuple(specs),
+        anchors=(Anchor("x", Direction.INPUT, 0), Anchor("y", Direction.OUTPUT, 1)),
+        programs=(Program(0, ()), Program(1, tuple(instrs))),
+        load_program=0,
+        main_programs=(1,),
+        arena_size=4 * 4096,
+    )
+    rep = estimate(ir)
+    assert rep.memory[0, 0] == 3 * 512 + (n + 1) * 64
+    assert rep.categories["io"][0, 0] == 2 * 512 and rep.categories["activations"][0, 0] == 512
+
+
+def test_malformed_settings_blob_is_a_clear_error() -> None:
+    ir = _sharded_ir(False)
+    bad = ModelIR(**{**ir.__dict__, "opaque": (("pyipu.ipu_model", b"{not json"),)})
+    with pytest.raises(ValueError, match="malformed 'pyipu.ipu_model'"):
+        estimate(bad)

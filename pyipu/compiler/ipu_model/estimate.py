@@ -8,6 +8,7 @@ differ from the defaults.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,11 +23,12 @@ from pyipu.compiler.ipu_model.mapping import (
 )
 from pyipu.compiler.ipu_model.report import IPUModelReport, TensorMemory
 from pyipu.compiler.ir import NO_INDEX, ModelIR
-from pyipu.ipu_targets import target
+from pyipu.ipu_targets import IPUTarget, target
 
 SETTINGS_BLOB = "pyipu.ipu_model"
 CODE_BYTES_PER_INSTRUCTION = 64  # vertex state + exchange code, per instruction per tile
 STREAM_BUFFERS = 2  # overlap I/O double-buffers each streamed anchor on the I/O tiles
+_DYNAMIC = ("activations", "io", "temporaries")  # categories that change over a timeline
 
 
 @dataclass(frozen=True)
@@ -46,9 +48,17 @@ class Settings:
     def of(cls, ir: ModelIR) -> Settings:
         for name, payload in ir.opaque:
             if name == SETTINGS_BLOB:
-                d = json.loads(payload)
-                return cls(float(d["available_memory_proportion"]), bool(d["allow_out_of_memory"]))
+                try:
+                    d = json.loads(payload)
+                    return cls(
+                        float(d["available_memory_proportion"]), bool(d["allow_out_of_memory"])
+                    )
+                except (ValueError, KeyError, TypeError) as e:
+                    raise ValueError(f"malformed {SETTINGS_BLOB!r} opaque blob: {e}") from e
         return cls()
+
+
+CHUNK = 256  # timeline positions materialised at once (bounds memory for long programs)
 
 
 class _Rects:
@@ -61,35 +71,63 @@ class _Rects:
     def add(self, lo: int, hi: int, runs: list[tuple[int, int, int]]) -> None:
         self.rows.extend((lo, hi, a, b, v) for a, b, v in runs)
 
-    def dense(self, positions: int, tiles: int) -> np.ndarray:
-        d = np.zeros((positions + 1, tiles + 1), np.int64)
-        if self.rows:
-            lo, hi, a, b, v = np.array(self.rows, np.int64).T
-            np.add.at(d, (lo, a), v)
-            np.add.at(d, (lo, b), -v)
-            np.add.at(d, (hi + 1, a), -v)
-            np.add.at(d, (hi + 1, b), v)
-        return d.cumsum(0).cumsum(1)[:positions, :tiles]
+    def chunks(self, positions: int, tiles: int) -> Iterator[np.ndarray]:
+        """The summed bytes [position, tile], CHUNK positions at a time."""
+        rows = np.array(self.rows, np.int64).reshape(-1, 5)
+        lo, hi, a, b, v = rows.T
+        r = np.concatenate([lo, lo, hi + 1, hi + 1])
+        order = np.argsort(r, kind="stable")
+        r = r[order]
+        c = np.concatenate([a, b, a, b])[order]
+        val = np.concatenate([v, -v, -v, v])[order]
+        carry = np.zeros(tiles + 1, np.int64)
+        for r0 in range(0, positions, CHUNK):
+            r1 = min(r0 + CHUNK, positions)
+            i0, i1 = np.searchsorted(r, [r0, r1])
+            d = np.zeros((r1 - r0, tiles + 1), np.int64)
+            np.add.at(d, (r[i0:i1] - r0, c[i0:i1]), val[i0:i1])
+            d[0] += carry
+            d = d.cumsum(0)
+            carry = d[-1].copy()
+            yield d.cumsum(1)[:, :tiles]
+
+    def static(self, tiles: int) -> np.ndarray:
+        """The sum of rectangles that all sit at position 0."""
+        return next(self.chunks(1, tiles))[0]
 
 
 def _timeline(
-    ir: ModelIR, m: Mapping, tl: Timeline, tiles: int, tpi: int, budget: int, tgt, code: _Rects
-) -> tuple[list[InstructionCost], np.ndarray, np.ndarray, np.ndarray]:
-    """Costs and the (activations, io, temporaries) live bytes [position, global tile]."""
-    act, io, tmp = _Rects(), _Rects(), _Rects()
+    ir: ModelIR, m: Mapping, tl: Timeline, tpi: int, budget: int, tgt: IPUTarget, code: _Rects
+) -> tuple[list[InstructionCost], dict[str, _Rects]]:
+    """Costs and the live bytes of activations, io and temporaries over the timeline."""
+    live = {k: _Rects() for k in _DYNAMIC}
     for s, segs in live_segments(ir, m, tl).items():
-        slot = m.slots[s]
-        runs = slot.tile_map.rects(tpi)
+        runs = m.slots[s].tile_map.rects(tpi)
         for lo, hi, anchor in segs:
-            (io if anchor else act).add(lo, hi, runs)
+            live["io" if anchor else "activations"].add(lo, hi, runs)
     costs: list[InstructionCost] = []
     for pos, step in enumerate(tl.steps, start=1):
         cost, work, temps = instruction_cost(ir, m, step, tgt, budget)
         costs.append(cost)
         code.add(0, 0, [(a, b, CODE_BYTES_PER_INSTRUCTION) for a, b in work])
-        tmp.add(pos, pos, temps)
-    n = len(tl.steps) + 2
-    return costs, act.dense(n, tiles), io.dense(n, tiles), tmp.dense(n, tiles)
+        live["temporaries"].add(pos, pos, temps)
+    return costs, live
+
+
+def _keep_peak(
+    live: dict[str, _Rects], positions: int, peak: np.ndarray, dyn: dict[str, np.ndarray]
+) -> None:
+    """Raise `peak` (per tile) to this timeline's peak, recording the categories there."""
+    cols = np.arange(peak.size)
+    gens = [live[k].chunks(positions, peak.size) for k in _DYNAMIC]
+    for parts in zip(*gens, strict=True):
+        total = sum(parts)
+        at = total.argmax(0)
+        best = total[at, cols]
+        better = best > peak
+        peak[better] = best[better]
+        for k, arr in zip(_DYNAMIC, parts, strict=True):
+            dyn[k][better] = arr[at, cols][better]
 
 
 def _host_bytes(ir: ModelIR, anchors: tuple[int, ...]) -> int:
@@ -117,33 +155,26 @@ def estimate(ir: ModelIR, settings: Settings | None = None) -> IPUModelReport:
         io_buf.add(0, 0, tm.rects(tpi, STREAM_BUFFERS))
 
     peak = np.full(tiles, -1, np.int64)
-    dyn = {k: np.zeros(tiles, np.int64) for k in ("activations", "io", "temporaries")}
+    dyn = {k: np.zeros(tiles, np.int64) for k in _DYNAMIC}
     costs: list[InstructionCost] = []
     program_cycles: dict[int, int] = {}
     host_bytes = 0
-    cols = np.arange(tiles)
     for tl in m.timelines:
-        c, act, io, tmp = _timeline(ir, m, tl, tiles, tpi, budget, tgt, code)
+        c, live = _timeline(ir, m, tl, tpi, budget, tgt, code)
         costs += c
         for cost in c:
             program_cycles[cost.program] = program_cycles.get(cost.program, 0) + cost.cycles
         host_bytes = max(host_bytes, _host_bytes(ir, tl.anchors))
-        total = act + io + tmp
-        at = total.argmax(0)
-        best = total[at, cols]
-        better = best > peak
-        peak = np.where(better, best, peak)
-        for k, arr in (("activations", act), ("io", io), ("temporaries", tmp)):
-            dyn[k] = np.where(better, arr[at, cols], dyn[k])
+        _keep_peak(live, len(tl.steps) + 2, peak, dyn)
     for pid in ir.main_programs:
         program_cycles.setdefault(pid, 0)
 
     cats = {
-        "weights": weights.dense(1, tiles)[0],
+        "weights": weights.static(tiles),
         "activations": dyn["activations"],
-        "io": dyn["io"] + io_buf.dense(1, tiles)[0],
+        "io": dyn["io"] + io_buf.static(tiles),
         "temporaries": dyn["temporaries"],
-        "code": code.dense(1, tiles)[0],
+        "code": code.static(tiles),
     }
     shape = (ir.num_ipus, tpi)
     categories = {k: v.reshape(shape) for k, v in cats.items()}
