@@ -38,3 +38,9 @@ def ipu_version() -> str:
     if value not in ("ipu2", "ipu21"):
         raise ValueError(f"PYIPU_IPU_VERSION must be 'ipu2' or 'ipu21', got {value!r}")
     return value
+
+
+def cache_dir() -> str | None:
+    """Engine-cache directory: PYIPU_CACHE_DIR; set, it turns caching on for every compile."""
+    value = os.environ.get("PYIPU_CACHE_DIR", "").strip()
+    return value or None

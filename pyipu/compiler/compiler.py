@@ -9,14 +9,13 @@ compiles to one Main program per fused model plus the `index` input anchor.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 import sys
-import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
+from pyipu.compiler.cache import cache_dir, cached_compile
 from pyipu.compiler.errors import CompileError
 from pyipu.compiler.executable import Executable
 from pyipu.compiler.fusion import FUSION_KEY, read_fusion_info
@@ -25,7 +24,7 @@ from pyipu.compiler.ipu_model import Settings, allow_out_of_memory, check_fits, 
 from pyipu.compiler.ir import ModelIR
 from pyipu.compiler.lower import GraphBuilder, add_index_anchor, lower_subgraph
 from pyipu.compiler.memory import build_ir
-from pyipu.compiler.onnx_import import ModelLike, import_model, load_model
+from pyipu.compiler.onnx_import import ModelLike, import_model
 from pyipu.compiler.ops import REGISTRY
 from pyipu.compiler.options import CompilerOptions
 
@@ -118,14 +117,6 @@ def _write_ir(ir: ModelIR, dest: str) -> None:
         sys.stdout.write(ir.summary() + "\n")
 
 
-def _cache_file(model: ModelLike, outputs: Sequence[str] | None, opts: CompilerOptions) -> Path:
-    from pyipu import __version__
-
-    h = hashlib.sha256(load_model(model).SerializeToString(deterministic=True))
-    h.update(repr((list(outputs) if outputs else None, opts.cache_key(), __version__)).encode())
-    return Path(opts.cache_path or ".") / f"pyipu-{h.hexdigest()[:32]}.popef"
-
-
 class Compiler:
     """PopRT's compiler entry points (all static)."""
 
@@ -140,17 +131,18 @@ class Compiler:
         `outputs=None` means every graph output (the form used for fused models).
         """
         opts = _check_options(options)
-        if not opts.enable_engine_caching:
+        directory = cache_dir(opts)
+        if directory is None:
             return Executable.from_program(compile_ir(model, outputs, opts))
-        path = _cache_file(model, outputs, opts)
-        if path.exists():
-            return Executable(path)
-        exe = Executable.from_program(compile_ir(model, outputs, opts))
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            exe.save(path)
-        except (ImportError, OSError) as e:
-            warnings.warn(f"engine cache not written to {path}: {e}", stacklevel=2)
+        exe, hit = cached_compile(
+            directory,
+            model,
+            outputs,
+            opts,
+            lambda: Executable.from_program(compile_ir(model, outputs, opts)),
+        )
+        if hit and opts.serialize_ir:
+            _write_ir(exe.program, opts.serialized_ir_dest)
         return exe
 
     @staticmethod

@@ -3,12 +3,16 @@
 Compiled in-process it holds the ModelIR and encodes the container on first `to_bytes()` (which
 needs pyipu._core, the C writer). Loaded from a file or bytes it holds the container and decodes
 the ModelIR on first use of `.program` (pure Python), so `run_reference` works either way.
+`Executable.open(path)` memory-maps and verifies a file with the C reader instead of reading it:
+the engine cache serves hits that way, and runners then share the mapping.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -23,6 +27,8 @@ class Executable:
     def __init__(self, path: str | os.PathLike | None = None) -> None:
         self._bytes: bytes | None = None
         self._program: ModelIR | None = None
+        self._container: Any = None  # pyipu._core.Container, validated
+        self._path: str | None = None  # the file behind _container
         self._report: IPUModelReport | None = None
         if path is not None:
             with open(path, "rb") as f:
@@ -35,6 +41,26 @@ class Executable:
         return exe
 
     @classmethod
+    def open(cls, path: str | os.PathLike) -> Executable:
+        """A PopEF file memory-mapped and verified (checksum, metadata, every program) by the C
+        reader; a corrupt file raises a pyipu.Error subclass here rather than at first use."""
+        from pyipu import _core
+
+        exe = cls()
+        exe._path = os.fspath(path)
+        exe._container = _core.Container.open(exe._path)
+        _core.Executable(exe._container)  # the program verifier
+        return exe
+
+    def container(self) -> Any:
+        """The validated `pyipu._core.Container` (built once; runners share it)."""
+        if self._container is None:
+            from pyipu import _core
+
+            self._container = _core.Container.from_bytes(self.to_bytes())
+        return self._container
+
+    @classmethod
     def from_program(cls, program: ModelIR) -> Executable:
         exe = cls()
         exe._program = program
@@ -44,13 +70,15 @@ class Executable:
     def program(self) -> ModelIR:
         """The ModelIR (decoded from the container on first use; ValueError if malformed)."""
         if self._program is None:
-            if self._bytes is None:
+            if self._bytes is None and self._path is None:
                 raise ValueError("empty Executable: load a file or use from_bytes()")
-            self._program = decode(self._bytes)
+            self._program = decode(self.to_bytes())
         return self._program
 
     def to_bytes(self, compiler_hash: int | None = None) -> bytes:
         """The container image (PopEF file contents)."""
+        if self._bytes is None and self._path is not None and compiler_hash is None:
+            self._bytes = Path(self._path).read_bytes()
         if self._bytes is None or compiler_hash is not None:
             data = encode_container(self.program, compiler_hash=compiler_hash)
             if compiler_hash is not None:
@@ -104,6 +132,8 @@ class Executable:
         return self.report().fits
 
     def __repr__(self) -> str:
+        if self._program is None and self._container is not None:
+            return f"<Executable {self._container.file_size} bytes>"
         if self._program is None and self._bytes is not None:
             return f"<Executable {len(self._bytes)} bytes>"
         p = self.program

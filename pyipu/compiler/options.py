@@ -233,16 +233,3 @@ class CompilerOptions:
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-
-    def cache_key(self) -> str:
-        """The options that can change the executable, as a stable string."""
-        return repr(
-            (
-                self.ipu_version_number,
-                self.num_ipus,
-                self.replication_factor,
-                self.batches_per_step,
-                self.num_io_tiles,
-                sorted(self.opaque_blobs.items()),
-            )
-        )

@@ -37,6 +37,8 @@ def load_container(popef: Any) -> _core.Container:
     """A validated container from a path or an object with to_bytes() (compiler Executable)."""
     if isinstance(popef, (str, os.PathLike)):
         return _core.Container.open(popef)
+    if hasattr(popef, "container"):  # a compiler Executable: shares its validated container
+        return popef.container()
     if hasattr(popef, "to_bytes"):
         return _core.Container.from_bytes(popef.to_bytes())
     if isinstance(popef, (bytes, bytearray, memoryview)):
