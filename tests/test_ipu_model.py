@@ -172,12 +172,12 @@ def test_available_memory_proportion_splits_into_passes_and_survives_a_file(tmp_
     assert default.instructions[0].passes == 1 and default.batch_cycles < rep.batch_cycles
 
 
-def test_io_tiles_hold_double_buffered_stream_buffers() -> None:
+def test_io_tiles_hold_the_stream_buffers() -> None:
     rep = Compiler.compile(matmul_model(), ["y"], CompilerOptions(num_io_tiles=32)).report()
     io = rep.categories["io"][0]
     # 1440 compute tiles; x (16 tiles) then y (32 tiles, wrapping) on the I/O tiles 1440..1471,
-    # 512 bytes per tile twice each.
-    assert (io[1440:1456] == 2048).all() and (io[1456:] == 1024).all()
+    # 512 bytes per tile each.
+    assert (io[1440:1456] == 1024).all() and (io[1456:] == 512).all()
     assert (rep.categories["weights"][0, 1440:] == 0).all()
     assert "1440 compute + 32 I/O" in rep.summary()
     # Overlap I/O hides the host transfers of one batch behind the compute of another.

@@ -27,7 +27,6 @@ from pyipu.ipu_targets import IPUTarget, target
 
 SETTINGS_BLOB = "pyipu.ipu_model"
 CODE_BYTES_PER_INSTRUCTION = 64  # vertex state + exchange code, per instruction per tile
-STREAM_BUFFERS = 2  # overlap I/O double-buffers each streamed anchor on the I/O tiles
 _DYNAMIC = ("activations", "io", "temporaries")  # categories that change over a timeline
 
 
@@ -152,7 +151,7 @@ def estimate(ir: ModelIR, settings: Settings | None = None) -> IPUModelReport:
         if slot.category == WEIGHTS:
             weights.add(0, 0, slot.tile_map.rects(tpi))
     for _, tm in m.io_buffers:
-        io_buf.add(0, 0, tm.rects(tpi, STREAM_BUFFERS))
+        io_buf.add(0, 0, tm.rects(tpi))  # one batch of each streamed anchor
 
     peak = np.full(tiles, -1, np.int64)
     dyn = {k: np.zeros(tiles, np.int64) for k in _DYNAMIC}

@@ -44,21 +44,21 @@ class TileMap:
     def max_elements(self) -> int:
         return self.per_tile if self.ntiles > 1 else self.last
 
-    def rects(self, tiles_per_ipu: int, scale: int = 1) -> list[tuple[int, int, int]]:
+    def rects(self, tiles_per_ipu: int) -> list[tuple[int, int, int]]:
         """(first global tile, end global tile, bytes per tile) runs covering the mapping."""
         base = self.ipu * tiles_per_ipu + self.pool_base
         out: list[tuple[int, int, int]] = []
         full = self.ntiles - 1
         if full > 0:
             a, b = self.start, self.start + full
-            v = self.per_tile * self.itemsize * scale
+            v = self.per_tile * self.itemsize
             if b <= self.pool_size:
                 out.append((base + a, base + b, v))
             else:
                 out.append((base + a, base + self.pool_size, v))
                 out.append((base, base + b - self.pool_size, v))
         lt = (self.start + full) % self.pool_size
-        out.append((base + lt, base + lt + 1, self.last * self.itemsize * scale))
+        out.append((base + lt, base + lt + 1, self.last * self.itemsize))
         return out
 
     def same_tiles(self, other: TileMap) -> bool:
