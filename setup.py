@@ -35,6 +35,7 @@ setup(
         "pyipu",
         "pyipu.cli",
         "pyipu.compiler",
+        "pyipu.compiler.ipu_model",
         "pyipu.converter",
         "pyipu.model_runtime",
         "pyipu.passes",

@@ -20,6 +20,9 @@ Choices (see docs/onnx-support.md):
   constant (it has no data, only a shape); a model whose outputs or intermediates are empty is
   rejected with `pyipu.compiler.UnsupportedError`. 0-d (scalar) tensors are supported.
 * Devices: "CPU" and "IPU" (the virtual IPU runs on the CPU); "CUDA" is not supported.
+* Without `options`, models that would not fit on an IPU compile anyway (Poplar's engine option
+  `debug.allowOutOfMemory`): the backend is for running on the CPU. Pass `options` to get the
+  IPU Model's `IPUOutOfMemoryError` instead.
 """
 
 from __future__ import annotations
@@ -101,7 +104,10 @@ class PyipuBackendRep(BackendRep):
             graph = model.graph
         self.model = model
         self.device = device
-        self._options = options
+        # A conformance backend runs on the CPU: models too big for an IPU compile anyway.
+        self._options = options or CompilerOptions(
+            engine_options={"debug.allowOutOfMemory": "true"}
+        )
         self._num_threads = num_threads
         inits = {i.name for i in graph.initializer} | {i.name for i in graph.sparse_initializer}
         self.input_infos = [vi for vi in graph.input if vi.name not in inits]

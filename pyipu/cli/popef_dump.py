@@ -8,13 +8,15 @@ import sys
 from pyipu import _core
 from pyipu.enums import DType, Op
 from pyipu.errors import Error
+from pyipu.ipu_targets import TARGETS, TILES_PER_IPU
 
 _BLOB_TYPES = {1: "metadata", 2: "tensor_data", 3: "program", 4: "opaque"}
-_TARGETS = {2: "ipu2", 21: "ipu21"}
-TILES_PER_IPU = 1472  # GC200 and C600
+_TARGETS = {t.ipu_version_number: name for name, t in TARGETS.items()}
 
 
-def dump(path: str, out=sys.stdout, show_instructions: bool = False) -> None:
+def dump(
+    path: str, out=sys.stdout, show_instructions: bool = False, show_report: bool = False
+) -> None:
     container = _core.Container.open(path)
     exe = _core.Executable(container)
     info = exe.get_info()
@@ -72,15 +74,22 @@ def dump(path: str, out=sys.stdout, show_instructions: bool = False) -> None:
     weights = [a for a in anchors if a[6]]
     total = sum(a[4] for a in weights)
     w(f"Tensor data: {len(weights)} tensors, {total} bytes\n")
+    if show_report:
+        from pyipu.compiler import Executable
+
+        w(Executable(path).report().summary() + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="popef_dump", description=__doc__)
     p.add_argument("file", help="PopEF file")
     p.add_argument("-i", "--instructions", action="store_true", help="list every instruction")
+    p.add_argument(
+        "-r", "--report", action="store_true", help="the IPU Model's memory and cycle report"
+    )
     args = p.parse_args(argv)
     try:
-        dump(args.file, show_instructions=args.instructions)
+        dump(args.file, show_instructions=args.instructions, show_report=args.report)
     except (Error, OSError) as e:
         print(f"popef_dump: {args.file}: {e}", file=sys.stderr)
         return 1

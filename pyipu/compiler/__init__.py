@@ -3,6 +3,7 @@
 from pyipu.compiler.compiler import Compiler
 from pyipu.compiler.errors import (
     CompileError,
+    IPUOutOfMemoryError,
     ShapeError,
     UnsupportedAttributeError,
     UnsupportedDTypeError,
@@ -12,6 +13,7 @@ from pyipu.compiler.errors import (
 from pyipu.compiler.executable import Executable
 from pyipu.compiler.float64 import float64_to_float32
 from pyipu.compiler.fusion import MFConverter, fuse_models
+from pyipu.compiler.ipu_model import IPUModelReport
 from pyipu.compiler.options import CompilerOptions
 
 __all__ = [
@@ -19,6 +21,8 @@ __all__ = [
     "Compiler",
     "CompilerOptions",
     "Executable",
+    "IPUModelReport",
+    "IPUOutOfMemoryError",
     "MFConverter",
     "ShapeError",
     "UnsupportedAttributeError",

@@ -22,6 +22,7 @@ from pyipu.compiler.errors import CompileError
 from pyipu.compiler.executable import Executable
 from pyipu.compiler.fusion import FUSION_KEY, read_fusion_info
 from pyipu.compiler.io_tiles import auto_num_io_tiles, streamed_bytes
+from pyipu.compiler.ipu_model import Settings, allow_out_of_memory, check_fits, estimate
 from pyipu.compiler.ir import ModelIR
 from pyipu.compiler.lower import GraphBuilder, add_index_anchor, lower_subgraph
 from pyipu.compiler.memory import build_ir
@@ -91,10 +92,21 @@ def compile_ir(
     if opts.num_io_tiles == "auto":
         io_tiles = auto_num_io_tiles(streamed_bytes(ir))
     ir = dataclasses.replace(ir, replication_factor=opts.replication_factor, num_io_tiles=io_tiles)
+    ir = _fit_on_ipu(ir, opts)
     _progress(opts, 3)
     if opts.serialize_ir:
         _write_ir(ir, opts.serialized_ir_dest)
     _progress(opts, _STEPS)
+    return ir
+
+
+def _fit_on_ipu(ir: ModelIR, opts: CompilerOptions) -> ModelIR:
+    """Record the IPU Model settings in the IR; IPUOutOfMemoryError if the model does not fit."""
+    settings = Settings(opts.available_memory_proportion, allow_out_of_memory(opts.engine_options))
+    blob = settings.blob()
+    if blob is not None:
+        ir = dataclasses.replace(ir, opaque=(*ir.opaque, blob))
+    check_fits(estimate(ir, settings))
     return ir
 
 
@@ -191,7 +203,7 @@ class Compiler:
         options: CompilerOptions | None = None,
         reset_profile: bool = True,
     ) -> str:
-        """A text report: target, anchors, tensors, programs and memory use."""
+        """The IPU Model's text report (IPUModelReport.summary): target, per-tile memory by
+        category, worst tiles, largest tensors, cycles per instruction, latency, throughput."""
         del reset_profile  # there is no profiler state to reset
-        ir = compile_ir(model, outputs, options)
-        return ir.summary()
+        return estimate(compile_ir(model, outputs, options)).summary()

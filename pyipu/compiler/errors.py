@@ -35,3 +35,15 @@ def node_label(name: str, op_type: str, opset: int) -> str:
     return (
         f"node {name!r} ({op_type}, opset {opset})" if name else f"{op_type} node (opset {opset})"
     )
+
+
+class IPUOutOfMemoryError(CompileError):
+    """Some tile needs more memory than it has (the IPU Model's estimate, docs/ipu-model.md).
+
+    `report` is the IPUModelReport; engine option `debug.allowOutOfMemory` = "true" compiles
+    anyway, for CPU use.
+    """
+
+    def __init__(self, message: str, report: object = None) -> None:
+        super().__init__(message)
+        self.report = report

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from pyipu.compiler.ipu_model import NOT_FIT_LABEL, IPUModelReport, Settings, estimate
 from pyipu.compiler.ir import Direction, ModelIR
 from pyipu.compiler.serialize import decode, encode_container
 
@@ -28,6 +29,7 @@ class Executable:
         self._program: ModelIR | None = None
         self._container: Any = None  # pyipu._core.Container, validated
         self._path: str | None = None  # the file behind _container
+        self._report: IPUModelReport | None = None
         if path is not None:
             with open(path, "rb") as f:
                 self._bytes = f.read()
@@ -115,13 +117,28 @@ class Executable:
     def summary(self) -> str:
         return self.program.summary()
 
+    def report(self) -> IPUModelReport:
+        """The IPU Model's memory and cycle estimate (recomputed from the program, so a loaded
+        PopEF file reports what the compiler saw; docs/ipu-model.md)."""
+        if self._report is None:
+            self._report = estimate(self.program)
+        return self._report
+
+    @property
+    def fits(self) -> bool:
+        """False when compiled with `debug.allowOutOfMemory` although it does not fit."""
+        if not Settings.of(self.program).allow_out_of_memory:
+            return True  # the compiler refused anything that does not fit
+        return self.report().fits
+
     def __repr__(self) -> str:
         if self._program is None and self._container is not None:
             return f"<Executable {self._container.file_size} bytes>"
         if self._program is None and self._bytes is not None:
             return f"<Executable {len(self._bytes)} bytes>"
         p = self.program
+        label = "" if self.fits else f", {NOT_FIT_LABEL}"
         return (
             f"<Executable {len(p.anchors)} anchors, {p.num_subgraphs} subgraph(s), "
-            f"arena {p.arena_size} bytes>"
+            f"arena {p.arena_size} bytes{label}>"
         )

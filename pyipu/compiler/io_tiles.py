@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from pyipu.compiler.ir import ModelIR
+from pyipu.ipu_targets import target
 
-TILE_BYTES = 624 * 1024  # In-Processor-Memory per GC200/C600 tile
+TILE_BYTES = target("ipu2").memory_bytes_per_tile  # the same for ipu21
 MAX_IO_TILES = 1024  # leave compute tiles: a power of two below the 1472 tiles per IPU
 
 

@@ -16,12 +16,13 @@ import numpy as np
 
 from pyipu import _core
 from pyipu.enums import DType, Op
+from pyipu.ipu_targets import TARGETS
 
 NO_INDEX = 0xFFFFFFFF  # anchor subgraph "all" / metadata index_anchor "not fused"
 ALIGN = 64  # arena and TENSOR_DATA offsets, arena size
 MAX_DIMS = 8
 MAX_ATTRS = 64
-IPU_VERSIONS = {"ipu2": 2, "ipu21": 21}
+IPU_VERSIONS = {name: t.ipu_version_number for name, t in TARGETS.items()}
 
 
 class Location(IntEnum):

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pyipu.compiler.errors import CompileError, UnsupportedError
+from pyipu.compiler.ipu_model import allow_out_of_memory
 from pyipu.compiler.ir import IPU_VERSIONS
-
-_NUM_TILES = 1472  # tiles per GC200/C600 IPU
+from pyipu.ipu_targets import TILES_PER_IPU
 
 
 def _int_at_least(lo: int) -> Callable[[str, Any], None]:
@@ -63,8 +63,8 @@ def _num_io_tiles(name: str, v: Any) -> None:
     if v == "auto":  # sized from the model's I/O bytes at compile time
         return
     _int_at_least(0)(name, v)
-    if v >= _NUM_TILES:
-        raise CompileError(f"CompilerOptions.{name} must be < {_NUM_TILES} (tiles per IPU)")
+    if v >= TILES_PER_IPU:
+        raise CompileError(f"CompilerOptions.{name} must be < {TILES_PER_IPU} (tiles per IPU)")
 
 
 def _virtual_graph_mode(name: str, v: Any) -> None:
@@ -80,6 +80,11 @@ def _virtual_graph_mode(name: str, v: Any) -> None:
 def _mapping(name: str, v: Any) -> None:
     if not isinstance(v, Mapping):
         raise CompileError(f"CompilerOptions.{name} must be a dict, got {v!r}")
+
+
+def _engine_options(name: str, v: Any) -> None:
+    _mapping(name, v)
+    allow_out_of_memory(v)  # the one Poplar engine option pyipu reads: check its value now
 
 
 def _opaque_blobs(name: str, v: Any) -> None:
@@ -143,7 +148,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], None]] = {
     "constant_weights": _only_default(True, "weights are always baked into the executable"),
     "enable_engine_caching": _boolean,
     "cache_path": _string,
-    "engine_options": _mapping,
+    "engine_options": _engine_options,
     "custom_patterns": _only_default([], "no custom PopART patterns"),
     "custom_transform_applier_settings": _only_default({}, "no custom PopART transforms"),
     "opaque_blobs": _opaque_blobs,
@@ -163,8 +168,10 @@ class CompilerOptions:
     runtime overlaps I/O when > 0; "auto" sizes it from the model's I/O bytes), opaque_blobs,
     enable_engine_caching/cache_path, serialize_ir/serialized_ir_dest,
     compilation_progress_logger, virtual_graph_mode ("off" or "manual": nodes placed by their
-    `__ipu_number` / `__pipeline_stage` attributes, see docs/runtime.md) and enable_pipelining
-    (needs "manual" and batches_per_step a multiple of the stage count). partials_type: pyipu always
+    `__ipu_number` / `__pipeline_stage` attributes, see docs/runtime.md), enable_pipelining
+    (needs "manual" and batches_per_step a multiple of the stage count),
+    available_memory_proportion and engine option `debug.allowOutOfMemory` (the IPU Model,
+    docs/ipu-model.md). partials_type: pyipu always
     accumulates floats in float32 (both values accepted). Poplar tuning knobs are recorded only.
 
     Example:

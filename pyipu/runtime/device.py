@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from pyipu import _config
 from pyipu.errors import InvalidArgumentError, NotFoundError
+from pyipu.ipu_targets import TILES_PER_IPU, target
 
 
 @dataclass(frozen=True)
@@ -15,7 +16,7 @@ class Device:
     id: int
     num_ipus: int
     ipu_version: str
-    tiles_per_ipu: int = 1472
+    tiles_per_ipu: int = TILES_PER_IPU
 
     def ipuVersion(self) -> str:  # noqa: N802 - Model Runtime's C++-style name
         return self.ipu_version
@@ -40,17 +41,22 @@ class DeviceManager:
         return Device(id=0, num_ipus=num_ipus, ipu_version=self.ipu_hardware_version())
 
     def create_ipu_model_device(
-        self, num_ipus: int = 1, ipu_version: str | int = "ipu2", tiles_per_ipu: int = 1472
+        self, num_ipus: int = 1, ipu_version: str | int = "ipu2", tiles_per_ipu: int = TILES_PER_IPU
     ) -> Device:
         """A simulated IPU of the IPU Model (Model Runtime's createIpuModelDevice). Versions may
         be given as PopEF integers (2, 21) or strings ("ipu2", "ipu21")."""
-        version = {2: "ipu2", 21: "ipu21"}.get(ipu_version, ipu_version)  # type: ignore[call-overload]
-        if version not in ("ipu2", "ipu21"):
+        try:
+            version = target(ipu_version).ipu_version if ipu_version != "" else ""
+        except KeyError:
+            version = ""
+        if not version:
             raise InvalidArgumentError(f"ipu_version must be ipu2 or ipu21, got {ipu_version!r}")
         if num_ipus < 1:
             raise InvalidArgumentError(f"num_ipus must be >= 1, got {num_ipus}")
-        if not 1 <= tiles_per_ipu <= 1472:
-            raise InvalidArgumentError(f"tiles_per_ipu must be in 1..1472, got {tiles_per_ipu}")
+        if not 1 <= tiles_per_ipu <= TILES_PER_IPU:
+            raise InvalidArgumentError(
+                f"tiles_per_ipu must be in 1..{TILES_PER_IPU}, got {tiles_per_ipu}"
+            )
         return Device(id=0, num_ipus=num_ipus, ipu_version=version, tiles_per_ipu=tiles_per_ipu)
 
     def get_specific_device(self, device_id: int) -> Device:
