@@ -190,9 +190,11 @@ def run(args: argparse.Namespace) -> int:
     if opts.get("list_all_passes"):
         from pyipu.passes import get_registered_passes
 
-        for name, cls in sorted(get_registered_passes().items()):
+        passes = sorted(get_registered_passes().items())
+        width = max(len(name) for name, _ in passes) + 2
+        for name, cls in passes:
             doc = (cls.__doc__ or "").strip().splitlines()
-            print(f"{name:<22}{doc[0] if doc else ''}")
+            print(f"{name:<{width}}{doc[0] if doc else ''}")
         return 0
 
     checks_ok = True

@@ -60,13 +60,13 @@ def cache_dir(opts: CompilerOptions) -> Path | None:
 
 @functools.cache
 def compiler_fingerprint() -> str:
-    """pyipu's version + a hash of the compiler's and the container writer's Python source."""
+    """pyipu's version + a hash of the compiler's source and of the IPU targets it checks fit."""
     from pyipu import __version__
 
     h = hashlib.sha256(__version__.encode())
-    here = Path(__file__).parent
-    for path in sorted(here.rglob("*.py")):
-        h.update(path.relative_to(here).as_posix().encode())
+    package = Path(__file__).parent.parent
+    for path in sorted([*(package / "compiler").rglob("*.py"), package / "ipu_targets.py"]):
+        h.update(path.relative_to(package).as_posix().encode())
         h.update(path.read_bytes())
     return h.hexdigest()
 
