@@ -7,8 +7,10 @@ warning, error paths, options and the memory planner.
 
 from __future__ import annotations
 
+import io
 import itertools
 import struct
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -516,6 +518,31 @@ def test_options_validation() -> None:
     opts.compilation_progress_logger = lambda p, n: seen.append((p, n))
     compile_ir(fusion_model0(), None, opts)
     assert seen[-1][0] == seen[-1][1]
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_bar_on_a_terminal_only(monkeypatch):
+    """PopRT's show_compilation_progress_bar: drawn on an interactive stderr, ended by a newline
+    also when the compile fails; never on a pipe (logs, CI) and not when a logger is set."""
+    term = _Terminal()
+    monkeypatch.setattr(sys, "stderr", term)
+    Compiler.compile(fusion_model0())
+    assert term.getvalue().endswith("4/4 done            \n") and "\rCompiling [" in term.getvalue()
+    term.seek(0), term.truncate()
+    with pytest.raises(CompileError):
+        Compiler.compile(b"not onnx")
+    assert term.getvalue().endswith("\n")
+    term.seek(0), term.truncate()
+    Compiler.compile(fusion_model0(), None, CompilerOptions(show_compilation_progress_bar=False))
+    assert term.getvalue() == ""
+    pipe = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", pipe)
+    Compiler.compile(fusion_model0())
+    assert pipe.getvalue() == ""
 
 
 # ---------------------------------------------------------------- memory planning

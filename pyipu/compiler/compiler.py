@@ -39,6 +39,15 @@ def compile_ir(
 ) -> ModelIR:
     """Compile to a ModelIR (what Compiler.compile wraps in an Executable)."""
     opts = _check_options(options)
+    try:
+        return _compile_ir(model, outputs, opts)
+    except BaseException:
+        if opts.compilation_progress_logger is None and opts.show_compilation_progress_bar:
+            _progress_bar_end()
+        raise
+
+
+def _compile_ir(model: ModelLike, outputs: Sequence[str] | None, opts: CompilerOptions) -> ModelIR:
     _progress(opts, 0)
     graph = import_model(model)
     _progress(opts, 1)
@@ -142,9 +151,24 @@ def _placement(
     return placement
 
 
+_STEP_NAMES = ("importing", "lowering", "planning memory", "finishing", "done")
+
+
 def _progress(opts: CompilerOptions, step: int) -> None:
+    """PopRT's progress reporting: the logger if set, else a bar on an interactive stderr."""
     if opts.compilation_progress_logger is not None:
         opts.compilation_progress_logger(step, _STEPS)
+    elif opts.show_compilation_progress_bar and sys.stderr.isatty():
+        bar = "#" * (step * 20 // _STEPS)
+        end = "\n" if step >= _STEPS else ""
+        sys.stderr.write(f"\rCompiling [{bar:<20}] {step}/{_STEPS} {_STEP_NAMES[step]:<16}{end}")
+        sys.stderr.flush()
+
+
+def _progress_bar_end() -> None:
+    """End a bar cut short by an error, so the traceback starts on its own line."""
+    if sys.stderr.isatty():
+        sys.stderr.write("\n")
 
 
 def _write_ir(ir: ModelIR, dest: str) -> None:
