@@ -191,6 +191,8 @@ cdef extern from "ipu/ipu.h" nogil:
         void *user_data
     ipu_status ipu_runtime_submit(ipu_runtime *rt, const ipu_request_desc *desc,
                                   ipu_request **out)
+    ipu_status ipu_runtime_execute(ipu_runtime *rt, const ipu_request_desc *desc,
+                                   ipu_request **out)
     ipu_status ipu_request_wait(ipu_request *req, uint64_t timeout_ns)
     int ipu_request_is_done(const ipu_request *req)
     ipu_status ipu_request_status(const ipu_request *req)

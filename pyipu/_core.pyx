@@ -6,7 +6,10 @@ name with the C library's detailed message. Blocking calls release the GIL.
 """
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.exc cimport PyErr_CheckSignals
+from cpython.dict cimport PyDict_Next, PyDict_Size
+from cpython.object cimport PyObject
 from cpython.ref cimport Py_DECREF, Py_INCREF
+from cpython.unicode cimport PyUnicode_CheckExact, PyUnicode_Compare
 from libc.stdint cimport uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 
@@ -328,31 +331,40 @@ cdef class Request:
         """Block until completion (or `timeout` seconds); raise the request's error if it failed.
 
         Returns True when completed successfully, False if the timeout expired first."""
-        cdef ipu_status s
-        cdef uint64_t slice_ns = 100_000_000  # wake to honour Ctrl-C
-        cdef uint64_t left = <uint64_t>-1 if timeout is None else <uint64_t>(max(timeout, 0) * 1e9)
-        cdef uint64_t step
-        while True:
-            step = slice_ns if left > slice_ns else left
-            with nogil:
-                s = ipu_request_wait(self.r, step)
-            if ipu_request_is_done(self.r):
-                break
-            if left != <uint64_t>-1:
-                left -= step
-                if left == 0:
-                    return False
-            PyErr_CheckSignals()
-        s = ipu_request_status(self.r)
-        if s == IPU_OK:
-            return True
-        err = _errors.from_status(ipu_status_name(s).decode(), s, _request_error_message(s))
-        cause = self.box.exc if self.box is not None else None
-        if s == 15 and cause is not None:  # IPU_ERR_CALLBACK: carry the user's exception
-            err.message = f"a stream callback raised {type(cause).__name__}: {cause}"
-            err.args = (err.message,)
-            raise err from cause
-        raise err
+        return _wait_request(self.r, timeout, self.box)
+
+
+cdef bint _wait_request(ipu_request *r, timeout, _ErrorBox box) except -1:
+    """Request.wait for a raw request (the GIL is released while waiting)."""
+    cdef ipu_status s
+    cdef uint64_t slice_ns = 100_000_000  # wake to honour Ctrl-C
+    cdef uint64_t left = <uint64_t>-1 if timeout is None else <uint64_t>(max(timeout, 0) * 1e9)
+    cdef uint64_t step
+    while True:
+        step = slice_ns if left > slice_ns else left
+        with nogil:
+            s = ipu_request_wait(r, step)
+        if ipu_request_is_done(r):
+            break
+        if left != <uint64_t>-1:
+            left -= step
+            if left == 0:
+                return False
+        PyErr_CheckSignals()
+    s = ipu_request_status(r)
+    if s == IPU_OK:
+        return True
+    _raise_request_error(s, box)
+
+
+cdef int _raise_request_error(ipu_status s, _ErrorBox box) except -1:
+    err = _errors.from_status(ipu_status_name(s).decode(), s, _request_error_message(s))
+    cause = box.exc if box is not None else None
+    if s == 15 and cause is not None:  # IPU_ERR_CALLBACK: carry the user's exception
+        err.message = f"a stream callback raised {type(cause).__name__}: {cause}"
+        err.args = (err.message,)
+        raise err from cause
+    raise err
 
 
 cdef str _request_error_message(ipu_status s):
@@ -480,6 +492,146 @@ cdef class Runtime:
                     latency_p99_ns=st.latency_p99_ns, throughput_rps=st.throughput_rps,
                     num_threads=st.num_threads, pipeline_ticks=st.pipeline_ticks,
                     concurrent_ticks=st.concurrent_ticks)
+
+
+cdef enum:
+    _FP_MAX_ANCHORS = 32
+    _FP_MAX_DIMS = 8
+
+
+cdef class FastPath:
+    """Runner.execute for one-batch requests: checks the caller's dicts against a table made
+    once per runner, reads the data pointers with the NumPy C API and runs the request with the
+    GIL released (inline on this thread when ipu_runtime_execute can), allocating no Python
+    object. Any request it does not recognise as plainly valid (another mapping type, unknown
+    or missing names, wrong dtype, layout or shape, N batches) is left to the caller's validating
+    path: execute() returns False then, having done nothing."""
+    cdef Runtime runtime
+    cdef tuple names  # keeps the name objects the table points at alive
+    cdef uint32_t n
+    cdef Py_ssize_t n_in, n_out
+    cdef PyObject *name_ptr[_FP_MAX_ANCHORS]
+    cdef int direction[_FP_MAX_ANCHORS]  # 1 input, 2 output, 0 not fed per request
+    cdef int type_num[_FP_MAX_ANCHORS]
+    cdef int ndim[_FP_MAX_ANCHORS]
+    cdef cnp.npy_intp dims[_FP_MAX_ANCHORS][_FP_MAX_DIMS]
+
+    def __init__(self, Runtime runtime not None, list anchors):
+        """anchors[i] = (name, direction, numpy dtype, shape) of anchor i; direction 0 for
+        anchors a request does not feed (weights, the index, stream-callback anchors)."""
+        cdef uint32_t i, d
+        if runtime.n_anchors != len(anchors) or len(anchors) > _FP_MAX_ANCHORS:
+            raise ValueError("FastPath: one entry per anchor, at most 32 anchors")
+        self.runtime = runtime
+        self.names = tuple(str(a[0]) for a in anchors)
+        self.n = len(anchors)
+        self.n_in = self.n_out = 0
+        for i in range(self.n):
+            name, direction, dtype, shape = anchors[i]
+            self.name_ptr[i] = <PyObject *>self.names[i]
+            shape = tuple(shape)
+            if direction and len(shape) > _FP_MAX_DIMS:
+                direction = 0  # left to the general path
+            self.direction[i] = direction
+            self.type_num[i] = np.dtype(dtype).num
+            self.ndim[i] = len(shape) if direction else 0
+            for d in range(self.ndim[i]):
+                self.dims[i][d] = shape[d]
+            if direction == 1:
+                self.n_in += 1
+            elif direction == 2:
+                self.n_out += 1
+
+    cdef inline int _find(self, PyObject *key) noexcept:
+        cdef uint32_t i
+        for i in range(self.n):
+            if self.name_ptr[i] == key:
+                return i
+        if not PyUnicode_CheckExact(<object>key):
+            return -1
+        for i in range(self.n):
+            if PyUnicode_Compare(<object>self.name_ptr[i], <object>key) == 0:
+                return i
+        return -1
+
+    cdef inline bint _fill(self, dict mapping, int direction, void **ptrs,
+                           PyObject **objs) noexcept:
+        """Pointers (and borrowed arrays) of `mapping` by anchor index; False unless all are
+        plainly valid. Runs no Python code, so the dict cannot change meanwhile."""
+        cdef Py_ssize_t pos = 0
+        cdef PyObject *key
+        cdef PyObject *value
+        cdef cnp.ndarray a
+        cdef int i, d
+        while PyDict_Next(mapping, &pos, &key, &value):
+            i = self._find(key)
+            if i < 0 or self.direction[i] != direction or ptrs[i] != NULL:
+                return False
+            if not cnp.PyArray_Check(<object>value):
+                return False
+            a = <cnp.ndarray>value
+            if (cnp.PyArray_TYPE(a) != self.type_num[i] or not cnp.PyArray_ISNOTSWAPPED(a)
+                    or not cnp.PyArray_IS_C_CONTIGUOUS(a) or cnp.PyArray_NDIM(a) != self.ndim[i]):
+                return False
+            if direction == 2 and not cnp.PyArray_ISWRITEABLE(a):
+                return False
+            for d in range(self.ndim[i]):
+                if cnp.PyArray_DIMS(a)[d] != self.dims[i][d]:
+                    return False
+            ptrs[i] = cnp.PyArray_DATA(a)
+            objs[i] = value
+        return True
+
+    def execute(self, inputs, outputs):
+        """Run the request if it is a plain one-batch request (True), else do nothing (False).
+        Raises the request's typed error if it ran and failed."""
+        cdef void *ins[_FP_MAX_ANCHORS]
+        cdef void *outs[_FP_MAX_ANCHORS]
+        cdef PyObject *objs[_FP_MAX_ANCHORS]
+        cdef ipu_request_desc desc
+        cdef ipu_request *req = NULL
+        cdef ipu_status s
+        cdef uint32_t i
+        if (type(inputs) is not dict or type(outputs) is not dict or self.runtime.closed
+                or PyDict_Size(inputs) != self.n_in or PyDict_Size(outputs) != self.n_out
+                or self.n_in + self.n_out == 0):
+            return False
+        for i in range(self.n):
+            ins[i] = NULL
+            outs[i] = NULL
+            objs[i] = NULL
+        if (not self._fill(<dict>inputs, 1, ins, objs)
+                or not self._fill(<dict>outputs, 2, outs, objs)):
+            return False
+        desc.num_batches = 1
+        desc.num_rows = 0
+        desc.inputs = <const void **>ins
+        desc.outputs = outs
+        desc.subgraph = IPU_NO_INDEX
+        desc.done = NULL
+        desc.user_data = NULL
+        # Another thread may change the dicts while the GIL is released: hold the arrays.
+        for i in range(self.n):
+            if objs[i] != NULL:
+                Py_INCREF(<object>objs[i])
+        try:
+            with nogil:
+                s = ipu_runtime_execute(self.runtime.rt, &desc, &req)
+            if req == NULL:
+                _check(s)  # ran inline (or was refused): its final status
+                return True
+            try:
+                _wait_request(req, None, self.runtime.box)
+            finally:
+                if not ipu_request_is_done(req):  # interrupted: it still uses the arrays
+                    with nogil:
+                        ipu_request_wait(req, <uint64_t>-1)
+                ipu_request_release(req)
+        finally:
+            for i in range(self.n):
+                if objs[i] != NULL:
+                    Py_DECREF(<object>objs[i])
+        return True
 
 
 # --- Session: the low-level API ----------------------------------------------------------------

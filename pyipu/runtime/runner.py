@@ -98,6 +98,7 @@ class Runner:
         self._handled: set[str] = set()
         index = self._info["index_anchor"]
         self._index_name = None if index is None else self._anchors[index].name
+        self._fast = self._make_fast_path()
         _live_runners.add(self)
 
     # --- descriptors -------------------------------------------------------------------------
@@ -151,10 +152,29 @@ class Runner:
         for rt in self._runtimes:
             rt.set_stream_callback(i, handler, d.numpy_data_type(), d.shape, direction == _INPUT)
         self._handled.add(name)
+        self._fast = self._make_fast_path()
+
+    def _make_fast_path(self) -> _core.FastPath | None:
+        """The C-level execute for plain one-batch requests (see docs/runtime.md), where the
+        general path's rules reduce to "every execute anchor once, exact shape"."""
+        if len(self._runtimes) != 1 or self.num_subgraphs > 1 or self._batching_dim is not None:
+            return None
+        feedable = {d.name for d in self.get_execute_inputs() + self.get_execute_outputs()}
+        table = [
+            (d.name, k if d.name in feedable else 0, d.numpy_data_type(), d.shape)
+            for d, k in zip(self._anchors, self._directions, strict=True)
+        ]
+        return _core.FastPath(self._runtimes[0], table) if len(table) <= 32 else None
 
     # --- execution ---------------------------------------------------------------------------
     def execute(self, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray]) -> None:
-        """Run one request synchronously; results are written into `outputs`' arrays."""
+        """Run one request synchronously; results are written into `outputs`' arrays.
+
+        One-batch requests of a small model may run on the calling thread (docs/runtime.md,
+        "Small requests"); the GIL is released while the request runs or waits."""
+        fast = self._fast
+        if fast is not None and fast.execute(inputs, outputs):
+            return
         self._submit(inputs, outputs).wait()
 
     def execute_async(

@@ -428,3 +428,112 @@ ipu_status ipu_runtime_submit(ipu_runtime *rt, const ipu_request_desc *desc, ipu
         return IPU_OK;
     }
 }
+
+/* ---- inline execution --------------------------------------------------------------------- */
+
+/* After a failed inline iteration (nothing else is queued): the device's failure handling
+ * without the disconnect - reload with auto_reset, else wait for ipu_runtime_reset. Under
+ * submit_mu, owning the device. */
+static void inline_failure(ipu_runtime *rt, ipu_status st, const char *msg) {
+    ipu__mark_failed(rt, st, msg);
+    ipu_status ls = IPU_OK;
+    char lmsg[IPU__MSG_BYTES] = "";
+    if (rt->cfg.auto_reset) {
+        ls = ipu_session_run_load(rt->s);
+        if (ls != IPU_OK) snprintf(lmsg, sizeof lmsg, "%s", ipu_last_error_message());
+    }
+    pthread_mutex_lock(&rt->state_mu);
+    if (rt->cfg.auto_reset && ls == IPU_OK) {
+        atomic_store(&rt->health, IPU__HEALTH_OK);
+    } else {
+        if (ls != IPU_OK) {
+            rt->fail_status = ls;
+            snprintf(rt->fail_msg, sizeof rt->fail_msg, "automatic reset failed: %.400s", lmsg);
+        }
+        atomic_store(&rt->health, IPU__HEALTH_NEEDS_RESET);
+    }
+    pthread_cond_broadcast(&rt->state_cv);
+    pthread_mutex_unlock(&rt->state_mu);
+}
+
+/* One iteration of a validated one-batch request on this thread: what the device's serial
+ * loop does for it (copy in, Main program, copy out), with the same stats and failure rules. */
+static ipu_status run_inline(ipu_runtime *rt, const ipu_request_desc *d) {
+    ipu_session *s = rt->s;
+    const uint64_t t_submit = ipu__now_ns();
+    atomic_fetch_add_explicit(&rt->st_submitted, 1, memory_order_relaxed);
+    for (uint32_t a = 0; a < rt->num_anchors; a++) {
+        const ipu_anchor_info *A = &s->anchors[a];
+        if (A->direction != IPU_DIR_INPUT || !ipu__in_subgraph(s, a, 0)) continue;
+        if (s->binds[a].kind == IPU_BIND_QUEUE)
+            memcpy(s->tensor_ptr[A->tensor], d->inputs[a], (size_t)A->desc.nbytes);
+        else if (s->binds[a].kind == IPU_BIND_EMPTY)
+            memset(s->tensor_ptr[A->tensor], 0, (size_t)A->desc.nbytes);
+    }
+    const ipu__frame f = {s->exe, s->tensor_ptr};
+    ipu_status st = ipu__run_program(s, &f, s->exe->main_programs[0]);
+    if (st != IPU_OK) {
+        char m[IPU__MSG_BYTES];
+        snprintf(m, sizeof m, "Main program of subgraph 0 failed: %.300s",
+                 ipu_last_error_message());
+        inline_failure(rt, st, m);
+        ipu__stats_record(rt, st, t_submit);
+        return ipu__fail(st, "%s", m);
+    }
+    for (uint32_t a = 0; a < rt->num_anchors; a++) {
+        const ipu_anchor_info *A = &s->anchors[a];
+        if (A->direction == IPU_DIR_OUTPUT && ipu__anchor_role(rt, a, 0) == IPU__ROLE_RING)
+            memcpy(d->outputs[a], s->tensor_ptr[A->tensor], (size_t)A->desc.nbytes);
+    }
+    atomic_fetch_add_explicit(&s->st_iterations, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&s->st_steps, 1, memory_order_relaxed);
+    ipu__stats_record(rt, IPU_OK, t_submit);
+    return IPU_OK;
+}
+
+/* Under submit_mu: may this request run inline (given a claimed or never started device)? */
+static bool inline_allowed(const ipu_runtime *rt) {
+    if (ipu__closed(rt) || atomic_load(&rt->health) != IPU__HEALTH_OK ||
+        atomic_load(&rt->reset_pending))
+        return false;
+    for (uint32_t a = 0; a < rt->num_anchors; a++)
+        if (rt->s->binds[a].kind == IPU_BIND_CALLBACK) return false;
+    return true;
+}
+
+/* Every ring empty: every request submitted so far has completed (the device is parked at the
+ * start of a step), so running this one now keeps submission order. */
+static bool rings_empty(const ipu_runtime *rt) {
+    for (uint32_t a = 0; a < rt->num_anchors; a++)
+        if (rt->s->rings[a] && ipu_ring_size(rt->s->rings[a]) != 0) return false;
+    return true;
+}
+
+ipu_status ipu_runtime_execute(ipu_runtime *rt, const ipu_request_desc *desc, ipu_request **out) {
+    if (!rt || !desc || !out)
+        return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ipu_runtime_execute: NULL argument");
+    *out = NULL;
+    if (ipu__tl_in_callback)
+        return ipu__fail(IPU_ERR_INVALID_STATE, "execute called from a stream or done callback "
+                         "(the device thread): it could wait forever for queue space");
+    if (rt->inline_ok && !desc->done && desc->num_batches == 1 && !ipu__closed(rt)) {
+        pthread_mutex_lock(&rt->submit_mu);
+        bool claimed = false, own = inline_allowed(rt);
+        if (own && rt->device_started) {
+            claimed = ipu__claim_device(rt->s);
+            own = claimed && rings_empty(rt);
+        }
+        if (own) {
+            uint32_t sub = 0;
+            rt->submitted = true;
+            ipu_status st = validate(rt, desc, &sub);
+            if (st == IPU_OK) st = run_inline(rt, desc);
+            if (claimed) ipu__release_device(rt->s);
+            pthread_mutex_unlock(&rt->submit_mu);
+            return st;
+        }
+        if (claimed) ipu__release_device(rt->s);
+        pthread_mutex_unlock(&rt->submit_mu);
+    }
+    return ipu_runtime_submit(rt, desc, out);
+}

@@ -22,6 +22,22 @@ ipu_runtime_config ipu_runtime_config_default(void) {
     return c;
 }
 
+/* Small enough to run on a caller's thread (ipu_runtime_execute): one iteration per step, one
+ * subgraph, whole batches, the serial loop, and a Main program whose instructions together move
+ * fewer bytes than one instruction worth splitting over workers (so it runs on one thread
+ * wherever it runs). */
+static bool inline_eligible(const ipu_runtime *rt) {
+    const ipu_session *s = rt->s;
+    const ipu_executable *e = s->exe;
+    if (s->bps != 1 || s->num_subgraphs != 1 || s->index_anchor != IPU_NO_INDEX || s->batching ||
+        s->pl_on || e->info.num_stages != 0)
+        return false;
+    const ipu__program *prog = &e->programs[e->main_programs[0]];
+    uint64_t bytes = 0;
+    for (uint32_t i = 0; i < prog->n_instr; i++) bytes += ipu__instr_bytes(e, &prog->instr[i]);
+    return bytes < IPU__PAR_MIN_BYTES;
+}
+
 static ipu_status init_sync(ipu_runtime *rt) {
     pthread_condattr_t attr;
     if (pthread_condattr_init(&attr) != 0)
@@ -96,6 +112,8 @@ ipu_status ipu_runtime_create(const ipu_executable *exe, const ipu_runtime_confi
     rt->num_anchors = rt->s->num_anchors;
     rt->num_subgraphs = rt->s->num_subgraphs;
     rt->index_anchor = rt->s->index_anchor;
+    rt->inline_ok = inline_eligible(rt);
+    rt->s->park_ok = rt->inline_ok;
     st = init_sync(rt);
     if (st != IPU_OK) goto fail;
     /* Default bindings (weights TENSOR_DATA, the rest QUEUE); Load on this thread. */

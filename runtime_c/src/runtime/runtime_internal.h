@@ -98,6 +98,7 @@ struct ipu_runtime {
     int close_done;            /* under close_mu */
     bool submitted;            /* under submit_mu */
     ipu_request *orphan;       /* under submit_mu: partially queued when the session stopped */
+    bool inline_ok;            /* small model: ipu_runtime_execute may run requests inline */
 
     _Alignas(64) atomic_bool closed;
     atomic_int health;          /* IPU__HEALTH_*: also the producers' abort flag */

@@ -89,6 +89,7 @@ ipu_status ipu_session_create(const ipu_executable *exe, const ipu_session_confi
     s->exe = exe;
     s->index_anchor = IPU_NO_INDEX;
     atomic_init(&s->stopped, false);
+    atomic_init(&s->park, IPU__PARK_RUNNING);
     const ipu_executable_info *info = &exe->info;
     if (s->cfg.check_package_hash) {
         uint64_t have = ipu_container_compiler_hash(exe->container), want = ipu_compiler_hash();
@@ -317,6 +318,33 @@ void ipu__dev_sleep(ipu_session *s, uint_fast64_t seq, uint64_t deadline_ns) {
     }
     atomic_store(&s->dev_waiting, 0);
     pthread_mutex_unlock(&s->mu);
+}
+
+void ipu__park(ipu_session *s) {
+    atomic_store_explicit(&s->park, IPU__PARK_PARKED, memory_order_release);
+}
+
+void ipu__unpark(ipu_session *s) {
+    for (unsigned i = 0;; i++) {
+        int expected = IPU__PARK_PARKED;
+        if (atomic_compare_exchange_weak_explicit(&s->park, &expected, IPU__PARK_RUNNING,
+                                                  memory_order_acquire, memory_order_relaxed) ||
+            expected == IPU__PARK_RUNNING)
+            return;
+        /* INLINE: a caller runs one small iteration; it gives the device back within µs. */
+        if (i < 64) ipu__cpu_relax();
+        else sched_yield();
+    }
+}
+
+bool ipu__claim_device(ipu_session *s) {
+    int expected = IPU__PARK_PARKED;
+    return atomic_compare_exchange_strong_explicit(&s->park, &expected, IPU__PARK_INLINE,
+                                                   memory_order_acquire, memory_order_relaxed);
+}
+
+void ipu__release_device(ipu_session *s) {
+    atomic_store_explicit(&s->park, IPU__PARK_PARKED, memory_order_release);
 }
 
 bool ipu__wait_front(ipu_session *s, uint32_t a) {

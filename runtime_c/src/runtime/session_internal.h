@@ -124,6 +124,11 @@ struct ipu_session {
     _Alignas(64) atomic_uint_fast64_t pop_seq;
     atomic_int sub_waiting;
     _Alignas(64) atomic_bool stopped;
+    /* Inline execution (runtime request.c): IPU__PARK_* handshake between the device thread
+     * idle at the start of a step and a caller running a small request itself. park_ok: the
+     * device parks (set by the runtime before its device thread starts). */
+    _Alignas(64) atomic_int park;
+    bool park_ok;
 
     _Alignas(64) atomic_uint_fast64_t st_steps, st_iterations, st_padded, st_padded_rows;
     atomic_uint_fast64_t st_ticks, st_concurrent_ticks;
@@ -200,6 +205,17 @@ static inline bool ipu__in_subgraph(const ipu_session *s, uint32_t a, uint32_t s
     if (a == s->index_anchor || A->has_tensor_data) return false;
     return A->subgraph == IPU_NO_INDEX || A->subgraph == sub;
 }
+
+/* Inline execution. The device thread, waiting for the first slot of a step with nothing
+ * taken, publishes PARKED; a caller that owns every producer (the runtime's submit mutex) may
+ * claim the device (PARKED -> INLINE), run one iteration on its own thread over the arena and
+ * give it back (INLINE -> PARKED). The device unparks (PARKED -> RUNNING, waiting while INLINE)
+ * before it takes a slot or leaves its wait, so it never touches the arena while claimed. */
+enum { IPU__PARK_RUNNING = 0, IPU__PARK_PARKED = 1, IPU__PARK_INLINE = 2 };
+void ipu__park(ipu_session *s);
+void ipu__unpark(ipu_session *s);
+bool ipu__claim_device(ipu_session *s);
+void ipu__release_device(ipu_session *s);
 
 /* session.c */
 /* Like ipu_session_enqueue; additionally returns IPU_ERR_ABORTED (without queueing) once

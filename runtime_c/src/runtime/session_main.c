@@ -111,6 +111,10 @@ static int gather(ipu_session *s, ipu__iter *c, uint32_t sub, uint32_t it, bool 
     const uint64_t batch_to = s->cfg.batch_timeout_ns ? s->cfg.batch_timeout_ns : step_to;
     uint64_t got = 0, t_start = 0, t_partial = 0, t0 = 0;
     bool spinning = true;
+    /* Idle at the start of a step: a caller may run a small request inline meanwhile. */
+    const bool parkable = s->park_ok && !index_phase && !committed && it == 0 && !c->idle;
+    bool parked = false;
+#define UNPARK() do { if (parked) { ipu__unpark(s); parked = false; } } while (0)
     for (unsigned i = 0;; i++) {
         uint_fast64_t seq = atomic_load(&s->push_seq);
         uint64_t k = R - got;
@@ -124,6 +128,7 @@ static int gather(ipu_session *s, ipu__iter *c, uint32_t sub, uint32_t it, bool 
                 }
         }
         if (k > 0) {
+            UNPARK();
             if (dir == IPU_DIR_OUTPUT) { /* rows of the front output slots, not consumed here */
                 *filled = k;
                 return EV_READY;
@@ -136,15 +141,21 @@ static int gather(ipu_session *s, ipu__iter *c, uint32_t sub, uint32_t it, bool 
             if (t_partial == 0) t_partial = ipu__now_ns();
             continue;
         }
-        if (ipu__stopped(s)) return EV_CLOSED;
+        if (ipu__stopped(s)) {
+            UNPARK();
+            return EV_CLOSED;
+        }
         if (!committed && atomic_exchange(&s->flush_req, 0)) {
             if (got > 0) break;
-            if (it > 0) return EV_END_STEP;
+            if (it > 0) return EV_END_STEP; /* not parkable: it > 0 */
             /* no step in progress: nothing to pad */
         }
         if (atomic_load(&s->interrupt_req)) {
             if (got > 0) break;
-            if (!committed) return EV_INTERRUPT;
+            if (!committed) {
+                UNPARK();
+                return EV_INTERRUPT;
+            }
         }
         if (got > 0 && outputs_queued(s, sub, true)) break;
         uint64_t deadline = 0;
@@ -162,10 +173,15 @@ static int gather(ipu_session *s, ipu__iter *c, uint32_t sub, uint32_t it, bool 
             return EV_END_STEP;
         }
         if (c->idle && c->idle(s)) continue; /* overlap I/O: stored an iteration meanwhile */
+        if (parkable && got == 0 && !parked) {
+            ipu__park(s);
+            parked = true;
+        }
         if (spinning && !ipu__spin_expired(i, &t0)) continue;
         spinning = false;
         ipu__dev_sleep(s, seq, deadline);
     }
+#undef UNPARK
     *filled = got;
     return EV_READY;
 }
