@@ -40,6 +40,7 @@ def test_meson_test(repo, tmp_path):
         "test_session",
         "test_serving",
         "test_overlap",
+        "test_inline",
         "example_embed",
     ):
         assert name in result.stdout

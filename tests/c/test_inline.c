@@ -1,0 +1,175 @@
+/* ipu_runtime_execute: small one-batch requests run inline on the calling thread (out == NULL)
+ * while the device is idle, everything else is submitted; results, order and stats are those
+ * of the queued path, also with another thread submitting at the same time. */
+#include <pthread.h>
+#include <unistd.h>
+
+#include "runtime_harness.h"
+
+static ipu_status execute_add(ipu_runtime *rt, uint32_t N, const float *x, const float *y,
+                              float *z, ipu_request **out) {
+    const void *ins[3] = {x, y, NULL};
+    void *outs[3] = {NULL, NULL, z};
+    ipu_request_desc d = {.num_batches = N, .inputs = ins, .outputs = outs,
+                          .subgraph = IPU_NO_INDEX};
+    return ipu_runtime_execute(rt, &d, out);
+}
+
+/* Run it to completion; *inlined: it ran on this thread. */
+static ipu_status run_add(ipu_runtime *rt, uint32_t N, const float *x, const float *y, float *z,
+                          int *inlined) {
+    ipu_request *r = NULL;
+    ipu_status st = execute_add(rt, N, x, y, z, &r);
+    *inlined = r == NULL;
+    if (st != IPU_OK || !r) return st;
+    st = ipu_request_wait(r, UINT64_MAX);
+    ipu_request_release(r);
+    return st;
+}
+
+static int test_small_request_runs_inline(void) {
+    fixture f;
+    m_model m = add_model(2, 3, 1);
+    ipu_runtime_config cfg = cfg_threads(2);
+    CHECK_OK(fx_open(&f, &m, &cfg));
+    float x[6] = {1, 2, 3, 4, 5, 6}, y[6] = {10, 20, 30, 40, 50, 60}, z[6] = {0};
+    int inlined = 0;
+    for (int k = 0; k < 3; k++) {
+        CHECK_OK(run_add(f.rt, 1, x, y, z, &inlined));
+        CHECK(inlined);
+        for (int i = 0; i < 6; i++) CHECK(z[i] == x[i] + y[i]);
+    }
+    /* Two batches: submitted. Then, with the device thread started and parked, inline again. */
+    float x2[12], z2[12];
+    for (int i = 0; i < 12; i++) x2[i] = (float)i;
+    CHECK_OK(run_add(f.rt, 2, x2, x2, z2, &inlined));
+    CHECK(!inlined);
+    for (int i = 0; i < 12; i++) CHECK(z2[i] == 2.0f * (float)i);
+    sleep_ms(5);
+    CHECK_OK(run_add(f.rt, 1, x, y, z, &inlined));
+    CHECK(inlined);
+    ipu_runtime_stats s;
+    ipu_runtime_get_stats(f.rt, &s);
+    CHECK(s.requests_submitted == 5 && s.requests_completed == 5 && s.requests_failed == 0);
+    CHECK(s.steps == 6 && s.iterations == 6);
+    /* Validation errors are the submit's. */
+    const void *ins[3] = {x, NULL, NULL};
+    void *outs[3] = {NULL, NULL, z};
+    ipu_request_desc d = {.num_batches = 1, .inputs = ins, .outputs = outs,
+                          .subgraph = IPU_NO_INDEX};
+    ipu_request *r = NULL;
+    CHECK(ipu_runtime_execute(f.rt, &d, &r) == IPU_ERR_INVALID_ARGUMENT && r == NULL);
+    CHECK(strstr(ipu_last_error_message(), "missing input anchor 'Y'") != NULL);
+    CHECK_OK(ipu_runtime_close(f.rt));
+    CHECK(run_add(f.rt, 1, x, y, z, &inlined) == IPU_ERR_CLOSED);
+    fx_close(&f);
+    return 0;
+}
+
+static int test_not_inline(void) {
+    /* bps 2 (a step spans requests), a large model, a done callback: all submitted. */
+    float x[6] = {1, 2, 3, 4, 5, 6}, z[6];
+    int inlined = 1;
+    fixture f;
+    m_model m = add_model(2, 3, 2);
+    ipu_runtime_config cfg = cfg_threads(1);
+    cfg.timeout_ns = 1000000;
+    CHECK_OK(fx_open(&f, &m, &cfg));
+    CHECK_OK(run_add(f.rt, 1, x, x, z, &inlined));
+    CHECK(!inlined && z[5] == 12.0f);
+    fx_close(&f);
+
+    m = add_model(64, 1024, 1); /* 768 KiB moved by the Main program */
+    CHECK_OK(fx_open(&f, &m, &cfg));
+    float *big = calloc(64 * 1024, 4), *bz = calloc(64 * 1024, 4);
+    CHECK(big && bz);
+    big[7] = 3;
+    CHECK_OK(run_add(f.rt, 1, big, big, bz, &inlined));
+    CHECK(!inlined && bz[7] == 6.0f);
+    free(big);
+    free(bz);
+    fx_close(&f);
+    return 0;
+}
+
+typedef struct {
+    ipu_runtime *rt;
+    int n, bad;
+} producer_ctx;
+
+static void *producer(void *arg) {
+    producer_ctx *p = arg;
+    for (int k = 0; k < p->n; k++) {
+        float x[6], z[6];
+        for (int i = 0; i < 6; i++) x[i] = (float)(k + i);
+        ipu_request *r;
+        if (submit_add(p->rt, 1, x, x, z, NULL, NULL, &r) != IPU_OK) {
+            p->bad++;
+            continue;
+        }
+        if (ipu_request_wait(r, UINT64_MAX) != IPU_OK) p->bad++;
+        ipu_request_release(r);
+        for (int i = 0; i < 6; i++) p->bad += z[i] != 2.0f * x[i];
+    }
+    return NULL;
+}
+
+static int test_inline_with_a_concurrent_submitter(void) {
+    fixture f;
+    m_model m = add_model(2, 3, 1);
+    ipu_runtime_config cfg = cfg_threads(2);
+    CHECK_OK(fx_open(&f, &m, &cfg));
+    producer_ctx p = {f.rt, 3000, 0};
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, producer, &p) == 0);
+    int bad = 0, inline_runs = 0;
+    const int n = 3000;
+    for (int k = 0; k < n; k++) {
+        float x[6], y[6], z[6];
+        for (int i = 0; i < 6; i++) { x[i] = (float)k; y[i] = (float)i; }
+        int inlined;
+        if (run_add(f.rt, 1, x, y, z, &inlined) != IPU_OK) bad++;
+        inline_runs += inlined;
+        for (int i = 0; i < 6; i++) bad += z[i] != x[i] + y[i];
+    }
+    pthread_join(th, NULL);
+    CHECK(bad == 0 && p.bad == 0);
+    printf("     (%d of %d ran inline)\n", inline_runs, n);
+    ipu_runtime_stats s;
+    ipu_runtime_get_stats(f.rt, &s);
+    CHECK(s.requests_completed == 6000 && s.iterations == 6000 && s.requests_failed == 0);
+    fx_close(&f);
+    return 0;
+}
+
+static int test_close_while_executing(void) {
+    /* close() from another thread while this one executes in a loop: every call returns OK
+     * or IPU_ERR_CLOSED, nothing hangs. */
+    fixture f;
+    m_model m = add_model(2, 3, 1);
+    ipu_runtime_config cfg = cfg_threads(2);
+    CHECK_OK(fx_open(&f, &m, &cfg));
+    producer_ctx p = {f.rt, 200, 0};
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, producer, &p) == 0); /* starts the device thread */
+    float x[6] = {0}, z[6];
+    int inlined;
+    for (int k = 0; k < 2000; k++) {
+        if (k == 1000) CHECK_OK(ipu_runtime_close(f.rt));
+        ipu_status st = run_add(f.rt, 1, x, x, z, &inlined);
+        CHECK(st == (k < 1000 ? IPU_OK : IPU_ERR_CLOSED));
+    }
+    pthread_join(th, NULL);
+    fx_close(&f);
+    return 0;
+}
+
+int main(void) {
+    alarm(240); /* watchdog: a hang is a failure */
+    RUN(test_small_request_runs_inline);
+    RUN(test_not_inline);
+    RUN(test_inline_with_a_concurrent_submitter);
+    RUN(test_close_while_executing);
+    printf("%d passed, %d failed\n", g_pass, g_fail);
+    return g_fail != 0;
+}
