@@ -19,21 +19,9 @@ void ipu__mark_failed(ipu_runtime *rt, ipu_status st, const char *msg) {
     ipu__wake_producers(rt->s);
 }
 
-/* Device thread, after run_main failed with st. */
-static void handle_failure(ipu_runtime *rt, ipu_status st) {
-    char msg[IPU__MSG_BYTES];
-    snprintf(msg, sizeof msg, "%s", ipu_last_error_message());
-    ipu__mark_failed(rt, st, msg);
-    /* Producers see health != OK and stop pushing; after this barrier no ring has a producer
-     * until health is OK again (submit checks it under submit_mu). */
-    pthread_mutex_lock(&rt->submit_mu);
-    pthread_mutex_unlock(&rt->submit_mu);
-    pthread_mutex_lock(&rt->state_mu);
-    ipu_status fst = rt->fail_status;
-    char fmsg[IPU__MSG_BYTES + 64];
-    snprintf(fmsg, sizeof fmsg, "failed by an earlier iteration failure: %s", rt->fail_msg);
-    pthread_mutex_unlock(&rt->state_mu);
-    ipu__session_disconnect_msg(rt->s, fst, fmsg);
+/* After a failure, nothing queued any more, on the thread that owns the device: reload with
+ * auto_reset (health OK), else health NEEDS_RESET; wakes the submitters waiting on it. */
+void ipu__recover(ipu_runtime *rt) {
     ipu_status ls = IPU_OK;
     char lmsg[IPU__MSG_BYTES] = "";
     if (rt->cfg.auto_reset && !ipu__closed(rt)) {
@@ -52,6 +40,24 @@ static void handle_failure(ipu_runtime *rt, ipu_status st) {
     }
     pthread_cond_broadcast(&rt->state_cv);
     pthread_mutex_unlock(&rt->state_mu);
+}
+
+/* Device thread, after run_main failed with st. */
+static void handle_failure(ipu_runtime *rt, ipu_status st) {
+    char msg[IPU__MSG_BYTES];
+    snprintf(msg, sizeof msg, "%s", ipu_last_error_message());
+    ipu__mark_failed(rt, st, msg);
+    /* Producers see health != OK and stop pushing; after this barrier no ring has a producer
+     * until health is OK again (submit checks it under submit_mu). */
+    pthread_mutex_lock(&rt->submit_mu);
+    pthread_mutex_unlock(&rt->submit_mu);
+    pthread_mutex_lock(&rt->state_mu);
+    ipu_status fst = rt->fail_status;
+    char fmsg[IPU__MSG_BYTES + 64];
+    snprintf(fmsg, sizeof fmsg, "failed by an earlier iteration failure: %s", rt->fail_msg);
+    pthread_mutex_unlock(&rt->state_mu);
+    ipu__session_disconnect_msg(rt->s, fst, fmsg);
+    ipu__recover(rt);
 }
 
 /* Device thread: rerun Load for ipu_runtime_reset callers. */

@@ -431,31 +431,6 @@ ipu_status ipu_runtime_submit(ipu_runtime *rt, const ipu_request_desc *desc, ipu
 
 /* ---- inline execution --------------------------------------------------------------------- */
 
-/* After a failed inline iteration (nothing else is queued): the device's failure handling
- * without the disconnect - reload with auto_reset, else wait for ipu_runtime_reset. Under
- * submit_mu, owning the device. */
-static void inline_failure(ipu_runtime *rt, ipu_status st, const char *msg) {
-    ipu__mark_failed(rt, st, msg);
-    ipu_status ls = IPU_OK;
-    char lmsg[IPU__MSG_BYTES] = "";
-    if (rt->cfg.auto_reset) {
-        ls = ipu_session_run_load(rt->s);
-        if (ls != IPU_OK) snprintf(lmsg, sizeof lmsg, "%s", ipu_last_error_message());
-    }
-    pthread_mutex_lock(&rt->state_mu);
-    if (rt->cfg.auto_reset && ls == IPU_OK) {
-        atomic_store(&rt->health, IPU__HEALTH_OK);
-    } else {
-        if (ls != IPU_OK) {
-            rt->fail_status = ls;
-            snprintf(rt->fail_msg, sizeof rt->fail_msg, "automatic reset failed: %.400s", lmsg);
-        }
-        atomic_store(&rt->health, IPU__HEALTH_NEEDS_RESET);
-    }
-    pthread_cond_broadcast(&rt->state_cv);
-    pthread_mutex_unlock(&rt->state_mu);
-}
-
 /* One iteration of a validated one-batch request on this thread: what the device's serial
  * loop does for it (copy in, Main program, copy out), with the same stats and failure rules. */
 static ipu_status run_inline(ipu_runtime *rt, const ipu_request_desc *d) {
@@ -476,7 +451,8 @@ static ipu_status run_inline(ipu_runtime *rt, const ipu_request_desc *d) {
         char m[IPU__MSG_BYTES];
         snprintf(m, sizeof m, "Main program of subgraph 0 failed: %.300s",
                  ipu_last_error_message());
-        inline_failure(rt, st, m);
+        ipu__mark_failed(rt, st, m); /* nothing else is queued: no disconnect */
+        ipu__recover(rt);
         ipu__stats_record(rt, st, t_submit);
         return ipu__fail(st, "%s", m);
     }

@@ -141,6 +141,9 @@ void *ipu__device_main(void *arg);
 IPU_NODISCARD ipu_status ipu__start_device(ipu_runtime *rt);
 /* First failure wins: health OK -> FAILING with status and message; wakes producers. */
 void ipu__mark_failed(ipu_runtime *rt, ipu_status st, const char *msg);
+/* After a failure, nothing queued, on the thread owning the device: reload with auto_reset,
+ * else NEEDS_RESET (under state_mu, broadcast). */
+void ipu__recover(ipu_runtime *rt);
 
 /* runtime.c */
 void ipu__stats_record(ipu_runtime *rt, ipu_status st, uint64_t t_submit);
