@@ -31,6 +31,6 @@ def test_side_by_side_harness_quick(repo, tmp_path):
         check=True, capture_output=True, text=True, timeout=60,
     ).stdout  # fmt: skip
     (row,) = [line for line in table.splitlines() if line.startswith("| fusion_model0 | 1 |")]
-    cells = [c.strip() for c in row.strip("|").split("|")]
+    cells = [c.strip(" *") for c in row.strip("|").split("|")]
     assert all(c.endswith(("µs", "ms")) for c in cells[2:5]), row  # three latencies
     assert float(cells[5]) > 0 and float(cells[6]) > 0, row
