@@ -154,8 +154,8 @@ def gemm_rows(ix: dict) -> list[str]:
                 continue
             gf = p["extra_info"]["gflop"]
             cells += [
-                f"{gf / per_call(p):.0f}",
-                f"{gf / per_call(o):.0f}",
+                f"{gf / per_call(p):.3g}",
+                f"{gf / per_call(o):.3g}",
                 f"**{per_call(o) / per_call(p):.2f}**",
             ]
         rows.append("| " + " | ".join(cells) + " |")
