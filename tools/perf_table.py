@@ -318,10 +318,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.run:
         json_path = json_path or os.path.join(tempfile.mkdtemp(prefix="pyipu-bench-"), "bench.json")
         load = run(args.quick, json_path)
+        with open(json_path) as f:
+            data = json.load(f)
+        data["pyipu_load"] = load  # kept with the figures, for later renders
+        with open(json_path, "w") as f:
+            json.dump(data, f)
     if not json_path:
         ap.error("give a JSON file or --run")
     with open(json_path) as f:
-        text = render(json.load(f), load)
+        data = json.load(f)
+    text = render(data, data.get("pyipu_load", load))
     print(text)
     if (args.write or args.run) and not args.quick:
         write_doc(text)

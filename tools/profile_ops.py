@@ -5,7 +5,7 @@
 pyipu: the model is compiled (debug.allowOutOfMemory, as the benchmarks) and saved as PopEF; a
 child process loads it and runs inferences for `--seconds` under `perf record --call-graph
 dwarf`. Each bytecode opcode runs in its own kernel entry point (`ipu__k_conv2d`,
-`ipu__k_mul_f32`, ...), so the samples *inside* each entry point (perf's "children" share)
+`ipu__k_mul_f32`, ...), so the samples whose call chain passes through an entry point
 give the time per opcode; the leaf functions show where inside them. Times per inference are
 shares of the kernels' samples times the child's median inference time.
 
@@ -48,8 +48,29 @@ r.close()
 print(len(times), float(np.median(times)))
 """
 
-LINE = re.compile(r"^\s*([\d.]+)%\s+([\d.]+)%\s+\[\.\]\s+(\S+)")  # children, self, symbol
-LEAF = re.compile(r"^\s*([\d.]+)%\s+\[\.\]\s+(\S+)")
+FRAME = re.compile(r"^\s+[0-9a-f]+\s+(\S+)")
+
+
+def attribute(script: str) -> tuple[collections.Counter, collections.Counter, int]:
+    """(samples per opcode, samples per leaf function, all samples) from `perf script`: a
+    sample belongs to the innermost `ipu__k_*` frame of its call chain. `ipu__k_gemm_*`
+    and `ipu__k_matmul_*` tail-call ipu__sgemm, so a chain with ipu__sgemm and no kernel frame
+    is one of theirs."""
+    kernels: collections.Counter[str] = collections.Counter()
+    leaves: collections.Counter[str] = collections.Counter()
+    samples = 0
+    for block in script.split("\n\n"):
+        frames = [m.group(1) for line in block.splitlines() if (m := FRAME.match(line))]
+        if not frames:
+            continue
+        samples += 1
+        leaves[frames[0]] += 1
+        kernel = next((f[len("ipu__k_") :] for f in frames if f.startswith("ipu__k_")), None)
+        if kernel is None and "ipu__sgemm" in frames:
+            kernel = "sgemm (GEMM or MATMUL)"
+        if kernel is not None:
+            kernels[kernel] += 1
+    return kernels, leaves, samples
 
 
 def opcode_counts(exe: Any) -> dict[str, int]:
@@ -61,14 +82,26 @@ def opcode_counts(exe: Any) -> dict[str, int]:
     return dict(counts.most_common())
 
 
+def model_and_feeds(name: str) -> tuple[Any, dict[str, Any]]:
+    """A benchmark model by name (benchmarks/zoo.py MODELS), or `sgemm_N` for C = A @ B."""
+    from zoo import MODELS, matmul_model
+
+    if name.startswith("sgemm_"):
+        import numpy as np
+
+        n = int(name[len("sgemm_") :])
+        rng = np.random.default_rng(0)
+        return matmul_model(n), {k: rng.standard_normal((n, n)).astype(np.float32) for k in "AB"}
+    build, feeds_of = MODELS[name]
+    proto = build()
+    return proto, feeds_of(proto)
+
+
 def profile_pyipu(name: str, threads: int, seconds: float, work: Path) -> dict[str, Any]:
     import numpy as np
     from side_by_side import compile_model
-    from zoo import MODELS
 
-    build, feeds_of = MODELS[name]
-    proto = build()
-    feeds = feeds_of(proto)
+    proto, feeds = model_and_feeds(name)
     exe = compile_model(proto)
     popef, xpath, data = work / f"{name}.popef", work / f"{name}.npz", work / f"{name}.perf"
     exe.save(popef)
@@ -78,31 +111,21 @@ def profile_pyipu(name: str, threads: int, seconds: float, work: Path) -> dict[s
     cmd.append(str(threads))
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.split()
     runs, median = int(out[-2]), float(out[-1])
-    report = ["perf", "report", "-i", str(data), "--stdio", "--sort", "symbol", "-g", "none"]
-    children = subprocess.run(
-        [*report, "--children"], check=True, capture_output=True, text=True
+    script = subprocess.run(
+        ["perf", "script", "-i", str(data), "-F", "ip,sym", "--no-inline"],
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
-    kernels: dict[str, float] = {}
-    for line in children.splitlines():
-        m = LINE.match(line)
-        if m and m.group(3).startswith("ipu__k_"):
-            kernels[m.group(3)[len("ipu__k_") :]] = float(m.group(1))
-    leaves_text = subprocess.run(
-        [*report, "--no-children"], check=True, capture_output=True, text=True
-    ).stdout
-    leaves = []
-    for line in leaves_text.splitlines():
-        m = LEAF.match(line)
-        if m and len(leaves) < 10:
-            leaves.append((m.group(2), float(m.group(1))))
+    kernels, leaves, samples = attribute(script)
     total = sum(kernels.values())
-    per_op = {k: v / total * median for k, v in sorted(kernels.items(), key=lambda kv: -kv[1])}
+    per_op = {k: v / total * median for k, v in kernels.most_common()}
     return {
         "median_s": median,
         "runs": runs,
-        "kernel_share_of_samples": total / 100,
+        "kernel_share_of_samples": total / samples,
         "per_op_s": per_op,
-        "leaves": leaves,
+        "leaves": [(k, v / samples * 100) for k, v in leaves.most_common(10)],
         "opcodes": opcode_counts(exe),
     }
 
@@ -111,11 +134,8 @@ def profile_ort(name: str, threads: int, seconds: float, work: Path) -> dict[str
     import numpy as np
     import onnxruntime as ort
     from models import ORT_IR_VERSION
-    from zoo import MODELS
 
-    build, feeds_of = MODELS[name]
-    proto = build()
-    feeds = feeds_of(proto)
+    proto, feeds = model_and_feeds(name)
     proto.ir_version = min(proto.ir_version, ORT_IR_VERSION)
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
@@ -174,13 +194,65 @@ def markdown(name: str, p: dict[str, Any], o: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# pyipu lowers LRN to a POOL2D window sum plus BINARY pow and MUL/DIV: ORT's LRN counts as pool.
+PYIPU_GROUPS = {
+    "conv": ("conv2d",),
+    "pool": ("pool2d", "reduce_mean_f32"),
+    "gemm/matmul": ("gemm_f32 (tail call)", "sgemm (GEMM or MATMUL)", "gemm_f32", "matmul_f32"),
+    "eltwise": ("add_f32", "mul_f32", "sub_f32", "div_f32", "relu_f32", "binary_f32", "unary_f32"),
+}
+ORT_GROUPS = {
+    "conv": ("Conv", "FusedConv"),
+    "pool": ("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LRN"),
+    "gemm/matmul": ("Gemm", "FusedGemm", "MatMul", "FusedMatMul"),
+    "eltwise": ("Add", "Mul", "Sub", "Div", "Relu", "Sum", "Erf", "BatchNormalization"),
+}
+
+
+def grouped(per_op: dict[str, float], groups: dict[str, tuple[str, ...]]) -> dict[str, float]:
+    out = {g: sum(per_op.get(k, 0.0) for k in ks) for g, ks in groups.items()}
+    out["other"] = sum(per_op.values()) - sum(out.values())
+    return out
+
+
+def summary(results: dict[str, Any]) -> str:
+    """One row per model: ms per inference by op group, pyipu | ORT."""
+    names = [*PYIPU_GROUPS, "other"]
+    head = " | ".join(f"{g} pyipu / ORT" for g in names)
+    lines = [
+        f"| model | total pyipu / ORT | {head} |",
+        "|---|---|" + "---|" * len(names),
+    ]
+    for model, r in results.items():
+        p, o = (
+            grouped(r["pyipu"]["per_op_s"], PYIPU_GROUPS),
+            grouped(r["ort"]["per_op_s"], ORT_GROUPS),
+        )
+        total = f"{fmt_ms(r['pyipu']['median_s'])} / {fmt_ms(r['ort']['median_s'])}"
+        cells = " | ".join(f"{fmt_ms(p[g])} / {fmt_ms(o[g])}" for g in names)
+        lines.append(f"| {model} | {total} | {cells} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("models", nargs="+", help="names from benchmarks/zoo.py MODELS")
+    ap.add_argument("models", nargs="*", help="names from benchmarks/zoo.py MODELS, or sgemm_N")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seconds", type=float, default=4.0, help="profiled time per runtime")
     ap.add_argument("--json", help="also write the raw figures here")
+    ap.add_argument(
+        "--summary",
+        nargs="*",
+        metavar="JSON",
+        help="print the per-group table of earlier --json files",
+    )
     args = ap.parse_args(argv)
+    if args.summary is not None:
+        merged: dict[str, Any] = {}
+        for path in args.summary:
+            merged.update(json.loads(Path(path).read_text()))
+        print(summary(merged))
+        return 0
     results = {}
     with tempfile.TemporaryDirectory(prefix="pyipu-profile-") as tmp:
         work = Path(tmp)
@@ -189,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
             o = profile_ort(name, args.threads, args.seconds, work)
             results[name] = {"pyipu": p, "ort": o}
             print(markdown(name, p, o), flush=True)
+    print(summary(results))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return 0
