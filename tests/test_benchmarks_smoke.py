@@ -1,0 +1,36 @@
+"""The side-by-side benchmark harness on its smallest case, so it cannot rot: pytest-benchmark
+runs benchmarks/bench_vs_ort.py in quick mode on the fusion seed model 0 at 1 thread (pyipu,
+ORT IOBinding, ORT run), then tools/perf_table.py renders the JSON. No timing is asserted."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def test_side_by_side_harness_quick(repo, tmp_path):
+    pytest.importorskip("pytest_benchmark")
+    out = tmp_path / "bench.json"
+    subprocess.run(
+        [
+            sys.executable, "-P", "-m", "pytest", "-q", "--bench-quick",
+            str(repo / "benchmarks" / "bench_vs_ort.py"),
+            "-k", "fusion_model0-1T",
+            f"--benchmark-json={out}",
+        ],
+        cwd=repo, check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    data = json.loads(out.read_text())
+    engines = {b["extra_info"]["engine"] for b in data["benchmarks"]}
+    assert engines == {"pyipu", "ort", "ort_run"}
+    table = subprocess.run(
+        [sys.executable, str(repo / "tools" / "perf_table.py"), str(out)],
+        check=True, capture_output=True, text=True, timeout=60,
+    ).stdout  # fmt: skip
+    (row,) = [line for line in table.splitlines() if line.startswith("| fusion_model0 | 1 |")]
+    cells = [c.strip(" *") for c in row.strip("|").split("|")]
+    assert all(c.endswith(("µs", "ms")) for c in cells[2:5]), row  # three latencies
+    assert float(cells[5]) > 0 and float(cells[6]) > 0, row
