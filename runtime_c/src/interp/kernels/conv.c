@@ -1,9 +1,12 @@
 /* CONV2D (docs/bytecode.md): 2-D convolution, NCHW, float32/float16 (computed in float32).
- * GEMM path: for each tile of output pixels, the input patches are unrolled (im2col) into the
- * worker scratch as a [K, P] float matrix (K = Cig*KH*KW, in chunks of KCH rows when K is large)
- * and multiplied by the weight rows with ipu__sgemm. Depthwise convolutions (one input and one
- * output channel per group) use a direct loop. Every output element is computed the same way
- * whichever work item computes it, so results do not depend on the split. */
+ * float32 GEMM path: for each tile of output pixels and each block of IPU__SGEMM_KC rows of
+ * K = Cig*KH*KW, the input patches are unrolled straight into the sgemm's packed B panels
+ * (im2col fused with packing; a 1x1 stride-1 convolution copies rows of x), the weight rows are
+ * packed as A, and the sgemm micro-kernel accumulates into y itself; the epilogue (bias,
+ * residual, activation) then runs over the tile while it is in cache. float16 GEMM path: im2col
+ * into a float [K, P] matrix and ipu__sgemm. Depthwise convolutions (one input and one output
+ * channel per group) use a direct loop. Every output element is computed the same way whichever
+ * work item computes it, so results do not depend on the split. */
 #include <string.h>
 
 #include "kernels.h"
@@ -39,20 +42,158 @@ static void im2col(const ipu__conv_plan *p, const void *x, int64_t xoff, int64_t
     }
 }
 
-static void store_row(const ipu__conv_plan *p, void *y, int64_t off, float *row, int64_t n,
-                      const void *bias, int64_t co) {
+/* row[j] = act(row[j] + bias[co] + res[off + j]) for j < n (bias, res optional). */
+static void epilogue(const ipu__conv_plan *p, float *row, int64_t n, const void *bias, int64_t co,
+                     const void *res, int64_t off) {
     if (bias) {
         float bv = ld(bias, p->f16, co);
         for (int64_t j = 0; j < n; j++) row[j] += bv;
     }
+    if (res) {
+        if (p->f16) {
+            for (int64_t j = 0; j < n; j++) row[j] += ld(res, 1, off + j);
+        } else {
+            const float *r = (const float *)res + off;
+            for (int64_t j = 0; j < n; j++) row[j] += r[j];
+        }
+    }
+    if (p->act == IPU__CONV_ACT_RELU)
+        for (int64_t j = 0; j < n; j++) row[j] = row[j] > 0.0f ? row[j] : 0.0f;
+}
+
+static void store_row(const ipu__conv_plan *p, void *y, int64_t off, float *row, int64_t n,
+                      const void *bias, const void *res, int64_t co) {
+    epilogue(p, row, n, bias, co, res, off);
     if (p->f16)
         ipu__cvt_f32_to_f16(row, (uint16_t *)y + off, (size_t)n);
     else
         memcpy((float *)y + off, row, sizeof(float) * (size_t)n);
 }
 
+/* Columns [j, j + n) of row kk of packed B panels (Bp[j / nr][kk][j % nr], kc rows per panel):
+ * s[0], s[ss], ... (s NULL: zeros). */
+static inline void put_run(float *d, int64_t kc, int nr, int64_t j, const float *s, int64_t ss,
+                           int64_t n) {
+    while (n > 0) {
+        int64_t o = j % nr, c = nr - o < n ? nr - o : n;
+        float *dst = d + (j / nr) * kc * nr + o;
+        if (!s)
+            for (int64_t t = 0; t < c; t++) dst[t] = 0.0f;
+        else if (ss == 1)
+            for (int64_t t = 0; t < c; t++) dst[t] = s[t];
+        else
+            for (int64_t t = 0; t < c; t++) dst[t] = s[t * ss];
+        if (s) s += c * ss;
+        j += c;
+        n -= c;
+    }
+}
+
+/* im2col fused with B packing: Bp[j / nr][kk][j % nr] = x(patch row k0 + kk, output pixel
+ * q0 + j) for j < np, zero up to the next multiple of nr. */
+static void pack_patches(const ipu__conv_plan *p, const float *x, int64_t xoff, int64_t k0,
+                         int64_t kc, int64_t q0, int64_t np, int nr, float *bp) {
+    int64_t npad = (np + nr - 1) / nr * nr, HW = p->H * p->W, OHW = p->OH * p->OW;
+    for (int64_t kk = 0; kk < kc; kk++) {
+        float *d = bp + kk * nr;
+        int64_t k = k0 + kk;
+        put_run(d, kc, nr, np, NULL, 0, npad - np);
+        if (p->pointwise) {
+            put_run(d, kc, nr, 0, x + xoff + k * OHW + q0, 1, np);
+            continue;
+        }
+        int64_t kw = k % p->KW, kh = (k / p->KW) % p->KH, ci = k / (p->KW * p->KH);
+        const float *plane = x + xoff + ci * HW;
+        int64_t oh = q0 / p->OW, ow = q0 % p->OW, sw = p->sw;
+        for (int64_t j = 0; j < np;) {
+            int64_t n = p->OW - ow < np - j ? p->OW - ow : np - j; /* rest of this output row */
+            int64_t ih = oh * p->sh - p->pt + kh * p->dh;
+            if (ih < 0 || ih >= p->H) {
+                put_run(d, kc, nr, j, NULL, 0, n);
+            } else {
+                int64_t iw0 = ow * sw - p->pl + kw * p->dw; /* input column of tap t: iw0 + t*sw */
+                int64_t lo = iw0 >= 0 ? 0 : (-iw0 + sw - 1) / sw;
+                int64_t hi = iw0 >= p->W ? 0 : (p->W - iw0 + sw - 1) / sw;
+                if (lo > n) lo = n;
+                if (hi > n) hi = n;
+                if (hi < lo) hi = lo;
+                put_run(d, kc, nr, j, NULL, 0, lo);
+                put_run(d, kc, nr, j + lo, plane + ih * p->W + iw0 + lo * sw, sw, hi - lo);
+                put_run(d, kc, nr, j + hi, NULL, 0, n - hi);
+            }
+            j += n;
+            ow = 0;
+            oh++;
+        }
+    }
+}
+
+/* float32 GEMM path for one work item: see the top of the file. */
+static void run_gemm_f32(const ipu__conv_plan *p, const float *x, const float *w,
+                         const float *apre, const void *bias, const void *res, float *y,
+                         int64_t n, int64_t g, int64_t mb, int64_t r, void *scratch) {
+    ipu__ukr u;
+    ipu__sgemm_ukr(&u);
+    if (apre && u.mr != p->packed_mr) apre = NULL; /* packed for another micro-kernel */
+    if (apre) apre += (g * p->mblocks + mb) * p->packed_blk;
+    const int mr = u.mr, nr = u.nr;
+    int64_t m0 = mb * IPU__MM_MB, m1 = m0 + IPU__MM_MB < p->Cog ? m0 + IPU__MM_MB : p->Cog;
+    int64_t oh1 = (r + 1) * p->rows < p->OH ? (r + 1) * p->rows : p->OH;
+    int64_t pix0 = r * p->rows * p->OW, pix1 = oh1 * p->OW, OHW = p->OH * p->OW;
+    int64_t xoff = (n * p->C + g * p->Cig) * p->H * p->W, co0 = g * p->Cog + m0, m = m1 - m0;
+    int64_t mpad = (m + mr - 1) / mr * mr;
+    float *ap = scratch;
+    size_t ap_bytes = ((size_t)mpad * IPU__SGEMM_KC * sizeof(float) + 63) & ~(size_t)63;
+    float *bp = (float *)((char *)scratch + ap_bytes);
+    int64_t nt = (int64_t)((IPU__SCRATCH_BYTES - ap_bytes) / (IPU__SGEMM_KC * sizeof(float)));
+    nt = (nt < IPU__CONV_TILE ? nt : IPU__CONV_TILE) / nr * nr;
+    float edge[IPU__SGEMM_MAX_MR * IPU__SGEMM_MAX_NR] __attribute__((aligned(64)));
+    ipu__sgemm_args a;
+    memset(&a, 0, sizeof a);
+    a.m = m;
+    a.a = w + co0 * p->K;
+    a.a_rs = p->K;
+    a.a_cs = 1;
+    float *yb = y + (n * p->M + co0) * OHW;
+    for (int64_t q0 = pix0; q0 < pix1; q0 += nt) {
+        int64_t np = pix1 - q0 < nt ? pix1 - q0 : nt;
+        if (p->K == 0) /* no input channels */
+            for (int64_t i = 0; i < m; i++) memset(yb + i * OHW + q0, 0, sizeof(float) * (size_t)np);
+        for (int64_t k0 = 0; k0 < p->K; k0 += IPU__SGEMM_KC) {
+            int64_t kc = p->K - k0 < IPU__SGEMM_KC ? p->K - k0 : IPU__SGEMM_KC;
+            int acc = k0 > 0;
+            pack_patches(p, x, xoff, k0, kc, q0, np, nr, bp);
+            const float *ak = ap;
+            if (apre)
+                ak = apre + mpad * k0;
+            else
+                ipu__sgemm_pack_a(&a, k0, kc, mr, ap);
+            for (int64_t jr = 0; jr < np; jr += nr) {
+                int64_t wd = np - jr < nr ? np - jr : nr;
+                const float *bpan = bp + jr * kc;
+                for (int64_t ir = 0; ir < m; ir += mr) {
+                    int64_t h = m - ir < mr ? m - ir : mr;
+                    float *c = yb + ir * OHW + q0 + jr;
+                    if (h == mr && wd == nr) {
+                        u.fn(kc, ak + ir * kc, bpan, c, OHW, acc);
+                        continue;
+                    }
+                    u.fn(kc, ak + ir * kc, bpan, edge, nr, 0);
+                    for (int64_t i = 0; i < h; i++)
+                        for (int64_t j = 0; j < wd; j++)
+                            c[i * OHW + j] = acc ? c[i * OHW + j] + edge[i * nr + j] : edge[i * nr + j];
+                }
+            }
+        }
+        for (int64_t i = 0; i < m; i++) {
+            int64_t off = (n * p->M + co0 + i) * OHW + q0;
+            epilogue(p, y + off, np, bias, co0 + i, res, off);
+        }
+    }
+}
+
 static void run_gemm(const ipu__conv_plan *p, const void *x, const void *w, const void *bias,
-                     void *y, int64_t n, int64_t g, int64_t mb, int64_t r, void *scratch) {
+                     const void *res, void *y, int64_t n, int64_t g, int64_t mb, int64_t r, void *scratch) {
     float *acc = (float *)((char *)scratch + IPU__CONV_SG_BYTES); /* [MB][P] */
     float *tmp = acc + IPU__MM_MB * p->P;                        /* [MB][P] */
     float *col = tmp + IPU__MM_MB * p->P;                        /* [KCH][P] */
@@ -92,7 +233,8 @@ static void run_gemm(const ipu__conv_plan *p, const void *x, const void *w, cons
                 for (int64_t i = 0; i < m * np; i++) acc[i] += tmp[i];
         }
         for (int64_t i = 0; i < m; i++)
-            store_row(p, y, (n * p->M + co0 + i) * OHW + q0, acc + i * np, np, bias, co0 + i);
+            store_row(p, y, (n * p->M + co0 + i) * OHW + q0, acc + i * np, np, bias, res,
+                      co0 + i);
     }
 }
 
@@ -106,7 +248,7 @@ static void tap_range(int64_t start, int64_t k, int64_t d, int64_t n, int64_t *t
 
 /* Depthwise: channel c = g of image n, output rows of block r. */
 static void run_direct(const ipu__conv_plan *p, const void *x, const void *w, const void *bias,
-                       void *y, int64_t n, int64_t g, int64_t r, void *scratch) {
+                       const void *res, void *y, int64_t n, int64_t g, int64_t r, void *scratch) {
     float *row = scratch;     /* OW floats */
     float *wt = row + p->OW;  /* KH*KW floats */
     int64_t KK = p->KH * p->KW;
@@ -133,7 +275,7 @@ static void run_direct(const ipu__conv_plan *p, const void *x, const void *w, co
             }
             row[ow] = s;
         }
-        store_row(p, y, ((n * p->M + g) * p->OH + oh) * p->OW, row, p->OW, bias, g);
+        store_row(p, y, ((n * p->M + g) * p->OH + oh) * p->OW, row, p->OW, bias, res, g);
     }
 }
 
@@ -142,7 +284,13 @@ ipu_status ipu__k_conv2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
     const ipu__conv_plan *p = ins->plan;
     const void *x = f->ptr[ins->in[0]], *w = f->ptr[ins->in[1]];
     const void *bias = p->has_bias ? f->ptr[ins->in[2]] : NULL;
+    const void *res = p->has_res ? f->ptr[ins->in[ins->n_in - 1]] : NULL;
     void *y = f->ptr[ins->out[0]];
+    const ipu__tensor *wt = &f->exe->tensors[ins->in[1]];
+    const float *apre = p->packed && f->exe->tensor_data &&
+                                w == (const void *)(f->exe->tensor_data + wt->offset)
+                            ? p->packed
+                            : NULL; /* not if the session bound other weights */
     for (size_t it = b; it < e; it++) {
         uint64_t rest = it;
         int64_t r = (int64_t)(rest % (uint64_t)p->rblocks);
@@ -151,9 +299,11 @@ ipu_status ipu__k_conv2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
         rest /= (uint64_t)p->mblocks;
         int64_t g = (int64_t)(rest % (uint64_t)p->G), n = (int64_t)(rest / (uint64_t)p->G);
         if (p->direct)
-            run_direct(p, x, w, bias, y, n, g, r, scratch);
+            run_direct(p, x, w, bias, res, y, n, g, r, scratch);
+        else if (!p->f16)
+            run_gemm_f32(p, x, w, apre, bias, res, y, n, g, mb, r, scratch);
         else
-            run_gemm(p, x, w, bias, y, n, g, mb, r, scratch);
+            run_gemm(p, x, w, bias, res, y, n, g, mb, r, scratch);
     }
     return IPU_OK;
 }
