@@ -149,15 +149,24 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
     if (p->P < 16) p->P = 16;
     p->KCH = avail / p->P - 2 * IPU__MM_MB;
     if (p->KCH > p->K) p->KCH = p->K;
+    p->msub = mbl;
+    p->mper = 1;
     if (p->direct) {
         p->mblocks = 1;
         p->rows = ow >= 4096 ? 1 : 4096 / ow;
     } else {
-        p->mblocks = (int64_t)ceil_div((uint64_t)p->Cog, (uint64_t)IPU__MM_MB);
+        p->mblocks = mbl;
         p->rows = (int64_t)ceil_div((uint64_t)p->P, (uint64_t)ow);
     }
     if (p->rows > oh) p->rows = oh;
     p->rblocks = (int64_t)ceil_div((uint64_t)oh, (uint64_t)p->rows);
+    if (!p->direct && !p->f16 && mbl > 0) { /* one im2col per pixel block: all channels, unless < 4 items */
+        uint64_t base = (uint64_t)p->N * (uint64_t)G * (uint64_t)p->rblocks;
+        uint64_t split = base >= 4 ? 1 : (4 + base - 1) / base;
+        if (split > (uint64_t)mbl) split = (uint64_t)mbl;
+        p->mper = (int64_t)ceil_div((uint64_t)mbl, split);
+        p->mblocks = (int64_t)ceil_div((uint64_t)mbl, (uint64_t)p->mper);
+    }
     p->hdr.work = y->numel == 0 ? 0
                                 : (size_t)((uint64_t)p->N * (uint64_t)G * (uint64_t)p->mblocks *
                                            (uint64_t)p->rblocks);

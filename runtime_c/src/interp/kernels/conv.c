@@ -58,7 +58,7 @@ static void epilogue(const ipu__conv_plan *p, float *row, int64_t n, const void 
         }
     }
     if (p->act == IPU__CONV_ACT_RELU)
-        for (int64_t j = 0; j < n; j++) row[j] = row[j] > 0.0f ? row[j] : 0.0f;
+        for (int64_t j = 0; j < n; j++) row[j] = (row[j] > 0.0f || row[j] != row[j]) ? row[j] : 0.0f;
 }
 
 static void store_row(const ipu__conv_plan *p, void *y, int64_t off, float *row, int64_t n,
@@ -70,13 +70,14 @@ static void store_row(const ipu__conv_plan *p, void *y, int64_t off, float *row,
         memcpy((float *)y + off, row, sizeof(float) * (size_t)n);
 }
 
-/* Columns [j, j + n) of row kk of packed B panels (Bp[j / nr][kk][j % nr], kc rows per panel):
- * s[0], s[ss], ... (s NULL: zeros). */
-static inline void put_run(float *d, int64_t kc, int nr, int64_t j, const float *s, int64_t ss,
+/* Columns [j, j + n) of row kk of packed B panels (Bp[j / nr][kk][j % nr], nr = 1 << ls, kc
+ * rows per panel; d points at row kk of panel 0): s[0], s[ss], ... (s NULL: zeros). */
+static inline void put_run(float *d, int64_t kc, int ls, int64_t j, const float *s, int64_t ss,
                            int64_t n) {
+    const int64_t nr = (int64_t)1 << ls;
     while (n > 0) {
-        int64_t o = j % nr, c = nr - o < n ? nr - o : n;
-        float *dst = d + (j / nr) * kc * nr + o;
+        int64_t o = j & (nr - 1), c = nr - o < n ? nr - o : n;
+        float *dst = d + (j >> ls) * kc * nr + o;
         if (!s)
             for (int64_t t = 0; t < c; t++) dst[t] = 0.0f;
         else if (ss == 1)
@@ -90,71 +91,75 @@ static inline void put_run(float *d, int64_t kc, int nr, int64_t j, const float 
 }
 
 /* im2col fused with B packing: Bp[j / nr][kk][j % nr] = x(patch row k0 + kk, output pixel
- * q0 + j) for j < np, zero up to the next multiple of nr. */
+ * q0 + j) for j < np, zero up to the next multiple of nr = 1 << ls. */
 static void pack_patches(const ipu__conv_plan *p, const float *x, int64_t xoff, int64_t k0,
-                         int64_t kc, int64_t q0, int64_t np, int nr, float *bp) {
-    int64_t npad = (np + nr - 1) / nr * nr, HW = p->H * p->W, OHW = p->OH * p->OW;
+                         int64_t kc, int64_t q0, int64_t np, int ls, float *bp) {
+    int64_t nr = (int64_t)1 << ls, npad = (np + nr - 1) / nr * nr;
+    int64_t HW = p->H * p->W, OHW = p->OH * p->OW, sw = p->sw;
+    int64_t kw = k0 % p->KW, kh = (k0 / p->KW) % p->KH, ci = k0 / (p->KW * p->KH);
     for (int64_t kk = 0; kk < kc; kk++) {
         float *d = bp + kk * nr;
-        int64_t k = k0 + kk;
-        put_run(d, kc, nr, np, NULL, 0, npad - np);
+        put_run(d, kc, ls, np, NULL, 0, npad - np);
         if (p->pointwise) {
-            put_run(d, kc, nr, 0, x + xoff + k * OHW + q0, 1, np);
+            put_run(d, kc, ls, 0, x + xoff + (k0 + kk) * OHW + q0, 1, np);
             continue;
         }
-        int64_t kw = k % p->KW, kh = (k / p->KW) % p->KH, ci = k / (p->KW * p->KH);
         const float *plane = x + xoff + ci * HW;
-        int64_t oh = q0 / p->OW, ow = q0 % p->OW, sw = p->sw;
+        int64_t oh = q0 / p->OW, ow = q0 % p->OW;
+        int64_t iwk = kw * p->dw - p->pl, ihk = kh * p->dh - p->pt;
         for (int64_t j = 0; j < np;) {
             int64_t n = p->OW - ow < np - j ? p->OW - ow : np - j; /* rest of this output row */
-            int64_t ih = oh * p->sh - p->pt + kh * p->dh;
+            int64_t ih = oh * p->sh + ihk;
             if (ih < 0 || ih >= p->H) {
-                put_run(d, kc, nr, j, NULL, 0, n);
+                put_run(d, kc, ls, j, NULL, 0, n);
             } else {
-                int64_t iw0 = ow * sw - p->pl + kw * p->dw; /* input column of tap t: iw0 + t*sw */
+                int64_t iw0 = ow * sw + iwk; /* input column of tap t: iw0 + t*sw */
                 int64_t lo = iw0 >= 0 ? 0 : (-iw0 + sw - 1) / sw;
                 int64_t hi = iw0 >= p->W ? 0 : (p->W - iw0 + sw - 1) / sw;
                 if (lo > n) lo = n;
                 if (hi > n) hi = n;
                 if (hi < lo) hi = lo;
-                put_run(d, kc, nr, j, NULL, 0, lo);
-                put_run(d, kc, nr, j + lo, plane + ih * p->W + iw0 + lo * sw, sw, hi - lo);
-                put_run(d, kc, nr, j + hi, NULL, 0, n - hi);
+                if (lo) put_run(d, kc, ls, j, NULL, 0, lo);
+                put_run(d, kc, ls, j + lo, plane + ih * p->W + iw0 + lo * sw, sw, hi - lo);
+                if (n > hi) put_run(d, kc, ls, j + hi, NULL, 0, n - hi);
             }
             j += n;
             ow = 0;
             oh++;
         }
+        if (++kw == p->KW) { /* next patch row: (ci, kh, kw) in row-major order */
+            kw = 0;
+            if (++kh == p->KH) {
+                kh = 0;
+                ci++;
+            }
+        }
     }
 }
 
-/* float32 GEMM path for one work item: see the top of the file. */
+/* float32 GEMM path for one work item: output channels [m0, m1) of group g (IPU__MM_MB-row
+ * sub-blocks), pixels of row block r. See the top of the file. */
 static void run_gemm_f32(const ipu__conv_plan *p, const float *x, const float *w,
                          const float *apre, const void *bias, const void *res, float *y,
                          int64_t n, int64_t g, int64_t mb, int64_t r, void *scratch) {
     ipu__ukr u;
     ipu__sgemm_ukr(&u);
-    if (apre && u.mr != p->packed_mr) apre = NULL; /* packed for another micro-kernel */
-    if (apre) apre += (g * p->mblocks + mb) * p->packed_blk;
     const int mr = u.mr, nr = u.nr;
-    int64_t m0 = mb * IPU__MM_MB, m1 = m0 + IPU__MM_MB < p->Cog ? m0 + IPU__MM_MB : p->Cog;
+    int ls = 0;
+    while ((1 << ls) < nr) ls++;
+    if (apre && u.mr != p->packed_mr) apre = NULL; /* packed for another micro-kernel */
+    int64_t m0 = mb * p->mper * IPU__MM_MB;
+    int64_t m1 = m0 + p->mper * IPU__MM_MB < p->Cog ? m0 + p->mper * IPU__MM_MB : p->Cog;
     int64_t oh1 = (r + 1) * p->rows < p->OH ? (r + 1) * p->rows : p->OH;
     int64_t pix0 = r * p->rows * p->OW, pix1 = oh1 * p->OW, OHW = p->OH * p->OW;
-    int64_t xoff = (n * p->C + g * p->Cig) * p->H * p->W, co0 = g * p->Cog + m0, m = m1 - m0;
-    int64_t mpad = (m + mr - 1) / mr * mr;
+    int64_t xoff = (n * p->C + g * p->Cig) * p->H * p->W, m = m1 - m0;
     float *ap = scratch;
-    size_t ap_bytes = ((size_t)mpad * IPU__SGEMM_KC * sizeof(float) + 63) & ~(size_t)63;
+    size_t ap_bytes = ((size_t)IPU__MM_MB * IPU__SGEMM_KC * sizeof(float) + 63) & ~(size_t)63;
     float *bp = (float *)((char *)scratch + ap_bytes);
     int64_t nt = (int64_t)((IPU__SCRATCH_BYTES - ap_bytes) / (IPU__SGEMM_KC * sizeof(float)));
     nt = (nt < IPU__CONV_TILE ? nt : IPU__CONV_TILE) / nr * nr;
     float edge[IPU__SGEMM_MAX_MR * IPU__SGEMM_MAX_NR] __attribute__((aligned(64)));
-    ipu__sgemm_args a;
-    memset(&a, 0, sizeof a);
-    a.m = m;
-    a.a = w + co0 * p->K;
-    a.a_rs = p->K;
-    a.a_cs = 1;
-    float *yb = y + (n * p->M + co0) * OHW;
+    float *yb = y + (n * p->M + g * p->Cog + m0) * OHW;
     for (int64_t q0 = pix0; q0 < pix1; q0 += nt) {
         int64_t np = pix1 - q0 < nt ? pix1 - q0 : nt;
         if (p->K == 0) /* no input channels */
@@ -162,32 +167,45 @@ static void run_gemm_f32(const ipu__conv_plan *p, const float *x, const float *w
         for (int64_t k0 = 0; k0 < p->K; k0 += IPU__SGEMM_KC) {
             int64_t kc = p->K - k0 < IPU__SGEMM_KC ? p->K - k0 : IPU__SGEMM_KC;
             int acc = k0 > 0;
-            pack_patches(p, x, xoff, k0, kc, q0, np, nr, bp);
-            const float *ak = ap;
-            if (apre)
-                ak = apre + mpad * k0;
-            else
-                ipu__sgemm_pack_a(&a, k0, kc, mr, ap);
-            for (int64_t jr = 0; jr < np; jr += nr) {
-                int64_t wd = np - jr < nr ? np - jr : nr;
-                const float *bpan = bp + jr * kc;
-                for (int64_t ir = 0; ir < m; ir += mr) {
-                    int64_t h = m - ir < mr ? m - ir : mr;
-                    float *c = yb + ir * OHW + q0 + jr;
-                    if (h == mr && wd == nr) {
-                        u.fn(kc, ak + ir * kc, bpan, c, OHW, acc);
-                        continue;
+            pack_patches(p, x, xoff, k0, kc, q0, np, ls, bp);
+            for (int64_t s0 = 0; s0 < m; s0 += IPU__MM_MB) { /* one sub-block of A */
+                int64_t sm = m - s0 < IPU__MM_MB ? m - s0 : IPU__MM_MB;
+                int64_t mpad = (sm + mr - 1) / mr * mr, sub = (m0 + s0) / IPU__MM_MB;
+                const float *ak = ap;
+                if (apre) {
+                    ak = apre + (g * p->msub + sub) * p->packed_blk + mpad * k0;
+                } else {
+                    ipu__sgemm_args a;
+                    memset(&a, 0, sizeof a);
+                    a.m = sm;
+                    a.a = w + (g * p->Cog + m0 + s0) * p->K;
+                    a.a_rs = p->K;
+                    a.a_cs = 1;
+                    ipu__sgemm_pack_a(&a, k0, kc, mr, ap);
+                }
+                float *ys = yb + s0 * OHW + q0;
+                for (int64_t jr = 0; jr < np; jr += nr) {
+                    int64_t wd = np - jr < nr ? np - jr : nr;
+                    const float *bpan = bp + jr * kc;
+                    for (int64_t ir = 0; ir < sm; ir += mr) {
+                        int64_t h = sm - ir < mr ? sm - ir : mr;
+                        float *c = ys + ir * OHW + jr;
+                        if (h == mr && wd == nr) {
+                            u.fn(kc, ak + ir * kc, bpan, c, OHW, acc);
+                            continue;
+                        }
+                        u.fn(kc, ak + ir * kc, bpan, edge, nr, 0);
+                        for (int64_t i = 0; i < h; i++)
+                            for (int64_t j = 0; j < wd; j++)
+                                c[i * OHW + j] =
+                                    acc ? c[i * OHW + j] + edge[i * nr + j] : edge[i * nr + j];
                     }
-                    u.fn(kc, ak + ir * kc, bpan, edge, nr, 0);
-                    for (int64_t i = 0; i < h; i++)
-                        for (int64_t j = 0; j < wd; j++)
-                            c[i * OHW + j] = acc ? c[i * OHW + j] + edge[i * nr + j] : edge[i * nr + j];
                 }
             }
         }
         for (int64_t i = 0; i < m; i++) {
-            int64_t off = (n * p->M + co0 + i) * OHW + q0;
-            epilogue(p, y + off, np, bias, co0 + i, res, off);
+            int64_t co = g * p->Cog + m0 + i, off = (n * p->M + co) * OHW + q0;
+            epilogue(p, y + off, np, bias, co, res, off);
         }
     }
 }

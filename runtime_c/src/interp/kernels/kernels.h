@@ -77,7 +77,9 @@ typedef struct ipu__red_plan {
 } ipu__red_plan;
 
 /* CONV2D: x[N,C,H,W] * w[M,C/G,KH,KW] (+ bias[M]) -> y[N,M,OH,OW]. Work item = (n, group,
- * block of IPU__MM_MB output channels of the group, block of `rows` output rows). The GEMM path
+ * block of mper * IPU__MM_MB output channels of the group, block of `rows` output rows); the
+ * float32 GEMM path takes all channels of a group per item (mper = msub) unless that leaves
+ * fewer than 4 items. The GEMM path
  * im2cols tiles of P output pixels x KCH rows of K = Cig*KH*KW into scratch (after the first
  * IPU__CONV_SG_BYTES, which ipu__sgemm uses); `direct`: depthwise (Cig = Cog = 1) loop. */
 #define IPU__CONV_SG_BYTES ((size_t)192 << 10)
@@ -88,7 +90,7 @@ typedef struct ipu__conv_plan {
     int f16, has_bias, direct, pointwise; /* pointwise: 1x1, stride 1, no pads: no im2col */
     int act, has_res; /* epilogue: y = act(conv + bias + residual) */
     /* float32 weights in TENSOR_DATA, packed at load for micro-kernels of height packed_mr
-     * (inside this allocation; NULL if not packed): block (g, mb) starts at (g * mblocks + mb) *
+     * (inside this allocation; NULL if not packed): sub-block (g, sb) starts at (g * msub + sb) *
      * packed_blk, its K-chunk k0 at + mpad * k0 (ipu__sgemm_pack_a layout, mpad = its rows
      * rounded up to packed_mr). Used only while w is still that TENSOR_DATA tensor. */
     const float *packed;
@@ -97,6 +99,7 @@ typedef struct ipu__conv_plan {
     int64_t N, C, H, W, M, OH, OW, KH, KW, G, Cig, Cog, K;
     int64_t sh, sw, dh, dw, pt, pl;
     int64_t mblocks, rows, rblocks, P, KCH;
+    int64_t msub, mper; /* IPU__MM_MB-row sub-blocks of Cog; sub-blocks per work item */
 } ipu__conv_plan;
 
 /* POOL2D: x[N,C,H,W] -> y[N,C,OH,OW]; work item = (plane n*C + c, block of `rows` rows). */
