@@ -256,14 +256,6 @@ static void run_gemm(const ipu__conv_plan *p, const void *x, const void *w, cons
     }
 }
 
-/* Taps [*t0, *t1) of a window of k taps (dilation d) starting at `start` that fall in [0, n). */
-static void tap_range(int64_t start, int64_t k, int64_t d, int64_t n, int64_t *t0, int64_t *t1) {
-    int64_t a = start >= 0 ? 0 : (-start + d - 1) / d;
-    int64_t b = start >= n ? 0 : (n - start + d - 1) / d;
-    *t0 = a;
-    *t1 = b < k ? b : k;
-}
-
 /* Depthwise: channel c = g of image n, output rows of block r. */
 static void run_direct(const ipu__conv_plan *p, const void *x, const void *w, const void *bias,
                        const void *res, void *y, int64_t n, int64_t g, int64_t r, void *scratch) {
@@ -274,24 +266,31 @@ static void run_direct(const ipu__conv_plan *p, const void *x, const void *w, co
     int64_t xoff = (n * p->C + g) * p->H * p->W;
     int64_t oh1 = (r + 1) * p->rows < p->OH ? (r + 1) * p->rows : p->OH;
     for (int64_t oh = r * p->rows; oh < oh1; oh++) {
-        int64_t h0 = oh * p->sh - p->pt, kh0, kh1;
-        tap_range(h0, p->KH, p->dh, p->H, &kh0, &kh1);
-        for (int64_t ow = 0; ow < p->OW; ow++) {
-            int64_t w0 = ow * p->sw - p->pl, kw0, kw1;
-            tap_range(w0, p->KW, p->dw, p->W, &kw0, &kw1);
-            float s = 0.0f;
-            for (int64_t kh = kh0; kh < kh1; kh++) {
-                int64_t base = xoff + (h0 + kh * p->dh) * p->W + w0;
-                const float *wr = wt + kh * p->KW;
+        /* tap by tap over the whole output row (vectorises for stride 1); each output still
+         * sums its taps in (kh, kw) order */
+        for (int64_t ow = 0; ow < p->OW; ow++) row[ow] = 0.0f;
+        for (int64_t kh = 0; kh < p->KH; kh++) {
+            int64_t ih = oh * p->sh - p->pt + kh * p->dh;
+            if (ih < 0 || ih >= p->H) continue;
+            int64_t base = xoff + ih * p->W;
+            for (int64_t kw = 0; kw < p->KW; kw++) {
+                float wv = wt[kh * p->KW + kw];
+                int64_t iw0 = kw * p->dw - p->pl, sw = p->sw; /* input column: ow*sw + iw0 */
+                int64_t lo = iw0 >= 0 ? 0 : (-iw0 + sw - 1) / sw;
+                int64_t hi = iw0 >= p->W ? 0 : (p->W - iw0 + sw - 1) / sw;
+                if (hi > p->OW) hi = p->OW;
                 if (p->f16) {
-                    for (int64_t kw = kw0; kw < kw1; kw++)
-                        s += ld(x, 1, base + kw * p->dw) * wr[kw];
-                } else {
-                    const float *xf = (const float *)x + base;
-                    for (int64_t kw = kw0; kw < kw1; kw++) s += xf[kw * p->dw] * wr[kw];
+                    for (int64_t ow = lo; ow < hi; ow++)
+                        row[ow] += ld(x, 1, base + ow * sw + iw0) * wv;
+                } else if (lo < hi) { /* xr[ow*sw] is input column ow*sw + iw0 */
+                    const float *xr = (const float *)x + base + lo * sw + iw0;
+                    float *rr = row + lo;
+                    if (sw == 1)
+                        for (int64_t t = 0; t < hi - lo; t++) rr[t] += xr[t] * wv;
+                    else
+                        for (int64_t t = 0; t < hi - lo; t++) rr[t] += xr[t * sw] * wv;
                 }
             }
-            row[ow] = s;
         }
         store_row(p, y, ((n * p->M + g) * p->OH + oh) * p->OW, row, p->OW, bias, res, g);
     }
