@@ -42,23 +42,37 @@ static void im2col(const ipu__conv_plan *p, const void *x, int64_t xoff, int64_t
     }
 }
 
-/* row[j] = act(row[j] + bias[co] + res[off + j]) for j < n (bias, res optional). */
+/* row[j] = act(row[j] + bias[co] + res[off + j]) for j < n (bias, res optional), one pass. */
 static void epilogue(const ipu__conv_plan *p, float *row, int64_t n, const void *bias, int64_t co,
                      const void *res, int64_t off) {
-    if (bias) {
-        float bv = ld(bias, p->f16, co);
+    float bv = bias ? ld(bias, p->f16, co) : 0.0f;
+    int relu = p->act == IPU__CONV_ACT_RELU;
+    if (res && p->f16) {
+        for (int64_t j = 0; j < n; j++) row[j] = row[j] + bv + ld(res, 1, off + j);
+        res = bias = NULL;
+        bv = 0.0f;
+    }
+    const float *r = res ? (const float *)res + off : NULL;
+    if (!bias && !r && !relu) return;
+    if (!bias && !r) { /* relu only */
+        for (int64_t j = 0; j < n; j++) row[j] = (row[j] > 0.0f || row[j] != row[j]) ? row[j] : 0.0f;
+        return;
+    }
+    if (r && relu) {
+        for (int64_t j = 0; j < n; j++) {
+            float v = row[j] + bv + r[j];
+            row[j] = (v > 0.0f || v != v) ? v : 0.0f;
+        }
+    } else if (r) {
+        for (int64_t j = 0; j < n; j++) row[j] = row[j] + bv + r[j];
+    } else if (relu) {
+        for (int64_t j = 0; j < n; j++) {
+            float v = row[j] + bv;
+            row[j] = (v > 0.0f || v != v) ? v : 0.0f;
+        }
+    } else {
         for (int64_t j = 0; j < n; j++) row[j] += bv;
     }
-    if (res) {
-        if (p->f16) {
-            for (int64_t j = 0; j < n; j++) row[j] += ld(res, 1, off + j);
-        } else {
-            const float *r = (const float *)res + off;
-            for (int64_t j = 0; j < n; j++) row[j] += r[j];
-        }
-    }
-    if (p->act == IPU__CONV_ACT_RELU)
-        for (int64_t j = 0; j < n; j++) row[j] = (row[j] > 0.0f || row[j] != row[j]) ? row[j] : 0.0f;
 }
 
 static void store_row(const ipu__conv_plan *p, void *y, int64_t off, float *row, int64_t n,
