@@ -39,7 +39,8 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
     static const char *const pads[] = {"pad_top", "pad_left", "pad_bottom", "pad_right"};
     char s1[160], s2[160], s3[160];
     /* attrs 9, 10 (optional, both or neither): activation, residual flag */
-    int64_t act = ins->n_attr == 11 ? ins->attr[9] : 0, has_res = ins->n_attr == 11 ? ins->attr[10] : 0;
+    bool epi = ins->n_attr == 11;
+    int64_t act = epi ? ins->attr[9] : 0, has_res = epi ? ins->attr[10] : 0;
     if (act != IPU__CONV_ACT_NONE && act != IPU__CONV_ACT_RELU)
         return bad(v, "activation must be 0 (none) or 1 (relu), got %lld", (long long)act);
     if (has_res != 0 && has_res != 1)
@@ -160,7 +161,8 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
     }
     if (p->rows > oh) p->rows = oh;
     p->rblocks = (int64_t)ceil_div((uint64_t)oh, (uint64_t)p->rows);
-    if (!p->direct && !p->f16 && mbl > 0) { /* one im2col per pixel block: all channels, unless < 4 items */
+    /* float32 GEMM path: one im2col per pixel block for all channels, unless < 4 items */
+    if (!p->direct && !p->f16 && mbl > 0) {
         uint64_t base = (uint64_t)p->N * (uint64_t)G * (uint64_t)p->rblocks;
         uint64_t split = base >= 4 ? 1 : (4 + base - 1) / base;
         if (split > (uint64_t)mbl) split = (uint64_t)mbl;

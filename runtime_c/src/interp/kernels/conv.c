@@ -55,7 +55,8 @@ static void epilogue(const ipu__conv_plan *p, float *row, int64_t n, const void 
     const float *r = res ? (const float *)res + off : NULL;
     if (!bias && !r && !relu) return;
     if (!bias && !r) { /* relu only */
-        for (int64_t j = 0; j < n; j++) row[j] = (row[j] > 0.0f || row[j] != row[j]) ? row[j] : 0.0f;
+        for (int64_t j = 0; j < n; j++)
+            row[j] = (row[j] > 0.0f || row[j] != row[j]) ? row[j] : 0.0f;
         return;
     }
     if (r && relu) {
@@ -177,7 +178,8 @@ static void run_gemm_f32(const ipu__conv_plan *p, const float *x, const float *w
     for (int64_t q0 = pix0; q0 < pix1; q0 += nt) {
         int64_t np = pix1 - q0 < nt ? pix1 - q0 : nt;
         if (p->K == 0) /* no input channels */
-            for (int64_t i = 0; i < m; i++) memset(yb + i * OHW + q0, 0, sizeof(float) * (size_t)np);
+            for (int64_t i = 0; i < m; i++)
+                memset(yb + i * OHW + q0, 0, sizeof(float) * (size_t)np);
         for (int64_t k0 = 0; k0 < p->K; k0 += IPU__SGEMM_KC) {
             int64_t kc = p->K - k0 < IPU__SGEMM_KC ? p->K - k0 : IPU__SGEMM_KC;
             int acc = k0 > 0;
@@ -225,7 +227,8 @@ static void run_gemm_f32(const ipu__conv_plan *p, const float *x, const float *w
 }
 
 static void run_gemm(const ipu__conv_plan *p, const void *x, const void *w, const void *bias,
-                     const void *res, void *y, int64_t n, int64_t g, int64_t mb, int64_t r, void *scratch) {
+                     const void *res, void *y, int64_t n, int64_t g, int64_t mb, int64_t r,
+                     void *scratch) {
     float *acc = (float *)((char *)scratch + IPU__CONV_SG_BYTES); /* [MB][P] */
     float *tmp = acc + IPU__MM_MB * p->P;                        /* [MB][P] */
     float *col = tmp + IPU__MM_MB * p->P;                        /* [KCH][P] */
