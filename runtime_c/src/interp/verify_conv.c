@@ -161,10 +161,10 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
     }
     if (p->rows > oh) p->rows = oh;
     p->rblocks = (int64_t)ceil_div((uint64_t)oh, (uint64_t)p->rows);
-    /* float32 GEMM path: one im2col per pixel block for all channels, unless < 4 items */
+    /* float32 GEMM path: one im2col per pixel block for all channels, unless < 8 items */
     if (!p->direct && !p->f16 && mbl > 0) {
         uint64_t base = (uint64_t)p->N * (uint64_t)G * (uint64_t)p->rblocks;
-        uint64_t split = base >= 4 ? 1 : (4 + base - 1) / base;
+        uint64_t split = base >= 8 ? 1 : (8 + base - 1) / base;
         if (split > (uint64_t)mbl) split = (uint64_t)mbl;
         p->mper = (int64_t)ceil_div((uint64_t)mbl, split);
         p->mblocks = (int64_t)ceil_div((uint64_t)mbl, (uint64_t)p->mper);
