@@ -22,6 +22,7 @@ computed by then; nothing in between may write an input of the convolution.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -33,21 +34,35 @@ ACT_RELU = 1
 CONV_ATTRS = 9  # without the epilogue attrs
 
 
+@dataclass
+class _Graph:
+    """The builder plus what the patterns check: readers, views and anchors per root."""
+
+    b: GraphBuilder
+    reads: Counter[int]
+    views: Counter[int]
+    anchored: set[int]
+
+
 def fuse_conv_epilogues(b: GraphBuilder) -> int:
     """Rewrite every subgraph's program in place; returns the number of instructions removed."""
-    views = Counter(b.root(i) for i, t in enumerate(b.tensors) if t.base is not None)
-    anchored = {b.root(a.tensor) for a in b.anchors} | b.claimed
     reads: Counter[int] = Counter()
     for prog in b.programs:
         for ins in prog:
             reads.update(b.root(t) for t in ins.inputs)
+    g = _Graph(
+        b,
+        reads,
+        Counter(b.root(i) for i, t in enumerate(b.tensors) if t.base is not None),
+        {b.root(a.tensor) for a in b.anchors} | b.claimed,
+    )
     removed = 0
     for sg, prog in enumerate(b.programs):
         stages = b.instr_stages[sg]
         for fuse in (_fold_bn_at, _fuse_at):
             i = 0
             while i < len(prog):
-                fused = fuse(b, prog, stages, i, reads, views, anchored)
+                fused = fuse(g, prog, stages, i)
                 removed += fused
                 i += 1 if not fused else 0
     return removed
@@ -72,26 +87,17 @@ def _channel_const(b: GraphBuilder, ins: Instr, t: int, m: int) -> np.ndarray | 
     return v.reshape(m).astype(np.float64)
 
 
-def _fold_bn_at(
-    b: GraphBuilder,
-    prog: list[Instr],
-    stages: list[int],
-    i: int,
-    reads: Counter,
-    views: Counter,
-    anchored: set[int],
-) -> int:
+def _fold_bn_at(g: _Graph, prog: list[Instr], stages: list[int], i: int) -> int:
+    b, reads = g.b, g.reads
     conv = prog[i]
-    if conv.op != Op.CONV2D or len(conv.attrs) != CONV_ATTRS:
+    j = _conv_reader(g, prog, stages, i)
+    if j is None or prog[j].op != Op.MUL:
         return 0
     (y,) = conv.outputs
     spec = b.tensors[y]
     m = spec.shape[1]
-    j = _single_reader(b, prog, i, y, reads, views, anchored)
-    if j is None or prog[j].op != Op.MUL or stages[j] != stages[i]:
-        return 0
     t = prog[j].outputs[0]
-    k = _single_reader(b, prog, j, t, reads, views, anchored)
+    k = _single_reader(g, prog, j, t)
     if k is None or prog[k].op != Op.ADD or stages[k] != stages[i]:
         return 0
     scale, shift = _channel_const(b, prog[j], y, m), _channel_const(b, prog[k], t, m)
@@ -131,17 +137,9 @@ def _new_data(b: GraphBuilder, t: int, value: np.ndarray, reads: Counter, name: 
     return nt
 
 
-def _single_reader(
-    b: GraphBuilder,
-    prog: list[Instr],
-    start: int,
-    t: int,
-    reads: Counter,
-    views: Counter,
-    anchored: set[int],
-) -> int | None:
+def _single_reader(g: _Graph, prog: list[Instr], start: int, t: int) -> int | None:
     """Index of the one instruction after `start` that reads t, if t is a plain temporary."""
-    if t != b.root(t) or reads[t] != 1 or views[t] or t in anchored:
+    if t != g.b.root(t) or g.reads[t] != 1 or g.views[t] or t in g.anchored:
         return None
     for j in range(start + 1, len(prog)):
         if t in prog[j].inputs:
@@ -149,27 +147,27 @@ def _single_reader(
     return None
 
 
+def _conv_reader(g: _Graph, prog: list[Instr], stages: list[int], i: int) -> int | None:
+    """For a CONV2D without epilogue at i: the one reader of its output, in the same stage."""
+    conv = prog[i]
+    if conv.op != Op.CONV2D or len(conv.attrs) != CONV_ATTRS:
+        return None
+    j = _single_reader(g, prog, i, conv.outputs[0])
+    return j if j is not None and stages[j] == stages[i] else None
+
+
 def _writes_any(b: GraphBuilder, prog: list[Instr], lo: int, hi: int, roots: set[int]) -> bool:
     return any(b.root(o) in roots for ins in prog[lo:hi] for o in ins.outputs)
 
 
-def _fuse_at(
-    b: GraphBuilder,
-    prog: list[Instr],
-    stages: list[int],
-    i: int,
-    reads: Counter,
-    views: Counter,
-    anchored: set[int],
-) -> int:
+def _fuse_at(g: _Graph, prog: list[Instr], stages: list[int], i: int) -> int:
+    b = g.b
     conv = prog[i]
-    if conv.op != Op.CONV2D or len(conv.attrs) != CONV_ATTRS:
+    j = _conv_reader(g, prog, stages, i)
+    if j is None:
         return 0
     (y,) = conv.outputs
     spec = b.tensors[y]
-    j = _single_reader(b, prog, i, y, reads, views, anchored)
-    if j is None or stages[j] != stages[i]:
-        return 0
     nxt = prog[j]
     ins_roots = {b.root(t) for t in conv.inputs}
     inputs, act, res, last, removed = conv.inputs, 0, 0, j, 1
@@ -183,7 +181,7 @@ def _fuse_at(
             return 0
         inputs, res = (*conv.inputs, z), 1
         ins_roots.add(b.root(z))
-        k = _single_reader(b, prog, j, out[0], reads, views, anchored)
+        k = _single_reader(g, prog, j, out[0])
         if k is not None and stages[k] == stages[i] and prog[k].op == Op.RELU:
             if b.tensors[prog[k].outputs[0]].shape == spec.shape:
                 act, last, removed, out = ACT_RELU, k, 2, prog[k].outputs
