@@ -30,6 +30,8 @@ from light_models import load, with_random_weights  # noqa: E402
 from pyipu import runtime  # noqa: E402
 from pyipu.compiler import Compiler, CompilerOptions  # noqa: E402
 
+PAUSE_S = 0.05
+
 
 def _ort(model: onnx.ModelProto, threads: int) -> ort.InferenceSession:
     so = ort.SessionOptions()
@@ -43,11 +45,15 @@ def _dims(vi: onnx.ValueInfoProto) -> list[int]:
 
 
 def _interleaved(a: Callable[[], object], b: Callable[[], object], reps: int) -> tuple[list, list]:
+    # The pause lets the other side's pool stop spin-waiting (ORT's workers spin after a run,
+    # which takes a core from whatever runs next on a 2-core machine).
     ta, tb = [], []
     for _ in range(reps):
+        time.sleep(PAUSE_S)
         t = time.perf_counter()
         a()
         ta.append(time.perf_counter() - t)
+        time.sleep(PAUSE_S)
         t = time.perf_counter()
         b()
         tb.append(time.perf_counter() - t)

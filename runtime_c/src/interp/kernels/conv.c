@@ -326,11 +326,13 @@ ipu_status ipu__k_conv2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
                             ? p->packed
                             : NULL; /* not if the session bound other weights */
     for (size_t it = b; it < e; it++) {
+        /* channel blocks vary fastest: a contiguous range of items (one worker's share) then
+         * holds whole pixel blocks, which balances when channel blocks differ in size */
         uint64_t rest = it;
-        int64_t r = (int64_t)(rest % (uint64_t)p->rblocks);
-        rest /= (uint64_t)p->rblocks;
         int64_t mb = (int64_t)(rest % (uint64_t)p->mblocks);
         rest /= (uint64_t)p->mblocks;
+        int64_t r = (int64_t)(rest % (uint64_t)p->rblocks);
+        rest /= (uint64_t)p->rblocks;
         int64_t g = (int64_t)(rest % (uint64_t)p->G), n = (int64_t)(rest / (uint64_t)p->G);
         if (p->direct)
             run_direct(p, x, w, bias, res, y, n, g, r, scratch);

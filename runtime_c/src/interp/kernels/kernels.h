@@ -77,7 +77,7 @@ typedef struct ipu__red_plan {
 } ipu__red_plan;
 
 /* CONV2D: x[N,C,H,W] * w[M,C/G,KH,KW] (+ bias[M]) -> y[N,M,OH,OW]. Work item = (n, group,
- * block of mper * IPU__MM_MB output channels of the group, block of `rows` output rows); the
+ * block of `rows` output rows, block of mper * IPU__MM_MB output channels of the group); the
  * float32 GEMM path takes all channels of a group per item (mper = msub) unless that leaves
  * fewer than 8 items (for an even split over workers). The GEMM path
  * im2cols tiles of P output pixels x KCH rows of K = Cig*KH*KW into scratch (after the first
