@@ -99,9 +99,9 @@ static inline void put_run(float *d, int64_t kc, int ls, int64_t j, const float 
             for (int64_t t = 0; t < c; t++) dst[t] = s[t];
         else
             for (int64_t t = 0; t < c; t++) dst[t] = s[t * ss];
-        if (s) s += c * ss;
         j += c;
         n -= c;
+        if (s && n > 0) s += c * ss; /* (no pointer past the last element read) */
     }
 }
 
@@ -135,7 +135,8 @@ static void pack_patches(const ipu__conv_plan *p, const float *x, int64_t xoff, 
                 if (hi > n) hi = n;
                 if (hi < lo) hi = lo;
                 if (lo) put_run(d, kc, ls, j, NULL, 0, lo);
-                put_run(d, kc, ls, j + lo, plane + ih * p->W + iw0 + lo * sw, sw, hi - lo);
+                if (hi > lo)
+                    put_run(d, kc, ls, j + lo, plane + ih * p->W + iw0 + lo * sw, sw, hi - lo);
                 if (n > hi) put_run(d, kc, ls, j + hi, NULL, 0, n - hi);
             }
             j += n;
