@@ -79,7 +79,7 @@ typedef struct ipu__red_plan {
 /* CONV2D: x[N,C,H,W] * w[M,C/G,KH,KW] (+ bias[M]) -> y[N,M,OH,OW]. Work item = (n, group,
  * block of `rows` output rows, block of mper * IPU__MM_MB output channels of the group); the
  * float32 GEMM path takes all channels of a group per item (mper = msub) unless that leaves
- * fewer than 8 items (for an even split over workers). The GEMM path
+ * fewer than 8 items (for an even split over workers). The float16 GEMM path
  * im2cols tiles of P output pixels x KCH rows of K = Cig*KH*KW into scratch (after the first
  * IPU__CONV_SG_BYTES, which ipu__sgemm uses); `direct`: depthwise (Cig = Cog = 1) loop. */
 #define IPU__CONV_SG_BYTES ((size_t)192 << 10)
