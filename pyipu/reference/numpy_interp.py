@@ -364,8 +364,11 @@ def _window(k: int, d: int, s: int, n_out: int) -> slice:
 
 @kernel(Op.CONV2D)
 def conv2d(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
-    g, sh, sw, dh, dw, pt, pl, pb, pr = (int(a) for a in ins.attrs)
-    x, w, *bias = _args(xs)
+    g, sh, sw, dh, dw, pt, pl, pb, pr = (int(a) for a in ins.attrs[:9])
+    act, has_res = (int(a) for a in ins.attrs[9:11]) if len(ins.attrs) == 11 else (0, 0)
+    args = _args(xs)
+    res = args.pop() if has_res else None
+    x, w, *bias = args
     n = x.shape[0]
     m, cig, kh_, kw_ = w.shape
     oh, ow = y.shape[2:]
@@ -380,6 +383,10 @@ def conv2d(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
     out = out.reshape(n, m, oh, ow)
     if bias:
         out = out + bias[0][:, None, None]
+    if res is not None:  # fused epilogue: residual, then activation (1 = relu)
+        out = out + res.astype(np.float32)
+    if act == 1:
+        out = np.maximum(out, np.float32(0))
     return out
 
 

@@ -597,7 +597,7 @@ ipu_status ipu__verify_instr(const ipu_executable *e, uint32_t program_id, int i
         case IPU_OP_TRANSPOSE: want_attr = in[0]->desc.ndim; break;
         case IPU_OP_UNARY: want_attr = 3; break;
         case IPU_OP_BINARY: want_attr = 1; break;
-        case IPU_OP_CONV2D: want_attr = 9; break;
+        case IPU_OP_CONV2D: want_attr = ins->n_attr == 11 ? 11 : 9; break; /* + epilogue */
         case IPU_OP_POOL2D: want_attr = 12; break;
         case IPU_OP_GATHER: want_attr = 3; break;
         case IPU_OP_GATHER_ELEMENTS: case IPU_OP_GATHER_ND: want_attr = 1; break;

@@ -38,7 +38,19 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
     static const char *const pos[] = {"group", "stride_h", "stride_w", "dil_h", "dil_w"};
     static const char *const pads[] = {"pad_top", "pad_left", "pad_bottom", "pad_right"};
     char s1[160], s2[160], s3[160];
-    const ipu__tensor *x = in[0], *w = in[1], *bias = ins->n_in == 3 ? in[2] : NULL;
+    /* attrs 9, 10 (optional, both or neither): activation, residual flag */
+    bool epi = ins->n_attr == 11;
+    int64_t act = epi ? ins->attr[9] : 0, has_res = epi ? ins->attr[10] : 0;
+    if (act != IPU__CONV_ACT_NONE && act != IPU__CONV_ACT_RELU)
+        return bad(v, "activation must be 0 (none) or 1 (relu), got %lld", (long long)act);
+    if (has_res != 0 && has_res != 1)
+        return bad(v, "residual must be 0 or 1, got %lld", (long long)has_res);
+    if (ins->n_in < 2 + (uint32_t)has_res)
+        return bad(v, "residual = 1 needs x, w[, bias] and the residual input");
+    uint32_t n_main = ins->n_in - (uint32_t)has_res; /* x, w[, bias] */
+    if (n_main > 3) return bad(v, "%u inputs, expected x, w[, bias]", n_main);
+    const ipu__tensor *x = in[0], *w = in[1], *bias = n_main == 3 ? in[2] : NULL;
+    const ipu__tensor *res = has_res ? in[ins->n_in - 1] : NULL;
     ipu_status st = attr_range(v, 0, 5, 1, pos);
     if (!st) st = attr_range(v, 5, 4, 0, pads);
     if (st) return st;
@@ -66,10 +78,48 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
     if (yd[0] != xd[0] || yd[1] != M || yd[2] != oh || yd[3] != ow)
         return bad(v, "output y%s, expected [%lld,%lld,%lld,%lld]", shape_str(s1, sizeof s1, y),
                    (long long)xd[0], (long long)M, (long long)oh, (long long)ow);
+    if (res && (res->desc.ndim != 4 || res->desc.dims[0] != yd[0] || res->desc.dims[1] != yd[1] ||
+                res->desc.dims[2] != yd[2] || res->desc.dims[3] != yd[3]))
+        return bad(v, "residual%s must have y's shape %s", shape_str(s1, sizeof s1, res),
+                   shape_str(s2, sizeof s2, y));
+    /* float32 GEMM-path weights stored in the executable: pack them once, here */
+    ipu__ukr u;
+    ipu__sgemm_ukr(&u);
+    int64_t mbl = (int64_t)ceil_div((uint64_t)(M / G), (uint64_t)IPU__MM_MB);
+    int64_t blk = (IPU__MM_MB + u.mr - 1) / u.mr * u.mr * (C / G) * KH * KW;
+    bool pack = y->desc.dtype == IPU_DTYPE_FLOAT32 && !(C / G == 1 && M / G == 1) &&
+                w->loc == IPU_LOC_TENSOR_DATA && v->e->tensor_data && y->numel > 0 &&
+                (uint64_t)G * (uint64_t)mbl * (uint64_t)blk < ((uint64_t)1 << 32);
+    size_t extra = pack ? (size_t)(G * mbl * blk) * sizeof(float) + 64 : 0;
     ipu__conv_plan *p;
-    if (!(p = alloc_plan(sizeof *p))) return plan_nomem();
+    if (!(p = alloc_plan(sizeof *p + extra))) return plan_nomem();
+    if (pack) {
+        uintptr_t at = ((uintptr_t)(p + 1) + 63) & ~(uintptr_t)63;
+        float *dst = (float *)at;
+        const float *wd = (const float *)(v->e->tensor_data + w->offset);
+        int64_t K = (C / G) * KH * KW, Cog = M / G;
+        for (int64_t g = 0; g < G; g++)
+            for (int64_t mb = 0; mb < mbl; mb++) {
+                ipu__sgemm_args a = {0};
+                int64_t m0 = mb * IPU__MM_MB;
+                a.m = Cog - m0 < IPU__MM_MB ? Cog - m0 : IPU__MM_MB;
+                a.a = wd + (g * Cog + m0) * K;
+                a.a_rs = K;
+                a.a_cs = 1;
+                int64_t mpad = (a.m + u.mr - 1) / u.mr * u.mr;
+                float *b = dst + (g * mbl + mb) * blk;
+                for (int64_t k0 = 0; k0 < K; k0 += IPU__SGEMM_KC)
+                    ipu__sgemm_pack_a(&a, k0, K - k0 < IPU__SGEMM_KC ? K - k0 : IPU__SGEMM_KC,
+                                      u.mr, b + mpad * k0);
+            }
+        p->packed = dst;
+        p->packed_mr = u.mr;
+        p->packed_blk = blk;
+    }
     p->f16 = y->desc.dtype == IPU_DTYPE_FLOAT16;
     p->has_bias = bias != NULL;
+    p->act = (int)act;
+    p->has_res = res != NULL;
     p->N = xd[0];
     p->C = C;
     p->H = xd[2];
@@ -100,15 +150,25 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
     if (p->P < 16) p->P = 16;
     p->KCH = avail / p->P - 2 * IPU__MM_MB;
     if (p->KCH > p->K) p->KCH = p->K;
+    p->msub = mbl;
+    p->mper = 1;
     if (p->direct) {
         p->mblocks = 1;
         p->rows = ow >= 4096 ? 1 : 4096 / ow;
     } else {
-        p->mblocks = (int64_t)ceil_div((uint64_t)p->Cog, (uint64_t)IPU__MM_MB);
+        p->mblocks = mbl;
         p->rows = (int64_t)ceil_div((uint64_t)p->P, (uint64_t)ow);
     }
     if (p->rows > oh) p->rows = oh;
     p->rblocks = (int64_t)ceil_div((uint64_t)oh, (uint64_t)p->rows);
+    /* float32 GEMM path: one im2col per pixel block for all channels, unless < 8 items */
+    if (!p->direct && !p->f16 && mbl > 0) {
+        uint64_t base = (uint64_t)p->N * (uint64_t)G * (uint64_t)p->rblocks;
+        uint64_t split = base >= 8 ? 1 : (8 + base - 1) / base;
+        if (split > (uint64_t)mbl) split = (uint64_t)mbl;
+        p->mper = (int64_t)ceil_div((uint64_t)mbl, split);
+        p->mblocks = (int64_t)ceil_div((uint64_t)mbl, (uint64_t)p->mper);
+    }
     p->hdr.work = y->numel == 0 ? 0
                                 : (size_t)((uint64_t)p->N * (uint64_t)G * (uint64_t)p->mblocks *
                                            (uint64_t)p->rblocks);

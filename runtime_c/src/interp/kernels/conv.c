@@ -1,9 +1,12 @@
 /* CONV2D (docs/bytecode.md): 2-D convolution, NCHW, float32/float16 (computed in float32).
- * GEMM path: for each tile of output pixels, the input patches are unrolled (im2col) into the
- * worker scratch as a [K, P] float matrix (K = Cig*KH*KW, in chunks of KCH rows when K is large)
- * and multiplied by the weight rows with ipu__sgemm. Depthwise convolutions (one input and one
- * output channel per group) use a direct loop. Every output element is computed the same way
- * whichever work item computes it, so results do not depend on the split. */
+ * float32 GEMM path: for each tile of output pixels and each block of IPU__SGEMM_KC rows of
+ * K = Cig*KH*KW, the input patches are unrolled straight into the sgemm's packed B panels
+ * (im2col fused with packing; a 1x1 stride-1 convolution copies rows of x), the weight rows are
+ * packed as A, and the sgemm micro-kernel accumulates into y itself; the epilogue (bias,
+ * residual, activation) then runs over the tile while it is in cache. float16 GEMM path: im2col
+ * into a float [K, P] matrix and ipu__sgemm. Depthwise convolutions (one input and one output
+ * channel per group) use a direct loop. Every output element is computed the same way whichever
+ * work item computes it, so results do not depend on the split. */
 #include <string.h>
 
 #include "kernels.h"
@@ -39,20 +42,194 @@ static void im2col(const ipu__conv_plan *p, const void *x, int64_t xoff, int64_t
     }
 }
 
-static void store_row(const ipu__conv_plan *p, void *y, int64_t off, float *row, int64_t n,
-                      const void *bias, int64_t co) {
-    if (bias) {
-        float bv = ld(bias, p->f16, co);
+/* row[j] = act(row[j] + bias[co] + res[off + j]) for j < n (bias, res optional), one pass. */
+static void epilogue(const ipu__conv_plan *p, float *row, int64_t n, const void *bias, int64_t co,
+                     const void *res, int64_t off) {
+    float bv = bias ? ld(bias, p->f16, co) : 0.0f;
+    int relu = p->act == IPU__CONV_ACT_RELU;
+    if (res && p->f16) {
+        for (int64_t j = 0; j < n; j++) row[j] = row[j] + bv + ld(res, 1, off + j);
+        res = bias = NULL;
+        bv = 0.0f;
+    }
+    const float *r = res ? (const float *)res + off : NULL;
+    if (!bias && !r && !relu) return;
+    if (!bias && !r) { /* relu only */
+        for (int64_t j = 0; j < n; j++)
+            row[j] = (row[j] > 0.0f || row[j] != row[j]) ? row[j] : 0.0f;
+        return;
+    }
+    if (r && relu) {
+        for (int64_t j = 0; j < n; j++) {
+            float v = row[j] + bv + r[j];
+            row[j] = (v > 0.0f || v != v) ? v : 0.0f;
+        }
+    } else if (r) {
+        for (int64_t j = 0; j < n; j++) row[j] = row[j] + bv + r[j];
+    } else if (relu) {
+        for (int64_t j = 0; j < n; j++) {
+            float v = row[j] + bv;
+            row[j] = (v > 0.0f || v != v) ? v : 0.0f;
+        }
+    } else {
         for (int64_t j = 0; j < n; j++) row[j] += bv;
     }
+}
+
+static void store_row(const ipu__conv_plan *p, void *y, int64_t off, float *row, int64_t n,
+                      const void *bias, const void *res, int64_t co) {
+    epilogue(p, row, n, bias, co, res, off);
     if (p->f16)
         ipu__cvt_f32_to_f16(row, (uint16_t *)y + off, (size_t)n);
     else
         memcpy((float *)y + off, row, sizeof(float) * (size_t)n);
 }
 
+/* Columns [j, j + n) of row kk of packed B panels (Bp[j / nr][kk][j % nr], nr = 1 << ls, kc
+ * rows per panel; d points at row kk of panel 0): s[0], s[ss], ... (s NULL: zeros). */
+static inline void put_run(float *d, int64_t kc, int ls, int64_t j, const float *s, int64_t ss,
+                           int64_t n) {
+    const int64_t nr = (int64_t)1 << ls;
+    while (n > 0) {
+        int64_t o = j & (nr - 1), c = nr - o < n ? nr - o : n;
+        float *dst = d + (j >> ls) * kc * nr + o;
+        if (!s)
+            for (int64_t t = 0; t < c; t++) dst[t] = 0.0f;
+        else if (ss == 1)
+            for (int64_t t = 0; t < c; t++) dst[t] = s[t];
+        else
+            for (int64_t t = 0; t < c; t++) dst[t] = s[t * ss];
+        j += c;
+        n -= c;
+        if (s && n > 0) s += c * ss; /* (no pointer past the last element read) */
+    }
+}
+
+/* im2col fused with B packing: Bp[j / nr][kk][j % nr] = x(patch row k0 + kk, output pixel
+ * q0 + j) for j < np, zero up to the next multiple of nr = 1 << ls. */
+static void pack_patches(const ipu__conv_plan *p, const float *x, int64_t xoff, int64_t k0,
+                         int64_t kc, int64_t q0, int64_t np, int ls, float *bp) {
+    int64_t nr = (int64_t)1 << ls, npad = (np + nr - 1) / nr * nr;
+    int64_t HW = p->H * p->W, OHW = p->OH * p->OW, sw = p->sw;
+    int64_t kw = k0 % p->KW, kh = (k0 / p->KW) % p->KH, ci = k0 / (p->KW * p->KH);
+    for (int64_t kk = 0; kk < kc; kk++) {
+        float *d = bp + kk * nr;
+        put_run(d, kc, ls, np, NULL, 0, npad - np);
+        if (p->pointwise) {
+            put_run(d, kc, ls, 0, x + xoff + (k0 + kk) * OHW + q0, 1, np);
+            continue;
+        }
+        const float *plane = x + xoff + ci * HW;
+        int64_t oh = q0 / p->OW, ow = q0 % p->OW;
+        int64_t iwk = kw * p->dw - p->pl, ihk = kh * p->dh - p->pt;
+        for (int64_t j = 0; j < np;) {
+            int64_t n = p->OW - ow < np - j ? p->OW - ow : np - j; /* rest of this output row */
+            int64_t ih = oh * p->sh + ihk;
+            if (ih < 0 || ih >= p->H) {
+                put_run(d, kc, ls, j, NULL, 0, n);
+            } else {
+                int64_t iw0 = ow * sw + iwk; /* input column of tap t: iw0 + t*sw */
+                int64_t lo = iw0 >= 0 ? 0 : (-iw0 + sw - 1) / sw;
+                int64_t hi = iw0 >= p->W ? 0 : (p->W - iw0 + sw - 1) / sw;
+                if (lo > n) lo = n;
+                if (hi > n) hi = n;
+                if (hi < lo) hi = lo;
+                if (lo) put_run(d, kc, ls, j, NULL, 0, lo);
+                if (hi > lo)
+                    put_run(d, kc, ls, j + lo, plane + ih * p->W + iw0 + lo * sw, sw, hi - lo);
+                if (n > hi) put_run(d, kc, ls, j + hi, NULL, 0, n - hi);
+            }
+            j += n;
+            ow = 0;
+            oh++;
+        }
+        if (++kw == p->KW) { /* next patch row: (ci, kh, kw) in row-major order */
+            kw = 0;
+            if (++kh == p->KH) {
+                kh = 0;
+                ci++;
+            }
+        }
+    }
+}
+
+/* float32 GEMM path for one work item: output channels [m0, m1) of group g (IPU__MM_MB-row
+ * sub-blocks), pixels of row block r. See the top of the file. */
+static void run_gemm_f32(const ipu__conv_plan *p, const float *x, const float *w,
+                         const float *apre, const void *bias, const void *res, float *y,
+                         int64_t n, int64_t g, int64_t mb, int64_t r, void *scratch) {
+    ipu__ukr u;
+    ipu__sgemm_ukr(&u);
+    const int mr = u.mr, nr = u.nr;
+    int ls = 0;
+    while ((1 << ls) < nr) ls++;
+    if (apre && u.mr != p->packed_mr) apre = NULL; /* packed for another micro-kernel */
+    int64_t m0 = mb * p->mper * IPU__MM_MB;
+    int64_t m1 = m0 + p->mper * IPU__MM_MB < p->Cog ? m0 + p->mper * IPU__MM_MB : p->Cog;
+    int64_t oh1 = (r + 1) * p->rows < p->OH ? (r + 1) * p->rows : p->OH;
+    int64_t pix0 = r * p->rows * p->OW, pix1 = oh1 * p->OW, OHW = p->OH * p->OW;
+    int64_t xoff = (n * p->C + g * p->Cig) * p->H * p->W, m = m1 - m0;
+    float *ap = scratch;
+    size_t ap_bytes = ((size_t)IPU__MM_MB * IPU__SGEMM_KC * sizeof(float) + 63) & ~(size_t)63;
+    float *bp = (float *)((char *)scratch + ap_bytes);
+    int64_t nt = (int64_t)((IPU__SCRATCH_BYTES - ap_bytes) / (IPU__SGEMM_KC * sizeof(float)));
+    nt = (nt < IPU__CONV_TILE ? nt : IPU__CONV_TILE) / nr * nr;
+    float edge[IPU__SGEMM_MAX_MR * IPU__SGEMM_MAX_NR] __attribute__((aligned(64)));
+    float *yb = y + (n * p->M + g * p->Cog + m0) * OHW;
+    for (int64_t q0 = pix0; q0 < pix1; q0 += nt) {
+        int64_t np = pix1 - q0 < nt ? pix1 - q0 : nt;
+        if (p->K == 0) /* no input channels */
+            for (int64_t i = 0; i < m; i++)
+                memset(yb + i * OHW + q0, 0, sizeof(float) * (size_t)np);
+        for (int64_t k0 = 0; k0 < p->K; k0 += IPU__SGEMM_KC) {
+            int64_t kc = p->K - k0 < IPU__SGEMM_KC ? p->K - k0 : IPU__SGEMM_KC;
+            int acc = k0 > 0;
+            pack_patches(p, x, xoff, k0, kc, q0, np, ls, bp);
+            for (int64_t s0 = 0; s0 < m; s0 += IPU__MM_MB) { /* one sub-block of A */
+                int64_t sm = m - s0 < IPU__MM_MB ? m - s0 : IPU__MM_MB;
+                int64_t mpad = (sm + mr - 1) / mr * mr, sub = (m0 + s0) / IPU__MM_MB;
+                const float *ak = ap;
+                if (apre) {
+                    ak = apre + (g * p->msub + sub) * p->packed_blk + mpad * k0;
+                } else {
+                    ipu__sgemm_args a;
+                    memset(&a, 0, sizeof a);
+                    a.m = sm;
+                    a.a = w + (g * p->Cog + m0 + s0) * p->K;
+                    a.a_rs = p->K;
+                    a.a_cs = 1;
+                    ipu__sgemm_pack_a(&a, k0, kc, mr, ap);
+                }
+                float *ys = yb + s0 * OHW + q0;
+                for (int64_t jr = 0; jr < np; jr += nr) {
+                    int64_t wd = np - jr < nr ? np - jr : nr;
+                    const float *bpan = bp + jr * kc;
+                    for (int64_t ir = 0; ir < sm; ir += mr) {
+                        int64_t h = sm - ir < mr ? sm - ir : mr;
+                        float *c = ys + ir * OHW + jr;
+                        if (h == mr && wd == nr) {
+                            u.fn(kc, ak + ir * kc, bpan, c, OHW, acc);
+                            continue;
+                        }
+                        u.fn(kc, ak + ir * kc, bpan, edge, nr, 0);
+                        for (int64_t i = 0; i < h; i++)
+                            for (int64_t j = 0; j < wd; j++)
+                                c[i * OHW + j] =
+                                    acc ? c[i * OHW + j] + edge[i * nr + j] : edge[i * nr + j];
+                    }
+                }
+            }
+        }
+        for (int64_t i = 0; i < m; i++) {
+            int64_t co = g * p->Cog + m0 + i, off = (n * p->M + co) * OHW + q0;
+            epilogue(p, y + off, np, bias, co, res, off);
+        }
+    }
+}
+
 static void run_gemm(const ipu__conv_plan *p, const void *x, const void *w, const void *bias,
-                     void *y, int64_t n, int64_t g, int64_t mb, int64_t r, void *scratch) {
+                     const void *res, void *y, int64_t n, int64_t g, int64_t mb, int64_t r,
+                     void *scratch) {
     float *acc = (float *)((char *)scratch + IPU__CONV_SG_BYTES); /* [MB][P] */
     float *tmp = acc + IPU__MM_MB * p->P;                        /* [MB][P] */
     float *col = tmp + IPU__MM_MB * p->P;                        /* [KCH][P] */
@@ -92,21 +269,14 @@ static void run_gemm(const ipu__conv_plan *p, const void *x, const void *w, cons
                 for (int64_t i = 0; i < m * np; i++) acc[i] += tmp[i];
         }
         for (int64_t i = 0; i < m; i++)
-            store_row(p, y, (n * p->M + co0 + i) * OHW + q0, acc + i * np, np, bias, co0 + i);
+            store_row(p, y, (n * p->M + co0 + i) * OHW + q0, acc + i * np, np, bias, res,
+                      co0 + i);
     }
-}
-
-/* Taps [*t0, *t1) of a window of k taps (dilation d) starting at `start` that fall in [0, n). */
-static void tap_range(int64_t start, int64_t k, int64_t d, int64_t n, int64_t *t0, int64_t *t1) {
-    int64_t a = start >= 0 ? 0 : (-start + d - 1) / d;
-    int64_t b = start >= n ? 0 : (n - start + d - 1) / d;
-    *t0 = a;
-    *t1 = b < k ? b : k;
 }
 
 /* Depthwise: channel c = g of image n, output rows of block r. */
 static void run_direct(const ipu__conv_plan *p, const void *x, const void *w, const void *bias,
-                       void *y, int64_t n, int64_t g, int64_t r, void *scratch) {
+                       const void *res, void *y, int64_t n, int64_t g, int64_t r, void *scratch) {
     float *row = scratch;     /* OW floats */
     float *wt = row + p->OW;  /* KH*KW floats */
     int64_t KK = p->KH * p->KW;
@@ -114,26 +284,33 @@ static void run_direct(const ipu__conv_plan *p, const void *x, const void *w, co
     int64_t xoff = (n * p->C + g) * p->H * p->W;
     int64_t oh1 = (r + 1) * p->rows < p->OH ? (r + 1) * p->rows : p->OH;
     for (int64_t oh = r * p->rows; oh < oh1; oh++) {
-        int64_t h0 = oh * p->sh - p->pt, kh0, kh1;
-        tap_range(h0, p->KH, p->dh, p->H, &kh0, &kh1);
-        for (int64_t ow = 0; ow < p->OW; ow++) {
-            int64_t w0 = ow * p->sw - p->pl, kw0, kw1;
-            tap_range(w0, p->KW, p->dw, p->W, &kw0, &kw1);
-            float s = 0.0f;
-            for (int64_t kh = kh0; kh < kh1; kh++) {
-                int64_t base = xoff + (h0 + kh * p->dh) * p->W + w0;
-                const float *wr = wt + kh * p->KW;
+        /* tap by tap over the whole output row (vectorises for stride 1); each output still
+         * sums its taps in (kh, kw) order */
+        for (int64_t ow = 0; ow < p->OW; ow++) row[ow] = 0.0f;
+        for (int64_t kh = 0; kh < p->KH; kh++) {
+            int64_t ih = oh * p->sh - p->pt + kh * p->dh;
+            if (ih < 0 || ih >= p->H) continue;
+            int64_t base = xoff + ih * p->W;
+            for (int64_t kw = 0; kw < p->KW; kw++) {
+                float wv = wt[kh * p->KW + kw];
+                int64_t iw0 = kw * p->dw - p->pl, sw = p->sw; /* input column: ow*sw + iw0 */
+                int64_t lo = iw0 >= 0 ? 0 : (-iw0 + sw - 1) / sw;
+                int64_t hi = iw0 >= p->W ? 0 : (p->W - iw0 + sw - 1) / sw;
+                if (hi > p->OW) hi = p->OW;
                 if (p->f16) {
-                    for (int64_t kw = kw0; kw < kw1; kw++)
-                        s += ld(x, 1, base + kw * p->dw) * wr[kw];
-                } else {
-                    const float *xf = (const float *)x + base;
-                    for (int64_t kw = kw0; kw < kw1; kw++) s += xf[kw * p->dw] * wr[kw];
+                    for (int64_t ow = lo; ow < hi; ow++)
+                        row[ow] += ld(x, 1, base + ow * sw + iw0) * wv;
+                } else if (lo < hi) { /* xr[ow*sw] is input column ow*sw + iw0 */
+                    const float *xr = (const float *)x + base + lo * sw + iw0;
+                    float *rr = row + lo;
+                    if (sw == 1)
+                        for (int64_t t = 0; t < hi - lo; t++) rr[t] += xr[t] * wv;
+                    else
+                        for (int64_t t = 0; t < hi - lo; t++) rr[t] += xr[t * sw] * wv;
                 }
             }
-            row[ow] = s;
         }
-        store_row(p, y, ((n * p->M + g) * p->OH + oh) * p->OW, row, p->OW, bias, g);
+        store_row(p, y, ((n * p->M + g) * p->OH + oh) * p->OW, row, p->OW, bias, res, g);
     }
 }
 
@@ -142,18 +319,28 @@ ipu_status ipu__k_conv2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
     const ipu__conv_plan *p = ins->plan;
     const void *x = f->ptr[ins->in[0]], *w = f->ptr[ins->in[1]];
     const void *bias = p->has_bias ? f->ptr[ins->in[2]] : NULL;
+    const void *res = p->has_res ? f->ptr[ins->in[ins->n_in - 1]] : NULL;
     void *y = f->ptr[ins->out[0]];
+    const ipu__tensor *wt = &f->exe->tensors[ins->in[1]];
+    const float *apre = p->packed && f->exe->tensor_data &&
+                                w == (const void *)(f->exe->tensor_data + wt->offset)
+                            ? p->packed
+                            : NULL; /* not if the session bound other weights */
     for (size_t it = b; it < e; it++) {
+        /* channel blocks vary fastest: a contiguous range of items (one worker's share) then
+         * holds whole pixel blocks, which balances when channel blocks differ in size */
         uint64_t rest = it;
-        int64_t r = (int64_t)(rest % (uint64_t)p->rblocks);
-        rest /= (uint64_t)p->rblocks;
         int64_t mb = (int64_t)(rest % (uint64_t)p->mblocks);
         rest /= (uint64_t)p->mblocks;
+        int64_t r = (int64_t)(rest % (uint64_t)p->rblocks);
+        rest /= (uint64_t)p->rblocks;
         int64_t g = (int64_t)(rest % (uint64_t)p->G), n = (int64_t)(rest / (uint64_t)p->G);
         if (p->direct)
-            run_direct(p, x, w, bias, y, n, g, r, scratch);
+            run_direct(p, x, w, bias, res, y, n, g, r, scratch);
+        else if (!p->f16)
+            run_gemm_f32(p, x, w, apre, bias, res, y, n, g, mb, r, scratch);
         else
-            run_gemm(p, x, w, bias, y, n, g, mb, r, scratch);
+            run_gemm(p, x, w, bias, res, y, n, g, mb, r, scratch);
     }
     return IPU_OK;
 }

@@ -17,12 +17,11 @@
 #define IPU_X86 0
 #endif
 
-#define KC 256
-#define MAX_MR 16
-#define MAX_NR 32
+#define KC IPU__SGEMM_KC
+#define MAX_MR IPU__SGEMM_MAX_MR
+#define MAX_NR IPU__SGEMM_MAX_NR
 
-typedef void (*ukr_fn)(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc,
-                       int acc);
+typedef ipu__ukr_fn ukr_fn;
 
 /* ---- micro-kernels -------------------------------------------------------------------------- */
 
@@ -160,6 +159,13 @@ static const ukr_desc *select_ukr(void) {
     return &UKRS[isa ? isa : best_isa()];
 }
 
+void ipu__sgemm_ukr(ipu__ukr *u) {
+    const ukr_desc *d = select_ukr();
+    u->fn = d->fn;
+    u->mr = d->mr;
+    u->nr = d->nr;
+}
+
 /* ---- packing -------------------------------------------------------------------------------- */
 
 static inline float ld_elem(const void *base, int64_t off, int f16) {
@@ -205,7 +211,7 @@ static void pack_b(const ipu__sgemm_args *g, int64_t k0, int64_t kc, int64_t j0,
 }
 
 /* Ap[p][k][0..mr) = A(i0+p*mr+i, k0+k), zero beyond m. */
-static void pack_a(const ipu__sgemm_args *g, int64_t k0, int64_t kc, int mr, float *ap) {
+void ipu__sgemm_pack_a(const ipu__sgemm_args *g, int64_t k0, int64_t kc, int mr, float *ap) {
     float tmp[KC];
     for (int64_t p = 0; p < g->m; p += mr) {
         int64_t h = g->m - p < mr ? g->m - p : mr;
@@ -217,6 +223,13 @@ static void pack_a(const ipu__sgemm_args *g, int64_t k0, int64_t kc, int mr, flo
             for (int64_t k = 0; k < kc; k++)
                 memcpy(dst + k * mr, (const float *)g->a + (k0 + k) * g->a_cs + p,
                        sizeof(float) * (size_t)h);
+            continue;
+        }
+        if (g->a_cs == 1 && !g->a_f16) { /* row-major A: read h rows side by side */
+            const float *rows[MAX_MR];
+            for (int64_t i = 0; i < h; i++) rows[i] = (const float *)g->a + (p + i) * g->a_rs + k0;
+            for (int64_t k = 0; k < kc; k++)
+                for (int64_t i = 0; i < h; i++) dst[k * mr + i] = rows[i][k];
             continue;
         }
         for (int64_t i = 0; i < h; i++) {
@@ -262,7 +275,7 @@ void ipu__sgemm(const ipu__sgemm_args *g, void *scratch, size_t scratch_bytes) {
             int64_t kc = k - k0 < KC ? k - k0 : KC;
             int acc = k0 > 0;
             pack_b(g, k0, kc, j0, nc, nr, bp);
-            pack_a(g, k0, kc, mr, ap);
+            ipu__sgemm_pack_a(g, k0, kc, mr, ap);
             for (int64_t jr = 0; jr < nc; jr += nr) {
                 int64_t w = nc - jr < nr ? nc - jr : nr;
                 const float *bpan = bp + jr * kc;

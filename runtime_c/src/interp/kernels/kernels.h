@@ -77,16 +77,29 @@ typedef struct ipu__red_plan {
 } ipu__red_plan;
 
 /* CONV2D: x[N,C,H,W] * w[M,C/G,KH,KW] (+ bias[M]) -> y[N,M,OH,OW]. Work item = (n, group,
- * block of IPU__MM_MB output channels of the group, block of `rows` output rows). The GEMM path
+ * block of `rows` output rows, block of mper * IPU__MM_MB output channels of the group); the
+ * float32 GEMM path takes all channels of a group per item (mper = msub) unless that leaves
+ * fewer than 8 items (for an even split over workers). The float16 GEMM path
  * im2cols tiles of P output pixels x KCH rows of K = Cig*KH*KW into scratch (after the first
  * IPU__CONV_SG_BYTES, which ipu__sgemm uses); `direct`: depthwise (Cig = Cog = 1) loop. */
 #define IPU__CONV_SG_BYTES ((size_t)192 << 10)
+#define IPU__CONV_TILE ((int64_t)256) /* float32 path: output pixels per packed B block */
+enum { IPU__CONV_ACT_NONE = 0, IPU__CONV_ACT_RELU = 1 };
 typedef struct ipu__conv_plan {
     ipu__plan hdr;
     int f16, has_bias, direct, pointwise; /* pointwise: 1x1, stride 1, no pads: no im2col */
+    int act, has_res; /* epilogue: y = act(conv + bias + residual) */
+    /* float32 weights in TENSOR_DATA, packed at load for micro-kernels of height packed_mr
+     * (inside this allocation; NULL if not packed): sub-block (g, sb) starts at (g * msub + sb) *
+     * packed_blk, its K-chunk k0 at + mpad * k0 (ipu__sgemm_pack_a layout, mpad = its rows
+     * rounded up to packed_mr). Used only while w is still that TENSOR_DATA tensor. */
+    const float *packed;
+    int packed_mr;
+    int64_t packed_blk;
     int64_t N, C, H, W, M, OH, OW, KH, KW, G, Cig, Cog, K;
     int64_t sh, sw, dh, dw, pt, pl;
     int64_t mblocks, rows, rblocks, P, KCH;
+    int64_t msub, mper; /* IPU__MM_MB-row sub-blocks of Cog; sub-blocks per work item */
 } ipu__conv_plan;
 
 /* POOL2D: x[N,C,H,W] -> y[N,C,OH,OW]; work item = (plane n*C + c, block of `rows` rows). */
@@ -270,6 +283,21 @@ void ipu__sgemm(const ipu__sgemm_args *g, void *scratch, size_t scratch_bytes);
 /* Micro-kernel ISA: 0 = auto (default), 1 = portable, 2 = AVX2+FMA, 3 = AVX-512. A forced ISA
  * the CPU lacks falls back to auto. Returns the ISA now in use. For tests and benchmarks. */
 int ipu__sgemm_set_isa(int isa);
+/* The pieces of ipu__sgemm, for drivers that pack B themselves (conv.c). The micro-kernel
+ * computes C[mr x nr] (row stride ldc; += when acc) from kc steps of an A panel (Ap[k][mr],
+ * ipu__sgemm_pack_a: rows [0, g->m) of A, columns [k0, k0 + kc), zero-padded to a multiple of
+ * mr) and a B panel (Bp[k][nr], 64-byte aligned). kc <= IPU__SGEMM_KC. */
+#define IPU__SGEMM_KC 256
+#define IPU__SGEMM_MAX_MR 16
+#define IPU__SGEMM_MAX_NR 32
+typedef void (*ipu__ukr_fn)(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc,
+                            int acc);
+typedef struct ipu__ukr {
+    ipu__ukr_fn fn;
+    int mr, nr;
+} ipu__ukr;
+void ipu__sgemm_ukr(ipu__ukr *u);
+void ipu__sgemm_pack_a(const ipu__sgemm_args *g, int64_t k0, int64_t kc, int mr, float *ap);
 
 /* eltwise.c: run `fn` over output elements [lo, hi) of a broadcast plan. fn gets element
  * pointers and inner strides (0 or 1 elements) of a and b (b NULL for unary plans). */

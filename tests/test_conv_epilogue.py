@@ -1,0 +1,127 @@
+"""CONV2D epilogue fusion (pyipu/compiler/conv_epilogue.py): Conv → BatchNormalization → Add
+(residual) → Relu compiled to one instruction, checked against onnxruntime, the NumPy reference
+and the C kernels; and convolutions with constant weights (packed once at load) for every
+CONV_CASES shape."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from models import F16, F32, arr, assert_matches_reference, compile_single_op, expected, run_c
+from onnx import TensorProto, helper, numpy_helper
+from test_compiler_conv import CONV_CASES
+
+from pyipu.compiler import Compiler
+from pyipu.enums import Op
+
+
+def _block(dt: Any, *, bn: bool, residual: bool, relu: bool, bias: bool) -> onnx.ModelProto:
+    """x[1,8,9,9] → Conv 3x3 (16 ch, pads 1) [→ BN] [→ Add(z)] [→ Relu] → y."""
+    onnx_dt = TensorProto.FLOAT16 if dt == F16 else TensorProto.FLOAT
+    inits = [numpy_helper.from_array(arr((16, 8, 3, 3), dt, 1, low=-0.3, high=0.3), "w")]
+    if bias:
+        inits.append(numpy_helper.from_array(arr((16,), dt, 2), "b"))
+    nodes = [helper.make_node("Conv", ["x", "w"] + (["b"] if bias else []), ["c"], pads=[1] * 4)]
+    last = "c"
+    if bn:
+        for i, (name, lo) in enumerate((("s", 0.5), ("o", -1), ("m", -1), ("v", 0.5))):
+            inits.append(numpy_helper.from_array(arr((16,), dt, 10 + i, low=lo, high=1.5), name))
+        nodes.append(helper.make_node("BatchNormalization", ["c", "s", "o", "m", "v"], ["n"]))
+        last = "n"
+    if residual:
+        nodes.append(helper.make_node("Add", [last, "z"], ["a"]))
+        last = "a"
+    if relu:
+        nodes.append(helper.make_node("Relu", [last], ["r"]))
+        last = "r"
+    nodes.append(helper.make_node("Identity", [last], ["y"]))
+    ins = [helper.make_tensor_value_info("x", onnx_dt, [1, 8, 9, 9])]
+    if residual:
+        ins.append(helper.make_tensor_value_info("z", onnx_dt, [1, 16, 9, 9]))
+    g = helper.make_graph(
+        nodes, "block", ins, [helper.make_tensor_value_info("y", onnx_dt, None)], inits
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("dt", [F32, F16])
+@pytest.mark.parametrize(
+    "bn,residual,relu,bias",
+    [
+        (True, False, True, False),
+        (True, True, True, True),
+        (False, True, False, True),
+        (False, False, True, True),
+        (True, True, False, False),
+    ],
+)
+def test_fused_block(dt: Any, bn: bool, residual: bool, relu: bool, bias: bool) -> None:
+    model = _block(dt, bn=bn, residual=residual, relu=relu, bias=bias)
+    exe = Compiler.compile(model)
+    ops = [i.op for i in exe.program.program(exe.program.main_programs[0]).instrs]
+    assert Op.MUL not in ops and Op.ADD not in ops and Op.RELU not in ops, ops
+    (conv,) = [
+        i for i in exe.program.program(exe.program.main_programs[0]).instrs if i.op == Op.CONV2D
+    ]
+    assert conv.attrs[9:] == (int(relu), int(residual))
+    feeds = {"x": arr((1, 8, 9, 9), dt, 3, low=-1, high=1)}
+    if residual:
+        feeds["z"] = arr((1, 16, 9, 9), dt, 4, low=-1, high=1)
+    ref = exe.run_reference(feeds)
+    assert_matches_reference(run_c(exe, feeds), ref)
+    want = expected(model, feeds)["y"].astype(np.float32)
+    tol = 3e-2 if dt == F16 else 1e-4
+    np.testing.assert_allclose(ref["y"].astype(np.float32), want, rtol=tol, atol=tol)
+
+
+def test_not_fused_when_intermediate_is_an_output() -> None:
+    model = _block(F32, bn=False, residual=False, relu=True, bias=True)
+    model.graph.output.append(helper.make_tensor_value_info("c", TensorProto.FLOAT, None))
+    exe = Compiler.compile(model)
+    ops = [i.op for i in exe.program.program(exe.program.main_programs[0]).instrs]
+    assert Op.RELU in ops
+    feeds = {"x": arr((1, 8, 9, 9), F32, 3)}
+    assert_matches_reference(run_c(exe, feeds), exe.run_reference(feeds))
+
+
+@pytest.mark.parametrize("case", range(len(CONV_CASES)))
+def test_constant_weights(case: int) -> None:
+    """Weights in TENSOR_DATA take the packed-at-load path of the float32 kernel."""
+    xs, ws, attrs = CONV_CASES[case]
+    x = arr(xs, F32, case, low=-1, high=1)
+    w = arr(ws, F32, case + 100, low=-1, high=1)
+    exe, feeds, model = compile_single_op("Conv", [x], attrs, opset=11, const_inputs={1: w})
+    got = run_c(exe, feeds)
+    assert_matches_reference(got, exe.run_reference(feeds))
+    k = ws[1] * ws[2] * ws[3]
+    tol = 1e-5 * max(1.0, k / 16)
+    for name, want in expected(model, feeds).items():
+        np.testing.assert_allclose(got[name], want, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("attrs,text", [((2, 0), "activation must be 0"), ((0, 2), "residual")])
+def test_verifier_rejects_epilogue_attrs(attrs: tuple[int, int], text: str) -> None:
+    import dataclasses
+
+    from pyipu.compiler import Executable
+
+    model = _block(F32, bn=False, residual=False, relu=True, bias=True)
+    ir = Compiler.compile(model).program
+    progs = tuple(
+        dataclasses.replace(
+            p,
+            instrs=tuple(
+                dataclasses.replace(i, attrs=i.attrs[:9] + attrs) if i.op == Op.CONV2D else i
+                for i in p.instrs
+            ),
+        )
+        for p in ir.programs
+    )
+    exe = Executable.from_program(dataclasses.replace(ir, programs=progs))
+    with pytest.raises(Exception, match=text):
+        run_c(exe, {"x": arr((1, 8, 9, 9), F32, 3)})
