@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TextIO
 
 from pyipu import _core
 from pyipu.enums import DType, Op
@@ -15,8 +16,9 @@ _TARGETS = {t.ipu_version_number: name for name, t in TARGETS.items()}
 
 
 def dump(
-    path: str, out=sys.stdout, show_instructions: bool = False, show_report: bool = False
+    path: str, out: TextIO | None = None, show_instructions: bool = False, show_report: bool = False
 ) -> None:
+    out = out or sys.stdout  # looked up per call: a default bound at import misses redirections
     container = _core.Container.open(path)
     exe = _core.Executable(container)
     info = exe.get_info()
