@@ -79,6 +79,14 @@ def test_fused_block(dt: Any, bn: bool, residual: bool, relu: bool, bias: bool) 
     np.testing.assert_allclose(ref["y"].astype(np.float32), want, rtol=tol, atol=tol)
 
 
+def test_fused_away_intermediates_take_no_arena() -> None:
+    """The tensors between Conv, BatchNorm and Relu are written by no instruction once fused:
+    the memory plan gives them no storage, so the block needs the arena of a plain Conv."""
+    fused = Compiler.compile(_block(F32, bn=True, residual=False, relu=True, bias=False))
+    plain = Compiler.compile(_block(F32, bn=False, residual=False, relu=False, bias=True))
+    assert fused.program.arena_size == plain.program.arena_size
+
+
 def test_not_fused_when_intermediate_is_an_output() -> None:
     model = _block(F32, bn=False, residual=False, relu=True, bias=True)
     model.graph.output.append(helper.make_tensor_value_info("c", TensorProto.FLOAT, None))

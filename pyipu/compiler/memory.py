@@ -44,9 +44,21 @@ if TYPE_CHECKING:
 class Lifetime:
     subgraph: int  # NO_INDEX: alive in every subgraph, for the whole program
     start: int  # -1: before the first instruction
-    end: int  # len(program): after the last instruction
+    end: int  # len(program): after the last instruction; start > end: never used
+
+    @classmethod
+    def of(cls, subgraph: int, positions: list[int] | None) -> Lifetime:
+        """From the positions that use a root; none (a tensor whose instructions were fused
+        away) gives a lifetime that overlaps nothing, so it takes no arena space of its own."""
+        return cls(subgraph, min(positions), max(positions)) if positions else cls(subgraph, 0, -1)
+
+    @property
+    def unused(self) -> bool:
+        return self.start > self.end
 
     def overlaps(self, other: Lifetime) -> bool:
+        if self.unused or other.unused:
+            return False
         if self.subgraph == NO_INDEX or other.subgraph == NO_INDEX:
             return True
         if self.subgraph != other.subgraph:
@@ -73,8 +85,7 @@ def lifetimes(b: GraphBuilder, pin_anchors: bool = False) -> dict[int, Lifetime]
     out: dict[int, Lifetime] = {}
     for i, t in enumerate(b.tensors):
         if t.base is None and t.kind == ARENA:
-            ev = events.get(i, [-1])
-            out[i] = Lifetime(t.subgraph, min(ev), max(ev))
+            out[i] = Lifetime.of(t.subgraph, events.get(i))
     if pin_anchors:
         for a in b.anchors:
             r = b.root(a.tensor)

@@ -214,8 +214,7 @@ def plan_stage_memory(b: GraphBuilder, plan: StagePlan) -> tuple[dict[int, int],
         lives: dict[int, Lifetime] = {}
         for i, t in enumerate(b.tensors):
             if t.base is None and t.kind == ARENA and t.stage == k:
-                ev = events.get(i, [-1])
-                lives[i] = Lifetime(0, min(ev), max(ev))
+                lives[i] = Lifetime.of(0, events.get(i))
         offs, size = place({r: b.tensors[r].nbytes for r in lives}, lives)
         offsets.update({r: base + o for r, o in offs.items()})
         base += size
