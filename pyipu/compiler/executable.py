@@ -4,7 +4,7 @@ Compiled in-process it holds the ModelIR and encodes the container on first `to_
 needs pyipu._core, the C writer). Loaded from a file or bytes it holds the container and decodes
 the ModelIR on first use of `.program` (pure Python), so `run_reference` works either way.
 `Executable.open(path)` memory-maps and verifies a file with the C reader instead of reading it:
-the engine cache serves hits that way, and runners then share the mapping.
+the engine cache serves hits that way, and runners then share the mapped, verified executable.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ class Executable:
     def __init__(self, path: str | os.PathLike | None = None) -> None:
         self._bytes: bytes | None = None
         self._program: ModelIR | None = None
-        self._container: Any = None  # pyipu._core.Container, validated
-        self._path: str | None = None  # the file behind _container
+        self._native: Any = None  # pyipu._core.Executable: verified, its kernel plans built
+        self._path: str | None = None  # the memory-mapped file behind _native
         self._report: IPUModelReport | None = None
         if path is not None:
             with open(path, "rb") as f:
@@ -48,17 +48,17 @@ class Executable:
 
         exe = cls()
         exe._path = os.fspath(path)
-        exe._container = _core.Container.open(exe._path)
-        _core.Executable(exe._container)  # the program verifier
+        exe._native = _core.Executable(_core.Container.open(exe._path))  # + program verifier
         return exe
 
-    def container(self) -> Any:
-        """The validated `pyipu._core.Container` (built once; runners share it)."""
-        if self._container is None:
+    def native(self) -> Any:
+        """The verified `pyipu._core.Executable` (built once: runners and sessions share it, as
+        replicas do, so weights are packed for the kernels once)."""
+        if self._native is None:
             from pyipu import _core
 
-            self._container = _core.Container.from_bytes(self.to_bytes())
-        return self._container
+            self._native = _core.Executable(_core.Container.from_bytes(self.to_bytes()))
+        return self._native
 
     @classmethod
     def from_program(cls, program: ModelIR) -> Executable:
@@ -132,8 +132,8 @@ class Executable:
         return self.report().fits
 
     def __repr__(self) -> str:
-        if self._program is None and self._container is not None:
-            return f"<Executable {self._container.file_size} bytes>"
+        if self._program is None and self._native is not None:
+            return f"<Executable {self._native.container.file_size} bytes>"
         if self._program is None and self._bytes is not None:
             return f"<Executable {len(self._bytes)} bytes>"
         p = self.program

@@ -20,7 +20,7 @@ from pyipu.errors import ClosedError, InvalidArgumentError, InvalidStateError
 from pyipu.model_runtime.predicates import AnchorCallbackPolicy, Predicate, pred_streamed
 from pyipu.runtime.config import BATCHING_DIM_DISABLED, DeviceWaitConfig
 from pyipu.runtime.descriptors import DataDesc, check_buffer
-from pyipu.runtime.runner import describe_anchors, load_container
+from pyipu.runtime.runner import describe_anchors, load_executable
 
 _INPUT = 1
 
@@ -47,7 +47,7 @@ class Session:
     def __init__(self, popef: Any, config: SessionConfig | None = None, device: Any = None):
         self.config = config or SessionConfig()
         self.device = device
-        self._exe = _core.Executable(load_container(popef))
+        self._exe = load_executable(popef)
         self._info = self._exe.get_info()
         self._anchors, self._directions = describe_anchors(self._exe)
         self._core: _core.Session | None = None

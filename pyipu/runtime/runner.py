@@ -33,16 +33,17 @@ def _close_all() -> None:
         runner.close()
 
 
-def load_container(popef: Any) -> _core.Container:
-    """A validated container from a path or an object with to_bytes() (compiler Executable)."""
+def load_executable(popef: Any) -> _core.Executable:
+    """A verified executable from a path, PopEF bytes or a compiler Executable (whose own one
+    is shared: it was verified and its weights packed once)."""
     if isinstance(popef, (str, os.PathLike)):
-        return _core.Container.open(popef)
-    if hasattr(popef, "container"):  # a compiler Executable: shares its validated container
-        return popef.container()
+        return _core.Executable(_core.Container.open(popef))
+    if hasattr(popef, "native"):
+        return popef.native()
     if hasattr(popef, "to_bytes"):
-        return _core.Container.from_bytes(popef.to_bytes())
+        return _core.Executable(_core.Container.from_bytes(popef.to_bytes()))
     if isinstance(popef, (bytes, bytearray, memoryview)):
-        return _core.Container.from_bytes(popef)
+        return _core.Executable(_core.Container.from_bytes(popef))
     raise InvalidArgumentError(
         f"expected a PopEF path or a pyipu.compiler.Executable, got {type(popef).__name__}"
     )
@@ -75,8 +76,7 @@ class Runner:
             raise InvalidArgumentError(
                 f"config must be a RuntimeConfig, got {type(self.config).__name__}"
             )
-        container = load_container(popef)
-        executable = _core.Executable(container)
+        executable = load_executable(popef)
         self._info = executable.get_info()
         replicas = int(self._info["replication_factor"])
         settings = self.config.c_settings(replicas)
