@@ -11,7 +11,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from side_by_side import PyipuEngine, compile_model, looped, plan_rounds, seconds_per_call
+from side_by_side import (
+    PyipuEngine,
+    compile_model,
+    looped,
+    plan_rounds,
+    seconds_per_call,
+    settled,
+)
 from zoo import matmul_model
 
 threadpoolctl = pytest.importorskip("threadpoolctl")
@@ -81,7 +88,7 @@ def test_sgemm(benchmark, controller, quick, n, threads, engine):
     with controller.limit(limits=threads, user_api="blas"):
         benchmark.pedantic(
             looped(pair[engine], pair["calls"]),
-            setup=looped(other, pair["calls"]),
+            setup=settled(looped(other, pair["calls"])),
             rounds=pair["rounds"],
         )
     assert pair["rel_error"] < 1e-4

@@ -26,6 +26,7 @@ from side_by_side import (
     plan_rounds,
     relative_error,
     seconds_per_call,
+    settled,
 )
 from zoo import MODELS, TINY, seed_overlap_io_model
 
@@ -103,7 +104,7 @@ def test_side_by_side(benchmark, pool, quick, model, threads, engine):
         rel_error_vs_ort=entry["rel_error"],
     )
     benchmark.pedantic(
-        looped(engines[engine], calls), setup=looped(other, calls), rounds=entry["rounds"]
+        looped(engines[engine], calls), setup=settled(looped(other, calls)), rounds=entry["rounds"]
     )
     assert entry["rel_error"] < TOLERANCE, entry["rel_error"]
 
@@ -160,5 +161,8 @@ def test_seed_three_callers(benchmark, seed_callers, quick, engine):
     )
     _feed(seed_callers[engine])  # warm-up
     benchmark.pedantic(
-        _feed, args=(seed_callers[engine],), setup=lambda: _feed(other), rounds=2 if quick else 7
+        _feed,
+        args=(seed_callers[engine],),
+        setup=settled(lambda: _feed(other)),
+        rounds=2 if quick else 7,
     )

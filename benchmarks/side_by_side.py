@@ -28,6 +28,10 @@ from pyipu.compiler import Compiler, CompilerOptions
 ENGINE_OPTIONS = {"debug.allowOutOfMemory": "true"}
 ROUND_SECONDS = 0.004  # tiny models: calls per round so that a round lasts about this long
 MAX_CALLS_PER_ROUND = 2000
+# Pause after the untimed round of the other engine: both runtimes' workers spin for a while
+# after a call before they sleep, and on a 2-core machine a spinning pool takes a core from
+# the engine timed next (ORT's 2-thread pool cost pyipu's 2-thread rounds up to 30 % here).
+SETTLE_SECONDS = 0.02
 
 
 def compile_model(model: onnx.ModelProto) -> Any:
@@ -137,6 +141,16 @@ def plan_rounds(slowest_call_s: float, budget_s: float, quick: bool) -> tuple[in
         return 2, min(calls, 10)
     rounds = int(budget_s // (slowest_call_s * calls))
     return max(5, min(rounds, 200)), calls
+
+
+def settled(fn: Callable[[], None]) -> Callable[[], None]:
+    """`fn`, then a pause long enough for its thread pool to stop spinning."""
+
+    def run_then_pause() -> None:
+        fn()
+        time.sleep(SETTLE_SECONDS)
+
+    return run_then_pause
 
 
 def looped(fn: Callable[[], None], calls: int) -> Callable[[], None]:
