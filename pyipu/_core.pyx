@@ -31,6 +31,7 @@ BIND_QUEUE = IPU_BIND_QUEUE
 BIND_EMPTY = IPU_BIND_EMPTY
 BIND_CALLBACK = IPU_BIND_CALLBACK
 BIND_TENSOR_DATA = IPU_BIND_TENSOR_DATA
+PACKED_BLOB_NAME = IPU_PACKED_BLOB_NAME.decode()
 
 
 def op_arity():
@@ -89,6 +90,12 @@ cdef int _check(ipu_status s) except -1:
         return 0
     detail = ipu_last_error_message().decode("utf-8", "replace")
     raise _errors.from_status(ipu_status_name(s).decode(), s, detail or ipu_status_str(s).decode())
+
+
+def set_sgemm_isa(int isa):
+    """Force the sgemm micro-kernel ISA for tests and benchmarks: 0 auto, 1 portable, 2 AVX2+FMA,
+    3 AVX-512 (one the CPU lacks means auto). Returns the ISA now in use. Process-wide."""
+    return ipu__sgemm_set_isa(isa)
 
 
 def write_container(blobs, compiler_hash=None):
@@ -249,6 +256,26 @@ cdef class Executable:
                                tuple(ins.attrs[j] for j in range(ins.num_attrs))))
             out.append((p.id, instrs))
         return out
+
+    def packed_counts(self):
+        """(mapped, packed): packed operands used in place from the container's packed blob,
+        and packed at load (docs/popef.md, "Pre-packed operands")."""
+        cdef uint32_t mapped = 0, packed = 0
+        ipu_executable_packed_counts(self.e, &mapped, &packed)
+        return mapped, packed
+
+    def packed_blob(self):
+        """The payload of a PACKED_BLOB_NAME blob with all packed operands, or None."""
+        cdef void *data = NULL
+        cdef size_t size = 0
+        cdef ipu_status s = ipu_executable_packed_blob(self.e, &data, &size)
+        if s == IPU_ERR_NOT_FOUND:
+            return None
+        _check(s)
+        try:
+            return PyBytes_FromStringAndSize(<char *>data, size)
+        finally:
+            free(data)
 
     def program_flow(self):
         """(load program id, [main program id per subgraph])."""
