@@ -15,7 +15,7 @@ from models import arr, assert_matches_reference, run_c
 from onnx import TensorProto, helper, numpy_helper
 
 from pyipu import _core, errors
-from pyipu.compiler import Compiler, CompilerOptions, CompileError, Executable
+from pyipu.compiler import CompileError, Compiler, CompilerOptions, Executable
 from pyipu.compiler.serialize import BLOB_OPAQUE, PACKED_BLOB, encode_container, split_container
 from pyipu.model_runtime import AnchorCallbackPolicy, Session
 
@@ -190,8 +190,17 @@ def test_entries_that_do_not_match_are_packed_at_load(exe: Executable, edit, kep
         (lambda p: entry_field(p, 0, 40, "<Q", 1), "reserved"),
         (lambda p: entry_field(p, 1, 4, "<I", field(p, 0, 4, "<I")), "two entries"),
     ],
-    ids=["magic", "short", "count", "truncated", "offset_wraps", "overlap", "aligned",
-         "reserved", "duplicate"],
+    ids=[
+        "magic",
+        "short",
+        "count",
+        "truncated",
+        "offset_wraps",
+        "overlap",
+        "aligned",
+        "reserved",
+        "duplicate",
+    ],
 )
 def test_malformed_blob_is_a_corrupt_file(exe: Executable, edit, message: str) -> None:
     data = patched(exe.to_bytes(), edit)

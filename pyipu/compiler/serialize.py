@@ -143,9 +143,11 @@ def encode_container(ir: ModelIR, compiler_hash: int | None = None, prepack: boo
     if not prepack:
         return image
     try:
-        packed = _core.Executable(_core.Container.from_bytes(image)).packed_blob()
+        native = _core.Executable(_core.Container.from_bytes(image))
     except Error:  # the runtime would refuse the image anyway (some tests write such files)
         return image
+    packed = native.packed_blob()
+    del native  # its copy of the image and its packed buffers
     if packed is None:
         return image
     del image
@@ -375,9 +377,7 @@ def decode_blobs(blobs: list[Blob]) -> ModelIR:
             prog = next(p for p in programs if p.id == pid)
             if any(ins.op != Op.COPY for ins in prog.instrs):
                 raise ValueError(f"metadata: copy program {pid} of stage {k} holds non-COPY")
-    opaque = tuple(
-        (b[2] or "", b[3]) for b in blobs if b[0] == BLOB_OPAQUE and b[2] != PACKED_BLOB
-    )
+    opaque = tuple((b[2] or "", b[3]) for b in blobs if b[0] == BLOB_OPAQUE and b[2] != PACKED_BLOB)
     return ModelIR(programs=tuple(programs), opaque=opaque, **meta)
 
 
