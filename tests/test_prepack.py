@@ -261,3 +261,15 @@ def test_engine_cache_hit_maps_the_packed_weights(tmp_path) -> None:
 def test_user_blob_cannot_take_the_reserved_name() -> None:
     with pytest.raises(CompileError, match="reserved"):
         CompilerOptions.from_dict({"opaque_blobs": {PACKED_BLOB: b"x"}})
+
+
+def test_popef_dump_reports_the_packed_operands(exe: Executable, tmp_path) -> None:
+    import io
+
+    from pyipu.cli.popef_dump import dump
+
+    exe.save(tmp_path / "m.popef")
+    out = io.StringIO()
+    dump(str(tmp_path / "m.popef"), out)
+    assert "name='pyipu.packed'" in out.getvalue()
+    assert "Packed operands: 2 mapped from the file, 0 packed at load" in out.getvalue()
