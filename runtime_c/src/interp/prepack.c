@@ -50,7 +50,7 @@ static ipu_status corrupt_entry(uint32_t i, const char *what, uint64_t a, uint64
                      (unsigned long long)a, (unsigned long long)b);
 }
 
-/* The payload of the blob named IPU_PACKED_BLOB_NAME, or NULL; IPU_ERR_CORRUPT if two are. */
+/* *out: the blob named IPU_PACKED_BLOB_NAME, if *found; IPU_ERR_CORRUPT if two are. */
 static ipu_status find_blob(const ipu_container *c, ipu_blob_info *out, bool *found) {
     *found = false;
     uint32_t nb = ipu_container_blob_count(c);

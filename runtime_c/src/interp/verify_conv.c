@@ -122,6 +122,7 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
     if (pack) {
         conv_pack cp = {(const float *)(v->e->tensor_data + w->offset), G, mbl, blk,
                         (C / G) * KH * KW, M / G, u.mr};
+        /* version 1 of pack_conv_weights' bytes: bump it when they change */
         ipu__pack_tag tag = {IPU__PACK_SGEMM_A, 1, (uint32_t)u.isa,
                              {(uint32_t)u.mr, IPU__SGEMM_KC, (uint32_t)IPU__MM_MB, 0}};
         const void *dst;
