@@ -55,6 +55,11 @@ cdef extern from "ipu/ipu.h" nogil:
     ipu_status ipu_container_writer_add_blob(ipu_container_writer *w, ipu_blob_type type,
                                              uint32_t id, const char *name, const void *data,
                                              size_t size)
+    ipu_status ipu_container_writer_add_blob_ref(ipu_container_writer *w, ipu_blob_type type,
+                                                 uint32_t id, const char *name, const void *data,
+                                                 size_t size)
+    ipu_status ipu_container_writer_finish_into(ipu_container_writer *w, void *dst, size_t cap,
+                                                size_t *size_out)
     void ipu_container_writer_set_compiler_hash(ipu_container_writer *w, uint64_t hash)
     ipu_status ipu_container_writer_finish(ipu_container_writer *w, void **data_out,
                                            size_t *size_out)
@@ -107,7 +112,8 @@ cdef extern from "ipu/ipu.h" nogil:
     ipu_status ipu_executable_stage(const ipu_executable *e, uint32_t stage, ipu_stage_info *out)
     const char *IPU_PACKED_BLOB_NAME
     void ipu_executable_packed_counts(const ipu_executable *e, uint32_t *mapped, uint32_t *packed)
-    ipu_status ipu_executable_packed_blob(const ipu_executable *e, void **data, size_t *size)
+    ipu_status ipu_executable_packed_blob(const ipu_executable *e, void *dst, size_t cap,
+                                          size_t *size)
 
     # session (low-level API)
     ctypedef struct ipu_session:

@@ -101,26 +101,28 @@ def set_sgemm_isa(int isa):
 def write_container(blobs, compiler_hash=None):
     """Serialise [(type, id, name or None, bytes)] into a container image (bytes)."""
     cdef ipu_container_writer *w = NULL
-    cdef void *data = NULL
     cdef size_t size = 0
     cdef const unsigned char[::1] view
     cdef const char *cname
+    views = []  # the writer borrows the payloads: keep them alive and pinned until it is done
     _check(ipu_container_writer_create(&w))
     try:
         if compiler_hash is not None:
             ipu_container_writer_set_compiler_hash(w, <uint64_t>compiler_hash)
         for btype, bid, name, payload in blobs:
             view = memoryview(payload).cast("B")
+            views.append(view)
             bname = name.encode() if name is not None else b""
             cname = NULL
             if name is not None:
                 cname = bname
-            _check(ipu_container_writer_add_blob(
+            _check(ipu_container_writer_add_blob_ref(
                 w, btype, bid, cname, &view[0] if view.shape[0] else NULL, view.shape[0]))
-        _check(ipu_container_writer_finish(w, &data, &size))
-        return PyBytes_FromStringAndSize(<char *>data, size)
+        _check(ipu_container_writer_finish_into(w, NULL, 0, &size))
+        image = PyBytes_FromStringAndSize(NULL, size)  # written in place: one copy of the blobs
+        _check(ipu_container_writer_finish_into(w, <char *>image, size, &size))
+        return image
     finally:
-        free(data)
         ipu_container_writer_destroy(w)
 
 
@@ -266,16 +268,14 @@ cdef class Executable:
 
     def packed_blob(self):
         """The payload of a PACKED_BLOB_NAME blob with all packed operands, or None."""
-        cdef void *data = NULL
         cdef size_t size = 0
-        cdef ipu_status s = ipu_executable_packed_blob(self.e, &data, &size)
+        cdef ipu_status s = ipu_executable_packed_blob(self.e, NULL, 0, &size)
         if s == IPU_ERR_NOT_FOUND:
             return None
         _check(s)
-        try:
-            return PyBytes_FromStringAndSize(<char *>data, size)
-        finally:
-            free(data)
+        out = PyBytes_FromStringAndSize(NULL, size)  # written in place: no second copy
+        _check(ipu_executable_packed_blob(self.e, <char *>out, size, &size))
+        return out
 
     def program_flow(self):
         """(load program id, [main program id per subgraph])."""

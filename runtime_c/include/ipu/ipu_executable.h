@@ -138,10 +138,12 @@ IPU_API IPU_NODISCARD ipu_status ipu_executable_stage(const ipu_executable *e, u
 IPU_API void ipu_executable_packed_counts(const ipu_executable *e, uint32_t *mapped,
                                           uint32_t *packed);
 /* The payload of a packed blob holding every packed operand of `e` (name it IPU_PACKED_BLOB_NAME;
- * its data is 64-byte aligned in a file only under that name). *data is malloc'd: release it
- * with free(). IPU_ERR_NOT_FOUND when `e` packs nothing. */
-IPU_API IPU_NODISCARD ipu_status ipu_executable_packed_blob(const ipu_executable *e, void **data,
-                                                           size_t *size);
+ * its data is 64-byte aligned in a file only under that name): *size is set to its length, and
+ * when `dst` is not NULL and `cap >= *size` the payload is written there (call with dst NULL to
+ * size the buffer). IPU_ERR_NOT_FOUND when `e` packs nothing, IPU_ERR_INVALID_ARGUMENT when
+ * `cap` is too small. */
+IPU_API IPU_NODISCARD ipu_status ipu_executable_packed_blob(const ipu_executable *e, void *dst,
+                                                           size_t cap, size_t *size);
 
 #ifdef __cplusplus
 }

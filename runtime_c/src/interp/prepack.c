@@ -181,8 +181,9 @@ void ipu_executable_packed_counts(const ipu_executable *e, uint32_t *mapped, uin
 
 static uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
-ipu_status ipu_executable_packed_blob(const ipu_executable *e, void **data, size_t *size) {
-    if (!e || !data || !size)
+ipu_status ipu_executable_packed_blob(const ipu_executable *e, void *dst, size_t cap,
+                                      size_t *size) {
+    if (!e || !size)
         return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ipu_executable_packed_blob: NULL argument");
     const ipu__prepack *pk = e->prepack;
     if (!pk || pk->n_used == 0)
@@ -192,8 +193,13 @@ ipu_status ipu_executable_packed_blob(const ipu_executable *e, void **data, size
     uint64_t end = HEAD + (uint64_t)pk->n_used * ENTRY;
     for (uint32_t i = 0; i < pk->n_used; i++)
         end = align_up(lead + end, IPU_CONTAINER_ALIGN) - lead + pk->used[i].size;
-    uint8_t *p = ipu__calloc(1, (size_t)end);
-    if (!p) return ipu__fail(IPU_ERR_NOMEM, "out of memory writing the packed blob");
+    *size = (size_t)end;
+    if (!dst) return IPU_OK;
+    if (cap < end)
+        return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "packed blob: %llu bytes do not fit in %zu",
+                         (unsigned long long)end, cap);
+    uint8_t *p = dst;
+    memset(p, 0, HEAD + (size_t)pk->n_used * ENTRY);
     memcpy(p, MAGIC, sizeof MAGIC);
     ipu__st_u32(p + 8, IPU_PACKED_VERSION);
     ipu__st_u32(p + 12, pk->n_used);
@@ -201,7 +207,9 @@ ipu_status ipu_executable_packed_blob(const ipu_executable *e, void **data, size
     for (uint32_t i = 0; i < pk->n_used; i++) {
         const pk_rec *x = &pk->used[i];
         uint8_t *r = p + HEAD + (uint64_t)i * ENTRY;
-        off = align_up(lead + off, IPU_CONTAINER_ALIGN) - lead;
+        uint64_t at = align_up(lead + off, IPU_CONTAINER_ALIGN) - lead;
+        memset(p + off, 0, (size_t)(at - off)); /* zero padding */
+        off = at;
         ipu__st_u32(r, x->key.program);
         ipu__st_u32(r + 4, x->key.instr);
         ipu__st_u32(r + 8, x->key.slot);
@@ -214,7 +222,5 @@ ipu_status ipu_executable_packed_blob(const ipu_executable *e, void **data, size
         memcpy(p + off, x->data, (size_t)x->size);
         off += x->size;
     }
-    *data = p;
-    *size = (size_t)end;
     return IPU_OK;
 }
