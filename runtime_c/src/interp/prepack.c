@@ -144,6 +144,13 @@ ipu_status ipu__packed_operand(const ipu_executable *e, uint32_t program_id, uin
                                uint32_t slot, const ipu__pack_tag *tag, size_t size,
                                ipu__pack_fn fn, const void *ctx, const void **out) {
     ipu__prepack *pk = e->prepack;
+    /* an instruction's requests are consecutive: a slot asked twice is a verifier bug, and its
+     * written blob would be refused */
+    for (uint32_t i = pk->n_used; i-- > 0 && pk->used[i].key.program == program_id &&
+                                  pk->used[i].key.instr == index;)
+        if (pk->used[i].key.slot == slot)
+            return ipu__fail(IPU_ERR_INTERNAL, "program %u instruction %u: slot %u packed twice",
+                             program_id, index, slot);
     if (pk->n_used == pk->cap_used) {
         uint32_t cap = pk->cap_used ? 2 * pk->cap_used : 16;
         pk_rec *u = ipu__malloc(sizeof *u * cap);

@@ -35,7 +35,8 @@ ipu_status ipu__prepack_open(ipu_executable *e);
 void ipu__prepack_destroy(ipu_executable *e);
 
 /* *out: the packed bytes for `slot` of instruction `index` of program `program_id` (see above).
- * IPU_ERR_NOMEM if the buffer cannot be allocated. */
+ * Each slot at most once per instruction (IPU_ERR_INTERNAL otherwise); IPU_ERR_NOMEM if the
+ * buffer cannot be allocated. */
 ipu_status ipu__packed_operand(const ipu_executable *e, uint32_t program_id, uint32_t index,
                                uint32_t slot, const ipu__pack_tag *tag, size_t size,
                                ipu__pack_fn fn, const void *ctx, const void **out);
