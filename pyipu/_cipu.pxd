@@ -11,6 +11,7 @@ cdef extern from "ipu/ipu.h" nogil:
     ctypedef int ipu_direction
 
     enum: IPU_OK
+    enum: IPU_ERR_NOT_FOUND
     enum: IPU_MAX_DIMS
     enum: IPU_NO_INDEX
     enum: IPU_STATUS_COUNT_
@@ -54,6 +55,11 @@ cdef extern from "ipu/ipu.h" nogil:
     ipu_status ipu_container_writer_add_blob(ipu_container_writer *w, ipu_blob_type type,
                                              uint32_t id, const char *name, const void *data,
                                              size_t size)
+    ipu_status ipu_container_writer_add_blob_ref(ipu_container_writer *w, ipu_blob_type type,
+                                                 uint32_t id, const char *name, const void *data,
+                                                 size_t size)
+    ipu_status ipu_container_writer_finish_into(ipu_container_writer *w, void *dst, size_t cap,
+                                                size_t *size_out)
     void ipu_container_writer_set_compiler_hash(ipu_container_writer *w, uint64_t hash)
     ipu_status ipu_container_writer_finish(ipu_container_writer *w, void **data_out,
                                            size_t *size_out)
@@ -104,6 +110,10 @@ cdef extern from "ipu/ipu.h" nogil:
     ctypedef struct ipu_stage_info:
         uint32_t program, ipu, copy_program
     ipu_status ipu_executable_stage(const ipu_executable *e, uint32_t stage, ipu_stage_info *out)
+    const char *IPU_PACKED_BLOB_NAME
+    void ipu_executable_packed_counts(const ipu_executable *e, uint32_t *mapped, uint32_t *packed)
+    ipu_status ipu_executable_packed_blob(const ipu_executable *e, void *dst, size_t cap,
+                                          size_t *size)
 
     # session (low-level API)
     ctypedef struct ipu_session:
@@ -206,3 +216,7 @@ cdef extern from "ipu/ipu.h" nogil:
         uint64_t pipeline_ticks, concurrent_ticks
     void ipu_runtime_get_stats(const ipu_runtime *rt, ipu_runtime_stats *out)
     size_t ipu_runtime_queue_depth(const ipu_runtime *rt, uint32_t anchor)
+
+
+# Internal to the core (kernels.h), for tests: force the sgemm micro-kernel ISA.
+cdef extern int ipu__sgemm_set_isa(int isa) nogil

@@ -31,6 +31,7 @@ BIND_QUEUE = IPU_BIND_QUEUE
 BIND_EMPTY = IPU_BIND_EMPTY
 BIND_CALLBACK = IPU_BIND_CALLBACK
 BIND_TENSOR_DATA = IPU_BIND_TENSOR_DATA
+PACKED_BLOB_NAME = IPU_PACKED_BLOB_NAME.decode()
 
 
 def op_arity():
@@ -91,29 +92,37 @@ cdef int _check(ipu_status s) except -1:
     raise _errors.from_status(ipu_status_name(s).decode(), s, detail or ipu_status_str(s).decode())
 
 
+def set_sgemm_isa(int isa):
+    """Force the sgemm micro-kernel ISA for tests and benchmarks: 0 auto, 1 portable, 2 AVX2+FMA,
+    3 AVX-512 (one the CPU lacks means auto). Returns the ISA now in use. Process-wide."""
+    return ipu__sgemm_set_isa(isa)
+
+
 def write_container(blobs, compiler_hash=None):
     """Serialise [(type, id, name or None, bytes)] into a container image (bytes)."""
     cdef ipu_container_writer *w = NULL
-    cdef void *data = NULL
     cdef size_t size = 0
     cdef const unsigned char[::1] view
     cdef const char *cname
+    views = []  # the writer borrows the payloads: keep them alive and pinned until it is done
     _check(ipu_container_writer_create(&w))
     try:
         if compiler_hash is not None:
             ipu_container_writer_set_compiler_hash(w, <uint64_t>compiler_hash)
         for btype, bid, name, payload in blobs:
             view = memoryview(payload).cast("B")
+            views.append(view)
             bname = name.encode() if name is not None else b""
             cname = NULL
             if name is not None:
                 cname = bname
-            _check(ipu_container_writer_add_blob(
+            _check(ipu_container_writer_add_blob_ref(
                 w, btype, bid, cname, &view[0] if view.shape[0] else NULL, view.shape[0]))
-        _check(ipu_container_writer_finish(w, &data, &size))
-        return PyBytes_FromStringAndSize(<char *>data, size)
+        _check(ipu_container_writer_finish_into(w, NULL, 0, &size))
+        image = PyBytes_FromStringAndSize(NULL, size)  # written in place: one copy of the blobs
+        _check(ipu_container_writer_finish_into(w, <char *>image, size, &size))
+        return image
     finally:
-        free(data)
         ipu_container_writer_destroy(w)
 
 
@@ -248,6 +257,24 @@ cdef class Executable:
                                tuple(ins.outputs[j] for j in range(ins.num_outputs)),
                                tuple(ins.attrs[j] for j in range(ins.num_attrs))))
             out.append((p.id, instrs))
+        return out
+
+    def packed_counts(self):
+        """(mapped, packed): packed operands used in place from the container's packed blob,
+        and packed at load (docs/popef.md, "Pre-packed operands")."""
+        cdef uint32_t mapped = 0, packed = 0
+        ipu_executable_packed_counts(self.e, &mapped, &packed)
+        return mapped, packed
+
+    def packed_blob(self):
+        """The payload of a PACKED_BLOB_NAME blob with all packed operands, or None."""
+        cdef size_t size = 0
+        cdef ipu_status s = ipu_executable_packed_blob(self.e, NULL, 0, &size)
+        if s == IPU_ERR_NOT_FOUND:
+            return None
+        _check(s)
+        out = PyBytes_FromStringAndSize(NULL, size)  # written in place: no second copy
+        _check(ipu_executable_packed_blob(self.e, <char *>out, size, &size))
         return out
 
     def program_flow(self):

@@ -76,6 +76,9 @@ def dump(
     weights = [a for a in anchors if a[6]]
     total = sum(a[4] for a in weights)
     w(f"Tensor data: {len(weights)} tensors, {total} bytes\n")
+    mapped, packed = exe.packed_counts()
+    if mapped or packed:
+        w(f"Packed operands: {mapped} mapped from the file, {packed} packed at load\n")
     if show_report:
         from pyipu.compiler import Executable
 

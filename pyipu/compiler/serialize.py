@@ -28,12 +28,16 @@ from pyipu.compiler.ir import (
     np_dtype,
 )
 from pyipu.enums import DType, Op
+from pyipu.errors import Error
 
 BLOB_METADATA, BLOB_TENSOR_DATA, BLOB_PROGRAM, BLOB_OPAQUE = 1, 2, 3, 4
 MAGIC = b"PYIPUEF\0"
 FORMAT_VERSION = 1
 ANCHOR_TENSOR_DATA = 1
 STAGES_PIPELINED = 1  # stage table flags
+# OPAQUE blob of operands pre-packed for the kernels (IPU_PACKED_BLOB_NAME, ipu_executable.h):
+# derived from the other blobs, so never part of a ModelIR; encode_container writes a fresh one.
+PACKED_BLOB = "pyipu.packed"
 
 Blob = tuple[int, int, "str | None", bytes]  # (type, id, name for OPAQUE, data)
 
@@ -119,19 +123,36 @@ def encode(ir: ModelIR) -> list[Blob]:
     if data:
         blobs.append((BLOB_TENSOR_DATA, 0, None, data))
     blobs += [(BLOB_PROGRAM, p.id, None, encode_program(p.instrs)) for p in ir.programs]
-    blobs += [(BLOB_OPAQUE, 0, name, payload) for name, payload in ir.opaque]
+    blobs += [(BLOB_OPAQUE, 0, name, payload) for name, payload in ir.opaque if name != PACKED_BLOB]
     return blobs
 
 
-def encode_container(ir: ModelIR, compiler_hash: int | None = None) -> bytes:
-    """A complete container image, written by the C writer (needs pyipu._core)."""
+def encode_container(ir: ModelIR, compiler_hash: int | None = None, prepack: bool = True) -> bytes:
+    """A complete container image, written by the C writer (needs pyipu._core). With `prepack`,
+    the C verifier packs the operands its kernels want packed (for this machine's micro-kernel)
+    and the image carries them in a PACKED_BLOB blob, so loading it maps them instead of packing
+    (docs/popef.md, "Pre-packed operands")."""
     try:
         from pyipu import _core
     except ImportError as e:
         raise ImportError(
             "writing a PopEF container needs the pyipu._core extension (build pyipu)"
         ) from e
-    return bytes(_core.write_container(encode(ir), compiler_hash=compiler_hash))
+    blobs = encode(ir)
+    image = bytes(_core.write_container(blobs, compiler_hash=compiler_hash))
+    if not prepack:
+        return image
+    try:
+        native = _core.Executable(_core.Container.from_bytes(image))
+    except Error:  # the runtime would refuse the image anyway (some tests write such files)
+        return image
+    packed = native.packed_blob()
+    del native  # its copy of the image and its packed buffers
+    if packed is None:
+        return image
+    del image
+    blobs.append((BLOB_OPAQUE, 0, PACKED_BLOB, packed))
+    return bytes(_core.write_container(blobs, compiler_hash=compiler_hash))
 
 
 # ---------------------------------------------------------------- decode
@@ -356,7 +377,7 @@ def decode_blobs(blobs: list[Blob]) -> ModelIR:
             prog = next(p for p in programs if p.id == pid)
             if any(ins.op != Op.COPY for ins in prog.instrs):
                 raise ValueError(f"metadata: copy program {pid} of stage {k} holds non-COPY")
-    opaque = tuple((b[2] or "", b[3]) for b in blobs if b[0] == BLOB_OPAQUE)
+    opaque = tuple((b[2] or "", b[3]) for b in blobs if b[0] == BLOB_OPAQUE and b[2] != PACKED_BLOB)
     return ModelIR(programs=tuple(programs), opaque=opaque, **meta)
 
 

@@ -225,6 +225,32 @@ static void test_minimal(void) {
     ipu_container_writer_destroy(w);
 }
 
+static void test_borrowed_blobs_and_finish_into(void) {
+    /* add_blob_ref borrows the payloads; finish_into writes the same image as finish */
+    unsigned char bufs[NSPECS][512];
+    ipu_container_writer *w = NULL;
+    CHECK(ipu_container_writer_create(&w) == IPU_OK);
+    ipu_container_writer_set_compiler_hash(w, TEST_HASH);
+    for (int i = 0; i < NSPECS; i++) {
+        fill_payload(&SPECS[i], bufs[i]);
+        CHECK(ipu_container_writer_add_blob_ref(w, SPECS[i].type, SPECS[i].id, SPECS[i].name,
+                                                bufs[i], SPECS[i].size) == IPU_OK);
+    }
+    CHECK(ipu_container_writer_add_blob_ref(w, IPU_BLOB_METADATA, 0, NULL, bufs[0], 8) ==
+          IPU_ERR_INVALID_ARGUMENT); /* same rules as add_blob */
+    size_t want_size = 0, size = 0;
+    uint8_t *want = make_valid(&want_size);
+    CHECK(ipu_container_writer_finish_into(w, NULL, 0, &size) == IPU_OK && size == want_size);
+    uint8_t *img = malloc(size);
+    CHECK(ipu_container_writer_finish_into(w, img, size - 1, &size) == IPU_ERR_INVALID_ARGUMENT);
+    CHECK(ipu_container_writer_finish_into(w, img, size, &size) == IPU_OK);
+    CHECK(size == want_size && memcmp(img, want, size) == 0);
+    CHECK(ipu_container_writer_finish_into(w, img, size, NULL) == IPU_ERR_INVALID_ARGUMENT);
+    free(img);
+    free(want);
+    ipu_container_writer_destroy(w);
+}
+
 static void test_writer_rules(void) {
     ipu_container_writer *w = NULL;
     CHECK(ipu_container_writer_create(NULL) == IPU_ERR_INVALID_ARGUMENT);
@@ -603,6 +629,7 @@ int main(int argc, char **argv) {
     int iterations = argc > 1 ? atoi(argv[1]) : 20000;
     test_roundtrip_memory();
     test_minimal();
+    test_borrowed_blobs_and_finish_into();
     test_writer_rules();
     test_malformed();
     test_truncation();

@@ -77,7 +77,8 @@ IPU_API IPU_NODISCARD ipu_status ipu_container_blob(const ipu_container *c, uint
 IPU_API IPU_NODISCARD ipu_status ipu_container_find_blob(const ipu_container *c, ipu_blob_type type,
                                                         uint32_t id, ipu_blob_info *out);
 
-/* Writer: collect blobs, then serialise. Blob bytes are copied when added. */
+/* Writer: collect blobs, then serialise. Blob bytes are copied when added (add_blob_ref: borrowed,
+ * and must stay valid and unchanged until the writer is destroyed). */
 typedef struct ipu_container_writer ipu_container_writer;
 IPU_API IPU_NODISCARD ipu_status ipu_container_writer_create(ipu_container_writer **out);
 IPU_API void ipu_container_writer_destroy(ipu_container_writer *w);
@@ -86,11 +87,20 @@ IPU_API IPU_NODISCARD ipu_status ipu_container_writer_add_blob(ipu_container_wri
                                                               ipu_blob_type type, uint32_t id,
                                                               const char *name, const void *data,
                                                               size_t size);
+IPU_API IPU_NODISCARD ipu_status ipu_container_writer_add_blob_ref(ipu_container_writer *w,
+                                                                  ipu_blob_type type, uint32_t id,
+                                                                  const char *name,
+                                                                  const void *data, size_t size);
 /* Override the compiler hash (default ipu_compiler_hash()); used by tests. */
 IPU_API void ipu_container_writer_set_compiler_hash(ipu_container_writer *w, uint64_t hash);
 /* Serialise to a malloc'd buffer; the caller frees *data_out with free(). */
 IPU_API IPU_NODISCARD ipu_status ipu_container_writer_finish(ipu_container_writer *w,
                                                             void **data_out, size_t *size_out);
+/* Serialise into the caller's buffer: *size_out is set to the image size; the image is written
+ * when `dst` is not NULL (IPU_ERR_INVALID_ARGUMENT if `cap` is smaller). dst NULL: size only. */
+IPU_API IPU_NODISCARD ipu_status ipu_container_writer_finish_into(ipu_container_writer *w,
+                                                                 void *dst, size_t cap,
+                                                                 size_t *size_out);
 /* Serialise to a file (written to a temporary name, then renamed). */
 IPU_API IPU_NODISCARD ipu_status ipu_container_writer_write_file(ipu_container_writer *w,
                                                                 const char *path);

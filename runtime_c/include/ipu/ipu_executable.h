@@ -125,6 +125,26 @@ IPU_API IPU_NODISCARD ipu_status ipu_executable_main_program(const ipu_executabl
 IPU_API IPU_NODISCARD ipu_status ipu_executable_stage(const ipu_executable *e, uint32_t stage,
                                                      ipu_stage_info *out);
 
+/* Pre-packed operands (docs/popef.md, "Pre-packed operands"). While verifying, the executable
+ * packs some constant operands (float32 convolution weights, ...) into the layout of the
+ * micro-kernel in use. A container may carry them already packed, in the OPAQUE blob named
+ * IPU_PACKED_BLOB_NAME: an entry whose key, layout tag and size match is used in place (read from
+ * the mapped file, no copy); any other operand is packed at load as without the blob. A malformed
+ * packed blob makes ipu_executable_create fail with IPU_ERR_CORRUPT. */
+#define IPU_PACKED_BLOB_NAME "pyipu.packed"
+#define IPU_PACKED_VERSION 1u
+/* How many packed operands the executable holds: `mapped` used in place from the container's
+ * packed blob, `packed` packed at load. Either pointer may be NULL. */
+IPU_API void ipu_executable_packed_counts(const ipu_executable *e, uint32_t *mapped,
+                                          uint32_t *packed);
+/* The payload of a packed blob holding every packed operand of `e` (name it IPU_PACKED_BLOB_NAME;
+ * its data is 64-byte aligned in a file only under that name): *size is set to its length, and
+ * when `dst` is not NULL and `cap >= *size` the payload is written there (call with dst NULL to
+ * size the buffer). IPU_ERR_NOT_FOUND when `e` packs nothing, IPU_ERR_INVALID_ARGUMENT when
+ * `cap` is too small. */
+IPU_API IPU_NODISCARD ipu_status ipu_executable_packed_blob(const ipu_executable *e, void *dst,
+                                                           size_t cap, size_t *size);
+
 #ifdef __cplusplus
 }
 #endif

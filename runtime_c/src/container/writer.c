@@ -1,4 +1,5 @@
-/* Container writer: collect blobs (copied on add), then serialise header + blob table + blobs.
+/* Container writer: collect blobs (copied on add, or borrowed), then serialise header + blob
+ * table + blobs.
  *
  * Layout produced: the 64-byte header, the blob table (32 bytes per blob, in the order the blobs
  * were added), then each blob in the same order at the next multiple of 64, zero padding in
@@ -21,8 +22,12 @@
 typedef struct wblob {
     uint32_t type;
     uint32_t id;
-    uint8_t *bytes; /* the blob as stored (OPAQUE: name header + payload), owned */
-    size_t size;
+    uint8_t *head; /* OPAQUE name header (owned) or NULL */
+    size_t head_size;
+    const uint8_t *data; /* payload: owned when `owned`, else borrowed from the caller */
+    size_t data_size;
+    bool owned;
+    size_t size; /* head_size + data_size: the blob as stored */
 } wblob;
 
 struct ipu_container_writer {
@@ -45,7 +50,10 @@ ipu_status ipu_container_writer_create(ipu_container_writer **out) {
 
 void ipu_container_writer_destroy(ipu_container_writer *w) {
     if (!w) return;
-    for (uint32_t i = 0; i < w->count; i++) ipu__free(w->blobs[i].bytes);
+    for (uint32_t i = 0; i < w->count; i++) {
+        ipu__free(w->blobs[i].head);
+        if (w->blobs[i].owned) ipu__free((void *)w->blobs[i].data);
+    }
     ipu__free(w->blobs);
     ipu__free(w);
 }
@@ -54,8 +62,8 @@ void ipu_container_writer_set_compiler_hash(ipu_container_writer *w, uint64_t ha
     if (w) w->compiler_hash = hash;
 }
 
-ipu_status ipu_container_writer_add_blob(ipu_container_writer *w, ipu_blob_type type, uint32_t id,
-                                         const char *name, const void *data, size_t size) {
+static ipu_status add_blob(ipu_container_writer *w, ipu_blob_type type, uint32_t id,
+                           const char *name, const void *data, size_t size, bool copy) {
     if (!w || (!data && size > 0))
         return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "container writer: NULL argument");
     uint32_t t = (uint32_t)type;
@@ -104,24 +112,40 @@ ipu_status ipu_container_writer_add_blob(ipu_container_writer *w, ipu_blob_type 
         w->blobs = nb;
         w->cap = ncap;
     }
-    uint8_t *bytes = ipu__calloc(1, hdr + size); /* zero name padding */
-    if (!bytes)
+    uint8_t *head = NULL, *own = NULL;
+    if (hdr && !(head = ipu__calloc(1, hdr))) /* zero name padding */
+        return ipu__fail(IPU_ERR_NOMEM, "container writer: out of memory");
+    if (copy && size && !(own = ipu__malloc(size))) {
+        ipu__free(head);
         return ipu__fail(IPU_ERR_NOMEM, "container writer: out of memory copying %zu bytes",
-                         hdr + size);
-    if (t == IPU_BLOB_OPAQUE) {
-        ipu__st_u32(bytes, (uint32_t)name_len);
-        memcpy(bytes + 4, name, name_len);
+                         size);
     }
-    if (size) memcpy(bytes + hdr, data, size);
-    w->blobs[w->count++] = (wblob){t, t == IPU_BLOB_PROGRAM ? id : 0, bytes, hdr + size};
+    if (head) {
+        ipu__st_u32(head, (uint32_t)name_len);
+        memcpy(head + 4, name, name_len);
+    }
+    if (own) memcpy(own, data, size);
+    w->blobs[w->count++] = (wblob){t, t == IPU_BLOB_PROGRAM ? id : 0, head, hdr,
+                                   own ? own : data, size, own != NULL, hdr + size};
     if (t == IPU_BLOB_METADATA) w->has_metadata = true;
     if (t == IPU_BLOB_TENSOR_DATA) w->has_tensor_data = true;
     return IPU_OK;
 }
 
-ipu_status ipu_container_writer_finish(ipu_container_writer *w, void **data_out,
-                                       size_t *size_out) {
-    if (!w || !data_out || !size_out)
+ipu_status ipu_container_writer_add_blob(ipu_container_writer *w, ipu_blob_type type, uint32_t id,
+                                         const char *name, const void *data, size_t size) {
+    return add_blob(w, type, id, name, data, size, true);
+}
+
+ipu_status ipu_container_writer_add_blob_ref(ipu_container_writer *w, ipu_blob_type type,
+                                             uint32_t id, const char *name, const void *data,
+                                             size_t size) {
+    return add_blob(w, type, id, name, data, size, false);
+}
+
+ipu_status ipu_container_writer_finish_into(ipu_container_writer *w, void *dst, size_t cap,
+                                            size_t *size_out) {
+    if (!w || !size_out)
         return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "container writer: NULL argument");
     if (!w->has_metadata)
         return ipu__fail(IPU_ERR_INVALID_STATE, "container writer: no METADATA blob was added");
@@ -138,16 +162,21 @@ ipu_status ipu_container_writer_finish(ipu_container_writer *w, void **data_out,
         return ipu__fail(IPU_ERR_NOMEM, "container writer: %" PRIu64 " bytes do not fit in memory",
                          pos);
     size_t total = (size_t)pos;
-    uint8_t *buf = malloc(total); /* the caller releases it with free() */
-    if (!buf)
-        return ipu__fail(IPU_ERR_NOMEM, "container writer: out of memory for %zu bytes", total);
+    *size_out = total;
+    if (!dst) return IPU_OK;
+    if (cap < total)
+        return ipu__fail(IPU_ERR_INVALID_ARGUMENT,
+                         "container writer: the image needs %zu bytes, the buffer has %zu", total,
+                         cap);
+    uint8_t *buf = dst;
     memset(buf, 0, (size_t)IPU_CONTAINER_HEADER_SIZE + (size_t)w->count * 32);
     size_t off = IPU_CONTAINER_HEADER_SIZE + (size_t)w->count * 32;
     for (uint32_t i = 0; i < w->count; i++) {
         const wblob *b = &w->blobs[i];
         size_t start = (off + (size_t)(align - 1)) & ~(size_t)(align - 1);
         memset(buf + off, 0, start - off);
-        if (b->size) memcpy(buf + start, b->bytes, b->size);
+        if (b->head_size) memcpy(buf + start, b->head, b->head_size);
+        if (b->data_size) memcpy(buf + start + b->head_size, b->data, b->data_size);
         uint8_t *e = buf + IPU_CONTAINER_HEADER_SIZE + (size_t)i * 32;
         ipu__st_u32(e, b->type);
         ipu__st_u32(e + 4, b->id);
@@ -164,6 +193,23 @@ ipu_status ipu_container_writer_finish(ipu_container_writer *w, void **data_out,
     ipu__st_u64(buf + 40, IPU_CONTAINER_HEADER_SIZE);
     ipu__st_u64(buf + 32, ipu_hash64(buf + IPU_CONTAINER_HEADER_SIZE,
                                      total - IPU_CONTAINER_HEADER_SIZE, 0));
+    return IPU_OK;
+}
+
+ipu_status ipu_container_writer_finish(ipu_container_writer *w, void **data_out,
+                                       size_t *size_out) {
+    if (!w || !data_out || !size_out)
+        return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "container writer: NULL argument");
+    size_t total;
+    ipu_status st = ipu_container_writer_finish_into(w, NULL, 0, &total);
+    if (st) return st;
+    uint8_t *buf = malloc(total); /* the caller releases it with free() */
+    if (!buf)
+        return ipu__fail(IPU_ERR_NOMEM, "container writer: out of memory for %zu bytes", total);
+    if ((st = ipu_container_writer_finish_into(w, buf, total, &total))) {
+        free(buf);
+        return st;
+    }
     *data_out = buf;
     *size_out = total;
     return IPU_OK;

@@ -6,6 +6,7 @@
 
 #include "interp.h"
 #include "kernels/kernels.h"
+#include "prepack.h"
 
 #define TENSOR_REC 96u
 #define ANCHOR_REC 24u
@@ -346,6 +347,7 @@ ipu_status ipu_executable_create(const ipu_container *c, ipu_executable **out) {
     if (!e) return nomem();
     e->container = c;
     if ((st = parse_metadata(e, c))) goto fail;
+    if ((st = ipu__prepack_open(e))) goto fail;
     uint32_t nb = ipu_container_blob_count(c), np = 0;
     for (uint32_t i = 0; i < nb; i++) {
         ipu_blob_info bi;
@@ -418,6 +420,7 @@ void ipu_executable_destroy(ipu_executable *e) {
             ipu__free(pr->instr);
         }
     }
+    ipu__prepack_destroy(e);
     if (e->anchors)
         for (uint32_t i = 0; i < e->info.num_anchors; i++) ipu__free(e->anchors[i].name);
     ipu__free(e->programs);

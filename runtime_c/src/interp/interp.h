@@ -58,6 +58,7 @@ struct ipu_executable {
     ipu__stage *stages;      /* [info.num_stages] or NULL */
     const uint8_t *tensor_data; /* TENSOR_DATA blob or NULL */
     uint64_t tensor_data_size;
+    struct ipu__prepack *prepack; /* packed operands (prepack.h); mutable while verifying */
 };
 
 /* Execution frame: base pointer of every tensor. ARENA tensors are set by the runtime

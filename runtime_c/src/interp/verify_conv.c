@@ -33,6 +33,33 @@ static ipu_status attr_range(const vctx *v, uint32_t first, uint32_t count, int6
     return IPU_OK;
 }
 
+/* Weights w[M][Cig*KH*KW] of G groups into ipu__sgemm_pack_a panels: sub-block (g, mb) of
+ * IPU__MM_MB output channels at (g * mbl + mb) * blk floats, its K-chunk k0 at + mpad * k0. */
+typedef struct conv_pack {
+    const float *w;
+    int64_t G, mbl, blk, K, Cog;
+    int mr;
+} conv_pack;
+
+static void pack_conv_weights(const void *ctx, void *out) {
+    const conv_pack *c = ctx;
+    float *dst = out;
+    for (int64_t g = 0; g < c->G; g++)
+        for (int64_t mb = 0; mb < c->mbl; mb++) {
+            ipu__sgemm_args a = {0};
+            int64_t m0 = mb * IPU__MM_MB;
+            a.m = c->Cog - m0 < IPU__MM_MB ? c->Cog - m0 : IPU__MM_MB;
+            a.a = c->w + (g * c->Cog + m0) * c->K;
+            a.a_rs = c->K;
+            a.a_cs = 1;
+            int64_t mpad = (a.m + c->mr - 1) / c->mr * c->mr;
+            float *b = dst + (g * c->mbl + mb) * c->blk;
+            for (int64_t k0 = 0; k0 < c->K; k0 += IPU__SGEMM_KC)
+                ipu__sgemm_pack_a(&a, k0, c->K - k0 < IPU__SGEMM_KC ? c->K - k0 : IPU__SGEMM_KC,
+                                  c->mr, b + mpad * k0);
+        }
+}
+
 ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
                          ipu__instr *ins) {
     static const char *const pos[] = {"group", "stride_h", "stride_w", "dil_h", "dil_w"};
@@ -82,7 +109,7 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
                 res->desc.dims[2] != yd[2] || res->desc.dims[3] != yd[3]))
         return bad(v, "residual%s must have y's shape %s", shape_str(s1, sizeof s1, res),
                    shape_str(s2, sizeof s2, y));
-    /* float32 GEMM-path weights stored in the executable: pack them once, here */
+    /* float32 GEMM-path weights stored in the executable: packed once (prepack.h) */
     ipu__ukr u;
     ipu__sgemm_ukr(&u);
     int64_t mbl = (int64_t)ceil_div((uint64_t)(M / G), (uint64_t)IPU__MM_MB);
@@ -90,28 +117,21 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
     bool pack = y->desc.dtype == IPU_DTYPE_FLOAT32 && !(C / G == 1 && M / G == 1) &&
                 w->loc == IPU_LOC_TENSOR_DATA && v->e->tensor_data && y->numel > 0 &&
                 (uint64_t)G * (uint64_t)mbl * (uint64_t)blk < ((uint64_t)1 << 32);
-    size_t extra = pack ? (size_t)(G * mbl * blk) * sizeof(float) + 64 : 0;
     ipu__conv_plan *p;
-    if (!(p = alloc_plan(sizeof *p + extra))) return plan_nomem();
+    if (!(p = alloc_plan(sizeof *p))) return plan_nomem();
     if (pack) {
-        uintptr_t at = ((uintptr_t)(p + 1) + 63) & ~(uintptr_t)63;
-        float *dst = (float *)at;
-        const float *wd = (const float *)(v->e->tensor_data + w->offset);
-        int64_t K = (C / G) * KH * KW, Cog = M / G;
-        for (int64_t g = 0; g < G; g++)
-            for (int64_t mb = 0; mb < mbl; mb++) {
-                ipu__sgemm_args a = {0};
-                int64_t m0 = mb * IPU__MM_MB;
-                a.m = Cog - m0 < IPU__MM_MB ? Cog - m0 : IPU__MM_MB;
-                a.a = wd + (g * Cog + m0) * K;
-                a.a_rs = K;
-                a.a_cs = 1;
-                int64_t mpad = (a.m + u.mr - 1) / u.mr * u.mr;
-                float *b = dst + (g * mbl + mb) * blk;
-                for (int64_t k0 = 0; k0 < K; k0 += IPU__SGEMM_KC)
-                    ipu__sgemm_pack_a(&a, k0, K - k0 < IPU__SGEMM_KC ? K - k0 : IPU__SGEMM_KC,
-                                      u.mr, b + mpad * k0);
-            }
+        conv_pack cp = {(const float *)(v->e->tensor_data + w->offset), G, mbl, blk,
+                        (C / G) * KH * KW, M / G, u.mr};
+        /* version 1 of pack_conv_weights' bytes: bump it when they change */
+        ipu__pack_tag tag = {IPU__PACK_SGEMM_A, 1, (uint32_t)u.isa,
+                             {(uint32_t)u.mr, IPU__SGEMM_KC, (uint32_t)IPU__MM_MB, 0}};
+        const void *dst;
+        st = ipu__vpacked(v, 1, &tag, (size_t)(G * mbl * blk) * sizeof(float), pack_conv_weights,
+                          &cp, &dst);
+        if (st) {
+            ipu__free(p);
+            return st;
+        }
         p->packed = dst;
         p->packed_mr = u.mr;
         p->packed_blk = blk;

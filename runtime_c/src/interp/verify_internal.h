@@ -4,6 +4,7 @@
 #define IPU_VERIFY_INTERNAL_H
 
 #include "interp.h"
+#include "prepack.h"
 
 typedef struct vctx {
     const ipu_executable *e;
@@ -16,6 +17,14 @@ typedef struct vctx {
 __attribute__((format(printf, 2, 3))) ipu_status ipu__vbad(const vctx *v, const char *fmt, ...);
 /* "[2,3,4]" (truncated with "..." if long). */
 const char *ipu__shape_str(char *buf, size_t cap, const ipu__tensor *t);
+
+/* The packed buffer for `slot` of the instruction being verified (prepack.h): mapped from the
+ * container's packed blob when it has a matching entry, else allocated and filled by fn(ctx). */
+static inline ipu_status ipu__vpacked(const vctx *v, uint32_t slot, const ipu__pack_tag *tag,
+                                      size_t size, ipu__pack_fn fn, const void *ctx,
+                                      const void **out) {
+    return ipu__packed_operand(v->e, v->prog, v->idx, slot, tag, size, fn, ctx, out);
+}
 
 /* Short names used throughout the verifier. */
 #define bad(...) ipu__vbad(__VA_ARGS__)

@@ -295,6 +295,7 @@ typedef void (*ipu__ukr_fn)(int64_t kc, const float *ap, const float *bp, float 
 typedef struct ipu__ukr {
     ipu__ukr_fn fn;
     int mr, nr;
+    int isa; /* as ipu__sgemm_set_isa numbers them: tags packed layouts (prepack.h) */
 } ipu__ukr;
 void ipu__sgemm_ukr(ipu__ukr *u);
 void ipu__sgemm_pack_a(const ipu__sgemm_args *g, int64_t k0, int64_t kc, int mr, float *ap);

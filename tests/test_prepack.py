@@ -1,0 +1,275 @@
+"""Operands pre-packed at compile time (docs/popef.md, "Pre-packed operands"): the PopEF carries
+the convolution weights already in the sgemm panel layout, the loader maps them instead of
+packing, and anything that does not match (another micro-kernel, another layout version, a
+different size) is packed at load as before. A malformed packed blob is a CorruptFileError."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterator
+
+import numpy as np
+import onnx
+import pytest
+from models import arr, assert_matches_reference, run_c
+from onnx import TensorProto, helper, numpy_helper
+
+from pyipu import _core, errors
+from pyipu.compiler import CompileError, Compiler, CompilerOptions, Executable
+from pyipu.compiler.serialize import BLOB_OPAQUE, PACKED_BLOB, encode_container, split_container
+from pyipu.model_runtime import AnchorCallbackPolicy, Session
+
+F32 = np.float32
+HEAD, ENTRY = 16, 64  # packed blob header and entry sizes (prepack.c)
+
+
+def _model() -> onnx.ModelProto:
+    """x[1,8,10,10] → Conv 3x3 (120 channels: two sub-blocks of 96 rows) → Relu → grouped Conv
+    1x1 (group 2, 24 channels) → y; weights w1, w2 and bias b1 in the PopEF."""
+    inits = [
+        numpy_helper.from_array(arr((120, 8, 3, 3), F32, 1, low=-0.3, high=0.3), "w1"),
+        numpy_helper.from_array(arr((120,), F32, 2), "b1"),
+        numpy_helper.from_array(arr((24, 60, 1, 1), F32, 3, low=-0.3, high=0.3), "w2"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c"], pads=[1] * 4),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("Conv", ["r", "w2"], ["y"], group=2),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "two_convs",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 10, 10])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model
+
+
+FEEDS = {"x": arr((1, 8, 10, 10), F32, 4, low=-1, high=1)}
+
+
+@pytest.fixture(scope="module")
+def exe() -> Executable:
+    return Compiler.compile(_model())
+
+
+@pytest.fixture(autouse=True)
+def auto_isa() -> Iterator[None]:
+    yield
+    _core.set_sgemm_isa(0)
+
+
+def counts(data: bytes) -> tuple[int, int]:
+    """(mapped from the packed blob, packed at load) of a container image."""
+    return Executable.from_bytes(data).native().packed_counts()
+
+
+def run(data: bytes) -> np.ndarray:
+    return run_c(Executable.from_bytes(data), FEEDS)["y"]
+
+
+def patched(data: bytes, edit: Callable[[bytearray], bytes | bytearray]) -> bytes:
+    """The image with its packed blob's payload replaced by edit(payload) (checksum valid)."""
+    blobs = split_container(data)
+    (i,) = [k for k, b in enumerate(blobs) if b[0] == BLOB_OPAQUE and b[2] == PACKED_BLOB]
+    t, bid, name, payload = blobs[i]
+    blobs[i] = (t, bid, name, bytes(edit(bytearray(payload))))
+    return bytes(_core.write_container(blobs))
+
+
+def entry_field(p: bytearray, entry: int, offset: int, fmt: str, value: int) -> bytearray:
+    struct.pack_into(fmt, p, HEAD + entry * ENTRY + offset, value)
+    return p
+
+
+def field(p: bytearray, entry: int, offset: int, fmt: str) -> int:
+    return struct.unpack_from(fmt, p, HEAD + entry * ENTRY + offset)[0]
+
+
+def test_blob_name_is_the_c_constant() -> None:
+    assert PACKED_BLOB == _core.PACKED_BLOB_NAME
+
+
+def test_compiled_file_carries_the_packed_weights(exe: Executable) -> None:
+    data = exe.to_bytes()
+    names = [b[2] for b in split_container(data) if b[0] == BLOB_OPAQUE]
+    assert names.count(PACKED_BLOB) == 1
+    assert counts(data) == (2, 0)
+    bare = encode_container(exe.program, prepack=False)
+    assert PACKED_BLOB not in [b[2] for b in split_container(bare)]
+    assert counts(bare) == (0, 2)  # an older file: packed at load
+
+
+def test_mapped_and_packed_at_load_give_identical_results(exe: Executable) -> None:
+    mapped = run(exe.to_bytes())
+    np.testing.assert_array_equal(mapped, run(encode_container(exe.program, prepack=False)))
+    assert_matches_reference({"y": mapped}, exe.run_reference(FEEDS))
+
+
+def test_kernels_read_the_mapped_bytes(exe: Executable) -> None:
+    """Zeroing the packed copy of w1 (the file's w1 itself untouched) zeroes the first conv."""
+
+    def zero_w1(p: bytearray) -> bytearray:
+        off, size = field(p, 0, 48, "<Q"), field(p, 0, 56, "<Q")
+        p[off : off + size] = bytes(size)
+        return p
+
+    data = patched(exe.to_bytes(), zero_w1)
+    assert counts(data) == (2, 0)
+    model = _model()
+    w1 = numpy_helper.to_array(model.graph.initializer[0])
+    model.graph.initializer[0].CopyFrom(numpy_helper.from_array(np.zeros_like(w1), "w1"))
+    want = Compiler.compile(model).run_reference(FEEDS)
+    assert_matches_reference({"y": run(data)}, want)
+
+
+def test_decoded_program_drops_the_blob_and_reencodes_the_same_file(exe: Executable) -> None:
+    data = exe.to_bytes()
+    program = Executable.from_bytes(data).program
+    assert PACKED_BLOB not in [name for name, _ in program.opaque]
+    assert encode_container(program) == data
+
+
+def test_packed_for_another_isa_is_packed_at_load(exe: Executable) -> None:
+    if _core.set_sgemm_isa(0) == 1:
+        pytest.skip("only the portable micro-kernel on this CPU")
+    _core.set_sgemm_isa(1)  # the portable micro-kernel tags its layout ISA 1
+    portable = encode_container(exe.program)
+    _core.set_sgemm_isa(0)
+    assert counts(portable) == (0, 2)
+    native = exe.to_bytes()
+    np.testing.assert_array_equal(run(portable), run(native))
+
+
+def test_file_packed_for_avx512_is_packed_at_load_on_another_cpu(exe: Executable) -> None:
+    """Tags say ISA 3 (AVX-512, micro-kernel height 12): unless this CPU runs that micro-kernel,
+    nothing matches and the weights are packed at load."""
+    if _core.set_sgemm_isa(0) == 3:
+        pytest.skip("this CPU runs the AVX-512 micro-kernel")
+
+    def avx512(p: bytearray) -> bytearray:
+        for e in range(struct.unpack_from("<I", p, 12)[0]):
+            entry_field(p, e, 20, "<I", 3)
+            entry_field(p, e, 24, "<I", 12)
+        return p
+
+    data = patched(exe.to_bytes(), avx512)
+    assert counts(data) == (0, 2)
+    np.testing.assert_array_equal(run(data), run(exe.to_bytes()))
+
+
+@pytest.mark.parametrize(
+    "edit,kept",
+    [
+        (lambda p: struct.pack_into("<I", p, 8, 99) or p, 0),  # a newer blob version: ignored
+        (lambda p: entry_field(p, 0, 16, "<I", 7), 1),  # another version of the layout
+        (lambda p: entry_field(p, 1, 56, "<Q", field(p, 1, 56, "<Q") - 64), 1),
+        (lambda p: entry_field(p, 0, 4, "<I", 999), 1),  # an instruction that does not exist
+    ],
+    ids=["blob_version", "layout_version", "size", "key"],
+)
+def test_entries_that_do_not_match_are_packed_at_load(exe: Executable, edit, kept: int) -> None:
+    data = patched(exe.to_bytes(), edit)
+    assert counts(data) == (kept, 2 - kept)
+    np.testing.assert_array_equal(run(data), run(exe.to_bytes()))
+
+
+@pytest.mark.parametrize(
+    "edit,message",
+    [
+        (lambda p: b"NOTPACK\0" + p[8:], "without the PYIPUPK header"),
+        (lambda p: p[:8], "without the PYIPUPK header"),
+        (lambda p: struct.pack_into("<I", p, 12, 10**6) or p, "do not fit"),
+        (lambda p: p[: len(p) // 2], "exceed the blob"),  # truncated
+        (lambda p: entry_field(p, 0, 48, "<Q", 2**64 - 8), "exceed the blob"),
+        (lambda p: entry_field(p, 0, 48, "<Q", 8), "overlaps the entry table"),
+        (lambda p: entry_field(p, 0, 48, "<Q", field(p, 0, 48, "<Q") + 4), "aligned"),
+        (lambda p: entry_field(p, 0, 40, "<Q", 1), "reserved"),
+        (lambda p: entry_field(p, 1, 4, "<I", field(p, 0, 4, "<I")), "two entries"),
+    ],
+    ids=[
+        "magic",
+        "short",
+        "count",
+        "truncated",
+        "offset_wraps",
+        "overlap",
+        "aligned",
+        "reserved",
+        "duplicate",
+    ],
+)
+def test_malformed_blob_is_a_corrupt_file(exe: Executable, edit, message: str) -> None:
+    data = patched(exe.to_bytes(), edit)
+    with pytest.raises(errors.CorruptFileError, match=f"packed blob.*{message}"):
+        Executable.from_bytes(data).native()
+
+
+def test_flipped_packed_byte_fails_the_checksum(exe: Executable) -> None:
+    data = bytearray(exe.to_bytes())
+    data[-100] ^= 0x40  # the last blob is the packed one
+    with pytest.raises(errors.CorruptFileError, match="checksum"):
+        Executable.from_bytes(bytes(data)).native()
+
+
+def test_second_packed_blob_is_a_corrupt_file(exe: Executable) -> None:
+    blobs = split_container(exe.to_bytes())
+    blobs += [b for b in blobs if b[2] == PACKED_BLOB]
+    with pytest.raises(errors.CorruptFileError, match="more than one"):
+        Executable.from_bytes(bytes(_core.write_container(blobs))).native()
+
+
+def test_session_weights_override_the_packed_ones(exe: Executable) -> None:
+    w1 = arr((120, 8, 3, 3), F32, 9, low=-0.3, high=0.3)
+
+    def run_with(data: bytes, w: np.ndarray | None) -> np.ndarray:
+        def policy(anchor):
+            if not anchor.popef_contains_tensor_data or (w is not None and anchor.name == "w1"):
+                return AnchorCallbackPolicy.BIND_USER_CB
+            return AnchorCallbackPolicy.BIND_TENSOR_DATA
+
+        with Session(Executable.from_bytes(data)) as session:
+            qm = session.create_queue_manager(input_predicate=policy)
+            if w is not None:
+                qm.input_queue("w1").enqueue(w)
+            session.run_load_programs()
+            y = np.zeros((1, 24, 10, 10), F32)
+            qm.input_queue("x").enqueue(FEEDS["x"])
+            qm.output_queue("y").enqueue(y)
+            session.run_main_programs()
+        return y
+
+    model = _model()
+    model.graph.initializer[0].CopyFrom(numpy_helper.from_array(w1, "w1"))
+    want = Compiler.compile(model).run_reference(FEEDS)
+    got = run_with(exe.to_bytes(), w1)
+    assert_matches_reference({"y": got}, want)
+    np.testing.assert_array_equal(run_with(exe.to_bytes(), None), run(exe.to_bytes()))
+
+
+def test_engine_cache_hit_maps_the_packed_weights(tmp_path) -> None:
+    opts = CompilerOptions.from_dict({"enable_engine_caching": True, "cache_path": str(tmp_path)})
+    first = Compiler.compile(_model(), None, opts)
+    hit = Compiler.compile(_model(), None, opts)
+    assert hit.native().packed_counts() == (2, 0)
+    np.testing.assert_array_equal(run_c(hit, FEEDS)["y"], run_c(first, FEEDS)["y"])
+
+
+def test_user_blob_cannot_take_the_reserved_name() -> None:
+    with pytest.raises(CompileError, match="reserved"):
+        CompilerOptions.from_dict({"opaque_blobs": {PACKED_BLOB: b"x"}})
+
+
+def test_popef_dump_reports_the_packed_operands(exe: Executable, tmp_path) -> None:
+    import io
+
+    from pyipu.cli.popef_dump import dump
+
+    exe.save(tmp_path / "m.popef")
+    out = io.StringIO()
+    dump(str(tmp_path / "m.popef"), out)
+    assert "name='pyipu.packed'" in out.getvalue()
+    assert "Packed operands: 2 mapped from the file, 0 packed at load" in out.getvalue()
