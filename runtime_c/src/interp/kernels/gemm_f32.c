@@ -64,7 +64,12 @@ __attribute__((target("avx2,fma"))) static void ukr_avx2(int64_t kc, const float
                                                          int acc) {
     __m256 c0[MR256], c1[MR256];
 #pragma GCC unroll 8
-    for (int i = 0; i < MR256; i++) c0[i] = c1[i] = _mm256_setzero_ps();
+    for (int i = 0; i < MR256; i++) {
+        c0[i] = c1[i] = _mm256_setzero_ps();
+        _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0); /* C's tile is read at the end */
+        _mm_prefetch((const char *)(c + i * ldc + 15), _MM_HINT_T0);
+    }
+#pragma GCC unroll 4
     for (int64_t k = 0; k < kc; k++) {
         __m256 b0 = _mm256_load_ps(bp), b1 = _mm256_load_ps(bp + 8);
 #pragma GCC unroll 8

@@ -1,0 +1,205 @@
+/* MATMUL / GEMM float32 paths against a float64 reference, with every micro-kernel ISA: the
+ * packed sgemm (B packed per call, or at load when B is TENSOR_DATA), the GEMV path (M <= 4),
+ * transA / transB, alpha / beta and C broadcasts, batched broadcast MatMul, a session binding
+ * another B in place of the packed weight, and a packed weight met by another ISA at run time.
+ * The harness also runs every case split into uneven work ranges (results must be identical). */
+#include "kernel_harness.h"
+
+static const double ALPHA = 0.5, BETA = -2.0;
+
+/* Make b a weight stored in the executable (what the verifier packs). */
+static void as_tensor_data(H *h, uint32_t b) {
+    h->e.tensor_data = h->arena;
+    h->e.tensor_data_size = h->cap;
+    h->t[b].loc = IPU_LOC_TENSOR_DATA;
+}
+
+/* max relative error of y = alpha * op(A) op(B) (+ BETA * C) against float64, B's values bv */
+static double gemm_err(H *h, uint32_t a, double alpha, int has_c, uint32_t c, int cmode,
+                       const float *y, const float *bv, int64_t M, int64_t N, int64_t K, int ta,
+                       int tb) {
+    const float *av = h->ptr[a], *cv = has_c ? h->ptr[c] : NULL;
+    double worst = 0;
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            double s = 0;
+            for (int64_t k = 0; k < K; k++)
+                s += (double)av[ta ? k * M + i : i * K + k] * bv[tb ? j * K + k : k * N + j];
+            s *= alpha;
+            if (has_c) s += BETA * cv[cmode == 0 ? i * N + j : cmode == 1 ? j : i];
+            double e = fabs(y[i * N + j] - s) / (1 + fabs(s));
+            if (!(e <= worst)) worst = e;
+        }
+    return worst;
+}
+
+typedef struct gcase {
+    int64_t M, N, K;
+} gcase;
+
+static void test_gemm_paths(int isa) {
+    static const gcase cases[] = {
+        {1, 800, 300}, {1, 70, 520}, {3, 70, 300}, {4, 33, 17},  {5, 800, 300}, {7, 70, 520},
+        {130, 70, 300}, {130, 800, 97}, {200, 37, 1}, {1, 1, 1}, {6, 16, 256}, {2, 9, 0},
+    };
+    int used = ipu__sgemm_set_isa(isa);
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++)
+                for (int cst = 0; cst < 2; cst++) {
+                    int64_t M = cases[ci].M, N = cases[ci].N, K = cases[ci].K;
+                    int cmode = (int)((ci + (size_t)ta + 2 * (size_t)tb) % 4); /* 3: no C */
+                    H *h = h_new((uint64_t)(M * K + 2 * K * N + 2 * M * N) * 4 + (1 << 16));
+                    int64_t ad[2] = {ta ? K : M, ta ? M : K}, bd[2] = {tb ? N : K, tb ? K : N};
+                    int64_t cd[3][2] = {{M, N}, {N, 0}, {M, 1}};
+                    uint32_t a = h_tensor(h, IPU_DTYPE_FLOAT32, 2, ad);
+                    uint32_t b = h_tensor(h, IPU_DTYPE_FLOAT32, 2, bd);
+                    uint32_t c = cmode < 3 ? h_tensor(h, IPU_DTYPE_FLOAT32, cmode == 1 ? 1 : 2, cd[cmode]) : 0;
+                    uint32_t y = h_tensor(h, IPU_DTYPE_FLOAT32, 2, (int64_t[]){M, N});
+                    fill_f32(h, a);
+                    fill_f32(h, b);
+                    if (cmode < 3) fill_f32(h, c);
+                    if (cst) as_tensor_data(h, b);
+                    int64_t at[4] = {ta, tb, 0, 0};
+                    memcpy(&at[2], &ALPHA, 8);
+                    memcpy(&at[3], &BETA, 8);
+                    uint32_t ins[3] = {a, b, c};
+                    const float *r = run(h, IPU_OP_GEMM, cmode < 3 ? 3 : 2, ins, y, 4, at);
+                    double err = gemm_err(h, a, ALPHA, cmode < 3, c, cmode, r, h->ptr[b], M, N, K, ta, tb);
+                    CHECK(err < 1e-4, "gemm isa %d M %lld N %lld K %lld ta %d tb %d c %d const %d: err %g",
+                          used, (long long)M, (long long)N, (long long)K, ta, tb, cmode, cst, err);
+                    h_free(h);
+                }
+    ipu__sgemm_set_isa(0);
+}
+
+/* The plan: GEMV for M <= 4, packed otherwise; B packed at load only when it is TENSOR_DATA. */
+static void test_plan_paths(void) {
+    static const int64_t ms[] = {1, 4, 5, 96, 97};
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
+        for (int cst = 0; cst < 2; cst++) {
+            H *h = h_new(4 << 20);
+            uint32_t a = T(h, FLOAT32, ms[i], 40), b = T(h, FLOAT32, 40, 1000), y = T(h, FLOAT32, ms[i], 1000);
+            if (cst) as_tensor_data(h, b);
+            TI ti;
+            ipu_status st = ti_make(h, &ti, IPU_OP_MATMUL, 2, (uint32_t[]){a, b}, y, 0, NULL);
+            const ipu__mm_plan *p = ti.ins.plan;
+            int gemv = ms[i] <= IPU__GEMV_MAX_M;
+            CHECK(st == IPU_OK && p->path == (gemv ? IPU__MM_GEMV : IPU__MM_PACKED) &&
+                      (p->packed != NULL) == (cst && !gemv) && p->nblocks >= 2,
+                  "plan M %lld const %d: path %d packed %d nblocks %lld", (long long)ms[i], cst,
+                  p ? p->path : -1, p && p->packed, p ? (long long)p->nblocks : -1);
+            ipu__free(ti.ins.plan);
+            h_free(h);
+        }
+    /* float16 and integers keep the row-block path, nothing packed */
+    H *h = h_new(1 << 20);
+    uint32_t a = T(h, FLOAT16, 8, 40), b = T(h, FLOAT16, 40, 50), y = T(h, FLOAT16, 8, 50);
+    as_tensor_data(h, b);
+    TI ti;
+    ipu_status st = ti_make(h, &ti, IPU_OP_MATMUL, 2, (uint32_t[]){a, b}, y, 0, NULL);
+    const ipu__mm_plan *p = ti.ins.plan;
+    CHECK(st == IPU_OK && p->path == IPU__MM_ROWS && !p->packed, "f16 plan");
+    ipu__free(ti.ins.plan);
+    h_free(h);
+}
+
+/* Batched broadcast MatMul with B in the executable: one or several matrices of B. */
+static void test_batched_const(int isa) {
+    static const int64_t cases[][2][5] = {
+        {{4, 3, 2, 37, 53}, {3, 2, 53, 29}},
+        {{3, 4, 37, 300}, {2, 300, 70}},
+        {{3, 5, 1, 300}, {3, 5, 300, 70}}, /* M = 1: GEMV */
+        {{4, 2, 1, 9, 53}, {3, 3, 53, 800}},
+    };
+    int used = ipu__sgemm_set_isa(isa);
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        H *h = h_new(16 << 20);
+        uint32_t a = h_tensor(h, IPU_DTYPE_FLOAT32, (uint32_t)cases[ci][0][0], &cases[ci][0][1]);
+        uint32_t b = h_tensor(h, IPU_DTYPE_FLOAT32, (uint32_t)cases[ci][1][0], &cases[ci][1][1]);
+        const ipu__tensor *ta = &h->t[a], *tb = &h->t[b];
+        int64_t yd[8];
+        uint32_t an = ta->desc.ndim - 2, bn = tb->desc.ndim - 2, nb = an > bn ? an : bn;
+        for (uint32_t i = 0; i < nb; i++) {
+            int64_t da = i < an ? ta->desc.dims[an - 1 - i] : 1, db = i < bn ? tb->desc.dims[bn - 1 - i] : 1;
+            yd[nb - 1 - i] = da == 1 ? db : da;
+        }
+        yd[nb] = ta->desc.dims[an];
+        yd[nb + 1] = tb->desc.dims[bn + 1];
+        uint32_t y = h_tensor(h, IPU_DTYPE_FLOAT32, nb + 2, yd);
+        fill_f32(h, a);
+        fill_f32(h, b);
+        as_tensor_data(h, b);
+        const float *r = run(h, IPU_OP_MATMUL, 2, (uint32_t[]){a, b}, y, 0, NULL);
+        /* reference: batch broadcasting through bidx on the batch dims */
+        int64_t M = yd[nb], N = yd[nb + 1], K = ta->desc.dims[an + 1];
+        ipu__tensor ya = h->t[y], sa = *ta, sb = *tb;
+        ya.desc.ndim = nb;
+        sa.desc.ndim = an;
+        sb.desc.ndim = bn;
+        uint64_t batch = h->t[y].numel / (uint64_t)(M * N);
+        const float *av = h->ptr[a], *bv = h->ptr[b];
+        double worst = 0;
+        for (uint64_t bi = 0; bi < batch; bi++) {
+            uint64_t ia = bidx(&sa, &ya, bi), ib = bidx(&sb, &ya, bi);
+            for (int64_t i = 0; i < M; i++)
+                for (int64_t j = 0; j < N; j++) {
+                    double s = 0;
+                    for (int64_t k = 0; k < K; k++)
+                        s += (double)av[ia * M * K + i * K + k] * bv[ib * K * N + k * N + j];
+                    double e = fabs(r[bi * M * N + i * N + j] - s) / (1 + fabs(s));
+                    if (!(e <= worst)) worst = e;
+                }
+        }
+        CHECK(worst < 1e-4, "batched const matmul isa %d case %zu: err %g", used, ci, worst);
+        h_free(h);
+    }
+    ipu__sgemm_set_isa(0);
+}
+
+/* B packed at load, then (1) the session binds another B: the kernel must read that one; (2) the
+ * micro-kernel in use differs from the one B was packed for: packed per call instead. */
+static void test_packed_b_not_used(void) {
+    int64_t M = 50, N = 70, K = 300;
+    H *h = h_new(4 << 20);
+    uint32_t a = T(h, FLOAT32, M, K), b = T(h, FLOAT32, K, N), b2 = T(h, FLOAT32, K, N);
+    uint32_t y = T(h, FLOAT32, M, N);
+    fill_f32(h, a);
+    fill_f32(h, b);
+    fill_f32(h, b2);
+    as_tensor_data(h, b);
+    double one = 1.0, zero = 0.0;
+    int64_t at[4] = {0, 0, 0, 0};
+    memcpy(&at[2], &one, 8);
+    memcpy(&at[3], &zero, 8);
+    for (int mode = 0; mode < 2; mode++) {
+        ipu__sgemm_set_isa(mode == 1 ? 2 : 0);
+        TI ti;
+        ipu_status st = ti_make(h, &ti, IPU_OP_GEMM, 2, (uint32_t[]){a, b}, y, 4, at);
+        CHECK(st == IPU_OK && ((const ipu__mm_plan *)ti.ins.plan)->packed, "packed plan");
+        void *saved = h->ptr[b];
+        if (mode == 0) h->ptr[b] = h->ptr[b2]; /* what BIND of a user buffer does */
+        else ipu__sgemm_set_isa(1);             /* portable kernel: other panel width */
+        ipu__frame f = {&h->e, h->ptr};
+        CHECK(ipu__instr_run(&f, &ti.ins, 0, ipu__instr_work(&h->e, &ti.ins), h->scratch) == IPU_OK,
+              "run");
+        const float *bv = mode == 0 ? h->ptr[b2] : h->ptr[b];
+        double err = gemm_err(h, a, 1.0, 0, 0, 3, h->ptr[y], bv, M, N, K, 0, 0);
+        CHECK(err < 1e-4, "packed weight not used (mode %d): err %g", mode, err);
+        h->ptr[b] = saved;
+        ipu__free(ti.ins.plan);
+    }
+    ipu__sgemm_set_isa(0);
+    h_free(h);
+}
+
+int main(void) {
+    for (int isa = 1; isa <= 3; isa++) {
+        test_gemm_paths(isa);
+        test_batched_const(isa);
+    }
+    test_plan_paths();
+    test_packed_b_not_used();
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
