@@ -234,12 +234,14 @@ void ipu__mm_plan_blocks(ipu__mm_plan *p) {
             p->nb = cdiv(cdiv(N, 8), 16) * 16;
             if (p->nb > GEMV_NB_MAX) p->nb = GEMV_NB_MAX;
         } else {
-            /* blocks of equal size: rows a multiple of every micro-kernel height (6, 12),
-             * columns of every width (8, 16, 32) */
+            /* blocks of about equal size (balanced over workers): rows a multiple of the
+             * AVX2 and portable micro-kernels' height (6), columns of every width (8, 16, 32) */
             p->path = IPU__MM_PACKED;
-            p->mb = cdiv(cdiv(M, cdiv(M, IPU__MM_MB)), 12) * 12;
-            p->mblocks = cdiv(M, p->mb);
             p->nb = cdiv(cdiv(N, cdiv(N, MM_NB_MAX)), 32) * 32;
+            int64_t mbl = cdiv(M, IPU__MM_MB);
+            if (mbl > 1 && p->batch * (uint64_t)mbl * (uint64_t)cdiv(N, p->nb) % 2) mbl++;
+            p->mb = cdiv(cdiv(M, mbl), 6) * 6; /* an even number of items splits evenly */
+            p->mblocks = cdiv(M, p->mb);
         }
         p->nblocks = cdiv(N, p->nb);
     }
