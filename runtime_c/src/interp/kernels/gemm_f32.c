@@ -566,7 +566,7 @@ typedef void (*gemv_fn)(int64_t m, int64_t n, int64_t k, const float *x, int64_t
  * does): shorter accumulation chains, smaller rounding error for long K. */
 static void gemv_n_blocked(gemv_fn fn, int64_t m, int64_t n, int64_t k, const float *x,
                            int64_t ldx, const float *b, int64_t ldb, float *y, int64_t ldy) {
-    enum { NCH = 512 };
+    enum { NCH = 1024 };
     float t[IPU__GEMV_MAX_M * NCH];
     for (int64_t j0 = 0; j0 < n; j0 += NCH) {
         int64_t nc = n - j0 < NCH ? n - j0 : NCH;

@@ -230,8 +230,8 @@ void ipu__mm_plan_blocks(ipu__mm_plan *p) {
             p->path = IPU__MM_GEMV;
             p->mb = M;
             p->mblocks = 1;
-            /* about 8 blocks (2 workers, balanced), 16 to GEMV_NB_MAX columns each */
-            p->nb = cdiv(cdiv(N, 8), 16) * 16;
+            /* about 4 blocks (2 workers), 16 to GEMV_NB_MAX columns each: long rows of B */
+            p->nb = cdiv(cdiv(N, 4), 16) * 16;
             if (p->nb > GEMV_NB_MAX) p->nb = GEMV_NB_MAX;
         } else {
             /* blocks of about equal size (balanced over workers): rows a multiple of the
