@@ -2,7 +2,11 @@
  * packed sgemm (B packed per call, or at load when B is TENSOR_DATA), the GEMV path (M <= 4),
  * transA / transB, alpha / beta and C broadcasts, batched broadcast MatMul, a session binding
  * another B in place of the packed weight, and a packed weight met by another ISA at run time.
- * The harness also runs every case split into uneven work ranges (results must be identical). */
+ * The harness also runs every case split into uneven work ranges (results must be identical).
+ *
+ * `test_kernels_gemm --bench [seconds]` prints one-thread GFLOP/s of the GEMM instruction over
+ * all its work items for the shapes of docs/performance.md ("Matrix multiplication"): CPU time
+ * of the best call, so that other processes sharing the machine count less. */
 #include "kernel_harness.h"
 
 static const double ALPHA = 0.5, BETA = -2.0;
@@ -193,7 +197,64 @@ static void test_packed_b_not_used(void) {
     h_free(h);
 }
 
-int main(void) {
+/* ---- benchmark ---------------------------------------------------------------------------- */
+
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void bench(double seconds) {
+    /* M, N, K, B in the executable, transB */
+    static const int64_t shapes[][5] = {
+        {64, 64, 64, 0, 0},       {128, 128, 128, 0, 0},    {256, 256, 256, 0, 0},
+        {512, 512, 512, 0, 0},    {1024, 1024, 1024, 0, 0}, {2048, 2048, 2048, 0, 0},
+        {128, 4096, 1024, 1, 0},  {128, 1024, 4096, 1, 0},  {128, 2304, 768, 1, 0},
+        {128, 768, 3072, 1, 0},   {1, 4096, 9216, 1, 1},    {1, 4096, 4096, 1, 1},
+        {1, 1000, 4096, 1, 1},    {1, 4096, 4096, 1, 0},
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        int64_t M = shapes[i][0], N = shapes[i][1], K = shapes[i][2];
+        int cst = (int)shapes[i][3], tb = (int)shapes[i][4];
+        H *h = h_new((uint64_t)(M * K + K * N + M * N) * 4 + (1 << 16));
+        uint32_t a = T(h, FLOAT32, M, K), b = tb ? T(h, FLOAT32, N, K) : T(h, FLOAT32, K, N);
+        uint32_t y = T(h, FLOAT32, M, N);
+        fill_f32(h, a);
+        fill_f32(h, b);
+        if (cst) as_tensor_data(h, b);
+        double one = 1.0, zero = 0.0;
+        int64_t at[4] = {0, tb, 0, 0};
+        memcpy(&at[2], &one, 8);
+        memcpy(&at[3], &zero, 8);
+        TI ti;
+        if (ti_make(h, &ti, IPU_OP_GEMM, 2, (uint32_t[]){a, b}, y, 4, at) != IPU_OK) {
+            printf("verify failed: %s\n", ipu_last_error_message());
+            h_free(h);
+            continue;
+        }
+        ipu__frame f = {&h->e, h->ptr};
+        size_t w = ipu__instr_work(&h->e, &ti.ins);
+        double best = 1e30, t0 = cpu_now();
+        for (int reps = 0; reps < 3 || cpu_now() - t0 < seconds; reps++) {
+            double s = cpu_now();
+            (void)ipu__instr_run(&f, &ti.ins, 0, w, h->scratch);
+            double d = cpu_now() - s;
+            if (d < best) best = d;
+        }
+        printf("GEMM %5lld x %5lld x %5lld%s%s: %9.3f ms %6.1f GFLOP/s\n", (long long)M,
+               (long long)N, (long long)K, cst ? " B constant" : "           ",
+               tb ? " transB" : "       ", best * 1e3, 2.0 * (double)(M * N * K) / best * 1e-9);
+        ipu__free(ti.ins.plan);
+        h_free(h);
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "--bench") == 0) {
+        bench(argc > 2 ? atof(argv[2]) : 0.5);
+        return 0;
+    }
     for (int isa = 1; isa <= 3; isa++) {
         test_gemm_paths(isa);
         test_batched_const(isa);
