@@ -83,7 +83,7 @@ static void gemm_epilogue_row(const ipu__mm_plan *p, const void *c, int f16, int
     }
 }
 
-static ipu_status run_f32(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
+static ipu_status mm_run_f32(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
                           void *scratch) {
     const ipu__mm_plan *p = ins->plan;
     float *y = f->ptr[ins->out[0]];
@@ -135,7 +135,7 @@ static ipu_status run_f32(const ipu__frame *f, const ipu__instr *ins, size_t b, 
     return IPU_OK;
 }
 
-static ipu_status run_f16(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
+static ipu_status mm_run_f16(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
                           void *scratch) {
     const ipu__mm_plan *p = ins->plan;
     uint16_t *y = f->ptr[ins->out[0]];
@@ -168,19 +168,19 @@ static ipu_status run_f16(const ipu__frame *f, const ipu__instr *ins, size_t b, 
 
 ipu_status ipu__k_matmul_f32(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
                              void *scratch) {
-    return run_f32(f, ins, b, e, scratch);
+    return mm_run_f32(f, ins, b, e, scratch);
 }
 ipu_status ipu__k_gemm_f32(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
                            void *scratch) {
-    return run_f32(f, ins, b, e, scratch);
+    return mm_run_f32(f, ins, b, e, scratch);
 }
 ipu_status ipu__k_matmul_f16(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
                              void *scratch) {
-    return run_f16(f, ins, b, e, scratch);
+    return mm_run_f16(f, ins, b, e, scratch);
 }
 ipu_status ipu__k_gemm_f16(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
                            void *scratch) {
-    return run_f16(f, ins, b, e, scratch);
+    return mm_run_f16(f, ins, b, e, scratch);
 }
 
 /* Integer matmul, wrap-around arithmetic in unsigned types (i-k-j order, vectorisable). */
