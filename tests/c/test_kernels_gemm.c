@@ -11,6 +11,9 @@
 
 static const double ALPHA = 0.5, BETA = -2.0;
 
+/* h_new for n bytes of tensors (aligned_alloc wants a multiple of the alignment) */
+static H *h_for(uint64_t n) { return h_new((n + (1 << 16) + 63) & ~(uint64_t)63); }
+
 /* Make b a weight stored in the executable (what the verifier packs). */
 static void as_tensor_data(H *h, uint32_t b) {
     h->e.tensor_data = h->arena;
@@ -53,7 +56,7 @@ static void test_gemm_paths(int isa) {
                 for (int cst = 0; cst < 2; cst++) {
                     int64_t M = cases[ci].M, N = cases[ci].N, K = cases[ci].K;
                     int cmode = (int)((ci + (size_t)ta + 2 * (size_t)tb) % 4); /* 3: no C */
-                    H *h = h_new((uint64_t)(M * K + 2 * K * N + 2 * M * N) * 4 + (1 << 16));
+                    H *h = h_for((uint64_t)(M * K + 2 * K * N + 2 * M * N) * 4);
                     int64_t ad[2] = {ta ? K : M, ta ? M : K}, bd[2] = {tb ? N : K, tb ? K : N};
                     int64_t cd[3][2] = {{M, N}, {N, 0}, {M, 1}};
                     uint32_t a = h_tensor(h, IPU_DTYPE_FLOAT32, 2, ad);
@@ -217,7 +220,7 @@ static void bench(double seconds) {
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         int64_t M = shapes[i][0], N = shapes[i][1], K = shapes[i][2];
         int cst = (int)shapes[i][3], tb = (int)shapes[i][4];
-        H *h = h_new((uint64_t)(M * K + K * N + M * N) * 4 + (1 << 16));
+        H *h = h_for((uint64_t)(M * K + K * N + M * N) * 4);
         uint32_t a = T(h, FLOAT32, M, K), b = tb ? T(h, FLOAT32, N, K) : T(h, FLOAT32, K, N);
         uint32_t y = T(h, FLOAT32, M, N);
         fill_f32(h, a);

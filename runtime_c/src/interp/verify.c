@@ -176,6 +176,10 @@ static ipu_status mm_finish(const vctx *v, const ipu__mm_plan *t, const ipu__ten
         b->desc.dtype == IPU_DTYPE_FLOAT32 && nmat * kn <= ((uint64_t)1 << 40))
         nf = ipu__mm_packed_floats(&q, nmat, u.nr);
     ipu__mm_plan *p = alloc_plan(sizeof *p + (nf ? nf * sizeof(float) + 64 : 0));
+    if (!p && nf) { /* no room for a packed copy: pack per call instead */
+        nf = 0;
+        p = alloc_plan(sizeof *p);
+    }
     if (!p) return plan_nomem();
     *p = q;
     if (nf) {
