@@ -1,7 +1,8 @@
 /* MATMUL / GEMM float32 paths against a float64 reference, with every micro-kernel ISA: the
  * packed sgemm (B packed per call, or at load when B is TENSOR_DATA), the GEMV path (M <= 4),
- * transA / transB, alpha / beta and C broadcasts, batched broadcast MatMul, a session binding
- * another B in place of the packed weight, and a packed weight met by another ISA at run time.
+ * transA / transB, alpha / beta and C broadcasts, a session binding another B in place of the
+ * packed weight, and a packed weight met by another ISA at run time (batched MatMul with a
+ * constant B: test_kernels.c).
  * The harness also runs every case split into uneven work ranges (results must be identical).
  *
  * `test_kernels_gemm --bench [seconds]` prints one-thread GFLOP/s of the GEMM instruction over
@@ -10,16 +11,6 @@
 #include "kernel_harness.h"
 
 static const double ALPHA = 0.5, BETA = -2.0;
-
-/* h_new for n bytes of tensors (aligned_alloc wants a multiple of the alignment) */
-static H *h_for(uint64_t n) { return h_new((n + (1 << 16) + 63) & ~(uint64_t)63); }
-
-/* Make b a weight stored in the executable (what the verifier packs). */
-static void as_tensor_data(H *h, uint32_t b) {
-    h->e.tensor_data = h->arena;
-    h->e.tensor_data_size = h->cap;
-    h->t[b].loc = IPU_LOC_TENSOR_DATA;
-}
 
 /* max relative error of y = alpha * op(A) op(B) (+ BETA * C) against float64, B's values bv */
 static double gemm_err(H *h, uint32_t a, double alpha, int has_c, uint32_t c, int cmode,
@@ -109,59 +100,6 @@ static void test_plan_paths(void) {
     CHECK(st == IPU_OK && p->path == IPU__MM_ROWS && !p->packed, "f16 plan");
     ipu__free(ti.ins.plan);
     h_free(h);
-}
-
-/* Batched broadcast MatMul with B in the executable: one or several matrices of B. */
-static void test_batched_const(int isa) {
-    static const int64_t cases[][2][5] = {
-        {{4, 3, 2, 37, 53}, {3, 2, 53, 29}},
-        {{3, 4, 37, 300}, {2, 300, 70}},
-        {{3, 5, 1, 300}, {3, 5, 300, 70}}, /* M = 1: GEMV */
-        {{4, 2, 1, 9, 53}, {3, 3, 53, 800}},
-    };
-    int used = ipu__sgemm_set_isa(isa);
-    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
-        H *h = h_new(16 << 20);
-        uint32_t a = h_tensor(h, IPU_DTYPE_FLOAT32, (uint32_t)cases[ci][0][0], &cases[ci][0][1]);
-        uint32_t b = h_tensor(h, IPU_DTYPE_FLOAT32, (uint32_t)cases[ci][1][0], &cases[ci][1][1]);
-        const ipu__tensor *ta = &h->t[a], *tb = &h->t[b];
-        int64_t yd[8];
-        uint32_t an = ta->desc.ndim - 2, bn = tb->desc.ndim - 2, nb = an > bn ? an : bn;
-        for (uint32_t i = 0; i < nb; i++) {
-            int64_t da = i < an ? ta->desc.dims[an - 1 - i] : 1, db = i < bn ? tb->desc.dims[bn - 1 - i] : 1;
-            yd[nb - 1 - i] = da == 1 ? db : da;
-        }
-        yd[nb] = ta->desc.dims[an];
-        yd[nb + 1] = tb->desc.dims[bn + 1];
-        uint32_t y = h_tensor(h, IPU_DTYPE_FLOAT32, nb + 2, yd);
-        fill_f32(h, a);
-        fill_f32(h, b);
-        as_tensor_data(h, b);
-        const float *r = run(h, IPU_OP_MATMUL, 2, (uint32_t[]){a, b}, y, 0, NULL);
-        /* reference: batch broadcasting through bidx on the batch dims */
-        int64_t M = yd[nb], N = yd[nb + 1], K = ta->desc.dims[an + 1];
-        ipu__tensor ya = h->t[y], sa = *ta, sb = *tb;
-        ya.desc.ndim = nb;
-        sa.desc.ndim = an;
-        sb.desc.ndim = bn;
-        uint64_t batch = h->t[y].numel / (uint64_t)(M * N);
-        const float *av = h->ptr[a], *bv = h->ptr[b];
-        double worst = 0;
-        for (uint64_t bi = 0; bi < batch; bi++) {
-            uint64_t ia = bidx(&sa, &ya, bi), ib = bidx(&sb, &ya, bi);
-            for (int64_t i = 0; i < M; i++)
-                for (int64_t j = 0; j < N; j++) {
-                    double s = 0;
-                    for (int64_t k = 0; k < K; k++)
-                        s += (double)av[ia * M * K + i * K + k] * bv[ib * K * N + k * N + j];
-                    double e = fabs(r[bi * M * N + i * N + j] - s) / (1 + fabs(s));
-                    if (!(e <= worst)) worst = e;
-                }
-        }
-        CHECK(worst < 1e-4, "batched const matmul isa %d case %zu: err %g", used, ci, worst);
-        h_free(h);
-    }
-    ipu__sgemm_set_isa(0);
 }
 
 /* B packed at load, then (1) the session binds another B: the kernel must read that one; (2) the
@@ -260,7 +198,6 @@ int main(int argc, char **argv) {
     }
     for (int isa = 1; isa <= 3; isa++) {
         test_gemm_paths(isa);
-        test_batched_const(isa);
     }
     test_plan_paths();
     test_packed_b_not_used();

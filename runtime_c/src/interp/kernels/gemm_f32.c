@@ -562,17 +562,18 @@ static void gemv_n_portable(int64_t m, int64_t n, int64_t k, const float *x, int
 typedef void (*gemv_fn)(int64_t m, int64_t n, int64_t k, const float *x, int64_t ldx,
                         const float *b, int64_t ldb, float *y, int64_t ldy);
 
-/* gemv_n over K-blocks of KC rows, each summed apart and then added (as the blocked sgemm
- * does): shorter accumulation chains, smaller rounding error for long K. */
+/* gemv_n over K-blocks of GEMV_KB rows, each summed apart and then added: short accumulation
+ * chains, so long K rounds no worse than the blocked sgemm (K-blocks of KC). */
+#define GEMV_KB ((int64_t)64)
 static void gemv_n_blocked(gemv_fn fn, int64_t m, int64_t n, int64_t k, const float *x,
                            int64_t ldx, const float *b, int64_t ldb, float *y, int64_t ldy) {
     enum { NCH = 1024 };
     float t[IPU__GEMV_MAX_M * NCH];
     for (int64_t j0 = 0; j0 < n; j0 += NCH) {
         int64_t nc = n - j0 < NCH ? n - j0 : NCH;
-        fn(m, nc, k < KC ? k : KC, x, ldx, b + j0, ldb, y + j0, ldy);
-        for (int64_t k0 = KC; k0 < k; k0 += KC) {
-            int64_t kc = k - k0 < KC ? k - k0 : KC;
+        fn(m, nc, k < GEMV_KB ? k : GEMV_KB, x, ldx, b + j0, ldb, y + j0, ldy);
+        for (int64_t k0 = GEMV_KB; k0 < k; k0 += GEMV_KB) {
+            int64_t kc = k - k0 < GEMV_KB ? k - k0 : GEMV_KB;
             fn(m, nc, kc, x + k0, ldx, b + k0 * ldb + j0, ldb, t, NCH);
             for (int64_t i = 0; i < m; i++)
                 for (int64_t j = 0; j < nc; j++) y[i * ldy + j0 + j] += t[i * NCH + j];

@@ -98,8 +98,9 @@ static ipu_status mm_run_f32(const ipu__frame *f, const ipu__instr *ins, size_t 
     uint64_t per_batch = (uint64_t)p->mblocks * (uint64_t)p->nblocks;
     for (size_t it = b; it < e;) {
         /* the run of items [it, end) shares one block of columns: B is packed once for it */
-        uint64_t bi = (uint64_t)it / per_batch, r = (uint64_t)it % per_batch;
-        int64_t nbk = (int64_t)(r / (uint64_t)p->mblocks), mbk = (int64_t)(r % (uint64_t)p->mblocks);
+        uint64_t bi = (uint64_t)it / per_batch, rem = (uint64_t)it % per_batch;
+        int64_t nbk = (int64_t)(rem / (uint64_t)p->mblocks);
+        int64_t mbk = (int64_t)(rem % (uint64_t)p->mblocks);
         size_t end = it + (size_t)(p->mblocks - mbk);
         if (end > e) end = e;
         int64_t m0 = mbk * p->mb, m1 = (mbk + (int64_t)(end - it)) * p->mb;
@@ -107,19 +108,11 @@ static ipu_status mm_run_f32(const ipu__frame *f, const ipu__instr *ins, size_t 
         int64_t j0 = nbk * p->nb, nc = N - j0 < p->nb ? N - j0 : p->nb;
         int64_t oa, ob;
         batch_offsets(p, bi, &oa, &ob);
-        ipu__sgemm_args g;
-        g.m = m1 - m0;
+        mm_item r = {m0, m1, oa * M * K, ob * K * N, (int64_t)bi * M * N};
+        ipu__sgemm_args g = mm_args(p, &r, A, B, 0);
         g.n = nc;
-        g.k = K;
-        g.a_rs = p->trans_a ? 1 : K;
-        g.a_cs = p->trans_a ? M : 1;
-        g.b_rs = p->trans_b ? 1 : N;
-        g.b_cs = p->trans_b ? K : 1;
-        g.a = A + oa * M * K + m0 * g.a_rs;
-        g.b = B + ob * K * N + j0 * g.b_cs;
-        g.a_f16 = g.b_f16 = 0;
-        g.c = y + (int64_t)bi * M * N + m0 * N + j0;
-        g.ldc = N;
+        g.b = (const float *)g.b + j0 * g.b_cs;
+        g.c = y + r.y_off + m0 * N + j0;
         if (p->path == IPU__MM_GEMV)
             ipu__sgemv(&g, scratch, IPU__SCRATCH_BYTES);
         else if (!pre || !ipu__sgemm_packed(&g, pre + ob * p->packed_mat + j0 * K, K * p->packed_nr,
