@@ -1,11 +1,14 @@
 /* Packed, cache-blocked single-precision GEMM: C[m x n] = A[m x k] * B[k x n].
  *
- * B is packed in K-blocks of KC rows into NR-wide column panels (Bp[panel][k][NR]), A into
- * MR-tall row panels (Ap[panel][k][MR]); both are zero-padded, so the register-blocked
+ * B is packed in K-blocks of KC rows into NR-wide column panels (Bp[panel][k][NR]), or comes
+ * packed whole (ipu__sgemm_pack_b_all: weights packed at load); A is packed in blocks of MC rows
+ * into MR-tall row panels (Ap[panel][k][MR]); both are zero-padded, so the register-blocked
  * micro-kernel always computes a full MR x NR tile (edge tiles go through a small buffer).
  * Micro-kernels: AVX-512 (12 x 32), AVX2+FMA (6 x 16) and portable C (6 x 8), chosen at run
- * time with __builtin_cpu_supports. Packing buffers live in the caller's scratch. fp16 operands
- * are converted to float32 while packing. */
+ * time with __builtin_cpu_supports; packing uses AVX2 copies and 8 x 8 transposes where the
+ * AVX2 or AVX-512 kernel runs. Packing buffers live in the caller's scratch. fp16 operands are
+ * converted to float32 while packing. For at most a few rows of A, ipu__sgemv streams B once
+ * without packing. */
 #include <math.h>
 #include <string.h>
 
