@@ -490,28 +490,27 @@ __attribute__((target("avx2,fma"))) static void gemv_t_avx2(int64_t m, int64_t n
     }
 }
 
-/* y[i][0..n) = sum_k x[i][k] * b[k][0..n) (b rows contiguous), 4 rows of b per pass over y. */
+/* y[i][0..n) = sum_k x[i][k] * b[k][0..n) (b rows contiguous), 8 rows of b per pass over y. */
 __attribute__((target("avx2,fma"))) static void gemv_n_avx2(int64_t m, int64_t n, int64_t k,
                                                              const float *x, int64_t ldx,
                                                              const float *b, int64_t ldb,
                                                              float *y, int64_t ldy) {
+    enum { R = 8 };
     for (int64_t i = 0; i < m; i++) memset(y + i * ldy, 0, sizeof(float) * (size_t)n);
-    for (int64_t p = 0; p < k; p += 4) {
-        int nk = k - p < 4 ? (int)(k - p) : 4;
+    for (int64_t p = 0; p < k; p += R) {
+        int nk = k - p < R ? (int)(k - p) : R;
         const float *b0 = b + p * ldb;
         for (int64_t i = 0; i < m; i++) {
             const float *xi = x + i * ldx + p;
             float *yi = y + i * ldy;
             int64_t j = 0;
-            if (nk == 4) {
-                __m256 x0 = _mm256_broadcast_ss(xi), x1 = _mm256_broadcast_ss(xi + 1);
-                __m256 x2 = _mm256_broadcast_ss(xi + 2), x3 = _mm256_broadcast_ss(xi + 3);
+            if (nk == R) {
+                __m256 xv[R];
+                for (int r = 0; r < R; r++) xv[r] = _mm256_broadcast_ss(xi + r);
                 for (; j + 8 <= n; j += 8) {
                     __m256 v = _mm256_loadu_ps(yi + j);
-                    v = _mm256_fmadd_ps(x0, _mm256_loadu_ps(b0 + j), v);
-                    v = _mm256_fmadd_ps(x1, _mm256_loadu_ps(b0 + ldb + j), v);
-                    v = _mm256_fmadd_ps(x2, _mm256_loadu_ps(b0 + 2 * ldb + j), v);
-                    v = _mm256_fmadd_ps(x3, _mm256_loadu_ps(b0 + 3 * ldb + j), v);
+                    for (int r = 0; r < R; r++)
+                        v = _mm256_fmadd_ps(xv[r], _mm256_loadu_ps(b0 + r * ldb + j), v);
                     _mm256_storeu_ps(yi + j, v);
                 }
             }
