@@ -54,8 +54,9 @@ FRAME = re.compile(r"^\s+[0-9a-f]+\s+(\S+)")
 def attribute(script: str) -> tuple[collections.Counter, collections.Counter, int]:
     """(samples per opcode, samples per leaf function, all samples) from `perf script`: a
     sample belongs to the innermost `ipu__k_*` frame of its call chain. `ipu__k_gemm_*`
-    and `ipu__k_matmul_*` tail-call ipu__sgemm, so a chain with ipu__sgemm and no kernel frame
-    is one of theirs."""
+    and `ipu__k_matmul_*` tail-call `mm_run_f32` / `mm_run_f16` (matmul.c), which call
+    ipu__sgemm*, ipu__sgemv, so a chain with one of those and no kernel frame is one of
+    theirs."""
     kernels: collections.Counter[str] = collections.Counter()
     leaves: collections.Counter[str] = collections.Counter()
     samples = 0
@@ -66,7 +67,7 @@ def attribute(script: str) -> tuple[collections.Counter, collections.Counter, in
         samples += 1
         leaves[frames[0]] += 1
         kernel = next((f[len("ipu__k_") :] for f in frames if f.startswith("ipu__k_")), None)
-        if kernel is None and "ipu__sgemm" in frames:
+        if kernel is None and any(f.startswith(("ipu__sgem", "mm_run_")) for f in frames):
             kernel = "sgemm (GEMM or MATMUL)"
         if kernel is not None:
             kernels[kernel] += 1

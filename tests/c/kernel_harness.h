@@ -156,6 +156,30 @@ static inline ipu_status verify_only(H *h, ipu_opcode op, uint32_t nin, const ui
     return st;
 }
 
+/* h_new for n bytes of tensors (aligned_alloc wants a multiple of the alignment) */
+static inline H *h_for(uint64_t n) { return h_new((n + (1 << 16) + 63) & ~(uint64_t)63); }
+
+/* Make b a weight stored in the executable (what the verifier packs). */
+static inline void as_tensor_data(H *h, uint32_t b) {
+    h->e.tensor_data = h->arena;
+    h->e.tensor_data_size = h->cap;
+    h->t[b].loc = IPU_LOC_TENSOR_DATA;
+}
+
+/* The float32 output tensor of MATMUL(a, b): broadcast batch dims, then [M, N]. */
+static inline uint32_t h_matmul_out(H *h, uint32_t a, uint32_t b) {
+    const ipu__tensor *ta = &h->t[a], *tb = &h->t[b];
+    int64_t yd[IPU_MAX_DIMS];
+    uint32_t an = ta->desc.ndim - 2, bn = tb->desc.ndim - 2, nb = an > bn ? an : bn;
+    for (uint32_t i = 0; i < nb; i++) {
+        int64_t da = i < an ? ta->desc.dims[an - 1 - i] : 1, db = i < bn ? tb->desc.dims[bn - 1 - i] : 1;
+        yd[nb - 1 - i] = da == 1 ? db : da;
+    }
+    yd[nb] = ta->desc.dims[an];
+    yd[nb + 1] = tb->desc.dims[bn + 1];
+    return h_tensor(h, IPU_DTYPE_FLOAT32, nb + 2, yd);
+}
+
 static inline void fill_f32(H *h, uint32_t t) {
     float *p = h->ptr[t];
     for (uint64_t i = 0; i < h->t[t].numel; i++) p[i] = rndf();

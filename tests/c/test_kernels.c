@@ -164,29 +164,28 @@ static void test_matmul_f32(int isa) {
         {{3, 5, 1, 1000}, {2, 1000, 600}},
         {{2, 1, 7}, {2, 7, 1}},
         {{2, 4, 0}, {2, 0, 3}},
+        {{4, 3, 2, 37, 53}, {3, 2, 53, 29}},
+        {{3, 4, 37, 300}, {2, 300, 70}},
+        {{3, 5, 1, 300}, {3, 5, 300, 70}},
+        {{4, 2, 1, 9, 53}, {3, 3, 53, 800}},
     };
     int used = ipu__sgemm_set_isa(isa);
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    size_t ncases = sizeof cases / sizeof cases[0];
+    for (size_t ci = 0; ci < 2 * ncases; ci++) {
+        size_t c = ci % ncases;
+        int cst = ci >= ncases; /* B fed at run time, or a weight (packed at load) */
         H *h = h_new(16 << 20);
         uint32_t a = h_tensor(h, IPU_DTYPE_FLOAT32, (uint32_t)cases[c][0][0], &cases[c][0][1]);
         uint32_t b = h_tensor(h, IPU_DTYPE_FLOAT32, (uint32_t)cases[c][1][0], &cases[c][1][1]);
-        const ipu__tensor *ta = &h->t[a], *tb = &h->t[b];
-        int64_t yd[8];
-        uint32_t an = ta->desc.ndim - 2, bn = tb->desc.ndim - 2, nb = an > bn ? an : bn;
-        for (uint32_t i = 0; i < nb; i++) {
-            int64_t da = i < an ? ta->desc.dims[an - 1 - i] : 1, db = i < bn ? tb->desc.dims[bn - 1 - i] : 1;
-            yd[nb - 1 - i] = da == 1 ? db : da;
-        }
-        yd[nb] = ta->desc.dims[an];
-        yd[nb + 1] = tb->desc.dims[bn + 1];
-        uint32_t y = h_tensor(h, IPU_DTYPE_FLOAT32, nb + 2, yd);
+        uint32_t y = h_matmul_out(h, a, b);
         fill_f32(h, a);
         fill_f32(h, b);
+        if (cst) as_tensor_data(h, b);
         const float *r = run(h, IPU_OP_MATMUL, 2, (uint32_t[]){a, b}, y, 0, NULL);
         double *want = malloc(sizeof(double) * (h->t[y].numel + 1));
         ref_matmul(&h->t[a], h->ptr[a], &h->t[b], h->ptr[b], &h->t[y], want);
         double err = max_rel_err(r, want, h->t[y].numel);
-        CHECK(err < 1e-4, "matmul f32 isa %d case %zu: rel err %g", used, c, err);
+        CHECK(err < 1e-4, "matmul f32 isa %d case %zu const %d: rel err %g", used, c, cst, err);
         free(want);
         h_free(h);
     }

@@ -162,6 +162,38 @@ static ipu_status plan_bcast(const vctx *v, const ipu__tensor *a, const ipu__ten
     return IPU_OK;
 }
 
+/* The blocking of a MATMUL/GEMM plan, and its float32 B packed here once when it is stored in
+ * the executable (used while the session does not bind another tensor in its place). */
+static ipu_status mm_finish(const vctx *v, const ipu__mm_plan *t, const ipu__tensor *b,
+                            ipu__instr *ins) {
+    ipu__mm_plan q = *t;
+    ipu__mm_plan_blocks(&q);
+    ipu__ukr u;
+    ipu__sgemm_ukr(&u);
+    uint64_t kn = (uint64_t)q.K * (uint64_t)q.N, nmat = kn ? b->numel / kn : 0;
+    size_t nf = 0;
+    if (b->loc == IPU_LOC_TENSOR_DATA && v->e->tensor_data && q.hdr.work > 0 &&
+        b->desc.dtype == IPU_DTYPE_FLOAT32 && nmat * kn <= ((uint64_t)1 << 40))
+        nf = ipu__mm_packed_floats(&q, nmat, u.nr);
+    ipu__mm_plan *p = alloc_plan(sizeof *p + (nf ? nf * sizeof(float) + 64 : 0));
+    if (!p && nf) { /* no room for a packed copy: pack per call instead */
+        nf = 0;
+        p = alloc_plan(sizeof *p);
+    }
+    if (!p) return plan_nomem();
+    *p = q;
+    if (nf) {
+        float *dst = (float *)(((uintptr_t)(p + 1) + 63) & ~(uintptr_t)63);
+        ipu__mm_pack_b(p, (const float *)(v->e->tensor_data + b->offset), nmat, u.nr, dst);
+        p->packed = dst;
+        p->packed_nr = u.nr;
+        p->packed_mat = (int64_t)(nf / nmat);
+    }
+    p->hdr.fn = ipu__select_kernel(ins->op, q.dtype);
+    ins->plan = p;
+    return IPU_OK;
+}
+
 static ipu_status v_matmul(const vctx *v, const ipu__tensor *a, const ipu__tensor *b,
                            const ipu__tensor *y, ipu__instr *ins) {
     char s1[160], s2[160], s3[160];
@@ -180,8 +212,7 @@ static ipu_status v_matmul(const vctx *v, const ipu__tensor *a, const ipu__tenso
     if (y->desc.dims[yn - 2] != M || y->desc.dims[yn - 1] != N)
         return bad(v, "output y%s, expected [...,%lld,%lld]", shape_str(s3, sizeof s3, y),
                    (long long)M, (long long)N);
-    ipu__mm_plan *p;
-    if (!(p = alloc_plan(sizeof *p))) return plan_nomem();
+    ipu__mm_plan pl = {0}, *p = &pl;
     uint32_t nb = yn - 2;
     memcpy(p->bshape, y->desc.dims, sizeof(int64_t) * nb);
     bcast_strides(a, 2, nb, y->desc.dims, p->abs);
@@ -195,11 +226,7 @@ static ipu_status v_matmul(const vctx *v, const ipu__tensor *a, const ipu__tenso
     p->N = N;
     p->K = K;
     p->batch = batch;
-    p->mblocks = (int64_t)ceil_div((uint64_t)M, (uint64_t)IPU__MM_MB);
-    p->hdr.work = (M == 0 || N == 0) ? 0 : (size_t)(batch * (uint64_t)p->mblocks);
-    p->hdr.fn = ipu__select_kernel(ins->op, y->desc.dtype);
-    ins->plan = p;
-    return IPU_OK;
+    return mm_finish(v, p, b, ins);
 }
 
 static ipu_status v_gemm(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
@@ -231,9 +258,7 @@ static ipu_status v_gemm(const vctx *v, const ipu__tensor *const *in, const ipu_
             return bad(v, "C%s does not broadcast to [%lld,%lld]", shape_str(s1, sizeof s1, c),
                        (long long)M, (long long)N);
     }
-    ipu__mm_plan *p;
-    p = alloc_plan(sizeof *p);
-    if (!p) return plan_nomem();
+    ipu__mm_plan pl = {0}, *p = &pl;
     double alpha, beta;
     memcpy(&alpha, &ins->attr[2], sizeof alpha);
     memcpy(&beta, &ins->attr[3], sizeof beta);
@@ -252,11 +277,7 @@ static ipu_status v_gemm(const vctx *v, const ipu__tensor *const *in, const ipu_
     p->beta = (float)beta;
     p->c_rs = cr == 1 ? 0 : cc;
     p->c_cs = cc == 1 ? 0 : 1;
-    p->mblocks = (int64_t)ceil_div((uint64_t)M, (uint64_t)IPU__MM_MB);
-    p->hdr.work = (M == 0 || N == 0) ? 0 : (size_t)p->mblocks;
-    p->hdr.fn = ipu__select_kernel(ins->op, y->desc.dtype);
-    ins->plan = p;
-    return IPU_OK;
+    return mm_finish(v, p, b, ins);
 }
 
 static ipu_status v_concat(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,

@@ -1,11 +1,15 @@
 /* Packed, cache-blocked single-precision GEMM: C[m x n] = A[m x k] * B[k x n].
  *
- * B is packed in K-blocks of KC rows into NR-wide column panels (Bp[panel][k][NR]), A into
- * MR-tall row panels (Ap[panel][k][MR]); both are zero-padded, so the register-blocked
+ * B is packed in K-blocks of KC rows into NR-wide column panels (Bp[panel][k][NR]), or comes
+ * packed whole (ipu__sgemm_pack_b_all: weights packed at load); A is packed in blocks of MC rows
+ * into MR-tall row panels (Ap[panel][k][MR]); both are zero-padded, so the register-blocked
  * micro-kernel always computes a full MR x NR tile (edge tiles go through a small buffer).
  * Micro-kernels: AVX-512 (12 x 32), AVX2+FMA (6 x 16) and portable C (6 x 8), chosen at run
- * time with __builtin_cpu_supports. Packing buffers live in the caller's scratch. fp16 operands
- * are converted to float32 while packing. */
+ * time with __builtin_cpu_supports; packing uses AVX2 copies and 8 x 8 transposes where the
+ * AVX2 or AVX-512 kernel runs. Packing buffers live in the caller's scratch. fp16 operands are
+ * converted to float32 while packing. For at most a few rows of A, ipu__sgemv streams B once
+ * without packing. */
+#include <math.h>
 #include <string.h>
 
 #include "kernels.h"
@@ -63,7 +67,12 @@ __attribute__((target("avx2,fma"))) static void ukr_avx2(int64_t kc, const float
                                                          int acc) {
     __m256 c0[MR256], c1[MR256];
 #pragma GCC unroll 8
-    for (int i = 0; i < MR256; i++) c0[i] = c1[i] = _mm256_setzero_ps();
+    for (int i = 0; i < MR256; i++) {
+        c0[i] = c1[i] = _mm256_setzero_ps();
+        _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0); /* C's tile is read at the end */
+        _mm_prefetch((const char *)(c + i * ldc + 15), _MM_HINT_T0);
+    }
+#pragma GCC unroll 4
     for (int64_t k = 0; k < kc; k++) {
         __m256 b0 = _mm256_load_ps(bp), b1 = _mm256_load_ps(bp + 8);
 #pragma GCC unroll 8
@@ -169,6 +178,14 @@ void ipu__sgemm_ukr(ipu__ukr *u) {
 
 /* ---- packing -------------------------------------------------------------------------------- */
 
+static int vec_pack(void) { /* AVX2 copies/transposes unless the portable kernel is forced */
+#if IPU_X86
+    return select_ukr()->isa >= 2;
+#else
+    return 0;
+#endif
+}
+
 static inline float ld_elem(const void *base, int64_t off, int f16) {
     return f16 ? ipu__f16_to_f32(((const uint16_t *)base)[off]) : ((const float *)base)[off];
 }
@@ -181,39 +198,132 @@ static inline void ld_row(const void *base, int64_t off, int f16, float *dst, in
         memcpy(dst, (const float *)base + off, sizeof(float) * (size_t)n);
 }
 
-/* Bp[q][k][0..nr) = B(k0+k, j0+q*nr+j), zero beyond nc. */
+#if IPU_X86
+/* In-register transpose of the 8 x 8 block r[0..7]. */
+__attribute__((target("avx2"))) static inline void tr8(__m256 r[8]) {
+    __m256 t[8], s[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+        s[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        s[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        s[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        s[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int i = 0; i < 4; i++) {
+        r[i] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x20);
+        r[i + 4] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x31);
+    }
+}
+
+/* dst[k * nr + j] = src[j * ld + k], k < kc, j < w: transposed B, 8 x 8 blocks at a time. */
+__attribute__((target("avx2"))) static void pack_bt_avx2(const float *src, int64_t ld,
+                                                          int64_t kc, int64_t w, int nr,
+                                                          float *dst) {
+    int64_t j = 0;
+    for (; j + 8 <= w; j += 8) {
+        int64_t k = 0;
+        for (; k + 8 <= kc; k += 8) {
+            __m256 r[8];
+            for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(src + (j + i) * ld + k);
+            tr8(r);
+            for (int i = 0; i < 8; i++) _mm256_storeu_ps(dst + (k + i) * nr + j, r[i]);
+        }
+        for (; k < kc; k++)
+            for (int i = 0; i < 8; i++) dst[k * nr + j + i] = src[(j + i) * ld + k];
+    }
+    for (; j < w; j++)
+        for (int64_t k = 0; k < kc; k++) dst[k * nr + j] = src[j * ld + k];
+}
+
+/* dst[k * 6 + i] = rows[i][k], k < kc: a full 6-row A panel, 8 x 8 transposes. */
+__attribute__((target("avx2"))) static void pack_a6_avx2(const float *const rows[6], int64_t kc,
+                                                          float *dst) {
+    int64_t k = 0;
+    for (; k + 8 <= kc; k += 8) {
+        __m256 r[8];
+        for (int i = 0; i < 6; i++) r[i] = _mm256_loadu_ps(rows[i] + k);
+        r[6] = r[7] = _mm256_setzero_ps();
+        tr8(r);
+        for (int t = 0; t < 8; t++) {
+            float *d = dst + (k + t) * 6;
+            _mm_storeu_ps(d, _mm256_castps256_ps128(r[t]));
+            _mm_store_sd((double *)(void *)(d + 4), _mm_castps_pd(_mm256_extractf128_ps(r[t], 1)));
+        }
+    }
+    for (; k < kc; k++)
+        for (int i = 0; i < 6; i++) dst[k * 6 + i] = rows[i][k];
+}
+#endif
+
+/* Rows [k0, k0 + kc) of columns [j0, j0 + nc) of op(B) into panels of width nr: panel q at
+ * bp + q * pstride, its row k at + k * nr; columns past nc are zero. */
 static void pack_b(const ipu__sgemm_args *g, int64_t k0, int64_t kc, int64_t j0, int64_t nc,
-                   int nr, float *bp) {
+                   int nr, float *bp, int64_t pstride) {
+    int vec = vec_pack();
     for (int64_t q = 0; q < nc; q += nr) {
         int64_t w = nc - q < nr ? nc - q : nr;
-        float *dst = bp + q * kc;
+        float *dst = bp + q / nr * pstride;
         int64_t col = j0 + q;
         if (g->b_cs == 1) {
+            if (!g->b_f16 && w == nr) { /* constant-size copies become vector moves */
+                const float *s = (const float *)g->b + k0 * g->b_rs + col;
+                int64_t rs = g->b_rs;
+                if (nr == 16)
+                    for (int64_t k = 0; k < kc; k++) memcpy(dst + k * 16, s + k * rs, 64);
+                else if (nr == 32)
+                    for (int64_t k = 0; k < kc; k++) memcpy(dst + k * 32, s + k * rs, 128);
+                else if (nr == 8)
+                    for (int64_t k = 0; k < kc; k++) memcpy(dst + k * 8, s + k * rs, 32);
+                else
+                    for (int64_t k = 0; k < kc; k++)
+                        memcpy(dst + k * nr, s + k * rs, sizeof(float) * (size_t)nr);
+                continue;
+            }
             for (int64_t k = 0; k < kc; k++) {
                 ld_row(g->b, (k0 + k) * g->b_rs + col, g->b_f16, dst + k * nr, w);
                 for (int64_t j = w; j < nr; j++) dst[k * nr + j] = 0.0f;
             }
-        } else {
-            if (w < nr)
-                for (int64_t k = 0; k < kc; k++)
-                    for (int64_t j = w; j < nr; j++) dst[k * nr + j] = 0.0f;
-            for (int64_t j = 0; j < w; j++) {
-                int64_t base = (col + j) * g->b_cs + k0 * g->b_rs;
-                if (!g->b_f16 && g->b_rs == 1) {
-                    const float *s = (const float *)g->b + base;
-                    for (int64_t k = 0; k < kc; k++) dst[k * nr + j] = s[k];
-                } else {
-                    for (int64_t k = 0; k < kc; k++)
-                        dst[k * nr + j] = ld_elem(g->b, base + k * g->b_rs, g->b_f16);
-                }
+            continue;
+        }
+        if (w < nr)
+            for (int64_t k = 0; k < kc; k++)
+                for (int64_t j = w; j < nr; j++) dst[k * nr + j] = 0.0f;
+        if (!g->b_f16 && g->b_rs == 1) { /* transposed B: columns are contiguous */
+            const float *s = (const float *)g->b + col * g->b_cs + k0;
+#if IPU_X86
+            if (vec) {
+                pack_bt_avx2(s, g->b_cs, kc, w, nr, dst);
+                continue;
             }
+#endif
+            for (int64_t k = 0; k < kc; k++)
+                for (int64_t j = 0; j < w; j++) dst[k * nr + j] = s[j * g->b_cs + k];
+            continue;
+        }
+        for (int64_t j = 0; j < w; j++) {
+            int64_t base = (col + j) * g->b_cs + k0 * g->b_rs;
+            for (int64_t k = 0; k < kc; k++)
+                dst[k * nr + j] = ld_elem(g->b, base + k * g->b_rs, g->b_f16);
         }
     }
+    (void)vec;
+}
+
+size_t ipu__sgemm_packed_b_floats(int64_t k, int64_t n, int nr) {
+    return (size_t)((n + nr - 1) / nr) * (size_t)nr * (size_t)k;
+}
+
+void ipu__sgemm_pack_b_all(const ipu__sgemm_args *g, int nr, float *dst) {
+    if (g->n > 0 && g->k > 0) pack_b(g, 0, g->k, 0, g->n, nr, dst, g->k * nr);
 }
 
 /* Ap[p][k][0..mr) = A(i0+p*mr+i, k0+k), zero beyond m. */
 void ipu__sgemm_pack_a(const ipu__sgemm_args *g, int64_t k0, int64_t kc, int mr, float *ap) {
     float tmp[KC];
+    int vec = vec_pack();
     for (int64_t p = 0; p < g->m; p += mr) {
         int64_t h = g->m - p < mr ? g->m - p : mr;
         float *dst = ap + p * kc;
@@ -229,6 +339,12 @@ void ipu__sgemm_pack_a(const ipu__sgemm_args *g, int64_t k0, int64_t kc, int mr,
         if (g->a_cs == 1 && !g->a_f16) { /* row-major A: read h rows side by side */
             const float *rows[MAX_MR];
             for (int64_t i = 0; i < h; i++) rows[i] = (const float *)g->a + (p + i) * g->a_rs + k0;
+#if IPU_X86
+            if (vec && mr == 6 && h == 6) {
+                pack_a6_avx2(rows, kc, dst);
+                continue;
+            }
+#endif
             for (int64_t k = 0; k < kc; k++)
                 for (int64_t i = 0; i < h; i++) dst[k * mr + i] = rows[i][k];
             continue;
@@ -250,12 +366,18 @@ void ipu__sgemm_pack_a(const ipu__sgemm_args *g, int64_t k0, int64_t kc, int mr,
             }
         }
     }
+    (void)vec;
 }
 
 /* ---- driver --------------------------------------------------------------------------------- */
 
-void ipu__sgemm(const ipu__sgemm_args *g, void *scratch, size_t scratch_bytes) {
-    const ukr_desc *u = select_ukr();
+#define MC ((int64_t)96) /* rows of A per packed block (a multiple of every mr) */
+
+/* C = op(A) op(B) for all g->m rows. B comes from `bpre` (panels of width nr covering columns
+ * [0, g->n), panel stride bstride floats, row k at + k * nr) or, when bpre is NULL, is packed
+ * into scratch in blocks of KC rows and as many columns as fit. */
+static void driver(const ukr_desc *u, const ipu__sgemm_args *g, const float *bpre,
+                   int64_t bstride, void *scratch, size_t scratch_bytes) {
     const int mr = u->mr, nr = u->nr;
     int64_t m = g->m, n = g->n, k = g->k;
     if (m <= 0 || n <= 0) return;
@@ -263,37 +385,236 @@ void ipu__sgemm(const ipu__sgemm_args *g, void *scratch, size_t scratch_bytes) {
         for (int64_t i = 0; i < m; i++) memset(g->c + i * g->ldc, 0, sizeof(float) * (size_t)n);
         return;
     }
-    int64_t mpad = (m + mr - 1) / mr * mr;
     /* Ap first (64-byte aligned scratch), Bp after it. */
     float *ap = scratch;
-    size_t ap_bytes = ((size_t)mpad * KC * sizeof(float) + 63) & ~(size_t)63;
+    size_t ap_bytes = ((size_t)MC * KC * sizeof(float) + 63) & ~(size_t)63;
     float *bp = (float *)((char *)scratch + ap_bytes);
-    int64_t nc_max = (int64_t)((scratch_bytes - ap_bytes) / (KC * sizeof(float))) / nr * nr;
+    int64_t nc_max = bpre ? (n + nr - 1) / nr * nr
+                          : (int64_t)((scratch_bytes - ap_bytes) / (KC * sizeof(float))) / nr * nr;
+    size_t es = g->a_f16 ? 2 : 4;
     float edge[MAX_MR * MAX_NR] __attribute__((aligned(64)));
     for (int64_t j0 = 0; j0 < n; j0 += nc_max) {
         int64_t nc = n - j0 < nc_max ? n - j0 : nc_max;
         for (int64_t k0 = 0; k0 < k; k0 += KC) {
             int64_t kc = k - k0 < KC ? k - k0 : KC;
             int acc = k0 > 0;
-            pack_b(g, k0, kc, j0, nc, nr, bp);
-            ipu__sgemm_pack_a(g, k0, kc, mr, ap);
-            for (int64_t jr = 0; jr < nc; jr += nr) {
-                int64_t w = nc - jr < nr ? nc - jr : nr;
-                const float *bpan = bp + jr * kc;
-                for (int64_t ir = 0; ir < m; ir += mr) {
-                    int64_t h = m - ir < mr ? m - ir : mr;
-                    float *c = g->c + ir * g->ldc + j0 + jr;
-                    if (h == mr && w == nr) {
-                        u->fn(kc, ap + ir * kc, bpan, c, g->ldc, acc);
-                    } else {
-                        u->fn(kc, ap + ir * kc, bpan, edge, nr, 0);
-                        for (int64_t i = 0; i < h; i++)
-                            for (int64_t j = 0; j < w; j++)
-                                c[i * g->ldc + j] =
-                                    acc ? c[i * g->ldc + j] + edge[i * nr + j] : edge[i * nr + j];
+            const float *bk = bp;
+            int64_t ps = kc * nr;
+            if (bpre) {
+                bk = bpre + j0 / nr * bstride + k0 * nr;
+                ps = bstride;
+            } else {
+                pack_b(g, k0, kc, j0, nc, nr, bp, ps);
+            }
+            for (int64_t i0 = 0; i0 < m; i0 += MC) {
+                ipu__sgemm_args ga = *g;
+                ga.m = m - i0 < MC ? m - i0 : MC;
+                ga.a = (const char *)g->a + (size_t)(i0 * g->a_rs) * es;
+                ipu__sgemm_pack_a(&ga, k0, kc, mr, ap);
+                for (int64_t jr = 0; jr < nc; jr += nr) {
+                    int64_t w = nc - jr < nr ? nc - jr : nr;
+                    const float *bpan = bk + jr / nr * ps;
+                    for (int64_t ir = 0; ir < ga.m; ir += mr) {
+                        int64_t h = ga.m - ir < mr ? ga.m - ir : mr;
+                        float *c = g->c + (i0 + ir) * g->ldc + j0 + jr;
+                        if (h == mr && w == nr) {
+                            u->fn(kc, ap + ir * kc, bpan, c, g->ldc, acc);
+                        } else {
+                            u->fn(kc, ap + ir * kc, bpan, edge, nr, 0);
+                            for (int64_t i = 0; i < h; i++)
+                                for (int64_t j = 0; j < w; j++)
+                                    c[i * g->ldc + j] = acc ? c[i * g->ldc + j] + edge[i * nr + j]
+                                                            : edge[i * nr + j];
+                        }
                     }
                 }
             }
         }
     }
+}
+
+void ipu__sgemm(const ipu__sgemm_args *g, void *scratch, size_t scratch_bytes) {
+    driver(select_ukr(), g, NULL, 0, scratch, scratch_bytes);
+}
+
+int ipu__sgemm_packed(const ipu__sgemm_args *g, const float *bp, int64_t bstride, int nr,
+                      void *scratch, size_t scratch_bytes) {
+    const ukr_desc *u = select_ukr();
+    if (u->nr != nr) return 0;
+    driver(u, g, bp, bstride, scratch, scratch_bytes);
+    return 1;
+}
+
+/* ---- small M: GEMV-style, streaming B once ---------------------------------------------------
+ * Every output element is summed in the same order whatever range of columns a call covers, so
+ * results do not depend on how work items are split. */
+
+/* y[i][j] = sum_k x[i][k] * w[j][k] (w rows contiguous): NT rows of w at a time. */
+#define GEMV_T_BODY(NT, VT, ZERO, LOAD, FMA, HSUM, SFMA)                                         \
+    for (int64_t i = 0; i < m; i++) {                                                            \
+        const float *xi = x + i * ldx;                                                           \
+        VT acc[NT];                                                                              \
+        for (int r = 0; r < NT; r++) acc[r] = ZERO;                                              \
+        int64_t p = 0;                                                                           \
+        for (; p + VL <= k; p += VL) {                                                           \
+            VT xv = LOAD(xi + p);                                                                \
+            for (int r = 0; r < NT; r++) acc[r] = FMA(xv, LOAD(w0 + r * ldw + p), acc[r]);       \
+        }                                                                                        \
+        for (int r = 0; r < NT; r++) {                                                           \
+            float s = HSUM(acc[r]);                                                              \
+            for (int64_t q = p; q < k; q++) s = SFMA(xi[q], w0[r * ldw + q], s);                 \
+            y[i * ldy + j + r] = s;                                                              \
+        }                                                                                        \
+    }
+
+#if IPU_X86
+#define VL 8
+__attribute__((target("avx2,fma"))) static inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+#define FMA8(a, b, c) _mm256_fmadd_ps(a, b, c)
+__attribute__((target("avx2,fma"))) static void gemv_t_avx2(int64_t m, int64_t n, int64_t k,
+                                                             const float *x, int64_t ldx,
+                                                             const float *w, int64_t ldw,
+                                                             float *y, int64_t ldy) {
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        const float *w0 = w + j * ldw;
+        GEMV_T_BODY(4, __m256, _mm256_setzero_ps(), _mm256_loadu_ps, FMA8, hsum8, fmaf)
+    }
+    for (; j < n; j++) {
+        const float *w0 = w + j * ldw;
+        GEMV_T_BODY(1, __m256, _mm256_setzero_ps(), _mm256_loadu_ps, FMA8, hsum8, fmaf)
+    }
+}
+
+/* y[i][0..n) = sum_k x[i][k] * b[k][0..n) (b rows contiguous), 8 rows of b per pass over y. */
+__attribute__((target("avx2,fma"))) static void gemv_n_avx2(int64_t m, int64_t n, int64_t k,
+                                                             const float *x, int64_t ldx,
+                                                             const float *b, int64_t ldb,
+                                                             float *y, int64_t ldy) {
+    enum { R = 8 };
+    for (int64_t i = 0; i < m; i++) memset(y + i * ldy, 0, sizeof(float) * (size_t)n);
+    for (int64_t p = 0; p < k; p += R) {
+        int nk = k - p < R ? (int)(k - p) : R;
+        const float *b0 = b + p * ldb;
+        for (int64_t i = 0; i < m; i++) {
+            const float *xi = x + i * ldx + p;
+            float *yi = y + i * ldy;
+            int64_t j = 0;
+            if (nk == R) {
+                __m256 xv[R];
+                for (int r = 0; r < R; r++) xv[r] = _mm256_broadcast_ss(xi + r);
+                for (; j + 8 <= n; j += 8) {
+                    __m256 v = _mm256_loadu_ps(yi + j);
+                    for (int r = 0; r < R; r++)
+                        v = _mm256_fmadd_ps(xv[r], _mm256_loadu_ps(b0 + r * ldb + j), v);
+                    _mm256_storeu_ps(yi + j, v);
+                }
+            }
+            for (; j < n; j++) {
+                float v = yi[j];
+                for (int r = 0; r < nk; r++) v = fmaf(xi[r], b0[r * ldb + j], v);
+                yi[j] = v;
+            }
+        }
+    }
+}
+#undef VL
+#endif
+
+#define VL 4
+static inline float hsum4(v4f v) { return (v[0] + v[2]) + (v[1] + v[3]); }
+static inline v4f ld4(const float *p) {
+    v4f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+#define FMA4(a, b, c) ((c) + (a) * (b))
+#define SFMA(a, b, c) ((c) + (a) * (b))
+static void gemv_t_portable(int64_t m, int64_t n, int64_t k, const float *x, int64_t ldx,
+                            const float *w, int64_t ldw, float *y, int64_t ldy) {
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        const float *w0 = w + j * ldw;
+        GEMV_T_BODY(4, v4f, ((v4f){0, 0, 0, 0}), ld4, FMA4, hsum4, SFMA)
+    }
+    for (; j < n; j++) {
+        const float *w0 = w + j * ldw;
+        GEMV_T_BODY(1, v4f, ((v4f){0, 0, 0, 0}), ld4, FMA4, hsum4, SFMA)
+    }
+}
+#undef VL
+
+static void gemv_n_portable(int64_t m, int64_t n, int64_t k, const float *x, int64_t ldx,
+                            const float *b, int64_t ldb, float *y, int64_t ldy) {
+    for (int64_t i = 0; i < m; i++) {
+        float *yi = y + i * ldy;
+        memset(yi, 0, sizeof(float) * (size_t)n);
+        for (int64_t p = 0; p < k; p++) {
+            float xv = x[i * ldx + p];
+            const float *br = b + p * ldb;
+            for (int64_t j = 0; j < n; j++) yi[j] += xv * br[j];
+        }
+    }
+}
+
+typedef void (*gemv_fn)(int64_t m, int64_t n, int64_t k, const float *x, int64_t ldx,
+                        const float *b, int64_t ldb, float *y, int64_t ldy);
+
+/* gemv_n over K-blocks of GEMV_KB rows, each summed apart and then added: short accumulation
+ * chains, so long K rounds no worse than the blocked sgemm (K-blocks of KC). */
+#define GEMV_KB ((int64_t)64)
+static void gemv_n_blocked(gemv_fn fn, int64_t m, int64_t n, int64_t k, const float *x,
+                           int64_t ldx, const float *b, int64_t ldb, float *y, int64_t ldy) {
+    enum { NCH = 1024 };
+    float t[IPU__GEMV_MAX_M * NCH];
+    for (int64_t j0 = 0; j0 < n; j0 += NCH) {
+        int64_t nc = n - j0 < NCH ? n - j0 : NCH;
+        fn(m, nc, k < GEMV_KB ? k : GEMV_KB, x, ldx, b + j0, ldb, y + j0, ldy);
+        for (int64_t k0 = GEMV_KB; k0 < k; k0 += GEMV_KB) {
+            int64_t kc = k - k0 < GEMV_KB ? k - k0 : GEMV_KB;
+            fn(m, nc, kc, x + k0, ldx, b + k0 * ldb + j0, ldb, t, NCH);
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t j = 0; j < nc; j++) y[i * ldy + j0 + j] += t[i * NCH + j];
+        }
+    }
+}
+
+void ipu__sgemv(const ipu__sgemm_args *g, void *scratch, size_t scratch_bytes) {
+    int64_t m = g->m, n = g->n, k = g->k;
+    if (m <= 0 || n <= 0) return;
+    const float *x = g->a;
+    int64_t ldx = g->a_rs;
+    if (g->a_cs != 1 && m > 1) { /* transposed A: copy its rows into scratch */
+        float *t = scratch;
+        (void)scratch_bytes; /* m * k floats fit: ipu__mm_gemv_ok */
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t p = 0; p < k; p++) t[i * k + p] = x[i * g->a_rs + p * g->a_cs];
+        x = t;
+        ldx = k;
+    }
+    int isa = select_ukr()->isa;
+    const float *b = g->b;
+    if (g->b_cs == 1) {
+#if IPU_X86
+        if (isa >= 2) {
+            gemv_n_blocked(gemv_n_avx2, m, n, k, x, ldx, b, g->b_rs, g->c, g->ldc);
+            return;
+        }
+#endif
+        gemv_n_blocked(gemv_n_portable, m, n, k, x, ldx, b, g->b_rs, g->c, g->ldc);
+    } else {
+#if IPU_X86
+        if (isa >= 2) {
+            gemv_t_avx2(m, n, k, x, ldx, b, g->b_cs, g->c, g->ldc);
+            return;
+        }
+#endif
+        gemv_t_portable(m, n, k, x, ldx, b, g->b_cs, g->c, g->ldc);
+    }
+    (void)isa;
 }

@@ -32,7 +32,16 @@ typedef struct ipu__bcast_plan {
     int64_t sa[IPU_MAX_DIMS], sb[IPU_MAX_DIMS];
 } ipu__bcast_plan;
 
-/* MATMUL and GEMM. Work item = (batch, block of IPU__MM_MB rows). */
+/* MATMUL and GEMM. `path` (chosen by ipu__mm_plan_blocks from the shapes and dtype):
+ * - IPU__MM_ROWS (float16, integers): work item = (batch, block of IPU__MM_MB rows);
+ * - IPU__MM_PACKED (float32): work item = (batch, block of nb columns, block of mb rows), rows
+ *   fastest, so that a worker's contiguous range of items shares its blocks of packed B;
+ * - IPU__MM_GEMV (float32, M <= IPU__GEMV_MAX_M): work item = (batch, block of nb columns), B
+ *   streamed once in its own layout.
+ * A float32 B stored in the executable (TENSOR_DATA) on the PACKED path is packed once by the
+ * verifier (ipu__mm_pack_b, inside this allocation), used while B is still that tensor. */
+enum { IPU__MM_ROWS = 0, IPU__MM_PACKED = 1, IPU__MM_GEMV = 2 };
+#define IPU__GEMV_MAX_M ((int64_t)4)
 typedef struct ipu__mm_plan {
     ipu__plan hdr;
     ipu_dtype dtype;
@@ -44,7 +53,24 @@ typedef struct ipu__mm_plan {
     int is_gemm, trans_a, trans_b, has_c;
     float alpha, beta;
     int64_t c_rs, c_cs;
+    int path;
+    int64_t mb, nb, nblocks; /* rows per M block, columns per N block (PACKED and GEMV) */
+    /* B packed at load: matrix i of B at packed + i * packed_mat floats, panels of width
+     * packed_nr (ipu__sgemm_pack_b_all layout); NULL if not packed */
+    const float *packed;
+    int packed_nr;
+    int64_t packed_mat;
 } ipu__mm_plan;
+
+/* matmul.c: fill path, mb, nb, nblocks, mblocks and hdr.work of a plan whose dtype, M, N, K,
+ * batch and trans_a are set. */
+void ipu__mm_plan_blocks(ipu__mm_plan *p);
+/* matmul.c: float32 B packing for a PACKED plan: floats needed for `nmat` matrices of B for
+ * micro-kernels of width nr (0 when the plan does not use packed B), and the packing itself
+ * (b: B's elements, row-major matrices of B's own shape [.., K, N], or [N, K] with transB). The
+ * prepacked-weights hook can fill a buffer of that size and point `packed` at it. */
+size_t ipu__mm_packed_floats(const ipu__mm_plan *p, uint64_t nmat, int nr);
+void ipu__mm_pack_b(const ipu__mm_plan *p, const float *b, uint64_t nmat, int nr, float *dst);
 
 /* COPY (bytes) and CAST (elements). */
 typedef struct ipu__flat_plan {
@@ -266,7 +292,7 @@ IPU__KDECL(ipu__k_reindex);
 IPU__KDECL(ipu__k_interp);
 #undef IPU__K4
 
-/* gemm_f32.c: C[m x n] (row stride ldc, float32) = op(A)[m x k] * op(B)[k x n], m <= IPU__MM_MB.
+/* gemm_f32.c: C[m x n] (row stride ldc, float32) = op(A)[m x k] * op(B)[k x n].
  * Element (i, p) of A is at a + i*a_rs + p*a_cs (likewise B); a_f16/b_f16: operands are IEEE
  * half. Uses `scratch` (IPU__SCRATCH_BYTES) for packing; n is processed in panels internally. */
 typedef struct ipu__sgemm_args {
@@ -299,6 +325,19 @@ typedef struct ipu__ukr {
 } ipu__ukr;
 void ipu__sgemm_ukr(ipu__ukr *u);
 void ipu__sgemm_pack_a(const ipu__sgemm_args *g, int64_t k0, int64_t kc, int mr, float *ap);
+/* B packed whole, for micro-kernels of width nr: panel q (columns [q*nr, q*nr + nr), zero past
+ * n) at dst + q * k * nr, its row p at + p * nr. ipu__sgemm_packed_b_floats floats. Uses g's b,
+ * b_rs, b_cs, b_f16, k and n. */
+size_t ipu__sgemm_packed_b_floats(int64_t k, int64_t n, int nr);
+void ipu__sgemm_pack_b_all(const ipu__sgemm_args *g, int nr, float *dst);
+/* ipu__sgemm with B already packed: bp holds panels of width nr for g's n columns (panel stride
+ * bstride floats, row p at + p * nr); any m. Returns 0 (and does nothing) when the micro-kernel
+ * in use has another width than nr. */
+int ipu__sgemm_packed(const ipu__sgemm_args *g, const float *bp, int64_t bstride, int nr,
+                      void *scratch, size_t scratch_bytes);
+/* C = op(A) op(B) for small m (<= IPU__GEMV_MAX_M), float32, B with b_cs == 1 or b_rs == 1,
+ * streamed once without packing. A with a_cs != 1 is copied into scratch (m * k floats). */
+void ipu__sgemv(const ipu__sgemm_args *g, void *scratch, size_t scratch_bytes);
 
 /* eltwise.c: run `fn` over output elements [lo, hi) of a broadcast plan. fn gets element
  * pointers and inner strides (0 or 1 elements) of a and b (b NULL for unary plans). */

@@ -1,7 +1,9 @@
 /* MATMUL (numpy matmul with batch broadcasting) and GEMM (alpha * op(A) op(B) + beta * C).
- * Work item = (batch, block of IPU__MM_MB rows of the output). Floats go through the packed
- * sgemm (gemm_f32.c; float16 is converted while packing and accumulated in float32); integers
- * use a simple wrap-around kernel. */
+ * float32 (kernels.h, ipu__mm_plan): blocks of columns x blocks of rows through the packed sgemm
+ * (B packed once per block of columns and K-block within a call, or at load when it is a
+ * weight), or, for at most IPU__GEMV_MAX_M rows, blocks of columns through the GEMV kernels.
+ * float16: blocks of IPU__MM_MB rows through the sgemm (converted while packing, accumulated in
+ * float32); integers: a simple wrap-around kernel. */
 #include <string.h>
 
 #include "kernels.h"
@@ -81,26 +83,52 @@ static void gemm_epilogue_row(const ipu__mm_plan *p, const void *c, int f16, int
     }
 }
 
-static ipu_status run_f32(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
+static ipu_status mm_run_f32(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
                           void *scratch) {
     const ipu__mm_plan *p = ins->plan;
     float *y = f->ptr[ins->out[0]];
+    const float *A = f->ptr[ins->in[0]], *B = f->ptr[ins->in[1]];
     const void *c = p->has_c ? f->ptr[ins->in[2]] : NULL;
-    for (size_t it = b; it < e; it++) {
-        mm_item r = item_of(p, it);
-        ipu__sgemm_args g = mm_args(p, &r, f->ptr[ins->in[0]], f->ptr[ins->in[1]], 0);
-        g.c = y + r.y_off + r.m0 * p->N;
-        ipu__sgemm(&g, scratch, IPU__SCRATCH_BYTES);
+    const ipu__tensor *bt = &f->exe->tensors[ins->in[1]];
+    const float *pre = p->packed && f->exe->tensor_data &&
+                               (const void *)B == (const void *)(f->exe->tensor_data + bt->offset)
+                           ? p->packed
+                           : NULL; /* not if the session bound another B */
+    int64_t M = p->M, N = p->N, K = p->K;
+    uint64_t per_batch = (uint64_t)p->mblocks * (uint64_t)p->nblocks;
+    for (size_t it = b; it < e;) {
+        /* the run of items [it, end) shares one block of columns: B is packed once for it */
+        uint64_t bi = (uint64_t)it / per_batch, rem = (uint64_t)it % per_batch;
+        int64_t nbk = (int64_t)(rem / (uint64_t)p->mblocks);
+        int64_t mbk = (int64_t)(rem % (uint64_t)p->mblocks);
+        size_t end = it + (size_t)(p->mblocks - mbk);
+        if (end > e) end = e;
+        int64_t m0 = mbk * p->mb, m1 = (mbk + (int64_t)(end - it)) * p->mb;
+        if (m1 > M) m1 = M;
+        int64_t j0 = nbk * p->nb, nc = N - j0 < p->nb ? N - j0 : p->nb;
+        int64_t oa, ob;
+        batch_offsets(p, bi, &oa, &ob);
+        mm_item r = {m0, m1, oa * M * K, ob * K * N, (int64_t)bi * M * N};
+        ipu__sgemm_args g = mm_args(p, &r, A, B, 0);
+        g.n = nc;
+        g.b = (const float *)g.b + j0 * g.b_cs;
+        g.c = y + r.y_off + m0 * N + j0;
+        if (p->path == IPU__MM_GEMV)
+            ipu__sgemv(&g, scratch, IPU__SCRATCH_BYTES);
+        else if (!pre || !ipu__sgemm_packed(&g, pre + ob * p->packed_mat + j0 * K, K * p->packed_nr,
+                                            p->packed_nr, scratch, IPU__SCRATCH_BYTES))
+            ipu__sgemm(&g, scratch, IPU__SCRATCH_BYTES);
         if (p->is_gemm && (p->has_c || p->alpha != 1.0f))
-            for (int64_t i = r.m0; i < r.m1; i++) {
-                float *row = y + i * p->N;
-                gemm_epilogue_row(p, c, 0, i, 0, row, row, p->N);
+            for (int64_t i = m0; i < m1; i++) {
+                float *row = y + i * N + j0;
+                gemm_epilogue_row(p, c, 0, i, j0, row, row, nc);
             }
+        it = end;
     }
     return IPU_OK;
 }
 
-static ipu_status run_f16(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
+static ipu_status mm_run_f16(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
                           void *scratch) {
     const ipu__mm_plan *p = ins->plan;
     uint16_t *y = f->ptr[ins->out[0]];
@@ -133,19 +161,19 @@ static ipu_status run_f16(const ipu__frame *f, const ipu__instr *ins, size_t b, 
 
 ipu_status ipu__k_matmul_f32(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
                              void *scratch) {
-    return run_f32(f, ins, b, e, scratch);
+    return mm_run_f32(f, ins, b, e, scratch);
 }
 ipu_status ipu__k_gemm_f32(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
                            void *scratch) {
-    return run_f32(f, ins, b, e, scratch);
+    return mm_run_f32(f, ins, b, e, scratch);
 }
 ipu_status ipu__k_matmul_f16(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
                              void *scratch) {
-    return run_f16(f, ins, b, e, scratch);
+    return mm_run_f16(f, ins, b, e, scratch);
 }
 ipu_status ipu__k_gemm_f16(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
                            void *scratch) {
-    return run_f16(f, ins, b, e, scratch);
+    return mm_run_f16(f, ins, b, e, scratch);
 }
 
 /* Integer matmul, wrap-around arithmetic in unsigned types (i-k-j order, vectorisable). */
@@ -174,3 +202,61 @@ ipu_status ipu__k_gemm_f16(const ipu__frame *f, const ipu__instr *ins, size_t b,
     }
 INT_MATMUL(i32, uint32_t)
 INT_MATMUL(i64, uint64_t)
+
+/* ---- plans ---------------------------------------------------------------------------------- */
+
+#define MM_NB_MAX ((int64_t)768)    /* PACKED: columns per block (B block of KC rows: 768 KiB) */
+#define GEMV_NB_MAX ((int64_t)1024) /* GEMV: columns per block */
+
+static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+void ipu__mm_plan_blocks(ipu__mm_plan *p) {
+    int64_t M = p->M, N = p->N, K = p->K;
+    p->path = IPU__MM_ROWS;
+    p->mb = IPU__MM_MB;
+    p->mblocks = cdiv(M, IPU__MM_MB);
+    p->nb = N;
+    p->nblocks = 1;
+    if (p->dtype == IPU_DTYPE_FLOAT32 && M > 0 && N > 0) {
+        if (M <= IPU__GEMV_MAX_M &&
+            (!p->trans_a || M == 1 || (uint64_t)(M * K) * 4 <= IPU__SCRATCH_BYTES)) {
+            p->path = IPU__MM_GEMV;
+            p->mb = M;
+            p->mblocks = 1;
+            /* about 4 blocks (2 workers), 16 to GEMV_NB_MAX columns each: long rows of B */
+            p->nb = cdiv(cdiv(N, 4), 16) * 16;
+            if (p->nb > GEMV_NB_MAX) p->nb = GEMV_NB_MAX;
+        } else {
+            /* blocks of about equal size (balanced over workers): rows a multiple of the
+             * AVX2 and portable micro-kernels' height (6), columns of every width (8, 16, 32) */
+            p->path = IPU__MM_PACKED;
+            p->nb = cdiv(cdiv(N, cdiv(N, MM_NB_MAX)), 32) * 32;
+            int64_t mbl = cdiv(M, IPU__MM_MB);
+            if (mbl > 1 && p->batch * (uint64_t)mbl * (uint64_t)cdiv(N, p->nb) % 2) mbl++;
+            p->mb = cdiv(cdiv(M, mbl), 6) * 6; /* an even number of items splits evenly */
+            p->mblocks = cdiv(M, p->mb);
+        }
+        p->nblocks = cdiv(N, p->nb);
+    }
+    p->hdr.work = (M == 0 || N == 0)
+                      ? 0
+                      : (size_t)(p->batch * (uint64_t)p->mblocks * (uint64_t)p->nblocks);
+}
+
+size_t ipu__mm_packed_floats(const ipu__mm_plan *p, uint64_t nmat, int nr) {
+    if (p->path != IPU__MM_PACKED || p->K <= 0) return 0;
+    return (size_t)nmat * ipu__sgemm_packed_b_floats(p->K, p->N, nr);
+}
+
+void ipu__mm_pack_b(const ipu__mm_plan *p, const float *b, uint64_t nmat, int nr, float *dst) {
+    size_t per = ipu__sgemm_packed_b_floats(p->K, p->N, nr);
+    for (uint64_t i = 0; i < nmat; i++) {
+        ipu__sgemm_args g = {0};
+        g.k = p->K;
+        g.n = p->N;
+        g.b = b + i * (uint64_t)(p->K * p->N);
+        g.b_rs = p->trans_b ? 1 : p->N;
+        g.b_cs = p->trans_b ? p->K : 1;
+        ipu__sgemm_pack_b_all(&g, nr, dst + i * per);
+    }
+}

@@ -1,0 +1,206 @@
+/* MATMUL / GEMM float32 paths against a float64 reference, with every micro-kernel ISA: the
+ * packed sgemm (B packed per call, or at load when B is TENSOR_DATA), the GEMV path (M <= 4),
+ * transA / transB, alpha / beta and C broadcasts, a session binding another B in place of the
+ * packed weight, and a packed weight met by another ISA at run time (batched MatMul with a
+ * constant B: test_kernels.c).
+ * The harness also runs every case split into uneven work ranges (results must be identical).
+ *
+ * `test_kernels_gemm --bench [seconds]` prints one-thread GFLOP/s of the GEMM instruction over
+ * all its work items for the shapes of docs/performance.md ("Matrix multiplication"): CPU time
+ * of the best call, so that other processes sharing the machine count less. */
+#include "kernel_harness.h"
+
+static const double ALPHA = 0.5, BETA = -2.0;
+
+/* max relative error of y = alpha * op(A) op(B) (+ BETA * C) against float64, B's values bv */
+static double gemm_err(H *h, uint32_t a, double alpha, int has_c, uint32_t c, int cmode,
+                       const float *y, const float *bv, int64_t M, int64_t N, int64_t K, int ta,
+                       int tb) {
+    const float *av = h->ptr[a], *cv = has_c ? h->ptr[c] : NULL;
+    double worst = 0;
+    for (int64_t i = 0; i < M; i++)
+        for (int64_t j = 0; j < N; j++) {
+            double s = 0;
+            for (int64_t k = 0; k < K; k++)
+                s += (double)av[ta ? k * M + i : i * K + k] * bv[tb ? j * K + k : k * N + j];
+            s *= alpha;
+            if (has_c) s += BETA * cv[cmode == 0 ? i * N + j : cmode == 1 ? j : i];
+            double e = fabs(y[i * N + j] - s) / (1 + fabs(s));
+            if (!(e <= worst)) worst = e;
+        }
+    return worst;
+}
+
+typedef struct gcase {
+    int64_t M, N, K;
+} gcase;
+
+static void test_gemm_paths(int isa) {
+    static const gcase cases[] = {
+        {1, 800, 300}, {1, 70, 520}, {3, 70, 300}, {4, 33, 17},  {5, 800, 300}, {7, 70, 520},
+        {130, 70, 300}, {130, 800, 97}, {200, 37, 1}, {1, 1, 1}, {6, 16, 256}, {2, 9, 0},
+    };
+    int used = ipu__sgemm_set_isa(isa);
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++)
+                for (int cst = 0; cst < 2; cst++) {
+                    int64_t M = cases[ci].M, N = cases[ci].N, K = cases[ci].K;
+                    int cmode = (int)((ci + (size_t)ta + 2 * (size_t)tb) % 4); /* 3: no C */
+                    H *h = h_for((uint64_t)(M * K + 2 * K * N + 2 * M * N) * 4);
+                    int64_t ad[2] = {ta ? K : M, ta ? M : K}, bd[2] = {tb ? N : K, tb ? K : N};
+                    int64_t cd[3][2] = {{M, N}, {N, 0}, {M, 1}};
+                    uint32_t a = h_tensor(h, IPU_DTYPE_FLOAT32, 2, ad);
+                    uint32_t b = h_tensor(h, IPU_DTYPE_FLOAT32, 2, bd);
+                    uint32_t c = cmode < 3 ? h_tensor(h, IPU_DTYPE_FLOAT32, cmode == 1 ? 1 : 2, cd[cmode]) : 0;
+                    uint32_t y = h_tensor(h, IPU_DTYPE_FLOAT32, 2, (int64_t[]){M, N});
+                    fill_f32(h, a);
+                    fill_f32(h, b);
+                    if (cmode < 3) fill_f32(h, c);
+                    if (cst) as_tensor_data(h, b);
+                    int64_t at[4] = {ta, tb, 0, 0};
+                    memcpy(&at[2], &ALPHA, 8);
+                    memcpy(&at[3], &BETA, 8);
+                    uint32_t ins[3] = {a, b, c};
+                    const float *r = run(h, IPU_OP_GEMM, cmode < 3 ? 3 : 2, ins, y, 4, at);
+                    double err = gemm_err(h, a, ALPHA, cmode < 3, c, cmode, r, h->ptr[b], M, N, K, ta, tb);
+                    CHECK(err < 1e-4, "gemm isa %d M %lld N %lld K %lld ta %d tb %d c %d const %d: err %g",
+                          used, (long long)M, (long long)N, (long long)K, ta, tb, cmode, cst, err);
+                    h_free(h);
+                }
+    ipu__sgemm_set_isa(0);
+}
+
+/* The plan: GEMV for M <= 4, packed otherwise; B packed at load only when it is TENSOR_DATA. */
+static void test_plan_paths(void) {
+    static const int64_t ms[] = {1, 4, 5, 96, 97};
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
+        for (int cst = 0; cst < 2; cst++) {
+            H *h = h_new(4 << 20);
+            uint32_t a = T(h, FLOAT32, ms[i], 40), b = T(h, FLOAT32, 40, 1000), y = T(h, FLOAT32, ms[i], 1000);
+            if (cst) as_tensor_data(h, b);
+            TI ti;
+            ipu_status st = ti_make(h, &ti, IPU_OP_MATMUL, 2, (uint32_t[]){a, b}, y, 0, NULL);
+            const ipu__mm_plan *p = ti.ins.plan;
+            int gemv = ms[i] <= IPU__GEMV_MAX_M;
+            CHECK(st == IPU_OK && p->path == (gemv ? IPU__MM_GEMV : IPU__MM_PACKED) &&
+                      (p->packed != NULL) == (cst && !gemv) && p->nblocks >= 2,
+                  "plan M %lld const %d: path %d packed %d nblocks %lld", (long long)ms[i], cst,
+                  p ? p->path : -1, p && p->packed, p ? (long long)p->nblocks : -1);
+            ipu__free(ti.ins.plan);
+            h_free(h);
+        }
+    /* float16 and integers keep the row-block path, nothing packed */
+    H *h = h_new(1 << 20);
+    uint32_t a = T(h, FLOAT16, 8, 40), b = T(h, FLOAT16, 40, 50), y = T(h, FLOAT16, 8, 50);
+    as_tensor_data(h, b);
+    TI ti;
+    ipu_status st = ti_make(h, &ti, IPU_OP_MATMUL, 2, (uint32_t[]){a, b}, y, 0, NULL);
+    const ipu__mm_plan *p = ti.ins.plan;
+    CHECK(st == IPU_OK && p->path == IPU__MM_ROWS && !p->packed, "f16 plan");
+    ipu__free(ti.ins.plan);
+    h_free(h);
+}
+
+/* B packed at load, then (1) the session binds another B: the kernel must read that one; (2) the
+ * micro-kernel in use differs from the one B was packed for: packed per call instead. */
+static void test_packed_b_not_used(void) {
+    int64_t M = 50, N = 70, K = 300;
+    H *h = h_new(4 << 20);
+    uint32_t a = T(h, FLOAT32, M, K), b = T(h, FLOAT32, K, N), b2 = T(h, FLOAT32, K, N);
+    uint32_t y = T(h, FLOAT32, M, N);
+    fill_f32(h, a);
+    fill_f32(h, b);
+    fill_f32(h, b2);
+    as_tensor_data(h, b);
+    double one = 1.0, zero = 0.0;
+    int64_t at[4] = {0, 0, 0, 0};
+    memcpy(&at[2], &one, 8);
+    memcpy(&at[3], &zero, 8);
+    for (int mode = 0; mode < 2; mode++) {
+        ipu__sgemm_set_isa(mode == 1 ? 2 : 0);
+        TI ti;
+        ipu_status st = ti_make(h, &ti, IPU_OP_GEMM, 2, (uint32_t[]){a, b}, y, 4, at);
+        CHECK(st == IPU_OK && ((const ipu__mm_plan *)ti.ins.plan)->packed, "packed plan");
+        void *saved = h->ptr[b];
+        if (mode == 0) h->ptr[b] = h->ptr[b2]; /* what BIND of a user buffer does */
+        else ipu__sgemm_set_isa(1);             /* portable kernel: other panel width */
+        ipu__frame f = {&h->e, h->ptr};
+        CHECK(ipu__instr_run(&f, &ti.ins, 0, ipu__instr_work(&h->e, &ti.ins), h->scratch) == IPU_OK,
+              "run");
+        const float *bv = mode == 0 ? h->ptr[b2] : h->ptr[b];
+        double err = gemm_err(h, a, 1.0, 0, 0, 3, h->ptr[y], bv, M, N, K, 0, 0);
+        CHECK(err < 1e-4, "packed weight not used (mode %d): err %g", mode, err);
+        h->ptr[b] = saved;
+        ipu__free(ti.ins.plan);
+    }
+    ipu__sgemm_set_isa(0);
+    h_free(h);
+}
+
+/* ---- benchmark ---------------------------------------------------------------------------- */
+
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void bench(double seconds) {
+    /* M, N, K, B in the executable, transB */
+    static const int64_t shapes[][5] = {
+        {64, 64, 64, 0, 0},       {128, 128, 128, 0, 0},    {256, 256, 256, 0, 0},
+        {512, 512, 512, 0, 0},    {1024, 1024, 1024, 0, 0}, {2048, 2048, 2048, 0, 0},
+        {128, 4096, 1024, 1, 0},  {128, 1024, 4096, 1, 0},  {128, 2304, 768, 1, 0},
+        {128, 768, 3072, 1, 0},   {1, 4096, 9216, 1, 1},    {1, 4096, 4096, 1, 1},
+        {1, 1000, 4096, 1, 1},    {1, 4096, 4096, 1, 0},
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        int64_t M = shapes[i][0], N = shapes[i][1], K = shapes[i][2];
+        int cst = (int)shapes[i][3], tb = (int)shapes[i][4];
+        H *h = h_for((uint64_t)(M * K + K * N + M * N) * 4);
+        uint32_t a = T(h, FLOAT32, M, K), b = tb ? T(h, FLOAT32, N, K) : T(h, FLOAT32, K, N);
+        uint32_t y = T(h, FLOAT32, M, N);
+        fill_f32(h, a);
+        fill_f32(h, b);
+        if (cst) as_tensor_data(h, b);
+        double one = 1.0, zero = 0.0;
+        int64_t at[4] = {0, tb, 0, 0};
+        memcpy(&at[2], &one, 8);
+        memcpy(&at[3], &zero, 8);
+        TI ti;
+        if (ti_make(h, &ti, IPU_OP_GEMM, 2, (uint32_t[]){a, b}, y, 4, at) != IPU_OK) {
+            printf("verify failed: %s\n", ipu_last_error_message());
+            h_free(h);
+            continue;
+        }
+        ipu__frame f = {&h->e, h->ptr};
+        size_t w = ipu__instr_work(&h->e, &ti.ins);
+        double best = 1e30, t0 = cpu_now();
+        for (int reps = 0; reps < 3 || cpu_now() - t0 < seconds; reps++) {
+            double s = cpu_now();
+            (void)ipu__instr_run(&f, &ti.ins, 0, w, h->scratch);
+            double d = cpu_now() - s;
+            if (d < best) best = d;
+        }
+        printf("GEMM %5lld x %5lld x %5lld%s%s: %9.3f ms %6.1f GFLOP/s\n", (long long)M,
+               (long long)N, (long long)K, cst ? " B constant" : "           ",
+               tb ? " transB" : "       ", best * 1e3, 2.0 * (double)(M * N * K) / best * 1e-9);
+        ipu__free(ti.ins.plan);
+        h_free(h);
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "--bench") == 0) {
+        bench(argc > 2 ? atof(argv[2]) : 0.5);
+        return 0;
+    }
+    for (int isa = 1; isa <= 3; isa++) {
+        test_gemm_paths(isa);
+    }
+    test_plan_paths();
+    test_packed_b_not_used();
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
