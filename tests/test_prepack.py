@@ -273,3 +273,42 @@ def test_popef_dump_reports_the_packed_operands(exe: Executable, tmp_path) -> No
     dump(str(tmp_path / "m.popef"), out)
     assert "name='pyipu.packed'" in out.getvalue()
     assert "Packed operands: 2 mapped from the file, 0 packed at load" in out.getvalue()
+
+
+def _fc_model() -> onnx.ModelProto:
+    """x[16,48] → Gemm (transB, bias) → Relu → MatMul → y: both weights are float32 B operands
+    that MATMUL/GEMM pack once (ipu__mm_pack_b), so the PopEF carries them packed too."""
+    inits = [
+        numpy_helper.from_array(arr((40, 48), F32, 5, low=-0.3, high=0.3), "w1"),
+        numpy_helper.from_array(arr((40,), F32, 6), "b1"),
+        numpy_helper.from_array(arr((40, 24), F32, 7, low=-0.3, high=0.3), "w2"),
+    ]
+    nodes = [
+        helper.make_node("Gemm", ["x", "w1", "b1"], ["h"], transB=1),
+        helper.make_node("Relu", ["h"], ["r"]),
+        helper.make_node("MatMul", ["r", "w2"], ["y"]),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "fc",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [16, 48])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model
+
+
+def test_matmul_and_gemm_weights_are_carried_packed() -> None:
+    fc = Compiler.compile(_fc_model())
+    feeds = {"x": arr((16, 48), F32, 8, low=-1, high=1)}
+    data = fc.to_bytes()
+    assert counts(data) == (2, 0)
+    assert counts(encode_container(fc.program, prepack=False)) == (0, 2)
+    got = run_c(Executable.from_bytes(data), feeds)["y"]
+    assert_matches_reference({"y": got}, fc.run_reference(feeds))
+    _core.set_sgemm_isa(1)  # portable micro-kernel: other panel width, packed at load
+    assert counts(data) == (0, 2)
+    portable = run_c(Executable.from_bytes(data), feeds)["y"]
+    assert_matches_reference({"y": portable}, fc.run_reference(feeds))

@@ -12,6 +12,7 @@
 
 #include "interp/interp.h"
 #include "interp/kernels/kernels.h"
+#include "interp/prepack.h"
 
 static int passed, failed;
 
@@ -58,6 +59,7 @@ static inline H *h_new(uint64_t cap) {
     return h;
 }
 static inline void h_free(H *h) {
+    ipu__prepack_destroy(&h->e);
     free(h->arena);
     free(h->scratch);
     free(h);
@@ -109,7 +111,17 @@ static inline ipu_status ti_make(H *h, TI *ti, ipu_opcode op, uint32_t nin, cons
     ti->ins.in = ti->in;
     ti->ins.out = ti->out;
     ti->ins.attr = ti->attr;
-    return ipu__verify_instr(&h->e, 7, 0, 3, &ti->ins);
+    /* each instruction gets its own packed-operand state (prepack.h), released by ti_free */
+    ipu__prepack_destroy(&h->e);
+    ipu_status st = ipu__prepack_open(&h->e);
+    return st ? st : ipu__verify_instr(&h->e, 7, 0, 3, &ti->ins);
+}
+
+/* The plan of ti_make and what the verifier packed for it. */
+static inline void ti_free(H *h, TI *ti) {
+    ipu__free(ti->ins.plan);
+    ti->ins.plan = NULL;
+    ipu__prepack_destroy(&h->e);
 }
 
 /* Verify, run over [0, work), then again in uneven sub-ranges (reverse order); the outputs must
@@ -144,7 +156,7 @@ static inline void *run(H *h, ipu_opcode op, uint32_t nin, const uint32_t *in, u
         free(ref);
     }
     CHECK(ipu__instr_run(&f, &ti.ins, 0, w + 1, h->scratch) == IPU_ERR_INTERNAL, "range check");
-    ipu__free(ti.ins.plan);
+    ti_free(h, &ti);
     return h->ptr[out];
 }
 
@@ -152,7 +164,7 @@ static inline ipu_status verify_only(H *h, ipu_opcode op, uint32_t nin, const ui
                               uint32_t nattr, const int64_t *attr) {
     TI ti;
     ipu_status st = ti_make(h, &ti, op, nin, in, out, nattr, attr);
-    ipu__free(ti.ins.plan);
+    ti_free(h, &ti);
     return st;
 }
 

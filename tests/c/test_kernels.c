@@ -526,7 +526,7 @@ static void bench(void) {
         }
         printf("MATMUL kernel 16x256^3 (1 thread): %.2f ms, %.1f GFLOP/s\n", best * 1e3,
                16 * 2.0 * 256 * 256 * 256 / best * 1e-9);
-        ipu__free(ti.ins.plan);
+        ti_free(h, &ti);
     }
     h_free(h);
     free(scratch);

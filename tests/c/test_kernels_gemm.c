@@ -87,7 +87,7 @@ static void test_plan_paths(void) {
                       (p->packed != NULL) == (cst && !gemv) && p->nblocks >= 2,
                   "plan M %lld const %d: path %d packed %d nblocks %lld", (long long)ms[i], cst,
                   p ? p->path : -1, p && p->packed, p ? (long long)p->nblocks : -1);
-            ipu__free(ti.ins.plan);
+            ti_free(h, &ti);
             h_free(h);
         }
     /* float16 and integers keep the row-block path, nothing packed */
@@ -98,7 +98,7 @@ static void test_plan_paths(void) {
     ipu_status st = ti_make(h, &ti, IPU_OP_MATMUL, 2, (uint32_t[]){a, b}, y, 0, NULL);
     const ipu__mm_plan *p = ti.ins.plan;
     CHECK(st == IPU_OK && p->path == IPU__MM_ROWS && !p->packed, "f16 plan");
-    ipu__free(ti.ins.plan);
+    ti_free(h, &ti);
     h_free(h);
 }
 
@@ -132,7 +132,7 @@ static void test_packed_b_not_used(void) {
         double err = gemm_err(h, a, 1.0, 0, 0, 3, h->ptr[y], bv, M, N, K, 0, 0);
         CHECK(err < 1e-4, "packed weight not used (mode %d): err %g", mode, err);
         h->ptr[b] = saved;
-        ipu__free(ti.ins.plan);
+        ti_free(h, &ti);
     }
     ipu__sgemm_set_isa(0);
     h_free(h);
@@ -186,7 +186,7 @@ static void bench(double seconds) {
         printf("GEMM %5lld x %5lld x %5lld%s%s: %9.3f ms %6.1f GFLOP/s\n", (long long)M,
                (long long)N, (long long)K, cst ? " B constant" : "           ",
                tb ? " transB" : "       ", best * 1e3, 2.0 * (double)(M * N * K) / best * 1e-9);
-        ipu__free(ti.ins.plan);
+        ti_free(h, &ti);
         h_free(h);
     }
 }

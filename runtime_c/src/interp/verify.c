@@ -162,34 +162,53 @@ static ipu_status plan_bcast(const vctx *v, const ipu__tensor *a, const ipu__ten
     return IPU_OK;
 }
 
-/* The blocking of a MATMUL/GEMM plan, and its float32 B packed here once when it is stored in
- * the executable (used while the session does not bind another tensor in its place). */
+typedef struct mm_pack {
+    const ipu__mm_plan *plan;
+    const float *b;
+    uint64_t nmat;
+    int nr;
+} mm_pack;
+
+static void pack_mm_weights(const void *ctx, void *out) {
+    const mm_pack *c = ctx;
+    ipu__mm_pack_b(c->plan, c->b, c->nmat, c->nr, out);
+}
+
+/* The blocking of a MATMUL/GEMM plan, and its float32 B packed once when it is stored in the
+ * executable (used while the session does not bind another tensor in its place): mapped from
+ * the PopEF's packed blob when it has it, else packed here (prepack.h). */
 static ipu_status mm_finish(const vctx *v, const ipu__mm_plan *t, const ipu__tensor *b,
                             ipu__instr *ins) {
-    ipu__mm_plan q = *t;
-    ipu__mm_plan_blocks(&q);
+    ipu__mm_plan *p = alloc_plan(sizeof *p);
+    if (!p) return plan_nomem();
+    *p = *t;
+    ipu__mm_plan_blocks(p);
+    p->hdr.fn = ipu__select_kernel(ins->op, p->dtype);
     ipu__ukr u;
     ipu__sgemm_ukr(&u);
-    uint64_t kn = (uint64_t)q.K * (uint64_t)q.N, nmat = kn ? b->numel / kn : 0;
+    uint64_t kn = (uint64_t)p->K * (uint64_t)p->N, nmat = kn ? b->numel / kn : 0;
     size_t nf = 0;
-    if (b->loc == IPU_LOC_TENSOR_DATA && v->e->tensor_data && q.hdr.work > 0 &&
+    if (b->loc == IPU_LOC_TENSOR_DATA && v->e->tensor_data && p->hdr.work > 0 &&
         b->desc.dtype == IPU_DTYPE_FLOAT32 && nmat * kn <= ((uint64_t)1 << 40))
-        nf = ipu__mm_packed_floats(&q, nmat, u.nr);
-    ipu__mm_plan *p = alloc_plan(sizeof *p + (nf ? nf * sizeof(float) + 64 : 0));
-    if (!p && nf) { /* no room for a packed copy: pack per call instead */
-        nf = 0;
-        p = alloc_plan(sizeof *p);
-    }
-    if (!p) return plan_nomem();
-    *p = q;
+        nf = ipu__mm_packed_floats(p, nmat, u.nr);
     if (nf) {
-        float *dst = (float *)(((uintptr_t)(p + 1) + 63) & ~(uintptr_t)63);
-        ipu__mm_pack_b(p, (const float *)(v->e->tensor_data + b->offset), nmat, u.nr, dst);
-        p->packed = dst;
-        p->packed_nr = u.nr;
-        p->packed_mat = (int64_t)(nf / nmat);
+        mm_pack mp = {p, (const float *)(v->e->tensor_data + b->offset), nmat, u.nr};
+        /* version 1 of ipu__mm_pack_b's bytes (ipu__sgemm_pack_b_all): bump it when they change */
+        ipu__pack_tag tag = {IPU__PACK_SGEMM_B, 1, (uint32_t)u.isa,
+                             {(uint32_t)u.nr, IPU__SGEMM_KC, 0, 0}};
+        const void *dst;
+        ipu_status st = ipu__vpacked(v, 1, &tag, nf * sizeof(float), pack_mm_weights, &mp, &dst);
+        if (st == IPU_OK) {
+            p->packed = dst;
+            p->packed_nr = u.nr;
+            p->packed_mat = (int64_t)(nf / nmat);
+        } else if (st == IPU_ERR_NOMEM) { /* no room for a packed copy: pack per call instead */
+            ipu__clear_error();
+        } else {
+            ipu__free(p);
+            return st;
+        }
     }
-    p->hdr.fn = ipu__select_kernel(ins->op, q.dtype);
     ins->plan = p;
     return IPU_OK;
 }
