@@ -35,6 +35,7 @@ def test_meson_test(repo, tmp_path):
         "test_container",
         "test_kernels",
         "test_kernels_eltwise",
+        "test_vmath",
         "test_executable",
         "test_runtime",
         "test_session",
