@@ -127,7 +127,9 @@ int main(int argc, char **argv) {
         int64_t ex = sweep(ipu__vm_exp, exp, stride, &wx);
         printf("isa %d: erf max %lld ulp (at %.9g), exp max %lld ulp (at %.9g)\n", isa,
                (long long)ee, (double)we, (long long)ex, (double)wx);
-        CHECK(ee <= 2, "erf: %lld ulp at %.9g (isa %d)", (long long)ee, (double)we, isa);
+        /* without FMA the erf polynomials round once more per step */
+        CHECK(ee <= (isa == 2 ? 2 : 3), "erf: %lld ulp at %.9g (isa %d)", (long long)ee,
+              (double)we, isa);
         CHECK(ex <= 2, "exp: %lld ulp at %.9g (isa %d)", (long long)ex, (double)wx, isa);
         specials(ipu__vm_erf, erf, "erf");
         specials(ipu__vm_exp, exp, "exp");
