@@ -561,16 +561,12 @@ typedef struct ipu__job {
     ipu_session *s;
     const ipu__frame *f;
     const ipu__instr *ins;
-    size_t work;
 } ipu__job;
 
-static void job_fn(void *ctx, uint32_t ith, uint32_t nth) {
+static void job_fn(void *ctx, size_t begin, size_t end, uint32_t ith) {
     const ipu__job *j = ctx;
-    size_t begin, end;
-    ipu__split_work(j->work, ith, nth, &begin, &end);
-    if (begin >= end) return;
-    ipu_status st = ipu__instr_run(j->f, j->ins, begin, end,
-                                   ipu__pool_scratch(j->s->pool, ith));
+    if (j->s->wstatus[ith] != IPU_OK) return; /* keep this worker's first failure */
+    ipu_status st = ipu__instr_run(j->f, j->ins, begin, end, ipu__pool_scratch(j->s->pool, ith));
     if (st != IPU_OK) {
         j->s->wstatus[ith] = st;
         snprintf(j->s->wmsg[ith], IPU__MSG_BYTES, "%s", ipu_last_error_message());
@@ -599,8 +595,8 @@ ipu_status ipu__run_program(ipu_session *s, const ipu__frame *f, uint32_t index)
             if (st != IPU_OK) snprintf(msg, sizeof msg, "%s", ipu_last_error_message());
         } else {
             for (uint32_t w = 0; w < s->nth; w++) s->wstatus[w] = IPU_OK;
-            ipu__job job = {s, f, ins, work};
-            ipu__pool_run(s->pool, job_fn, &job);
+            ipu__job job = {s, f, ins};
+            ipu__pool_run_range(s->pool, work, job_fn, &job);
             for (uint32_t w = 0; w < s->nth && st == IPU_OK; w++) {
                 if (s->wstatus[w] != IPU_OK) {
                     st = s->wstatus[w];
