@@ -368,7 +368,8 @@ static bool second_ready(ipu_session *s, uint32_t it) {
     uint32_t nq = 0;
     for (uint32_t a = 0; a < s->num_anchors; a++) {
         ipu_binding k = s->binds[a].kind;
-        if (k == IPU_BIND_CALLBACK) return false; /* user code runs in iteration order */
+        if (s->anchors[a].has_tensor_data) continue; /* a weight: Load's business */
+        if (k == IPU_BIND_CALLBACK) return false;    /* user code runs in iteration order */
         if (k != IPU_BIND_QUEUE || s->anchors[a].direction != IPU_DIR_INPUT) continue;
         if (!ipu_ring_front(s->rings[a])) return false;
         nq++;
