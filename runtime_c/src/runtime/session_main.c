@@ -390,10 +390,15 @@ static bool second_ready(ipu_session *s, uint32_t it) {
     return true;
 }
 
-static void compute_pair(void *ctx, uint32_t ith, uint32_t nth) {
-    (void)nth;
+/* Items 0 and 1 are the two iterations: a worker claims one and computes it alone; a worker
+ * slow to wake leaves both to the device thread, one after the other. */
+static void compute_pair(void *ctx, size_t begin, size_t end, uint32_t ith) {
     ipu_session *s = ctx;
-    if (ith < 2) ipu__stage_compute(s, &s->iters[ith]);
+    for (size_t k = begin; k < end; k++) {
+        s->iters[k].alone = ith + 1;
+        ipu__stage_compute(s, &s->iters[k]);
+        s->iters[k].alone = 0;
+    }
 }
 
 /* One iteration over the arena, or two at once (*done = 2). Returns an EV_* code; *failed is
@@ -419,12 +424,8 @@ static int iteration(ipu_session *s, uint32_t it, uint32_t *done, ipu__iter **fa
         }
     }
     if (c2) {
-        c->alone = 1;
-        c2->alone = 2;
-        ipu__pool_run(s->pool, compute_pair, s);
+        ipu__pool_run_range(s->pool, 2, compute_pair, s);
         atomic_fetch_add_explicit(&s->st_concurrent_iters, 2, memory_order_relaxed);
-        c->alone = 0;
-        c2->alone = 0;
     } else {
         ipu__stage_compute(s, c);
     }
