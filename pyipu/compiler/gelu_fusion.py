@@ -22,11 +22,16 @@ instruction may write x. Results differ from the five-node form by float roundin
 from __future__ import annotations
 
 import math
-from collections import Counter
 
 import numpy as np
 
-from pyipu.compiler.conv_epilogue import _const, _Graph, _single_reader, _writes_any
+from pyipu.compiler.conv_epilogue import (
+    _const,
+    _Graph,
+    _single_reader,
+    _writes_any,
+    rewrite_programs,
+)
 from pyipu.compiler.ir import Instr
 from pyipu.compiler.lower import GraphBuilder
 from pyipu.enums import DType, Op, UnaryFn
@@ -36,25 +41,7 @@ _FLOATS = (DType.FLOAT32, DType.FLOAT16)
 
 def fuse_gelu(b: GraphBuilder) -> int:
     """Rewrite every subgraph's program in place; returns the number of instructions removed."""
-    reads: Counter[int] = Counter()
-    for prog in b.programs:
-        for ins in prog:
-            reads.update(b.root(t) for t in ins.inputs)
-    g = _Graph(
-        b,
-        reads,
-        Counter(b.root(i) for i, t in enumerate(b.tensors) if t.base is not None),
-        {b.root(a.tensor) for a in b.anchors} | b.claimed,
-    )
-    removed = 0
-    for sg, prog in enumerate(b.programs):
-        stages = b.instr_stages[sg]
-        i = 0
-        while i < len(prog):
-            fused = _fuse_at(g, prog, stages, i)
-            removed += fused
-            i += 1 if not fused else 0
-    return removed
+    return rewrite_programs(b, (_fuse_at,))
 
 
 def _scalar(b: GraphBuilder, t: int, want: float) -> bool:

@@ -26,13 +26,6 @@ typedef int32_t v8i __attribute__((vector_size(32)));
 #define VM_ATTR
 #define VM_FMA(a, b, c) ((a) * (b) + (c))
 #include "vmath_body.h"
-#undef VM_SFX
-#undef VM_ATTR
-#undef VM_FMA
-
-#undef VF
-#undef VI
-#undef VM_N
 
 #if VM_X86
 #define VF v8f
@@ -42,12 +35,6 @@ typedef int32_t v8i __attribute__((vector_size(32)));
 #define VM_ATTR __attribute__((target("avx2,fma")))
 #define VM_FMA(a, b, c) ((v8f)_mm256_fmadd_ps((__m256)(a), (__m256)(b), (__m256)(c)))
 #include "vmath_body.h"
-#undef VM_SFX
-#undef VM_ATTR
-#undef VM_FMA
-#undef VF
-#undef VI
-#undef VM_N
 #endif
 
 static int forced_isa; /* 0 = auto; set by tests only (relaxed atomics) */

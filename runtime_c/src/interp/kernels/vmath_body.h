@@ -2,7 +2,7 @@
  * VM_SFX (name suffix), VM_ATTR (function attributes), VF/VI (float/int32 vector types of VM_N
  * lanes) and VM_FMA(a, b, c) (a * b + c) defined. Written with GCC/Clang vector extensions: the
  * AVX2 build works on 8 lanes (one ymm register) with fused multiply-adds, the portable build on
- * 4 (SSE2 on x86-64, NEON on AArch64, scalar code elsewhere).
+ * 4 (SSE2 on x86-64, NEON on AArch64, scalar code elsewhere). It #undefs them at the end.
  *
  * exp: Cephes expf (x = n ln2 + r, |r| <= ln2/2, degree-7 polynomial), 2^n applied in two halves
  * so that results down to the smallest subnormal round once; x > 88.72 gives +inf, NaN
@@ -131,3 +131,10 @@ VM_ATTR static void VM_FN(vm_softmax_row)(const float *x, float *y, size_t n) {
 #undef VM_FN
 #undef VM_CAT
 #undef VM_CAT2
+/* the includer's parameters: ready for the next instruction set */
+#undef VM_SFX
+#undef VM_ATTR
+#undef VM_FMA
+#undef VF
+#undef VI
+#undef VM_N
