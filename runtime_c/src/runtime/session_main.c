@@ -429,7 +429,13 @@ static int iteration(ipu_session *s, uint32_t it, uint32_t *done, ipu__iter **fa
     } else {
         ipu__stage_compute(s, c);
     }
-    if (!ipu__stage_store(s, c)) return EV_CLOSED;
+    if (!ipu__stage_store(s, c)) {
+        if (c2) { /* stopped: the second's taken inputs complete as CLOSED too */
+            snprintf(c2->msg, sizeof c2->msg, "session stopped during the iteration");
+            finish_inputs(s, c2, IPU_ERR_CLOSED);
+        }
+        return EV_CLOSED;
+    }
     if (c->st != IPU_OK) *failed = c;
     if (c2) {
         if (c->st != IPU_OK && c2->st == IPU_OK) { /* fails with the first, as if queued */
