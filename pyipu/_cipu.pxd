@@ -164,6 +164,7 @@ cdef extern from "ipu/ipu.h" nogil:
         uint32_t num_threads
         int overlap_io
         uint64_t pipeline_ticks, concurrent_ticks
+        uint64_t concurrent_iterations
     void ipu_session_get_stats(const ipu_session *s, ipu_session_stats *out)
 
     # runtime
@@ -214,6 +215,7 @@ cdef extern from "ipu/ipu.h" nogil:
         double throughput_rps
         uint32_t num_threads
         uint64_t pipeline_ticks, concurrent_ticks
+        uint64_t concurrent_iterations
     void ipu_runtime_get_stats(const ipu_runtime *rt, ipu_runtime_stats *out)
     size_t ipu_runtime_queue_depth(const ipu_runtime *rt, uint32_t anchor)
 

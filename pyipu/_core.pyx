@@ -518,7 +518,8 @@ cdef class Runtime:
                     padded_rows=st.padded_rows, latency_p50_ns=st.latency_p50_ns,
                     latency_p99_ns=st.latency_p99_ns, throughput_rps=st.throughput_rps,
                     num_threads=st.num_threads, pipeline_ticks=st.pipeline_ticks,
-                    concurrent_ticks=st.concurrent_ticks)
+                    concurrent_ticks=st.concurrent_ticks,
+                    concurrent_iterations=st.concurrent_iterations)
 
 
 cdef enum:
@@ -780,4 +781,5 @@ cdef class Session:
         return dict(steps=st.steps, iterations=st.iterations,
                     padded_iterations=st.padded_iterations, padded_rows=st.padded_rows,
                     num_threads=st.num_threads, overlap_io=bool(st.overlap_io),
-                    pipeline_ticks=st.pipeline_ticks, concurrent_ticks=st.concurrent_ticks)
+                    pipeline_ticks=st.pipeline_ticks, concurrent_ticks=st.concurrent_ticks,
+                    concurrent_iterations=st.concurrent_iterations)

@@ -217,3 +217,31 @@ def test_overlap_io_session_gives_the_same_results(io_tiles):
         for x, y in zip(xs, ys, strict=True):
             np.testing.assert_allclose(y, expected(x))
         assert session.stats()["overlap_io"] == (io_tiles == "auto")
+
+
+def test_queued_batches_run_two_at_a_time_and_reload_refreshes_both(exe4):
+    """With two workers and a step's four batches already queued, iterations run in pairs, each
+    alone on one worker (the second over its own copy of the arena); running Load again with a
+    new weight reaches both copies."""
+
+    def take_s(anchor):
+        if anchor.name == "S" or not anchor.popef_contains_tensor_data:
+            return AnchorCallbackPolicy.BIND_USER_CB
+        return AnchorCallbackPolicy.BIND_TENSOR_DATA
+
+    for threads in (1, 2):
+        with Session(exe4, SessionConfig(num_threads=threads)) as session:
+            qm = session.create_queue_manager(input_predicate=take_s)
+            for scale in ((10.0, 20.0, 30.0), (-1.0, 0.5, 2.0)):
+                qm.input_queue("S").enqueue(np.array(scale, np.float32))
+                session.run_load_programs()
+                xs = [np.full((2, 3), i + 1, np.float32) for i in range(4)]
+                ys = [np.zeros((2, 3), np.float32) for _ in range(4)]
+                for x, y in zip(xs, ys, strict=True):
+                    qm.input_queue("X").enqueue(x)
+                    qm.output_queue("Y").enqueue(y)
+                step = session.run_main_programs()
+                assert (step.iterations, step.padded_iterations) == (4, 0)
+                for x, y in zip(xs, ys, strict=True):
+                    np.testing.assert_allclose(y, expected(x, s=scale))
+            assert session.stats()["concurrent_iterations"] == (8 if threads == 2 else 0)

@@ -302,3 +302,48 @@ def test_data_parallel_timeout_pads_replicated_steps():
 def test_num_threads(exe):
     with runtime.Runner(exe, runtime.RuntimeConfig(num_threads=1)) as r:
         assert r.stats()["num_threads"] == 1
+
+
+def _gather_model(n: int = 4096) -> onnx.ModelProto:
+    """y = Relu(table[i]) for a constant table [4, n] and int32 indices i [2]: an index out of
+    range fails the iteration in the kernel."""
+    table = np.arange(4 * n, dtype=np.float32).reshape(4, n) - 2 * n
+    g = helper.make_graph(
+        [helper.make_node("Gather", ["t", "i"], ["g"]), helper.make_node("Relu", ["g"], ["y"])],
+        "gather",
+        [helper.make_tensor_value_info("i", TensorProto.INT32, (2,))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (2, n))],
+        [onnx.numpy_helper.from_array(table, "t")],
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_requests_run_side_by_side_and_a_failure_completes_each_once():
+    """Two compute threads and many queued requests: iterations run two at a time; a failing
+    one fails its request (and, as for any failure, the requests queued with it), every request
+    completes exactly once, and the runner keeps serving (auto_reset)."""
+    model = _gather_model()
+    table = onnx.numpy_helper.to_array(model.graph.initializer[0])
+    exe = Compiler.compile(model)
+    cfg = runtime.RuntimeConfig(num_threads=2, timeout_ns=0, auto_reset=True)
+    with runtime.Runner(exe, cfg) as r:
+        jobs = []
+        for k in range(24):
+            idx = np.array([k % 4, 9 if k == 11 else 3], np.int32)
+            out = {"y": np.full((2, 4096), -1, np.float32)}
+            jobs.append((idx, out, r.execute_async({"i": idx}, out)))
+        failed = 0
+        for idx, out, fut in jobs:
+            try:
+                fut.wait()
+            except errors.Error as e:
+                assert "out of range" in str(e) or "failed" in str(e)
+                failed += 1
+            else:
+                np.testing.assert_array_equal(out["y"], np.maximum(table[idx], 0))
+        assert 1 <= failed < len(jobs)
+        ok = {"y": np.zeros((2, 4096), np.float32)}
+        r.execute({"i": np.array([1, 2], np.int32)}, ok)
+        np.testing.assert_array_equal(ok["y"], np.maximum(table[[1, 2]], 0))
+        stats = r.stats()
+        assert stats["requests_completed"] + stats["requests_failed"] == len(jobs) + 1

@@ -22,6 +22,7 @@ from pyipu.compiler.conv_epilogue import fuse_conv_epilogues
 from pyipu.compiler.errors import CompileError
 from pyipu.compiler.executable import Executable
 from pyipu.compiler.fusion import FUSION_KEY, read_fusion_info
+from pyipu.compiler.gelu_fusion import fuse_gelu
 from pyipu.compiler.io_tiles import auto_num_io_tiles, streamed_bytes
 from pyipu.compiler.ipu_model import Settings, allow_out_of_memory, check_fits, estimate
 from pyipu.compiler.ir import ModelIR
@@ -86,6 +87,7 @@ def _compile_ir(model: ModelLike, outputs: Sequence[str] | None, opts: CompilerO
         index_name = fusion.index
         opaque.append((FUSION_KEY, fusion.to_json().encode()))
     fuse_conv_epilogues(builder)
+    fuse_gelu(builder)
     _progress(opts, 2)
     plan = split_stages(builder, placement.stage_ipus) if placement is not None else None
     ir = build_ir(

@@ -22,6 +22,7 @@ computed by then; nothing in between may write an input of the convolution.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,6 +47,16 @@ class _Graph:
 
 def fuse_conv_epilogues(b: GraphBuilder) -> int:
     """Rewrite every subgraph's program in place; returns the number of instructions removed."""
+    return rewrite_programs(b, (_fold_bn_at, _fuse_at))
+
+
+FuseFn = Callable[["_Graph", list[Instr], list[int], int], int]
+
+
+def rewrite_programs(b: GraphBuilder, fuses: Sequence[FuseFn]) -> int:
+    """Apply each pattern at every position of every subgraph's program, in that order; a
+    pattern returns the number of instructions it removed (0: no match). Shared with the other
+    instruction-level fusions (gelu_fusion.py)."""
     reads: Counter[int] = Counter()
     for prog in b.programs:
         for ins in prog:
@@ -59,7 +70,7 @@ def fuse_conv_epilogues(b: GraphBuilder) -> int:
     removed = 0
     for sg, prog in enumerate(b.programs):
         stages = b.instr_stages[sg]
-        for fuse in (_fold_bn_at, _fuse_at):
+        for fuse in fuses:
             i = 0
             while i < len(prog):
                 fused = fuse(g, prog, stages, i)

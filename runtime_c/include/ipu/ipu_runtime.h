@@ -142,6 +142,7 @@ typedef struct ipu_runtime_stats {
     double throughput_rps;                   /* completed requests/s over the last ~2 s */
     uint32_t num_threads;
     uint64_t pipeline_ticks, concurrent_ticks; /* pipelined sharded executables (session stats) */
+    uint64_t concurrent_iterations;            /* session stats: queued requests run at once */
 } ipu_runtime_stats;
 /* Readable at any time from any thread, without stopping the runtime. */
 IPU_API void ipu_runtime_get_stats(const ipu_runtime *rt, ipu_runtime_stats *out);

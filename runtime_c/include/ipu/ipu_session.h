@@ -143,6 +143,9 @@ typedef struct ipu_session_stats {
     /* Pipelined sharded executables: compute phases run, and those in which more than one
      * stage computed at the same time on separate worker groups. */
     uint64_t pipeline_ticks, concurrent_ticks;
+    /* Iterations that ran alongside another one, each alone on a worker (several batches were
+     * queued at once; see docs/runtime.md). */
+    uint64_t concurrent_iterations;
 } ipu_session_stats;
 IPU_API void ipu_session_get_stats(const ipu_session *s, ipu_session_stats *out);
 

@@ -114,6 +114,7 @@ ipu_status ipu_runtime_create(const ipu_executable *exe, const ipu_runtime_confi
     rt->index_anchor = rt->s->index_anchor;
     rt->inline_ok = inline_eligible(rt);
     rt->s->park_ok = rt->inline_ok;
+    rt->s->par_steps = true; /* the device thread runs step after step: two may overlap */
     st = init_sync(rt);
     if (st != IPU_OK) goto fail;
     /* Default bindings (weights TENSOR_DATA, the rest QUEUE); Load on this thread. */
@@ -303,6 +304,7 @@ void ipu_runtime_get_stats(const ipu_runtime *rt, ipu_runtime_stats *out) {
     out->num_threads = ss.num_threads;
     out->pipeline_ticks = ss.pipeline_ticks;
     out->concurrent_ticks = ss.concurrent_ticks;
+    out->concurrent_iterations = ss.concurrent_iterations;
     uint64_t h[IPU__LAT_BUCKETS];
     uint64_t total = 0;
     for (uint32_t b = 0; b < IPU__LAT_BUCKETS; b++) {

@@ -202,6 +202,8 @@ ipu_status ipu_session_create(const ipu_executable *exe, const ipu_session_confi
     st = ipu__pipeline_create(s);
     if (st == IPU_OK) st = ipu__stages_create(s);
     if (st != IPU_OK) goto fail;
+    s->par_ok = s->nth >= 2 && info->num_stages == 0 && s->index_anchor == IPU_NO_INDEX &&
+                s->num_subgraphs == 1 && !s->batching;
     *out = s;
     return IPU_OK;
 fail:
@@ -245,6 +247,8 @@ void ipu_session_destroy(ipu_session *s) {
     ipu__free(s->tensor_ptr);
     ipu__free(s->wstatus);
     ipu__free(s->wmsg);
+    ipu__aligned_free(s->par_arena);
+    ipu__free(s->par_ptr);
     ipu__aligned_free(s->arena);
     ipu__free(s);
 }
@@ -494,6 +498,8 @@ void ipu_session_get_stats(const ipu_session *s, ipu_session_stats *out) {
     out->overlap_io = atomic_load_explicit(&s->st_overlap, memory_order_relaxed);
     out->pipeline_ticks = atomic_load_explicit(&s->st_ticks, memory_order_relaxed);
     out->concurrent_ticks = atomic_load_explicit(&s->st_concurrent_ticks, memory_order_relaxed);
+    out->concurrent_iterations = atomic_load_explicit(&s->st_concurrent_iters,
+                                                      memory_order_relaxed);
 }
 
 /* ---- Load --------------------------------------------------------------------------------- */
@@ -531,6 +537,8 @@ ipu_status ipu_session_run_load(ipu_session *s) {
     if (ipu__stopped(s)) return ipu__fail(IPU_ERR_CLOSED, "session stopped");
     s->loaded = true;
     const ipu_executable *e = s->exe;
+    ipu__aligned_free(s->par_arena); /* its copy of what Load computes is stale now */
+    s->par_arena = NULL;
     memset(s->arena, 0, (size_t)e->info.arena_size);
     for (uint32_t a = 0; a < s->num_anchors; a++) {
         const ipu_anchor_info *A = &s->anchors[a];
@@ -561,16 +569,12 @@ typedef struct ipu__job {
     ipu_session *s;
     const ipu__frame *f;
     const ipu__instr *ins;
-    size_t work;
 } ipu__job;
 
-static void job_fn(void *ctx, uint32_t ith, uint32_t nth) {
+static void job_fn(void *ctx, size_t begin, size_t end, uint32_t ith) {
     const ipu__job *j = ctx;
-    size_t begin, end;
-    ipu__split_work(j->work, ith, nth, &begin, &end);
-    if (begin >= end) return;
-    ipu_status st = ipu__instr_run(j->f, j->ins, begin, end,
-                                   ipu__pool_scratch(j->s->pool, ith));
+    if (j->s->wstatus[ith] != IPU_OK) return; /* keep this worker's first failure */
+    ipu_status st = ipu__instr_run(j->f, j->ins, begin, end, ipu__pool_scratch(j->s->pool, ith));
     if (st != IPU_OK) {
         j->s->wstatus[ith] = st;
         snprintf(j->s->wmsg[ith], IPU__MSG_BYTES, "%s", ipu_last_error_message());
@@ -585,6 +589,11 @@ uint64_t ipu__instr_bytes(const ipu_executable *e, const ipu__instr *ins) {
 }
 
 ipu_status ipu__run_program(ipu_session *s, const ipu__frame *f, uint32_t index) {
+    return ipu__run_program_on(s, f, index, 0);
+}
+
+ipu_status ipu__run_program_on(ipu_session *s, const ipu__frame *f, uint32_t index,
+                               uint32_t alone) {
     const ipu_executable *e = s->exe;
     const ipu__program *prog = &e->programs[index];
     char msg[IPU__MSG_BYTES] = "";
@@ -594,13 +603,13 @@ ipu_status ipu__run_program(ipu_session *s, const ipu__frame *f, uint32_t index)
         size_t work = ipu__instr_work(e, ins);
         if (work == 0) continue;
         ipu_status st = IPU_OK;
-        if (s->nth == 1 || work < 2 || ipu__instr_bytes(e, ins) < IPU__PAR_MIN_BYTES) {
-            st = ipu__instr_run(f, ins, 0, work, ipu__pool_scratch(s->pool, 0));
+        if (alone || s->nth == 1 || work < 2 || ipu__instr_bytes(e, ins) < IPU__PAR_MIN_BYTES) {
+            st = ipu__instr_run(f, ins, 0, work, ipu__pool_scratch(s->pool, alone ? alone - 1 : 0));
             if (st != IPU_OK) snprintf(msg, sizeof msg, "%s", ipu_last_error_message());
         } else {
             for (uint32_t w = 0; w < s->nth; w++) s->wstatus[w] = IPU_OK;
-            ipu__job job = {s, f, ins, work};
-            ipu__pool_run(s->pool, job_fn, &job);
+            ipu__job job = {s, f, ins};
+            ipu__pool_run_range(s->pool, work, job_fn, &job);
             for (uint32_t w = 0; w < s->nth && st == IPU_OK; w++) {
                 if (s->wstatus[w] != IPU_OK) {
                     st = s->wstatus[w];

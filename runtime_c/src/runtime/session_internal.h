@@ -63,6 +63,7 @@ typedef struct ipu__iter {
     int ev;                   /* load result (EV_* of session_main.c; 0 = ready) */
     ipu_status st;            /* first failure of the iteration */
     bool (*idle)(struct ipu_session *s); /* load: called while waiting for input; true = did work */
+    uint32_t alone;           /* compute: 0 = split over the pool, w + 1 = serially on worker w */
     char msg[IPU__MSG_BYTES]; /* message of the failure / of a CLOSED completion */
 } ipu__iter;
 /* Load results (ipu__iter.ev). */
@@ -129,9 +130,18 @@ struct ipu_session {
      * device parks (set by the runtime before its device thread starts). */
     _Alignas(64) atomic_int park;
     bool park_ok;
+    /* Concurrent iterations (session_main.c): with a second batch already queued, two
+     * iterations run at once, each alone on one worker, the second over its own copy of the
+     * arena (par_arena, frame par_ptr; made on first use, dropped when Load runs again).
+     * par_ok: the session's layout allows it; par_steps (set by the runtime): the second may
+     * start the next step when batches_per_step is 1 (par_extra_steps counts them). */
+    bool par_ok, par_steps;
+    uint8_t *par_arena;
+    void **par_ptr;
+    uint32_t par_extra_steps;
 
     _Alignas(64) atomic_uint_fast64_t st_steps, st_iterations, st_padded, st_padded_rows;
-    atomic_uint_fast64_t st_ticks, st_concurrent_ticks;
+    atomic_uint_fast64_t st_ticks, st_concurrent_ticks, st_concurrent_iters;
     atomic_int st_overlap;
 
     /* Stage pipeline (session_stages.c): per active stage slot of a tick, its stage, batch,
@@ -245,6 +255,9 @@ void ipu__session_disconnect_msg(ipu_session *s, ipu_status st, const char *msg)
 uint64_t ipu__instr_bytes(const ipu_executable *e, const ipu__instr *ins);
 /* Run program programs[index] over frame f on the pool; the calling thread is worker 0. */
 IPU_NODISCARD ipu_status ipu__run_program(ipu_session *s, const ipu__frame *f, uint32_t index);
+/* alone = 0: as ipu__run_program; w + 1: every instruction serially on worker w (its scratch). */
+IPU_NODISCARD ipu_status ipu__run_program_on(ipu_session *s, const ipu__frame *f, uint32_t index,
+                                             uint32_t alone);
 
 /* session_main.c: the stages of one iteration over c (see ipu__iter). load: index, gather,
  * padding, EMPTY / CALLBACK inputs (c->ev != IPU__EV_READY: nothing to compute; the taken

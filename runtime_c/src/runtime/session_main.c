@@ -331,8 +331,9 @@ void ipu__stage_load(ipu_session *s, ipu__iter *c, uint32_t it) {
 void ipu__stage_compute(ipu_session *s, ipu__iter *c) {
     if (c->st != IPU_OK) return;
     ipu__frame f = {s->exe, c->ptr};
-    ipu_status ps = s->exe->info.num_stages ? ipu__run_stages(s, &f)
-                                            : ipu__run_program(s, &f, s->exe->main_programs[c->sub]);
+    ipu_status ps = s->exe->info.num_stages
+                        ? ipu__run_stages(s, &f)
+                        : ipu__run_program_on(s, &f, s->exe->main_programs[c->sub], c->alone);
     if (ps != IPU_OK) {
         char what[64];
         snprintf(what, sizeof what, "Main program of subgraph %u failed", c->sub);
@@ -355,18 +356,98 @@ bool ipu__stage_store(ipu_session *s, ipu__iter *c) {
     return true;
 }
 
-/* One serial iteration over the arena. Returns an EV_* code; *st is the iteration's failure. */
-static int iteration(ipu_session *s, uint32_t it, ipu_status *st) {
-    ipu__iter *c = &s->iters[0];
+/* Concurrent iterations (see session_internal.h): true when the next iteration can start now
+ * without waiting: every queue-bound input has a slot, nothing asks the device to stop, and it
+ * belongs to this step (or starts the next one, with batches_per_step 1 on the runtime's
+ * device). Makes the second arena on first use. */
+static bool second_ready(ipu_session *s, uint32_t it) {
+    if (!s->par_ok || ipu__stopped(s) || atomic_load(&s->interrupt_req) ||
+        atomic_load(&s->flush_req))
+        return false;
+    if (it + 1 >= s->bps && !(s->bps == 1 && s->par_steps)) return false;
+    uint32_t nq = 0;
+    for (uint32_t a = 0; a < s->num_anchors; a++) {
+        ipu_binding k = s->binds[a].kind;
+        if (s->anchors[a].has_tensor_data) continue; /* a weight: Load's business */
+        if (k == IPU_BIND_CALLBACK) return false;    /* user code runs in iteration order */
+        if (k != IPU_BIND_QUEUE || s->anchors[a].direction != IPU_DIR_INPUT) continue;
+        if (!ipu_ring_front(s->rings[a])) return false;
+        nq++;
+    }
+    if (nq == 0) return false;
+    if (!s->par_arena) {
+        const ipu_executable *e = s->exe;
+        size_t n = (size_t)e->info.arena_size;
+        if (!s->par_ptr) s->par_ptr = ipu__calloc(e->info.num_tensors, sizeof *s->par_ptr);
+        s->par_arena = s->par_ptr ? ipu__aligned_alloc(64, n ? n : 1) : NULL;
+        if (!s->par_arena) return false; /* no memory for it: run one at a time */
+        memcpy(s->par_arena, s->arena, n); /* what Load computed into the arena */
+        for (uint32_t t = 0; t < e->info.num_tensors; t++)
+            s->par_ptr[t] = e->tensors[t].loc == IPU_LOC_ARENA
+                                ? (void *)(s->par_arena + e->tensors[t].offset)
+                                : s->tensor_ptr[t];
+    }
+    return true;
+}
+
+/* Items 0 and 1 are the two iterations: a worker claims one and computes it alone; a worker
+ * slow to wake leaves both to the device thread, one after the other. */
+static void compute_pair(void *ctx, size_t begin, size_t end, uint32_t ith) {
+    ipu_session *s = ctx;
+    for (size_t k = begin; k < end; k++) {
+        s->iters[k].alone = ith + 1;
+        ipu__stage_compute(s, &s->iters[k]);
+        s->iters[k].alone = 0;
+    }
+}
+
+/* One iteration over the arena, or two at once (*done = 2). Returns an EV_* code; *failed is
+ * the failed iteration (NULL: none). */
+static int iteration(ipu_session *s, uint32_t it, uint32_t *done, ipu__iter **failed) {
+    ipu__iter *c = &s->iters[0], *c2 = NULL;
     c->ptr = s->tensor_ptr;
     c->idle = NULL;
-    *st = IPU_OK;
+    c->alone = 0;
+    *failed = NULL;
+    *done = 1;
     ipu__stage_load(s, c, it);
     if (c->ev != EV_READY) return c->ev;
-    ipu__stage_compute(s, c);
-    if (!ipu__stage_store(s, c)) return EV_CLOSED;
-    *st = c->st;
-    return EV_READY;
+    int ev2 = EV_READY;
+    if (second_ready(s, it)) {
+        c2 = &s->iters[1];
+        c2->ptr = s->par_ptr;
+        c2->idle = NULL;
+        ipu__stage_load(s, c2, it + 1); /* its inputs are queued: does not wait */
+        if (c2->ev != EV_READY) {
+            ev2 = c2->ev;
+            c2 = NULL;
+        }
+    }
+    if (c2) {
+        ipu__pool_run_range(s->pool, 2, compute_pair, s);
+        atomic_fetch_add_explicit(&s->st_concurrent_iters, 2, memory_order_relaxed);
+    } else {
+        ipu__stage_compute(s, c);
+    }
+    if (!ipu__stage_store(s, c)) {
+        if (c2) { /* stopped: the second's taken inputs complete as CLOSED too */
+            snprintf(c2->msg, sizeof c2->msg, "session stopped during the iteration");
+            finish_inputs(s, c2, IPU_ERR_CLOSED);
+        }
+        return EV_CLOSED;
+    }
+    if (c->st != IPU_OK) *failed = c;
+    if (c2) {
+        if (c->st != IPU_OK && c2->st == IPU_OK) { /* fails with the first, as if queued */
+            c2->st = c->st;
+            snprintf(c2->msg, sizeof c2->msg, "%s", c->msg);
+        }
+        if (!ipu__stage_store(s, c2)) return EV_CLOSED;
+        if (!*failed && c2->st != IPU_OK) *failed = c2;
+        if (it + 1 < s->bps) *done = 2;
+        else s->par_extra_steps++;
+    }
+    return ev2 == EV_CLOSED ? EV_CLOSED : EV_READY;
 }
 
 static ipu_status run_serial(ipu_session *s, ipu_step_result *r) {
@@ -376,8 +457,9 @@ static ipu_status run_serial(ipu_session *s, ipu_step_result *r) {
             if (r->iterations > 0) r->padded_iterations = s->bps - r->iterations;
             break;
         }
-        ipu_status st;
-        int ev = iteration(s, r->iterations, &st);
+        uint32_t done;
+        ipu__iter *failed;
+        int ev = iteration(s, r->iterations, &done, &failed);
         if (ev == EV_CLOSED) return IPU_ERR_CLOSED;
         if (ev == EV_INTERRUPT) {
             atomic_store(&s->interrupt_req, 0);
@@ -388,8 +470,8 @@ static ipu_status run_serial(ipu_session *s, ipu_step_result *r) {
             r->padded_iterations = s->bps - r->iterations;
             break;
         }
-        if (st != IPU_OK) return ipu__fail(st, "%s", s->iters[0].msg);
-        r->iterations++;
+        if (failed) return ipu__fail(failed->st, "%s", failed->msg);
+        r->iterations += done;
     }
     return IPU_OK;
 }
@@ -408,6 +490,10 @@ ipu_status ipu_session_run_main(ipu_session *s, ipu_step_result *out) {
         atomic_fetch_add_explicit(&s->st_padded, r.padded_iterations, memory_order_relaxed);
     if (r.iterations + r.padded_iterations == s->bps)
         atomic_fetch_add_explicit(&s->st_steps, 1, memory_order_relaxed);
+    if (s->par_extra_steps) { /* steps of batches_per_step 1 run alongside this one */
+        atomic_fetch_add_explicit(&s->st_steps, s->par_extra_steps, memory_order_relaxed);
+        s->par_extra_steps = 0;
+    }
     if (ret == IPU_ERR_CLOSED) return ipu__fail(IPU_ERR_CLOSED, "session stopped");
     if (ret == IPU_OK && out) *out = r;
     return ret;

@@ -25,10 +25,15 @@ struct ipu__pool {
     pthread_cond_t work_cv;  /* helpers sleep here waiting for a new generation */
     pthread_cond_t done_cv;  /* worker 0 sleeps here waiting for pending == 0 */
     /* Work description: written by worker 0 before the generation is bumped (the seq_cst
-     * increment releases it), read by helpers after they observe the new generation. */
+     * increment releases it), read by helpers after they observe the new generation (a range
+     * run: after a successful claim). */
     ipu__pool_fn fn;
     void *ctx;
-    _Alignas(64) atomic_uint gen;
+    ipu__pool_range_fn rfn;
+    size_t work, chunk;
+    _Alignas(64) atomic_uint gen;          /* (runs << 1) | RANGE bit */
+    _Alignas(64) atomic_uint_fast64_t claim; /* tag << 32 | nchunks << 16 | next chunk */
+    atomic_uint chunks_left;               /* range run: chunks not finished yet */
     _Alignas(64) atomic_uint pending;  /* helpers that have not finished the current generation */
     _Alignas(64) atomic_int sleepers;  /* helpers inside the work_cv wait loop */
     atomic_int main_waiting;           /* worker 0 inside the done_cv wait loop */
@@ -53,6 +58,33 @@ static unsigned helper_wait(ipu__pool *p, unsigned seen) {
     return g;
 }
 
+#define RANGE_BIT 1u
+
+static void wake_main(ipu__pool *p) {
+    pthread_mutex_lock(&p->mu);
+    pthread_cond_broadcast(&p->done_cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* Claim and run chunks of the range run tagged `tag` until none is left. */
+static void claim_chunks(ipu__pool *p, uint32_t tag, uint32_t ith) {
+    uint_fast64_t w = atomic_load_explicit(&p->claim, memory_order_acquire);
+    for (;;) {
+        uint32_t next = (uint32_t)(w & 0xffffu), n = (uint32_t)((w >> 16) & 0xffffu);
+        if ((uint32_t)(w >> 32) != tag || next >= n) return;
+        if (!atomic_compare_exchange_weak_explicit(&p->claim, &w, w + 1, memory_order_acq_rel,
+                                                   memory_order_acquire))
+            continue;
+        size_t begin = (size_t)next * p->chunk;
+        size_t end = begin + p->chunk < p->work ? begin + p->chunk : p->work;
+        p->rfn(p->ctx, begin, end, ith);
+        /* seq_cst: pairs with main_waiting in ipu__pool_run_range */
+        if (atomic_fetch_sub(&p->chunks_left, 1) == 1 && atomic_load(&p->main_waiting))
+            wake_main(p);
+        w = atomic_load_explicit(&p->claim, memory_order_acquire);
+    }
+}
+
 static void *helper_main(void *arg) {
     ipu__pool_helper *h = arg;
     ipu__pool *p = h->pool;
@@ -60,12 +92,13 @@ static void *helper_main(void *arg) {
     for (;;) {
         seen = helper_wait(p, seen);
         if (atomic_load_explicit(&p->stop, memory_order_acquire)) break;
-        p->fn(p->ctx, h->ith, p->nth);
-        if (atomic_fetch_sub(&p->pending, 1) == 1 && atomic_load(&p->main_waiting)) {
-            pthread_mutex_lock(&p->mu);
-            pthread_cond_broadcast(&p->done_cv);
-            pthread_mutex_unlock(&p->mu);
+        if (seen & RANGE_BIT) { /* worker 0 may have moved on: the tag tells */
+            claim_chunks(p, seen >> 1, h->ith);
+            continue;
         }
+        /* a plain run waits for every helper, so fn and ctx are this run's */
+        p->fn(p->ctx, h->ith, p->nth);
+        if (atomic_fetch_sub(&p->pending, 1) == 1 && atomic_load(&p->main_waiting)) wake_main(p);
     }
     return NULL;
 }
@@ -81,6 +114,8 @@ ipu_status ipu__pool_create(uint32_t nth, size_t scratch_bytes, ipu__pool **out)
     if (!p) return ipu__fail(IPU_ERR_NOMEM, "thread pool: cannot allocate the pool");
     p->nth = nth;
     atomic_init(&p->gen, 0);
+    atomic_init(&p->claim, 0);
+    atomic_init(&p->chunks_left, 0);
     atomic_init(&p->pending, 0);
     atomic_init(&p->sleepers, 0);
     atomic_init(&p->main_waiting, 0);
@@ -144,7 +179,7 @@ void ipu__pool_destroy(ipu__pool *p) {
     if (p->sync_ready) {
         pthread_mutex_lock(&p->mu);
         atomic_store(&p->stop, true);
-        atomic_fetch_add(&p->gen, 1);
+        atomic_fetch_add(&p->gen, 2);
         pthread_cond_broadcast(&p->work_cv);
         pthread_mutex_unlock(&p->mu);
         for (uint32_t i = 0; i < p->started; i++) pthread_join(p->threads[i], NULL);
@@ -164,6 +199,31 @@ void *ipu__pool_scratch(const ipu__pool *p, uint32_t ith) {
     return p->scratch + (size_t)ith * p->scratch_stride;
 }
 
+/* Post generation `gen` (seq_cst: publishes the run's description; pairs with sleepers) and
+ * wake sleeping helpers. */
+static void publish(ipu__pool *p, unsigned gen) {
+    atomic_store(&p->gen, gen);
+    if (atomic_load(&p->sleepers) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->work_cv);
+        pthread_mutex_unlock(&p->mu);
+    }
+}
+
+/* Worker 0: spin, then sleep, until *count is 0. */
+static void wait_zero(ipu__pool *p, atomic_uint *count) {
+    uint64_t t0 = 0;
+    for (unsigned i = 0;; i++) {
+        if (atomic_load_explicit(count, memory_order_acquire) == 0) return;
+        if (ipu__spin_expired(i, &t0)) break;
+    }
+    pthread_mutex_lock(&p->mu);
+    atomic_store(&p->main_waiting, 1); /* seq_cst: pairs with the decrement */
+    while (atomic_load(count) != 0) pthread_cond_wait(&p->done_cv, &p->mu);
+    atomic_store(&p->main_waiting, 0);
+    pthread_mutex_unlock(&p->mu);
+}
+
 void ipu__pool_run(ipu__pool *p, ipu__pool_fn fn, void *ctx) {
     if (p->nth == 1) {
         fn(ctx, 0, 1);
@@ -172,21 +232,31 @@ void ipu__pool_run(ipu__pool *p, ipu__pool_fn fn, void *ctx) {
     p->fn = fn;
     p->ctx = ctx;
     atomic_store_explicit(&p->pending, p->nth - 1, memory_order_relaxed);
-    atomic_fetch_add(&p->gen, 1); /* seq_cst: publishes fn/ctx/pending; pairs with sleepers */
-    if (atomic_load(&p->sleepers) > 0) {
-        pthread_mutex_lock(&p->mu);
-        pthread_cond_broadcast(&p->work_cv);
-        pthread_mutex_unlock(&p->mu);
-    }
+    publish(p, ((atomic_load_explicit(&p->gen, memory_order_relaxed) >> 1) + 1) << 1);
     fn(ctx, 0, p->nth);
-    uint64_t t0 = 0;
-    for (unsigned i = 0;; i++) {
-        if (atomic_load_explicit(&p->pending, memory_order_acquire) == 0) return;
-        if (ipu__spin_expired(i, &t0)) break;
+    wait_zero(p, &p->pending);
+}
+
+void ipu__pool_run_range(ipu__pool *p, size_t work, ipu__pool_range_fn fn, void *ctx) {
+    if (work == 0) return;
+    size_t n = (size_t)p->nth * IPU__POOL_CHUNKS_PER_WORKER;
+    if (n > work) n = work;
+    if (p->nth == 1 || n < 2) {
+        fn(ctx, 0, work, 0);
+        return;
     }
-    pthread_mutex_lock(&p->mu);
-    atomic_store(&p->main_waiting, 1); /* seq_cst: pairs with the pending decrement */
-    while (atomic_load(&p->pending) != 0) pthread_cond_wait(&p->done_cv, &p->mu);
-    atomic_store(&p->main_waiting, 0);
-    pthread_mutex_unlock(&p->mu);
+    size_t chunk = (work + n - 1) / n;
+    n = (work + chunk - 1) / chunk; /* <= nth * IPU__POOL_CHUNKS_PER_WORKER < 2^16 */
+    p->rfn = fn;
+    p->ctx = ctx;
+    p->work = work;
+    p->chunk = chunk;
+    unsigned gen = (((atomic_load_explicit(&p->gen, memory_order_relaxed) >> 1) + 1) << 1) |
+                   RANGE_BIT;
+    atomic_store_explicit(&p->chunks_left, (unsigned)n, memory_order_relaxed);
+    atomic_store_explicit(&p->claim, (uint_fast64_t)(gen >> 1) << 32 | (uint_fast64_t)n << 16,
+                          memory_order_release);
+    publish(p, gen);
+    claim_chunks(p, gen >> 1, 0);
+    wait_zero(p, &p->chunks_left);
 }

@@ -6,10 +6,22 @@
  * returns when all calls have returned (a barrier). At most one thread may be inside
  * ipu__pool_run at a time.
  *
+ * ipu__pool_run_range(pool, work, fn, ctx) instead splits work items [0, work) into chunks that
+ * the workers claim one at a time (an atomic counter) and returns when every chunk is done: a
+ * helper that is slow to wake (asleep, or descheduled by another process on a busy machine) is
+ * not waited for, worker 0 takes its chunks. Only the workers that claimed a chunk are waited
+ * for.
+ *
  * Waiting: a helper polls for new work for IPU__POOL_SPIN_NS (with a pause instruction), then
  * sleeps on a condition variable, so an idle pool uses no CPU. A generation counter tells helpers
- * that new work was posted; the sleep/wake handshake is a seq_cst Dekker pair on (gen, sleepers),
- * so no wakeup is lost. Worker 0 waits for the helpers the same way (pending, main_waiting).
+ * that new work was posted (bit 0: the kind of run, the rest counts runs); the sleep/wake
+ * handshake is a seq_cst Dekker pair on (gen, sleepers), so no wakeup is lost. Worker 0 waits for
+ * the helpers the same way (pending, main_waiting).
+ *
+ * Claims of a range run go through one 64-bit word: the run's tag (gen >> 1, 32 bits), the number
+ * of chunks and the next chunk (16 bits each). A helper that wakes late compares the tag and
+ * claims nothing from a run that has moved on; the run's description (fn, ctx, work, chunk) is
+ * read only after a successful claim, when worker 0 is still waiting for that chunk.
  *
  * Each worker owns scratch memory (64-byte aligned, `scratch_bytes` long).
  * Thread code lives here and in the runtime only; kernels never see a thread. */
@@ -26,6 +38,11 @@
 
 typedef struct ipu__pool ipu__pool;
 typedef void (*ipu__pool_fn)(void *ctx, uint32_t ith, uint32_t nth);
+/* Work items [begin, end) on worker ith. */
+typedef void (*ipu__pool_range_fn)(void *ctx, size_t begin, size_t end, uint32_t ith);
+/* Chunks of a range run: up to this many per worker (more balance against late helpers, a
+ * claim each), never more than the work items. */
+#define IPU__POOL_CHUNKS_PER_WORKER 4u
 
 /* nth >= 1 workers (nth - 1 helper threads are started). Helper threads block all signals. */
 IPU_NODISCARD ipu_status ipu__pool_create(uint32_t nth, size_t scratch_bytes, ipu__pool **out);
@@ -37,6 +54,9 @@ uint32_t ipu__pool_size(const ipu__pool *p);
 void *ipu__pool_scratch(const ipu__pool *p, uint32_t ith);
 /* Run fn on all workers; the caller is worker 0. Returns after every worker has finished. */
 void ipu__pool_run(ipu__pool *p, ipu__pool_fn fn, void *ctx);
+/* Run fn over work items [0, work) in dynamically claimed chunks; the caller is worker 0 and
+ * claims too. Returns after every chunk has been run. Same one-caller rule as ipu__pool_run. */
+void ipu__pool_run_range(ipu__pool *p, size_t work, ipu__pool_range_fn fn, void *ctx);
 
 /* Helpers shared with the runtime. */
 static inline uint64_t ipu__now_ns(void) {

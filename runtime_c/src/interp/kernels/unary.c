@@ -1,11 +1,13 @@
 /* UNARY: one opcode for the element-wise functions of ipu__unary_fn (docs/bytecode.md). float32
- * uses the C math library (the NumPy reference uses the same formulations); float16 is computed
+ * uses the C math library (the NumPy reference uses the same formulations), except EXP, SIGMOID,
+ * ERF and GELU (erf form), which use the vectorised vmath.c (a few ulp); float16 is computed
  * in float32 in chunks; integers (IPU__INT_TYPES) wrap; bool (NOT). ISNAN/ISINF write bool.
  * Work item = IPU__ELT_BLOCK elements. One switch per work item, then a tight loop per
  * function. */
 #include <math.h>
 
 #include "kernels.h"
+#include "vmath.h"
 
 static void elt_range(const ipu__unary_plan *p, size_t b, size_t e, uint64_t *lo, uint64_t *hi) {
     *lo = (uint64_t)b * IPU__ELT_BLOCK;
@@ -27,12 +29,16 @@ static void unary_f32(const ipu__unary_plan *p, const float *x, float *restrict 
         case IPU__UN_NEG: ULOOP(-v);
         case IPU__UN_ABS: ULOOP(fabsf(v));
         case IPU__UN_SIGN: ULOOP(v > 0 ? 1.0f : v < 0 ? -1.0f : v); /* NaN, ±0 unchanged */
-        case IPU__UN_SIGMOID: ULOOP(1.0f / (1.0f + expf(-v)));
+        case IPU__UN_SIGMOID:
+            for (size_t i = 0; i < n; i++) y[i] = -x[i];
+            ipu__vm_exp(y, y, n);
+            for (size_t i = 0; i < n; i++) y[i] = 1.0f / (1.0f + y[i]);
+            break;
         case IPU__UN_TANH: ULOOP(tanhf(v));
-        case IPU__UN_EXP: ULOOP(expf(v));
+        case IPU__UN_EXP: ipu__vm_exp(x, y, n); break;
         case IPU__UN_LOG: ULOOP(logf(v));
         case IPU__UN_SQRT: ULOOP(sqrtf(v));
-        case IPU__UN_ERF: ULOOP(erff(v));
+        case IPU__UN_ERF: ipu__vm_erf(x, y, n); break;
         case IPU__UN_RECIPROCAL: ULOOP(1.0f / v);
         case IPU__UN_SIN: ULOOP(sinf(v));
         case IPU__UN_COS: ULOOP(cosf(v));
@@ -75,7 +81,8 @@ static void unary_f32(const ipu__unary_plan *p, const float *x, float *restrict 
         case IPU__UN_SHRINK: ULOOP(v < -b ? v + a : v > b ? v - a : 0.0f);
         case IPU__UN_GELU:
             if (a == 0.0f) {
-                ULOOP(0.5f * v * (1.0f + erff(v * 0.70710678118654752f)));
+                ipu__vm_gelu_erf(x, y, n);
+                break;
             } else {
                 ULOOP(0.5f * v * (1.0f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v))));
             }

@@ -1,0 +1,76 @@
+/* Vectorised float32 exp, erf, GELU (erf form) and softmax rows for the element-wise kernels
+ * (libm's scalar expf/erff cost 5-20 ns per element). One algorithm (vmath_body.h), compiled
+ * for AVX2 + FMA and portably; the AVX2 build is chosen at run time. */
+#include "vmath.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#define VM_X86 1
+#include <immintrin.h>
+#else
+#define VM_X86 0
+#endif
+
+typedef float v4f __attribute__((vector_size(16)));
+typedef int32_t v4i __attribute__((vector_size(16)));
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+
+#define VF v4f
+#define VI v4i
+#define VM_N 4
+#define VM_SFX _portable
+#define VM_ATTR
+#define VM_FMA(a, b, c) ((a) * (b) + (c))
+#include "vmath_body.h"
+
+#if VM_X86
+#define VF v8f
+#define VI v8i
+#define VM_N 8
+#define VM_SFX _avx2
+#define VM_ATTR __attribute__((target("avx2,fma")))
+#define VM_FMA(a, b, c) ((v8f)_mm256_fmadd_ps((__m256)(a), (__m256)(b), (__m256)(c)))
+#include "vmath_body.h"
+#endif
+
+static int forced_isa; /* 0 = auto; set by tests only (relaxed atomics) */
+
+static int best_isa(void) {
+#if VM_X86
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return 2;
+#endif
+    return 1;
+}
+
+int ipu__vm_set_isa(int isa) {
+    int best = best_isa();
+    if (isa < 0 || isa > best) isa = 0;
+    __atomic_store_n(&forced_isa, isa, __ATOMIC_RELAXED);
+    return isa ? isa : best;
+}
+
+static bool use_avx2(void) {
+    int isa = __atomic_load_n(&forced_isa, __ATOMIC_RELAXED);
+    return (isa ? isa : best_isa()) == 2;
+}
+
+#if VM_X86
+#define VM_DISPATCH(name, ...)                                                                  \
+    do {                                                                                        \
+        if (use_avx2()) name##_avx2(__VA_ARGS__);                                               \
+        else name##_portable(__VA_ARGS__);                                                      \
+    } while (0)
+#else
+#define VM_DISPATCH(name, ...) name##_portable(__VA_ARGS__)
+#endif
+
+void ipu__vm_exp(const float *x, float *y, size_t n) { VM_DISPATCH(vm_exp_map, x, y, n); }
+void ipu__vm_erf(const float *x, float *y, size_t n) { VM_DISPATCH(vm_erf_map, x, y, n); }
+void ipu__vm_gelu_erf(const float *x, float *y, size_t n) { VM_DISPATCH(vm_gelu_map, x, y, n); }
+void ipu__vm_softmax_row(const float *x, float *y, size_t n) {
+    VM_DISPATCH(vm_softmax_row, x, y, n);
+}

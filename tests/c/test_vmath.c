@@ -1,0 +1,143 @@
+/* Vectorised float32 math (kernels/vmath.c) against libm's double erf/exp rounded to float,
+ * over float bit patterns spread through the whole range (both signs, subnormals, the tails),
+ * plus NaN and the infinities, for the portable and the AVX2 code. Also GELU and softmax rows
+ * against double formulas. Optional argv[1]: stride between bit patterns (1 = every float). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "interp/kernels/vmath.h"
+
+static int failures;
+#define CHECK(cond, ...)                                                                       \
+    do {                                                                                       \
+        if (!(cond)) {                                                                         \
+            failures++;                                                                        \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                        \
+            printf(__VA_ARGS__);                                                               \
+            printf("\n");                                                                      \
+        }                                                                                      \
+    } while (0)
+
+static float from_bits(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Distance in representable floats (monotone key: -0 and +0 are adjacent). */
+static int64_t key(float f) {
+    int32_t i;
+    memcpy(&i, &f, 4);
+    return i < 0 ? -(int64_t)(i & 0x7fffffff) - 1 : (int64_t)i;
+}
+static int64_t ulps(float a, float b) {
+    if (a != a || b != b) return (a != a) == (b != b) ? 0 : INT64_MAX;
+    if (a == b) return 0;
+    int64_t d = key(a) - key(b);
+    return d < 0 ? -d : d;
+}
+
+typedef void (*vm_fn)(const float *, float *, size_t);
+
+/* Max ulp error of fn against ref over every stride-th bit pattern. */
+static int64_t sweep(vm_fn fn, double (*ref)(double), uint32_t stride, float *worst) {
+    enum { B = 4099 }; /* odd chunk: exercises the tail path too */
+    float x[B], y[B];
+    int64_t maxu = 0;
+    uint64_t u = 0;
+    while (u <= 0xffffffffu) {
+        size_t n = 0;
+        for (; n < B && u <= 0xffffffffu; n++, u += stride) x[n] = from_bits((uint32_t)u);
+        fn(x, y, n);
+        for (size_t i = 0; i < n; i++) {
+            float want = (float)ref((double)x[i]);
+            int64_t e = ulps(y[i], want);
+            if (e > maxu) {
+                maxu = e;
+                *worst = x[i];
+            }
+        }
+    }
+    return maxu;
+}
+
+static void specials(vm_fn fn, double (*ref)(double), const char *name) {
+    float x[] = {NAN, -NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-45f, -1e-45f, 1.0f, -1.0f,
+                 3.92f, 4.0f, -4.0f, 88.72f, 88.73f, -87.3f, -103.9f, -104.5f, 1e30f, -1e30f};
+    size_t n = sizeof x / sizeof x[0];
+    float y[sizeof x / sizeof x[0]];
+    fn(x, y, n);
+    for (size_t i = 0; i < n; i++) {
+        float want = (float)ref((double)x[i]);
+        CHECK(ulps(y[i], want) <= 2, "%s(%g) = %.9g, want %.9g", name, (double)x[i],
+              (double)y[i], (double)want);
+        if (want == 0.0f) CHECK(signbit(y[i]) == signbit(want), "%s(%g): sign of zero", name,
+                                (double)x[i]);
+    }
+}
+
+static double gelu_ref(double x) { return 0.5 * x * (1.0 + erf(x / sqrt(2.0))); }
+
+static void check_gelu(void) {
+    enum { N = 2001 };
+    float x[N], y[N];
+    for (int i = 0; i < N; i++) x[i] = -10.0f + 20.0f * (float)i / (N - 1);
+    ipu__vm_gelu_erf(x, y, N);
+    for (int i = 0; i < N; i++) {
+        double w = gelu_ref(x[i]);
+        CHECK(fabs(y[i] - w) <= 1e-6 * (1.0 + fabs(w)), "gelu(%g) = %.9g, want %.9g",
+              (double)x[i], (double)y[i], w);
+    }
+    float s[] = {NAN, INFINITY, -INFINITY};
+    ipu__vm_gelu_erf(s, s, 3);
+    CHECK(isnan(s[0]) && s[1] == INFINITY && (isnan(s[2]) || s[2] == 0.0f),
+          "gelu specials: %g %g %g", (double)s[0], (double)s[1], (double)s[2]);
+}
+
+static void check_softmax(void) {
+    for (size_t n = 1; n <= 77; n += 19) {
+        float x[80], y[80];
+        double w[80], sum = 0, m = -INFINITY;
+        for (size_t i = 0; i < n; i++) x[i] = (float)((int)(i * 37 % 23) - 11) * 0.7f;
+        for (size_t i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
+        for (size_t i = 0; i < n; i++) sum += (w[i] = exp(x[i] - m));
+        ipu__vm_softmax_row(x, y, n);
+        for (size_t i = 0; i < n; i++)
+            CHECK(fabs(y[i] - w[i] / sum) <= 1e-6 * (w[i] / sum) + 1e-9, "softmax n=%zu [%zu]",
+                  n, i);
+        x[n / 2] = NAN;
+        ipu__vm_softmax_row(x, y, n);
+        for (size_t i = 0; i < n; i++) CHECK(isnan(y[i]), "softmax NaN row n=%zu [%zu]", n, i);
+    }
+    float z[3] = {-INFINITY, 0.0f, -INFINITY}, o[3];
+    ipu__vm_softmax_row(z, o, 3);
+    CHECK(o[0] == 0.0f && o[1] == 1.0f && o[2] == 0.0f, "softmax of -inf: %g %g %g",
+          (double)o[0], (double)o[1], (double)o[2]);
+}
+
+int main(int argc, char **argv) {
+    uint32_t stride = argc > 1 ? (uint32_t)strtoul(argv[1], NULL, 10) : 4093u;
+    if (stride == 0) stride = 1;
+    for (int isa = 1; isa <= 2; isa++) {
+        if (ipu__vm_set_isa(isa) != isa) continue; /* no AVX2 here */
+        float we = 0, wx = 0;
+        int64_t ee = sweep(ipu__vm_erf, erf, stride, &we);
+        int64_t ex = sweep(ipu__vm_exp, exp, stride, &wx);
+        printf("isa %d: erf max %lld ulp (at %.9g), exp max %lld ulp (at %.9g)\n", isa,
+               (long long)ee, (double)we, (long long)ex, (double)wx);
+        /* without FMA the erf polynomials round once more per step */
+        CHECK(ee <= (isa == 2 ? 2 : 3), "erf: %lld ulp at %.9g (isa %d)", (long long)ee,
+              (double)we, isa);
+        CHECK(ex <= 2, "exp: %lld ulp at %.9g (isa %d)", (long long)ex, (double)wx, isa);
+        specials(ipu__vm_erf, erf, "erf");
+        specials(ipu__vm_exp, exp, "exp");
+        check_gelu();
+        check_softmax();
+    }
+    ipu__vm_set_isa(0);
+    if (failures) printf("%d failure(s)\n", failures);
+    else printf("all vmath tests passed\n");
+    return failures != 0;
+}
