@@ -30,6 +30,9 @@ CONV_CASES = [
     ((1, 1, 40, 41), (2, 1, 3, 3), {"pads": [1, 1, 1, 1]}),  # several pixel tiles
     ((1, 600, 4, 4), (3, 600, 5, 5), {"pads": [2, 2, 2, 2]}),  # K chunked (15000 > KCH)
     ((1, 6, 5, 5), (6, 1, 5, 5), {"group": 6, "dilations": [2, 2], "pads": [4, 3, 2, 4]}),
+    ((1, 2, 48, 48), (500, 2, 3, 3), {"pads": [1, 1, 1, 1]}),  # > 4 sub-blocks per work item
+    ((1, 5, 9, 7), (6, 5, 3, 1), {"dilations": [2, 1]}),  # KW = 1: window path reads x itself
+    ((1, 300, 2, 460), (3, 300, 1, 1), {"strides": [2, 2]}),  # rows too wide: GEMM path
 ]
 
 

@@ -33,6 +33,50 @@ static ipu_status attr_range(const vctx *v, uint32_t first, uint32_t count, int6
     return IPU_OK;
 }
 
+/* Stride phases some tap t * d (t < k) of a stride-s window falls on; *idx[a] = index of phase a
+ * among them (idx has s entries, or NULL). */
+static int64_t used_phases(int64_t k, int64_t d, int64_t s, int64_t *idx) {
+    int64_t n = 0;
+    for (int64_t a = 0; a < s; a++) {
+        bool used = false;
+        for (int64_t t = 0; t < k && !used; t++) used = t * d % s == a;
+        if (idx) idx[a] = n;
+        n += used;
+    }
+    return n;
+}
+
+/* float32 window path (kernels.h, conv.c): output rows per work item, 0 if the input rows of
+ * one output row, for the channels of one K chunk, do not fit the scratch. Aims at one tile of
+ * IPU__CONV_TILE extended pixels per item, then at >= 8 items (an even split over workers).
+ * Sets *xcopy, *hq, *wq. */
+static int64_t window_rows(int64_t N, int64_t G, int64_t Cig, int64_t OH, int64_t OW, int64_t KH,
+                           int64_t KW, int64_t mbl, const int64_t *a, int *xcopy, int64_t *hq,
+                           int64_t *wq) {
+    int64_t sh = a[1], sw = a[2], ext_r = (KH - 1) * a[3] / sh, Wq = OW + (KW - 1) * a[4] / sw;
+    *xcopy = !(sh == 1 && sw == 1 && KW == 1 && !a[5] && !a[6] && !a[7] && !a[8]);
+    if (OH < 1 || Wq > ((int64_t)1 << 24) || sh > 64 || sw > 64) return 0;
+    int64_t rows = IPU__CONV_TILE / Wq < 1 ? 1 : IPU__CONV_TILE / Wq;
+    if (rows > OH) rows = OH;
+    int64_t chans = (IPU__SGEMM_KC - 1) / (KH * KW) + 2; /* channels one K chunk reads */
+    if (chans > Cig) chans = Cig;
+    uint64_t plane = (uint64_t)chans * (uint64_t)used_phases(KH, a[3], sh, NULL) *
+                     (uint64_t)used_phases(KW, a[4], sw, NULL) * (uint64_t)Wq;
+    if (*xcopy) {
+        while (rows > 1 && plane * (uint64_t)(rows + ext_r) + (uint64_t)Wq >
+                               (uint64_t)IPU__CONV_WIN_XQ)
+            rows--;
+        if (plane * (uint64_t)(rows + ext_r) + (uint64_t)Wq > (uint64_t)IPU__CONV_WIN_XQ)
+            return 0;
+    }
+    uint64_t base = (uint64_t)N * (uint64_t)G * (uint64_t)mbl;
+    while (rows > 1 && base * ceil_div((uint64_t)OH, (uint64_t)rows) < 8 && rows * Wq > 64)
+        rows = (rows + 1) / 2;
+    *hq = rows + ext_r;
+    *wq = Wq;
+    return rows;
+}
+
 ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
                          ipu__instr *ins) {
     static const char *const pos[] = {"group", "stride_h", "stride_w", "dil_h", "dil_w"};
@@ -91,8 +135,15 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
                 w->loc == IPU_LOC_TENSOR_DATA && v->e->tensor_data && y->numel > 0 &&
                 (uint64_t)G * (uint64_t)mbl * (uint64_t)blk < ((uint64_t)1 << 32);
     size_t extra = pack ? (size_t)(G * mbl * blk) * sizeof(float) + 64 : 0;
+    extra = (extra + 7) & ~(size_t)7; /* then rowoff[K] of the window path */
+    int xcopy = 0;
+    int64_t hq = 0, wq = 0, wrows = 0;
+    bool pw = KH == 1 && KW == 1 && a[1] == 1 && a[2] == 1 && !a[5] && !a[6] && !a[7] && !a[8];
+    if (y->desc.dtype == IPU_DTYPE_FLOAT32 && !(C / G == 1 && M / G == 1) && !pw && y->numel > 0)
+        wrows = window_rows(xd[0], G, C / G, oh, ow, KH, KW, mbl, a, &xcopy, &hq, &wq);
+    size_t roff = wrows ? (size_t)((C / G) * KH * KW) * sizeof(int64_t) : 0;
     ipu__conv_plan *p;
-    if (!(p = alloc_plan(sizeof *p + extra))) return plan_nomem();
+    if (!(p = alloc_plan(sizeof *p + extra + roff))) return plan_nomem();
     if (pack) {
         uintptr_t at = ((uintptr_t)(p + 1) + 63) & ~(uintptr_t)63;
         float *dst = (float *)at;
@@ -159,14 +210,37 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
         p->mblocks = mbl;
         p->rows = (int64_t)ceil_div((uint64_t)p->P, (uint64_t)ow);
     }
+    if (wrows) {
+        int64_t *ro = (int64_t *)((char *)(p + 1) + extra), ir[64], ic[64];
+        int64_t nphr = used_phases(KH, a[3], a[1], ir), nphc = used_phases(KW, a[4], a[2], ic);
+        int64_t plane = xcopy ? hq * wq : xd[2] * xd[3];
+        for (int64_t k = 0; k < p->K; k++) { /* patch row k = (ci, kh, kw) */
+            int64_t kw = k % KW, kh = k / KW % KH, ci = k / (KW * KH);
+            int64_t th = kh * a[3], tw = kw * a[4];
+            ro[k] = xcopy ? ((ci * nphr + ir[th % a[1]]) * nphc + ic[tw % a[2]]) * plane +
+                                th / a[1] * wq + tw / a[2]
+                          : ci * plane + th * xd[3];
+        }
+        p->nphr = nphr;
+        p->nphc = nphc;
+        p->window = 1;
+        p->xcopy = xcopy;
+        p->rowoff = ro;
+        p->Hq = hq;
+        p->Wq = wq;
+        p->rows = wrows;
+    }
+    p->pb = a[7];
+    p->pr = a[8];
     if (p->rows > oh) p->rows = oh;
     p->rblocks = (int64_t)ceil_div((uint64_t)oh, (uint64_t)p->rows);
-    /* float32 GEMM path: one im2col per pixel block for all channels, unless < 8 items */
+    /* float32 paths: one B packing per pixel block for all channels, unless < 8 items */
     if (!p->direct && !p->f16 && mbl > 0) {
         uint64_t base = (uint64_t)p->N * (uint64_t)G * (uint64_t)p->rblocks;
         uint64_t split = base >= 8 ? 1 : (8 + base - 1) / base;
         if (split > (uint64_t)mbl) split = (uint64_t)mbl;
         p->mper = (int64_t)ceil_div((uint64_t)mbl, split);
+        if (p->window && p->mper > IPU__CONV_WIN_MPER) p->mper = IPU__CONV_WIN_MPER;
         p->mblocks = (int64_t)ceil_div((uint64_t)mbl, (uint64_t)p->mper);
     }
     p->hdr.work = y->numel == 0 ? 0
