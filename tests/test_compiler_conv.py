@@ -203,6 +203,20 @@ def test_pool_dilated(op: str, dt: Any) -> None:
     check_op(op, [arr((1, 2, 8, 9), dt, 3)], attrs, opset=19)
 
 
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+@pytest.mark.parametrize("strides", [[1, 1], [3, 2]])
+def test_pool_row_blocks_and_nan(op: str, strides: list[int]) -> None:
+    """Wide rows (several row blocks per plane) and a NaN, which max pooling propagates."""
+    x = arr((1, 2, 40, 300), F32, 5)
+    x[0, 1, 7, 33] = np.nan
+    attrs = {"kernel_shape": [3, 3], "strides": strides, "pads": [1, 1, 1, 1]}
+    exe, feeds, _ = compile_single_op(op, [x], attrs, opset=12)
+    got, want = run_c(exe, feeds), exe.run_reference(feeds)
+    for name, w in want.items():
+        assert np.isnan(got[name]).sum() == np.isnan(w).sum() > 0
+        np.testing.assert_allclose(got[name], w, rtol=1e-6, atol=1e-6)
+
+
 def test_maxpool_indices_rejected() -> None:
     from models import single_node
 
