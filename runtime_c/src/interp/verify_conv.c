@@ -139,7 +139,7 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
     int xcopy = 0;
     int64_t hq = 0, wq = 0, wrows = 0;
     bool pw = KH == 1 && KW == 1 && a[1] == 1 && a[2] == 1 && !a[5] && !a[6] && !a[7] && !a[8];
-    if (y->desc.dtype == IPU_DTYPE_FLOAT32 && !(C / G == 1 && M / G == 1) && !pw && y->numel > 0)
+    if (y->desc.dtype == IPU_DTYPE_FLOAT32 && !pw && y->numel > 0)
         wrows = window_rows(xd[0], G, C / G, oh, ow, KH, KW, mbl, a, &xcopy, &hq, &wq);
     size_t roff = wrows ? (size_t)((C / G) * KH * KW) * sizeof(int64_t) : 0;
     ipu__conv_plan *p;
@@ -223,7 +223,7 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
         }
         p->nphr = nphr;
         p->nphc = nphc;
-        p->window = 1;
+        p->window = !p->direct; /* the depthwise loop uses the copied rows too */
         p->xcopy = xcopy;
         p->rowoff = ro;
         p->Hq = hq;

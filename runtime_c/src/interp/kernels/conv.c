@@ -10,7 +10,8 @@
  * of IPU__SGEMM_KC rows of K = Cig*KH*KW, the input patches are unrolled straight into the packed
  * B panels, and the micro-kernel accumulates into y itself. float16 GEMM path: im2col into a
  * float [K, P] matrix and ipu__sgemm. Depthwise convolutions (one input and one output channel
- * per group) use a direct loop. Every output element is computed the same way whichever work
+ * per group) use a direct loop: in float32 over the window path's copied rows, one long pass
+ * per tap. Every output element is computed the same way whichever work
  * item computes it, so results do not depend on the split. */
 #include <stdbool.h>
 #include <string.h>
@@ -450,6 +451,37 @@ static void run_gemm(const ipu__conv_plan *p, const void *x, const void *w, cons
     }
 }
 
+/* Depthwise float32 with the window plan (kernels.h): the padded input rows of the block are
+ * copied by stride phase, then each tap is one long pass acc[q] += w * xq[rowoff[k] + q] over
+ * the extended pixels; the epilogue writes the kept columns. False if acc does not fit. */
+static bool run_direct_window(const ipu__conv_plan *p, const float *x, const float *w,
+                              const void *bias, const void *res, float *y, int64_t n, int64_t g,
+                              int64_t r, void *scratch) {
+    int64_t oh0 = r * p->rows, nrows = p->OH - oh0 < p->rows ? p->OH - oh0 : p->rows;
+    int64_t Wq = p->Wq, npix = nrows * Wq, KK = p->KH * p->KW;
+    if (npix > IPU__CONV_WIN_C) return false;
+    float *acc = (float *)scratch + IPU__CONV_WIN_A;
+    float *xq = acc + IPU__CONV_WIN_C + IPU__CONV_WIN_B;
+    int64_t xoff = (n * p->C + g) * p->H * p->W;
+    const float *src = x + xoff + oh0 * p->W;
+    if (p->xcopy) {
+        copy_window(p, x, xoff, oh0, nrows, 0, 1, xq);
+        src = xq;
+    }
+    for (int64_t q = 0; q < npix; q++) acc[q] = 0.0f;
+    for (int64_t k = 0; k < KK; k++) { /* taps in (kh, kw) order */
+        const float *restrict s = src + p->rowoff[k];
+        float *restrict a = acc;
+        float wv = w[g * KK + k];
+        for (int64_t q = 0; q < npix; q++) a[q] += s[q] * wv;
+    }
+    for (int64_t rr = 0; rr < nrows; rr++) {
+        int64_t off = ((n * p->M + g) * p->OH + oh0 + rr) * p->OW;
+        epilogue_to(p, y + off, acc + rr * Wq, p->OW, bias, g, res, off);
+    }
+    return true;
+}
+
 /* Depthwise: channel c = g of image n, output rows of block r. */
 static void run_direct(const ipu__conv_plan *p, const void *x, const void *w, const void *bias,
                        const void *res, void *y, int64_t n, int64_t g, int64_t r, void *scratch) {
@@ -511,8 +543,10 @@ ipu_status ipu__k_conv2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
         int64_t r = (int64_t)(rest % (uint64_t)p->rblocks);
         rest /= (uint64_t)p->rblocks;
         int64_t g = (int64_t)(rest % (uint64_t)p->G), n = (int64_t)(rest / (uint64_t)p->G);
-        if (p->direct)
-            run_direct(p, x, w, bias, res, y, n, g, r, scratch);
+        if (p->direct) {
+            if (!p->Wq || !run_direct_window(p, x, w, bias, res, y, n, g, r, scratch))
+                run_direct(p, x, w, bias, res, y, n, g, r, scratch);
+        }
         else if (p->window)
             run_window(p, x, w, apre, bias, res, y, n, g, mb, r, scratch);
         else if (!p->f16)
