@@ -285,6 +285,8 @@ static void copy_window(const ipu__conv_plan *p, const float *x, int64_t xoff, i
                     for (int64_t j = 0; j < lo; j++) d[j] = 0.0f;
                     if (sw == 1)
                         memcpy(d + lo, sr, sizeof(float) * (size_t)(hi - lo));
+                    else if (sw == 2) /* a constant stride vectorises (shuffles) */
+                        for (int64_t j = lo; j < hi; j++) d[j] = sr[(j - lo) * 2];
                     else
                         for (int64_t j = lo; j < hi; j++) d[j] = sr[(j - lo) * sw];
                     for (int64_t j = hi; j < Wq; j++) d[j] = 0.0f;
@@ -451,6 +453,58 @@ static void run_gemm(const ipu__conv_plan *p, const void *x, const void *w, cons
     }
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+#define IPU_X86 1
+#else
+#define IPU_X86 0
+#endif
+
+/* acc[q] = sum over taps k in order of wk[k] * src[rowoff[k] + q], q < n: blocks of 16 pixels
+ * summed in registers over all taps (one store per output). */
+static inline __attribute__((always_inline)) void dw_taps_body(const float *src,
+                                                               const int64_t *rowoff,
+                                                               const float *wk, int64_t kk,
+                                                               int64_t n, float *restrict acc) {
+    int64_t q = 0;
+    for (; q + 16 <= n; q += 16) {
+        float t[16] = {0};
+        for (int64_t k = 0; k < kk; k++) {
+            const float *s = src + rowoff[k] + q;
+            for (int j = 0; j < 16; j++) t[j] += s[j] * wk[k];
+        }
+        memcpy(acc + q, t, sizeof t);
+    }
+    for (; q < n; q++) {
+        float t = 0.0f;
+        for (int64_t k = 0; k < kk; k++) t += src[rowoff[k] + q] * wk[k];
+        acc[q] = t;
+    }
+}
+
+static void dw_taps_base(const float *src, const int64_t *rowoff, const float *wk, int64_t kk,
+                         int64_t n, float *acc) {
+    dw_taps_body(src, rowoff, wk, kk, n, acc);
+}
+
+#if IPU_X86
+__attribute__((target("avx2"))) static void dw_taps_avx2(const float *src, const int64_t *rowoff,
+                                                         const float *wk, int64_t kk, int64_t n,
+                                                         float *acc) {
+    dw_taps_body(src, rowoff, wk, kk, n, acc);
+}
+#endif
+
+static void dw_taps(const float *src, const int64_t *rowoff, const float *wk, int64_t kk,
+                    int64_t n, float *acc) {
+#if IPU_X86
+    if (__builtin_cpu_supports("avx2")) {
+        dw_taps_avx2(src, rowoff, wk, kk, n, acc);
+        return;
+    }
+#endif
+    dw_taps_base(src, rowoff, wk, kk, n, acc);
+}
+
 /* Depthwise float32 with the window plan (kernels.h): the padded input rows of the block are
  * copied by stride phase, then each tap is one long pass acc[q] += w * xq[rowoff[k] + q] over
  * the extended pixels; the epilogue writes the kept columns. False if acc does not fit. */
@@ -468,13 +522,7 @@ static bool run_direct_window(const ipu__conv_plan *p, const float *x, const flo
         copy_window(p, x, xoff, oh0, nrows, 0, 1, xq);
         src = xq;
     }
-    for (int64_t q = 0; q < npix; q++) acc[q] = 0.0f;
-    for (int64_t k = 0; k < KK; k++) { /* taps in (kh, kw) order */
-        const float *restrict s = src + p->rowoff[k];
-        float *restrict a = acc;
-        float wv = w[g * KK + k];
-        for (int64_t q = 0; q < npix; q++) a[q] += s[q] * wv;
-    }
+    dw_taps(src, p->rowoff, w + g * KK, KK, npix, acc);
     for (int64_t rr = 0; rr < nrows; rr++) {
         int64_t off = ((n * p->M + g) * p->OH + oh0 + rr) * p->OW;
         epilogue_to(p, y + off, acc + rr * Wq, p->OW, bias, g, res, off);
