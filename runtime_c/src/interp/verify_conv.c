@@ -72,6 +72,7 @@ static int64_t window_rows(int64_t N, int64_t G, int64_t Cig, int64_t OH, int64_
     uint64_t base = (uint64_t)N * (uint64_t)G * (uint64_t)mbl;
     while (rows > 1 && base * ceil_div((uint64_t)OH, (uint64_t)rows) < 8 && rows * Wq > 64)
         rows = (rows + 1) / 2;
+    rows = (int64_t)ceil_div((uint64_t)OH, ceil_div((uint64_t)OH, (uint64_t)rows)); /* even */
     *hq = rows + ext_r;
     *wq = Wq;
     return rows;
