@@ -38,10 +38,8 @@ static ipu_status attr_range(const vctx *v, uint32_t first, uint32_t count, int6
 static int64_t used_phases(int64_t k, int64_t d, int64_t s, int64_t *idx) {
     int64_t n = 0;
     for (int64_t a = 0; a < s; a++) {
-        bool used = false;
-        for (int64_t t = 0; t < k && !used; t++) used = t * d % s == a;
         if (idx) idx[a] = n;
-        n += used;
+        n += ipu__phase_used(a, k, d, s);
     }
     return n;
 }

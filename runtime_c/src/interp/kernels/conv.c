@@ -246,13 +246,6 @@ static void run_gemm_f32(const ipu__conv_plan *p, const float *x, const float *w
 
 /* ---- float32 window path (the plan's `window`; kernels.h) -------------------------------- */
 
-/* Does some tap (k * d) of a stride-s window fall on phase a? */
-static bool phase_used(int64_t a, int64_t k, int64_t d, int64_t s) {
-    for (int64_t t = 0; t < k; t++)
-        if (t * d % s == a) return true;
-    return false;
-}
-
 /* xq <- the zero-padded input rows that output rows [oh0, oh0 + nrows) read from channels
  * [ci0, ci1) of the group, as phase planes xq[ci - ci0][pa][pb][i][j] = xpad[(oh0 + i) * sh + a]
  * [j * sw + b] of Hq x Wq, pa / pb counting only the phases a / b some tap reads; then Wq zeros
@@ -263,9 +256,9 @@ static void copy_window(const ipu__conv_plan *p, const float *x, int64_t xoff, i
     int64_t hrows = nrows + (p->KH - 1) * p->dh / sh;
     if (hrows > Hq) hrows = Hq;
     for (int64_t a = 0, pa = 0; a < sh; a++) {
-        if (!phase_used(a, p->KH, p->dh, sh)) continue;
+        if (!ipu__phase_used(a, p->KH, p->dh, sh)) continue;
         for (int64_t b = 0, pb = 0; b < sw; b++) {
-            if (!phase_used(b, p->KW, p->dw, sw)) continue;
+            if (!ipu__phase_used(b, p->KW, p->dw, sw)) continue;
             int64_t c0 = b - p->pl; /* input column of j = 0; j's is c0 + j * sw */
             int64_t lo = c0 >= 0 ? 0 : (-c0 + sw - 1) / sw;
             int64_t hi = c0 >= W ? 0 : (W - c0 + sw - 1) / sw;

@@ -95,6 +95,13 @@ typedef struct ipu__red_plan {
     ((int64_t)(IPU__SCRATCH_BYTES / sizeof(float)) - IPU__CONV_WIN_A - IPU__CONV_WIN_C - \
      IPU__CONV_WIN_B)
 enum { IPU__CONV_ACT_NONE = 0, IPU__CONV_ACT_RELU = 1 };
+/* Does some tap t * d (t < k) of a stride-s window fall on stride phase a (conv and pool
+ * window paths copy only the phases some tap reads)? */
+static inline bool ipu__phase_used(int64_t a, int64_t k, int64_t d, int64_t s) {
+    for (int64_t t = 0; t < k; t++)
+        if (t * d % s == a) return true;
+    return false;
+}
 typedef struct ipu__conv_plan {
     ipu__plan hdr;
     int f16, has_bias, direct, pointwise; /* pointwise: 1x1, stride 1, no pads: no im2col */

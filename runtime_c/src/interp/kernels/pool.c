@@ -79,13 +79,6 @@ static void pool_row(const ipu__pool_plan *p, const void *x, int64_t xoff, int64
         for (int64_t ow = 0; ow < p->OW; ow++) acc[ow] /= (float)nh * cw[ow];
 }
 
-/* Does some tap (k * d) of a stride-s window fall on phase a? */
-static bool phase_used(int64_t a, int64_t k, int64_t d, int64_t s) {
-    for (int64_t t = 0; t < k; t++)
-        if (t * d % s == a) return true;
-    return false;
-}
-
 /* Scratch floats the float32 window path needs for blocks of `rows` output rows (see below). */
 static int64_t window_floats(const ipu__pool_plan *p, int64_t rows, int64_t *hq, int64_t *wq) {
     *wq = p->OW + (p->KW - 1) * p->dw / p->sw;
@@ -105,9 +98,9 @@ static inline __attribute__((always_inline)) void pool_window_body(
     const float pad = p->kind == 0 ? -INFINITY : 0.0f;
     float *acc = buf + sh * sw * Hq * Wq + Wq;
     for (int64_t a = 0; a < sh; a++) {
-        if (!phase_used(a, p->KH, p->dh, sh)) continue;
+        if (!ipu__phase_used(a, p->KH, p->dh, sh)) continue;
         for (int64_t b = 0; b < sw; b++) {
-            if (!phase_used(b, p->KW, p->dw, sw)) continue;
+            if (!ipu__phase_used(b, p->KW, p->dw, sw)) continue;
             float *pl = buf + (a * sw + b) * Hq * Wq;
             int64_t c0 = b - p->pl; /* input column of j = 0; j's is c0 + j * sw */
             int64_t lo = c0 >= 0 ? 0 : (-c0 + sw - 1) / sw;
