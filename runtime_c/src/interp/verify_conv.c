@@ -229,8 +229,6 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
         p->Wq = wq;
         p->rows = wrows;
     }
-    p->pb = a[7];
-    p->pr = a[8];
     if (p->rows > oh) p->rows = oh;
     p->rblocks = (int64_t)ceil_div((uint64_t)oh, (uint64_t)p->rows);
     /* float32 paths: one B packing per pixel block for all channels, unless < 8 items */

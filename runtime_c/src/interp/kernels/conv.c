@@ -292,9 +292,8 @@ static void copy_window(const ipu__conv_plan *p, const float *x, int64_t xoff, i
     memset(xq + (ci1 - ci0) * p->nphr * p->nphc * HqWq, 0, sizeof(float) * (size_t)Wq);
 }
 
-/* B panels of kc patch rows x np extended pixels: Bp[j / nr][kk][j % nr] = src[rowoff[kk] - base +
- * j],
- * zero past np. A full panel row is nr contiguous floats. */
+/* B panels of kc patch rows x np extended pixels: Bp[j / nr][kk][j % nr] =
+ * src[rowoff[kk] - base + j], zero past np. A full panel row is nr contiguous floats. */
 static inline void pack_rows(const float *src, const int64_t *rowoff, int64_t base, int64_t kc,
                              int64_t np, int nr, float *bp) {
     int64_t full = np / nr * nr, pan = kc * nr;

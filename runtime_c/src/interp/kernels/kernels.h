@@ -123,7 +123,7 @@ typedef struct ipu__conv_plan {
      * columns per channel, so that patch row k of extended pixel q' = r*Wq + ow (ow < Wq;
      * columns ow >= OW are computed and dropped) is xq[rowoff[k] + q'] (offsets from channel 0). */
     int window, xcopy;
-    int64_t pb, pr, Hq, Wq, nphr, nphc;
+    int64_t Hq, Wq, nphr, nphc;
     const int64_t *rowoff; /* [K], inside this allocation */
 } ipu__conv_plan;
 
