@@ -217,6 +217,14 @@ def test_pool_row_blocks_and_nan(op: str, strides: list[int]) -> None:
         np.testing.assert_allclose(got[name], w, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+def test_pool_huge_dilation(op: str) -> None:
+    """A dilated window taller than any scratch: the row path, not the window copy."""
+    attrs = {"kernel_shape": [2, 1], "dilations": [5_000_000, 1], "pads": [2_500_000, 0] * 2}
+    exe, feeds, _ = compile_single_op(op, [arr((1, 2, 1, 3), F32, 1)], attrs, opset=19)
+    assert_matches_reference(run_c(exe, feeds), exe.run_reference(feeds))
+
+
 def test_maxpool_indices_rejected() -> None:
     from models import single_node
 

@@ -195,7 +195,8 @@ static void test_matmul_f32(int isa) {
 
 /* CONV2D float32 on every micro-kernel (forced ISA) against a double-precision direct loop:
  * the window path (strides, pads, dilations, groups, K chunks, > 4 sub-blocks per work item,
- * KW = 1 without a copy) and the GEMM path (1x1 stride 1; input rows too wide for the scratch). */
+ * KW = 1 without a copy) and the GEMM path (1x1 stride 1; input rows too wide for the scratch;
+ * a dilated window too tall for it). */
 static void test_conv_f32(int isa) {
     /* x dims N C H W, w dims M Cg KH KW, attrs group sh sw dh dw pt pl pb pr */
     static const int64_t cases[][3][9] = {
@@ -209,6 +210,7 @@ static void test_conv_f32(int isa) {
         {{1, 30, 6, 10}, {20, 30, 1, 1}, {1, 2, 2, 1, 1, 0, 0, 0, 0}},
         {{1, 300, 2, 460}, {3, 300, 1, 1}, {1, 2, 2, 1, 1, 0, 0, 0, 0}},
         {{1, 9, 5, 6}, {10, 9, 1, 1}, {1, 1, 1, 1, 1, 0, 0, 0, 0}},
+        {{1, 2, 1, 3}, {2, 2, 2, 1}, {1, 1, 1, 5000000, 1, 2500000, 0, 2500000, 0}}, /* huge dilation */
     };
     int used = ipu__sgemm_set_isa(isa);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {

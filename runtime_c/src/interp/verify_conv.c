@@ -53,7 +53,8 @@ static int64_t window_rows(int64_t N, int64_t G, int64_t Cig, int64_t OH, int64_
                            int64_t *wq) {
     int64_t sh = a[1], sw = a[2], ext_r = (KH - 1) * a[3] / sh, Wq = OW + (KW - 1) * a[4] / sw;
     *xcopy = !(sh == 1 && sw == 1 && KW == 1 && !a[5] && !a[6] && !a[7] && !a[8]);
-    if (OH < 1 || Wq > ((int64_t)1 << 24) || sh > 64 || sw > 64) return 0;
+    if (OH < 1 || Wq > ((int64_t)1 << 20) || ext_r > ((int64_t)1 << 20) || sh > 64 || sw > 64)
+        return 0; /* (also keeps the size arithmetic below far from overflow) */
     int64_t rows = IPU__CONV_TILE / Wq < 1 ? 1 : IPU__CONV_TILE / Wq;
     if (rows > OH) rows = OH;
     int64_t chans = (IPU__SGEMM_KC - 1) / (KH * KW) + 2; /* channels one K chunk reads */
