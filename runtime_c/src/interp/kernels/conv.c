@@ -122,20 +122,45 @@ static inline void put_run(float *d, int64_t kc, int ls, int64_t j, const float 
     }
 }
 
+/* B panels of kc patch rows x np extended pixels: Bp[j / nr][kk][j % nr] =
+ * src[rowoff[kk] - base + j] (rowoff NULL: src[kk * base + j]), zero past np. A full panel row
+ * is nr contiguous floats. */
+static inline void pack_rows(const float *src, const int64_t *rowoff, int64_t base, int64_t kc,
+                             int64_t np, int nr, float *bp) {
+    int64_t full = np / nr * nr, pan = kc * nr;
+    for (int64_t kk = 0; kk < kc; kk++) { /* row by row: reads stream along the input rows */
+        const float *s = src + (rowoff ? rowoff[kk] - base : kk * base);
+        float *d = bp + kk * nr;
+        int64_t jr = 0;
+#define IPU__PACK_FULL(NR)                                                                    \
+    for (; jr < full; jr += (NR), d += pan) memcpy(d, s + jr, sizeof(float) * (NR));
+        if (nr == 16) {
+            IPU__PACK_FULL(16)
+        } else if (nr == 32) {
+            IPU__PACK_FULL(32)
+        } else if (nr == 8) {
+            IPU__PACK_FULL(8)
+        }
+#undef IPU__PACK_FULL
+        for (; jr < np; jr += nr, d += pan) { /* the last, partial panel (any nr) */
+            int64_t wd = np - jr < nr ? np - jr : nr;
+            memcpy(d, s + jr, sizeof(float) * (size_t)wd);
+            memset(d + wd, 0, sizeof(float) * (size_t)(nr - wd));
+        }
+    }
+}
+
 /* im2col fused with B packing: Bp[j / nr][kk][j % nr] = x(patch row k0 + kk, output pixel
- * q0 + j) for j < np, zero up to the next multiple of nr = 1 << ls. */
+ * q0 + j) for j < np, zero up to the next multiple of nr = 1 << ls (not for pointwise
+ * convolutions, whose rows pack_rows copies). */
 static void pack_patches(const ipu__conv_plan *p, const float *x, int64_t xoff, int64_t k0,
                          int64_t kc, int64_t q0, int64_t np, int ls, float *bp) {
     int64_t nr = (int64_t)1 << ls, npad = (np + nr - 1) / nr * nr;
-    int64_t HW = p->H * p->W, OHW = p->OH * p->OW, sw = p->sw;
+    int64_t HW = p->H * p->W, sw = p->sw;
     int64_t kw = k0 % p->KW, kh = (k0 / p->KW) % p->KH, ci = k0 / (p->KW * p->KH);
     for (int64_t kk = 0; kk < kc; kk++) {
         float *d = bp + kk * nr;
         put_run(d, kc, ls, np, NULL, 0, npad - np);
-        if (p->pointwise) {
-            put_run(d, kc, ls, 0, x + xoff + (k0 + kk) * OHW + q0, 1, np);
-            continue;
-        }
         const float *plane = x + xoff + ci * HW;
         int64_t oh = q0 / p->OW, ow = q0 % p->OW;
         int64_t iwk = kw * p->dw - p->pl, ihk = kh * p->dh - p->pt;
@@ -201,7 +226,10 @@ static void run_gemm_f32(const ipu__conv_plan *p, const float *x, const float *w
         for (int64_t k0 = 0; k0 < p->K; k0 += IPU__SGEMM_KC) {
             int64_t kc = p->K - k0 < IPU__SGEMM_KC ? p->K - k0 : IPU__SGEMM_KC;
             int acc = k0 > 0;
-            pack_patches(p, x, xoff, k0, kc, q0, np, ls, bp);
+            if (p->pointwise) /* x is the [K, OH*OW] matrix */
+                pack_rows(x + xoff + k0 * OHW + q0, NULL, OHW, kc, np, nr, bp);
+            else
+                pack_patches(p, x, xoff, k0, kc, q0, np, ls, bp);
             for (int64_t s0 = 0; s0 < m; s0 += IPU__MM_MB) { /* one sub-block of A */
                 int64_t sm = m - s0 < IPU__MM_MB ? m - s0 : IPU__MM_MB;
                 int64_t mpad = (sm + mr - 1) / mr * mr, sub = (m0 + s0) / IPU__MM_MB;
@@ -290,33 +318,6 @@ static void copy_window(const ipu__conv_plan *p, const float *x, int64_t xoff, i
         pa++;
     }
     memset(xq + (ci1 - ci0) * p->nphr * p->nphc * HqWq, 0, sizeof(float) * (size_t)Wq);
-}
-
-/* B panels of kc patch rows x np extended pixels: Bp[j / nr][kk][j % nr] =
- * src[rowoff[kk] - base + j], zero past np. A full panel row is nr contiguous floats. */
-static inline void pack_rows(const float *src, const int64_t *rowoff, int64_t base, int64_t kc,
-                             int64_t np, int nr, float *bp) {
-    int64_t full = np / nr * nr, pan = kc * nr;
-    for (int64_t kk = 0; kk < kc; kk++) { /* row by row: reads stream along the input rows */
-        const float *s = src + (rowoff[kk] - base);
-        float *d = bp + kk * nr;
-        int64_t jr = 0;
-#define IPU__PACK_FULL(NR)                                                                    \
-    for (; jr < full; jr += (NR), d += pan) memcpy(d, s + jr, sizeof(float) * (NR));
-        if (nr == 16) {
-            IPU__PACK_FULL(16)
-        } else if (nr == 32) {
-            IPU__PACK_FULL(32)
-        } else if (nr == 8) {
-            IPU__PACK_FULL(8)
-        }
-#undef IPU__PACK_FULL
-        for (; jr < np; jr += nr, d += pan) { /* the last, partial panel (any nr) */
-            int64_t wd = np - jr < nr ? np - jr : nr;
-            memcpy(d, s + jr, sizeof(float) * (size_t)wd);
-            memset(d + wd, 0, sizeof(float) * (size_t)(nr - wd));
-        }
-    }
 }
 
 /* One work item of the window path: output channels of sub-blocks [mb * mper, + mper) of group g
