@@ -182,6 +182,7 @@ ipu_status ipu__k_pool2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
         const int64_t lim = (int64_t)1 << 24; /* keeps window_floats far from overflow */
         bool win = !p->f16 && p->sh <= 64 && p->sw <= 64 && p->OW < lim && p->rows < lim &&
                    (p->KH - 1) * p->dh < lim && (p->KW - 1) * p->dw < lim &&
+                   p->rows >= (p->KH - 1) * p->dh / p->sh && /* halo copies <= the block */
                    2 * p->OW + window_floats(p, p->rows, &hq, &wq) <=
                        (int64_t)(IPU__SCRATCH_BYTES / sizeof(float));
         void (*window)(const ipu__pool_plan *, const float *, int64_t, int64_t, const float *,
