@@ -77,6 +77,27 @@ static int64_t window_rows(int64_t N, int64_t G, int64_t Cig, int64_t OH, int64_
     return rows;
 }
 
+/* The float32 conv weights w[G * Cog, K] packed for micro-kernels of height mr, the layout the
+ * kernels read (kernels.h, ipu__conv_plan.packed): sub-block (g, mb) of IPU__MM_MB rows at
+ * (g * mbl + mb) * blk, its K chunk k0 at + mpad * k0 (ipu__sgemm_pack_a's layout). */
+static void pack_conv_weights(const float *wd, int64_t G, int64_t Cog, int64_t K, int64_t mbl,
+                              int mr, int64_t blk, float *dst) {
+    for (int64_t g = 0; g < G; g++)
+        for (int64_t mb = 0; mb < mbl; mb++) {
+            ipu__sgemm_args a = {0};
+            int64_t m0 = mb * IPU__MM_MB;
+            a.m = Cog - m0 < IPU__MM_MB ? Cog - m0 : IPU__MM_MB;
+            a.a = wd + (g * Cog + m0) * K;
+            a.a_rs = K;
+            a.a_cs = 1;
+            int64_t mpad = (a.m + mr - 1) / mr * mr;
+            float *b = dst + (g * mbl + mb) * blk;
+            for (int64_t k0 = 0; k0 < K; k0 += IPU__SGEMM_KC)
+                ipu__sgemm_pack_a(&a, k0, K - k0 < IPU__SGEMM_KC ? K - k0 : IPU__SGEMM_KC, mr,
+                                  b + mpad * k0);
+        }
+}
+
 ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
                          ipu__instr *ins) {
     static const char *const pos[] = {"group", "stride_h", "stride_w", "dil_h", "dil_w"};
@@ -145,24 +166,9 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
     ipu__conv_plan *p;
     if (!(p = alloc_plan(sizeof *p + extra + roff))) return plan_nomem();
     if (pack) {
-        uintptr_t at = ((uintptr_t)(p + 1) + 63) & ~(uintptr_t)63;
-        float *dst = (float *)at;
-        const float *wd = (const float *)(v->e->tensor_data + w->offset);
-        int64_t K = (C / G) * KH * KW, Cog = M / G;
-        for (int64_t g = 0; g < G; g++)
-            for (int64_t mb = 0; mb < mbl; mb++) {
-                ipu__sgemm_args a = {0};
-                int64_t m0 = mb * IPU__MM_MB;
-                a.m = Cog - m0 < IPU__MM_MB ? Cog - m0 : IPU__MM_MB;
-                a.a = wd + (g * Cog + m0) * K;
-                a.a_rs = K;
-                a.a_cs = 1;
-                int64_t mpad = (a.m + u.mr - 1) / u.mr * u.mr;
-                float *b = dst + (g * mbl + mb) * blk;
-                for (int64_t k0 = 0; k0 < K; k0 += IPU__SGEMM_KC)
-                    ipu__sgemm_pack_a(&a, k0, K - k0 < IPU__SGEMM_KC ? K - k0 : IPU__SGEMM_KC,
-                                      u.mr, b + mpad * k0);
-            }
+        float *dst = (float *)(((uintptr_t)(p + 1) + 63) & ~(uintptr_t)63);
+        pack_conv_weights((const float *)(v->e->tensor_data + w->offset), G, M / G,
+                          (C / G) * KH * KW, mbl, u.mr, blk, dst);
         p->packed = dst;
         p->packed_mr = u.mr;
         p->packed_blk = blk;
