@@ -30,6 +30,9 @@ CONV_CASES = [
     ((1, 1, 40, 41), (2, 1, 3, 3), {"pads": [1, 1, 1, 1]}),  # several pixel tiles
     ((1, 600, 4, 4), (3, 600, 5, 5), {"pads": [2, 2, 2, 2]}),  # K chunked (15000 > KCH)
     ((1, 6, 5, 5), (6, 1, 5, 5), {"group": 6, "dilations": [2, 2], "pads": [4, 3, 2, 4]}),
+    ((1, 2, 48, 48), (500, 2, 3, 3), {"pads": [1, 1, 1, 1]}),  # > 4 sub-blocks per work item
+    ((1, 5, 9, 7), (6, 5, 3, 1), {"dilations": [2, 1]}),  # KW = 1: window path reads x itself
+    ((1, 300, 2, 460), (3, 300, 1, 1), {"strides": [2, 2]}),  # rows too wide: GEMM path
 ]
 
 
@@ -198,6 +201,28 @@ def test_pool(case: int, op: str, dt: Any) -> None:
 def test_pool_dilated(op: str, dt: Any) -> None:
     attrs = {"kernel_shape": [2, 3], "dilations": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": 1}
     check_op(op, [arr((1, 2, 8, 9), dt, 3)], attrs, opset=19)
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+@pytest.mark.parametrize("strides", [[1, 1], [3, 2]])
+def test_pool_row_blocks_and_nan(op: str, strides: list[int]) -> None:
+    """Wide rows (several row blocks per plane) and a NaN, which max pooling propagates."""
+    x = arr((1, 2, 40, 300), F32, 5)
+    x[0, 1, 7, 33] = np.nan
+    attrs = {"kernel_shape": [3, 3], "strides": strides, "pads": [1, 1, 1, 1]}
+    exe, feeds, _ = compile_single_op(op, [x], attrs, opset=12)
+    got, want = run_c(exe, feeds), exe.run_reference(feeds)
+    for name, w in want.items():
+        assert np.isnan(got[name]).sum() == np.isnan(w).sum() > 0
+        np.testing.assert_allclose(got[name], w, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+def test_pool_huge_dilation(op: str) -> None:
+    """A dilated window taller than any scratch: the row path, not the window copy."""
+    attrs = {"kernel_shape": [2, 1], "dilations": [5_000_000, 1], "pads": [2_500_000, 0] * 2}
+    exe, feeds, _ = compile_single_op(op, [arr((1, 2, 1, 3), F32, 1)], attrs, opset=19)
+    assert_matches_reference(run_c(exe, feeds), exe.run_reference(feeds))
 
 
 def test_maxpool_indices_rejected() -> None:

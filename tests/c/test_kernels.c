@@ -192,6 +192,65 @@ static void test_matmul_f32(int isa) {
     ipu__sgemm_set_isa(0);
 }
 
+/* CONV2D float32 on every micro-kernel (forced ISA) against a double-precision direct loop:
+ * the window path (strides, pads, dilations, groups, K chunks, > 4 sub-blocks per work item,
+ * KW = 1 without a copy) and the GEMM path (1x1 stride 1; input rows too wide for the scratch;
+ * a dilated window too tall for it). */
+static void test_conv_f32(int isa) {
+    /* x dims N C H W, w dims M Cg KH KW, attrs group sh sw dh dw pt pl pb pr */
+    static const int64_t cases[][3][9] = {
+        {{1, 5, 11, 9}, {6, 5, 3, 3}, {1, 1, 1, 1, 1, 1, 1, 1, 1}},
+        {{2, 4, 13, 12}, {7, 4, 3, 3}, {1, 2, 2, 1, 1, 1, 1, 0, 1}},
+        {{1, 3, 20, 18}, {8, 3, 7, 7}, {1, 2, 2, 1, 1, 3, 3, 3, 3}},
+        {{1, 6, 12, 11}, {9, 2, 3, 2}, {3, 2, 3, 2, 1, 2, 0, 1, 2}},
+        {{1, 40, 7, 7}, {100, 40, 3, 3}, {1, 1, 1, 1, 1, 1, 1, 1, 1}},
+        {{1, 2, 48, 48}, {500, 2, 3, 3}, {1, 1, 1, 1, 1, 1, 1, 1, 1}},
+        {{1, 5, 9, 7}, {6, 5, 3, 1}, {1, 1, 1, 2, 1, 0, 0, 0, 0}},
+        {{1, 30, 6, 10}, {20, 30, 1, 1}, {1, 2, 2, 1, 1, 0, 0, 0, 0}},
+        {{1, 300, 2, 460}, {3, 300, 1, 1}, {1, 2, 2, 1, 1, 0, 0, 0, 0}},
+        {{1, 9, 5, 6}, {10, 9, 1, 1}, {1, 1, 1, 1, 1, 0, 0, 0, 0}},
+        {{1, 2, 1, 3}, {2, 2, 2, 1}, {1, 1, 1, 5000000, 1, 2500000, 0, 2500000, 0}}, /* huge dilation */
+    };
+    int used = ipu__sgemm_set_isa(isa);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int64_t *xd = cases[c][0], *wd = cases[c][1], *a = cases[c][2];
+        int64_t G = a[0], N = xd[0], C = xd[1], IH = xd[2], IW = xd[3], M = wd[0], KH = wd[2], KW = wd[3];
+        int64_t OH = (IH + a[5] + a[7] - a[3] * (KH - 1) - 1) / a[1] + 1;
+        int64_t OW = (IW + a[6] + a[8] - a[4] * (KW - 1) - 1) / a[2] + 1;
+        H *h = h_new(16 << 20);
+        uint32_t x = h_tensor(h, IPU_DTYPE_FLOAT32, 4, xd), w = h_tensor(h, IPU_DTYPE_FLOAT32, 4, wd);
+        uint32_t b = T(h, FLOAT32, M), y = T(h, FLOAT32, N, M, OH, OW);
+        fill_f32(h, x);
+        fill_f32(h, w);
+        fill_f32(h, b);
+        int64_t attr[11] = {a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], 1, 0};
+        const float *r = run(h, IPU_OP_CONV2D, 3, (uint32_t[]){x, w, b}, y, 11, attr);
+        const float *xp = h->ptr[x], *wp = h->ptr[w], *bp = h->ptr[b];
+        double *want = malloc(sizeof(double) * h->t[y].numel);
+        int64_t Cg = C / G, Mg = M / G;
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t m = 0; m < M; m++)
+                for (int64_t oh = 0; oh < OH; oh++)
+                    for (int64_t ow = 0; ow < OW; ow++) {
+                        double s = bp[m];
+                        for (int64_t ci = 0; ci < Cg; ci++)
+                            for (int64_t kh = 0; kh < KH; kh++)
+                                for (int64_t kw = 0; kw < KW; kw++) {
+                                    int64_t ih = oh * a[1] - a[5] + kh * a[3], iw = ow * a[2] - a[6] + kw * a[4];
+                                    if (ih < 0 || ih >= IH || iw < 0 || iw >= IW) continue;
+                                    s += (double)xp[((n * C + m / Mg * Cg + ci) * IH + ih) * IW + iw] *
+                                         wp[((m * Cg + ci) * KH + kh) * KW + kw];
+                                }
+                        want[((n * M + m) * OH + oh) * OW + ow] = s > 0 ? s : 0; /* relu */
+                    }
+        double err = max_rel_err(r, want, h->t[y].numel);
+        CHECK(err < 1e-4, "conv f32 isa %d case %zu: rel err %g", used, c, err);
+        free(want);
+        h_free(h);
+    }
+    ipu__sgemm_set_isa(0);
+}
+
 static void test_matmul_other(void) {
     /* float16: accumulate in float32, round once */
     H *h = h_new(1 << 20);
@@ -541,6 +600,7 @@ int main(int argc, char **argv) {
     test_binary_f16_int();
     test_relu();
     for (int isa = 1; isa <= 3; isa++) test_matmul_f32(isa);
+    for (int isa = 1; isa <= 3; isa++) test_conv_f32(isa);
     test_matmul_other();
     test_gemm();
     test_data();

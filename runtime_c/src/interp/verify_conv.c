@@ -33,11 +33,56 @@ static ipu_status attr_range(const vctx *v, uint32_t first, uint32_t count, int6
     return IPU_OK;
 }
 
-/* Weights w[M][Cig*KH*KW] of G groups into ipu__sgemm_pack_a panels: sub-block (g, mb) of
- * IPU__MM_MB output channels at (g * mbl + mb) * blk floats, its K-chunk k0 at + mpad * k0. */
+/* Stride phases some tap t * d (t < k) of a stride-s window falls on; *idx[a] = index of phase a
+ * among them (idx has s entries, or NULL). */
+static int64_t used_phases(int64_t k, int64_t d, int64_t s, int64_t *idx) {
+    int64_t n = 0;
+    for (int64_t a = 0; a < s; a++) {
+        if (idx) idx[a] = n;
+        n += ipu__phase_used(a, k, d, s);
+    }
+    return n;
+}
+
+/* float32 window path (kernels.h, conv.c): output rows per work item, 0 if the input rows of
+ * one output row, for the channels of one K chunk, do not fit the scratch. Aims at one tile of
+ * IPU__CONV_TILE extended pixels per item, then at >= 8 items (an even split over workers).
+ * Sets *xcopy, *hq, *wq. */
+static int64_t window_rows(int64_t N, int64_t G, int64_t Cig, int64_t OH, int64_t OW, int64_t KH,
+                           int64_t KW, int64_t mbl, const int64_t *a, int *xcopy, int64_t *hq,
+                           int64_t *wq) {
+    int64_t sh = a[1], sw = a[2], ext_r = (KH - 1) * a[3] / sh, Wq = OW + (KW - 1) * a[4] / sw;
+    *xcopy = !(sh == 1 && sw == 1 && KW == 1 && !a[5] && !a[6] && !a[7] && !a[8]);
+    if (OH < 1 || Wq > ((int64_t)1 << 20) || ext_r > ((int64_t)1 << 20) || sh > 64 || sw > 64)
+        return 0; /* (also keeps the size arithmetic below far from overflow) */
+    int64_t rows = IPU__CONV_TILE / Wq < 1 ? 1 : IPU__CONV_TILE / Wq;
+    if (rows > OH) rows = OH;
+    int64_t chans = (IPU__SGEMM_KC - 1) / (KH * KW) + 2; /* channels one K chunk reads */
+    if (chans > Cig) chans = Cig;
+    uint64_t plane = (uint64_t)chans * (uint64_t)used_phases(KH, a[3], sh, NULL) *
+                     (uint64_t)used_phases(KW, a[4], sw, NULL) * (uint64_t)Wq;
+    if (*xcopy) {
+        while (rows > 1 && plane * (uint64_t)(rows + ext_r) + (uint64_t)Wq >
+                               (uint64_t)IPU__CONV_WIN_XQ)
+            rows--;
+        if (plane * (uint64_t)(rows + ext_r) + (uint64_t)Wq > (uint64_t)IPU__CONV_WIN_XQ)
+            return 0;
+    }
+    uint64_t base = (uint64_t)N * (uint64_t)G * (uint64_t)mbl;
+    while (rows > 1 && base * ceil_div((uint64_t)OH, (uint64_t)rows) < 8 && rows * Wq > 64)
+        rows = (rows + 1) / 2;
+    rows = (int64_t)ceil_div((uint64_t)OH, ceil_div((uint64_t)OH, (uint64_t)rows)); /* even */
+    *hq = rows + ext_r;
+    *wq = Wq;
+    return rows;
+}
+
+/* The float32 conv weights w[G * Cog, K] packed for micro-kernels of height mr, the layout the
+ * kernels read (kernels.h, ipu__conv_plan.packed): sub-block (g, mb) of IPU__MM_MB rows at
+ * (g * mbl + mb) * blk, its K chunk k0 at + mpad * k0 (ipu__sgemm_pack_a's layout). */
 typedef struct conv_pack {
     const float *w;
-    int64_t G, mbl, blk, K, Cog;
+    int64_t G, Cog, K, mbl, blk;
     int mr;
 } conv_pack;
 
@@ -109,7 +154,7 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
                 res->desc.dims[2] != yd[2] || res->desc.dims[3] != yd[3]))
         return bad(v, "residual%s must have y's shape %s", shape_str(s1, sizeof s1, res),
                    shape_str(s2, sizeof s2, y));
-    /* float32 GEMM-path weights stored in the executable: packed once (prepack.h) */
+    /* float32 GEMM-path weights stored in the executable: pack them once, here */
     ipu__ukr u;
     ipu__sgemm_ukr(&u);
     int64_t mbl = (int64_t)ceil_div((uint64_t)(M / G), (uint64_t)IPU__MM_MB);
@@ -117,11 +162,17 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
     bool pack = y->desc.dtype == IPU_DTYPE_FLOAT32 && !(C / G == 1 && M / G == 1) &&
                 w->loc == IPU_LOC_TENSOR_DATA && v->e->tensor_data && y->numel > 0 &&
                 (uint64_t)G * (uint64_t)mbl * (uint64_t)blk < ((uint64_t)1 << 32);
+    int xcopy = 0;
+    int64_t hq = 0, wq = 0, wrows = 0;
+    bool pw = KH == 1 && KW == 1 && a[1] == 1 && a[2] == 1 && !a[5] && !a[6] && !a[7] && !a[8];
+    if (y->desc.dtype == IPU_DTYPE_FLOAT32 && !pw && y->numel > 0)
+        wrows = window_rows(xd[0], G, C / G, oh, ow, KH, KW, mbl, a, &xcopy, &hq, &wq);
+    size_t roff = wrows ? (size_t)((C / G) * KH * KW) * sizeof(int64_t) : 0;
     ipu__conv_plan *p;
-    if (!(p = alloc_plan(sizeof *p))) return plan_nomem();
+    if (!(p = alloc_plan(sizeof *p + roff))) return plan_nomem(); /* then rowoff[K] */
     if (pack) {
-        conv_pack cp = {(const float *)(v->e->tensor_data + w->offset), G, mbl, blk,
-                        (C / G) * KH * KW, M / G, u.mr};
+        conv_pack cp = {(const float *)(v->e->tensor_data + w->offset), G, M / G,
+                        (C / G) * KH * KW, mbl, blk, u.mr};
         /* version 1 of pack_conv_weights' bytes: bump it when they change */
         ipu__pack_tag tag = {IPU__PACK_SGEMM_A, 1, (uint32_t)u.isa,
                              {(uint32_t)u.mr, IPU__SGEMM_KC, (uint32_t)IPU__MM_MB, 0}};
@@ -179,14 +230,35 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
         p->mblocks = mbl;
         p->rows = (int64_t)ceil_div((uint64_t)p->P, (uint64_t)ow);
     }
+    if (wrows) {
+        int64_t *ro = (int64_t *)(p + 1), ir[64], ic[64];
+        int64_t nphr = used_phases(KH, a[3], a[1], ir), nphc = used_phases(KW, a[4], a[2], ic);
+        int64_t plane = xcopy ? hq * wq : xd[2] * xd[3];
+        for (int64_t k = 0; k < p->K; k++) { /* patch row k = (ci, kh, kw) */
+            int64_t kw = k % KW, kh = k / KW % KH, ci = k / (KW * KH);
+            int64_t th = kh * a[3], tw = kw * a[4];
+            ro[k] = xcopy ? ((ci * nphr + ir[th % a[1]]) * nphc + ic[tw % a[2]]) * plane +
+                                th / a[1] * wq + tw / a[2]
+                          : ci * plane + th * xd[3];
+        }
+        p->nphr = nphr;
+        p->nphc = nphc;
+        p->window = !p->direct; /* the depthwise loop uses the copied rows too */
+        p->xcopy = xcopy;
+        p->rowoff = ro;
+        p->Hq = hq;
+        p->Wq = wq;
+        p->rows = wrows;
+    }
     if (p->rows > oh) p->rows = oh;
     p->rblocks = (int64_t)ceil_div((uint64_t)oh, (uint64_t)p->rows);
-    /* float32 GEMM path: one im2col per pixel block for all channels, unless < 8 items */
+    /* float32 paths: one B packing per pixel block for all channels, unless < 8 items */
     if (!p->direct && !p->f16 && mbl > 0) {
         uint64_t base = (uint64_t)p->N * (uint64_t)G * (uint64_t)p->rblocks;
         uint64_t split = base >= 8 ? 1 : (8 + base - 1) / base;
         if (split > (uint64_t)mbl) split = (uint64_t)mbl;
         p->mper = (int64_t)ceil_div((uint64_t)mbl, split);
+        if (p->window && p->mper > IPU__CONV_WIN_MPER) p->mper = IPU__CONV_WIN_MPER;
         p->mblocks = (int64_t)ceil_div((uint64_t)mbl, (uint64_t)p->mper);
     }
     p->hdr.work = y->numel == 0 ? 0

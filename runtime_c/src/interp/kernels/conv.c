@@ -1,12 +1,19 @@
 /* CONV2D (docs/bytecode.md): 2-D convolution, NCHW, float32/float16 (computed in float32).
- * float32 GEMM path: for each tile of output pixels and each block of IPU__SGEMM_KC rows of
- * K = Cig*KH*KW, the input patches are unrolled straight into the sgemm's packed B panels
- * (im2col fused with packing; a 1x1 stride-1 convolution copies rows of x), the weight rows are
- * packed as A, and the sgemm micro-kernel accumulates into y itself; the epilogue (bias,
- * residual, activation) then runs over the tile while it is in cache. float16 GEMM path: im2col
- * into a float [K, P] matrix and ipu__sgemm. Depthwise convolutions (one input and one output
- * channel per group) use a direct loop. Every output element is computed the same way whichever
- * work item computes it, so results do not depend on the split. */
+ * float32 window path (every float32 convolution but depthwise and 1x1 stride-1 unpadded ones):
+ * for each K chunk a work item copies the zero-padded input rows its output rows read, of the
+ * chunk's input channels, into scratch, split by stride phase so that every patch row is a
+ * contiguous run of "extended" output pixels (each output row computed Wq - OW columns too wide,
+ * those columns dropped); packing the sgemm's B panels is then one memcpy per panel row, the
+ * weights come pre-packed, and the micro-kernel accumulates into C tiles in scratch from which
+ * the epilogue (bias, residual, activation) writes y. float32 GEMM path (1x1 stride 1, or the
+ * input rows of one chunk do not fit the scratch): for each tile of output pixels and each block
+ * of IPU__SGEMM_KC rows of K = Cig*KH*KW, the input patches are unrolled straight into the packed
+ * B panels, and the micro-kernel accumulates into y itself. float16 GEMM path: im2col into a
+ * float [K, P] matrix and ipu__sgemm. Depthwise convolutions (one input and one output channel
+ * per group) use a direct loop: in float32 over the window path's copied rows, one long pass
+ * per tap. Every output element is computed the same way whichever work
+ * item computes it, so results do not depend on the split. */
+#include <stdbool.h>
 #include <string.h>
 
 #include "kernels.h"
@@ -42,38 +49,48 @@ static void im2col(const ipu__conv_plan *p, const void *x, int64_t xoff, int64_t
     }
 }
 
-/* row[j] = act(row[j] + bias[co] + res[off + j]) for j < n (bias, res optional), one pass. */
-static void epilogue(const ipu__conv_plan *p, float *row, int64_t n, const void *bias, int64_t co,
-                     const void *res, int64_t off) {
+/* dst[j] = act(src[j] + bias[co] + res[off + j]) for j < n (bias, res optional; dst may be
+ * src), one pass. */
+static void epilogue_to(const ipu__conv_plan *p, float *dst, const float *src, int64_t n,
+                        const void *bias, int64_t co, const void *res, int64_t off) {
     float bv = bias ? ld(bias, p->f16, co) : 0.0f;
     int relu = p->act == IPU__CONV_ACT_RELU;
     if (res && p->f16) {
-        for (int64_t j = 0; j < n; j++) row[j] = row[j] + bv + ld(res, 1, off + j);
+        for (int64_t j = 0; j < n; j++) dst[j] = src[j] + bv + ld(res, 1, off + j);
+        src = dst;
         res = bias = NULL;
         bv = 0.0f;
     }
     const float *r = res ? (const float *)res + off : NULL;
-    if (!bias && !r && !relu) return;
+    if (!bias && !r && !relu) {
+        if (dst != src) memcpy(dst, src, sizeof(float) * (size_t)n);
+        return;
+    }
     if (!bias && !r) { /* relu only */
         for (int64_t j = 0; j < n; j++)
-            row[j] = (row[j] > 0.0f || row[j] != row[j]) ? row[j] : 0.0f;
+            dst[j] = (src[j] > 0.0f || src[j] != src[j]) ? src[j] : 0.0f;
         return;
     }
     if (r && relu) {
         for (int64_t j = 0; j < n; j++) {
-            float v = row[j] + bv + r[j];
-            row[j] = (v > 0.0f || v != v) ? v : 0.0f;
+            float v = src[j] + bv + r[j];
+            dst[j] = (v > 0.0f || v != v) ? v : 0.0f;
         }
     } else if (r) {
-        for (int64_t j = 0; j < n; j++) row[j] = row[j] + bv + r[j];
+        for (int64_t j = 0; j < n; j++) dst[j] = src[j] + bv + r[j];
     } else if (relu) {
         for (int64_t j = 0; j < n; j++) {
-            float v = row[j] + bv;
-            row[j] = (v > 0.0f || v != v) ? v : 0.0f;
+            float v = src[j] + bv;
+            dst[j] = (v > 0.0f || v != v) ? v : 0.0f;
         }
     } else {
-        for (int64_t j = 0; j < n; j++) row[j] += bv;
+        for (int64_t j = 0; j < n; j++) dst[j] = src[j] + bv;
     }
+}
+
+static void epilogue(const ipu__conv_plan *p, float *row, int64_t n, const void *bias, int64_t co,
+                     const void *res, int64_t off) {
+    epilogue_to(p, row, row, n, bias, co, res, off);
 }
 
 static void store_row(const ipu__conv_plan *p, void *y, int64_t off, float *row, int64_t n,
@@ -105,20 +122,45 @@ static inline void put_run(float *d, int64_t kc, int ls, int64_t j, const float 
     }
 }
 
+/* B panels of kc patch rows x np extended pixels: Bp[j / nr][kk][j % nr] =
+ * src[rowoff[kk] - base + j] (rowoff NULL: src[kk * base + j]), zero past np. A full panel row
+ * is nr contiguous floats. */
+static inline void pack_rows(const float *src, const int64_t *rowoff, int64_t base, int64_t kc,
+                             int64_t np, int nr, float *bp) {
+    int64_t full = np / nr * nr, pan = kc * nr;
+    for (int64_t kk = 0; kk < kc; kk++) { /* row by row: reads stream along the input rows */
+        const float *s = src + (rowoff ? rowoff[kk] - base : kk * base);
+        float *d = bp + kk * nr;
+        int64_t jr = 0;
+#define IPU__PACK_FULL(NR)                                                                    \
+    for (; jr < full; jr += (NR), d += pan) memcpy(d, s + jr, sizeof(float) * (NR));
+        if (nr == 16) {
+            IPU__PACK_FULL(16)
+        } else if (nr == 32) {
+            IPU__PACK_FULL(32)
+        } else if (nr == 8) {
+            IPU__PACK_FULL(8)
+        }
+#undef IPU__PACK_FULL
+        for (; jr < np; jr += nr, d += pan) { /* the last, partial panel (any nr) */
+            int64_t wd = np - jr < nr ? np - jr : nr;
+            memcpy(d, s + jr, sizeof(float) * (size_t)wd);
+            memset(d + wd, 0, sizeof(float) * (size_t)(nr - wd));
+        }
+    }
+}
+
 /* im2col fused with B packing: Bp[j / nr][kk][j % nr] = x(patch row k0 + kk, output pixel
- * q0 + j) for j < np, zero up to the next multiple of nr = 1 << ls. */
+ * q0 + j) for j < np, zero up to the next multiple of nr = 1 << ls (not for pointwise
+ * convolutions, whose rows pack_rows copies). */
 static void pack_patches(const ipu__conv_plan *p, const float *x, int64_t xoff, int64_t k0,
                          int64_t kc, int64_t q0, int64_t np, int ls, float *bp) {
     int64_t nr = (int64_t)1 << ls, npad = (np + nr - 1) / nr * nr;
-    int64_t HW = p->H * p->W, OHW = p->OH * p->OW, sw = p->sw;
+    int64_t HW = p->H * p->W, sw = p->sw;
     int64_t kw = k0 % p->KW, kh = (k0 / p->KW) % p->KH, ci = k0 / (p->KW * p->KH);
     for (int64_t kk = 0; kk < kc; kk++) {
         float *d = bp + kk * nr;
         put_run(d, kc, ls, np, NULL, 0, npad - np);
-        if (p->pointwise) {
-            put_run(d, kc, ls, 0, x + xoff + (k0 + kk) * OHW + q0, 1, np);
-            continue;
-        }
         const float *plane = x + xoff + ci * HW;
         int64_t oh = q0 / p->OW, ow = q0 % p->OW;
         int64_t iwk = kw * p->dw - p->pl, ihk = kh * p->dh - p->pt;
@@ -184,7 +226,10 @@ static void run_gemm_f32(const ipu__conv_plan *p, const float *x, const float *w
         for (int64_t k0 = 0; k0 < p->K; k0 += IPU__SGEMM_KC) {
             int64_t kc = p->K - k0 < IPU__SGEMM_KC ? p->K - k0 : IPU__SGEMM_KC;
             int acc = k0 > 0;
-            pack_patches(p, x, xoff, k0, kc, q0, np, ls, bp);
+            if (p->pointwise) /* x is the [K, OH*OW] matrix */
+                pack_rows(x + xoff + k0 * OHW + q0, NULL, OHW, kc, np, nr, bp);
+            else
+                pack_patches(p, x, xoff, k0, kc, q0, np, ls, bp);
             for (int64_t s0 = 0; s0 < m; s0 += IPU__MM_MB) { /* one sub-block of A */
                 int64_t sm = m - s0 < IPU__MM_MB ? m - s0 : IPU__MM_MB;
                 int64_t mpad = (sm + mr - 1) / mr * mr, sub = (m0 + s0) / IPU__MM_MB;
@@ -223,6 +268,133 @@ static void run_gemm_f32(const ipu__conv_plan *p, const float *x, const float *w
         for (int64_t i = 0; i < m; i++) {
             int64_t co = g * p->Cog + m0 + i, off = (n * p->M + co) * OHW + q0;
             epilogue(p, y + off, np, bias, co, res, off);
+        }
+    }
+}
+
+/* ---- float32 window path (the plan's `window`; kernels.h) -------------------------------- */
+
+/* xq <- the zero-padded input rows that output rows [oh0, oh0 + nrows) read from channels
+ * [ci0, ci1) of the group, as phase planes xq[ci - ci0][pa][pb][i][j] = xpad[(oh0 + i) * sh + a]
+ * [j * sw + b] of Hq x Wq, pa / pb counting only the phases a / b some tap reads; then Wq zeros
+ * (read by the dropped columns of the last plane). */
+static void copy_window(const ipu__conv_plan *p, const float *x, int64_t xoff, int64_t oh0,
+                        int64_t nrows, int64_t ci0, int64_t ci1, float *xq) {
+    const int64_t Hq = p->Hq, Wq = p->Wq, sh = p->sh, sw = p->sw, W = p->W, HqWq = Hq * Wq;
+    int64_t hrows = nrows + (p->KH - 1) * p->dh / sh;
+    if (hrows > Hq) hrows = Hq;
+    for (int64_t a = 0, pa = 0; a < sh; a++) {
+        if (!ipu__phase_used(a, p->KH, p->dh, sh)) continue;
+        for (int64_t b = 0, pb = 0; b < sw; b++) {
+            if (!ipu__phase_used(b, p->KW, p->dw, sw)) continue;
+            int64_t c0 = b - p->pl; /* input column of j = 0; j's is c0 + j * sw */
+            int64_t lo = c0 >= 0 ? 0 : (-c0 + sw - 1) / sw;
+            int64_t hi = c0 >= W ? 0 : (W - c0 + sw - 1) / sw;
+            if (hi > Wq) hi = Wq;
+            if (lo > hi) lo = hi;
+            for (int64_t ci = ci0; ci < ci1; ci++) {
+                float *plane = xq + (((ci - ci0) * p->nphr + pa) * p->nphc + pb) * HqWq;
+                const float *xc = x + xoff + ci * p->H * W + lo * sw + c0;
+                for (int64_t i = 0; i < hrows; i++) {
+                    float *d = plane + i * Wq;
+                    int64_t ih = (oh0 + i) * sh + a - p->pt;
+                    if (ih < 0 || ih >= p->H) {
+                        memset(d, 0, sizeof(float) * (size_t)Wq);
+                        continue;
+                    }
+                    const float *sr = xc + ih * W;
+                    for (int64_t j = 0; j < lo; j++) d[j] = 0.0f;
+                    if (sw == 1)
+                        memcpy(d + lo, sr, sizeof(float) * (size_t)(hi - lo));
+                    else if (sw == 2) /* a constant stride vectorises (shuffles) */
+                        for (int64_t j = lo; j < hi; j++) d[j] = sr[(j - lo) * 2];
+                    else
+                        for (int64_t j = lo; j < hi; j++) d[j] = sr[(j - lo) * sw];
+                    for (int64_t j = hi; j < Wq; j++) d[j] = 0.0f;
+                }
+            }
+            pb++;
+        }
+        pa++;
+    }
+    memset(xq + (ci1 - ci0) * p->nphr * p->nphc * HqWq, 0, sizeof(float) * (size_t)Wq);
+}
+
+/* One work item of the window path: output channels of sub-blocks [mb * mper, + mper) of group g
+ * (mper <= IPU__CONV_WIN_MPER), output rows of block r (tiles of IPU__CONV_TILE extended pixels
+ * if they are more). Per tile and K chunk the chunk's input channels are copied (xcopy) and
+ * packed once, and the micro-kernel accumulates into one C tile per sub-block; the epilogue then
+ * writes the kept columns of the C tiles to y. */
+static void run_window(const ipu__conv_plan *p, const float *x, const float *w,
+                       const float *apre, const void *bias, const void *res, float *y, int64_t n,
+                       int64_t g, int64_t mb, int64_t r, void *scratch) {
+    ipu__ukr u;
+    ipu__sgemm_ukr(&u);
+    const int mr = u.mr, nr = u.nr;
+    if (apre && u.mr != p->packed_mr) apre = NULL; /* packed for another micro-kernel */
+    float *ap = scratch, *cb = ap + IPU__CONV_WIN_A, *bp = cb + IPU__CONV_WIN_C;
+    float *xq = bp + IPU__CONV_WIN_B;
+    const int64_t NT = IPU__CONV_TILE, Wq = p->Wq, OW = p->OW, OHW = p->OH * OW;
+    const int64_t KK = p->KH * p->KW, cstride = p->nphr * p->nphc * p->Hq * Wq;
+    int64_t oh0 = r * p->rows, nrows = p->OH - oh0 < p->rows ? p->OH - oh0 : p->rows;
+    int64_t xoff = (n * p->C + g * p->Cig) * p->H * p->W;
+    int64_t m0 = mb * p->mper * IPU__MM_MB;
+    int64_t m1 = m0 + p->mper * IPU__MM_MB < p->Cog ? m0 + p->mper * IPU__MM_MB : p->Cog;
+    int64_t npix = nrows * Wq;
+    for (int64_t t0 = 0; t0 < npix; t0 += NT) {
+        int64_t np = npix - t0 < NT ? npix - t0 : NT, npad = (np + nr - 1) / nr * nr;
+        if (p->K == 0) /* no input channels */
+            for (int64_t s0 = m0; s0 < m1; s0 += IPU__MM_MB)
+                for (int64_t i = 0; i < IPU__MM_MB; i++)
+                    memset(cb + (s0 - m0) / IPU__MM_MB * IPU__CONV_WIN_CT + i * NT, 0,
+                           sizeof(float) * (size_t)np);
+        for (int64_t k0 = 0; k0 < p->K; k0 += IPU__SGEMM_KC) {
+            int64_t kc = p->K - k0 < IPU__SGEMM_KC ? p->K - k0 : IPU__SGEMM_KC;
+            if (p->xcopy) {
+                int64_t ci0 = k0 / KK, ci1 = (k0 + kc - 1) / KK + 1;
+                copy_window(p, x, xoff, oh0, nrows, ci0, ci1, xq);
+                pack_rows(xq + t0, p->rowoff + k0, ci0 * cstride, kc, np, nr, bp);
+            } else {
+                pack_rows(x + xoff + oh0 * p->W + t0, p->rowoff + k0, 0, kc, np, nr, bp);
+            }
+            for (int64_t s0 = m0; s0 < m1; s0 += IPU__MM_MB) {
+                int64_t sm = m1 - s0 < IPU__MM_MB ? m1 - s0 : IPU__MM_MB;
+                int64_t mpad = (sm + mr - 1) / mr * mr;
+                float *ct = cb + (s0 - m0) / IPU__MM_MB * IPU__CONV_WIN_CT;
+                const float *ak = ap;
+                if (apre) {
+                    ak = apre + (g * p->msub + s0 / IPU__MM_MB) * p->packed_blk + mpad * k0;
+                } else {
+                    ipu__sgemm_args a;
+                    memset(&a, 0, sizeof a);
+                    a.m = sm;
+                    a.a = w + (g * p->Cog + s0) * p->K;
+                    a.a_rs = p->K;
+                    a.a_cs = 1;
+                    ipu__sgemm_pack_a(&a, k0, kc, mr, ap);
+                }
+                for (int64_t jr = 0; jr < npad; jr += nr)
+                    for (int64_t ir = 0; ir < mpad; ir += mr)
+                        u.fn(kc, ak + ir * kc, bp + jr * kc, ct + ir * NT + jr, NT, k0 > 0);
+            }
+        }
+        for (int64_t s0 = m0; s0 < m1; s0 += IPU__MM_MB) {
+            int64_t sm = m1 - s0 < IPU__MM_MB ? m1 - s0 : IPU__MM_MB;
+            const float *ct = cb + (s0 - m0) / IPU__MM_MB * IPU__CONV_WIN_CT;
+            for (int64_t i = 0; i < sm; i++) { /* kept columns, output row by output row */
+                int64_t co = g * p->Cog + s0 + i;
+                for (int64_t q = t0; q < t0 + np;) {
+                    int64_t rr = q / Wq, ow = q - rr * Wq;
+                    int64_t end = rr * Wq + Wq < t0 + np ? rr * Wq + Wq : t0 + np;
+                    int64_t keep = rr * Wq + OW < end ? rr * Wq + OW : end;
+                    if (q < keep) {
+                        int64_t off = (n * p->M + co) * OHW + (oh0 + rr) * OW + ow;
+                        epilogue_to(p, y + off, ct + i * NT + (q - t0), keep - q, bias, co, res,
+                                    off);
+                    }
+                    q = end;
+                }
+            }
         }
     }
 }
@@ -272,6 +444,83 @@ static void run_gemm(const ipu__conv_plan *p, const void *x, const void *w, cons
             store_row(p, y, (n * p->M + co0 + i) * OHW + q0, acc + i * np, np, bias, res,
                       co0 + i);
     }
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+#define IPU_X86 1
+#else
+#define IPU_X86 0
+#endif
+
+/* acc[q] = sum over taps k in order of wk[k] * src[rowoff[k] + q], q < n: blocks of 16 pixels
+ * summed in registers over all taps (one store per output). */
+static inline __attribute__((always_inline)) void dw_taps_body(const float *src,
+                                                               const int64_t *rowoff,
+                                                               const float *wk, int64_t kk,
+                                                               int64_t n, float *restrict acc) {
+    int64_t q = 0;
+    for (; q + 16 <= n; q += 16) {
+        float t[16] = {0};
+        for (int64_t k = 0; k < kk; k++) {
+            const float *s = src + rowoff[k] + q;
+            for (int j = 0; j < 16; j++) t[j] += s[j] * wk[k];
+        }
+        memcpy(acc + q, t, sizeof t);
+    }
+    for (; q < n; q++) {
+        float t = 0.0f;
+        for (int64_t k = 0; k < kk; k++) t += src[rowoff[k] + q] * wk[k];
+        acc[q] = t;
+    }
+}
+
+static void dw_taps_base(const float *src, const int64_t *rowoff, const float *wk, int64_t kk,
+                         int64_t n, float *acc) {
+    dw_taps_body(src, rowoff, wk, kk, n, acc);
+}
+
+#if IPU_X86
+__attribute__((target("avx2"))) static void dw_taps_avx2(const float *src, const int64_t *rowoff,
+                                                         const float *wk, int64_t kk, int64_t n,
+                                                         float *acc) {
+    dw_taps_body(src, rowoff, wk, kk, n, acc);
+}
+#endif
+
+static void dw_taps(const float *src, const int64_t *rowoff, const float *wk, int64_t kk,
+                    int64_t n, float *acc) {
+#if IPU_X86
+    if (__builtin_cpu_supports("avx2")) {
+        dw_taps_avx2(src, rowoff, wk, kk, n, acc);
+        return;
+    }
+#endif
+    dw_taps_base(src, rowoff, wk, kk, n, acc);
+}
+
+/* Depthwise float32 with the window plan (kernels.h): the padded input rows of the block are
+ * copied by stride phase, then each tap is one long pass acc[q] += w * xq[rowoff[k] + q] over
+ * the extended pixels; the epilogue writes the kept columns. False if acc does not fit. */
+static bool run_direct_window(const ipu__conv_plan *p, const float *x, const float *w,
+                              const void *bias, const void *res, float *y, int64_t n, int64_t g,
+                              int64_t r, void *scratch) {
+    int64_t oh0 = r * p->rows, nrows = p->OH - oh0 < p->rows ? p->OH - oh0 : p->rows;
+    int64_t Wq = p->Wq, npix = nrows * Wq, KK = p->KH * p->KW;
+    if (npix > IPU__CONV_WIN_C) return false;
+    float *acc = (float *)scratch + IPU__CONV_WIN_A;
+    float *xq = acc + IPU__CONV_WIN_C + IPU__CONV_WIN_B;
+    int64_t xoff = (n * p->C + g) * p->H * p->W;
+    const float *src = x + xoff + oh0 * p->W;
+    if (p->xcopy) {
+        copy_window(p, x, xoff, oh0, nrows, 0, 1, xq);
+        src = xq;
+    }
+    dw_taps(src, p->rowoff, w + g * KK, KK, npix, acc);
+    for (int64_t rr = 0; rr < nrows; rr++) {
+        int64_t off = ((n * p->M + g) * p->OH + oh0 + rr) * p->OW;
+        epilogue_to(p, y + off, acc + rr * Wq, p->OW, bias, g, res, off);
+    }
+    return true;
 }
 
 /* Depthwise: channel c = g of image n, output rows of block r. */
@@ -335,8 +584,12 @@ ipu_status ipu__k_conv2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
         int64_t r = (int64_t)(rest % (uint64_t)p->rblocks);
         rest /= (uint64_t)p->rblocks;
         int64_t g = (int64_t)(rest % (uint64_t)p->G), n = (int64_t)(rest / (uint64_t)p->G);
-        if (p->direct)
-            run_direct(p, x, w, bias, res, y, n, g, r, scratch);
+        if (p->direct) {
+            if (!p->Wq || !run_direct_window(p, x, w, bias, res, y, n, g, r, scratch))
+                run_direct(p, x, w, bias, res, y, n, g, r, scratch);
+        }
+        else if (p->window)
+            run_window(p, x, w, apre, bias, res, y, n, g, mb, r, scratch);
         else if (!p->f16)
             run_gemm_f32(p, x, w, apre, bias, res, y, n, g, mb, r, scratch);
         else

@@ -104,13 +104,30 @@ typedef struct ipu__red_plan {
 
 /* CONV2D: x[N,C,H,W] * w[M,C/G,KH,KW] (+ bias[M]) -> y[N,M,OH,OW]. Work item = (n, group,
  * block of `rows` output rows, block of mper * IPU__MM_MB output channels of the group); the
- * float32 GEMM path takes all channels of a group per item (mper = msub) unless that leaves
- * fewer than 8 items (for an even split over workers). The float16 GEMM path
+ * float32 paths take all channels of a group per item (mper = msub; the window path at most
+ * IPU__CONV_WIN_MPER sub-blocks) unless that leaves fewer than 8 items (for an even split over
+ * workers). The float16 GEMM path
  * im2cols tiles of P output pixels x KCH rows of K = Cig*KH*KW into scratch (after the first
  * IPU__CONV_SG_BYTES, which ipu__sgemm uses); `direct`: depthwise (Cig = Cog = 1) loop. */
 #define IPU__CONV_SG_BYTES ((size_t)192 << 10)
 #define IPU__CONV_TILE ((int64_t)256) /* float32 path: output pixels per packed B block */
+/* float32 window path scratch, in floats: [A chunk][C tile][B panels][xq] */
+#define IPU__CONV_WIN_A (IPU__MM_MB * IPU__SGEMM_KC)
+#define IPU__CONV_WIN_MPER 4 /* sub-blocks per work item at most: C tiles of them all */
+#define IPU__CONV_WIN_CT ((IPU__MM_MB + IPU__SGEMM_MAX_MR) * IPU__CONV_TILE) /* one C tile */
+#define IPU__CONV_WIN_C (IPU__CONV_WIN_MPER * IPU__CONV_WIN_CT)
+#define IPU__CONV_WIN_B (IPU__SGEMM_KC * IPU__CONV_TILE)
+#define IPU__CONV_WIN_XQ \
+    ((int64_t)(IPU__SCRATCH_BYTES / sizeof(float)) - IPU__CONV_WIN_A - IPU__CONV_WIN_C - \
+     IPU__CONV_WIN_B)
 enum { IPU__CONV_ACT_NONE = 0, IPU__CONV_ACT_RELU = 1 };
+/* Does some tap t * d (t < k) of a stride-s window fall on stride phase a (conv and pool
+ * window paths copy only the phases some tap reads)? */
+static inline bool ipu__phase_used(int64_t a, int64_t k, int64_t d, int64_t s) {
+    for (int64_t t = 0; t < k; t++)
+        if (t * d % s == a) return true;
+    return false;
+}
 typedef struct ipu__conv_plan {
     ipu__plan hdr;
     int f16, has_bias, direct, pointwise; /* pointwise: 1x1, stride 1, no pads: no im2col */
@@ -126,6 +143,14 @@ typedef struct ipu__conv_plan {
     int64_t sh, sw, dh, dw, pt, pl;
     int64_t mblocks, rows, rblocks, P, KCH;
     int64_t msub, mper; /* IPU__MM_MB-row sub-blocks of Cog; sub-blocks per work item */
+    /* float32 window path (`window`; conv.c): for each K chunk a work item copies the
+     * zero-padded input rows it reads, of the chunk's channels, into scratch (`xcopy`; else it
+     * reads x itself), as nphr x nphc planes (the stride phases some tap reads) of Hq rows x Wq
+     * columns per channel, so that patch row k of extended pixel q' = r*Wq + ow (ow < Wq;
+     * columns ow >= OW are computed and dropped) is xq[rowoff[k] + q'] (offsets from channel 0). */
+    int window, xcopy;
+    int64_t Hq, Wq, nphr, nphc;
+    const int64_t *rowoff; /* [K], inside this allocation */
 } ipu__conv_plan;
 
 /* POOL2D: x[N,C,H,W] -> y[N,C,OH,OW]; work item = (plane n*C + c, block of `rows` rows). */

@@ -1,8 +1,11 @@
 /* POOL2D (docs/bytecode.md): max / average pooling over 2-D windows, NCHW, float32/float16
- * (computed in float32); work item = (plane, block of output rows). Rows go tap by tap over a
- * row of accumulators in scratch (vectorises); each output still takes its taps in (kh, kw)
- * order, as the per-pixel fallback (rows too wide for the scratch) does. */
+ * (computed in float32); work item = (plane, block of output rows). float32: the window path
+ * (pool_window_body) copies the padded input rows of the block by stride phase, then each tap is
+ * one long vectorised pass (AVX2 where the CPU has it). float16: rows go tap by tap over a row
+ * of accumulators in scratch; a per-pixel fallback takes rows too wide for the scratch. Each
+ * output takes its taps in (kh, kw) order on every path. */
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "kernels.h"
@@ -11,14 +14,42 @@ static inline float ld(const void *base, int f16, int64_t i) {
     return f16 ? ipu__f16_to_f32(((const uint16_t *)base)[i]) : ((const float *)base)[i];
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+#define IPU_X86 1
+#else
+#define IPU_X86 0
+#endif
+
 static inline float max_nan(float acc, float v) {
     return (v > acc || isnan(v)) && !isnan(acc) ? v : acc;
 }
 
+/* a[t] = max_nan(a[t], xr[t * sw]) or a[t] + xr[t * sw], t < n (branch-free: vectorises). */
+static inline __attribute__((always_inline)) void tap_f32(float *restrict a,
+                                                          const float *restrict xr, int64_t n,
+                                                          int64_t sw, int kind) {
+    if (kind == 0) {
+        if (sw == 1)
+            for (int64_t t = 0; t < n; t++) {
+                float v = xr[t], m = (v > a[t] || v != v) ? v : a[t];
+                a[t] = a[t] != a[t] ? a[t] : m;
+            }
+        else
+            for (int64_t t = 0; t < n; t++) {
+                float v = xr[t * sw], m = (v > a[t] || v != v) ? v : a[t];
+                a[t] = a[t] != a[t] ? a[t] : m;
+            }
+    } else if (sw == 1) {
+        for (int64_t t = 0; t < n; t++) a[t] += xr[t];
+    } else {
+        for (int64_t t = 0; t < n; t++) a[t] += xr[t * sw];
+    }
+}
+
 /* Output row oh of plane `plane` into acc[OW]; cw[ow] = taps of column ow inside the padded
  * (count_include_pad) or valid range, for averages. */
-static void pool_row(const ipu__pool_plan *p, const void *x, int64_t xoff, int64_t oh,
-                     float *acc, const float *cw) {
+static void pool_row(const ipu__pool_plan *p, const void *x, int64_t xoff, int64_t oh, float *acc,
+                     const float *cw) {
     for (int64_t ow = 0; ow < p->OW; ow++) acc[ow] = p->kind == 0 ? -INFINITY : 0.0f;
     int64_t nh = 0;
     for (int64_t kh = 0; kh < p->KH; kh++) {
@@ -40,17 +71,97 @@ static void pool_row(const ipu__pool_plan *p, const void *x, int64_t xoff, int64
                     a[t] = p->kind == 0 ? max_nan(a[t], v) : a[t] + v;
                 }
             } else {
-                const float *xr = (const float *)x + s0;
-                if (p->kind == 0)
-                    for (int64_t t = 0; t < n; t++) a[t] = max_nan(a[t], xr[t * sw]);
-                else
-                    for (int64_t t = 0; t < n; t++) a[t] += xr[t * sw];
+                tap_f32(a, (const float *)x + s0, n, sw, p->kind);
             }
         }
     }
     if (p->kind == 1)
         for (int64_t ow = 0; ow < p->OW; ow++) acc[ow] /= (float)nh * cw[ow];
 }
+
+/* Scratch floats the float32 window path needs for blocks of `rows` output rows (see below). */
+static int64_t window_floats(const ipu__pool_plan *p, int64_t rows, int64_t *hq, int64_t *wq) {
+    *wq = p->OW + (p->KW - 1) * p->dw / p->sw;
+    *hq = rows + (p->KH - 1) * p->dh / p->sh;
+    return p->sh * p->sw * *hq * *wq + *wq + rows * *wq;
+}
+
+/* float32 output rows [oh0, oh0 + nrows) of one plane: the padded input rows they read are
+ * copied into scratch by stride phase (pad value -inf for max, 0 for average), so that each tap
+ * is one long stride-1 pass over "extended" rows of Wq >= OW columns; the kept columns then go
+ * to y. Each output still takes its taps in (kh, kw) order. */
+static inline __attribute__((always_inline)) void pool_window_body(
+    const ipu__pool_plan *p, const float *restrict x, int64_t nrows, int64_t oh0,
+    const float *cw, float *restrict y, float *restrict buf) {
+    int64_t Hq, Wq, sh = p->sh, sw = p->sw;
+    window_floats(p, nrows, &Hq, &Wq);
+    const float pad = p->kind == 0 ? -INFINITY : 0.0f;
+    float *acc = buf + sh * sw * Hq * Wq + Wq;
+    for (int64_t a = 0; a < sh; a++) {
+        if (!ipu__phase_used(a, p->KH, p->dh, sh)) continue;
+        for (int64_t b = 0; b < sw; b++) {
+            if (!ipu__phase_used(b, p->KW, p->dw, sw)) continue;
+            float *pl = buf + (a * sw + b) * Hq * Wq;
+            int64_t c0 = b - p->pl; /* input column of j = 0; j's is c0 + j * sw */
+            int64_t lo = c0 >= 0 ? 0 : (-c0 + sw - 1) / sw;
+            int64_t hi = c0 >= p->W ? 0 : (p->W - c0 + sw - 1) / sw;
+            if (hi > Wq) hi = Wq;
+            if (lo > hi) lo = hi;
+            for (int64_t i = 0; i < Hq; i++) {
+                float *d = pl + i * Wq;
+                int64_t ih = (oh0 + i) * sh + a - p->pt;
+                if (ih < 0 || ih >= p->H) {
+                    for (int64_t j = 0; j < Wq; j++) d[j] = pad;
+                    continue;
+                }
+                const float *sr = x + ih * p->W + lo * sw + c0;
+                for (int64_t j = 0; j < lo; j++) d[j] = pad;
+                if (sw == 2) /* a constant stride vectorises (shuffles) */
+                    for (int64_t j = lo; j < hi; j++) d[j] = sr[(j - lo) * 2];
+                else
+                    for (int64_t j = lo; j < hi; j++) d[j] = sr[(j - lo) * sw];
+                for (int64_t j = hi; j < Wq; j++) d[j] = pad;
+            }
+        }
+    }
+    for (int64_t j = 0; j < Wq; j++) buf[sh * sw * Hq * Wq + j] = pad; /* read past the end */
+    int64_t n = nrows * Wq;
+    for (int64_t q = 0; q < n; q++) acc[q] = pad;
+    for (int64_t kh = 0; kh < p->KH; kh++)
+        for (int64_t kw = 0; kw < p->KW; kw++) {
+            int64_t th = kh * p->dh, tw = kw * p->dw;
+            const float *src = buf + ((th % sh) * sw + tw % sw) * Hq * Wq + th / sh * Wq + tw / sw;
+            tap_f32(acc, src, n, 1, p->kind);
+        }
+    for (int64_t r = 0; r < nrows; r++) {
+        const float *ar = acc + r * Wq;
+        float *yr = y + (oh0 + r) * p->OW;
+        if (p->kind == 0) {
+            memcpy(yr, ar, sizeof(float) * (size_t)p->OW);
+            continue;
+        }
+        int64_t nh = 0; /* taps of the window's column inside the padded or valid range */
+        for (int64_t kh = 0; kh < p->KH; kh++) {
+            int64_t ih = (oh0 + r) * sh - p->pt + kh * p->dh;
+            if (p->cip ? ih >= -p->pt && ih < p->H + p->pb : ih >= 0 && ih < p->H) nh++;
+        }
+        for (int64_t ow = 0; ow < p->OW; ow++) yr[ow] = ar[ow] / ((float)nh * cw[ow]);
+    }
+}
+
+static void pool_window_base(const ipu__pool_plan *p, const float *x, int64_t nrows,
+                             int64_t oh0, const float *cw, float *y, float *buf) {
+    pool_window_body(p, x, nrows, oh0, cw, y, buf);
+}
+
+#if IPU_X86
+__attribute__((target("avx2"))) static void pool_window_avx2(const ipu__pool_plan *p,
+                                                             const float *x, int64_t nrows,
+                                                             int64_t oh0, const float *cw,
+                                                             float *y, float *buf) {
+    pool_window_body(p, x, nrows, oh0, cw, y, buf);
+}
+#endif
 
 ipu_status ipu__k_pool2d(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
                          void *scratch) {
@@ -67,10 +178,27 @@ ipu_status ipu__k_pool2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
             }
             cw[ow] = (float)nw;
         }
+        int64_t hq, wq;
+        const int64_t lim = (int64_t)1 << 24; /* keeps window_floats far from overflow */
+        bool win = !p->f16 && p->sh <= 64 && p->sw <= 64 && p->OW < lim && p->rows < lim &&
+                   (p->KH - 1) * p->dh < lim && (p->KW - 1) * p->dw < lim &&
+                   p->rows >= (p->KH - 1) * p->dh / p->sh && /* halo copies <= the block */
+                   2 * p->OW + window_floats(p, p->rows, &hq, &wq) <=
+                       (int64_t)(IPU__SCRATCH_BYTES / sizeof(float));
+        void (*window)(const ipu__pool_plan *, const float *, int64_t, int64_t, const float *,
+                       float *, float *) = pool_window_base;
+#if IPU_X86
+        if (__builtin_cpu_supports("avx2")) window = pool_window_avx2;
+#endif
         for (size_t it = b; it < e; it++) {
             int64_t plane = (int64_t)(it / (uint64_t)p->rblocks);
             int64_t r = (int64_t)(it % (uint64_t)p->rblocks);
             int64_t oh1 = (r + 1) * p->rows < p->OH ? (r + 1) * p->rows : p->OH;
+            if (win) {
+                window(p, (const float *)x + plane * p->H * p->W, oh1 - r * p->rows,
+                       r * p->rows, cw, (float *)y + plane * p->OH * p->OW, cw + p->OW);
+                continue;
+            }
             for (int64_t oh = r * p->rows; oh < oh1; oh++) {
                 pool_row(p, x, plane * p->H * p->W, oh, acc, cw);
                 int64_t o = (plane * p->OH + oh) * p->OW;
