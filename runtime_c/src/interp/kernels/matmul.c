@@ -235,6 +235,9 @@ void ipu__mm_plan_blocks(ipu__mm_plan *p) {
             if (mbl > 1 && p->batch * (uint64_t)mbl * (uint64_t)cdiv(N, p->nb) % 2) mbl++;
             p->mb = cdiv(cdiv(M, mbl), 6) * 6; /* an even number of items splits evenly */
             p->mblocks = cdiv(M, p->mb);
+            /* at least 8 items, so that a helper that wakes late still gets a share */
+            while (p->batch * (uint64_t)p->mblocks * (uint64_t)cdiv(N, p->nb) < 8 && p->nb > 64)
+                p->nb = cdiv(p->nb / 2, 32) * 32;
         }
         p->nblocks = cdiv(N, p->nb);
     }
