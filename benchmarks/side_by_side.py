@@ -28,10 +28,12 @@ from pyipu.compiler import Compiler, CompilerOptions
 ENGINE_OPTIONS = {"debug.allowOutOfMemory": "true"}
 ROUND_SECONDS = 0.004  # tiny models: calls per round so that a round lasts about this long
 MAX_CALLS_PER_ROUND = 2000
-# Pause after the untimed round of the other engine: both runtimes' workers spin for a while
-# after a call before they sleep, and on a 2-core machine a spinning pool takes a core from
-# the engine timed next (ORT's 2-thread pool cost pyipu's 2-thread rounds up to 30 % here).
-SETTLE_SECONDS = 0.02
+# After the untimed round of the other engine, wait until the process is idle: both runtimes'
+# workers spin for a while after a call before they sleep (ORT's 2-thread pool used ~40 ms of
+# CPU in the 300 ms after a seed-model run here), and on a 2-core machine a spinning pool takes
+# a core from the engine timed next.
+SETTLE_WINDOW = 0.005  # seconds; idle = less than a tenth of a core used over one window
+SETTLE_MAX = 1.0
 
 
 def compile_model(model: onnx.ModelProto) -> Any:
@@ -143,14 +145,24 @@ def plan_rounds(slowest_call_s: float, budget_s: float, quick: bool) -> tuple[in
     return max(5, min(rounds, 200)), calls
 
 
+def wait_until_idle() -> None:
+    """Sleep in short windows until this process's threads stop using CPU (at most SETTLE_MAX)."""
+    deadline = time.perf_counter() + SETTLE_MAX
+    while time.perf_counter() < deadline:
+        c0 = time.process_time()
+        time.sleep(SETTLE_WINDOW)
+        if time.process_time() - c0 < SETTLE_WINDOW / 10:
+            return
+
+
 def settled(fn: Callable[[], None]) -> Callable[[], None]:
-    """`fn`, then a pause long enough for its thread pool to stop spinning."""
+    """`fn`, then wait until its thread pool has stopped spinning."""
 
-    def run_then_pause() -> None:
+    def run_then_settle() -> None:
         fn()
-        time.sleep(SETTLE_SECONDS)
+        wait_until_idle()
 
-    return run_then_pause
+    return run_then_settle
 
 
 def looped(fn: Callable[[], None], calls: int) -> Callable[[], None]:
