@@ -12,6 +12,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "isa.h"
 #include "kernels.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -146,26 +147,12 @@ static const ukr_desc UKRS[4] = {
 #endif
 };
 
-static int forced_isa; /* 0 = auto; set by tests only (relaxed atomics) */
+static int forced_isa; /* 0 = auto; set by tests only */
 
-static int best_isa(void) {
-#if IPU_X86
-    if (__builtin_cpu_supports("avx512f")) return 3;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return 2;
-#endif
-    return 1;
-}
-
-int ipu__sgemm_set_isa(int isa) {
-    int best = best_isa();
-    if (isa < 0 || isa > best) isa = 0;
-    __atomic_store_n(&forced_isa, isa, __ATOMIC_RELAXED);
-    return isa ? isa : best;
-}
+int ipu__sgemm_set_isa(int isa) { return ipu__isa_force(&forced_isa, isa, ipu__cpu_isa()); }
 
 static const ukr_desc *select_ukr(void) {
-    int isa = __atomic_load_n(&forced_isa, __ATOMIC_RELAXED);
-    return &UKRS[isa ? isa : best_isa()];
+    return &UKRS[ipu__isa_current(&forced_isa, ipu__cpu_isa())];
 }
 
 void ipu__sgemm_ukr(ipu__ukr *u) {

@@ -3,6 +3,8 @@
  * for AVX2 + FMA and portably; the AVX2 build is chosen at run time. */
 #include "vmath.h"
 
+#include "isa.h"
+
 #include <math.h>
 #include <stdbool.h>
 #include <string.h>
@@ -37,26 +39,13 @@ typedef int32_t v8i __attribute__((vector_size(32)));
 #include "vmath_body.h"
 #endif
 
-static int forced_isa; /* 0 = auto; set by tests only (relaxed atomics) */
+static int forced_isa; /* 0 = auto; set by tests only */
 
-static int best_isa(void) {
-#if VM_X86
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return 2;
-#endif
-    return 1;
-}
+static int best_isa(void) { return ipu__cpu_isa() >= 2 ? 2 : 1; } /* no AVX-512 build */
 
-int ipu__vm_set_isa(int isa) {
-    int best = best_isa();
-    if (isa < 0 || isa > best) isa = 0;
-    __atomic_store_n(&forced_isa, isa, __ATOMIC_RELAXED);
-    return isa ? isa : best;
-}
+int ipu__vm_set_isa(int isa) { return ipu__isa_force(&forced_isa, isa, best_isa()); }
 
-static bool use_avx2(void) {
-    int isa = __atomic_load_n(&forced_isa, __ATOMIC_RELAXED);
-    return (isa ? isa : best_isa()) == 2;
-}
+static bool use_avx2(void) { return ipu__isa_current(&forced_isa, best_isa()) == 2; }
 
 #if VM_X86
 #define VM_DISPATCH(name, ...)                                                                  \
