@@ -1,0 +1,223 @@
+"""The `%ipu` command line: one IPython MagicArgumentParser with a sub-parser per verb.
+
+IPython's `magic_arguments` has no sub-commands, so the verbs are argparse sub-parsers of its
+`MagicArgumentParser` (whose `error` raises UsageError instead of exiting). `-h` prints the
+verb's help and the magic returns None rather than exiting the kernel.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic_arguments import MagicArgumentParser
+from IPython.utils.text import dedent
+
+VERBS = ("devices", "compile", "fuse", "run", "dump", "profile")
+
+
+class HelpShown(Exception):
+    """`-h` was given: the help was printed, there is nothing to run."""
+
+
+class _Parser(MagicArgumentParser):
+    def exit(self, status: int = 0, message: str | None = None) -> Any:
+        if status:
+            raise UsageError(message or "invalid arguments")
+        raise HelpShown
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
+        try:
+            return super().parse_args(args, namespace)
+        except UsageError as e:
+            raise UsageError(f"{e}\n(%ipu -h or %ipu? shows the help)") from None
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def _io_tiles(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or 'auto', got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected >= 0 or 'auto', got {text!r}")
+    return value
+
+
+def _proportion(text: str) -> float:
+    value = _non_negative_float(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}")
+    return value
+
+
+def _csv(text: str) -> list[str]:
+    return [v.strip() for v in text.split(",") if v.strip()]
+
+
+def _add_compile_options(p: argparse.ArgumentParser) -> None:
+    """Options shared by `compile` and `fuse` (CompilerOptions fields)."""
+    p.add_argument("-o", "--output", metavar="FILE", help="also write the PopEF file here")
+    p.add_argument("--batches-per-step", type=_positive, default=1, metavar="N", help="default 1")
+    p.add_argument(
+        "--num-io-tiles",
+        type=_io_tiles,
+        default=0,
+        metavar="N|auto",
+        help="I/O tiles for overlap I/O (0: off; auto: sized from the I/O bytes)",
+    )
+    p.add_argument("--ipu-version", choices=("ipu2", "ipu21"), default="ipu2")
+    p.add_argument(
+        "--available-memory-proportion",
+        type=_proportion,
+        default=0.6,
+        metavar="F",
+        help="share of a tile's memory MatMul/Conv temporaries may use (default 0.6)",
+    )
+    p.add_argument(
+        "--allow-out-of-memory",
+        action="store_true",
+        help="compile a model that does not fit on the IPU, for CPU use",
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no summary")
+
+
+def _build() -> _Parser:
+    top = _Parser(
+        prog="ipu",
+        description=(
+            "Compile, fuse, run, dump and profile IPU models from a notebook. "
+            "Verbs: " + ", ".join(VERBS) + ". `%ipu VERB -h` shows a verb's options."
+        ),
+        add_help=True,
+    )
+    verbs = top.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
+    verbs.required = True
+
+    verbs.add_parser(
+        "devices", add_help=True, help="the virtual IPUs and their constants, as a table"
+    )
+
+    p = verbs.add_parser(
+        "compile", add_help=True, help="compile an ONNX model (progress bar, summary)"
+    )
+    p.add_argument("model", metavar="MODEL", help="a path, a ModelProto or a variable's name")
+    p.add_argument(
+        "--outputs", type=_csv, metavar="A,B", help="output names (default: every graph output)"
+    )
+    p.add_argument("--precision", choices=("fp32", "fp16"), default="fp32")
+    p.add_argument(
+        "--input-shape",
+        nargs="+",
+        metavar="NAME=D0,D1",
+        help="static shapes for inputs with dynamic dimensions",
+    )
+    p.add_argument(
+        "--batch-size", type=_positive, metavar="N", help="set the batch dim of every input"
+    )
+    _add_compile_options(p)
+
+    p = verbs.add_parser(
+        "fuse", add_help=True, help="%%%%ipu fuse: the cell is a PopRT model-fusion YAML"
+    )
+    _add_compile_options(p)
+
+    p = verbs.add_parser(
+        "run", add_help=True, help="run an executable with live widgets (statistics)"
+    )
+    p.add_argument("exe", metavar="EXE", help="an Executable, a PopEF path or a variable's name")
+    p.add_argument(
+        "--threads", type=_positive, metavar="N", help="compute threads (default: all cores)"
+    )
+    amount = p.add_mutually_exclusive_group()
+    amount.add_argument(
+        "--requests", type=_positive, metavar="N", help="requests to run (default 200)"
+    )
+    amount.add_argument(
+        "--seconds", type=_non_negative_float, metavar="S", help="run for S seconds instead"
+    )
+    p.add_argument(
+        "--batch", type=_positive, default=1, metavar="N", help="batches per request (default 1)"
+    )
+    p.add_argument(
+        "--in-flight",
+        type=_positive,
+        metavar="N",
+        help="requests queued at once (default 2 x batches_per_step x batch, at least 4)",
+    )
+    p.add_argument(
+        "--inputs", metavar="VAR", help="a variable holding the inputs dict (default: random)"
+    )
+    p.add_argument(
+        "--timeout-ns", type=int, metavar="NS", help="RuntimeConfig.timeout_ns (default 10 ms)"
+    )
+    p.add_argument(
+        "--record",
+        type=_positive,
+        nargs="?",
+        const=4096,
+        metavar="EVENTS",
+        help="record load/compute/store tracepoints (default 4096 events) for %%ipu profile",
+    )
+    p.add_argument("--seed", type=int, default=0, help="random inputs' seed (default 0)")
+    p.add_argument(
+        "--no-widgets", action="store_true", help="no live widgets; print the summary only"
+    )
+
+    p = verbs.add_parser("dump", add_help=True, help="a PopEF file's contents as HTML tables")
+    p.add_argument("file", metavar="FILE", help="a PopEF path, an Executable or a variable")
+    p.add_argument("-i", "--instructions", action="store_true", help="list every instruction")
+
+    p = verbs.add_parser(
+        "profile",
+        add_help=True,
+        help="pictures: tile memory heat map, cycles per instruction, run timeline",
+    )
+    p.add_argument("exe", metavar="EXE", help="an Executable, a PopEF path or a variable")
+    p.add_argument(
+        "--run",
+        metavar="RESULT",
+        help="a RunResult of `%%ipu run --record` for the timeline (default: the last one)",
+    )
+    p.add_argument("--top", type=_positive, default=30, metavar="N", help="instructions shown")
+    p.add_argument("--ipu", type=int, default=0, metavar="I", help="which IPU's tiles (default 0)")
+    return top
+
+
+PARSER = _build()
+
+
+def full_help() -> str:
+    """The top-level help followed by every verb's: what `%ipu?` shows."""
+    parts = [PARSER.format_help()]
+    for action in PARSER._subparsers._group_actions:  # type: ignore[union-attr]
+        for name, sub in action.choices.items():
+            parts.append(f"--- %ipu {name} ---\n{sub.format_help()}")
+    return dedent("\n".join(parts))
+
+
+def parse(line: str) -> argparse.Namespace:
+    """The parsed `%ipu` line; UsageError on bad arguments, HelpShown after `-h`."""
+    return PARSER.parse_argstring(line)

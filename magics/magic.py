@@ -1,0 +1,86 @@
+"""The `%ipu` / `%%ipu` magic: parses the line and dispatches to one module per verb."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_cell_magic, magics_class, needs_local_scope
+from IPython.display import display
+
+from . import args as A
+from . import sources
+
+
+@magics_class
+class IpuMagics(Magics):
+    """`%ipu VERB ...` (see docs/notebooks.md)."""
+
+    @needs_local_scope
+    @line_cell_magic
+    def ipu(self, line: str = "", cell: str | None = None, local_ns: Any = None) -> Any:
+        try:
+            ns = A.parse(line)
+        except A.HelpShown:
+            return None
+        scope = {**self.shell.user_ns, **(local_ns or {})}
+        handler = getattr(self, f"_{ns.verb}", None)
+        if handler is None:
+            raise UsageError(f"%ipu {ns.verb} is not available in this version")
+        return handler(ns, cell, scope)
+
+    ipu.__doc__ = A.full_help()
+
+    # --- verbs -----------------------------------------------------------------------------
+    def _devices(self, ns: argparse.Namespace, cell: str | None, scope: dict[str, Any]) -> Any:
+        from .devices import devices
+
+        _no_cell(ns, cell)
+        return devices()
+
+    def _compile(self, ns: argparse.Namespace, cell: str | None, scope: dict[str, Any]) -> Any:
+        from .compile import compile_model
+
+        _no_cell(ns, cell)
+        model = sources.model(ns.model, scope)
+        return compile_model(model, ns, f"%ipu compile {ns.model}", None if ns.quiet else display)
+
+    def _run(self, ns: argparse.Namespace, cell: str | None, scope: dict[str, Any]) -> Any:
+        from .run import RunPlan, check_feeds, run
+
+        exe = sources.executable(ns.exe, scope)
+        feeds = None
+        if ns.inputs is not None:
+            feeds = check_feeds(sources.lookup(ns.inputs, scope), f"--inputs {ns.inputs}")
+        if cell is not None and cell.strip():
+            if feeds is not None:
+                raise UsageError("give the inputs either with --inputs or in the cell, not both")
+            cell_ns = dict(scope)
+            exec(compile(cell, "<%%ipu run>", "exec"), cell_ns)  # the user's own code
+            if "inputs" not in cell_ns:
+                raise UsageError("the %%ipu run cell must define `inputs` (a dict name -> array)")
+            feeds = check_feeds(cell_ns["inputs"], "the cell's `inputs`")
+        plan = RunPlan(
+            requests=ns.requests,
+            seconds=ns.seconds,
+            batch=ns.batch,
+            in_flight=ns.in_flight,
+            threads=ns.threads,
+            timeout_ns=ns.timeout_ns,
+            record=ns.record,
+            seed=ns.seed,
+        )
+        result = run(ns.exe, exe, plan, feeds, None if ns.no_widgets else display)
+        self.shell.user_ns["_ipu_last_run"] = result
+        if result.interrupted:
+            print(
+                f"%ipu run: interrupted; {result.completed + result.failed} of "
+                f"{result.submitted} submitted requests completed, none pending"
+            )
+        return result
+
+
+def _no_cell(ns: argparse.Namespace, cell: str | None) -> None:
+    if cell is not None and cell.strip():
+        raise UsageError(f"%%ipu {ns.verb} takes no cell body; use %ipu {ns.verb}")

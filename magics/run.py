@@ -1,0 +1,325 @@
+"""`%ipu run`: drive a Runner with a window of queued requests while a Monitor updates widgets.
+
+The cell's thread submits requests and waits on them with short timeouts (the C engine runs
+with the GIL released), so the Monitor thread and the kernel's I/O keep going. SIGINT (the
+notebook's interrupt) only sets a flag: no new request is submitted, every queued one is waited
+for, and the partial result is returned, so each submitted request completes exactly once.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from IPython.core.error import UsageError
+
+from . import html as H
+from .widgets import Monitor, RunDashboard, Sample
+
+DEFAULT_REQUESTS = 200
+WAIT_SLICE_S = 0.05  # wait in slices so a pending SIGINT handler runs promptly
+
+
+@dataclass
+class RunPlan:
+    """What `%ipu run` was asked to do."""
+
+    requests: int | None
+    seconds: float | None
+    batch: int
+    in_flight: int | None
+    threads: int | None
+    timeout_ns: int | None
+    record: int | None
+    seed: int
+
+
+@dataclass
+class RunResult:
+    """What a `%ipu run` did: counts, wall time, the runtime's final statistics, the samples the
+    widgets showed, and the recorded trace (`--record`)."""
+
+    name: str
+    submitted: int
+    completed: int
+    failed: int
+    seconds: float
+    batch: int
+    threads: int
+    interrupted: bool
+    stats: dict[str, Any]
+    samples: list[Sample] = field(repr=False)
+    errors: list[str] = field(default_factory=list)
+    outputs: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    trace: Any = field(default=None, repr=False)
+
+    @property
+    def throughput_rps(self) -> float:
+        """Completed requests per second of wall time."""
+        return self.completed / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def latency_p50_ms(self) -> float:
+        return self.stats.get("latency_p50_ns", 0) / 1e6
+
+    @property
+    def latency_p99_ms(self) -> float:
+        return self.stats.get("latency_p99_ns", 0) / 1e6
+
+    def _repr_html_(self) -> str:
+        state = "interrupted" if self.interrupted else ("done" if not self.failed else "failed")
+        rows = [
+            ("state", state),
+            (
+                "requests completed / failed / submitted",
+                f"{self.completed} / {self.failed} / {self.submitted}",
+            ),
+            ("batches per request", self.batch),
+            ("wall time", H.duration(self.seconds)),
+            (
+                "throughput",
+                f"{self.throughput_rps:,.1f} requests/s "
+                f"({self.throughput_rps * self.batch:,.1f} batches/s)",
+            ),
+            ("latency p50 / p99", f"{self.latency_p50_ms:.3f} ms / {self.latency_p99_ms:.3f} ms"),
+            ("compute threads", self.threads),
+            (
+                "steps / iterations",
+                f"{self.stats.get('steps', 0)} / {self.stats.get('iterations', 0)}",
+            ),
+            ("trace events", len(self.trace.events) if self.trace is not None else "not recorded"),
+        ]
+        rows += [("error", e) for e in self.errors[:3]]
+        return (
+            f'<div class="ipu-run-result"><b>Run of {H.esc(self.name)}</b>'
+            + H.pairs(rows)
+            + "</div>"
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"<RunResult {self.name}: {self.completed}/{self.submitted} completed, "
+            f"{self.failed} failed, {self.throughput_rps:.1f} req/s"
+            f"{', interrupted' if self.interrupted else ''}>"
+        )
+
+
+def random_feeds(runner: Any, batch: int, seed: int) -> list[dict[str, np.ndarray]]:
+    """One feed dict per subgraph (one for a plain model), `batch` batches stacked on dim 0."""
+    from pyipu.cli.run_info import _random
+
+    rng = np.random.default_rng(seed)
+    ins = runner.get_execute_inputs()
+    outs = runner.get_execute_outputs()
+    groups = sorted({d.subgraph for d in ins + outs}, key=lambda s: -1 if s is None else s)
+    feeds = []
+    for sub in groups:
+        feed = {}
+        for d in ins:
+            if d.subgraph == sub:
+                shape = list(d.shape)
+                if shape:
+                    shape[0] *= batch
+                feed[d.name] = _random(shape, d.numpy_data_type(), rng)
+        feeds.append(feed)
+    return feeds
+
+
+def check_feeds(value: Any, source: str) -> list[dict[str, np.ndarray]]:
+    """Given inputs: a dict name -> array, or a list of such dicts used in turn."""
+    items = value if isinstance(value, (list, tuple)) else [value]
+    if not items or not all(isinstance(v, Mapping) for v in items):
+        raise UsageError(f"{source} must be a dict of input name -> numpy array (or a list)")
+    return [{str(k): np.asarray(v) for k, v in item.items()} for item in items]
+
+
+def _outputs_for(runner: Any, feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Output arrays matching a feed's subgraph and number of batches."""
+    ins = {d.name: d for d in runner.get_execute_inputs()}
+    given = [ins[n] for n in feed if n in ins]
+    subgraph = given[0].subgraph if given else None
+    first = next((feed[n] for n in feed if n in ins and ins[n].shape), None)
+    batches = 1
+    if first is not None and given[0].shape[0] > 0:
+        batches = max(1, first.shape[0] // given[0].shape[0]) if first.ndim else 1
+    outs = {}
+    for d in runner.get_execute_outputs():
+        if subgraph is None or d.subgraph in (None, subgraph):
+            shape = list(d.shape)
+            if shape:
+                shape[0] *= batches
+            outs[d.name] = np.zeros(shape, d.numpy_data_type())
+    return outs
+
+
+@contextmanager
+def sigint_as_flag(flag: threading.Event) -> Iterator[None]:
+    """While running, SIGINT sets `flag` instead of raising KeyboardInterrupt mid-bookkeeping."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, lambda *_: flag.set())
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _wait(future: Any) -> str | None:
+    """Wait for a request; its error message, or None when it succeeded."""
+    try:
+        while not future.wait(WAIT_SLICE_S):
+            pass
+    except Exception as e:  # the request's own failure (a pyipu.Error): count it, go on
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+def run(
+    name: str,
+    exe: Any,
+    plan: RunPlan,
+    feeds: list[dict[str, np.ndarray]] | None,
+    show: Callable[[Any], None] | None,
+    stop: threading.Event | None = None,
+) -> RunResult:
+    """Run `exe`; `show(widget)` displays the dashboard (None: no widgets)."""
+    from pyipu.runtime import Runner, RuntimeConfig
+
+    config = RuntimeConfig(num_threads=plan.threads)
+    fused = int(exe.native().get_info()["num_subgraphs"]) > 1
+    if fused:  # PopRT's model-fusion settings: one subgraph per request, no padding wait
+        config.validate_io_params = False
+        config.timeout_ns = 0
+    if plan.timeout_ns is not None:
+        config.timeout_ns = plan.timeout_ns
+    if plan.record:
+        config.request_tracepoints_buffer_size = plan.record
+    runner = Runner(exe, config)
+    try:
+        return _drive(name, runner, plan, feeds, show, stop or threading.Event())
+    finally:
+        runner.close()
+
+
+def _drive(
+    name: str,
+    runner: Any,
+    plan: RunPlan,
+    feeds: list[dict[str, np.ndarray]] | None,
+    show: Callable[[Any], None] | None,
+    stop: threading.Event,
+) -> RunResult:
+    feeds = feeds or random_feeds(runner, plan.batch, plan.seed)
+    total = plan.requests if plan.seconds is None else None
+    if total is None and plan.seconds is None:
+        total = DEFAULT_REQUESTS
+    bps = runner.batches_per_step
+    window = plan.in_flight or max(4, 2 * bps * plan.batch)
+    pool = [_outputs_for(runner, feeds[i % len(feeds)]) for i in range(window)]
+    depth_names = list(runner.stats()["queue_depth"])
+    capacity = runner.config.ring_buffer_size_multiplier * bps * len(runner._runtimes)
+    threads = int(runner.stats()["num_threads"])
+    dash = None
+    if show is not None:
+        title = (
+            f"%ipu run {name}: "
+            + (f"{total} requests" if total else f"{plan.seconds:g} s")
+            + f" × {plan.batch} batch(es), {threads} compute thread(s)"
+        )
+        dash = RunDashboard(title, depth_names, capacity, total, plan.seconds)
+        show(dash.box)
+    start = time.perf_counter()
+
+    def sample() -> Sample:
+        st = runner.stats()
+        return Sample(
+            t=time.perf_counter() - start,
+            submitted=st["requests_submitted"],
+            completed=st["requests_completed"],
+            failed=st["requests_failed"],
+            throughput_rps=float(st["throughput_rps"]),
+            latency_p50_ns=int(st["latency_p50_ns"]),
+            latency_p99_ns=int(st["latency_p99_ns"]),
+            queue_depth=dict(st["queue_depth"]),
+        )
+
+    monitor = Monitor(sample, dash.update if dash else (lambda s: None)).start()
+    inflight: deque[tuple[Any, int]] = deque()
+    submitted = completed = failed = 0
+    errors: list[str] = []
+    last_ok = -1
+
+    def more() -> bool:
+        if stop.is_set():
+            return False
+        if total is not None:
+            return submitted < total
+        return time.perf_counter() - start < (plan.seconds or 0.0)
+
+    def settle() -> None:
+        nonlocal completed, failed, last_ok
+        future, slot = inflight.popleft()
+        err = _wait(future)
+        if err is None:
+            completed += 1
+            last_ok = slot
+        else:
+            failed += 1
+            if len(errors) < 10:
+                errors.append(err)
+
+    try:
+        with sigint_as_flag(stop):
+            while more():
+                while len(inflight) < window and more():
+                    slot = submitted % window
+                    feed = feeds[submitted % len(feeds)]
+                    try:
+                        future = runner.execute_async(feed, pool[slot])
+                    except Exception as e:  # bad inputs: nothing was queued
+                        raise UsageError(f"the inputs were refused: {e}") from None
+                    inflight.append((future, slot))
+                    submitted += 1
+                settle()
+            while inflight:
+                settle()
+    finally:
+        while inflight:  # an exception above: still settle what was queued
+            settle()
+        monitor.stop()
+    seconds = time.perf_counter() - start
+    stats = runner.stats()
+    result = RunResult(
+        name=name,
+        submitted=submitted,
+        completed=completed,
+        failed=failed,
+        seconds=seconds,
+        batch=plan.batch,
+        threads=threads,
+        interrupted=stop.is_set(),
+        stats=stats,
+        samples=monitor.samples,
+        errors=errors,
+        outputs={k: v.copy() for k, v in pool[last_ok].items()} if last_ok >= 0 else {},
+        trace=runner.trace() if plan.record and hasattr(runner, "trace") else None,
+    )
+    if dash is not None:
+        state = "interrupted" if result.interrupted else ("done" if not failed else "failed")
+        dash.finish(
+            f"{state}: {completed} completed, {failed} failed in {seconds:.2f} s "
+            f"({result.throughput_rps:,.1f} req/s)",
+            ok=not failed and not result.interrupted,
+        )
+    if monitor.error is not None:
+        errors.append(f"widget update failed: {monitor.error!r}")
+    return result
