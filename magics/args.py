@@ -199,8 +199,17 @@ def _build() -> _Parser:
     p.add_argument(
         "--run",
         metavar="RESULT",
-        help="a RunResult of `%%ipu run --record` for the timeline (default: the last one)",
+        help="a RunResult of `%%ipu run EXE --record` for the timeline (default: record a short "
+        "run now)",
     )
+    p.add_argument(
+        "--requests",
+        type=_positive,
+        default=16,
+        metavar="N",
+        help="requests of the recorded run made without --run (default 16)",
+    )
+    p.add_argument("--no-timeline", action="store_true", help="only the IPU Model's pictures")
     p.add_argument("--top", type=_positive, default=30, metavar="N", help="instructions shown")
     p.add_argument("--ipu", type=int, default=0, metavar="I", help="which IPU's tiles (default 0)")
     return top

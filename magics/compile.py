@@ -37,17 +37,23 @@ def convert(model: Any, args: argparse.Namespace) -> Any:
     ).convert(model)
 
 
-def compile_model(
-    model: Any, args: argparse.Namespace, title: str, show: Callable[[Any], None] | None
+def compile_with_progress(
+    model: Any,
+    outputs: list[str] | None,
+    args: argparse.Namespace,
+    title: str,
+    show: Callable[[Any], None] | None,
+    extra_html: Callable[[Any], str] = lambda exe: "",
 ) -> Any:
-    """The Executable; `show` displays the progress bar and then the summary (None: quiet)."""
+    """Compile (and save to `args.output`); `show` displays the progress bar, which is then
+    followed by `extra_html(exe)` and the executable's summary (None: quiet)."""
     from pyipu.compiler import Compiler
 
     progress = CompileProgress(title) if show is not None else None
-    if progress is not None:
+    if progress is not None and show is not None:
         show(progress.box)
     try:
-        exe = Compiler.compile(convert(model, args), args.outputs, compiler_options(args, progress))
+        exe = Compiler.compile(model, outputs, compiler_options(args, progress))
     except Exception as e:
         if progress is not None:
             progress.failed(f"{type(e).__name__}: {e}")
@@ -55,5 +61,12 @@ def compile_model(
     if args.output:
         exe.save(args.output)
     if progress is not None:
-        progress.done(executable_html(exe, title))
+        progress.done(extra_html(exe) + executable_html(exe, title))
     return exe
+
+
+def compile_model(
+    model: Any, args: argparse.Namespace, title: str, show: Callable[[Any], None] | None
+) -> Any:
+    """`%ipu compile`: the Executable of the (converted) model."""
+    return compile_with_progress(convert(model, args), args.outputs, args, title, show)

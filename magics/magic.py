@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -45,6 +46,50 @@ class IpuMagics(Magics):
         _no_cell(ns, cell)
         model = sources.model(ns.model, scope)
         return compile_model(model, ns, f"%ipu compile {ns.model}", None if ns.quiet else display)
+
+    def _fuse(self, ns: argparse.Namespace, cell: str | None, scope: dict[str, Any]) -> Any:
+        from .fuse import fuse
+
+        return fuse(cell, ns, scope, None if ns.quiet else display)
+
+    def _dump(self, ns: argparse.Namespace, cell: str | None, scope: dict[str, Any]) -> Any:
+        from .dump import dump
+
+        _no_cell(ns, cell)
+        value = sources.lookup(ns.file, scope)
+        if not isinstance(value, (str, os.PathLike)):
+            value = sources.executable(ns.file, scope)
+        return dump(ns.file, value, ns.instructions)
+
+    def _profile(self, ns: argparse.Namespace, cell: str | None, scope: dict[str, Any]) -> Any:
+        from .profile import profile
+        from .run import RunPlan, run
+
+        _no_cell(ns, cell)
+        exe = sources.executable(ns.exe, scope)
+        recorded, notes = None, []
+        if ns.run is not None:
+            recorded = sources.lookup(ns.run, scope)
+            if getattr(recorded, "trace", None) is None:
+                raise UsageError(f"--run {ns.run}: not a RunResult of `%ipu run ... --record`")
+        elif not ns.no_timeline:
+            bps = exe.program.batches_per_step
+            plan = RunPlan(
+                requests=max(ns.requests, 2 * bps),
+                seconds=None,
+                batch=1,
+                in_flight=None,
+                threads=None,
+                timeout_ns=None,
+                record=4096,
+                seed=0,
+            )
+            recorded = run(ns.exe, exe, plan, None, None)
+            notes.append(
+                f"timeline: {recorded.completed} requests recorded by %ipu profile "
+                "(pass --run RESULT to use your own `%ipu run --record`)"
+            )
+        return profile(ns.exe, exe, ns.ipu, ns.top, recorded, notes)
 
     def _run(self, ns: argparse.Namespace, cell: str | None, scope: dict[str, Any]) -> Any:
         from .run import RunPlan, check_feeds, run

@@ -202,12 +202,16 @@ def run(
     if plan.timeout_ns is not None:
         config.timeout_ns = plan.timeout_ns
     if plan.record:
+        config.record_tracepoints = True
         config.request_tracepoints_buffer_size = plan.record
     runner = Runner(exe, config)
     try:
-        return _drive(name, runner, plan, feeds, show, stop or threading.Event())
+        result = _drive(name, runner, plan, feeds, show, stop or threading.Event())
     finally:
         runner.close()
+    if plan.record:  # after close: every stage has ended and recorded its event
+        result.trace = runner.tracepoints()
+    return result
 
 
 def _drive(
@@ -311,7 +315,6 @@ def _drive(
         samples=monitor.samples,
         errors=errors,
         outputs={k: v.copy() for k, v in pool[last_ok].items()} if last_ok >= 0 else {},
-        trace=runner.trace() if plan.record and hasattr(runner, "trace") else None,
     )
     if dash is not None:
         state = "interrupted" if result.interrupted else ("done" if not failed else "failed")

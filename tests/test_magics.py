@@ -1,8 +1,5 @@
-"""The `%ipu` magic driven through a real IPython InteractiveShell (no kernel, no browser).
-
-Without IPython/ipywidgets/matplotlib the tests skip, except under CI=true where they fail
-(the `test` extra installs them).
-"""
+"""The `%ipu` magic driven through a real IPython InteractiveShell (no kernel, no browser):
+arguments, help, devices, compile, run with live widgets, interrupt, the core's imports."""
 
 from __future__ import annotations
 
@@ -16,45 +13,27 @@ from typing import Any
 
 import numpy as np
 import pytest
+from magics_shell import require_notebook_libraries, shell, small_model
+from onnx import numpy_helper
 
-if os.environ.get("CI") != "true":
-    pytest.importorskip("IPython")
-    pytest.importorskip("ipywidgets")
-    pytest.importorskip("matplotlib")
+from pyipu import demo
+from pyipu.compiler import Executable
+
+require_notebook_libraries()
 
 import ipywidgets as W  # noqa: E402
-import onnx  # noqa: E402
 from IPython.core.error import UsageError  # noqa: E402
-from IPython.testing.globalipapp import get_ipython  # noqa: E402
 from IPython.utils.capture import capture_output  # noqa: E402
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-
-from pyipu import demo  # noqa: E402
-from pyipu.compiler import Executable  # noqa: E402
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
-def small_model() -> onnx.ModelProto:
-    """y = relu(x @ W), x [4, 64], W [64, 32]."""
-    w = np.random.default_rng(0).standard_normal((64, 32)).astype(np.float32)
-    g = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Relu", ["h"], ["y"])],
-        "small",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, (4, 64))],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (4, 32))],
-        [numpy_helper.from_array(w, "W")],
-    )
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 11)])
-
-
 @pytest.fixture(scope="module")
 def ip() -> Any:
-    shell = get_ipython()
-    shell.run_line_magic("load_ext", "pyipu.magics")
-    shell.user_ns["small"] = small_model()
-    shell.user_ns["seed"] = demo.seed_overlap_io_model(0, 1 / 16)
-    return shell
+    ip = shell()
+    ip.user_ns["small"] = small_model()
+    ip.user_ns["seed"] = demo.seed_overlap_io_model(0, 1 / 16)
+    return ip
 
 
 @pytest.fixture(scope="module")
