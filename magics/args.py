@@ -44,7 +44,17 @@ def _positive(text: str) -> int:
     return value
 
 
-def _non_negative_float(text: str) -> float:
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
@@ -67,7 +77,7 @@ def _io_tiles(text: str) -> int | str:
 
 
 def _proportion(text: str) -> float:
-    value = _non_negative_float(text)
+    value = _positive_float(text)
     if value > 1:
         raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}")
     return value
@@ -156,7 +166,7 @@ def _build() -> _Parser:
         "--requests", type=_positive, metavar="N", help="requests to run (default 200)"
     )
     amount.add_argument(
-        "--seconds", type=_non_negative_float, metavar="S", help="run for S seconds instead"
+        "--seconds", type=_positive_float, metavar="S", help="run for S seconds instead"
     )
     p.add_argument(
         "--batch", type=_positive, default=1, metavar="N", help="batches per request (default 1)"
@@ -171,7 +181,11 @@ def _build() -> _Parser:
         "--inputs", metavar="VAR", help="a variable holding the inputs dict (default: random)"
     )
     p.add_argument(
-        "--timeout-ns", type=int, metavar="NS", help="RuntimeConfig.timeout_ns (default 10 ms)"
+        "--timeout-ns",
+        type=_non_negative,
+        metavar="NS",
+        help="RuntimeConfig.timeout_ns: wait before padding a started step (default 10 ms; "
+        "0 = forever, only with batches_per_step 1)",
     )
     p.add_argument(
         "--record",

@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 from IPython.core.error import UsageError
 
+from pyipu.errors import DTypeError, InvalidArgumentError, ShapeError
+
 from . import html as H
 from .widgets import Monitor, RunDashboard, Sample
 
@@ -195,11 +197,16 @@ def run(
     from pyipu.runtime import Runner, RuntimeConfig
 
     config = RuntimeConfig(num_threads=plan.threads)
-    fused = int(exe.native().get_info()["num_subgraphs"]) > 1
-    if fused:  # PopRT's model-fusion settings: one subgraph per request, no padding wait
+    info = exe.native().get_info()
+    if int(info["num_subgraphs"]) > 1:  # a fused model: a request runs one subgraph
         config.validate_io_params = False
-        config.timeout_ns = 0
     if plan.timeout_ns is not None:
+        if plan.timeout_ns == 0 and int(info["batches_per_step"]) > 1:
+            # the last, partial step would wait forever for batches nobody sends
+            raise UsageError(
+                "--timeout-ns 0 needs batches_per_step 1 (this executable has "
+                f"{info['batches_per_step']})"
+            )
         config.timeout_ns = plan.timeout_ns
     if plan.record:
         config.record_tracepoints = True
@@ -289,13 +296,17 @@ def _drive(
                     feed = feeds[submitted % len(feeds)]
                     try:
                         future = runner.execute_async(feed, pool[slot])
-                    except Exception as e:  # bad inputs: nothing was queued
-                        raise UsageError(f"the inputs were refused: {e}") from None
+                    except (InvalidArgumentError, ShapeError, DTypeError) as e:
+                        raise UsageError(f"the inputs were refused: {e}") from None  # none queued
                     inflight.append((future, slot))
                     submitted += 1
                 settle()
             while inflight:
                 settle()
+    except BaseException as e:
+        if dash is not None:
+            dash.finish(f"stopped: {type(e).__name__}: {e}", ok=False)
+        raise
     finally:
         while inflight:  # an exception above: still settle what was queued
             settle()

@@ -79,6 +79,9 @@ def test_core_package_never_imports_notebook_libraries() -> None:
         "dump",
         "profile",
         "devices extra",
+        "run exe --timeout-ns -5",
+        "run exe --inputs no_such_variable",
+        "profile exe --top 0",
     ],
 )
 def test_bad_arguments_raise_usage_error(ip: Any, exe: Executable, line: str) -> None:
@@ -186,6 +189,20 @@ def test_run_result_html_and_statistics(ip: Any, exe: Executable) -> None:
     html = res._repr_html_()
     assert "Run of exe" in html and "30 / 0 / 30" in html and "latency p50" in html
     assert ip.user_ns["_ipu_last_run"] is res
+
+
+def test_run_refuses_what_would_hang_or_fail(ip: Any) -> None:
+    with capture_output():
+        ip.user_ns["exe4"] = ip.run_line_magic("ipu", "compile small -q --batches-per-step 4")
+    # the last, partial step would wait forever
+    with pytest.raises(UsageError, match="batches_per_step 1"), capture_output():
+        ip.run_line_magic("ipu", "run exe4 --timeout-ns 0")
+    ip.user_ns["bad"] = {"x": np.zeros((3, 3), np.float32)}
+    with pytest.raises(UsageError, match="refused.*expected shape"), capture_output():
+        ip.run_line_magic("ipu", "run exe4 --inputs bad")
+    with pytest.raises(UsageError, match="dict of input name"), capture_output():
+        ip.run_line_magic("ipu", "run exe4 --inputs small")
+    assert not any(t.name == "pyipu-magics-monitor" for t in threading.enumerate())
 
 
 def test_run_with_seconds(ip: Any, exe: Executable) -> None:

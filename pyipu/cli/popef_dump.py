@@ -52,8 +52,15 @@ def describe(path: str) -> PopefDescription:
     exe = _core.Executable(container)
     info = exe.get_info()
     anchors = [
-        ("input" if direction == 1 else "output", name, DType(dtype).name.lower(), list(shape),
-         int(nbytes), subgraph, bool(has_data))
+        (
+            "input" if direction == 1 else "output",
+            name,
+            DType(dtype).name.lower(),
+            list(shape),
+            int(nbytes),
+            subgraph,
+            bool(has_data),
+        )
         for name, direction, dtype, shape, nbytes, subgraph, has_data, _t in exe.anchors()
     ]
     load_id, mains = exe.program_flow()
@@ -63,9 +70,14 @@ def describe(path: str) -> PopefDescription:
         roles[pid] = f"stage {k}"
         roles[copy_id] = f"copies of stage {k}"
     programs = [
-        (pid, roles.get(pid, "main"),
-         [(Op(op).name.lower(), list(ins), list(outs), list(attrs))
-          for op, ins, outs, attrs in instrs])
+        (
+            pid,
+            roles.get(pid, "main"),
+            [
+                (Op(op).name.lower(), list(ins), list(outs), list(attrs))
+                for op, ins, outs, attrs in instrs
+            ],
+        )
         for pid, instrs in exe.programs()
     ]
     blobs = []
