@@ -40,8 +40,7 @@ class CompileProgress:
     def __init__(self, title: str) -> None:
         self.bar = W.IntProgress(value=0, min=0, max=1, description="Compiling")
         self.label = W.Label(value=title)
-        self.box = W.VBox([W.HBox([self.bar, self.label])])
-        self.box.add_class("ipu-compile")
+        self.box = W.VBox([W.HBox([self.bar, self.label])], _dom_classes=["ipu-compile"])
 
     def __call__(self, step: int, total: int) -> None:
         self.bar.max = max(total, 1)
@@ -88,8 +87,13 @@ class RunDashboard:
     ) -> None:
         self.total = total_requests
         self.seconds = seconds
+        # CSS classes given at construction travel in the widget's first (comm_open) message
         self.progress = W.IntProgress(
-            value=0, min=0, max=total_requests or 1000, description="Requests"
+            value=0,
+            min=0,
+            max=total_requests or 1000,
+            description="Requests",
+            _dom_classes=["ipu-requests"],
         )
         self.progress_label = W.Label(value="starting")
         self.queues = {
@@ -99,14 +103,13 @@ class RunDashboard:
                 max=max(queue_capacity, 1),
                 description=name if len(name) <= 18 else name[:17] + "…",
                 tooltip=name,
+                _dom_classes=["ipu-queue"],
             )
             for name in anchors
         }
-        for bar in self.queues.values():
-            bar.add_class("ipu-queue")
         self.chart = W.HTML(sparkline([]))
-        self.latency = W.Label(value="latency p50 – · p99 –")
-        self.status = W.Label(value="running")
+        self.latency = W.Label(value="latency p50 – · p99 –", _dom_classes=["ipu-latency"])
+        self.status = W.Label(value="running", _dom_classes=["ipu-status"])
         rows: list[Any] = [
             W.HTML(f"<b>{H.esc(title)}</b>"),
             W.HBox([self.progress, self.progress_label]),
@@ -116,11 +119,7 @@ class RunDashboard:
             self.latency,
             self.status,
         ]
-        self.box = W.VBox(rows)
-        self.box.add_class("ipu-run")
-        self.progress.add_class("ipu-requests")
-        self.latency.add_class("ipu-latency")
-        self.status.add_class("ipu-status")
+        self.box = W.VBox(rows, _dom_classes=["ipu-run"])
         self._throughput: list[float] = []
 
     def update(self, s: Sample) -> None:
