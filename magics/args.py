@@ -8,6 +8,7 @@ verb's help and the magic returns None rather than exiting the kernel.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -34,53 +35,28 @@ class _Parser(MagicArgumentParser):
             raise UsageError(f"{e}\n(%ipu -h or %ipu? shows the help)") from None
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+def _checked(convert: Callable[[str], Any], ok: Callable[[Any], bool], expected: str) -> Any:
+    """An argparse `type`: convert the text, then check the value (messages name both)."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            value = None
+        if value is None or not ok(value):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return value
+
+    return parse
 
 
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
-
-
-def _io_tiles(text: str) -> int | str:
-    if text == "auto":
-        return text
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer or 'auto', got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected >= 0 or 'auto', got {text!r}")
-    return value
-
-
-def _proportion(text: str) -> float:
-    value = _positive_float(text)
-    if value > 1:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}")
-    return value
+_positive = _checked(int, lambda v: v >= 1, "a positive integer")
+_non_negative = _checked(int, lambda v: v >= 0, "an integer >= 0")
+_positive_float = _checked(float, lambda v: 0 < v < float("inf"), "a positive number")
+_proportion = _checked(float, lambda v: 0 < v <= 1, "a number in (0, 1]")
+_io_tiles = _checked(
+    lambda t: t if t == "auto" else int(t), lambda v: v == "auto" or v >= 0, "N >= 0 or 'auto'"
+)
 
 
 def _csv(text: str) -> list[str]:

@@ -132,7 +132,7 @@ class RunDashboard:
             self.progress_label.value = f"{s.completed + s.failed} requests in {s.t:.1f} s"
         for name, bar in self.queues.items():
             bar.value = min(s.queue_depth.get(name, 0), bar.max)
-        self._throughput = [*self._throughput, s.throughput_rps]
+        self._throughput = [*self._throughput[-CHART_POINTS + 1 :], s.throughput_rps]
         self.chart.value = sparkline(self._throughput)
         self.latency.value = (
             f"latency p50 {s.latency_p50_ns / 1e6:.3f} ms · p99 {s.latency_p99_ns / 1e6:.3f} ms"

@@ -80,6 +80,8 @@ def test_core_package_never_imports_notebook_libraries() -> None:
         "profile",
         "devices extra",
         "run exe --timeout-ns -5",
+        "run exe --seconds inf",
+        "compile small --num-io-tiles -3",
         "run exe --inputs no_such_variable",
         "profile exe --top 0",
     ],
