@@ -16,7 +16,14 @@ from . import sources
 
 @magics_class
 class IpuMagics(Magics):
-    """`%ipu VERB ...` (see docs/notebooks.md)."""
+    """`%ipu VERB ...` / `%%ipu VERB ...` (docs/notebooks.md).
+
+    Example (in a notebook):
+        %load_ext pyipu.magics
+        exe = %ipu compile model.onnx --batches-per-step 4
+        res = %ipu run exe --seconds 5 --record
+        %ipu profile exe --run res
+    """
 
     @needs_local_scope
     @line_cell_magic
@@ -26,10 +33,7 @@ class IpuMagics(Magics):
         except A.HelpShown:
             return None
         scope = {**self.shell.user_ns, **(local_ns or {})}
-        handler = getattr(self, f"_{ns.verb}", None)
-        if handler is None:
-            raise UsageError(f"%ipu {ns.verb} is not available in this version")
-        return handler(ns, cell, scope)
+        return getattr(self, f"_{ns.verb}")(ns, cell, scope)
 
     ipu.__doc__ = A.full_help()
 
@@ -74,16 +78,7 @@ class IpuMagics(Magics):
                 raise UsageError(f"--run {ns.run}: not a RunResult of `%ipu run ... --record`")
         elif not ns.no_timeline:
             bps = exe.program.batches_per_step
-            plan = RunPlan(
-                requests=max(ns.requests, 2 * bps),
-                seconds=None,
-                batch=1,
-                in_flight=None,
-                threads=None,
-                timeout_ns=None,
-                record=4096,
-                seed=0,
-            )
+            plan = RunPlan(requests=max(ns.requests, 2 * bps), record=4096)
             recorded = run(ns.exe, exe, plan, None, None)
             notes.append(
                 f"timeline: {recorded.completed} requests recorded by %ipu profile "
@@ -107,14 +102,7 @@ class IpuMagics(Magics):
                 raise UsageError("the %%ipu run cell must define `inputs` (a dict name -> array)")
             feeds = check_feeds(cell_ns["inputs"], "the cell's `inputs`")
         plan = RunPlan(
-            requests=ns.requests,
-            seconds=ns.seconds,
-            batch=ns.batch,
-            in_flight=ns.in_flight,
-            threads=ns.threads,
-            timeout_ns=ns.timeout_ns,
-            record=ns.record,
-            seed=ns.seed,
+            **{f: getattr(ns, f) for f in RunPlan.__dataclass_fields__}  # same names
         )
         result = run(ns.exe, exe, plan, feeds, None if ns.no_widgets else display)
         self.shell.user_ns["_ipu_last_run"] = result

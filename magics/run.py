@@ -31,16 +31,16 @@ WAIT_SLICE_S = 0.05  # wait in slices so a pending SIGINT handler runs promptly
 
 @dataclass
 class RunPlan:
-    """What `%ipu run` was asked to do."""
+    """What `%ipu run` was asked to do (field names are the options')."""
 
-    requests: int | None
-    seconds: float | None
-    batch: int
-    in_flight: int | None
-    threads: int | None
-    timeout_ns: int | None
-    record: int | None
-    seed: int
+    requests: int | None = None  # None and no seconds: DEFAULT_REQUESTS
+    seconds: float | None = None
+    batch: int = 1
+    in_flight: int | None = None
+    threads: int | None = None
+    timeout_ns: int | None = None
+    record: int | None = None  # tracepoints to keep per replica
+    seed: int = 0
 
 
 @dataclass
