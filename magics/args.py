@@ -173,7 +173,13 @@ def _build() -> _Parser:
     )
     p.add_argument("--seed", type=int, default=0, help="random inputs' seed (default 0)")
     p.add_argument(
-        "--no-widgets", action="store_true", help="no live widgets; print the summary only"
+        "--no-widgets", action="store_true", help="no live widgets; just return the result"
+    )
+    p.add_argument(
+        "--background",
+        action="store_true",
+        help="return a RunHandle at once and run in a thread (the kernel stays free; the "
+        "dashboard gets a Stop button)",
     )
 
     p = verbs.add_parser("dump", add_help=True, help="a PopEF file's contents as HTML tables")

@@ -87,7 +87,7 @@ class IpuMagics(Magics):
         return profile(ns.exe, exe, ns.ipu, ns.top, recorded, notes)
 
     def _run(self, ns: argparse.Namespace, cell: str | None, scope: dict[str, Any]) -> Any:
-        from .run import RunPlan, check_feeds, run
+        from .run import PreparedRun, RunPlan, check_feeds, run
 
         exe = sources.executable(ns.exe, scope)
         feeds = None
@@ -104,7 +104,13 @@ class IpuMagics(Magics):
         plan = RunPlan(
             **{f: getattr(ns, f) for f in RunPlan.__dataclass_fields__}  # same names
         )
-        result = run(ns.exe, exe, plan, feeds, None if ns.no_widgets else display)
+        show = None if ns.no_widgets else display
+        if ns.background:
+            from .background import RunHandle
+
+            prepared = PreparedRun(ns.exe, exe, plan, feeds, show, stop_button=True)
+            return RunHandle(prepared, lambda r: self.shell.user_ns.update(_ipu_last_run=r))
+        result = run(ns.exe, exe, plan, feeds, show)
         self.shell.user_ns["_ipu_last_run"] = result
         if result.interrupted:
             print(

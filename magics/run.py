@@ -185,16 +185,8 @@ def _wait(future: Any) -> str | None:
     return None
 
 
-def run(
-    name: str,
-    exe: Any,
-    plan: RunPlan,
-    feeds: list[dict[str, np.ndarray]] | None,
-    show: Callable[[Any], None] | None,
-    stop: threading.Event | None = None,
-) -> RunResult:
-    """Run `exe`; `show(widget)` displays the dashboard (None: no widgets)."""
-    from pyipu.runtime import Runner, RuntimeConfig
+def _config(exe: Any, plan: RunPlan) -> Any:
+    from pyipu.runtime import RuntimeConfig
 
     config = RuntimeConfig(num_threads=plan.threads)
     info = exe.native().get_info()
@@ -211,49 +203,67 @@ def run(
     if plan.record:
         config.record_tracepoints = True
         config.request_tracepoints_buffer_size = plan.record
-    runner = Runner(exe, config)
-    try:
-        result = _drive(name, runner, plan, feeds, show, stop or threading.Event())
-    finally:
-        runner.close()
-    if plan.record:  # after close: every stage has ended and recorded its event
-        result.trace = runner.tracepoints()
-    return result
+    return config
 
 
-def _drive(
-    name: str,
-    runner: Any,
-    plan: RunPlan,
-    feeds: list[dict[str, np.ndarray]] | None,
-    show: Callable[[Any], None] | None,
-    stop: threading.Event,
-) -> RunResult:
-    feeds = feeds or random_feeds(runner, plan.batch, plan.seed)
-    total = plan.requests if plan.seconds is None else None
-    if total is None and plan.seconds is None:
-        total = DEFAULT_REQUESTS
-    bps = runner.batches_per_step
-    window = plan.in_flight or max(4, 2 * bps * plan.batch)
-    pool = [_outputs_for(runner, feeds[i % len(feeds)]) for i in range(window)]
-    depth_names = list(runner.stats()["queue_depth"])
-    capacity = runner.config.ring_buffer_size_multiplier * bps * len(runner._runtimes)
-    threads = int(runner.stats()["num_threads"])
-    dash = None
-    if show is not None:
-        title = (
-            f"%ipu run {name}: "
-            + (f"{total} requests" if total else f"{plan.seconds:g} s")
-            + f" × {plan.batch} batch(es), {threads} compute thread(s)"
-        )
-        dash = RunDashboard(title, depth_names, capacity, total, plan.seconds)
-        show(dash.box)
-    start = time.perf_counter()
+class PreparedRun:
+    """A Runner with its feeds, output buffers and dashboard, made on the cell's thread (widgets
+    must be created and displayed there); `execute` then runs the requests on any thread.
+    `stop` ends the run early (SIGINT, the Stop button or RunHandle.stop())."""
 
-    def sample() -> Sample:
-        st = runner.stats()
+    def __init__(
+        self,
+        name: str,
+        exe: Any,
+        plan: RunPlan,
+        feeds: list[dict[str, np.ndarray]] | None,
+        show: Callable[[Any], None] | None,
+        stop_button: bool = False,
+    ) -> None:
+        from pyipu.runtime import Runner
+
+        self.name, self.plan = name, plan
+        self.stop = threading.Event()
+        self.runner = runner = Runner(exe, _config(exe, plan))
+        try:
+            self.feeds = feeds or random_feeds(runner, plan.batch, plan.seed)
+            self.total = plan.requests if plan.seconds is None else None
+            if self.total is None and plan.seconds is None:
+                self.total = DEFAULT_REQUESTS
+            bps = runner.batches_per_step
+            self.window = plan.in_flight or max(4, 2 * bps * plan.batch)
+            self.pool = [
+                _outputs_for(runner, self.feeds[i % len(self.feeds)]) for i in range(self.window)
+            ]
+            stats = runner.stats()
+            self.threads = int(stats["num_threads"])
+            self.dash = None
+            if show is not None:
+                amount = f"{self.total} requests" if self.total else f"{plan.seconds:g} s"
+                title = (
+                    f"%ipu run {name}: {amount} × {plan.batch} batch(es), "
+                    f"{self.threads} compute thread(s)"
+                )
+                capacity = runner.config.ring_buffer_size_multiplier * bps * stats["replicas"]
+                self.dash = RunDashboard(
+                    title,
+                    list(stats["queue_depth"]),
+                    capacity,
+                    self.total,
+                    plan.seconds,
+                    self.stop.set if stop_button else None,
+                )
+                show(self.dash.box)
+        except BaseException:
+            runner.close()
+            raise
+        self.start = time.perf_counter()
+        self.monitor = Monitor(self._sample, self.dash.update if self.dash else lambda s: None)
+
+    def _sample(self) -> Sample:
+        st = self.runner.stats()
         return Sample(
-            t=time.perf_counter() - start,
+            t=time.perf_counter() - self.start,
             submitted=st["requests_submitted"],
             completed=st["requests_completed"],
             failed=st["requests_failed"],
@@ -263,39 +273,51 @@ def _drive(
             queue_depth=dict(st["queue_depth"]),
         )
 
-    monitor = Monitor(sample, dash.update if dash else (lambda s: None)).start()
-    inflight: deque[tuple[Any, int]] = deque()
-    submitted = completed = failed = 0
-    errors: list[str] = []
-    last_ok = -1
+    def execute(self) -> RunResult:
+        """Run every request (or until stopped), close the runner, return the result."""
+        try:
+            result = self._loop()
+        finally:
+            self.runner.close()
+        if self.plan.record:  # after close: every stage has ended and recorded its event
+            result.trace = self.runner.tracepoints()
+        return result
 
-    def more() -> bool:
-        if stop.is_set():
-            return False
-        if total is not None:
-            return submitted < total
-        return time.perf_counter() - start < (plan.seconds or 0.0)
+    def _loop(self) -> RunResult:
+        runner, plan, stop, window = self.runner, self.plan, self.stop, self.window
+        inflight: deque[tuple[Any, int]] = deque()
+        submitted = completed = failed = 0
+        errors: list[str] = []
+        last_ok = -1
 
-    def settle() -> None:
-        nonlocal completed, failed, last_ok
-        future, slot = inflight.popleft()
-        err = _wait(future)
-        if err is None:
-            completed += 1
-            last_ok = slot
-        else:
-            failed += 1
-            if len(errors) < 10:
-                errors.append(err)
+        def more() -> bool:
+            if stop.is_set():
+                return False
+            if self.total is not None:
+                return submitted < self.total
+            return time.perf_counter() - self.start < (plan.seconds or 0.0)
 
-    try:
-        with sigint_as_flag(stop):
+        def settle() -> None:
+            nonlocal completed, failed, last_ok
+            future, slot = inflight.popleft()
+            err = _wait(future)
+            if err is None:
+                completed += 1
+                last_ok = slot
+            else:
+                failed += 1
+                if len(errors) < 10:
+                    errors.append(err)
+
+        self.start = time.perf_counter()
+        self.monitor.start()
+        try:
             while more():
                 while len(inflight) < window and more():
                     slot = submitted % window
-                    feed = feeds[submitted % len(feeds)]
+                    feed = self.feeds[submitted % len(self.feeds)]
                     try:
-                        future = runner.execute_async(feed, pool[slot])
+                        future = runner.execute_async(feed, self.pool[slot])
                     except (InvalidArgumentError, ShapeError, DTypeError) as e:
                         raise UsageError(f"the inputs were refused: {e}") from None  # none queued
                     inflight.append((future, slot))
@@ -303,37 +325,49 @@ def _drive(
                 settle()
             while inflight:
                 settle()
-    except BaseException as e:
-        if dash is not None:
-            dash.finish(f"stopped: {type(e).__name__}: {e}", ok=False)
-        raise
-    finally:
-        while inflight:  # an exception above: still settle what was queued
-            settle()
-        monitor.stop()
-    seconds = time.perf_counter() - start
-    stats = runner.stats()
-    result = RunResult(
-        name=name,
-        submitted=submitted,
-        completed=completed,
-        failed=failed,
-        seconds=seconds,
-        batch=plan.batch,
-        threads=threads,
-        interrupted=stop.is_set(),
-        stats=stats,
-        samples=monitor.samples,
-        errors=errors,
-        outputs={k: v.copy() for k, v in pool[last_ok].items()} if last_ok >= 0 else {},
-    )
-    if dash is not None:
-        state = "interrupted" if result.interrupted else ("done" if not failed else "failed")
-        dash.finish(
-            f"{state}: {completed} completed, {failed} failed in {seconds:.2f} s "
-            f"({result.throughput_rps:,.1f} req/s)",
-            ok=not failed and not result.interrupted,
+        except BaseException as e:
+            if self.dash is not None:
+                self.dash.finish(f"stopped: {type(e).__name__}: {e}", ok=False)
+            raise
+        finally:
+            while inflight:  # an exception above: still settle what was queued
+                settle()
+            self.monitor.stop()
+        seconds = time.perf_counter() - self.start
+        result = RunResult(
+            name=self.name,
+            submitted=submitted,
+            completed=completed,
+            failed=failed,
+            seconds=seconds,
+            batch=plan.batch,
+            threads=self.threads,
+            interrupted=stop.is_set(),
+            stats=runner.stats(),
+            samples=self.monitor.samples,
+            errors=errors,
+            outputs={k: v.copy() for k, v in self.pool[last_ok].items()} if last_ok >= 0 else {},
         )
-    if monitor.error is not None:
-        errors.append(f"widget update failed: {monitor.error!r}")
-    return result
+        if self.dash is not None:
+            state = "interrupted" if result.interrupted else ("done" if not failed else "failed")
+            self.dash.finish(
+                f"{state}: {completed} completed, {failed} failed in {seconds:.2f} s "
+                f"({result.throughput_rps:,.1f} req/s)",
+                ok=not failed and not result.interrupted,
+            )
+        if self.monitor.error is not None:
+            errors.append(f"widget update failed: {self.monitor.error!r}")
+        return result
+
+
+def run(
+    name: str,
+    exe: Any,
+    plan: RunPlan,
+    feeds: list[dict[str, np.ndarray]] | None,
+    show: Callable[[Any], None] | None,
+) -> RunResult:
+    """Run `exe` on this thread; `show(widget)` displays the dashboard (None: no widgets)."""
+    prepared = PreparedRun(name, exe, plan, feeds, show)
+    with sigint_as_flag(prepared.stop):
+        return prepared.execute()

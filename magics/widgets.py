@@ -84,6 +84,7 @@ class RunDashboard:
         queue_capacity: int,
         total_requests: int | None,
         seconds: float | None,
+        on_stop: Callable[[], None] | None = None,
     ) -> None:
         self.total = total_requests
         self.seconds = seconds
@@ -110,9 +111,15 @@ class RunDashboard:
         self.chart = W.HTML(sparkline([]))
         self.latency = W.Label(value="latency p50 – · p99 –", _dom_classes=["ipu-latency"])
         self.status = W.Label(value="running", _dom_classes=["ipu-status"])
+        header: list[Any] = [self.progress, self.progress_label]
+        self.stop_button = None
+        if on_stop is not None:  # clicks arrive only while the kernel is idle: --background
+            self.stop_button = W.Button(description="Stop", _dom_classes=["ipu-stop"])
+            self.stop_button.on_click(lambda _: on_stop())
+            header.append(self.stop_button)
         rows: list[Any] = [
             W.HTML(f"<b>{H.esc(title)}</b>"),
-            W.HBox([self.progress, self.progress_label]),
+            W.HBox(header),
             W.HTML("<i>queue depth per anchor</i>"),
             *self.queues.values(),
             self.chart,
@@ -139,6 +146,8 @@ class RunDashboard:
         )
 
     def finish(self, message: str, ok: bool) -> None:
+        if self.stop_button is not None:
+            self.stop_button.disabled = True
         self.progress.bar_style = "success" if ok else "warning"
         if self.total is None:
             self.progress.value = self.progress.max

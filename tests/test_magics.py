@@ -248,3 +248,32 @@ def test_interrupt_stops_the_run_cleanly(ip: Any, seed_exe: Executable) -> None:
     assert res.stats["requests_completed"] + res.stats["requests_failed"] == res.submitted
     assert "interrupted" in cap.stdout
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_background_run_returns_at_once_and_stops_from_its_button(
+    ip: Any, seed_exe: Executable
+) -> None:
+    with capture_output():
+        handle = ip.run_line_magic("ipu", "run seed_exe --seconds 60 --threads 1 --background")
+    assert not handle.done() and "in progress" in handle._repr_html_()
+    assert handle.wait(timeout=0.01) is None
+    while not handle._prepared.monitor.samples:  # running: the dashboard updates
+        time.sleep(0.05)
+    button = handle._prepared.dash.stop_button
+    assert "ipu-stop" in button._dom_classes
+    button.click()  # what the front end's click runs
+    res = handle.wait(timeout=60)
+    assert res is not None and res.interrupted and button.disabled
+    assert res.completed + res.failed == res.submitted == res.stats["requests_submitted"]
+    assert ip.user_ns["_ipu_last_run"] is res and handle.result is res
+    assert "Run of seed_exe" in handle._repr_html_()
+    names = {t.name for t in threading.enumerate()}
+    assert "pyipu-magics-monitor" not in names and "pyipu-magics-run" not in names
+
+
+def test_background_run_without_widgets(ip: Any, exe: Executable) -> None:
+    handle = ip.run_line_magic("ipu", "run exe --requests 20 --background --no-widgets")
+    res = handle.wait(timeout=60)
+    assert res.completed == 20 and not res.interrupted and handle.done()
+    handle.stop()  # after the end: nothing to do
+    assert repr(handle) == "<RunHandle exe: done>"

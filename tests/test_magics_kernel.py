@@ -112,3 +112,24 @@ def test_interrupt_in_a_kernel_stops_the_run_cleanly(kernel: Any) -> None:
     assert "interrupted True True True" in stdout_of(messages)
     # the kernel is still usable
     assert "42" in stdout_of(execute(kc, "print(6 * 7)"))
+
+
+def test_background_run_leaves_the_kernel_free_and_its_stop_button_works(kernel: Any) -> None:
+    _, kc = kernel
+    messages = execute(kc, "h = %ipu run exe --seconds 60 --threads 1 --background")
+    stop = next(
+        m["content"]["comm_id"]
+        for m in messages
+        if m["msg_type"] == "comm_open"
+        and "ipu-stop" in m["content"]["data"]["state"].get("_dom_classes", ())
+    )
+    # another cell runs while the model does
+    assert "running" in stdout_of(execute(kc, "print('running' if not h.done() else 'done')"))
+    # the front end's click on the Stop button
+    click = {"comm_id": stop, "data": {"method": "custom", "content": {"event": "click"}}}
+    kc.shell_channel.send(kc.session.msg("comm_msg", click))
+    code = (
+        "res = h.wait(60)\n"
+        "print('stopped', res.interrupted, res.completed + res.failed == res.submitted)"
+    )
+    assert "stopped True True" in stdout_of(execute(kc, code, timeout=90))
