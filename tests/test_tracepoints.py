@@ -25,10 +25,11 @@ def add_model() -> onnx.ModelProto:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
 
 
-def compile_add(bps: int = 1, io_tiles: int = 0):
+def compile_add(bps: int = 1, io_tiles: int = 0, replicas: int = 1):
     opts = CompilerOptions()
     opts.batches_per_step = bps
     opts.num_io_tiles = io_tiles
+    opts.replication_factor = replicas
     return Compiler.compile(add_model(), None, opts)
 
 
@@ -63,6 +64,17 @@ def test_one_event_per_stage_and_iteration(bps: int, io_tiles: int) -> None:
     assert sorted(ev["seq"].tolist()) == list(range(len(ev)))
     assert (ev["replica"] == 0).all() and (ev["subgraph"] == 0).all()
     assert len(tp.of_kind("compute")) == 12
+
+
+def test_replicas_each_record_their_own_events() -> None:
+    config = RuntimeConfig(record_tracepoints=True, num_threads=2)
+    with Runner(compile_add(replicas=2), config) as runner:
+        run_requests(runner, 6)  # round-robin: 3 per replica
+    tp = runner.tracepoints()
+    assert len(tp) == 18 and tp.dropped == 0
+    for replica in (0, 1):
+        mine = tp.events[tp.events["replica"] == replica]
+        assert len(mine) == 9 and sorted(mine["seq"].tolist()) == list(range(9))
 
 
 def test_bounded_buffer_keeps_the_latest_events() -> None:

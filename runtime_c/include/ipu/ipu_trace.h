@@ -5,7 +5,8 @@
  * buffer keeps the most recent `capacity` events: older ones are overwritten and counted as
  * dropped. Attach it to a runtime before the first submit (ipu_runtime_set_trace); the device
  * thread, the overlap I/O thread and the stage pipeline then record one event per stage of every
- * iteration they run (requests run inline by ipu_runtime_execute are not traced). Times are
+ * iteration they run (requests run inline by ipu_runtime_execute are not traced; the stage
+ * pipeline of a pipelined sharded executable records loads and stores only). Times are
  * CLOCK_MONOTONIC nanoseconds. The load stage includes the wait for the iteration's inputs.
  *
  * Threads: recording and ipu_trace_read / ipu_trace_clear may run concurrently (a mutex guards
