@@ -106,10 +106,16 @@ class DumpResult:
 
 def dump(token: str, value: Any, instructions: bool) -> DumpResult:
     """Describe a PopEF path, or an Executable (written to a temporary file first)."""
+    from IPython.core.error import UsageError
+
     from pyipu.cli.popef_dump import describe
+    from pyipu.errors import Error
 
     if isinstance(value, (str, os.PathLike)):
-        return DumpResult(token, describe(os.fspath(value)), instructions)
+        try:
+            return DumpResult(token, describe(os.fspath(value)), instructions)
+        except (Error, OSError) as e:
+            raise UsageError(f"{token!r} is not a valid PopEF file: {e}") from None
     with tempfile.TemporaryDirectory(prefix="pyipu-dump-") as tmp:
         path = os.path.join(tmp, "executable.popef")
         value.save(path)

@@ -30,7 +30,12 @@ def model(token: str, namespace: Mapping[str, Any]) -> Any:
     import onnx
 
     value = lookup(token, namespace)
-    if isinstance(value, (onnx.ModelProto, bytes, str, os.PathLike)):
+    if isinstance(value, (str, os.PathLike)):
+        try:
+            return onnx.load(os.fspath(value))
+        except Exception as e:  # protobuf's DecodeError, OSError...: not a model file
+            raise UsageError(f"{token!r} is not an ONNX model file: {e}") from None
+    if isinstance(value, (onnx.ModelProto, bytes)):
         return value
     raise UsageError(
         f"{token!r} is a {type(value).__name__}; expected an onnx.ModelProto, bytes or a path"
@@ -40,6 +45,7 @@ def model(token: str, namespace: Mapping[str, Any]) -> Any:
 def executable(token: str, namespace: Mapping[str, Any]) -> Any:
     """A pyipu.compiler.Executable from a variable (Executable, PopEF bytes) or a PopEF path."""
     from pyipu.compiler import Executable
+    from pyipu.errors import Error
 
     value = lookup(token, namespace)
     if isinstance(value, Executable):
@@ -47,7 +53,10 @@ def executable(token: str, namespace: Mapping[str, Any]) -> Any:
     if hasattr(value, "executable") and isinstance(value.executable, Executable):
         return value.executable  # a FuseResult
     if isinstance(value, (str, os.PathLike)):
-        return Executable.open(value)
+        try:
+            return Executable.open(value)
+        except (Error, OSError) as e:  # corrupt, truncated, not a PopEF file
+            raise UsageError(f"{token!r} is not a valid PopEF file: {e}") from None
     if isinstance(value, (bytes, bytearray, memoryview)):
         return Executable.from_bytes(value)
     raise UsageError(

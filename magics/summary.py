@@ -80,15 +80,11 @@ def executable_html(exe: Any, title: str = "Executable") -> str:
     )
 
 
-def _executable_html(exe: Any) -> str:
-    return executable_html(exe)
-
-
 def register_formatters(ipython: Any) -> None:
     """Show a pyipu Executable as its HTML summary (the core package knows nothing of IPython)."""
     from pyipu.compiler import Executable
 
-    ipython.display_formatter.formatters["text/html"].for_type(Executable, _executable_html)
+    ipython.display_formatter.formatters["text/html"].for_type(Executable, executable_html)
 
 
 def unregister_formatters(ipython: Any) -> None:

@@ -105,6 +105,19 @@ def test_dump_tables(ip: Any, exe: Executable, tmp_path: Any) -> None:
         magic(ip, "dump small")  # a ModelProto
 
 
+def test_files_that_are_not_models_are_usage_errors(ip: Any, tmp_path: Any) -> None:
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"garbage")
+    for line, message in (
+        (f"compile {bad}", "not an ONNX model file"),
+        (f"dump {bad}", "not a valid PopEF file"),
+        (f"run {bad}", "not a valid PopEF file"),
+        (f"profile {bad}", "not a valid PopEF file"),
+    ):
+        with pytest.raises(UsageError, match=message):
+            magic(ip, line)
+
+
 def test_profile_pictures_and_recorded_timeline(ip: Any, exe: Executable) -> None:
     run = magic(ip, "run exe --requests 12 --record 256 --no-widgets")
     ip.user_ns["recorded"] = run
