@@ -1,9 +1,10 @@
 """`%ipu run`: drive a Runner with a window of queued requests while a Monitor updates widgets.
 
-The cell's thread submits requests and waits on them with short timeouts (the C engine runs
-with the GIL released), so the Monitor thread and the kernel's I/O keep going. SIGINT (the
-notebook's interrupt) only sets a flag: no new request is submitted, every queued one is waited
-for, and the partial result is returned, so each submitted request completes exactly once.
+The cell's thread (a RunHandle's thread with --background) submits requests and waits on them
+with short timeouts (the C engine runs with the GIL released), so the Monitor thread and the
+kernel's I/O keep going. SIGINT (the notebook's interrupt), the Stop button and RunHandle.stop()
+only set a flag: no new request is submitted, every queued one is waited for, and the partial
+result is returned, so each submitted request completes exactly once.
 """
 
 from __future__ import annotations
