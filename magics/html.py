@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -14,22 +15,22 @@ def esc(value: Any) -> str:
     return html.escape(str(value))
 
 
-def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], cls: str = "") -> str:
-    """An HTML table of escaped text cells."""
-    head = "".join(f'<th style="{_CELL}">{esc(h)}</th>' for h in headers)
+def table(headers: Sequence[str] | None, rows: Iterable[Sequence[Any]], cls: str = "") -> str:
+    """An HTML table of escaped text cells (no header row when `headers` is None)."""
+    head = ""
+    if headers is not None:
+        head = "<tr>" + "".join(f'<th style="{_CELL}">{esc(h)}</th>' for h in headers) + "</tr>"
     body = "".join(
         "<tr>" + "".join(f'<td style="{_CELL}">{esc(c)}</td>' for c in row) + "</tr>"
         for row in rows
     )
     klass = f' class="{esc(cls)}"' if cls else ""
-    return f'<table{klass} style="{_STYLE}"><tr>{head}</tr>{body}</table>'
+    return f'<table{klass} style="{_STYLE}">{head}{body}</table>'
 
 
 def pairs(items: Iterable[tuple[str, Any]], cls: str = "") -> str:
     """A two-column key/value table."""
-    return table(("", ""), items, cls).replace(
-        f'<tr><th style="{_CELL}"></th><th style="{_CELL}"></th></tr>', "", 1
-    )
+    return table(None, items, cls)
 
 
 def section(title: str, body: str, cls: str = "") -> str:
@@ -38,13 +39,11 @@ def section(title: str, body: str, cls: str = "") -> str:
 
 
 def size(nbytes: float) -> str:
-    """Bytes in B/KiB/MiB/GiB, three significant digits."""
-    value = float(nbytes)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.3g} {unit}"
-        value /= 1024
-    return f"{value:.3g} GiB"  # unreachable: the loop returns at GiB
+    """Bytes in B/KiB/MiB/GiB, four significant digits."""
+    if abs(nbytes) < 1024:
+        return f"{nbytes:.0f} B"
+    power = min(int(math.log(abs(nbytes), 1024)), 3)
+    return f"{nbytes / 1024**power:.4g} {('KiB', 'MiB', 'GiB')[power - 1]}"
 
 
 def duration(seconds: float) -> str:
