@@ -231,15 +231,28 @@ def test_cell_run_uses_the_cells_inputs(ip: Any, exe: Executable) -> None:
     assert res.completed == 3 and not res.outputs["y"].any()
 
 
+def _interrupt_once_running(done: threading.Event) -> None:
+    """SIGINT this process once the run's monitor thread exists (the run's handler is in place
+    by then), as the notebook's stop button does to the kernel."""
+    while not done.is_set():
+        if any(t.name == "pyipu-magics-monitor" for t in threading.enumerate()):
+            time.sleep(0.3)  # a few requests in
+            os.kill(os.getpid(), signal.SIGINT)
+            return
+        time.sleep(0.02)
+
+
 def test_interrupt_stops_the_run_cleanly(ip: Any, seed_exe: Executable) -> None:
-    timer = threading.Timer(0.8, os.kill, (os.getpid(), signal.SIGINT))
+    done = threading.Event()
+    killer = threading.Thread(target=_interrupt_once_running, args=(done,))
     start = time.perf_counter()
-    timer.start()
+    killer.start()
     try:
         with capture_output() as cap:
             res = ip.run_line_magic("ipu", "run seed_exe --seconds 60 --threads 1")
     finally:
-        timer.cancel()
+        done.set()
+        killer.join()
     assert res.interrupted and time.perf_counter() - start < 30
     assert res.submitted > 0
     # every submitted request completed exactly once: ours and the runtime's counts agree
@@ -257,7 +270,9 @@ def test_background_run_returns_at_once_and_stops_from_its_button(
         handle = ip.run_line_magic("ipu", "run seed_exe --seconds 60 --threads 1 --background")
     assert not handle.done() and "in progress" in handle._repr_html_()
     assert handle.wait(timeout=0.01) is None
+    deadline = time.monotonic() + 60
     while not handle._prepared.monitor.samples:  # running: the dashboard updates
+        assert time.monotonic() < deadline and not handle.done()
         time.sleep(0.05)
     button = handle._prepared.dash.stop_button
     assert "ipu-stop" in button._dom_classes
