@@ -165,16 +165,16 @@ def test_run_widgets_update_live_from_the_monitor_thread(ip: Any, seed_exe: Exec
     seen, bars = _record_values()
     try:
         with capture_output() as cap:
-            res = ip.run_line_magic("ipu", "run seed_exe --requests 40 --threads 1")
+            res = ip.run_line_magic("ipu", "run seed_exe --requests 80 --threads 1")
     finally:
         W.Widget.on_widget_constructed(lambda w: None)
     assert any(WIDGET_VIEW in o.data for o in cap.outputs)
-    assert res.completed == 40 and res.failed == 0 and not res.interrupted
+    assert res.completed == 80 and res.failed == 0 and not res.interrupted
     requests_bar = next(b for b in bars if "ipu-requests" in b._dom_classes)
     live = [v for name, _, v, w in seen if w is requests_bar and name == "pyipu-magics-monitor"]
     assert len(set(live)) >= 2, live  # several distinct values while running
-    assert requests_bar.value == 40 and requests_bar.bar_style == "success"
-    assert res.samples[-1].completed == 40
+    assert requests_bar.value == 80 and requests_bar.bar_style == "success"
+    assert res.samples[-1].completed == 80
     assert any(
         s.queue_depth.get("input", 0) > 0 or s.queue_depth.get("output", 0) > 0 for s in res.samples
     )

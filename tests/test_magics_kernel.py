@@ -84,11 +84,11 @@ def stdout_of(messages: list[dict]) -> str:
 
 def test_widgets_update_live_in_a_kernel(kernel: Any) -> None:
     _, kc = kernel
-    messages = execute(kc, "res = %ipu run exe --requests 30 --threads 1\nprint(res)")
+    messages = execute(kc, "res = %ipu run exe --requests 60 --threads 1\nprint(res)")
     values = requests_bar_values(messages)
     assert len(set(values)) >= 3, values  # several distinct values while the cell ran
-    assert values[-1] == 30
-    assert "30/30 completed" in stdout_of(messages)
+    assert values[-1] == 60
+    assert "60/60 completed" in stdout_of(messages)
     assert any(m["msg_type"] == "display_data" for m in messages)
 
 
