@@ -34,3 +34,14 @@ def test_side_by_side_harness_quick(repo, tmp_path):
     cells = [c.strip(" *") for c in row.strip("|").split("|")]
     assert all(c.endswith(("µs", "ms")) for c in cells[2:5]), row  # three latencies
     assert float(cells[5]) > 0 and float(cells[6]) > 0, row
+
+
+def test_pass_ab_tool(repo):
+    """tools/pass_ab.py compiles with and without a pass and reports both (no timing asserted)."""
+    out = subprocess.run(
+        [sys.executable, "-P", str(repo / "tools" / "pass_ab.py"), "fuse_affine_chains",
+         "fusion_model0", "--rounds", "2"],
+        cwd=repo, check=True, capture_output=True, text=True, timeout=120,
+    ).stdout  # fmt: skip
+    assert "max rel. diff 0.0e+00" in out, out
+    assert out.count("instructions") == 2 and "with/without" in out, out
