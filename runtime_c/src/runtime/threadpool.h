@@ -33,8 +33,10 @@
 
 #include "../common/ipu_internal.h"
 
-/* How long a waiting thread polls before it sleeps. */
+/* How long a waiting thread polls before it sleeps (a -D of the build may set it). */
+#ifndef IPU__POOL_SPIN_NS
 #define IPU__POOL_SPIN_NS 20000u
+#endif
 
 typedef struct ipu__pool ipu__pool;
 typedef void (*ipu__pool_fn)(void *ctx, uint32_t ith, uint32_t nth);
