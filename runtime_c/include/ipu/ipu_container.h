@@ -93,7 +93,9 @@ IPU_API IPU_NODISCARD ipu_status ipu_container_writer_add_blob_ref(ipu_container
                                                                   const void *data, size_t size);
 /* Override the compiler hash (default ipu_compiler_hash()); used by tests. */
 IPU_API void ipu_container_writer_set_compiler_hash(ipu_container_writer *w, uint64_t hash);
-/* Serialise to a malloc'd buffer; the caller frees *data_out with free(). */
+/* Serialise to a buffer allocated through the library's allocator (ipu_alloc.h); the caller
+ * owns *data_out and frees it with ipu_free() (plain free() only works with the system
+ * allocator). */
 IPU_API IPU_NODISCARD ipu_status ipu_container_writer_finish(ipu_container_writer *w,
                                                             void **data_out, size_t *size_out);
 /* Serialise into the caller's buffer: *size_out is set to the image size; the image is written

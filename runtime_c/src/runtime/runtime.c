@@ -125,6 +125,10 @@ ipu_status ipu_runtime_create(const ipu_executable *exe, const ipu_runtime_confi
         st = ipu__fail(st, "runtime: %s", m);
         goto fail;
     }
+    ipu__log(IPU_LOG_INFO, "runtime %p: created: %u anchors, %u compute threads, %u batches per "
+             "step, ring capacity %u, arena %llu bytes", (void *)rt, rt->num_anchors,
+             rt->s->nth, rt->s->bps, sc.ring_capacity,
+             (unsigned long long)info->arena_size);
     *out = rt;
     return IPU_OK;
 fail:
@@ -226,6 +230,14 @@ ipu_status ipu_runtime_close(ipu_runtime *rt) {
             ipu__request_unref(orphan);
         }
         rt->close_done = 1;
+        if (ipu__log_enabled(IPU_LOG_INFO)) {
+            ipu_runtime_stats stats;
+            ipu_runtime_get_stats(rt, &stats);
+            ipu__log(IPU_LOG_INFO, "runtime %p: closed: %llu requests completed, %llu failed, "
+                     "%llu iterations", (void *)rt, (unsigned long long)stats.requests_completed,
+                     (unsigned long long)stats.requests_failed,
+                     (unsigned long long)stats.iterations);
+        }
     }
     pthread_mutex_unlock(&rt->close_mu);
     return IPU_OK;
