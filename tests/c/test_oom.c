@@ -174,7 +174,7 @@ static int serve_add(ipu_runtime *rt, uint32_t N, float base) {
 static int s_ring(unsigned long k, int persistent) {
     ipu_ring *r = NULL;
     arm(k, persistent);
-    ipu_status st = ipu_ring_create(64, 24, &r);
+    ipu_status st = ipu_ring_create(64, sizeof(uint64_t), &r);
     disarm();
     CHECK_NOMEM(st);
     if (st == IPU_OK) {

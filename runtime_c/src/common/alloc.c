@@ -97,6 +97,12 @@ void *ipu__aligned_alloc(size_t alignment, size_t n) {
     return counted((void *)a);
 }
 
+void *ipu__aligned_zalloc(size_t alignment, size_t n) {
+    void *p = ipu__aligned_alloc(alignment < 16 ? 16 : alignment, n);
+    if (p) memset(p, 0, n ? n : 1);
+    return p;
+}
+
 void ipu__aligned_free(void *p) {
     if (!p) return;
     atomic_fetch_sub_explicit(&live_blocks, 1, memory_order_relaxed);

@@ -40,6 +40,9 @@ void *ipu__malloc(size_t n);
 void *ipu__calloc(size_t n, size_t size);
 void *ipu__realloc(void *p, size_t n); /* NULL: p is still valid */
 void *ipu__aligned_alloc(size_t alignment, size_t n); /* free with ipu__aligned_free */
+/* Zeroed block for a type with _Alignas members (alignment > malloc's): free with
+ * ipu__aligned_free. Alignments below 16 are raised to 16. */
+void *ipu__aligned_zalloc(size_t alignment, size_t n);
 void ipu__free(void *p);
 void ipu__aligned_free(void *p);
 

@@ -64,7 +64,7 @@ ipu_status ipu_runtime_create(const ipu_executable *exe, const ipu_runtime_confi
     if (!exe || !out)
         return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ipu_runtime_create: NULL argument");
     ipu_status st = IPU_OK;
-    ipu_runtime *rt = ipu__calloc(1, sizeof *rt);
+    ipu_runtime *rt = ipu__aligned_zalloc(_Alignof(ipu_runtime), sizeof *rt);
     if (!rt) return ipu__fail(IPU_ERR_NOMEM, "runtime: cannot allocate the runtime");
     rt->cfg = cfg ? *cfg : ipu_runtime_config_default();
     rt->exe = exe;
@@ -255,7 +255,7 @@ void ipu_runtime_destroy(ipu_runtime *rt) {
         pthread_mutex_destroy(&rt->submit_mu);
     }
     ipu_session_destroy(rt->s);
-    ipu__free(rt);
+    ipu__aligned_free(rt);
 }
 
 /* ---- stats -------------------------------------------------------------------------------- */
