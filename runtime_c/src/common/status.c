@@ -136,7 +136,7 @@ ipu_status ipu__fail(ipu_status s, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(last_error, sizeof last_error, fmt, ap);
     va_end(ap);
-    if (ipu__log_enabled(IPU_LOG_DEBUG)) ipu__log(IPU_LOG_DEBUG, "%s: %s", ipu_status_name(s), last_error);
+    ipu__log(IPU_LOG_DEBUG, "%s: %s", ipu_status_name(s), last_error); /* no-op when off */
     return s;
 }
 

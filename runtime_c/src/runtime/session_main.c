@@ -381,8 +381,10 @@ static bool second_ready(ipu_session *s, uint32_t it) {
         if (!s->par_ptr) s->par_ptr = ipu__calloc(e->info.num_tensors, sizeof *s->par_ptr);
         s->par_arena = s->par_ptr ? ipu__aligned_alloc(64, n ? n : 1) : NULL;
         if (!s->par_arena) { /* no memory for it: run one at a time */
-            ipu__log(IPU_LOG_WARNING, "session %p: no memory for a second arena (%zu bytes): "
-                     "iterations run one at a time", (void *)s, n);
+            if (!s->par_warned)
+                ipu__log(IPU_LOG_WARNING, "session %p: no memory for a second arena (%zu "
+                         "bytes): iterations run one at a time", (void *)s, n);
+            s->par_warned = true;
             return false;
         }
         memcpy(s->par_arena, s->arena, n); /* what Load computed into the arena */
