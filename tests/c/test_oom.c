@@ -247,30 +247,23 @@ static int s_write_file(unsigned long k, int persistent) {
     return 0;
 }
 
-static void *g_image; /* an image of g_model (system-allocated copy) for open_memory */
+static void *g_image; /* the model's image (a malloc'd copy) for open_memory */
 static size_t g_image_size;
 
-static int s_open_memory(unsigned long k, int persistent) {
+/* Open g_image from memory, or g_model_path from the file system. */
+static int open_container(unsigned long k, int persistent, int from_file) {
     ipu_container *c = NULL;
     arm(k, persistent);
-    ipu_status st = ipu_container_open_memory(g_image, g_image_size, &c);
+    ipu_status st = from_file ? ipu_container_open(g_model_path, &c)
+                              : ipu_container_open_memory(g_image, g_image_size, &c);
     disarm();
     CHECK_NOMEM(st);
     CHECK((st == IPU_OK) == (c != NULL));
     ipu_container_destroy(c);
     return 0;
 }
-
-static int s_open_file(unsigned long k, int persistent) {
-    ipu_container *c = NULL;
-    arm(k, persistent);
-    ipu_status st = ipu_container_open(g_model_path, &c);
-    disarm();
-    CHECK_NOMEM(st);
-    CHECK((st == IPU_OK) == (c != NULL));
-    ipu_container_destroy(c);
-    return 0;
-}
+static int s_open_memory(unsigned long k, int persistent) { return open_container(k, persistent, 0); }
+static int s_open_file(unsigned long k, int persistent) { return open_container(k, persistent, 1); }
 
 static int s_executable(unsigned long k, int persistent) {
     ipu_container *c = NULL;
@@ -398,7 +391,7 @@ static int s_session(unsigned long k, int persistent) {
     return 0;
 }
 
-/* Submit and execute on a running runtime; afterwards the runtime must still serve. */
+/* Submit on a running runtime; afterwards the runtime must still serve. */
 static int s_submit(unsigned long k, int persistent) {
     fixture f;
     ipu_runtime_config cfg = cfg_threads(2);
@@ -428,6 +421,7 @@ static int s_submit(unsigned long k, int persistent) {
     return 0;
 }
 
+/* Execute (inline on this thread: a small model, one batch, idle device). */
 static int s_execute(unsigned long k, int persistent) {
     fixture f;
     ipu_runtime_config cfg = cfg_threads(1);
