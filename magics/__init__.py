@@ -1,8 +1,7 @@
-"""IPython extension: `%load_ext pyipu.magics`.
+"""IPython extension: `%load_ext pyipu.magics` registers the `%ipu` / `%%ipu` magic.
 
-The notebook magics (compile, fuse, run with live widgets, profile) arrive with their own issue;
-today the extension registers `%ipu devices`, which lists the virtual IPUs. IPython is imported
-only here, never by the core package.
+Verbs: devices, compile, fuse, run, dump, profile (docs/notebooks.md). IPython, ipywidgets and
+matplotlib are imported only by this package, never by the core `pyipu` package.
 """
 
 from __future__ import annotations
@@ -10,17 +9,15 @@ from __future__ import annotations
 from typing import Any
 
 
-def ipu(line: str) -> dict[str, Any]:
-    """%ipu devices — the virtual IPUs of the IPU Model."""
-    from IPython.core.error import UsageError
-
-    from pyipu.runtime import DeviceManager
-
-    if line.strip() != "devices":
-        raise UsageError("usage: %ipu devices")
-    dm = DeviceManager()
-    return {"num_devices": dm.get_num_devices(), "ipu_version": dm.ipu_hardware_version()}
-
-
 def load_ipython_extension(ipython: Any) -> None:
-    ipython.register_magic_function(ipu, "line", "ipu")
+    from .magic import IpuMagics
+    from .summary import register_formatters
+
+    ipython.register_magics(IpuMagics)
+    register_formatters(ipython)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    from .summary import unregister_formatters
+
+    unregister_formatters(ipython)

@@ -219,6 +219,25 @@ cdef extern from "ipu/ipu.h" nogil:
     void ipu_runtime_get_stats(const ipu_runtime *rt, ipu_runtime_stats *out)
     size_t ipu_runtime_queue_depth(const ipu_runtime *rt, uint32_t anchor)
 
+    ctypedef struct ipu_trace:
+        pass
+    ctypedef enum ipu_trace_kind:
+        IPU_TRACE_LOAD
+        IPU_TRACE_COMPUTE
+        IPU_TRACE_STORE
+    ctypedef struct ipu_trace_event:
+        uint64_t start_ns, end_ns
+        uint32_t kind
+        uint32_t subgraph
+        uint64_t seq
+    ipu_status ipu_trace_create(size_t capacity, ipu_trace **out)
+    void ipu_trace_destroy(ipu_trace *t)
+    size_t ipu_trace_capacity(const ipu_trace *t)
+    ipu_status ipu_trace_read(ipu_trace *t, ipu_trace_event *out, size_t cap, size_t *count,
+                              uint64_t *dropped)
+    void ipu_trace_clear(ipu_trace *t)
+    ipu_status ipu_runtime_set_trace(ipu_runtime *rt, ipu_trace *t)
+
 
 # Internal to the core (kernels.h), for tests: force the sgemm micro-kernel ISA.
 cdef extern int ipu__sgemm_set_isa(int isa) nogil

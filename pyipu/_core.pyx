@@ -13,6 +13,7 @@ from cpython.unicode cimport PyUnicode_CheckExact, PyUnicode_Compare
 from libc.stdint cimport uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 
+cimport cython
 cimport numpy as cnp
 
 from pyipu._cipu cimport *
@@ -32,6 +33,11 @@ BIND_EMPTY = IPU_BIND_EMPTY
 BIND_CALLBACK = IPU_BIND_CALLBACK
 BIND_TENSOR_DATA = IPU_BIND_TENSOR_DATA
 PACKED_BLOB_NAME = IPU_PACKED_BLOB_NAME.decode()
+# Tracepoint kinds (ipu_trace.h), by value.
+TRACE_KINDS = {IPU_TRACE_LOAD: "load", IPU_TRACE_COMPUTE: "compute", IPU_TRACE_STORE: "store"}
+# ipu_trace_event, field for field.
+TRACE_EVENT_DTYPE = np.dtype([("start_ns", np.uint64), ("end_ns", np.uint64),
+                              ("kind", np.uint32), ("subgraph", np.uint32), ("seq", np.uint64)])
 
 
 def op_arity():
@@ -402,6 +408,41 @@ cdef str _request_error_message(ipu_status s):
     return detail or "request failed: " + ipu_status_str(s).decode()
 
 
+cdef class Trace:
+    """A bounded buffer of load/compute/store events (ipu_trace.h), attached to runtimes with
+    Runtime.set_trace; keeps the most recent `capacity` events."""
+    cdef ipu_trace *t
+
+    def __cinit__(self, size_t capacity):
+        self.t = NULL
+        _check(ipu_trace_create(capacity, &self.t))
+
+    def __dealloc__(self):
+        ipu_trace_destroy(self.t)
+
+    @property
+    def capacity(self):
+        return ipu_trace_capacity(self.t)
+
+    def read(self):
+        """(events, dropped): the retained events oldest first as a TRACE_EVENT_DTYPE array,
+        and how many older ones were overwritten."""
+        cdef size_t cap = ipu_trace_capacity(self.t), n = 0
+        cdef uint64_t dropped = 0
+        cdef cnp.ndarray out = np.empty(cap, TRACE_EVENT_DTYPE)
+        cdef ipu_trace_event *buf = <ipu_trace_event *>cnp.PyArray_DATA(out)
+        cdef ipu_status s
+        assert TRACE_EVENT_DTYPE.itemsize == sizeof(ipu_trace_event)
+        with nogil:
+            s = ipu_trace_read(self.t, buf, cap, &n, &dropped)
+        _check(s)
+        return out[:n].copy(), dropped
+
+    def clear(self):
+        ipu_trace_clear(self.t)
+
+
+@cython.no_gc_clear  # __dealloc__ destroys the C runtime before the traces it records into
 cdef class Runtime:
     """A loaded executable serving requests on its own device thread."""
     cdef ipu_runtime *rt
@@ -410,6 +451,7 @@ cdef class Runtime:
     cdef readonly bint closed
     cdef _ErrorBox box
     cdef dict handlers
+    cdef readonly Trace trace
 
     def __cinit__(self):
         self.rt = NULL
@@ -445,6 +487,11 @@ cdef class Runtime:
         _check(ipu_runtime_set_stream_callback(self.rt, anchor, _stream_trampoline,
                                                <void *>handler))
         self.handlers[anchor] = handler  # kept alive for the runtime's lifetime
+
+    def set_trace(self, Trace trace):
+        """Record this runtime's stages into `trace` (None: stop); before the first submit."""
+        _check(ipu_runtime_set_trace(self.rt, trace.t if trace is not None else NULL))
+        self.trace = trace  # kept alive while the runtime may record into it
 
     def __dealloc__(self):
         if self.rt != NULL:

@@ -187,8 +187,11 @@ def test_runtime_config_defaults_and_unsupported_fields():
     assert c.batching_dim == 0xFFFFFFFF
     assert c.ring_buffer_size_multiplier == 2
     assert c.check_package_hash is True and c.thread_safe is True and c.auto_reset is False
-    with pytest.raises(errors.UnsupportedError, match="request_tracepoints_buffer_size"):
-        c.request_tracepoints_buffer_size = 5
+    with pytest.raises(errors.UnsupportedError, match="replica_id_to_device"):
+        c.replica_id_to_device = {0: 1}
+    c.request_tracepoints_buffer_size = 5  # implemented: used with record_tracepoints
+    with pytest.raises(errors.InvalidArgumentError):
+        c.request_tracepoints_buffer_size = -1
     with pytest.raises(errors.InvalidArgumentError):
         c.timeout_ns = -1
     with pytest.raises(AttributeError):

@@ -246,8 +246,8 @@ def test_thread_safe_false_with_a_single_caller(exe):
 
 def test_fields_not_implemented_say_so():
     c = runtime.RuntimeConfig()
-    with pytest.raises(errors.UnsupportedError, match="request_tracepoints_buffer_size"):
-        c.request_tracepoints_buffer_size = 10
+    with pytest.raises(errors.UnsupportedError, match="flush_by_name"):
+        c.flush_by_name = ({}, {})
     with pytest.raises(errors.UnsupportedError, match="runner_type"):
         c.runner_type = runtime.RunnerType.PackRunner
     c.runner_type = runtime.RunnerType.ModelFusionRunner

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TextIO
+from dataclasses import dataclass
+from typing import Any, TextIO
 
 from pyipu import _core
 from pyipu.enums import DType, Op
@@ -15,68 +16,140 @@ _BLOB_TYPES = {1: "metadata", 2: "tensor_data", 3: "program", 4: "opaque"}
 _TARGETS = {t.ipu_version_number: name for name, t in TARGETS.items()}
 
 
+@dataclass
+class PopefDescription:
+    """What a PopEF file contains, as plain data (the text dump and the notebook's HTML tables
+    are two views of it)."""
+
+    path: str
+    format_version: int
+    file_size: int
+    compiler_hash: int
+    info: dict[str, Any]
+    target: str
+    # (direction "input"/"output", name, dtype, shape, nbytes, subgraph, has tensor data)
+    anchors: list[tuple[str, str, str, list[int], int, int | None, bool]]
+    stages: list[tuple[int, int, int]]  # (program, IPU, copy program)
+    load_program: int
+    main_programs: list[int]
+    # (program id, role, instructions as (op name, inputs, outputs, attrs))
+    programs: list[tuple[int, str, list[tuple[str, list[int], list[int], list[int]]]]]
+    blobs: list[tuple[str, str, int]]  # (type, id or name, bytes)
+    packed: tuple[int, int]  # operands (mapped from the file, packed at load)
+
+    @property
+    def fused(self) -> bool:
+        return int(self.info["num_subgraphs"]) > 1
+
+    @property
+    def weights(self) -> list[tuple[str, str, str, list[int], int, int | None, bool]]:
+        return [a for a in self.anchors if a[6]]
+
+
+def describe(path: str) -> PopefDescription:
+    """Read and verify a PopEF file; a pyipu.Error subclass if it is not valid."""
+    container = _core.Container.open(path)
+    exe = _core.Executable(container)
+    info = exe.get_info()
+    anchors = [
+        (
+            "input" if direction == 1 else "output",
+            name,
+            DType(dtype).name.lower(),
+            list(shape),
+            int(nbytes),
+            subgraph,
+            bool(has_data),
+        )
+        for name, direction, dtype, shape, nbytes, subgraph, has_data, _t in exe.anchors()
+    ]
+    load_id, mains = exe.program_flow()
+    roles = {load_id: "load"}
+    stages = [tuple(s) for s in exe.stages()]
+    for k, (pid, _ipu, copy_id) in enumerate(stages):
+        roles[pid] = f"stage {k}"
+        roles[copy_id] = f"copies of stage {k}"
+    programs = [
+        (
+            pid,
+            roles.get(pid, "main"),
+            [
+                (Op(op).name.lower(), list(ins), list(outs), list(attrs))
+                for op, ins, outs, attrs in instrs
+            ],
+        )
+        for pid, instrs in exe.programs()
+    ]
+    blobs = []
+    for btype, bid, name, size in container.blobs():
+        ident = f"id={bid}" if btype == 3 else (f"name={name!r}" if name else "")
+        blobs.append((_BLOB_TYPES.get(btype, str(btype)), ident, int(size)))
+    return PopefDescription(
+        path=path,
+        format_version=container.format_version,
+        file_size=container.file_size,
+        compiler_hash=container.compiler_hash,
+        info=dict(info),
+        target=_TARGETS.get(info["ipu_version"], str(info["ipu_version"])),
+        anchors=anchors,
+        stages=stages,  # type: ignore[arg-type]
+        load_program=load_id,
+        main_programs=list(mains),
+        programs=programs,
+        blobs=blobs,
+        packed=tuple(exe.packed_counts()),  # type: ignore[arg-type]
+    )
+
+
 def dump(
     path: str, out: TextIO | None = None, show_instructions: bool = False, show_report: bool = False
 ) -> None:
     out = out or sys.stdout  # looked up per call: a default bound at import misses redirections
-    container = _core.Container.open(path)
-    exe = _core.Executable(container)
-    info = exe.get_info()
+    d = describe(path)
+    info = d.info
     w = out.write
     w(f"PopEF file: {path}\n")
-    w(f"  format version {container.format_version}, {container.file_size} bytes, ")
-    w(f"compiler hash {container.compiler_hash:#018x}\n")
-    target = _TARGETS.get(info["ipu_version"], str(info["ipu_version"]))
-    w(f"Target: {target}, {info['num_ipus']} IPU(s), replication {info['replication_factor']}, ")
+    w(f"  format version {d.format_version}, {d.file_size} bytes, ")
+    w(f"compiler hash {d.compiler_hash:#018x}\n")
+    w(f"Target: {d.target}, {info['num_ipus']} IPU(s), replication {info['replication_factor']}, ")
     w(f"batches_per_step {info['batches_per_step']}, num_io_tiles {info['num_io_tiles']}, ")
     w(f"arena {info['arena_size']} bytes\n")
     io_tiles = info["num_io_tiles"]
     w(f"IPU Model: {TILES_PER_IPU} tiles per IPU = {TILES_PER_IPU - io_tiles} compute + ")
     w(f"{io_tiles} I/O tiles{' (overlap I/O)' if io_tiles else ''}\n")
 
-    anchors = exe.anchors()
-    fused = info["num_subgraphs"] > 1
-    w(f"Anchors ({len(anchors)}):\n")
-    for name, direction, dtype, shape, _nbytes, subgraph, has_data, _t in anchors:
-        kind = "input " if direction == 1 else "output"
+    w(f"Anchors ({len(d.anchors)}):\n")
+    for direction, name, dtype, shape, _nbytes, subgraph, has_data in d.anchors:
+        kind = f"{direction:<6}"
         extra = " [tensor data]" if has_data else ""
-        if fused:
+        if d.fused:
             extra += " [all subgraphs]" if subgraph is None else f" [subgraph {subgraph}]"
-        w(f"  {kind} {name:<32} {DType(dtype).name.lower():<8} {list(shape)}{extra}\n")
-    if fused:
+        w(f"  {kind} {name:<32} {dtype:<8} {shape}{extra}\n")
+    if d.fused:
         w(f"Subgraphs ({info['num_subgraphs']}), selected by input 'index':\n")
         for sg in range(info["num_subgraphs"]):
-            names = [a[0] for a in anchors if a[5] == sg]
+            names = [a[1] for a in d.anchors if a[5] == sg]
             w(f"  subgraph {sg}: {', '.join(names)}\n")
 
-    load_id, mains = exe.program_flow()
-    roles = {load_id: "load"}
-    stages = exe.stages()
-    if stages:
+    if d.stages:
         mode = "pipelined" if info["pipelined"] else "sequential"
-        w(f"Stages ({len(stages)}, {mode}):\n")
-        for k, (pid, ipu, copy_id) in enumerate(stages):
+        w(f"Stages ({len(d.stages)}, {mode}):\n")
+        for k, (pid, ipu, copy_id) in enumerate(d.stages):
             w(f"  stage {k}: IPU {ipu}, program {pid}, copies {copy_id}\n")
-            roles[pid] = f"stage {k}"
-            roles[copy_id] = f"copies of stage {k}"
-    w(f"Programs: load={load_id}, main={mains}\n")
-    for pid, instrs in exe.programs():
-        role = roles.get(pid, "main")
+    w(f"Programs: load={d.load_program}, main={d.main_programs}\n")
+    for pid, role, instrs in d.programs:
         w(f"  program {pid} ({role}): {len(instrs)} instructions\n")
         if show_instructions:
             for op, ins, outs, attrs in instrs:
-                w(f"    {Op(op).name.lower():<12} in={list(ins)} out={list(outs)}")
-                w(f" attrs={list(attrs)}\n" if attrs else "\n")
+                w(f"    {op:<12} in={ins} out={outs}")
+                w(f" attrs={attrs}\n" if attrs else "\n")
 
     w("Blobs:\n")
-    for i, (btype, bid, name, size) in enumerate(container.blobs()):
-        label = _BLOB_TYPES.get(btype, str(btype))
-        ident = f" id={bid}" if btype == 3 else (f" name={name!r}" if name else "")
-        w(f"  [{i}] {label:<11}{ident} {size} bytes\n")
-    weights = [a for a in anchors if a[6]]
-    total = sum(a[4] for a in weights)
-    w(f"Tensor data: {len(weights)} tensors, {total} bytes\n")
-    mapped, packed = exe.packed_counts()
+    for i, (label, ident, size) in enumerate(d.blobs):
+        w(f"  [{i}] {label:<11}{' ' + ident if ident else ''} {size} bytes\n")
+    total = sum(a[4] for a in d.weights)
+    w(f"Tensor data: {len(d.weights)} tensors, {total} bytes\n")
+    mapped, packed = d.packed
     if mapped or packed:
         w(f"Packed operands: {mapped} mapped from the file, {packed} packed at load\n")
     if show_report:

@@ -17,10 +17,12 @@ from typing import IO
 
 import onnx
 
+from pyipu.compiler.affine_fusion import fuse_affine_chains
 from pyipu.compiler.cache import cache_dir, cached_compile
 from pyipu.compiler.conv_epilogue import fuse_conv_epilogues
 from pyipu.compiler.errors import CompileError
 from pyipu.compiler.executable import Executable
+from pyipu.compiler.expand_fusion import drop_broadcast_expands
 from pyipu.compiler.fusion import FUSION_KEY, read_fusion_info
 from pyipu.compiler.gelu_fusion import fuse_gelu
 from pyipu.compiler.io_tiles import auto_num_io_tiles, streamed_bytes
@@ -88,6 +90,8 @@ def _compile_ir(model: ModelLike, outputs: Sequence[str] | None, opts: CompilerO
         opaque.append((FUSION_KEY, fusion.to_json().encode()))
     fuse_conv_epilogues(builder)
     fuse_gelu(builder)
+    fuse_affine_chains(builder)
+    drop_broadcast_expands(builder)
     _progress(opts, 2)
     plan = split_stages(builder, placement.stage_ipus) if placement is not None else None
     ir = build_ir(

@@ -99,6 +99,16 @@ def relu(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
     return np.maximum(x, x.dtype.type(0))
 
 
+@kernel(Op.SCALE_SHIFT)
+def scale_shift(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
+    x, scale, shift = _args(xs)
+    axis, act = ins.attrs
+    along = [1] * x.ndim
+    along[axis] = x.shape[axis]
+    r = x * scale.reshape(along) + shift.reshape(along)
+    return np.maximum(r, r.dtype.type(0)) if act else r
+
+
 def _erf(x: np.ndarray) -> np.ndarray:
     return np.vectorize(math.erf, otypes=[np.float64])(x).astype(x.dtype)
 

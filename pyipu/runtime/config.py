@@ -45,7 +45,7 @@ _FIELDS: dict[str, tuple[Any, bool]] = {
     "batch_size_timeout_ns": (NS_MAX, True),
     "is_batch_size_timeout_enabled": (False, True),
     "data_parallel_timeout_ns": (NS_MAX, True),
-    "request_tracepoints_buffer_size": (1000, False),
+    "request_tracepoints_buffer_size": (1000, True),
     "runner_type": (RunnerType.ModelRunner, True),
 }
 
@@ -53,12 +53,15 @@ _FIELDS: dict[str, tuple[Any, bool]] = {
 class RuntimeConfig:
     """Options of a Runner (`poprt.runtime.RuntimeConfig`).
 
-    pyipu extension: `num_threads` (compute workers; None = $PYIPU_NUM_THREADS or all cores).
+    pyipu extensions: `num_threads` (compute workers; None = $PYIPU_NUM_THREADS or all cores);
+    `record_tracepoints` (False: when True the Runner records the load/compute/store stage of
+    every iteration, keeping the last `request_tracepoints_buffer_size` events; read them with
+    `Runner.tracepoints()`).
     """
 
     def __init__(self, **kwargs: Any) -> None:
         object.__setattr__(self, "_values", {k: d for k, (d, _) in _FIELDS.items()})
-        object.__setattr__(self, "_extra", {"num_threads": None})
+        object.__setattr__(self, "_extra", {"num_threads": None, "record_tracepoints": False})
         self.device_wait_config = DeviceWaitConfig()
         self.replica_id_to_device: dict[int, Any] = {}
         self.flush_by_name = None
@@ -86,6 +89,11 @@ class RuntimeConfig:
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise InvalidArgumentError(f"num_threads must be a positive int, got {value!r}")
             self._extra["num_threads"] = value
+            return
+        if name == "record_tracepoints":
+            if not isinstance(value, (bool, int)):
+                raise InvalidArgumentError(f"record_tracepoints must be a bool, got {value!r}")
+            self._extra["record_tracepoints"] = bool(value)
             return
         if name not in _FIELDS:
             raise AttributeError(f"RuntimeConfig has no field {name!r}")

@@ -18,9 +18,11 @@ from pyipu.errors import (
     InvalidArgumentError,
     NotFoundError,
     ShapeError,
+    UnsupportedError,
 )
 from pyipu.runtime.config import BATCHING_DIM_DISABLED, RuntimeConfig
 from pyipu.runtime.descriptors import DataDesc, check_buffer
+from pyipu.runtime.tracepoints import Tracepoints, merge
 
 _INPUT, _OUTPUT = 1, 2
 _live_runners: weakref.WeakSet[Runner] = weakref.WeakSet()
@@ -93,6 +95,16 @@ class Runner:
         # One replica per virtual IPU, each with its own device thread and share of the cores.
         settings["num_threads"] = max(1, settings["num_threads"] // replicas)
         self._runtimes = [_core.Runtime(executable, settings) for _ in range(replicas)]
+        if self.config.record_tracepoints:
+            size = self.config.request_tracepoints_buffer_size
+            if size == 0:
+                self.close()
+                raise UnsupportedError(
+                    "record_tracepoints with request_tracepoints_buffer_size=0 (unbounded) is "
+                    "not supported: give the number of events to keep"
+                )
+            for rt in self._runtimes:
+                rt.set_trace(_core.Trace(size))
         self._next_replica = itertools.count()
         self._index_of = {d.name: i for i, d in enumerate(self._anchors)}
         self._handled: set[str] = set()
@@ -287,6 +299,15 @@ class Runner:
             if not d.popef_contains_tensor_data
         }
         return stats
+
+    def tracepoints(self) -> Tracepoints:
+        """The recorded load/compute/store events (RuntimeConfig.record_tracepoints), oldest
+        first; readable while the runner is busy."""
+        if not self.config.record_tracepoints:
+            raise InvalidArgumentError(
+                "tracepoints are recorded only with RuntimeConfig(record_tracepoints=True)"
+            )
+        return merge([rt.trace.read() for rt in self._runtimes])
 
     def reset(self) -> None:
         """Reload the device after a failure, when auto_reset is off (see ResetRequiredError)."""

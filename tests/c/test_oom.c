@@ -187,6 +187,25 @@ static int s_ring(unsigned long k, int persistent) {
     return 0;
 }
 
+static int s_trace(unsigned long k, int persistent) {
+    ipu_trace *t = NULL;
+    arm(k, persistent);
+    ipu_status st = ipu_trace_create(16, &t);
+    disarm();
+    CHECK_NOMEM(st);
+    if (st == IPU_OK) {
+        ipu_trace_event ev[16];
+        size_t n = 99;
+        CHECK(ipu_trace_capacity(t) == 16);
+        CHECK_OK(ipu_trace_read(t, ev, 16, &n, NULL));
+        CHECK(n == 0);
+    } else {
+        CHECK(t == NULL);
+    }
+    ipu_trace_destroy(t);
+    return 0;
+}
+
 static int s_writer(unsigned long k, int persistent) {
     static const uint8_t meta[40] = {1, 2, 3};
     ipu_container_writer *w = NULL;
@@ -520,6 +539,7 @@ static int test_log_callback(void) {
 static int oom_core(void) {
     int r = 0;
     r |= loop("ipu_ring_create", s_ring);
+    r |= loop("ipu_trace_create", s_trace);
     r |= loop("ipu_container_writer_*", s_writer);
     r |= loop("writer_write_file", s_write_file);
     r |= loop("ipu_session_* (serial)", s_session);

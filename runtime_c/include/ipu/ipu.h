@@ -8,4 +8,5 @@
 #include "ipu_ring.h"
 #include "ipu_session.h"
 #include "ipu_runtime.h"
+#include "ipu_trace.h"
 #endif

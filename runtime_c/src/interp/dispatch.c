@@ -70,6 +70,7 @@ ipu__kernel_fn ipu__select_kernel(ipu_opcode op, ipu_dtype dt) {
         case IPU_OP_HARDMAX: return ipu__k_hardmax;
         case IPU_OP_REINDEX: return ipu__k_reindex;
         case IPU_OP_INTERP: return is_f(dt) ? ipu__k_interp : NULL;
+        case IPU_OP_SCALE_SHIFT: return is_f(dt) ? ipu__k_scale_shift : NULL;
         default: return NULL;
     }
 }

@@ -428,6 +428,41 @@ static ipu_status plan_flat(ipu__instr *ins, uint64_t count, uint64_t block, ipu
     return IPU_OK;
 }
 
+/* SCALE_SHIFT: attrs axis, activation; scale and shift have x.dims[axis] elements. */
+static ipu_status v_scale_shift(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                                ipu__instr *ins) {
+    char s1[160], s2[160];
+    const ipu__tensor *x = in[0];
+    int64_t axis = ins->attr[0], act = ins->attr[1];
+    if (!same_shape(x, y))
+        return bad(v, "output y%s differs from input x%s", shape_str(s1, sizeof s1, y),
+                   shape_str(s2, sizeof s2, x));
+    if (axis < 0 || axis >= (int64_t)x->desc.ndim)
+        return bad(v, "axis %lld outside [0, %u)", (long long)axis, x->desc.ndim);
+    if (act != 0 && act != 1)
+        return bad(v, "activation must be 0 (none) or 1 (relu), got %lld", (long long)act);
+    uint64_t c = (uint64_t)x->desc.dims[axis], inner = 1;
+    for (uint32_t i = 1; i < 3; i++)
+        if (in[i]->numel != c)
+            return bad(v, "%s has %llu elements, expected x.dims[%lld] = %llu",
+                       i == 1 ? "scale" : "shift", (unsigned long long)in[i]->numel,
+                       (long long)axis, (unsigned long long)c);
+    for (uint32_t d = (uint32_t)axis + 1; d < x->desc.ndim; d++)
+        if (!ipu__mul_u64(inner, (uint64_t)x->desc.dims[d], &inner))
+            return bad(v, "x%s is too large", shape_str(s1, sizeof s1, x));
+    ipu__affine_plan *p = alloc_plan(sizeof *p);
+    if (!p) return plan_nomem();
+    p->dtype = x->desc.dtype;
+    p->numel = x->numel;
+    p->c = c;
+    p->inner = inner;
+    p->relu = (int)act;
+    p->hdr.work = (size_t)ceil_div(x->numel, IPU__ELT_BLOCK);
+    p->hdr.fn = ipu__select_kernel(ins->op, p->dtype);
+    ins->plan = p;
+    return IPU_OK;
+}
+
 /* UNARY: attrs fn, p0, p1 (float64 bits for floats; CLIP bounds as integers for int dtypes). */
 static bool unary_dtype_ok(int64_t fn, ipu_dtype dt) {
     switch (fn) {
@@ -639,6 +674,7 @@ ipu_status ipu__verify_instr(const ipu_executable *e, uint32_t program_id, int i
         case IPU_OP_BINARY: want_attr = 1; break;
         case IPU_OP_CONV2D: want_attr = ins->n_attr == 11 ? 11 : 9; break; /* + epilogue */
         case IPU_OP_POOL2D: want_attr = 12; break;
+        case IPU_OP_SCALE_SHIFT: want_attr = 2; break;
         case IPU_OP_GATHER: want_attr = 3; break;
         case IPU_OP_GATHER_ELEMENTS: case IPU_OP_GATHER_ND: want_attr = 1; break;
         case IPU_OP_SCATTER_ND: want_attr = 1; break;
@@ -663,6 +699,7 @@ ipu_status ipu__verify_instr(const ipu_executable *e, uint32_t program_id, int i
             if (!is_numeric(dt)) return bad(v, "dtype %s is not numeric", dt_str(dt));
             break;
         case IPU_OP_GEMM: case IPU_OP_SOFTMAX: case IPU_OP_CONV2D: case IPU_OP_POOL2D:
+        case IPU_OP_SCALE_SHIFT:
             if (!is_float(dt)) return bad(v, "dtype %s is not float32/float16", dt_str(dt));
             break;
         default: break;
@@ -743,6 +780,7 @@ ipu_status ipu__verify_instr(const ipu_executable *e, uint32_t program_id, int i
         case IPU_OP_HARDMAX: return ipu__verify_reduce(v, in[0], ins);
         case IPU_OP_REINDEX: return ipu__verify_reindex(v, in, y, ins);
         case IPU_OP_INTERP: return ipu__verify_interp(v, in, y, ins);
+        case IPU_OP_SCALE_SHIFT: return v_scale_shift(v, in, y, ins);
         default: return bad(v, "unhandled opcode");
     }
 }

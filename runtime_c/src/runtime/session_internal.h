@@ -176,7 +176,16 @@ struct ipu_session {
     _Alignas(64) atomic_uint job_seq;
     atomic_uint done_seq;
     atomic_int compute_done;
+
+    struct ipu_trace *trace; /* tracepoints (ipu_trace.h): set before run_main starts; NULL off */
 };
+
+/* trace.c: record one event of `kind` that started at start_ns and ends now. */
+void ipu__trace_record(struct ipu_trace *t, uint32_t kind, uint32_t subgraph, uint64_t start_ns);
+/* The start time of a traced stage (0 and no clock read when tracing is off). */
+static inline uint64_t ipu__trace_start(const struct ipu_session *s) {
+    return s->trace ? ipu__now_ns() : 0;
+}
 
 static inline bool ipu__stopped(const ipu_session *s) {
     return atomic_load_explicit(&s->stopped, memory_order_acquire);

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "ipu/ipu_trace.h"
 #include "session_internal.h"
 
 enum { EV_READY = IPU__EV_READY, EV_END_STEP = IPU__EV_END_STEP, EV_CLOSED = IPU__EV_CLOSED,
@@ -267,7 +268,7 @@ static void finish_inputs(ipu_session *s, ipu__iter *c, ipu_status st) {
     }
 }
 
-void ipu__stage_load(ipu_session *s, ipu__iter *c, uint32_t it) {
+static void stage_load(ipu_session *s, ipu__iter *c, uint32_t it) {
     c->st = IPU_OK;
     c->sub = 0;
     c->filled = 0;
@@ -328,7 +329,7 @@ void ipu__stage_load(ipu_session *s, ipu__iter *c, uint32_t it) {
     }
 }
 
-void ipu__stage_compute(ipu_session *s, ipu__iter *c) {
+static void stage_compute(ipu_session *s, ipu__iter *c) {
     if (c->st != IPU_OK) return;
     ipu__frame f = {s->exe, c->ptr};
     ipu_status ps = s->exe->info.num_stages
@@ -341,7 +342,7 @@ void ipu__stage_compute(ipu_session *s, ipu__iter *c) {
     }
 }
 
-bool ipu__stage_store(ipu_session *s, ipu__iter *c) {
+static bool stage_store(ipu_session *s, ipu__iter *c) {
     for (uint32_t a = 0; a < s->num_anchors && c->st == IPU_OK; a++)
         if (s->anchors[a].direction == IPU_DIR_OUTPUT && ipu__in_subgraph(s, a, c->sub) &&
             s->binds[a].kind == IPU_BIND_CALLBACK)
@@ -354,6 +355,27 @@ bool ipu__stage_store(ipu_session *s, ipu__iter *c) {
     }
     finish_inputs(s, c, c->st);
     return true;
+}
+
+/* The stages, timed into the session's trace when one is attached (ipu_trace.h). */
+void ipu__stage_load(ipu_session *s, ipu__iter *c, uint32_t it) {
+    uint64_t t0 = ipu__trace_start(s);
+    stage_load(s, c, it);
+    /* only loads that produced an iteration: a wait that ended the step loaded nothing */
+    if (s->trace && c->ev == EV_READY) ipu__trace_record(s->trace, IPU_TRACE_LOAD, c->sub, t0);
+}
+
+void ipu__stage_compute(ipu_session *s, ipu__iter *c) {
+    uint64_t t0 = ipu__trace_start(s);
+    stage_compute(s, c);
+    if (s->trace) ipu__trace_record(s->trace, IPU_TRACE_COMPUTE, c->sub, t0);
+}
+
+bool ipu__stage_store(ipu_session *s, ipu__iter *c) {
+    uint64_t t0 = ipu__trace_start(s);
+    bool ok = stage_store(s, c);
+    if (s->trace) ipu__trace_record(s->trace, IPU_TRACE_STORE, c->sub, t0);
+    return ok;
 }
 
 /* Concurrent iterations (see session_internal.h): true when the next iteration can start now

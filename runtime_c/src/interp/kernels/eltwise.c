@@ -240,3 +240,76 @@ ipu_status ipu__k_relu_f16(const ipu__frame *f, const ipu__instr *ins, size_t b,
     }
     return IPU_OK;
 }
+
+/* ---- SCALE_SHIFT --------------------------------------------------------------------------- */
+
+/* y = x * s + t (st = 0: one scale and shift for the run; 1: one per element), then the RELU
+ * above when relu is set. */
+static void affine_f32(const float *x, const float *s, const float *t, int64_t st,
+                       float *restrict y, size_t n, int relu) {
+    if (st) {
+        for (size_t i = 0; i < n; i++) y[i] = x[i] * s[i] + t[i];
+    } else {
+        const float s0 = s[0], t0 = t[0];
+        for (size_t i = 0; i < n; i++) y[i] = x[i] * s0 + t0;
+    }
+    if (relu)
+        for (size_t i = 0; i < n; i++) {
+            float v = y[i];
+            y[i] = (v > 0 || v != v) ? v : 0.0f;
+        }
+}
+
+static void affine_f16(const uint16_t *x, const uint16_t *s, const uint16_t *t, int64_t st,
+                       uint16_t *y, size_t n, int relu) {
+    float fx[F16_CHUNK], fs[F16_CHUNK], ft[F16_CHUNK], fy[F16_CHUNK];
+    if (!st) {
+        fs[0] = ipu__f16_to_f32(s[0]);
+        ft[0] = ipu__f16_to_f32(t[0]);
+    }
+    for (size_t i = 0; i < n; i += F16_CHUNK) {
+        size_t m = n - i < F16_CHUNK ? n - i : F16_CHUNK;
+        ipu__cvt_f16_to_f32(x + i, fx, m);
+        if (st) {
+            ipu__cvt_f16_to_f32(s + i, fs, m);
+            ipu__cvt_f16_to_f32(t + i, ft, m);
+        }
+        affine_f32(fx, fs, ft, st, fy, m, relu);
+        ipu__cvt_f32_to_f16(fy, y + i, m);
+    }
+}
+
+/* Runs of one channel (inner > 1) share a scale and shift; with inner == 1 the channels run
+ * along the row instead. */
+ipu_status ipu__k_scale_shift(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
+                              void *scratch) {
+    (void)scratch;
+    const ipu__affine_plan *p = ins->plan;
+    uint64_t lo = (uint64_t)b * IPU__ELT_BLOCK, hi = (uint64_t)e * IPU__ELT_BLOCK;
+    if (hi > p->numel) hi = p->numel;
+    const char *x = f->ptr[ins->in[0]], *s = f->ptr[ins->in[1]], *t = f->ptr[ins->in[2]];
+    char *y = f->ptr[ins->out[0]];
+    size_t es = p->dtype == IPU_DTYPE_FLOAT16 ? 2 : 4;
+    while (lo < hi) {
+        uint64_t ch, run;
+        if (p->inner == 1) {
+            ch = lo % p->c;
+            run = p->c - ch;
+        } else {
+            uint64_t q = lo / p->inner;
+            ch = q % p->c;
+            run = p->inner - (lo - q * p->inner);
+        }
+        if (run > hi - lo) run = hi - lo;
+        int64_t st = p->inner == 1;
+        if (es == 2)
+            affine_f16((const uint16_t *)(x + lo * es), (const uint16_t *)(s + ch * es),
+                       (const uint16_t *)(t + ch * es), st, (uint16_t *)(y + lo * es), run,
+                       p->relu);
+        else
+            affine_f32((const float *)(x + lo * es), (const float *)(s + ch * es),
+                       (const float *)(t + ch * es), st, (float *)(y + lo * es), run, p->relu);
+        lo += run;
+    }
+    return IPU_OK;
+}

@@ -32,6 +32,15 @@ typedef struct ipu__bcast_plan {
     int64_t sa[IPU_MAX_DIMS], sb[IPU_MAX_DIMS];
 } ipu__bcast_plan;
 
+/* SCALE_SHIFT: x viewed as [outer, c, inner] (c = x.dims[axis]); y = act(x * scale[ch] +
+ * shift[ch]). Work item = IPU__ELT_BLOCK output elements. */
+typedef struct ipu__affine_plan {
+    ipu__plan hdr;
+    ipu_dtype dtype;
+    uint64_t numel, c, inner;
+    int relu;
+} ipu__affine_plan;
+
 /* MATMUL and GEMM. `path` (chosen by ipu__mm_plan_blocks from the shapes and dtype):
  * - IPU__MM_ROWS (float16, integers): work item = (batch, block of IPU__MM_MB rows);
  * - IPU__MM_PACKED (float32): work item = (batch, block of nb columns, block of mb rows), rows
@@ -315,6 +324,7 @@ IPU__KDECL(ipu__k_log_softmax);
 IPU__KDECL(ipu__k_hardmax);
 IPU__KDECL(ipu__k_reindex);
 IPU__KDECL(ipu__k_interp);
+IPU__KDECL(ipu__k_scale_shift);
 #undef IPU__K4
 
 /* gemm_f32.c: C[m x n] (row stride ldc, float32) = op(A)[m x k] * op(B)[k x n].

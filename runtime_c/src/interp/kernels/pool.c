@@ -24,20 +24,21 @@ static inline float max_nan(float acc, float v) {
     return (v > acc || isnan(v)) && !isnan(acc) ? v : acc;
 }
 
-/* a[t] = max_nan(a[t], xr[t * sw]) or a[t] + xr[t * sw], t < n (branch-free: vectorises). */
+/* a[t] = max_nan(a[t], xr[t * sw]) or a[t] + xr[t * sw], t < n (branch-free: vectorises).
+ * A NaN in a[t] stays: v > NaN is false, and a NaN v replaces it with NaN. */
 static inline __attribute__((always_inline)) void tap_f32(float *restrict a,
                                                           const float *restrict xr, int64_t n,
                                                           int64_t sw, int kind) {
     if (kind == 0) {
         if (sw == 1)
             for (int64_t t = 0; t < n; t++) {
-                float v = xr[t], m = (v > a[t] || v != v) ? v : a[t];
-                a[t] = a[t] != a[t] ? a[t] : m;
+                float v = xr[t];
+                a[t] = (v > a[t] || v != v) ? v : a[t];
             }
         else
             for (int64_t t = 0; t < n; t++) {
-                float v = xr[t * sw], m = (v > a[t] || v != v) ? v : a[t];
-                a[t] = a[t] != a[t] ? a[t] : m;
+                float v = xr[t * sw];
+                a[t] = (v > a[t] || v != v) ? v : a[t];
             }
     } else if (sw == 1) {
         for (int64_t t = 0; t < n; t++) a[t] += xr[t];

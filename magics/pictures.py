@@ -1,0 +1,161 @@
+"""PNG pictures of the IPU Model report and of recorded runs, drawn with matplotlib's Agg canvas.
+
+Figures are made with `matplotlib.figure.Figure` and rendered by `FigureCanvasAgg` directly:
+no pyplot state, no backend switch, so the user's own `%matplotlib` setting is untouched and
+rendering from any thread is safe. PNGs survive nbconvert, static HTML and offline viewing.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import numpy as np
+
+GRID_COLS = 46  # 46 x 32 = 1472 tiles, drawn row by row from tile 0
+DPI = 100
+
+
+def _png(fig: Any) -> bytes:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
+    return buf.getvalue()
+
+
+def _figure(width: float, height: float) -> Any:
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height), dpi=DPI)
+
+
+def tile_grid(memory: np.ndarray, cols: int = GRID_COLS) -> np.ndarray:
+    """One IPU's per-tile bytes as a rows x cols grid (tile t at row t // cols, col t % cols)."""
+    rows = -(-memory.size // cols)
+    grid = np.full(rows * cols, np.nan)
+    grid[: memory.size] = memory
+    return grid.reshape(rows, cols)
+
+
+def memory_heatmap(report: Any, ipu: int = 0) -> bytes:
+    """Peak bytes of every tile of one IPU on the 1472-tile grid; tiles over capacity in red."""
+    from matplotlib.colors import ListedColormap
+
+    memory = report.memory[ipu].astype(np.float64)
+    cap = report.target.memory_bytes_per_tile
+    grid = tile_grid(memory) / 1024
+    fig = _figure(9, 6.6)
+    ax = fig.add_subplot()
+    top = max(float(np.nanmax(grid)), 1e-9)
+    image = ax.imshow(grid, cmap="viridis", vmin=0, vmax=top, interpolation="nearest")
+    over = tile_grid(memory > cap)
+    if np.nansum(over):
+        ax.imshow(np.where(over == 1, 1.0, np.nan), cmap=ListedColormap(["red"]), alpha=0.9)
+    io_tiles = report.num_io_tiles
+    if io_tiles:  # I/O tiles are the last num_io_tiles of the IPU
+        for patch in _tile_outline(memory.size - io_tiles, memory.size, GRID_COLS):
+            ax.add_patch(patch)
+    bar = fig.colorbar(image, ax=ax, shrink=0.8)
+    bar.set_label("KiB per tile (peak)")
+    used = memory[memory > 0]
+    ax.set_title(
+        f"Tile memory, IPU {ipu} ({report.target.ipu_version}): max {memory.max() / 1024:.1f} "
+        f"KiB of {cap / 1024:.0f} KiB, {used.size} of {memory.size} tiles used"
+        + (f", {int(np.nansum(over))} over (red)" if np.nansum(over) else "")
+        + (f"\nlast {io_tiles} tiles: I/O tiles (outlined)" if io_tiles else ""),
+        fontsize=10,
+    )
+    ax.set_xlabel(f"tile % {GRID_COLS}")
+    ax.set_ylabel(f"tile // {GRID_COLS}")
+    return _png(fig)
+
+
+def _tile_outline(first: int, end: int, cols: int) -> list[Any]:
+    """White rectangles around tiles [first, end) of the grid, one per grid row."""
+    from matplotlib.patches import Rectangle
+
+    patches = []
+    for row in range(first // cols, (end - 1) // cols + 1):
+        c0 = max(first - row * cols, 0)
+        c1 = min(end - row * cols, cols)
+        patches.append(
+            Rectangle((c0 - 0.5, row - 0.5), c1 - c0, 1, fill=False, edgecolor="white", lw=1.5)
+        )
+    return patches
+
+
+def instruction_cycles(report: Any, top: int = 30) -> bytes:
+    """Estimated compute / exchange / sync cycles of the `top` most expensive instructions."""
+    costs = sorted(report.instructions, key=lambda c: -c.cycles)[:top]
+    costs = costs[::-1]  # barh draws bottom-up: the most expensive on top
+    fig = _figure(9, max(2.5, 0.28 * len(costs) + 1.4))
+    ax = fig.add_subplot()
+    y = np.arange(len(costs))
+    left = np.zeros(len(costs))
+    for part, color in (("compute", "#1f77b4"), ("exchange", "#ff7f0e"), ("sync", "#2ca02c")):
+        values = np.array([getattr(c, f"{part}_cycles") for c in costs], dtype=np.float64)
+        ax.barh(y, values, left=left, color=color, label=part)
+        left += values
+    ax.set_yticks(y, [f"p{c.program}#{c.index} {c.opcode}" for c in costs], fontsize=8)
+    ax.set_xlabel("estimated cycles per batch (IPU Model)")
+    total = sum(c.cycles for c in report.instructions)
+    ax.set_title(
+        f"Cycles per instruction: top {len(costs)} of {len(report.instructions)} "
+        f"({total:,} cycles in all, batch {report.batch_cycles:,})",
+        fontsize=10,
+    )
+    ax.legend(loc="lower right", fontsize=8)
+    return _png(fig)
+
+
+def overlap_share(events: np.ndarray, kinds: dict[int, str]) -> float:
+    """The share of load+store time spent while some compute was running (0..1)."""
+    compute = [v for v, k in kinds.items() if k == "compute"][0]
+    comp = events[events["kind"] == compute]
+    io_ev = events[events["kind"] != compute]
+    io_total = float(np.sum(io_ev["end_ns"] - io_ev["start_ns"]))
+    if io_total <= 0 or len(comp) == 0:
+        return 0.0
+    starts, ends = comp["start_ns"].astype(np.int64), comp["end_ns"].astype(np.int64)
+    covered = 0.0
+    for s, e in zip(
+        io_ev["start_ns"].astype(np.int64), io_ev["end_ns"].astype(np.int64), strict=True
+    ):
+        lo = np.maximum(starts, s)
+        hi = np.minimum(ends, e)
+        covered += float(np.clip(hi - lo, 0, None).sum())  # compute intervals do not overlap
+    return min(covered / io_total, 1.0)
+
+
+def timeline(events: np.ndarray, kinds: dict[int, str], title: str) -> bytes:
+    """Load / compute / store intervals of a recorded run, one lane per stage (per replica)."""
+    fig = _figure(10, 3.2)
+    ax = fig.add_subplot()
+    t0 = int(events["start_ns"].min()) if len(events) else 0
+    colors = {"load": "#ff7f0e", "compute": "#1f77b4", "store": "#2ca02c"}
+    lanes = []
+    replicas = sorted({int(r) for r in events["replica"]}) if len(events) else [0]
+    for replica in replicas:
+        for value, name in sorted(kinds.items()):
+            sel = events[(events["kind"] == value) & (events["replica"] == replica)]
+            y = len(lanes)
+            lanes.append(name if len(replicas) == 1 else f"{name} r{replica}")
+            spans = [
+                ((int(s) - t0) / 1e6, max((int(e) - int(s)) / 1e6, 1e-4))
+                for s, e in zip(sel["start_ns"], sel["end_ns"], strict=True)
+            ]
+            ax.broken_barh(
+                spans, (y - 0.4, 0.8), facecolors=colors[name], edgecolor="white", linewidth=0.3
+            )
+    ax.set_yticks(range(len(lanes)), lanes)
+    ax.invert_yaxis()
+    ax.set_xlabel("ms since the first recorded event")
+    share = overlap_share(events, kinds) if len(events) else 0.0
+    ax.set_title(
+        f"{title}: {len(events)} events; load+store time overlapping compute: {share:.0%}",
+        fontsize=10,
+    )
+    ax.grid(axis="x", alpha=0.3)
+    return _png(fig)

@@ -1,0 +1,201 @@
+"""Live ipywidgets: the compile progress bar and the run dashboard, and the thread updating it.
+
+Widgets are created and displayed on the cell's thread; the Monitor thread only sets their
+traits (each set is one comm message, sent at once even while the cell is busy). The thread
+exists only while a run does, so nothing polls when nothing runs.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import ipywidgets as W
+
+from . import html as H
+
+REFRESH_S = 0.2  # 5 Hz: smooth in JupyterLab, negligible next to a run
+CHART_POINTS = 120
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One reading of Runner.stats() during a run."""
+
+    t: float  # seconds since the run started
+    submitted: int
+    completed: int
+    failed: int
+    throughput_rps: float
+    latency_p50_ns: int
+    latency_p99_ns: int
+    queue_depth: dict[str, int] = field(default_factory=dict)
+
+
+class CompileProgress:
+    """A progress bar fed by CompilerOptions.compilation_progress_logger, then the summary."""
+
+    def __init__(self, title: str) -> None:
+        self.bar = W.IntProgress(value=0, min=0, max=1, description="Compiling")
+        self.label = W.Label(value=title)
+        self.box = W.VBox([W.HBox([self.bar, self.label])], _dom_classes=["ipu-compile"])
+
+    def __call__(self, step: int, total: int) -> None:
+        self.bar.max = max(total, 1)
+        self.bar.value = min(step, self.bar.max)
+
+    def done(self, summary_html: str) -> None:
+        self.bar.bar_style = "success"
+        self.box.children = (*self.box.children, W.HTML(summary_html))
+
+    def failed(self, message: str) -> None:
+        self.bar.bar_style = "danger"
+        self.label.value = message
+
+
+def sparkline(values: Sequence[float], width: int = 320, height: int = 60) -> str:
+    """An inline SVG line chart (no JavaScript library: renders offline and in exports)."""
+    pts = list(values)[-CHART_POINTS:]
+    top = max(pts) if pts and max(pts) > 0 else 1.0
+    n = len(pts)
+    coords = " ".join(
+        f"{(i * (width - 4) / max(n - 1, 1)) + 2:.1f},{height - 2 - v / top * (height - 14):.1f}"
+        for i, v in enumerate(pts)
+    )
+    last = f"{pts[-1]:,.0f} req/s" if pts else "no data yet"
+    return (
+        f'<svg class="ipu-throughput" data-n="{n}" width="{width}" height="{height}" '
+        f'style="border:1px solid #ddd;background:#fafafa">'
+        f'<text x="4" y="11" font-size="10" fill="#555">throughput: {H.esc(last)} '
+        f"(max {top:,.0f})</text>"
+        f'<polyline fill="none" stroke="#1f77b4" stroke-width="1.5" points="{coords}"/></svg>'
+    )
+
+
+class RunDashboard:
+    """Request progress, per-anchor queue depth bars, throughput chart, latency p50/p99."""
+
+    def __init__(
+        self,
+        title: str,
+        anchors: Sequence[str],
+        queue_capacity: int,
+        total_requests: int | None,
+        seconds: float | None,
+        on_stop: Callable[[], None] | None = None,
+    ) -> None:
+        self.total = total_requests
+        self.seconds = seconds
+        # CSS classes given at construction travel in the widget's first (comm_open) message
+        self.progress = W.IntProgress(
+            value=0,
+            min=0,
+            max=total_requests or 1000,
+            description="Requests",
+            _dom_classes=["ipu-requests"],
+        )
+        self.progress_label = W.Label(value="starting")
+        self.queues = {
+            name: W.IntProgress(
+                value=0,
+                min=0,
+                max=max(queue_capacity, 1),
+                description=name if len(name) <= 18 else name[:17] + "…",
+                tooltip=name,
+                _dom_classes=["ipu-queue"],
+            )
+            for name in anchors
+        }
+        self.chart = W.HTML(sparkline([]))
+        self.latency = W.Label(value="latency p50 – · p99 –", _dom_classes=["ipu-latency"])
+        self.status = W.Label(value="running", _dom_classes=["ipu-status"])
+        header: list[Any] = [self.progress, self.progress_label]
+        self.stop_button = None
+        if on_stop is not None:  # clicks arrive only while the kernel is idle: --background
+            self.stop_button = W.Button(description="Stop", _dom_classes=["ipu-stop"])
+            self.stop_button.on_click(lambda _: on_stop())
+            header.append(self.stop_button)
+        rows: list[Any] = [
+            W.HTML(f"<b>{H.esc(title)}</b>"),
+            W.HBox(header),
+            W.HTML("<i>queue depth per anchor</i>"),
+            *self.queues.values(),
+            self.chart,
+            self.latency,
+            self.status,
+        ]
+        self.box = W.VBox(rows, _dom_classes=["ipu-run"])
+        self._throughput: list[float] = []
+
+    def update(self, s: Sample) -> None:
+        if self.total:
+            self.progress.value = min(s.completed + s.failed, self.total)
+            self.progress_label.value = f"{s.completed + s.failed}/{self.total} in {s.t:.1f} s"
+        else:
+            share = min(s.t / self.seconds, 1.0) if self.seconds else 0.0
+            self.progress.value = int(share * self.progress.max)
+            self.progress_label.value = f"{s.completed + s.failed} requests in {s.t:.1f} s"
+        for name, bar in self.queues.items():
+            bar.value = min(s.queue_depth.get(name, 0), bar.max)
+        self._throughput = [*self._throughput[-CHART_POINTS + 1 :], s.throughput_rps]
+        self.chart.value = sparkline(self._throughput)
+        self.latency.value = (
+            f"latency p50 {s.latency_p50_ns / 1e6:.3f} ms · p99 {s.latency_p99_ns / 1e6:.3f} ms"
+        )
+
+    def finish(self, message: str, ok: bool) -> None:
+        if self.stop_button is not None:
+            self.stop_button.disabled = True
+        self.progress.bar_style = "success" if ok else "warning"
+        if self.total is None:
+            self.progress.value = self.progress.max
+        self.status.value = message
+
+
+class Monitor:
+    """A thread calling `sample()` and `on_sample(s)` every REFRESH_S until stopped."""
+
+    def __init__(
+        self,
+        sample: Callable[[], Sample],
+        on_sample: Callable[[Sample], None],
+        interval: float = REFRESH_S,
+    ) -> None:
+        self._sample = sample
+        self._on_sample = on_sample
+        self._interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="pyipu-magics-monitor", daemon=True)
+        self.samples: list[Sample] = []
+        self.error: BaseException | None = None
+
+    def start(self) -> Monitor:
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval):
+            self._tick()
+
+    def _tick(self) -> None:
+        try:
+            s = self._sample()
+            self.samples.append(s)
+            self._on_sample(s)
+        except BaseException as e:  # a broken widget must not kill the run: report it at stop
+            self.error = e
+            self._stop.set()
+
+    def stop(self) -> None:
+        """Stop the thread, then take a last sample on the caller's thread."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        if self.error is None:
+            self._tick()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
