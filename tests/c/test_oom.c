@@ -15,6 +15,7 @@
  * the k-th on fails ("from"), which also exercises cleanup paths that would allocate.
  * The PopEF files given as arguments (examples/data/add.popef, tests/c/data/cnn.popef) are
  * opened, built into executables and served under the same loop. */
+#include <dirent.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <unistd.h>
@@ -106,6 +107,16 @@ typedef int (*scenario_fn)(unsigned long k, int persistent);
 static const char *g_model_path; /* current PopEF file for the file scenarios, or NULL */
 static long g_runs, g_fired;
 
+/* Open file descriptors of this process (a failed open must not leak its fd either). */
+static int open_fds(void) {
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) return -1;
+    int n = 0;
+    while (readdir(d)) n++;
+    closedir(d);
+    return n;
+}
+
 static int loop(const char *name, scenario_fn fn) {
     for (int persistent = 0; persistent < 2; persistent++) {
         unsigned long k = 1;
@@ -115,6 +126,7 @@ static int loop(const char *name, scenario_fn fn) {
                 return 1;
             }
             atomic_store(&F.any, 0);
+            int fds = open_fds();
             int r = fn(k, persistent);
             unsigned long fired = atomic_load(&F.any);
             disarm();
@@ -128,6 +140,11 @@ static int loop(const char *name, scenario_fn fn) {
             if (live != 0 || ipu_allocated_blocks() != 0) {
                 fprintf(stderr, "  %s, k=%lu (%s): %ld block(s) leaked (library count %zu)\n",
                         name, k, persistent ? "from" : "once", live, ipu_allocated_blocks());
+                return 1;
+            }
+            if (open_fds() != fds) {
+                fprintf(stderr, "  %s, k=%lu: %d file descriptor(s) leaked\n", name, k,
+                        open_fds() - fds);
                 return 1;
             }
             if (!fired) break; /* completed without reaching the k-th allocation */
@@ -577,6 +594,7 @@ static int load_image(const m_model *m, const char *path) {
     g_model_path = path;
     if (path) {
         FILE *fp = fopen(path, "rb");
+        if (!fp) perror(path);
         CHECK(fp != NULL);
         fseek(fp, 0, SEEK_END);
         long n = ftell(fp);
