@@ -7,9 +7,10 @@
  * anchors, starts a runtime, runs requests from two threads, checks every result, prints the
  * throughput and cleans up. Exit status 0 on success, 1 on failure.
  *
- * Build (from the repository root):
- *   gcc -std=c11 -O2 -D_GNU_SOURCE -Iruntime_c/include -Iruntime_c/include/ipu \
- *       examples/embed.c <core sources or libipu.a> -lpthread -lm -o embed
+ * Build against the installed library (`meson install`, docs/c-api.md):
+ *   cc -std=c11 -O2 -D_GNU_SOURCE examples/embed.c $(pkg-config --cflags --libs ipu) -pthread \
+ *       -o embed
+ * examples/embed_callbacks.c shows stream callbacks, the allocator and the log callback.
  */
 #include <pthread.h>
 #include <stdio.h>

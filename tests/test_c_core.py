@@ -43,7 +43,10 @@ def test_meson_test(repo, tmp_path):
         "test_serving",
         "test_overlap",
         "test_inline",
+        "test_oom",
+        "test_oom_popef",
         "example_embed",
+        "example_callbacks",
     ):
         assert name in result.stdout
     assert "ring_stress" not in result.stdout

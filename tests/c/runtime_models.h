@@ -136,7 +136,7 @@ static M_UNUSED ipu_status build(const m_model *m, ipu_container **c_out, ipu_ex
     ipu_container_writer_destroy(w);
     if (st) return st;
     st = ipu_container_open_memory(data, size, c_out);
-    free(data);
+    ipu_free(data);
     if (st) return st;
     st = ipu_executable_create(*c_out, e_out);
     if (st) { ipu_container_destroy(*c_out); *c_out = NULL; }

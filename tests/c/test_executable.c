@@ -187,7 +187,7 @@ static ipu_status build(int mut, ipu_container **cout, ipu_executable **eout, fl
         return st;
     }
     st = ipu_container_open_memory(img, isz, cout);
-    free(img);
+    ipu_free(img);
     if (st) {
         printf("container open failed: %s\n", ipu_last_error_message());
         return st;

@@ -2,6 +2,7 @@
 #ifndef IPU_H
 #define IPU_H
 #include "ipu_common.h"
+#include "ipu_alloc.h"
 #include "ipu_container.h"
 #include "ipu_executable.h"
 #include "ipu_ring.h"

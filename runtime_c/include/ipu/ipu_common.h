@@ -2,7 +2,11 @@
  *
  * Every fallible call returns an ipu_status (IPU_OK == 0). Results are written through `_out`
  * parameters only on success. The library never aborts, exits or prints: details of the last
- * error on the calling thread are available from ipu_last_error_message(). */
+ * error on the calling thread are available from ipu_last_error_message(), and a log callback
+ * can receive them (ipu_alloc.h).
+ *
+ * Everything in this header is thread-safe and allocates nothing; the strings returned are
+ * static (ipu_last_error_message's is per thread). */
 #ifndef IPU_COMMON_H
 #define IPU_COMMON_H
 

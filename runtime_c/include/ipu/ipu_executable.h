@@ -33,7 +33,13 @@
  *
  * Tensors may share storage (views): two ARENA tensors may overlap; the compiler guarantees that
  * no instruction writes a tensor that overlaps one of its inputs unless the opcode allows it.
- * An anchor's tensor shape is one batch; a request carries N batches stacked along dim 0. */
+ * An anchor's tensor shape is one batch; a request carries N batches stacked along dim 0.
+ *
+ * Threads: an executable is immutable once created; its accessors may be called from any number
+ * of threads at once, and any number of sessions/runtimes may share it. Accessors that fail
+ * return IPU_ERR_INVALID_ARGUMENT for a NULL pointer and IPU_ERR_NOT_FOUND for an index out of
+ * range, and leave *out unchanged. Every pointer they return (names, operand lists) is owned by
+ * the executable and valid until ipu_executable_destroy. */
 #ifndef IPU_EXECUTABLE_H
 #define IPU_EXECUTABLE_H
 
@@ -100,28 +106,40 @@ typedef struct ipu_instruction_info {
 } ipu_instruction_info;
 
 /* Parse and verify metadata and every program (opcodes, operand counts and indices, dtypes,
- * shapes, attributes). `c` is borrowed and must outlive the executable. */
+ * shapes, attributes) and pack constant operands (see below). `c` is borrowed and must outlive
+ * the executable (weights are used in place from it). On success *out is a new executable the
+ * caller owns. Errors: IPU_ERR_INVALID_ARGUMENT (NULL), IPU_ERR_CORRUPT (metadata, or a
+ * malformed packed blob), IPU_ERR_BAD_PROGRAM (a program fails verification: opcode, operands,
+ * dtypes, shapes, attributes), IPU_ERR_NOMEM; then nothing stays allocated. */
 IPU_API IPU_NODISCARD ipu_status ipu_executable_create(const ipu_container *c,
                                                       ipu_executable **out);
-IPU_API void ipu_executable_destroy(ipu_executable *e); /* accepts NULL */
+/* Accepts NULL. Every session and runtime created from `e` must be destroyed first. */
+IPU_API void ipu_executable_destroy(ipu_executable *e);
 
+/* Copy of the executable's summary (all zero for NULL `e`; nothing for NULL `out`). */
 IPU_API void ipu_executable_get_info(const ipu_executable *e, ipu_executable_info *out);
+/* Anchor `index` (< num_anchors): the model's named inputs and outputs, indexed as in requests. */
 IPU_API IPU_NODISCARD ipu_status ipu_executable_anchor(const ipu_executable *e, uint32_t index,
                                                       ipu_anchor_info *out);
+/* Index of the anchor named `name` (exact, case-sensitive; borrowed); IPU_ERR_NOT_FOUND. */
 IPU_API IPU_NODISCARD ipu_status ipu_executable_find_anchor(const ipu_executable *e,
                                                            const char *name, uint32_t *index_out);
+/* Descriptor of tensor `index` (< num_tensors). */
 IPU_API IPU_NODISCARD ipu_status ipu_executable_tensor(const ipu_executable *e, uint32_t index,
                                                       ipu_tensor_desc *out);
 /* Programs are numbered 0..num_programs-1 in container order; info.id is the program id. */
 IPU_API IPU_NODISCARD ipu_status ipu_executable_program(const ipu_executable *e, uint32_t index,
                                                        ipu_program_info *out);
+/* Instruction `i` of program number `program_index` (a disassembler's view). */
 IPU_API IPU_NODISCARD ipu_status ipu_executable_instruction(const ipu_executable *e,
                                                            uint32_t program_index, uint32_t i,
                                                            ipu_instruction_info *out);
-/* Program ids of the Load program and of each subgraph's Main program. */
+/* Program id of the Load program (0 for NULL `e`). */
 IPU_API uint32_t ipu_executable_load_program(const ipu_executable *e);
+/* Program id of subgraph `subgraph`'s Main program (< num_subgraphs). */
 IPU_API IPU_NODISCARD ipu_status ipu_executable_main_program(const ipu_executable *e,
                                                             uint32_t subgraph, uint32_t *id_out);
+/* Stage `stage` (< num_stages) of a sharded executable. */
 IPU_API IPU_NODISCARD ipu_status ipu_executable_stage(const ipu_executable *e, uint32_t stage,
                                                      ipu_stage_info *out);
 

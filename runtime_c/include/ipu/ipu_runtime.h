@@ -70,7 +70,11 @@ typedef struct ipu_runtime_config {
  * overlap_io -1. */
 IPU_API ipu_runtime_config ipu_runtime_config_default(void);
 
-/* `exe` is borrowed and must outlive the runtime; `cfg` is copied (NULL = defaults). */
+/* `exe` is borrowed and must outlive the runtime; `cfg` is copied (NULL = defaults). Runs the
+ * Load program on the calling thread. On success *out is a new runtime the caller owns
+ * (ipu_runtime_destroy). Errors: those of ipu_session_create and ipu_session_run_load,
+ * IPU_ERR_INVALID_ARGUMENT for a bad config; then no thread is left running and nothing stays
+ * allocated. */
 IPU_API IPU_NODISCARD ipu_status ipu_runtime_create(const ipu_executable *exe,
                                                    const ipu_runtime_config *cfg,
                                                    ipu_runtime **out);
@@ -81,12 +85,16 @@ IPU_API ipu_status ipu_runtime_close(ipu_runtime *rt);
  * until released. */
 IPU_API void ipu_runtime_destroy(ipu_runtime *rt);
 
-/* Failure recovery without auto_reset: run the Load program again and accept requests. */
+/* Failure recovery without auto_reset: run the Load program again (on the device thread, or on
+ * this one before the first submit) and accept requests. Returns Load's status; any thread but
+ * a callback's (IPU_ERR_INVALID_STATE); IPU_ERR_CLOSED once closed. */
 IPU_API IPU_NODISCARD ipu_status ipu_runtime_reset(ipu_runtime *rt);
 
 /* Stream callback (ipu_stream_fn, ipu_session.h): moves one batch between user memory and the
  * device buffer; runs on the device thread; a non-OK return fails the iteration.
- * Replace the queue-backed callback of `anchor` (before the first submit). Such an anchor is
+ * `user_data` is borrowed until the runtime is destroyed. fn NULL restores the queue.
+ * Replace the queue-backed callback of `anchor` (before the first submit, else
+ * IPU_ERR_INVALID_STATE; an error changes nothing and `fn` is never called). Such an anchor is
  * then served by the callback alone and must not be given in requests. A request must still
  * queue something (an anchor left to the queues, or the index of a fused model): the device
  * runs an iteration when slots arrive, so requests of a subgraph served only by callbacks are
@@ -96,7 +104,10 @@ IPU_API IPU_NODISCARD ipu_status ipu_runtime_set_stream_callback(ipu_runtime *rt
                                                                 void *user_data);
 
 /* Called exactly once when a request completes, on the device thread (or on the closing thread
- * for requests failed by close). The request must not be released inside the callback. */
+ * for requests failed by close, or on the calling thread of an inline ipu_runtime_execute,
+ * which only runs requests without a done callback: so never there). `req` is borrowed: the
+ * callback must not release it (the submitter's reference does that) nor wait on it; it may
+ * call ipu_request_status. Never called for a request whose submit returned an error. */
 typedef void (*ipu_request_done_fn)(ipu_request *req, ipu_status status, void *user_data);
 
 typedef struct ipu_request_desc {
@@ -109,8 +120,14 @@ typedef struct ipu_request_desc {
     void *user_data;
 } ipu_request_desc;
 
-/* Queue a request; may block while rings are full. Buffers are borrowed until completion.
- * On success *out holds a reference the caller must drop with ipu_request_release. */
+/* Queue a request; any thread; may block while rings are full. `desc` and the two pointer
+ * arrays are read during the call only; the buffers they point to are borrowed until the
+ * request completes (inputs read, outputs written by the device thread). On success *out holds
+ * a reference the caller must drop with ipu_request_release, and the request completes exactly
+ * once. Errors: IPU_ERR_INVALID_ARGUMENT (missing/extra anchors, counts),
+ * IPU_ERR_CLOSED, IPU_ERR_NEEDS_RESET (after a failure without auto_reset),
+ * IPU_ERR_INVALID_STATE (from a callback), IPU_ERR_NOMEM; then nothing was queued, *out is
+ * untouched, and desc->done is never called. */
 IPU_API IPU_NODISCARD ipu_status ipu_runtime_submit(ipu_runtime *rt, const ipu_request_desc *desc,
                                                    ipu_request **out);
 /* Run a request synchronously, inline on the calling thread when that keeps the runtime's
@@ -126,13 +143,17 @@ IPU_API IPU_NODISCARD ipu_status ipu_runtime_submit(ipu_runtime *rt, const ipu_r
  * for and release). */
 IPU_API IPU_NODISCARD ipu_status ipu_runtime_execute(ipu_runtime *rt, const ipu_request_desc *desc,
                                                     ipu_request **out);
-/* Wait up to timeout_ns (UINT64_MAX = forever). Returns the request's final status, or
- * IPU_ERR_TIMEOUT if it is still pending (the request itself is unaffected). */
+/* Wait up to timeout_ns (UINT64_MAX = forever), from any thread holding a reference. Returns
+ * the request's final status (after its done callback has returned), or IPU_ERR_TIMEOUT if it
+ * is still pending (the request itself is unaffected). */
 IPU_API ipu_status ipu_request_wait(ipu_request *req, uint64_t timeout_ns);
+/* 1 once the request has completed (its done callback has returned), else 0. */
 IPU_API int ipu_request_is_done(const ipu_request *req);
 /* Final status; IPU_ERR_INVALID_STATE while pending. */
 IPU_API ipu_status ipu_request_status(const ipu_request *req);
-/* Drop the caller's reference (also before completion). Accepts NULL. */
+/* Drop the caller's reference (also before completion: the request still completes and its
+ * buffers stay borrowed until then). Accepts NULL. The request is freed when the runtime is
+ * done with it too. */
 IPU_API void ipu_request_release(ipu_request *req);
 
 typedef struct ipu_runtime_stats {

@@ -85,21 +85,45 @@ typedef struct ipu_session_config {
  * overlap_io -1. */
 IPU_API ipu_session_config ipu_session_config_default(void);
 
-/* `exe` is borrowed and must outlive the session. Allocates the arena and starts the workers. */
+/* `exe` is borrowed and must outlive the session; `cfg` is copied (NULL = defaults). Allocates
+ * the arena, the rings and the tables and starts the compute workers (and the I/O thread with
+ * overlap I/O). On success *out is a new session the caller owns. Errors:
+ * IPU_ERR_INVALID_ARGUMENT, IPU_ERR_HASH_MISMATCH (check_package_hash), IPU_ERR_NOMEM (also
+ * when a thread cannot be started for lack of resources), IPU_ERR_INTERNAL; then no thread is
+ * left running and nothing stays allocated. */
 IPU_API IPU_NODISCARD ipu_status ipu_session_create(const ipu_executable *exe,
                                                    const ipu_session_config *cfg,
                                                    ipu_session **out);
-/* Stop, complete every queued slot with IPU_ERR_CLOSED, join the workers, free. Accepts NULL. */
+/* Stop, complete every queued slot with IPU_ERR_CLOSED (their done callbacks run on this
+ * thread), join the workers, free. Accepts NULL. Not from a callback of this session, and not
+ * while another thread is inside run_load/run_main/enqueue. */
 IPU_API void ipu_session_destroy(ipu_session *s);
 
+/* Stream callback: moves one batch of `anchor` between user memory and the device buffer `buf`
+ * (nbytes bytes, the anchor's desc.nbytes): an input's callback fills `buf`, an output's reads
+ * it. `buf` and `anchor` are borrowed for the duration of the call only. Called once per
+ * iteration that uses the anchor, in iteration order, never concurrently for one session: on the
+ * thread running the program (run_load for weights, run_main otherwise; with overlap I/O, the
+ * session's I/O thread). Returning a status other than IPU_OK fails that iteration with it: the
+ * iteration's slots (or a runtime's requests) complete with that status. The callback must not
+ * call ipu_session_* functions of its session (nor ipu_runtime_submit/close/reset/destroy of
+ * the runtime it serves: those return IPU_ERR_INVALID_STATE). */
 typedef ipu_status (*ipu_stream_fn)(void *buf, size_t nbytes, const ipu_anchor_info *anchor,
                                     void *user_data);
-/* Before ipu_session_run_load only (else IPU_ERR_INVALID_STATE). `fn` only for CALLBACK. */
+/* Bind `anchor` (< num_anchors) to a source/sink. Before ipu_session_run_load only (else
+ * IPU_ERR_INVALID_STATE). `fn` is required for IPU_BIND_CALLBACK and must be NULL otherwise;
+ * `user_data` is passed to `fn` and borrowed: it must stay valid until the session is destroyed
+ * or the anchor rebound. An error (IPU_ERR_INVALID_ARGUMENT for a bad anchor, binding or fn)
+ * changes nothing, and `fn` is never called. */
 IPU_API IPU_NODISCARD ipu_status ipu_session_bind(ipu_session *s, uint32_t anchor, ipu_binding b,
                                                  ipu_stream_fn fn, void *user_data);
+/* Current binding of `anchor` (0 for NULL `s` or an anchor out of range). */
 IPU_API ipu_binding ipu_session_binding(const ipu_session *s, uint32_t anchor);
 
-/* Run the Load program (once; again later to reset the device state). */
+/* Run the Load program on the calling thread (once; again later to reset the device state):
+ * binds and copies the weights (from the container, or from the anchor's queue or callback).
+ * Errors: the Load program's, a weight callback's status, IPU_ERR_CLOSED once stopped,
+ * IPU_ERR_NOMEM. The session stays usable: Load can be run again. */
 IPU_API IPU_NODISCARD ipu_status ipu_session_run_load(ipu_session *s);
 
 typedef struct ipu_step_result {
@@ -113,6 +137,8 @@ IPU_API ipu_status ipu_session_run_main(ipu_session *s, ipu_step_result *out);
 IPU_API void ipu_session_stop(ipu_session *s);
 IPU_API int ipu_session_stopped(const ipu_session *s);
 
+/* Called exactly once per queued slot with its final status (see "Slots" above for when and
+ * on which thread). It may enqueue on another anchor but must not destroy the session. */
 typedef void (*ipu_slot_done_fn)(ipu_status status, void *user_data);
 typedef struct ipu_slot {
     void *data;         /* borrowed until done is called; inputs are only read */
@@ -122,8 +148,11 @@ typedef struct ipu_slot {
     void *user_data;
 } ipu_slot;
 /* Queue a slot on a QUEUE-bound anchor; waits while the ring is full, up to timeout_ns
- * (UINT64_MAX = forever): IPU_ERR_TIMEOUT then, IPU_ERR_CLOSED if stopped. On error the slot was
- * not queued and its done callback is never called. */
+ * (UINT64_MAX = forever): IPU_ERR_TIMEOUT then, IPU_ERR_CLOSED if stopped. `slot` itself is
+ * copied; slot->data is borrowed until its done callback (inputs are only read, outputs are
+ * written by the device thread). IPU_ERR_INVALID_STATE for an anchor not bound to QUEUE,
+ * IPU_ERR_INVALID_ARGUMENT for a bad anchor, size or row count. On error the slot was not queued and its done callback is never
+ * called. Allocates nothing. */
 IPU_API IPU_NODISCARD ipu_status ipu_session_enqueue(ipu_session *s, uint32_t anchor,
                                                     const ipu_slot *slot, uint64_t timeout_ns);
 /* Pad the step in progress now (flushAll): sets a flag the device observes while it waits for
@@ -133,7 +162,7 @@ IPU_API void ipu_session_flush(ipu_session *s);
 /* Complete every queued slot with `status` (disconnectAll uses IPU_ERR_CLOSED). Device thread
  * only, or after the device thread has stopped. */
 IPU_API void ipu_session_disconnect(ipu_session *s, ipu_status status);
-/* Slots queued on an anchor (approximate from other threads). */
+/* Slots queued on an anchor (approximate from other threads; 0 for NULL or out of range). */
 IPU_API size_t ipu_session_queue_depth(const ipu_session *s, uint32_t anchor);
 
 typedef struct ipu_session_stats {
@@ -147,6 +176,7 @@ typedef struct ipu_session_stats {
      * queued at once; see docs/runtime.md). */
     uint64_t concurrent_iterations;
 } ipu_session_stats;
+/* Counters since creation; any thread, without stopping the session. */
 IPU_API void ipu_session_get_stats(const ipu_session *s, ipu_session_stats *out);
 
 #ifdef __cplusplus

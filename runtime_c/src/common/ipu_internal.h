@@ -16,6 +16,16 @@ ipu_status ipu__fail(ipu_status s, const char *fmt, ...)
     ;
 void ipu__clear_error(void);
 
+/* Send a formatted message to the log callback (ipu_alloc.h) when one is installed for `level`.
+ * Never allocates. */
+void ipu__log(ipu_log_level level, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* True when a message at `level` would be delivered (skip formatting work otherwise). */
+bool ipu__log_enabled(ipu_log_level level);
+
 /* Checked arithmetic: return false on overflow. */
 static inline bool ipu__add_u64(uint64_t a, uint64_t b, uint64_t *r) {
     return !__builtin_add_overflow(a, b, r);
@@ -24,10 +34,15 @@ static inline bool ipu__mul_u64(uint64_t a, uint64_t b, uint64_t *r) {
     return !__builtin_mul_overflow(a, b, r);
 }
 
-/* Allocation (one place, so tests can inject failures later). */
+/* Allocation: every heap block goes through these (alloc.c), i.e. through the process-wide
+ * ipu_allocator (ipu_alloc.h). Sizes of 0 are rounded up; NULL means out of memory. */
 void *ipu__malloc(size_t n);
 void *ipu__calloc(size_t n, size_t size);
+void *ipu__realloc(void *p, size_t n); /* NULL: p is still valid */
 void *ipu__aligned_alloc(size_t alignment, size_t n); /* free with ipu__aligned_free */
+/* Zeroed block for a type with _Alignas members (alignment > malloc's): free with
+ * ipu__aligned_free. Alignments below 16 are raised to 16. */
+void *ipu__aligned_zalloc(size_t alignment, size_t n);
 void ipu__free(void *p);
 void ipu__aligned_free(void *p);
 

@@ -1,5 +1,7 @@
 /* Status, dtype and opcode tables (from the .def files), per-thread error messages, hashing. */
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -134,7 +136,54 @@ ipu_status ipu__fail(ipu_status s, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(last_error, sizeof last_error, fmt, ap);
     va_end(ap);
+    ipu__log(IPU_LOG_DEBUG, "%s: %s", ipu_status_name(s), last_error); /* no-op when off */
     return s;
+}
+
+/* ---- log callback ---- */
+
+/* log_level is read without the lock on every log site (cheap when logging is off); the
+ * callback and its user data change together under log_mu, which also serialises calls. */
+static atomic_int log_level = IPU_LOG_OFF;
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static ipu_log_fn log_fn;
+static void *log_user;
+
+void ipu_set_log_callback(ipu_log_fn fn, void *user_data, ipu_log_level min_level) {
+    if (!fn || (int)min_level < IPU_LOG_DEBUG || (int)min_level > IPU_LOG_OFF)
+        min_level = IPU_LOG_OFF;
+    pthread_mutex_lock(&log_mu);
+    log_fn = min_level == IPU_LOG_OFF ? NULL : fn;
+    log_user = user_data;
+    atomic_store(&log_level, (int)min_level);
+    pthread_mutex_unlock(&log_mu);
+}
+
+const char *ipu_log_level_name(ipu_log_level level) {
+    switch (level) {
+        case IPU_LOG_DEBUG: return "debug";
+        case IPU_LOG_INFO: return "info";
+        case IPU_LOG_WARNING: return "warning";
+        case IPU_LOG_ERROR: return "error";
+        case IPU_LOG_OFF: return "off";
+        default: return NULL;
+    }
+}
+
+bool ipu__log_enabled(ipu_log_level level) {
+    return (int)level >= atomic_load_explicit(&log_level, memory_order_relaxed);
+}
+
+void ipu__log(ipu_log_level level, const char *fmt, ...) {
+    if (!ipu__log_enabled(level)) return;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    pthread_mutex_lock(&log_mu);
+    if (log_fn && (int)level >= atomic_load(&log_level)) log_fn(level, msg, log_user);
+    pthread_mutex_unlock(&log_mu);
 }
 
 void ipu__clear_error(void) { last_error[0] = '\0'; }

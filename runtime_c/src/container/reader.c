@@ -411,6 +411,8 @@ ipu_status ipu_container_open(const char *path, ipu_container **out) {
     c->size = size;
     st = validate(c);
     if (st != IPU_OK) goto fail;
+    ipu__log(IPU_LOG_INFO, "container '%s': %u blobs, %zu bytes, mapped", path, c->blob_count,
+             size);
     *out = c;
     return IPU_OK;
 fail:

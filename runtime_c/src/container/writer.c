@@ -105,10 +105,8 @@ static ipu_status add_blob(ipu_container_writer *w, ipu_blob_type type, uint32_t
         return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "container writer: blob too large");
     if (w->count == w->cap) {
         uint32_t ncap = w->cap ? w->cap * 2 : 8;
-        wblob *nb = ipu__malloc((size_t)ncap * sizeof *nb);
+        wblob *nb = ipu__realloc(w->blobs, (size_t)ncap * sizeof *nb);
         if (!nb) return ipu__fail(IPU_ERR_NOMEM, "container writer: out of memory");
-        if (w->count) memcpy(nb, w->blobs, (size_t)w->count * sizeof *nb);
-        ipu__free(w->blobs);
         w->blobs = nb;
         w->cap = ncap;
     }
@@ -203,11 +201,11 @@ ipu_status ipu_container_writer_finish(ipu_container_writer *w, void **data_out,
     size_t total;
     ipu_status st = ipu_container_writer_finish_into(w, NULL, 0, &total);
     if (st) return st;
-    uint8_t *buf = malloc(total); /* the caller releases it with free() */
+    uint8_t *buf = ipu__malloc(total); /* the caller releases it with ipu_free() */
     if (!buf)
         return ipu__fail(IPU_ERR_NOMEM, "container writer: out of memory for %zu bytes", total);
     if ((st = ipu_container_writer_finish_into(w, buf, total, &total))) {
-        free(buf);
+        ipu__free(buf);
         return st;
     }
     *data_out = buf;
@@ -279,12 +277,12 @@ ipu_status ipu_container_writer_write_file(ipu_container_writer *w, const char *
         goto out;
     }
     ipu__free(tmp);
-    free(data);
+    ipu__free(data);
     return IPU_OK;
 out:
     if (fd >= 0) close(fd);
     if (created) unlink(tmp); /* best effort; nothing to do if it fails */
     ipu__free(tmp);
-    free(data);
+    ipu__free(data);
     return st;
 }

@@ -31,7 +31,12 @@ void ipu__recover(ipu_runtime *rt) {
     pthread_mutex_lock(&rt->state_mu);
     if (rt->cfg.auto_reset && ls == IPU_OK) {
         atomic_store(&rt->health, IPU__HEALTH_OK);
+        ipu__log(IPU_LOG_WARNING, "runtime %p: reloaded after a failure (auto_reset)", (void *)rt);
     } else {
+        ipu__log(IPU_LOG_WARNING, "runtime %p: %s", (void *)rt,
+                 ls != IPU_OK ? "automatic reset failed: refusing requests until "
+                                "ipu_runtime_reset"
+                              : "refusing requests until ipu_runtime_reset");
         if (ls != IPU_OK) {
             rt->fail_status = ls;
             snprintf(rt->fail_msg, sizeof rt->fail_msg, "automatic reset failed: %.400s", lmsg);
@@ -46,6 +51,8 @@ void ipu__recover(ipu_runtime *rt) {
 static void handle_failure(ipu_runtime *rt, ipu_status st) {
     char msg[IPU__MSG_BYTES];
     snprintf(msg, sizeof msg, "%s", ipu_last_error_message());
+    ipu__log(IPU_LOG_ERROR, "runtime %p: iteration failed (%s): %s; the enqueued requests fail "
+             "with it", (void *)rt, ipu_status_name(st), msg);
     ipu__mark_failed(rt, st, msg);
     /* Producers see health != OK and stop pushing; after this barrier no ring has a producer
      * until health is OK again (submit checks it under submit_mu). */

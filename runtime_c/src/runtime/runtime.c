@@ -64,7 +64,7 @@ ipu_status ipu_runtime_create(const ipu_executable *exe, const ipu_runtime_confi
     if (!exe || !out)
         return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ipu_runtime_create: NULL argument");
     ipu_status st = IPU_OK;
-    ipu_runtime *rt = ipu__calloc(1, sizeof *rt);
+    ipu_runtime *rt = ipu__aligned_zalloc(_Alignof(ipu_runtime), sizeof *rt);
     if (!rt) return ipu__fail(IPU_ERR_NOMEM, "runtime: cannot allocate the runtime");
     rt->cfg = cfg ? *cfg : ipu_runtime_config_default();
     rt->exe = exe;
@@ -125,6 +125,10 @@ ipu_status ipu_runtime_create(const ipu_executable *exe, const ipu_runtime_confi
         st = ipu__fail(st, "runtime: %s", m);
         goto fail;
     }
+    ipu__log(IPU_LOG_INFO, "runtime %p: created: %u anchors, %u compute threads, %u batches per "
+             "step, ring capacity %u, arena %llu bytes", (void *)rt, rt->num_anchors,
+             rt->s->nth, rt->s->bps, sc.ring_capacity,
+             (unsigned long long)info->arena_size);
     *out = rt;
     return IPU_OK;
 fail:
@@ -226,6 +230,14 @@ ipu_status ipu_runtime_close(ipu_runtime *rt) {
             ipu__request_unref(orphan);
         }
         rt->close_done = 1;
+        if (ipu__log_enabled(IPU_LOG_INFO)) {
+            ipu_runtime_stats stats;
+            ipu_runtime_get_stats(rt, &stats);
+            ipu__log(IPU_LOG_INFO, "runtime %p: closed: %llu requests completed, %llu failed, "
+                     "%llu iterations", (void *)rt, (unsigned long long)stats.requests_completed,
+                     (unsigned long long)stats.requests_failed,
+                     (unsigned long long)stats.iterations);
+        }
     }
     pthread_mutex_unlock(&rt->close_mu);
     return IPU_OK;
@@ -243,7 +255,7 @@ void ipu_runtime_destroy(ipu_runtime *rt) {
         pthread_mutex_destroy(&rt->submit_mu);
     }
     ipu_session_destroy(rt->s);
-    ipu__free(rt);
+    ipu__aligned_free(rt);
 }
 
 /* ---- stats -------------------------------------------------------------------------------- */

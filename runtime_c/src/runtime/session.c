@@ -83,7 +83,7 @@ ipu_status ipu_session_create(const ipu_executable *exe, const ipu_session_confi
     if (!exe || !out)
         return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ipu_session_create: NULL argument");
     ipu_status st = IPU_OK;
-    ipu_session *s = ipu__calloc(1, sizeof *s);
+    ipu_session *s = ipu__aligned_zalloc(_Alignof(ipu_session), sizeof *s);
     if (!s) return ipu__fail(IPU_ERR_NOMEM, "session: cannot allocate the session");
     s->cfg = cfg ? *cfg : ipu_session_config_default();
     s->exe = exe;
@@ -250,7 +250,7 @@ void ipu_session_destroy(ipu_session *s) {
     ipu__aligned_free(s->par_arena);
     ipu__free(s->par_ptr);
     ipu__aligned_free(s->arena);
-    ipu__free(s);
+    ipu__aligned_free(s);
 }
 
 /* ---- bindings ----------------------------------------------------------------------------- */

@@ -138,6 +138,7 @@ struct ipu_session {
     bool par_ok, par_steps;
     uint8_t *par_arena;
     void **par_ptr;
+    bool par_warned; /* the second arena could not be allocated (logged once) */
     uint32_t par_extra_steps;
 
     _Alignas(64) atomic_uint_fast64_t st_steps, st_iterations, st_padded, st_padded_rows;

@@ -402,7 +402,13 @@ static bool second_ready(ipu_session *s, uint32_t it) {
         size_t n = (size_t)e->info.arena_size;
         if (!s->par_ptr) s->par_ptr = ipu__calloc(e->info.num_tensors, sizeof *s->par_ptr);
         s->par_arena = s->par_ptr ? ipu__aligned_alloc(64, n ? n : 1) : NULL;
-        if (!s->par_arena) return false; /* no memory for it: run one at a time */
+        if (!s->par_arena) { /* no memory for it: run one at a time */
+            if (!s->par_warned)
+                ipu__log(IPU_LOG_WARNING, "session %p: no memory for a second arena (%zu "
+                         "bytes): iterations run one at a time", (void *)s, n);
+            s->par_warned = true;
+            return false;
+        }
         memcpy(s->par_arena, s->arena, n); /* what Load computed into the arena */
         for (uint32_t t = 0; t < e->info.num_tensors; t++)
             s->par_ptr[t] = e->tensors[t].loc == IPU_LOC_ARENA

@@ -110,7 +110,7 @@ ipu_status ipu__pool_create(uint32_t nth, size_t scratch_bytes, ipu__pool **out)
     if (!out || nth == 0 || nth > IPU__POOL_MAX_THREADS)
         return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "thread pool: %u workers requested (1..%u)",
                          nth, IPU__POOL_MAX_THREADS);
-    ipu__pool *p = ipu__calloc(1, sizeof *p);
+    ipu__pool *p = ipu__aligned_zalloc(_Alignof(ipu__pool), sizeof *p);
     if (!p) return ipu__fail(IPU_ERR_NOMEM, "thread pool: cannot allocate the pool");
     p->nth = nth;
     atomic_init(&p->gen, 0);
@@ -190,7 +190,7 @@ void ipu__pool_destroy(ipu__pool *p) {
     ipu__aligned_free(p->scratch);
     ipu__free(p->threads);
     ipu__free(p->helpers);
-    ipu__free(p);
+    ipu__aligned_free(p);
 }
 
 uint32_t ipu__pool_size(const ipu__pool *p) { return p->nth; }
