@@ -158,3 +158,18 @@ def test_channels_along_rows_split_mid_row() -> None:
     consts = {"k": arr((7,), F32, 1), "b": arr((7,), F32, 2)}
     nodes = [("Mul", ["x", "k"]), ("Add", ["t0", "b"])]
     assert _check(_model((2500, 7), nodes, consts), (2500, 7)) == [Op.SCALE_SHIFT]
+
+
+def test_model_weights_stay_unfolded_without_constant_weights() -> None:
+    # constant_weights = False: a session may bind new values to k and b, so they are kept;
+    # BatchNormalization's scale and shift are the compiler's own constants and still fuse
+    from pyipu.compiler import CompilerOptions
+
+    opts = CompilerOptions()
+    opts.constant_weights = False
+    consts = {**_bn_consts(), "k": arr((C, 1, 1), F32, 3), "b": arr((C, 1, 1), F32, 4)}
+    nodes = [("Mul", ["x", "k"]), ("Add", ["t0", "b"]), BN, ("Relu", ["t2"])]
+    nodes[2] = ("BatchNormalization", ["t1", "s", "o", "m", "v"])
+    exe = Compiler.compile(_model((1, C, 4, 4), nodes, consts), None, opts)
+    ops = [Op(i.op) for i in exe.program.program(1).instrs]
+    assert ops == [Op.MUL, Op.ADD, Op.SCALE_SHIFT], ops

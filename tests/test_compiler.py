@@ -507,8 +507,8 @@ def test_options_validation() -> None:
         opts.available_memory_proportion = 1.5
     with pytest.raises(NotImplementedError, match="virtual_graph_split_ratios"):
         opts.virtual_graph_split_ratios = [0.5, 0.5]
-    with pytest.raises(NotImplementedError, match="constant_weights"):
-        opts.constant_weights = False
+    with pytest.raises(CompileError, match="constant_weights"):
+        opts.constant_weights = "no"  # type: ignore[assignment]
     with pytest.raises(AttributeError, match="batch_per_step"):
         opts.batch_per_step = 2  # type: ignore[attr-defined]
     opts = CompilerOptions.from_dict({"ipu_version": "ipu21", "opaque_blobs": {"cfg": "x"}})

@@ -12,6 +12,7 @@ from onnx import TensorProto, helper
 
 from pyipu import errors
 from pyipu.compiler import Compiler, CompilerOptions
+from pyipu.enums import Op
 from pyipu.model_runtime import (
     AnchorCallbackPolicy,
     DeviceManager,
@@ -39,16 +40,29 @@ def expected(x: np.ndarray, s=(1.0, 2.0, 3.0), b=0.5) -> np.ndarray:
     return x * np.asarray(s, np.float32) + np.float32(b)
 
 
+def updatable(batches_per_step: int = 1) -> CompilerOptions:
+    """Options for executables whose weights sessions bind new values to: PopART's
+    constantWeights = false, so that no compile-time fusion folds S and B."""
+    options = CompilerOptions()
+    options.batches_per_step = batches_per_step
+    options.constant_weights = False
+    return options
+
+
 @pytest.fixture(scope="module")
 def exe1():
-    return Compiler.compile(affine_model(), None, CompilerOptions())
+    return Compiler.compile(affine_model(), None, updatable())
 
 
 @pytest.fixture(scope="module")
 def exe4():
-    options = CompilerOptions()
-    options.batches_per_step = 4
-    return Compiler.compile(affine_model(), None, options)
+    return Compiler.compile(affine_model(), None, updatable(4))
+
+
+def test_constant_weights_decides_whether_the_weights_may_be_folded(exe1):
+    folded = Compiler.compile(affine_model(), None, CompilerOptions())
+    assert [Op(i.op) for i in folded.program.program(1).instrs] == [Op.SCALE_SHIFT]
+    assert [Op(i.op) for i in exe1.program.program(1).instrs] == [Op.MUL, Op.ADD]
 
 
 def test_queues_run_one_step(exe1):

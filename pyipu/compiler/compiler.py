@@ -64,7 +64,7 @@ def _compile_ir(model: ModelLike, outputs: Sequence[str] | None, opts: CompilerO
 
     placement = _placement(graph.nodes, opts, fusion is not None)
     if fusion is None:
-        builder = GraphBuilder(1)
+        builder = GraphBuilder(1, constant_weights=opts.constant_weights)
         lower_subgraph(
             builder,
             graph,
@@ -76,7 +76,7 @@ def _compile_ir(model: ModelLike, outputs: Sequence[str] | None, opts: CompilerO
         )
         index_name = None
     else:
-        builder = GraphBuilder(len(fusion.subgraphs))
+        builder = GraphBuilder(len(fusion.subgraphs), constant_weights=opts.constant_weights)
         specs = {s.name: s for s in graph.inputs}
         wanted = set(outputs) if outputs is not None else None
         owned = {o for sub in fusion.subgraphs for o in sub.outputs}

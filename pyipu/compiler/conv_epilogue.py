@@ -80,9 +80,13 @@ def rewrite_programs(b: GraphBuilder, fuses: Sequence[FuseFn]) -> int:
 
 
 def _const(b: GraphBuilder, t: int) -> np.ndarray | None:
-    """The value of a TENSOR_DATA tensor (not a view), or None."""
+    """The value of a TENSOR_DATA tensor (not a view), or None; None too for the model's own
+    weights when `constant_weights` is off (a session may bind other values to them, so no
+    pattern may fold them)."""
     spec = b.tensors[t]
     if spec.kind != WEIGHT or spec.base is not None or spec.data is None:
+        return None
+    if not b.constant_weights and t in b.user_weights:
         return None
     return np.frombuffer(spec.data, np_dtype(spec.dtype)).reshape(spec.shape)
 

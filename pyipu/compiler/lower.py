@@ -79,6 +79,12 @@ class GraphBuilder:
     weights: dict[str, int] = field(default_factory=dict)  # constant name → WEIGHT root
     written: set[int] = field(default_factory=set)  # roots some instruction writes
     claimed: set[int] = field(default_factory=set)  # roots owned by an output anchor
+    # the model's own constants (initializers, Constant outputs): their anchors carry the model's
+    # names, so a Model Runtime session may bind new values to them
+    user_weights: set[int] = field(default_factory=set)
+    # CompilerOptions.constant_weights: False keeps every user weight as read by the model, so
+    # that binding a new value works; the instruction-level fusions then fold none of them
+    constant_weights: bool = True
     current_stage: int = 0  # stage of the node being lowered (manual sharding)
     instr_stages: list[list[int]] = field(default_factory=list)  # parallel to programs
 
@@ -192,7 +198,9 @@ class Lowering:
             return self.values[name]
         if name in self.constants:
             anchor = f"{name}:weight" if name in self.output_names else name
-            return self.b.weight(name, self.constants[name], self.subgraph, anchor)
+            t = self.b.weight(name, self.constants[name], self.subgraph, anchor)
+            self.b.user_weights.add(t)
+            return t
         raise CompileError(f"value {name!r} is used before it is computed")
 
     def spec(self, name: str) -> tuple[DType, tuple[int, ...]]:

@@ -150,7 +150,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], None]] = {
     "time_limit_scheduler": _number,
     "swap_limit_scheduler": _number,
     "transitive_closure_optimization_threshold": _int_at_least(0),
-    "constant_weights": _only_default(True, "weights are always baked into the executable"),
+    "constant_weights": _boolean,
     "enable_engine_caching": _boolean,
     "cache_path": _string,
     "engine_options": _engine_options,
