@@ -44,6 +44,9 @@ def test_meson_test(repo, tmp_path):
         "test_overlap",
         "test_inline",
         "example_embed",
+        "fuzz_replay_container",
+        "fuzz_replay_metadata",
+        "fuzz_replay_bytecode",
     ):
         assert name in result.stdout
     assert "ring_stress" not in result.stdout

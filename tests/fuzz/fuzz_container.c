@@ -1,4 +1,5 @@
-/* libFuzzer target: the container reader (ipu_container_open_memory) and the writer.
+/* libFuzzer target: the container reader (ipu_container_open_memory), the writer, and the
+ * whole load path of an accepted container (ipu_executable_create).
  *
  * Each input is parsed twice: as it is, and with its header's file_size and checksum fixed up
  * so that mutations reach the blob table and the blobs instead of stopping at the checksum.
@@ -64,6 +65,12 @@ static void parse(const uint8_t *data, size_t size) {
     st = ipu_container_find_blob(c, IPU_BLOB_PROGRAM, sum & 3, &b);
     FUZZ_CHECK(st == IPU_OK || st == IPU_ERR_NOT_FOUND);
     check_round_trip(c);
+    ipu_executable *e = NULL;
+    st = ipu_executable_create(c, &e);
+    FUZZ_CHECK(st == IPU_OK || st == IPU_ERR_CORRUPT || st == IPU_ERR_BAD_PROGRAM ||
+               st == IPU_ERR_NOMEM);
+    if (st == IPU_OK) fz_walk_executable(e);
+    ipu_executable_destroy(e);
     ipu_container_destroy(c);
 }
 
