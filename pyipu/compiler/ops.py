@@ -418,6 +418,8 @@ def Reshape(n: Node) -> None:  # noqa: N802
     n.check_dtype(ALL_DTYPES, 0)
     src = n.shape(0)
     target = n.attr("shape") if n.opset < 5 else n.const(1, "shape").tolist()
+    if target is None:
+        n.fail("attribute 'shape' is required (Reshape-1)")
     allowzero = int(n.attr("allowzero", 0))
     dims = [int(d) for d in target]
     for i, d in enumerate(dims):

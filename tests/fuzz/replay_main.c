@@ -57,7 +57,7 @@ static long replay(const char *path) {
         n++;
     }
     closedir(d);
-    qsort(names, n, sizeof *names, cmp_names);
+    if (n) qsort(names, n, sizeof *names, cmp_names);
     long count = 0;
     for (size_t i = 0; i < n; i++) {
         if (count >= 0) {
