@@ -10,6 +10,8 @@
 # About 5 minutes on the 2-vCPU dev machine (docs/reliability.md has the measured time).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# meson, ninja and gcovr as installed by this python3's pip
+PATH="$(python3 -c 'import os, sys; print(os.path.dirname(sys.executable))'):$PATH"
 FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 PY_FUZZ_SECONDS=${PY_FUZZ_SECONDS:-60}
 COVERAGE_MIN=${COVERAGE_MIN:-90}

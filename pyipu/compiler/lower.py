@@ -316,14 +316,17 @@ class Node:
         self.op_type = proto.op_type
         self.inputs = list(proto.input)
         self.outputs = list(proto.output)
-        self._attrs = {a.name: self._attr_value(a) for a in proto.attribute}
-
-    def _attr_value(self, a: onnx.AttributeProto) -> Any:
-        """The value of an attribute whose type matches the op's schema (when it has one)."""
         try:
-            schema = onnx.defs.get_schema(self.op_type, self.opset, self.proto.domain)
+            schema = onnx.defs.get_schema(self.op_type, opset, proto.domain)
         except onnx.defs.SchemaError:
             schema = None
+        self._attrs = {a.name: self._attr_value(a, schema) for a in proto.attribute}
+        for name, spec in schema.attributes.items() if schema is not None else ():
+            if spec.required and name not in self._attrs:
+                self.fail(f"required attribute {name!r} is missing")
+
+    def _attr_value(self, a: onnx.AttributeProto, schema: Any) -> Any:
+        """The value of an attribute whose type matches the op's schema (when it has one)."""
         want = schema.attributes.get(a.name) if schema is not None else None
         if want is not None and int(a.type) != int(want.type):
             self.fail(
@@ -338,10 +341,14 @@ class Node:
             self.fail(f"attribute {a.name!r} has no value of a known type")
         return value
 
-    # ---- inputs and attributes
     def attr(self, name: str, default: Any = None) -> Any:
         v = self._attrs.get(name, default)
-        return v.decode() if isinstance(v, bytes) else v
+        if not isinstance(v, bytes):
+            return v
+        try:
+            return v.decode()
+        except UnicodeDecodeError:
+            self.fail(f"attribute {name!r} is not valid UTF-8")
 
     def has_input(self, i: int) -> bool:
         return i < len(self.inputs) and self.inputs[i] != ""
