@@ -243,13 +243,20 @@ def _initializer(init: onnx.TensorProto) -> np.ndarray:
     """An initializer's value; a malformed one (data size != shape, unknown element type, bad
     external data reference) is a CompileError, not onnx's ValueError/TypeError/OSError."""
     try:
-        return numpy_helper.to_array(init)
+        value = numpy_helper.to_array(init)
     except (ValueError, TypeError, KeyError, OSError, onnx.checker.ValidationError) as e:
         raise CompileError(f"initializer {init.name!r} is malformed: {e}") from None
+    if value.dtype.kind in "cOSUV":  # pyipu has no complex or string tensors
+        raise UnsupportedError(f"initializer {init.name!r} has unsupported dtype {value.dtype}")
+    return value
+
+
+MAX_ANCHOR_NAME = 1024  # bytes, ipu_executable.h
 
 
 def _check_names(graph: onnx.GraphProto) -> None:
-    """Protobuf hands out a string field that is not valid UTF-8 as bytes: reject it here."""
+    """Protobuf hands out a string field that is not valid UTF-8 as bytes: reject it here, and
+    names that cannot be anchor names."""
     for node in graph.node:
         fields = [node.op_type, node.domain, node.name, *node.input, *node.output]
         fields += [a.name for a in node.attribute]
@@ -258,6 +265,11 @@ def _check_names(graph: onnx.GraphProto) -> None:
     for vi in (*graph.input, *graph.output, *graph.initializer):
         if not isinstance(vi.name, str):
             raise CompileError("a graph input, output or initializer name is not valid UTF-8")
+    for vi in (*graph.input, *graph.output):  # they become anchors (docs/popef.md)
+        if not 1 <= len(vi.name.encode()) <= MAX_ANCHOR_NAME:
+            raise CompileError(
+                f"graph input/output name {vi.name[:80]!r} must be 1..{MAX_ANCHOR_NAME} bytes"
+            )
 
 
 def import_model(
