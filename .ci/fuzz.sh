@@ -4,7 +4,9 @@
 # coverage below the gate:
 #   1. the three libFuzzer targets (clang, ASan+UBSan), FUZZ_SECONDS each from the seed corpus
 #      and the regression files;
-#   2. atheris on the Python entry points (compile ONNX / load PopEF), PY_FUZZ_SECONDS each;
+#   2. atheris on the Python entry points (compile ONNX / load PopEF), PY_FUZZ_SECONDS each,
+#      with a fixed seed: each CI run tries the same inputs (as far as time allows), so a
+#      failure is reproducible; explore with other seeds by hand (docs/reliability.md);
 #   3. branch coverage of runtime_c/src/container/ (gcc --coverage build of the container C
 #      tests and the replay of every corpus), at least COVERAGE_MIN percent.
 # About 5 minutes on the 2-vCPU dev machine (docs/reliability.md has the measured time).
@@ -36,7 +38,7 @@ tests/fuzz/run_fuzzers.sh "$work/fuzz" "$FUZZ_SECONDS"
 step "atheris: Python entry points, ${PY_FUZZ_SECONDS} s each"
 pids=()
 for t in onnx popef; do
-  python3 -P tests/fuzz/fuzz_python.py "$t" "$work/py-$t" -max_total_time="$PY_FUZZ_SECONDS" \
+  python3 -P tests/fuzz/fuzz_python.py "$t" "$work/py-$t" -seed=1 -max_total_time="$PY_FUZZ_SECONDS" \
     -timeout=30 -rss_limit_mb=4096 -artifact_prefix="$work/py-$t-" -print_final_stats=1 \
     >"$work/py-$t.log" 2>&1 &
   pids+=($!)

@@ -105,4 +105,18 @@ static inline void fz_walk_executable(const ipu_executable *e) {
     }
 }
 
+/* ipu_executable_create on `c`: NULL with a load status (e left NULL) when it fails, else the
+ * executable after fz_walk_executable. */
+static inline ipu_executable *fz_executable(const ipu_container *c) {
+    ipu_executable *e = NULL;
+    ipu_status st = ipu_executable_create(c, &e);
+    if (st != IPU_OK) {
+        FUZZ_CHECK(e == NULL);
+        FUZZ_CHECK(st == IPU_ERR_CORRUPT || st == IPU_ERR_BAD_PROGRAM || st == IPU_ERR_NOMEM);
+        return NULL;
+    }
+    fz_walk_executable(e);
+    return e;
+}
+
 #endif

@@ -14,40 +14,15 @@ tests/test_fuzz_python.py.
 from __future__ import annotations
 
 import sys
-import warnings
 from pathlib import Path
 
 import atheris
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+sys.path[:0] = [str(HERE), str(HERE.parent)]  # entry_points; tests/ for the model builders
 
 with atheris.instrument_imports(include=["pyipu"]):
-    import pyipu
-    from pyipu import runtime
-    from pyipu.compiler import Compiler
-    from pyipu.compiler.executable import Executable
-
-
-def compile_onnx(data: bytes) -> None:
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            exe = Compiler.compile(data)
-        runtime.Runner(exe).close()
-    except pyipu.Error:
-        pass
-
-
-def load_popef(data: bytes) -> None:
-    try:
-        runtime.Runner(data).close()
-    except pyipu.Error:
-        pass
-    try:
-        Executable.from_bytes(data).program  # noqa: B018 - the pure-Python decoder
-    except pyipu.Error:
-        pass
+    from entry_points import compile_onnx, load_popef
 
 
 def seed(target: str, corpus: Path) -> None:
