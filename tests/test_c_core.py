@@ -48,6 +48,9 @@ def test_meson_test(repo, tmp_path):
         "test_oom_popef",
         "example_embed",
         "example_callbacks",
+        "fuzz_replay_container",
+        "fuzz_replay_metadata",
+        "fuzz_replay_bytecode",
     ):
         assert name in result.stdout
     assert "ring_stress" not in result.stdout

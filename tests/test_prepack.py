@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -218,8 +219,12 @@ def test_flipped_packed_byte_fails_the_checksum(exe: Executable) -> None:
 def test_second_packed_blob_is_a_corrupt_file(exe: Executable) -> None:
     blobs = split_container(exe.to_bytes())
     blobs += [b for b in blobs if b[2] == PACKED_BLOB]
-    with pytest.raises(errors.CorruptFileError, match="more than one"):
-        Executable.from_bytes(bytes(_core.write_container(blobs))).native()
+    # OPAQUE names are unique: the writer refuses, the reader rejects a hand-made file.
+    with pytest.raises(errors.InvalidArgumentError, match='duplicate OPAQUE name "pyipu.packed"'):
+        _core.write_container(blobs)
+    hand_made = Path(__file__).parent / "fuzz" / "malformed" / "duplicate_opaque_name.bin"
+    with pytest.raises(errors.CorruptFileError, match='both OPAQUE "pyipu.packed"'):
+        Executable.from_bytes(hand_made.read_bytes()).native()
 
 
 def test_session_weights_override_the_packed_ones(exe: Executable) -> None:

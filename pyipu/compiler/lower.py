@@ -271,7 +271,7 @@ class Lowering:
         dtype, shape = self.spec(name)
         if declared_dtype and declared_dtype != dtype:
             raise ShapeError(
-                f"graph output {name!r} is declared {DType(declared_dtype).name.lower()} "
+                f"graph output {name!r} is declared {_dtype_name(declared_dtype)} "
                 f"but computes {dtype.name.lower()}"
             )
         shape = check_declared_shape(name, declared_shape, shape)
@@ -298,6 +298,21 @@ class Lowering:
         return out
 
 
+def _dtype_name(value: int) -> str:
+    """DType name of an ONNX element type, or the number when pyipu has no such dtype."""
+    try:
+        return DType(value).name.lower()
+    except ValueError:
+        return f"element type {value}"
+
+
+def _attr_type_name(t: int) -> str:
+    try:
+        return onnx.AttributeProto.AttributeType.Name(int(t))
+    except ValueError:
+        return str(int(t))
+
+
 class Node:
     """What an op lowering sees: one ONNX node, its inputs, attributes and emit helpers."""
 
@@ -309,12 +324,39 @@ class Node:
         self.op_type = proto.op_type
         self.inputs = list(proto.input)
         self.outputs = list(proto.output)
-        self._attrs = {a.name: helper.get_attribute_value(a) for a in proto.attribute}
+        try:
+            schema = onnx.defs.get_schema(self.op_type, opset, proto.domain)
+        except onnx.defs.SchemaError:
+            schema = None
+        self._attrs = {a.name: self._attr_value(a, schema) for a in proto.attribute}
+        for name, spec in schema.attributes.items() if schema is not None else ():
+            if spec.required and name not in self._attrs:
+                self.fail(f"required attribute {name!r} is missing")
 
-    # ---- inputs and attributes
+    def _attr_value(self, a: onnx.AttributeProto, schema: Any) -> Any:
+        """The value of an attribute whose type matches the op's schema (when it has one)."""
+        want = schema.attributes.get(a.name) if schema is not None else None
+        if want is not None and int(a.type) != int(want.type):
+            self.fail(
+                f"attribute {a.name!r} has type {_attr_type_name(a.type)}, the schema says "
+                f"{_attr_type_name(want.type)}"
+            )
+        try:
+            value = helper.get_attribute_value(a)
+        except ValueError:
+            value = None
+        if value is None:
+            self.fail(f"attribute {a.name!r} has no value of a known type")
+        return value
+
     def attr(self, name: str, default: Any = None) -> Any:
         v = self._attrs.get(name, default)
-        return v.decode() if isinstance(v, bytes) else v
+        if not isinstance(v, bytes):
+            return v
+        try:
+            return v.decode()
+        except UnicodeDecodeError:
+            self.fail(f"attribute {name!r} is not valid UTF-8")
 
     def has_input(self, i: int) -> bool:
         return i < len(self.inputs) and self.inputs[i] != ""
@@ -325,14 +367,19 @@ class Node:
         return self.low.tensor(self.inputs[i])
 
     def dtype(self, i: int) -> DType:
-        return self.low.spec(self.inputs[i])[0]
+        return self.low.spec(self._input_name(i))[0]
 
     def shape(self, i: int) -> tuple[int, ...]:
-        return self.low.spec(self.inputs[i])[1]
+        return self.low.spec(self._input_name(i))[1]
+
+    def _input_name(self, i: int) -> str:
+        if i >= len(self.inputs):
+            raise CompileError(f"{self.label}: input {i} is required ({len(self.inputs)} given)")
+        return self.inputs[i]
 
     def const(self, i: int, what: str) -> np.ndarray:
         """A compile-time constant input (shape, axes...); runtime values are unsupported."""
-        name = self.inputs[i]
+        name = self._input_name(i)
         if name not in self.low.constants:
             raise UnsupportedAttributeError(
                 f"{self.label}: input {i} ({what}) must be a constant, but {name!r} is computed "

@@ -239,6 +239,39 @@ def fold_constants(
     return remaining
 
 
+def _initializer(init: onnx.TensorProto) -> np.ndarray:
+    """An initializer's value; a malformed one (data size != shape, unknown element type, bad
+    external data reference) is a CompileError, not onnx's ValueError/TypeError/OSError."""
+    try:
+        value = numpy_helper.to_array(init)
+    except (ValueError, TypeError, KeyError, OSError, onnx.checker.ValidationError) as e:
+        raise CompileError(f"initializer {init.name!r} is malformed: {e}") from None
+    if value.dtype.kind in "cOSUV":  # pyipu has no complex or string tensors
+        raise UnsupportedError(f"initializer {init.name!r} has unsupported dtype {value.dtype}")
+    return value
+
+
+MAX_ANCHOR_NAME = 1024  # bytes, ipu_executable.h
+
+
+def _check_names(graph: onnx.GraphProto) -> None:
+    """Protobuf hands out a string field that is not valid UTF-8 as bytes: reject it here, and
+    names that cannot be anchor names."""
+    for node in graph.node:
+        fields = [node.op_type, node.domain, node.name, *node.input, *node.output]
+        fields += [a.name for a in node.attribute]
+        if not all(isinstance(f, str) for f in fields):
+            raise CompileError(f"node {node.name!r} ({node.op_type!r}): a name is not valid UTF-8")
+    for vi in (*graph.input, *graph.output, *graph.initializer):
+        if not isinstance(vi.name, str):
+            raise CompileError("a graph input, output or initializer name is not valid UTF-8")
+    for vi in (*graph.input, *graph.output):  # they become anchors (docs/popef.md)
+        if not 1 <= len(vi.name.encode()) <= MAX_ANCHOR_NAME:
+            raise CompileError(
+                f"graph input/output name {vi.name[:80]!r} must be 1..{MAX_ANCHOR_NAME} bytes"
+            )
+
+
 def import_model(
     model: ModelLike, input_shapes: Mapping[str, Sequence[int]] | None = None
 ) -> ImportedGraph:
@@ -251,7 +284,8 @@ def import_model(
     graph = inferred.graph
     if len(graph.sparse_initializer):
         raise UnsupportedError("sparse initializers are not supported")
-    constants = {init.name: numpy_helper.to_array(init) for init in graph.initializer}
+    _check_names(graph)
+    constants = {init.name: _initializer(init) for init in graph.initializer}
     inputs = [_static_input(vi) for vi in graph.input if vi.name not in constants]
     declared: dict[str, tuple[int, tuple[int, ...] | None]] = {}
     for vi in graph.output:

@@ -417,7 +417,15 @@ def Dropout(n: Node) -> None:  # noqa: N802 - inference: identity, mask of ones
 def Reshape(n: Node) -> None:  # noqa: N802
     n.check_dtype(ALL_DTYPES, 0)
     src = n.shape(0)
-    target = n.attr("shape") if n.opset < 5 else n.const(1, "shape").tolist()
+    if n.opset < 5:
+        target = n.attr("shape")
+        if target is None:
+            n.fail("attribute 'shape' is required (Reshape-1)")
+    else:
+        shape_input = n.const(1, "shape")
+        if shape_input.ndim != 1:
+            n.shape_error(f"the shape input must be 1-D, not of shape {list(shape_input.shape)}")
+        target = shape_input.tolist()
     allowzero = int(n.attr("allowzero", 0))
     dims = [int(d) for d in target]
     for i, d in enumerate(dims):
@@ -506,6 +514,8 @@ def Concat(n: Node) -> None:  # noqa: N802
         n.shape_error("every input is empty")
     dt = n.check_dtype(ALL_DTYPES, *idx)
     rank = len(n.shape(idx[0]))
+    if rank == 0:
+        n.shape_error("cannot concat scalars (rank 0)")
     axis = n.axis(int(n.attr("axis", 1)), rank)
     first = n.shape(idx[0])
     for i in idx:

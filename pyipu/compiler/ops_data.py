@@ -450,6 +450,10 @@ def _resize_plan(
     return full_s, out, roi
 
 
+MAX_RESIZE_DIM = 1 << 24
+MAX_RESIZE_MATRIX = 1 << 27
+
+
 def _resize(n: Node) -> None:
     src = n.shape(0)
     legacy = n.op_type == "Upsample" or n.opset < 11
@@ -468,6 +472,14 @@ def _resize(n: Node) -> None:
     scale, out, roi = _resize_plan(n, src)
     if 0 in out:
         _empty(n, out)
+    # Each resized axis gets a dense [n_out, n_in] float64 matrix at compile time.
+    big = [(i, o) for i, o in zip(src, out, strict=True) if o > MAX_RESIZE_DIM]
+    big += [(i, o) for i, o in zip(src, out, strict=True) if i * o > MAX_RESIZE_MATRIX]
+    if big:
+        n.shape_error(
+            f"output shape {out} from input {list(src)} is too large to resize "
+            f"(at most {MAX_RESIZE_DIM} per axis and {MAX_RESIZE_MATRIX} in x out)"
+        )
     if coord == "tf_crop_and_resize" and roi is None:
         n.fail("tf_crop_and_resize needs the roi input")
     fn = _coeff_fn(n, mode, nearest, antialias)

@@ -3,7 +3,7 @@
 Byte layouts: runtime_c/include/ipu/ipu_container.h, ipu_executable.h and docs/bytecode.md.
 `encode` produces the blob list that `pyipu._core.write_container` turns into a file; `decode` is
 a pure-Python reader of a whole container (checksum not verified) so the NumPy reference can run a
-saved file without the C extension. Anything malformed raises ValueError.
+saved file without the C extension. Anything malformed raises CorruptFileError (a ValueError).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pyipu.compiler.ir import (
     np_dtype,
 )
 from pyipu.enums import DType, Op
-from pyipu.errors import Error
+from pyipu.errors import CorruptFileError, Error, VersionError
 
 BLOB_METADATA, BLOB_TENSOR_DATA, BLOB_PROGRAM, BLOB_OPAQUE = 1, 2, 3, 4
 MAGIC = b"PYIPUEF\0"
@@ -165,7 +165,7 @@ class _Reader:
     def take(self, fmt: struct.Struct | str) -> tuple:
         s = fmt if isinstance(fmt, struct.Struct) else struct.Struct(fmt)
         if self.pos + s.size > len(self.data):
-            raise ValueError(f"{self.what}: truncated at byte {self.pos}")
+            raise CorruptFileError(f"{self.what}: truncated at byte {self.pos}")
         v = s.unpack_from(self.data, self.pos)
         self.pos += s.size
         return v
@@ -173,48 +173,50 @@ class _Reader:
     def skip_pad8(self) -> None:
         pad = -self.pos % 8
         if self.data[self.pos : self.pos + pad] != bytes(pad):
-            raise ValueError(f"{self.what}: nonzero padding at byte {self.pos}")
+            raise CorruptFileError(f"{self.what}: nonzero padding at byte {self.pos}")
         self.pos += pad
 
 
 def split_container(data: bytes) -> list[Blob]:
     """The blobs of a container image (header and blob table checked; checksum not verified)."""
     if len(data) < _FILE_HEAD.size:
-        raise ValueError("not a pyipu PopEF file: shorter than its 64-byte header")
+        raise CorruptFileError("not a pyipu PopEF file: shorter than its 64-byte header")
     magic, version, count, file_size, _hash, _checksum, table, _res = _FILE_HEAD.unpack_from(data)
     if magic != MAGIC:
-        raise ValueError("not a pyipu PopEF file: bad magic")
+        raise CorruptFileError("not a pyipu PopEF file: bad magic")
     if version != FORMAT_VERSION:
-        raise ValueError(f"unsupported container format version {version}")
+        raise VersionError(f"unsupported container format version {version}")
     if file_size != len(data):
-        raise ValueError(f"container says {file_size} bytes but has {len(data)}")
+        raise CorruptFileError(f"container says {file_size} bytes but has {len(data)}")
     table_end = table + count * _BLOB_ENTRY.size
     if table != _FILE_HEAD.size or table_end > len(data):
-        raise ValueError("container blob table is out of bounds")
+        raise CorruptFileError("container blob table is out of bounds")
     blobs: list[Blob] = []
     spans: list[tuple[int, int]] = []
     for i in range(count):
         btype, bid, off, size, _ = _BLOB_ENTRY.unpack_from(data, table + i * _BLOB_ENTRY.size)
         if off % ALIGN or off < table_end or off + size > len(data):
-            raise ValueError(f"blob {i}: offset {off} / size {size} out of bounds or misaligned")
+            raise CorruptFileError(
+                f"blob {i}: offset {off} / size {size} out of bounds or misaligned"
+            )
         spans.append((off, off + size))
         payload = data[off : off + size]
         name = None
         if btype == BLOB_OPAQUE:
             if size < 4:
-                raise ValueError(f"blob {i} (OPAQUE) is too small for its name header")
+                raise CorruptFileError(f"blob {i} (OPAQUE) is too small for its name header")
             (n,) = struct.unpack_from("<I", payload)
             head = align(4 + n, 8)
             if not 1 <= n <= 255 or head > size:
-                raise ValueError(f"blob {i} (OPAQUE) has a bad name length {n}")
+                raise CorruptFileError(f"blob {i} (OPAQUE) has a bad name length {n}")
             name = payload[4 : 4 + n].decode()
             payload = payload[head:]
         elif btype not in (BLOB_METADATA, BLOB_TENSOR_DATA, BLOB_PROGRAM):
-            raise ValueError(f"blob {i} has unknown type {btype}")
+            raise CorruptFileError(f"blob {i} has unknown type {btype}")
         blobs.append((btype, bid, name, bytes(payload)))
     spans.sort()
     if any(a[1] > b[0] for a, b in zip(spans, spans[1:], strict=False)):
-        raise ValueError("container blobs overlap")
+        raise CorruptFileError("container blobs overlap")
     return blobs
 
 
@@ -222,25 +224,27 @@ def decode_program(pid: int, data: bytes, num_tensors: int) -> Program:
     r = _Reader(data, f"program {pid}")
     count, reserved = r.take("<II")
     if reserved:
-        raise ValueError(f"program {pid}: reserved field is {reserved}")
+        raise CorruptFileError(f"program {pid}: reserved field is {reserved}")
     instrs = []
     for k in range(count):
         where = f"program {pid} instruction {k}"
         op, n_in, n_out, n_attr, res = r.take(_INSTR_HEAD)
         if op not in OP_ARITY or res:
-            raise ValueError(f"{where}: unknown opcode {op}")
+            raise CorruptFileError(f"{where}: unknown opcode {op}")
         lo, hi, outs = OP_ARITY[op]
         if not lo <= n_in <= hi or n_out != outs or n_attr > MAX_ATTRS:
-            raise ValueError(f"{where}: bad operand counts for {Op(op).name}")
+            raise CorruptFileError(f"{where}: bad operand counts for {Op(op).name}")
         operands = r.take(f"<{n_in + n_out}I")
         if any(t >= num_tensors for t in operands):
-            raise ValueError(f"{where}: tensor index out of range")
+            raise CorruptFileError(f"{where}: tensor index out of range")
         if (n_in + n_out) % 2:
             r.take("<I")
         attrs = r.take(f"<{n_attr}q")
         instrs.append(Instr(Op(op), operands[:n_in], operands[n_in:], attrs))
     if r.pos != len(data):
-        raise ValueError(f"program {pid}: {len(data) - r.pos} bytes after the last instruction")
+        raise CorruptFileError(
+            f"program {pid}: {len(data) - r.pos} bytes after the last instruction"
+        )
     return Program(pid, tuple(instrs))
 
 
@@ -262,9 +266,9 @@ def decode_metadata(data: bytes, tensor_data: bytes) -> dict:
         num_stages,
     ) = r.take(_META_HEAD)
     if ipu_version not in (2, 21) or min(num_ipus, replication, bps, num_subgraphs) < 1:
-        raise ValueError("metadata: bad target fields")
+        raise CorruptFileError("metadata: bad target fields")
     if num_anchors > num_tensors or arena_size % ALIGN:
-        raise ValueError("metadata: bad counts")
+        raise CorruptFileError("metadata: bad counts")
     mains = r.take(f"<{num_subgraphs}I")
     stages, pipelined = _decode_stages(r, num_stages, num_ipus, num_subgraphs)
     r.skip_pad8()
@@ -275,18 +279,18 @@ def decode_metadata(data: bytes, tensor_data: bytes) -> dict:
             dt, location = DType(dtype), Location(loc)
             itemsize = np_dtype(dt).itemsize
         except (ValueError, KeyError):
-            raise ValueError(f"metadata: tensor {i} has bad dtype/location") from None
+            raise CorruptFileError(f"metadata: tensor {i} has bad dtype/location") from None
         shape = tuple(dims[:ndim])
         numel = 1
         for d in shape:
             numel *= d
         if ndim > MAX_DIMS or flags or any(dims[ndim:]) or any(d < 0 for d in shape):
-            raise ValueError(f"metadata: tensor {i} has a bad shape")
+            raise CorruptFileError(f"metadata: tensor {i} has a bad shape")
         if nbytes != numel * itemsize or offset % ALIGN:
-            raise ValueError(f"metadata: tensor {i} has bad nbytes/offset")
+            raise CorruptFileError(f"metadata: tensor {i} has bad nbytes/offset")
         limit = arena_size if location == Location.ARENA else len(tensor_data)
         if offset + nbytes > limit:
-            raise ValueError(f"metadata: tensor {i} lies outside its {location.name} storage")
+            raise CorruptFileError(f"metadata: tensor {i} lies outside its {location.name} storage")
         payload = (
             tensor_data[offset : offset + nbytes] if location == Location.TENSOR_DATA else None
         )
@@ -294,26 +298,26 @@ def decode_metadata(data: bytes, tensor_data: bytes) -> dict:
     raw_anchors = [r.take(_ANCHOR) for _ in range(num_anchors)]
     strings = data[r.pos : r.pos + strings_size]
     if len(strings) != strings_size:
-        raise ValueError("metadata: string table is truncated")
+        raise CorruptFileError("metadata: string table is truncated")
     r.pos += strings_size
     r.skip_pad8()
     if r.pos != len(data):
-        raise ValueError("metadata: trailing bytes")
+        raise CorruptFileError("metadata: trailing bytes")
     anchors = []
     for i, (off, n, direction, tensor, subgraph, flags) in enumerate(raw_anchors):
         if off + n > strings_size or not 1 <= n <= 1024 or tensor >= num_tensors:
-            raise ValueError(f"metadata: anchor {i} is out of bounds")
+            raise CorruptFileError(f"metadata: anchor {i} is out of bounds")
         if direction not in (1, 2) or flags & ~ANCHOR_TENSOR_DATA:
-            raise ValueError(f"metadata: anchor {i} has bad direction/flags")
+            raise CorruptFileError(f"metadata: anchor {i} has bad direction/flags")
         if subgraph != NO_INDEX and subgraph >= num_subgraphs:
-            raise ValueError(f"metadata: anchor {i} has bad subgraph {subgraph}")
+            raise CorruptFileError(f"metadata: anchor {i} has bad subgraph {subgraph}")
         name = strings[off : off + n].decode()
         anchors.append(Anchor(name, Direction(direction), tensor, subgraph, bool(flags)))
         tensors[tensor] = TensorSpec(name, *_fields_after_name(tensors[tensor]))
     if len({a.name for a in anchors}) != len(anchors):
-        raise ValueError("metadata: anchor names are not unique")
+        raise CorruptFileError("metadata: anchor names are not unique")
     if index_anchor != NO_INDEX and index_anchor >= num_anchors:
-        raise ValueError("metadata: index_anchor out of range")
+        raise CorruptFileError("metadata: index_anchor out of range")
     return dict(
         tensors=tuple(tensors),
         anchors=tuple(anchors),
@@ -338,15 +342,17 @@ def _decode_stages(
     if num_stages == 0:
         return (), False
     if num_subgraphs != 1:
-        raise ValueError("metadata: a sharded model has exactly one subgraph")
+        raise CorruptFileError("metadata: a sharded model has exactly one subgraph")
     (flags,) = r.take("<I")
     if flags & ~STAGES_PIPELINED:
-        raise ValueError(f"metadata: unknown stage flags {flags:#x}")
+        raise CorruptFileError(f"metadata: unknown stage flags {flags:#x}")
     stages = []
     for k in range(num_stages):
         program, ipu, copy_program = r.take("<3I")
         if ipu >= num_ipus:
-            raise ValueError(f"metadata: stage {k} is on IPU {ipu} but num_ipus is {num_ipus}")
+            raise CorruptFileError(
+                f"metadata: stage {k} is on IPU {ipu} but num_ipus is {num_ipus}"
+            )
         stages.append(Stage(program, ipu, copy_program))
     return tuple(stages), bool(flags & STAGES_PIPELINED)
 
@@ -359,28 +365,36 @@ def decode_blobs(blobs: list[Blob]) -> ModelIR:
     metas = [b for b in blobs if b[0] == BLOB_METADATA]
     datas = [b for b in blobs if b[0] == BLOB_TENSOR_DATA]
     if len(metas) != 1 or len(datas) > 1:
-        raise ValueError("a container needs exactly one METADATA and at most one TENSOR_DATA blob")
+        raise CorruptFileError(
+            "a container needs exactly one METADATA and at most one TENSOR_DATA blob"
+        )
     meta = decode_metadata(metas[0][3], datas[0][3] if datas else b"")
     n = len(meta["tensors"])
     programs = [decode_program(b[1], b[3], n) for b in blobs if b[0] == BLOB_PROGRAM]
     ids = [p.id for p in programs]
     if len(set(ids)) != len(ids):
-        raise ValueError("duplicate program ids")
+        raise CorruptFileError("duplicate program ids")
     for pid in (meta["load_program"], *meta["main_programs"]):
         if pid not in ids:
-            raise ValueError(f"metadata names program {pid}, which the container lacks")
+            raise CorruptFileError(f"metadata names program {pid}, which the container lacks")
     for k, st in enumerate(meta["stages"]):
         copy = () if st.copy_program == NO_INDEX else (st.copy_program,)
         if any(pid not in ids for pid in (st.program, *copy)):
-            raise ValueError(f"metadata: stage {k} names a program the container lacks")
+            raise CorruptFileError(f"metadata: stage {k} names a program the container lacks")
         for pid in copy:
             prog = next(p for p in programs if p.id == pid)
             if any(ins.op != Op.COPY for ins in prog.instrs):
-                raise ValueError(f"metadata: copy program {pid} of stage {k} holds non-COPY")
+                raise CorruptFileError(f"metadata: copy program {pid} of stage {k} holds non-COPY")
     opaque = tuple((b[2] or "", b[3]) for b in blobs if b[0] == BLOB_OPAQUE and b[2] != PACKED_BLOB)
     return ModelIR(programs=tuple(programs), opaque=opaque, **meta)
 
 
 def decode(data: bytes) -> ModelIR:
-    """The ModelIR of a container image (bytes of a .popef file written by pyipu)."""
-    return decode_blobs(split_container(bytes(data)))
+    """The ModelIR of a container image (bytes of a .popef file written by pyipu).
+
+    Malformed input raises pyipu.errors.CorruptFileError (a ValueError), VersionError for
+    another format version."""
+    try:
+        return decode_blobs(split_container(bytes(data)))
+    except UnicodeDecodeError as e:
+        raise CorruptFileError(f"container: a name is not valid UTF-8 ({e.reason})") from None

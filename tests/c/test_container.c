@@ -281,7 +281,7 @@ static void test_writer_rules(void) {
     CHECK(data == (void *)d && size == 77);
     long_name[255] = '\0';
     CHECK(ipu_container_writer_add_blob(w, IPU_BLOB_OPAQUE, 0, long_name, d, 8) == IPU_OK);
-    CHECK(ipu_container_writer_add_blob(w, IPU_BLOB_OPAQUE, 0, long_name, d, 8) == IPU_OK);
+    CHECK(ipu_container_writer_add_blob(w, IPU_BLOB_OPAQUE, 0, long_name, d, 8) == E); /* dup */
     CHECK(ipu_container_writer_add_blob(w, IPU_BLOB_METADATA, 0, NULL, d, 8) == IPU_OK);
     CHECK(ipu_container_writer_add_blob(w, IPU_BLOB_METADATA, 0, NULL, d, 8) == E);
     CHECK(ipu_container_writer_add_blob(w, IPU_BLOB_TENSOR_DATA, 0, NULL, d, 8) == IPU_OK);

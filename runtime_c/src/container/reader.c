@@ -6,7 +6,8 @@
  *   reserved bytes zero, checksum, then per blob: known type, id 0 unless PROGRAM, reserved zero,
  *   offset aligned, offset >= end of table, offset + size <= file_size, at most one METADATA and
  *   one TENSOR_DATA, OPAQUE name header; then: a METADATA blob exists, no two blobs overlap, no
- *   two PROGRAM blobs share an id. Header fields are read with byte loads, never through casts. */
+ *   two PROGRAM blobs share an id, no two OPAQUE blobs share a name. Header fields are read with
+ *   byte loads, never through casts. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -123,6 +124,17 @@ static int span_cmp(const void *a, const void *b) {
     if (x->key != y->key) return x->key < y->key ? -1 : 1;
     if (x->size != y->size) return x->size < y->size ? -1 : 1;
     return x->index < y->index ? -1 : (x->index > y->index);
+}
+
+typedef struct named {
+    const char *name;
+    uint32_t index;
+} named;
+
+static int named_cmp(const void *a, const void *b) {
+    const named *x = a, *y = b;
+    int r = strcmp(x->name, y->name);
+    return r ? r : (x->index > y->index) - (x->index < y->index);
 }
 
 /* ---- validation ---- */
@@ -314,6 +326,25 @@ static ipu_status check_blobs(ipu_container *c) {
                            spans[k].key);
             goto out;
         }
+    }
+    /* Unique OPAQUE names (they are looked up by name, e.g. IPU_PACKED_BLOB_NAME). */
+    uint32_t no = 0;
+    for (uint32_t i = 0; i < n; i++) no += c->blobs[i].type == IPU_BLOB_OPAQUE;
+    if (no > 1) {
+        named *names = ipu__malloc(no * sizeof *names);
+        if (!names) {
+            st = ipu__fail(IPU_ERR_NOMEM, "container: out of memory for %" PRIu32 " blobs", n);
+            goto out;
+        }
+        for (uint32_t i = 0, k = 0; i < n; i++)
+            if (c->blobs[i].type == IPU_BLOB_OPAQUE) names[k++] = (named){c->blobs[i].name, i};
+        qsort(names, no, sizeof *names, named_cmp);
+        for (uint32_t k = 1; k < no && st == IPU_OK; k++)
+            if (strcmp(names[k - 1].name, names[k].name) == 0)
+                st = ipu__fail(IPU_ERR_CORRUPT, "container: blobs %" PRIu32 " and %" PRIu32
+                               " are both OPAQUE \"%s\"", names[k - 1].index, names[k].index,
+                               names[k].name);
+        ipu__free(names);
     }
 out:
     ipu__free(spans);

@@ -99,6 +99,12 @@ static ipu_status add_blob(ipu_container_writer *w, ipu_blob_type type, uint32_t
         if (!ipu__utf8_valid((const uint8_t *)name, name_len))
             return ipu__fail(IPU_ERR_INVALID_ARGUMENT,
                              "container writer: OPAQUE name is not valid UTF-8");
+        for (uint32_t i = 0; i < w->count; i++)
+            if (w->blobs[i].head && w->blobs[i].head_size - 4 >= name_len &&
+                ipu__ld_u32(w->blobs[i].head) == name_len &&
+                memcmp(w->blobs[i].head + 4, name, name_len) == 0)
+                return ipu__fail(IPU_ERR_INVALID_ARGUMENT,
+                                 "container writer: duplicate OPAQUE name \"%s\"", name);
         hdr = (4 + name_len + 7) & ~(size_t)7;
     }
     if (size > SIZE_MAX - hdr)

@@ -54,7 +54,9 @@ static ipu_status parse_tensor(ipu_executable *e, uint32_t i, const uint8_t *r) 
     if (off % IPU_CONTAINER_ALIGN != 0)
         return ipu__fail(IPU_ERR_CORRUPT, "metadata: tensor %u: offset %llu not a multiple of 64",
                          i, (unsigned long long)off);
-    uint64_t numel = 1, want;
+    /* span: the product of the dims with zeros counted as 1. Bounding it (not only numel,
+     * which a zero dim makes 0) keeps every partial product of dims, e.g. strides, in int64. */
+    uint64_t numel = 1, span = 1, want;
     for (uint32_t d = 0; d < IPU_MAX_DIMS; d++) {
         int64_t dim = (int64_t)ipu__ld_u64(r + 32 + 8 * d);
         if (d >= ndim) {
@@ -66,7 +68,8 @@ static ipu_status parse_tensor(ipu_executable *e, uint32_t i, const uint8_t *r) 
         if (dim < 0)
             return ipu__fail(IPU_ERR_CORRUPT, "metadata: tensor %u: dim %u is negative (%lld)", i,
                              d, (long long)dim);
-        if (!ipu__mul_u64(numel, (uint64_t)dim, &numel) || numel > (uint64_t)INT64_MAX)
+        if (!ipu__mul_u64(numel, (uint64_t)dim, &numel) || numel > (uint64_t)INT64_MAX ||
+            !ipu__mul_u64(span, dim ? (uint64_t)dim : 1, &span) || span > (uint64_t)INT64_MAX)
             return ipu__fail(IPU_ERR_CORRUPT, "metadata: tensor %u: element count overflows", i);
         t->desc.dims[d] = dim;
     }

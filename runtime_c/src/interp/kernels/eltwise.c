@@ -8,6 +8,7 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #define IPU_X86 1
+#include <cpuid.h>
 #include <immintrin.h>
 #else
 #define IPU_X86 0
@@ -31,11 +32,18 @@ __attribute__((target("avx,f16c"))) static void f2h_f16c(const float *s, uint16_
     for (; i < n; i++) d[i] = ipu__f32_to_f16(s[i]);
 }
 
+/* CPUID.1:ECX.F16C[bit 29] plus AVX enabled by the OS: clang 14 rejects
+ * __builtin_cpu_supports("f16c"), so the bit is read directly (gcc and clang alike). */
+static int has_f16c(void) {
+    unsigned a, b, c, d;
+    return __builtin_cpu_supports("avx") && __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
+}
+
 #endif
 
 void ipu__cvt_f16_to_f32(const uint16_t *src, float *dst, size_t n) {
 #if IPU_X86
-    if (__builtin_cpu_supports("f16c")) {
+    if (has_f16c()) {
         h2f_f16c(src, dst, n);
         return;
     }
@@ -45,7 +53,7 @@ void ipu__cvt_f16_to_f32(const uint16_t *src, float *dst, size_t n) {
 
 void ipu__cvt_f32_to_f16(const float *src, uint16_t *dst, size_t n) {
 #if IPU_X86
-    if (__builtin_cpu_supports("f16c")) {
+    if (has_f16c()) {
         f2h_f16c(src, dst, n);
         return;
     }
