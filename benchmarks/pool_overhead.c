@@ -38,7 +38,7 @@ int main(int argc, char **argv) {
     size_t per = 500;
     for (uint32_t nth = 1; nth <= 2; nth++) {
         ipu__pool *p;
-        if (ipu__pool_create(nth, 4096, &p) != IPU_OK) return 1;
+        if (ipu__pool_create(nth, 4096, 0, &p) != IPU_OK) return 1;
         for (int rep = 0; rep < 3; rep++) {
             uint64_t t0 = ipu__now_ns();
             for (int i = 0; i < runs; i++) ipu__pool_run_range(p, 8, nop, NULL);

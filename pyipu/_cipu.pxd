@@ -183,6 +183,7 @@ cdef extern from "ipu/ipu.h" nogil:
         int check_package_hash
         int validate_io_params
         int thread_safe
+        int pin_threads
     ipu_runtime_config ipu_runtime_config_default()
     ipu_status ipu_runtime_create(const ipu_executable *exe, const ipu_runtime_config *cfg,
                                   ipu_runtime **out)

@@ -473,6 +473,7 @@ cdef class Runtime:
         cfg.check_package_hash = config.get("check_package_hash", cfg.check_package_hash)
         cfg.validate_io_params = config.get("validate_io_params", cfg.validate_io_params)
         cfg.thread_safe = config.get("thread_safe", cfg.thread_safe)
+        cfg.pin_threads = config.get("pin_threads", cfg.pin_threads)
         self.executable = executable
         self.n_anchors = executable.info.num_anchors
         self.box = _ErrorBox()

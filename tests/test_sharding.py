@@ -375,7 +375,10 @@ def test_failing_stage_propagates_to_every_request() -> None:
         for k in range(8):
             idx = np.array([0, 9 if k % 3 == 1 else 3], np.int32)
             out = {"y": np.zeros((2, N), np.float32)}
-            futures.append((k, out, r.execute_async({"x": x, "i": idx}, out)))
+            try:
+                futures.append((k, out, r.execute_async({"x": x, "i": idx}, out)))
+            except pyipu.errors.ResetRequiredError:
+                break  # the device failed already: later submits are refused, never queued
         failed = 0
         for k, out, f in futures:
             if k % 3 == 1:
@@ -389,8 +392,8 @@ def test_failing_stage_propagates_to_every_request() -> None:
                     assert "stage" in str(e) or "out of range" in str(e)
                 else:
                     np.testing.assert_array_equal(out["y"], np.maximum(x[[0, 3]], 0))
-        assert failed == 3
-        assert r.stats()["requests_failed"] >= 3
+        assert failed == sum(k % 3 == 1 for k, _, _ in futures) >= 1
+        assert r.stats()["requests_failed"] >= failed
 
 
 def test_close_while_in_flight() -> None:

@@ -56,12 +56,18 @@ class RuntimeConfig:
     pyipu extensions: `num_threads` (compute workers; None = $PYIPU_NUM_THREADS or all cores);
     `record_tracepoints` (False: when True the Runner records the load/compute/store stage of
     every iteration, keeping the last `request_tracepoints_buffer_size` events; read them with
-    `Runner.tracepoints()`).
+    `Runner.tracepoints()`); `pin_threads` (True: the runner's device thread and compute
+    helpers each run on their own CPU when the process may use at least `num_threads` CPUs;
+    docs/runtime.md, "Threads and CPUs").
     """
 
     def __init__(self, **kwargs: Any) -> None:
         object.__setattr__(self, "_values", {k: d for k, (d, _) in _FIELDS.items()})
-        object.__setattr__(self, "_extra", {"num_threads": None, "record_tracepoints": False})
+        object.__setattr__(
+            self,
+            "_extra",
+            {"num_threads": None, "record_tracepoints": False, "pin_threads": True},
+        )
         self.device_wait_config = DeviceWaitConfig()
         self.replica_id_to_device: dict[int, Any] = {}
         self.flush_by_name = None
@@ -90,10 +96,10 @@ class RuntimeConfig:
                 raise InvalidArgumentError(f"num_threads must be a positive int, got {value!r}")
             self._extra["num_threads"] = value
             return
-        if name == "record_tracepoints":
+        if name in ("record_tracepoints", "pin_threads"):
             if not isinstance(value, (bool, int)):
-                raise InvalidArgumentError(f"record_tracepoints must be a bool, got {value!r}")
-            self._extra["record_tracepoints"] = bool(value)
+                raise InvalidArgumentError(f"{name} must be a bool, got {value!r}")
+            self._extra[name] = bool(value)
             return
         if name not in _FIELDS:
             raise AttributeError(f"RuntimeConfig has no field {name!r}")
@@ -133,6 +139,7 @@ class RuntimeConfig:
             "thread_safe": v["thread_safe"],
             "ring_buffer_size_multiplier": v["ring_buffer_size_multiplier"],
             "num_threads": self._extra["num_threads"],
+            "pin_threads": int(self._extra["pin_threads"]),
         }
 
     def __repr__(self) -> str:

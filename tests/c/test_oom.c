@@ -234,9 +234,11 @@ static int s_writer(unsigned long k, int persistent) {
     /* add_blob: the writer keeps what it had after a failure. */
     uint32_t added = 0;
     for (uint32_t i = 0; i < 20; i++) {
+        char name[32]; /* OPAQUE names must be unique */
+        snprintf(name, sizeof name, "pyipu.test.%u", i);
         arm(k, persistent);
         st = ipu_container_writer_add_blob(w, i == 0 ? IPU_BLOB_METADATA : IPU_BLOB_OPAQUE, 0,
-                                           i == 0 ? NULL : "pyipu.test", meta, sizeof meta);
+                                           i == 0 ? NULL : name, meta, sizeof meta);
         disarm();
         CHECK_NOMEM(st);
         if (st == IPU_OK) added++;

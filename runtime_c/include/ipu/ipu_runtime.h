@@ -63,6 +63,8 @@ typedef struct ipu_runtime_config {
     int validate_io_params;               /* require every anchor of the model in each request */
     int thread_safe;                      /* PopRT's option; submits are always serialised */
     int overlap_io;                       /* ipu_session_config.overlap_io: -1 = num_io_tiles */
+    int pin_threads;                      /* ipu_session_config.pin_threads, and the device
+                                             thread too (default 1) */
 } ipu_runtime_config;
 
 /* num_threads 0, multiplier 2, timeout 10 ms, batch timeout 0, batching off, flush 0,

@@ -68,6 +68,8 @@ typedef struct ipu_session_config {
     int flush_on_waiting_outputs; /* pad only while an output slot is queued */
     int check_package_hash;       /* IPU_ERR_HASH_MISMATCH for another compiler's container */
     int overlap_io;               /* -1: on when the executable has num_io_tiles > 0; 0 off; 1 on */
+    int pin_threads;              /* 1: each compute helper thread on its own CPU (when the
+                                     process may use at least num_threads CPUs); default 0 */
 } ipu_session_config;
 
 /* Overlap I/O. With overlap_io on, run_main runs a step as a Load/Compute/Store pipeline: an I/O

@@ -92,6 +92,7 @@ static void do_reset(ipu_runtime *rt) {
 
 void *ipu__device_main(void *arg) {
     ipu_runtime *rt = arg;
+    if (rt->cfg.pin_threads) ipu__pool_pin_self(rt->s->pool);
     for (;;) {
         if (ipu__closed(rt) || ipu_session_stopped(rt->s)) break;
         if (atomic_load(&rt->reset_pending)) {

@@ -19,6 +19,7 @@ ipu_runtime_config ipu_runtime_config_default(void) {
     c.validate_io_params = 1;
     c.thread_safe = 1;
     c.overlap_io = -1;
+    c.pin_threads = 1;
     return c;
 }
 
@@ -95,6 +96,7 @@ ipu_status ipu_runtime_create(const ipu_executable *exe, const ipu_runtime_confi
     }
     ipu_session_config sc = ipu_session_config_default();
     sc.num_threads = rt->cfg.num_threads;
+    sc.pin_threads = rt->cfg.pin_threads;
     sc.ring_capacity = (uint32_t)(cap < 2 ? 2 : cap);
     sc.timeout_ns = rt->cfg.timeout_ns;
     sc.batch_timeout_ns = rt->cfg.batch_timeout_ns;

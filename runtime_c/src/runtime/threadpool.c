@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 
@@ -16,6 +17,7 @@ typedef struct ipu__pool_helper {
 struct ipu__pool {
     uint32_t nth;
     uint32_t started;        /* helper threads running */
+    int cpu0;                /* worker 0's CPU when pinned, else -1 */
     int sync_ready;          /* mutex and condvars initialised */
     pthread_t *threads;      /* [nth - 1] */
     ipu__pool_helper *helpers;
@@ -103,7 +105,40 @@ static void *helper_main(void *arg) {
     return NULL;
 }
 
-ipu_status ipu__pool_create(uint32_t nth, size_t scratch_bytes, ipu__pool **out) {
+#ifdef CPU_SET
+/* CPUs for workers 0..nth-1 (cpus[i]), from the calling thread's affinity set; false if it has
+ * fewer than nth CPUs. Successive pools start at successive CPUs, so that the worker 0 threads
+ * of several runtimes do not all share one CPU. */
+static bool pick_cpus(uint32_t nth, int *cpus) {
+    static atomic_uint next_start;
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) != 0) return false;
+    int allowed[CPU_SETSIZE], n = 0;
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &set)) allowed[n++] = c;
+    if (n < (int)nth || n == 0) return false;
+    unsigned start = atomic_fetch_add(&next_start, nth);
+    for (uint32_t i = 0; i < nth; i++) cpus[i] = allowed[(start + i) % (unsigned)n];
+    return true;
+}
+
+static void pin_thread(pthread_t t, int cpu) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    (void)pthread_setaffinity_np(t, sizeof one, &one); /* best effort: unpinned still works */
+}
+#endif
+
+void ipu__pool_pin_self(const ipu__pool *p) {
+#ifdef CPU_SET
+    if (p && p->cpu0 >= 0) pin_thread(pthread_self(), p->cpu0);
+#else
+    (void)p;
+#endif
+}
+
+ipu_status ipu__pool_create(uint32_t nth, size_t scratch_bytes, int pin, ipu__pool **out) {
     ipu_status st = IPU_OK;
     sigset_t all, old;
     int masked = 0;
@@ -113,6 +148,7 @@ ipu_status ipu__pool_create(uint32_t nth, size_t scratch_bytes, ipu__pool **out)
     ipu__pool *p = ipu__aligned_zalloc(_Alignof(ipu__pool), sizeof *p);
     if (!p) return ipu__fail(IPU_ERR_NOMEM, "thread pool: cannot allocate the pool");
     p->nth = nth;
+    p->cpu0 = -1;
     atomic_init(&p->gen, 0);
     atomic_init(&p->claim, 0);
     atomic_init(&p->chunks_left, 0);
@@ -166,6 +202,15 @@ ipu_status ipu__pool_create(uint32_t nth, size_t scratch_bytes, ipu__pool **out)
         p->started++;
     }
     if (masked) pthread_sigmask(SIG_SETMASK, &old, NULL);
+#ifdef CPU_SET
+    int cpus[IPU__POOL_MAX_THREADS];
+    if (pin && nth > 1 && pick_cpus(nth, cpus)) {
+        p->cpu0 = cpus[0];
+        for (uint32_t i = 1; i < nth; i++) pin_thread(p->threads[i - 1], cpus[i]);
+    }
+#else
+    (void)pin;
+#endif
     *out = p;
     return IPU_OK;
 fail:

@@ -47,7 +47,14 @@ typedef void (*ipu__pool_range_fn)(void *ctx, size_t begin, size_t end, uint32_t
 #define IPU__POOL_CHUNKS_PER_WORKER 4u
 
 /* nth >= 1 workers (nth - 1 helper threads are started). Helper threads block all signals. */
-IPU_NODISCARD ipu_status ipu__pool_create(uint32_t nth, size_t scratch_bytes, ipu__pool **out);
+IPU_NODISCARD ipu_status ipu__pool_create(uint32_t nth, size_t scratch_bytes, int pin,
+                                          ipu__pool **out);
+/* With pin: each worker runs on its own CPU of the creating thread's affinity set (the pools of
+ * a process start at successive CPUs), if that set has at least nth CPUs. Helpers are pinned at
+ * creation; worker 0 (a thread of the caller's) only when it calls ipu__pool_pin_self. Why: a
+ * helper woken by worker 0 after an idle spell is often placed on worker 0's own CPU by the
+ * scheduler (wake-affine), and the two then share one core for the whole request. */
+void ipu__pool_pin_self(const ipu__pool *p);
 /* Stop and join the helpers, free everything. Accepts NULL and half-built pools. Must not be
  * called while ipu__pool_run is running. */
 void ipu__pool_destroy(ipu__pool *p);
