@@ -17,6 +17,7 @@ void ipu__mark_failed(ipu_runtime *rt, ipu_status st, const char *msg) {
     }
     pthread_mutex_unlock(&rt->state_mu);
     ipu__wake_producers(rt->s);
+    ipu__wake_device(rt->s); /* an iteration in flight may wait for a slot never to come */
 }
 
 /* After a failure, nothing queued any more, on the thread that owns the device: reload with

@@ -117,6 +117,7 @@ ipu_status ipu_runtime_create(const ipu_executable *exe, const ipu_runtime_confi
     rt->inline_ok = inline_eligible(rt);
     rt->s->park_ok = rt->inline_ok;
     rt->s->par_steps = true; /* the device thread runs step after step: two may overlap */
+    rt->s->abort = &rt->health;
     st = init_sync(rt);
     if (st != IPU_OK) goto fail;
     /* Default bindings (weights TENSOR_DATA, the rest QUEUE); Load on this thread. */

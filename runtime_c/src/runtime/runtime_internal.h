@@ -27,9 +27,11 @@
  * done callback, then sets `finished` under the request mutex and broadcasts.
  *
  * Failures. A slot failing with an error (while not closed) or run_main returning one sets
- * health = FAILING (under state_mu) and wakes producers: a submitter blocked on a full ring
- * (ipu__session_enqueue with abort = &health) gives up; a request it had partly queued completes
- * with the failure. The device then waits out submit_mu (no producer left), disconnects every
+ * health = FAILING (under state_mu) and wakes producers and the device: a submitter blocked on
+ * a full ring (ipu__session_enqueue with abort = &health) gives up; a request it had partly
+ * queued completes with the failure; an iteration in flight (concurrent iterations, overlap I/O,
+ * stage pipeline) stops waiting for slots such a request will never queue (the session's abort
+ * flag is &health) and fails. The device then waits out submit_mu (no producer left), disconnects every
  * queued slot with the failure status (every enqueued request fails), and with auto_reset reruns
  * Load (health = OK); otherwise health = NEEDS_RESET and submits fail with IPU_ERR_NEEDS_RESET
  * until ipu_runtime_reset, which asks the device thread (reset_req_gen + session interrupt) to
@@ -139,7 +141,8 @@ void ipu__request_unref(ipu_request *req);
 /* device.c */
 void *ipu__device_main(void *arg);
 IPU_NODISCARD ipu_status ipu__start_device(ipu_runtime *rt);
-/* First failure wins: health OK -> FAILING with status and message; wakes producers. */
+/* First failure wins: health OK -> FAILING with status and message; wakes producers and the
+ * device. */
 void ipu__mark_failed(ipu_runtime *rt, ipu_status st, const char *msg);
 /* After a failure, nothing queued, on the thread owning the device: reload with auto_reset,
  * else NEEDS_RESET (under state_mu, broadcast). */

@@ -351,12 +351,13 @@ void ipu__release_device(ipu_session *s) {
     atomic_store_explicit(&s->park, IPU__PARK_PARKED, memory_order_release);
 }
 
-bool ipu__wait_front(ipu_session *s, uint32_t a) {
+int ipu__wait_front(ipu_session *s, uint32_t a, bool abortable) {
     uint64_t t0 = 0;
     for (unsigned i = 0;; i++) {
         uint_fast64_t seq = atomic_load(&s->push_seq);
-        if (ipu_ring_front(s->rings[a])) return true;
-        if (ipu__stopped(s)) return false;
+        if (ipu_ring_front(s->rings[a])) return IPU__FRONT_READY;
+        if (ipu__stopped(s)) return IPU__FRONT_STOPPED;
+        if (abortable && ipu__aborted(s)) return IPU__FRONT_ABORTED;
         if (ipu__spin_expired(i, &t0)) ipu__dev_sleep(s, seq, 0);
     }
 }
@@ -522,7 +523,8 @@ static ipu_status fill_weight(ipu_session *s, uint32_t a, void *dst) {
                              ipu_last_error_message());
         return IPU_OK;
     }
-    if (!ipu__wait_front(s, a))
+    /* not abortable: Load runs again (auto_reset) while the producers are still aborted */
+    if (ipu__wait_front(s, a, false) != IPU__FRONT_READY)
         return ipu__fail(IPU_ERR_CLOSED, "session stopped while the Load program waited for "
                          "weight '%s'", A->name);
     ipu_slot sl;

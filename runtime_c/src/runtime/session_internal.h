@@ -125,6 +125,10 @@ struct ipu_session {
     _Alignas(64) atomic_uint_fast64_t pop_seq;
     atomic_int sub_waiting;
     _Alignas(64) atomic_bool stopped;
+    /* The producers' abort flag (the runtime's health; NULL for a bare session). Non-zero: a
+     * failure is being handled and producers may have given up halfway through a request, so
+     * a slot an iteration in flight waits for may never come (see ipu__wait_front, gather). */
+    const atomic_int *abort;
     /* Inline execution (runtime request.c): IPU__PARK_* handshake between the device thread
      * idle at the start of a step and a caller running a small request itself. park_ok: the
      * device parks (set by the runtime before its device thread starts). */
@@ -256,9 +260,14 @@ void ipu__session_pop(ipu_session *s, uint32_t a, ipu_slot *out);
 void ipu__slot_done(ipu_session *s, const ipu_slot *sl, ipu_status st, const char *msg);
 /* Device-side waiting. ipu__dev_sleep sleeps until push_seq != seq, stop, or the deadline
  * (0 = none); the caller read seq before checking its condition. ipu__wait_front waits for a
- * front slot of anchor a (false: stopped). */
+ * front slot of anchor a: IPU__FRONT_READY, IPU__FRONT_STOPPED, or (abortable only)
+ * IPU__FRONT_ABORTED when the slot is missing while the producers are aborted. */
+enum { IPU__FRONT_READY = 0, IPU__FRONT_STOPPED = 1, IPU__FRONT_ABORTED = 2 };
 void ipu__dev_sleep(ipu_session *s, uint_fast64_t seq, uint64_t deadline_ns);
-bool ipu__wait_front(ipu_session *s, uint32_t a);
+int ipu__wait_front(ipu_session *s, uint32_t a, bool abortable);
+static inline bool ipu__aborted(const ipu_session *s) {
+    return s->abort && atomic_load(s->abort) != 0;
+}
 /* Set the failure message and complete every queued slot with st (see ipu_session_disconnect). */
 void ipu__session_disconnect_msg(ipu_session *s, ipu_status st, const char *msg);
 /* Bytes of an instruction's operands (small instructions run on one worker). */

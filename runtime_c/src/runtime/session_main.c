@@ -158,6 +158,12 @@ static int gather(ipu_session *s, ipu__iter *c, uint32_t sub, uint32_t it, bool 
                 return EV_INTERRUPT;
             }
         }
+        /* A failure is being handled: the rest of a request may never come. A step that has
+         * not started waits for the recovery instead (run_serial returns before that). */
+        if ((got > 0 || committed || it > 0) && ipu__aborted(s)) {
+            if (got > 0 || committed) break;
+            return EV_END_STEP;
+        }
         if (got > 0 && outputs_queued(s, sub, true)) break;
         uint64_t deadline = 0;
         if (!s->cfg.flush_on_waiting_outputs ||
@@ -210,22 +216,31 @@ static void call_stream(ipu_session *s, ipu__iter *c, uint32_t a) {
     }
 }
 
-/* Scatter `filled` rows to the front slots of every queue-bound output of `sub` (with a
- * failed iteration: consume them, marking the slots failed). false: stopped. */
-static bool scatter(ipu_session *s, ipu__iter *c, uint32_t sub, uint64_t filled,
-                    ipu_status st) {
+/* Scatter the iteration's rows to the front slots of every queue-bound output of its subgraph
+ * (with a failed iteration: consume them, marking the slots failed). An output slot missing
+ * while the producers are aborted may never come (its request was refused it and failed): the
+ * rows meant for it are dropped and the iteration fails. false: stopped. */
+static bool scatter(ipu_session *s, ipu__iter *c) {
+    const uint64_t filled = c->filled;
     for (uint32_t a = 0; a < s->num_anchors; a++) {
-        if (!is_queue(s, a, sub, IPU_DIR_OUTPUT)) continue;
+        if (!is_queue(s, a, c->sub, IPU_DIR_OUTPUT)) continue;
         for (uint64_t f = 0; f < filled;) {
-            if (!ipu__wait_front(s, a)) return false;
+            int w = ipu__wait_front(s, a, true);
+            if (w == IPU__FRONT_STOPPED) return false;
+            if (w == IPU__FRONT_ABORTED) {
+                ipu__fail(IPU_ERR_ABORTED, "an earlier iteration failed while this one was in "
+                          "flight, and its output slots were never queued");
+                note_failure(c, IPU_ERR_ABORTED, "iteration abandoned");
+                break;
+            }
             const ipu_slot *fr = ipu_ring_front(s->rings[a]);
             uint64_t k = fr->rows - s->consumed[a];
             if (k > filled - f) k = filled - f;
-            if (st == IPU_OK)
+            if (c->st == IPU_OK)
                 copy_rows(&s->geom[a], tensor_of(s, c, a), fr->data, fr->rows, s->consumed[a], f,
                           k, false);
             else if (s->front_err[a] == IPU_OK)
-                s->front_err[a] = st;
+                s->front_err[a] = c->st;
             s->consumed[a] += k;
             f += k;
             if (s->consumed[a] == fr->rows) {
@@ -348,7 +363,7 @@ static bool stage_store(ipu_session *s, ipu__iter *c) {
             s->binds[a].kind == IPU_BIND_CALLBACK)
             call_stream(s, c, a);
     if (c->st == IPU_OK) atomic_fetch_add_explicit(&s->st_iterations, 1, memory_order_relaxed);
-    if (!scatter(s, c, c->sub, c->filled, c->st)) {
+    if (!scatter(s, c)) {
         snprintf(c->msg, sizeof c->msg, "session stopped during the iteration");
         finish_inputs(s, c, IPU_ERR_CLOSED);
         return false;
