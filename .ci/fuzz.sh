@@ -2,11 +2,14 @@
 # Fuzzing and container coverage (docs/reliability.md, "Fuzzing"). Runs on its own after
 # `pip install ".[test]"` and exits non-zero on any crash, leak, timeout, untyped Python error or
 # coverage below the gate:
-#   1. the three libFuzzer targets (clang, ASan+UBSan), FUZZ_SECONDS each from the seed corpus
-#      and the regression files;
-#   2. atheris on the Python entry points (compile ONNX / load PopEF), PY_FUZZ_SECONDS each,
-#      with a fixed seed: each CI run tries the same inputs (as far as time allows), so a
-#      failure is reproducible; explore with other seeds by hand (docs/reliability.md);
+#   1. the three libFuzzer targets (clang, ASan+UBSan), FUZZ_RUNS executions each from the seed
+#      corpus and the regression files;
+#   2. atheris on the Python entry points (compile ONNX / load PopEF), PY_FUZZ_RUNS executions
+#      each;
+#   both with a fixed seed (and PYTHONHASHSEED): every CI run of the same code tries the same
+#   inputs, so CI does not pass or fail by luck and a failure is reproducible. The *_SECONDS caps
+#   only matter on a much slower machine. Explore with other seeds and longer runs by hand
+#   (docs/reliability.md) and add what they find to tests/fuzz/regressions/;
 #   3. branch coverage of runtime_c/src/container/ (gcc --coverage build of the container C
 #      tests and the replay of every corpus), at least COVERAGE_MIN percent.
 # About 5 minutes on the 2-vCPU dev machine (docs/reliability.md has the measured time).
@@ -14,8 +17,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # meson, ninja and gcovr as installed by this python3's pip
 PATH="$(python3 -c 'import os, sys; print(os.path.dirname(sys.executable))'):$PATH"
-FUZZ_SECONDS=${FUZZ_SECONDS:-60}
-PY_FUZZ_SECONDS=${PY_FUZZ_SECONDS:-60}
+FUZZ_RUNS=${FUZZ_RUNS:-500000}
+FUZZ_SECONDS=${FUZZ_SECONDS:-150}
+PY_FUZZ_RUNS=${PY_FUZZ_RUNS:-300000}
+PY_FUZZ_SECONDS=${PY_FUZZ_SECONDS:-150}
 COVERAGE_MIN=${COVERAGE_MIN:-90}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -31,14 +36,15 @@ if ! echo "$probe" | clang -fsanitize=fuzzer -x c - -o "$work/probe" 2>/dev/null
 fi
 python3 -m pip install -q atheris gcovr
 
-step "libFuzzer targets: build (ASan+UBSan) and run ${FUZZ_SECONDS} s each"
+step "libFuzzer targets: build (ASan+UBSan) and run ${FUZZ_RUNS} inputs each"
 tests/fuzz/build_fuzzers.sh "$work/fuzz"
-tests/fuzz/run_fuzzers.sh "$work/fuzz" "$FUZZ_SECONDS"
+FUZZ_SEED=1 tests/fuzz/run_fuzzers.sh "$work/fuzz" "$FUZZ_SECONDS" "$FUZZ_RUNS"
 
-step "atheris: Python entry points, ${PY_FUZZ_SECONDS} s each"
+step "atheris: Python entry points, ${PY_FUZZ_RUNS} inputs each"
 pids=()
 for t in onnx popef; do
-  python3 -P tests/fuzz/fuzz_python.py "$t" "$work/py-$t" -seed=1 -max_total_time="$PY_FUZZ_SECONDS" \
+  PYTHONHASHSEED=0 python3 -P tests/fuzz/fuzz_python.py "$t" "$work/py-$t" -seed=1 \
+    -runs="$PY_FUZZ_RUNS" -max_total_time="$PY_FUZZ_SECONDS" \
     -timeout=30 -rss_limit_mb=4096 -artifact_prefix="$work/py-$t-" -print_final_stats=1 \
     >"$work/py-$t.log" 2>&1 &
   pids+=($!)

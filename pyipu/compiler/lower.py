@@ -387,6 +387,22 @@ class Node:
             )
         return self.low.constants[name]
 
+    def const_ints(self, i: int, what: str) -> list[int]:
+        """A constant integer input (shape, axes, pads...) flattened to Python ints."""
+        v = np.asarray(self.const(i, what))
+        if not np.issubdtype(v.dtype, np.integer):
+            raise UnsupportedDTypeError(
+                f"{self.label}: input {i} ({what}) must hold integers, not {v.dtype}"
+            )
+        return [int(a) for a in v.reshape(-1)]
+
+    def const_int(self, i: int, what: str) -> int:
+        """A constant integer input holding exactly one value (k, axis, a length...)."""
+        v = self.const_ints(i, what)
+        if len(v) != 1:
+            self.shape_error(f"input {i} ({what}) must hold one integer, got {len(v)}")
+        return v[0]
+
     def check_dtype(self, allowed: frozenset[int], *indices: int) -> DType:
         """The common dtype of the given inputs, which must be one of `allowed`."""
         dts = {self.dtype(i) for i in indices}

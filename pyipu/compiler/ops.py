@@ -422,10 +422,10 @@ def Reshape(n: Node) -> None:  # noqa: N802
         if target is None:
             n.fail("attribute 'shape' is required (Reshape-1)")
     else:
-        shape_input = n.const(1, "shape")
+        shape_input = np.asarray(n.const(1, "shape"))
         if shape_input.ndim != 1:
             n.shape_error(f"the shape input must be 1-D, not of shape {list(shape_input.shape)}")
-        target = shape_input.tolist()
+        target = n.const_ints(1, "shape")
     allowzero = int(n.attr("allowzero", 0))
     dims = [int(d) for d in target]
     for i, d in enumerate(dims):
@@ -463,7 +463,7 @@ def _axes(n: Node, attr_before: int) -> list[int] | None:
         return None if axes is None else [int(a) for a in axes]
     if not n.has_input(1):
         return None
-    return [int(a) for a in np.asarray(n.const(1, "axes")).reshape(-1)]
+    return n.const_ints(1, "axes")
 
 
 @register("Squeeze", 1, 13)
@@ -498,7 +498,7 @@ def Unsqueeze(n: Node) -> None:  # noqa: N802
 @register("Expand", 8)
 def Expand(n: Node) -> None:  # noqa: N802
     dt = n.check_dtype(ALL_DTYPES, 0)
-    target = [int(d) for d in n.const(1, "shape").reshape(-1)]
+    target = n.const_ints(1, "shape")
     shape = _broadcast(n, n.shape(0), target)  # ONNX Expand broadcasts both ways
     if shape == n.shape(0):
         n.set_view(n.input(0), shape)

@@ -97,9 +97,9 @@ def Slice(n: Node) -> None:  # noqa: N802 - registry functions are named after O
         axes = n.attr("axes")
         steps = [1] * len(starts)
     else:
-        starts, ends = _ints(n.const(1, "starts")), _ints(n.const(2, "ends"))
-        axes = _ints(n.const(3, "axes")) if n.has_input(3) else None
-        steps = _ints(n.const(4, "steps")) if n.has_input(4) else [1] * len(starts)
+        starts, ends = n.const_ints(1, "starts"), n.const_ints(2, "ends")
+        axes = n.const_ints(3, "axes") if n.has_input(3) else None
+        steps = n.const_ints(4, "steps") if n.has_input(4) else [1] * len(starts)
     if not len(starts) == len(ends) == len(steps) or (
         axes is not None and len(axes) != len(starts)
     ):
@@ -123,7 +123,7 @@ def Split(n: Node) -> None:  # noqa: N802
     dim = src[axis]
     split = None
     if n.has_input(1) and (n.opset >= 13 or n.opset < 2):
-        split = _ints(n.const(1, "split"))
+        split = n.const_ints(1, "split")
     elif n.opset < 13 and n.attr("split") is not None:
         split = _ints(n.attr("split"))
     if split is None:
@@ -169,7 +169,7 @@ def Pad(n: Node) -> None:  # noqa: N802
         pads = _ints(n.attr("pads" if n.opset >= 2 else "paddings", []))
         value: Any = n.attr("value", 0.0)
     else:
-        pads = _ints(n.const(1, "pads"))
+        pads = n.const_ints(1, "pads")
         value = 0
         if n.has_input(2) and n.inputs[2] not in n.low.constants and mode == "constant":
             _pad_runtime_value(n, dt, src, pads, axes)
@@ -180,7 +180,7 @@ def Pad(n: Node) -> None:  # noqa: N802
                 n.shape_error(f"constant_value must be a scalar, got shape {list(v.shape)}")
             value = v.reshape(-1)[0] if v.size else 0
         if n.opset >= 18 and n.has_input(3):
-            axes = _ints(n.const(3, "axes"))
+            axes = n.const_ints(3, "axes")
     maps = _pad_maps(n, mode, src, pads, axes)
     reindex(n, n.input(0), src, maps, dt, pad=value if mode == "constant" else 0)
 
@@ -193,7 +193,7 @@ def _pad_runtime_value(
     if n.dtype(2) != dt or math.prod(n.shape(2)) != 1:
         n.shape_error("constant_value must be a scalar of the data's dtype")
     if n.opset >= 18 and n.has_input(3):
-        axes = _ints(n.const(3, "axes"))
+        axes = n.const_ints(3, "axes")
     maps = _pad_maps(n, "constant", src, pads, axes)
     yshape = tuple(len(m) for m in maps)
     table = np.concatenate([np.asarray(m, np.int64) for m in maps])
@@ -234,7 +234,7 @@ def _pad_maps(
 def CenterCropPad(n: Node) -> None:  # noqa: N802
     dt = n.check_dtype(ALL_DTYPES, 0)
     src = n.shape(0)
-    shape = _ints(n.const(1, "shape"))
+    shape = n.const_ints(1, "shape")
     axes = n.attr("axes")
     ax = _axes_list(n, axes, len(src), len(src))
     if len(shape) != len(ax):
@@ -257,7 +257,7 @@ def CenterCropPad(n: Node) -> None:  # noqa: N802
 def Tile(n: Node) -> None:  # noqa: N802
     dt = n.check_dtype(ALL_DTYPES, 0)
     src = n.shape(0)
-    reps = _ints(n.const(1, "repeats"))
+    reps = n.const_ints(1, "repeats")
     if len(reps) != len(src) or min(reps, default=0) < 0:
         n.shape_error(f"repeats {reps} must be {len(src)} non-negative values")
     reindex(
@@ -410,7 +410,7 @@ def _resize_plan(
         if n.has_input(3) and n.const(3, "sizes").size:
             if scales is not None:
                 n.fail("only one of scales and sizes may be given")
-            sizes = _ints(n.const(3, "sizes"))
+            sizes = n.const_ints(3, "sizes")
     if scales is None and sizes is None:
         n.fail("one of scales and sizes is required")
     axes_attr = n.attr("axes") if n.opset >= 18 else None

@@ -229,10 +229,7 @@ def Trilu(n: Node) -> None:  # noqa: N802
         n.shape_error(f"input {list(src)} must have rank >= 2")
     k = 0
     if n.has_input(1):
-        kv = np.asarray(n.const(1, "k")).reshape(-1)
-        if kv.size != 1:
-            n.shape_error(f"k must be a scalar, got shape {list(kv.shape)}")
-        k = int(kv[0])
+        k = n.const_int(1, "k")
     rows, cols = src[-2:]
     diff = np.arange(cols)[None, :] - np.arange(rows)[:, None]  # column - row
     mask = diff >= k if int(n.attr("upper", 1)) else diff <= k

@@ -46,7 +46,7 @@ def _reduce_axes(n: Node, axes_input_since: int) -> list[int] | None:
     if n.opset < axes_input_since:
         a = n.attr("axes")
         return None if a is None or len(a) == 0 else [int(v) for v in a]
-    axes = [int(v) for v in np.asarray(n.const(1, "axes")).reshape(-1)] if n.has_input(1) else []
+    axes = n.const_ints(1, "axes") if n.has_input(1) else []
     if not axes:
         return [] if n.attr("noop_with_empty_axes", 0) else None
     return axes
@@ -153,10 +153,7 @@ def TopK(n: Node) -> None:  # noqa: N802
     if n.opset < 10:
         k = int(n.attr("k"))
     else:
-        kv = np.asarray(n.const(1, "K"))
-        if kv.size != 1:
-            n.shape_error(f"K must have one element, got shape {list(kv.shape)}")
-        k = int(kv.reshape(-1)[0])
+        k = n.const_int(1, "K")
     if not 1 <= k <= src[axis]:
         n.shape_error(f"k = {k} outside [1, {src[axis]}] (axis {axis} of {list(src)})")
     largest, sort = (

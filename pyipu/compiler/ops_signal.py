@@ -38,7 +38,7 @@ def DFT(n: Node) -> None:  # noqa: N802
     if len(src) < 3 or src[-1] not in (1, 2):
         n.shape_error(f"input {list(src)} must be [batch, ..., signal, 1 or 2]")
     if n.opset >= 20:
-        axis = int(np.asarray(n.const(2, "axis")).reshape(-1)[0]) if n.has_input(2) else -2
+        axis = n.const_int(2, "axis") if n.has_input(2) else -2
     else:
         axis = int(n.attr("axis", 1))
     axis = n.axis(axis, len(src))
@@ -48,7 +48,7 @@ def DFT(n: Node) -> None:  # noqa: N802
     if onesided and (inverse or src[-1] == 2):
         n.fail("onesided is only supported for a forward DFT of a real signal")
     length, comps = src[axis], src[-1]
-    size = int(np.asarray(n.const(1, "dft_length")).reshape(-1)[0]) if n.has_input(1) else length
+    size = n.const_int(1, "dft_length") if n.has_input(1) else length
     if size < 1:
         n.shape_error(f"dft_length {size} must be positive")
     k_out = size // 2 + 1 if onesided else size
