@@ -217,6 +217,27 @@ def test_pool_row_blocks_and_nan(op: str, strides: list[int]) -> None:
         np.testing.assert_allclose(got[name], w, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("strides", [[1, 1], [2, 2]])
+def test_maxpool_takes_taps_in_order_bit_for_bit(strides: list[int]) -> None:
+    """Signed zeros, infinities and NaNs: every output keeps the first of equal values in (kh, kw)
+    order and a NaN wins (docs/bytecode.md, POOL2D), bit for bit on the vector paths too."""
+    rng = np.random.default_rng(9)
+    x = rng.choice(np.array([0.0, -0.0, 1.0, -np.inf, np.inf], np.float32), (1, 3, 21, 70))
+    x[0, 2, rng.integers(0, 21, 6), rng.integers(0, 70, 6)] = np.nan
+    attrs = {"kernel_shape": [3, 3], "strides": strides, "pads": [1, 1, 1, 1]}
+    exe, feeds, _ = compile_single_op("MaxPool", [x], attrs, opset=12)
+    (got,) = run_c(exe, feeds).values()
+    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
+    sh, sw = strides
+    want = np.full(got.shape, -np.inf, np.float32)
+    oh, ow = got.shape[2:]
+    for kh in range(3):
+        for kw in range(3):
+            v = xp[:, :, kh : kh + sh * oh : sh, kw : kw + sw * ow : sw]
+            want = np.where(((v > want) | np.isnan(v)) & ~np.isnan(want), v, want)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
 @pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
 def test_pool_huge_dilation(op: str) -> None:
     """A dilated window taller than any scratch: the row path, not the window copy."""

@@ -137,6 +137,33 @@ static inline bool ipu__phase_used(int64_t a, int64_t k, int64_t d, int64_t s) {
         if (t * d % s == a) return true;
     return false;
 }
+/* Input row xr split into the two column phases of stride 2 in one pass (the even/odd split
+ * vectorises; conv and pool window copies): d0[j] = xr[c0 + 2j], d1[j] = xr[c0 + 2j + 1], pad
+ * outside [0, W), j < Wq. */
+static inline __attribute__((always_inline)) void ipu__split_row2(const float *restrict xr,
+                                                                  int64_t W, int64_t c0,
+                                                                  int64_t Wq, float pad,
+                                                                  float *restrict d0,
+                                                                  float *restrict d1) {
+    int64_t lo = c0 >= 0 ? 0 : (-c0 + 1) / 2;    /* first j with both columns >= 0 */
+    int64_t hi = W - c0 >= 2 ? (W - c0) / 2 : 0; /* past the last j with both < W */
+    if (hi > Wq) hi = Wq;
+    if (lo > hi) lo = hi;
+    for (int64_t j = 0; j < Wq; j++) {
+        if (j == lo) j = hi; /* the edges here, the interior below */
+        if (j >= Wq) break;
+        int64_t c = c0 + 2 * j;
+        d0[j] = c >= 0 && c < W ? xr[c] : pad;
+        d1[j] = c + 1 >= 0 && c + 1 < W ? xr[c + 1] : pad;
+    }
+    if (hi == lo) return;
+    const float *sr = xr + c0 + 2 * lo;
+    for (int64_t j = 0; j < hi - lo; j++) {
+        d0[lo + j] = sr[2 * j];
+        d1[lo + j] = sr[2 * j + 1];
+    }
+}
+
 typedef struct ipu__conv_plan {
     ipu__plan hdr;
     int f16, has_bias, direct, pointwise; /* pointwise: 1x1, stride 1, no pads: no im2col */

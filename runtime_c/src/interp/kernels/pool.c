@@ -7,6 +7,9 @@
 #include <math.h>
 #include <stdbool.h>
 #include <string.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 #include "kernels.h"
 
@@ -87,20 +90,91 @@ static int64_t window_floats(const ipu__pool_plan *p, int64_t rows, int64_t *hq,
     return p->sh * p->sw * *hq * *wq + *wq + rows * *wq;
 }
 
+/* acc[q] = the taps' taps[k][q] folded in tap order, q < n: max (NaN-propagating, as tap_f32)
+ * or sum, starting from pad, or from acc[q] when resuming after earlier taps. */
+enum { FOLD_TAPS = 16 };
+typedef void (*fold_fn)(float *acc, const float *const *taps, int64_t ntaps, int64_t n, int kind,
+                        float pad, bool resume);
+
+static void fold_base(float *acc, const float *const *taps, int64_t ntaps, int64_t n, int kind,
+                      float pad, bool resume) {
+    if (!resume)
+        for (int64_t q = 0; q < n; q++) acc[q] = pad;
+    for (int64_t k = 0; k < ntaps; k++) tap_f32(acc, taps[k], n, 1, kind);
+}
+
+/* One output's taps in order, exactly as tap_f32 takes them. */
+static inline float fold_one(const float *const *taps, int64_t ntaps, int64_t q, int kind,
+                             float a) {
+    for (int64_t k = 0; k < ntaps; k++) {
+        float v = taps[k][q];
+        a = kind == 0 ? ((v > a || v != v) ? v : a) : a + v;
+    }
+    return a;
+}
+
+#if IPU_X86
+/* 16 outputs at a time held in registers across every tap (one store instead of one per tap).
+ * max(v, a) keeps a when they are equal or either is NaN, which is tap_f32's rule except for a
+ * NaN v: such a block is redone one output at a time. Sums add in tap order: identical. */
+__attribute__((target("avx2"))) static void fold_avx2(float *acc, const float *const *taps,
+                                                      int64_t ntaps, int64_t n, int kind,
+                                                      float pad, bool resume) {
+    int64_t q = 0;
+    for (; q + 16 <= n; q += 16) {
+        __m256 a0 = resume ? _mm256_loadu_ps(acc + q) : _mm256_set1_ps(pad);
+        __m256 a1 = resume ? _mm256_loadu_ps(acc + q + 8) : _mm256_set1_ps(pad);
+        if (kind == 0) {
+            __m256 nan = _mm256_setzero_ps();
+            for (int64_t k = 0; k < ntaps; k++) {
+                __m256 v0 = _mm256_loadu_ps(taps[k] + q), v1 = _mm256_loadu_ps(taps[k] + q + 8);
+                a0 = _mm256_max_ps(v0, a0);
+                a1 = _mm256_max_ps(v1, a1);
+                nan = _mm256_or_ps(nan, _mm256_cmp_ps(v0, v1, _CMP_UNORD_Q));
+            }
+            if (_mm256_movemask_ps(nan)) {
+                for (int64_t t = q; t < q + 16; t++)
+                    acc[t] = fold_one(taps, ntaps, t, kind, resume ? acc[t] : pad);
+                continue;
+            }
+        } else {
+            for (int64_t k = 0; k < ntaps; k++) {
+                a0 = _mm256_add_ps(a0, _mm256_loadu_ps(taps[k] + q));
+                a1 = _mm256_add_ps(a1, _mm256_loadu_ps(taps[k] + q + 8));
+            }
+        }
+        _mm256_storeu_ps(acc + q, a0);
+        _mm256_storeu_ps(acc + q + 8, a1);
+    }
+    for (; q < n; q++) acc[q] = fold_one(taps, ntaps, q, kind, resume ? acc[q] : pad);
+}
+#endif
+
 /* float32 output rows [oh0, oh0 + nrows) of one plane: the padded input rows they read are
  * copied into scratch by stride phase (pad value -inf for max, 0 for average), so that each tap
  * is one long stride-1 pass over "extended" rows of Wq >= OW columns; the kept columns then go
  * to y. Each output still takes its taps in (kh, kw) order. */
 static inline __attribute__((always_inline)) void pool_window_body(
     const ipu__pool_plan *p, const float *restrict x, int64_t nrows, int64_t oh0,
-    const float *cw, float *restrict y, float *restrict buf) {
+    const float *cw, float *restrict y, float *restrict buf, fold_fn fold) {
     int64_t Hq, Wq, sh = p->sh, sw = p->sw;
     window_floats(p, nrows, &Hq, &Wq);
     const float pad = p->kind == 0 ? -INFINITY : 0.0f;
     float *acc = buf + sh * sw * Hq * Wq + Wq;
+    const bool pair = sw == 2 && ipu__phase_used(0, p->KW, p->dw, 2) &&
+                      ipu__phase_used(1, p->KW, p->dw, 2);
     for (int64_t a = 0; a < sh; a++) {
         if (!ipu__phase_used(a, p->KH, p->dh, sh)) continue;
-        for (int64_t b = 0; b < sw; b++) {
+        for (int64_t i = 0; pair && i < Hq; i++) {
+            float *d0 = buf + a * 2 * Hq * Wq + i * Wq, *d1 = d0 + Hq * Wq;
+            int64_t ih = (oh0 + i) * sh + a - p->pt;
+            if (ih >= 0 && ih < p->H) {
+                ipu__split_row2(x + ih * p->W, p->W, -p->pl, Wq, pad, d0, d1);
+            } else {
+                for (int64_t j = 0; j < Wq; j++) d0[j] = d1[j] = pad;
+            }
+        }
+        for (int64_t b = 0; b < sw && !pair; b++) {
             if (!ipu__phase_used(b, p->KW, p->dw, sw)) continue;
             float *pl = buf + (a * sw + b) * Hq * Wq;
             int64_t c0 = b - p->pl; /* input column of j = 0; j's is c0 + j * sw */
@@ -126,14 +200,21 @@ static inline __attribute__((always_inline)) void pool_window_body(
         }
     }
     for (int64_t j = 0; j < Wq; j++) buf[sh * sw * Hq * Wq + j] = pad; /* read past the end */
-    int64_t n = nrows * Wq;
-    for (int64_t q = 0; q < n; q++) acc[q] = pad;
+    const float *taps[FOLD_TAPS];
+    int64_t ntaps = 0, n = nrows * Wq;
+    bool resume = false;
     for (int64_t kh = 0; kh < p->KH; kh++)
         for (int64_t kw = 0; kw < p->KW; kw++) {
             int64_t th = kh * p->dh, tw = kw * p->dw;
             const float *src = buf + ((th % sh) * sw + tw % sw) * Hq * Wq + th / sh * Wq + tw / sw;
-            tap_f32(acc, src, n, 1, p->kind);
+            if (ntaps == FOLD_TAPS) { /* a large window: fold in groups of taps */
+                fold(acc, taps, ntaps, n, p->kind, pad, resume);
+                resume = true;
+                ntaps = 0;
+            }
+            taps[ntaps++] = src;
         }
+    fold(acc, taps, ntaps, n, p->kind, pad, resume);
     for (int64_t r = 0; r < nrows; r++) {
         const float *ar = acc + r * Wq;
         float *yr = y + (oh0 + r) * p->OW;
@@ -152,7 +233,7 @@ static inline __attribute__((always_inline)) void pool_window_body(
 
 static void pool_window_base(const ipu__pool_plan *p, const float *x, int64_t nrows,
                              int64_t oh0, const float *cw, float *y, float *buf) {
-    pool_window_body(p, x, nrows, oh0, cw, y, buf);
+    pool_window_body(p, x, nrows, oh0, cw, y, buf, fold_base);
 }
 
 #if IPU_X86
@@ -160,7 +241,7 @@ __attribute__((target("avx2"))) static void pool_window_avx2(const ipu__pool_pla
                                                              const float *x, int64_t nrows,
                                                              int64_t oh0, const float *cw,
                                                              float *y, float *buf) {
-    pool_window_body(p, x, nrows, oh0, cw, y, buf);
+    pool_window_body(p, x, nrows, oh0, cw, y, buf, fold_avx2);
 }
 #endif
 
