@@ -12,12 +12,12 @@
 #   (docs/reliability.md) and add what they find to tests/fuzz/regressions/;
 #   3. branch coverage of runtime_c/src/container/ (gcc --coverage build of the container C
 #      tests and the replay of every corpus), at least COVERAGE_MIN percent.
-# About 5 minutes on the 2-vCPU dev machine (docs/reliability.md has the measured time).
+# About 2 minutes on the 2-vCPU dev machine (docs/reliability.md has the measured time).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # meson, ninja and gcovr as installed by this python3's pip
 PATH="$(python3 -c 'import os, sys; print(os.path.dirname(sys.executable))'):$PATH"
-FUZZ_RUNS=${FUZZ_RUNS:-500000}
+FUZZ_RUNS=${FUZZ_RUNS:-1000000}
 FUZZ_SECONDS=${FUZZ_SECONDS:-150}
 PY_FUZZ_RUNS=${PY_FUZZ_RUNS:-300000}
 PY_FUZZ_SECONDS=${PY_FUZZ_SECONDS:-150}
