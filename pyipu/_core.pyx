@@ -99,8 +99,9 @@ cdef int _check(ipu_status s) except -1:
 
 
 def set_sgemm_isa(int isa):
-    """Force the sgemm micro-kernel ISA for tests and benchmarks: 0 auto, 1 portable, 2 AVX2+FMA,
-    3 AVX-512 (one the CPU lacks means auto). Returns the ISA now in use. Process-wide."""
+    """Force the sgemm micro-kernel ISA for tests and benchmarks: 0 auto (the best the CPU runs,
+    but AVX2 on AMD Zen 4), 1 portable, 2 AVX2+FMA, 3 AVX-512 (one the CPU lacks means auto).
+    Returns the ISA now in use. Process-wide."""
     return ipu__sgemm_set_isa(isa)
 
 

@@ -5,10 +5,10 @@
  * into MR-tall row panels (Ap[panel][k][MR]); both are zero-padded, so the register-blocked
  * micro-kernel always computes a full MR x NR tile (edge tiles go through a small buffer).
  * Micro-kernels: AVX-512 (12 x 32), AVX2+FMA (6 x 16) and portable C (6 x 8), chosen at run
- * time with __builtin_cpu_supports; packing uses AVX2 copies and 8 x 8 transposes where the
- * AVX2 or AVX-512 kernel runs. Packing buffers live in the caller's scratch. fp16 operands are
- * converted to float32 while packing. For at most a few rows of A, ipu__sgemv streams B once
- * without packing. */
+ * time from the CPU's features (auto_isa: AVX2 on AMD Zen 4); packing uses AVX2 copies and 8 x 8
+ * transposes where the AVX2 or AVX-512 kernel runs. Packing buffers live in the caller's
+ * scratch. fp16 operands are converted to float32 while packing. For at most a few rows of A,
+ * ipu__sgemv streams B once without packing. */
 #include <math.h>
 #include <string.h>
 
@@ -149,11 +149,28 @@ static const ukr_desc UKRS[4] = {
 
 static int forced_isa; /* 0 = auto; set by tests only */
 
-int ipu__sgemm_set_isa(int isa) { return ipu__isa_force(&forced_isa, isa, ipu__cpu_isa()); }
-
-static const ukr_desc *select_ukr(void) {
-    return &UKRS[ipu__isa_current(&forced_isa, ipu__cpu_isa())];
+/* The level used unless forced: the best this CPU runs, except AVX2 on AMD family 19h (Zen 4),
+ * which executes each 512-bit instruction as two 256-bit halves: zmm adds no FLOPs per cycle
+ * there, while the 12 x 32 tile pads more at the edges and its 32 KB B panel fills the L1D.
+ * The AVX2 kernel measured 9-19 % faster on every benchmark model and sgemm size on a Zen 4
+ * (docs/performance.md, "Which micro-kernel"). Cached: CPUID may trap to the hypervisor. */
+static int auto_isa(void) {
+    static int cached; /* 0 until computed; racing threads store the same value */
+    int isa = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (!isa) {
+        isa = ipu__cpu_isa();
+        if (isa == 3 && ipu__amd_family() == 0x19) isa = 2;
+        __atomic_store_n(&cached, isa, __ATOMIC_RELAXED);
+    }
+    return isa;
 }
+
+int ipu__sgemm_set_isa(int isa) {
+    ipu__isa_force(&forced_isa, isa, ipu__cpu_isa());
+    return ipu__isa_current(&forced_isa, auto_isa());
+}
+
+static const ukr_desc *select_ukr(void) { return &UKRS[ipu__isa_current(&forced_isa, auto_isa())]; }
 
 void ipu__sgemm_ukr(ipu__ukr *u) {
     const ukr_desc *d = select_ukr();

@@ -368,8 +368,9 @@ typedef struct ipu__sgemm_args {
     int64_t ldc;
 } ipu__sgemm_args;
 void ipu__sgemm(const ipu__sgemm_args *g, void *scratch, size_t scratch_bytes);
-/* Micro-kernel ISA: 0 = auto (default), 1 = portable, 2 = AVX2+FMA, 3 = AVX-512. A forced ISA
- * the CPU lacks falls back to auto. Returns the ISA now in use. For tests and benchmarks. */
+/* Micro-kernel ISA: 0 = auto (default: the best the CPU runs, but AVX2 on AMD Zen 4; see
+ * gemm_f32.c), 1 = portable, 2 = AVX2+FMA, 3 = AVX-512. A forced ISA the CPU lacks falls back to
+ * auto. Returns the ISA now in use. For tests and benchmarks. */
 int ipu__sgemm_set_isa(int isa);
 /* The pieces of ipu__sgemm, for drivers that pack B themselves (conv.c). The micro-kernel
  * computes C[mr x nr] (row stride ldc; += when acc) from kc steps of an A panel (Ap[k][mr],
