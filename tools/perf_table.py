@@ -216,16 +216,32 @@ def footprint_rows(benches: list[dict[str, Any]]) -> list[str]:
     return rows
 
 
+def micro_kernel() -> str:
+    """The sgemm micro-kernel pyipu picks on this CPU."""
+    from pyipu import _core
+
+    return {1: "portable", 2: "AVX2+FMA", 3: "AVX-512"}.get(_core.set_sgemm_isa(0), "?")
+
+
 def machine(data: dict[str, Any], load: str) -> list[str]:
     mi, ci = data.get("machine_info", {}), data.get("commit_info", {})
     cpu = platform.processor() or mi.get("machine", "")
+    fields: dict[str, str] = {}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
+            if not line.strip():
                 break
+            key, _, value = line.partition(":")
+            fields[key.strip()] = value.strip()
     except OSError:
         pass
+    if "model name" in fields:
+        # the sessions' VMs change CPU: family/model and AVX-512 tell Zen 3 from Zen 4
+        avx512 = "AVX-512" if "avx512f" in fields.get("flags", "").split() else "no AVX-512"
+        cpu = (
+            f"{fields['model name']} (family {fields.get('cpu family', '?')}, model "
+            f"{fields.get('model', '?')}, {avx512}; sgemm micro-kernel {micro_kernel()})"
+        )
     versions = []
     for mod in ("numpy", "onnx", "onnxruntime"):
         try:

@@ -1,7 +1,8 @@
 /* Kernel tests: every kernel against a naive reference, over the whole work range and split
  * into uneven sub-ranges run in reverse order (results must be byte-identical).
  *
- * `test_kernels --bench` prints single-thread sgemm GFLOP/s for n = 64..1024 instead. */
+ * `test_kernels --bench` prints single-thread GFLOP/s instead: each micro-kernel alone (in
+ * cache), then sgemm for n = 64..1024. */
 #include "kernel_harness.h"
 
 /* ---- element-wise ------------------------------------------------------------------------- */
@@ -536,11 +537,39 @@ static double now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* The micro-kernel alone: one A and one B panel of KC steps, in L1/L2, called over and over:
+ * the peak the packed GEMM paths can approach. */
+static void bench_ukr(void) {
+    ipu__ukr u;
+    ipu__sgemm_ukr(&u);
+    const int64_t kc = IPU__SGEMM_KC;
+    float *a = aligned_alloc(64, sizeof(float) * (size_t)(kc * u.mr));
+    float *b = aligned_alloc(64, sizeof(float) * (size_t)(kc * u.nr));
+    float *c = aligned_alloc(64, sizeof(float) * (size_t)(u.mr * u.nr));
+    for (int64_t i = 0; i < kc * u.mr; i++) a[i] = rndf();
+    for (int64_t i = 0; i < kc * u.nr; i++) b[i] = rndf();
+    long reps = (long)(1e9 / (2.0 * (double)(kc * u.mr * u.nr)));
+    double best = 1e30;
+    for (int trial = 0; trial < 5; trial++) {
+        double t0 = now();
+        for (long r = 0; r < reps; r++) u.fn(kc, a, b, c, u.nr, 0);
+        double t = now() - t0;
+        if (t < best) best = t;
+    }
+    printf("micro-kernel %2d x %2d alone, in cache: %7.1f GFLOP/s\n", u.mr, u.nr,
+           2.0 * (double)(kc * u.mr * u.nr) * (double)reps / best * 1e-9);
+    free(a);
+    free(b);
+    free(c);
+}
+
 static void bench(void) {
     void *scratch = aligned_alloc(64, IPU__SCRATCH_BYTES);
+    printf("sgemm micro-kernel by default: isa %d\n", ipu__sgemm_set_isa(0));
     for (int isa = 3; isa >= 1; isa--) {
         int used = ipu__sgemm_set_isa(isa);
         if (used != isa) continue;
+        bench_ukr();
         for (int64_t n = 64; n <= 1024; n *= 2) {
             float *a = aligned_alloc(64, (size_t)(n * n * 4)), *b = aligned_alloc(64, (size_t)(n * n * 4));
             float *c = aligned_alloc(64, (size_t)(n * n * 4));

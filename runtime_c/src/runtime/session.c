@@ -594,8 +594,8 @@ ipu_status ipu__run_program(ipu_session *s, const ipu__frame *f, uint32_t index)
     return ipu__run_program_on(s, f, index, 0);
 }
 
-ipu_status ipu__run_program_on(ipu_session *s, const ipu__frame *f, uint32_t index,
-                               uint32_t alone) {
+static ipu_status run_instructions(ipu_session *s, const ipu__frame *f, uint32_t index,
+                                   uint32_t alone) {
     const ipu_executable *e = s->exe;
     const ipu__program *prog = &e->programs[index];
     char msg[IPU__MSG_BYTES] = "";
@@ -626,6 +626,15 @@ ipu_status ipu__run_program_on(ipu_session *s, const ipu__frame *f, uint32_t ind
         }
     }
     return IPU_OK;
+}
+
+ipu_status ipu__run_program_on(ipu_session *s, const ipu__frame *f, uint32_t index,
+                               uint32_t alone) {
+    bool hold = !alone && s->nth > 1; /* helpers keep polling between this program's runs */
+    if (hold) ipu__pool_hold(s->pool, true);
+    ipu_status st = run_instructions(s, f, index, alone);
+    if (hold) ipu__pool_hold(s->pool, false);
+    return st;
 }
 
 void ipu__store_index(void *p, const ipu_tensor_desc *d, uint32_t v) {

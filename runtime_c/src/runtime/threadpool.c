@@ -40,6 +40,7 @@ struct ipu__pool {
     _Alignas(64) atomic_int sleepers;  /* helpers inside the work_cv wait loop */
     atomic_int main_waiting;           /* worker 0 inside the done_cv wait loop */
     atomic_bool stop;
+    atomic_bool held;                  /* ipu__pool_hold: helpers poll longer */
 };
 
 /* Wait until gen != seen (or stop); returns the generation observed. */
@@ -48,7 +49,9 @@ static unsigned helper_wait(ipu__pool *p, unsigned seen) {
     for (unsigned i = 0;; i++) {
         unsigned g = atomic_load_explicit(&p->gen, memory_order_acquire);
         if (g != seen || atomic_load_explicit(&p->stop, memory_order_acquire)) return g;
-        if (ipu__spin_expired(i, &t0)) break;
+        bool held = atomic_load_explicit(&p->held, memory_order_relaxed);
+        if (ipu__spin_expired_after(i, &t0, held ? IPU__POOL_HOLD_SPIN_NS : IPU__POOL_SPIN_NS))
+            break;
     }
     pthread_mutex_lock(&p->mu);
     atomic_fetch_add(&p->sleepers, 1); /* seq_cst: pairs with the gen increment in run */
@@ -156,6 +159,7 @@ ipu_status ipu__pool_create(uint32_t nth, size_t scratch_bytes, int pin, ipu__po
     atomic_init(&p->sleepers, 0);
     atomic_init(&p->main_waiting, 0);
     atomic_init(&p->stop, false);
+    atomic_init(&p->held, false);
     p->scratch_stride = (scratch_bytes + 63u) & ~(size_t)63u;
     if (p->scratch_stride != 0 && (size_t)nth > SIZE_MAX / p->scratch_stride) {
         st = ipu__fail(IPU_ERR_NOMEM, "thread pool: scratch size overflows");
@@ -280,6 +284,10 @@ void ipu__pool_run(ipu__pool *p, ipu__pool_fn fn, void *ctx) {
     publish(p, ((atomic_load_explicit(&p->gen, memory_order_relaxed) >> 1) + 1) << 1);
     fn(ctx, 0, p->nth);
     wait_zero(p, &p->pending);
+}
+
+void ipu__pool_hold(ipu__pool *p, bool held) {
+    atomic_store_explicit(&p->held, held, memory_order_relaxed);
 }
 
 void ipu__pool_run_range(ipu__pool *p, size_t work, ipu__pool_range_fn fn, void *ctx) {

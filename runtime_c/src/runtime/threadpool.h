@@ -37,6 +37,11 @@
 #ifndef IPU__POOL_SPIN_NS
 #define IPU__POOL_SPIN_NS 20000u
 #endif
+/* How long a helper polls while worker 0 holds the pool (ipu__pool_hold: a program is running,
+ * more range runs are coming). */
+#ifndef IPU__POOL_HOLD_SPIN_NS
+#define IPU__POOL_HOLD_SPIN_NS 1000000u
+#endif
 
 typedef struct ipu__pool ipu__pool;
 typedef void (*ipu__pool_fn)(void *ctx, uint32_t ith, uint32_t nth);
@@ -66,6 +71,12 @@ void ipu__pool_run(ipu__pool *p, ipu__pool_fn fn, void *ctx);
 /* Run fn over work items [0, work) in dynamically claimed chunks; the caller is worker 0 and
  * claims too. Returns after every chunk has been run. Same one-caller rule as ipu__pool_run. */
 void ipu__pool_run_range(ipu__pool *p, size_t work, ipu__pool_range_fn fn, void *ctx);
+/* Worker 0 says whether more runs follow soon (held: while it runs a program, whose small
+ * instructions it runs alone between range runs). Held, waiting helpers poll for
+ * IPU__POOL_HOLD_SPIN_NS instead of IPU__POOL_SPIN_NS before they sleep, so the next range run
+ * does not start with its helpers asleep (a wake-up costs tens of µs on a VM, and worker 0 takes
+ * the chunks meanwhile). Released, they sleep after the short budget: an idle pool uses no CPU. */
+void ipu__pool_hold(ipu__pool *p, bool held);
 
 /* Helpers shared with the runtime. */
 static inline uint64_t ipu__now_ns(void) {
@@ -85,16 +96,20 @@ static inline void ipu__cpu_relax(void) {
 }
 
 /* The polling phase of every spin-then-sleep wait: call once per failed poll (i counts polls,
- * *t0 starts at 0). Pauses and returns false while the IPU__POOL_SPIN_NS budget lasts, then
- * returns true: time to sleep. */
-static inline bool ipu__spin_expired(unsigned i, uint64_t *t0) {
+ * *t0 starts at 0). Pauses and returns false while the budget (IPU__POOL_SPIN_NS for
+ * ipu__spin_expired) lasts, then returns true: time to sleep. */
+static inline bool ipu__spin_expired_after(unsigned i, uint64_t *t0, uint64_t budget_ns) {
     if ((i & 31u) == 31u) {
         uint64_t now = ipu__now_ns();
         if (*t0 == 0) *t0 = now;
-        else if (now - *t0 > IPU__POOL_SPIN_NS) return true;
+        else if (now - *t0 > budget_ns) return true;
     }
     ipu__cpu_relax();
     return false;
+}
+
+static inline bool ipu__spin_expired(unsigned i, uint64_t *t0) {
+    return ipu__spin_expired_after(i, t0, IPU__POOL_SPIN_NS);
 }
 
 /* Absolute CLOCK_MONOTONIC timespec for a deadline in ns (for pthread_cond_timedwait on a

@@ -57,7 +57,6 @@ static void im2col(const ipu__conv_plan *p, const void *x, int64_t xoff, int64_t
 
 /* dst[j] = act(src[j] + bias[co] + res[off + j]) for j < n (bias, res optional; dst may be
  * src), one pass. */
-/* dst[j] = act(src[j] + bias[co] + res[off + j]), j < n (each part when present). */
 static inline __attribute__((always_inline)) void epilogue_body(const ipu__conv_plan *p,
                                                                 float *dst, const float *src,
                                                                 int64_t n, const void *bias,
