@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import re
 import subprocess
 import sys
@@ -110,7 +111,9 @@ def profile_pyipu(name: str, threads: int, seconds: float, work: Path) -> dict[s
     cmd = ["perf", "record", "-q", "-F", "499", "--call-graph", "dwarf,16384", "-o", str(data)]
     cmd += ["--", sys.executable, "-P", "-c", CHILD, str(popef), str(xpath), str(seconds)]
     cmd.append(str(threads))
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.split()
+    # one OpenBLAS thread: numpy's BLAS pool spins at import and would show up in the samples
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout.split()
     runs, median = int(out[-2]), float(out[-1])
     script = subprocess.run(
         ["perf", "script", "-i", str(data), "-F", "ip,sym", "--no-inline"],
