@@ -18,13 +18,16 @@ from pyipu.compiler import Compiler
 from pyipu.enums import Op
 
 
-def _block(dt: Any, *, bn: bool, residual: bool, relu: bool, bias: bool) -> onnx.ModelProto:
-    """x[1,8,9,9] → Conv 3x3 (16 ch, pads 1) [→ BN] [→ Add(z)] [→ Relu] → y."""
+def _block(
+    dt: Any, *, bn: bool, residual: bool, relu: bool, bias: bool, k: int = 3
+) -> onnx.ModelProto:
+    """x[1,8,9,9] → Conv kxk (16 ch, same padding) [→ BN] [→ Add(z)] [→ Relu] → y."""
     onnx_dt = TensorProto.FLOAT16 if dt == F16 else TensorProto.FLOAT
-    inits = [numpy_helper.from_array(arr((16, 8, 3, 3), dt, 1, low=-0.3, high=0.3), "w")]
+    inits = [numpy_helper.from_array(arr((16, 8, k, k), dt, 1, low=-0.3, high=0.3), "w")]
     if bias:
         inits.append(numpy_helper.from_array(arr((16,), dt, 2), "b"))
-    nodes = [helper.make_node("Conv", ["x", "w"] + (["b"] if bias else []), ["c"], pads=[1] * 4)]
+    conv_in = ["x", "w"] + (["b"] if bias else [])
+    nodes = [helper.make_node("Conv", conv_in, ["c"], pads=[k // 2] * 4)]
     last = "c"
     if bn:
         for i, (name, lo) in enumerate((("s", 0.5), ("o", -1), ("m", -1), ("v", 0.5))):
@@ -49,6 +52,7 @@ def _block(dt: Any, *, bn: bool, residual: bool, relu: bool, bias: bool) -> onnx
     return model
 
 
+@pytest.mark.parametrize("k", [3, 1])  # 1x1: the GEMM path, epilogue in the micro-kernel's store
 @pytest.mark.parametrize("dt", [F32, F16])
 @pytest.mark.parametrize(
     "bn,residual,relu,bias",
@@ -60,8 +64,8 @@ def _block(dt: Any, *, bn: bool, residual: bool, relu: bool, bias: bool) -> onnx
         (True, True, False, False),
     ],
 )
-def test_fused_block(dt: Any, bn: bool, residual: bool, relu: bool, bias: bool) -> None:
-    model = _block(dt, bn=bn, residual=residual, relu=relu, bias=bias)
+def test_fused_block(dt: Any, bn: bool, residual: bool, relu: bool, bias: bool, k: int) -> None:
+    model = _block(dt, bn=bn, residual=residual, relu=relu, bias=bias, k=k)
     exe = Compiler.compile(model)
     ops = [i.op for i in exe.program.program(exe.program.main_programs[0]).instrs]
     assert Op.MUL not in ops and Op.ADD not in ops and Op.RELU not in ops, ops
