@@ -52,7 +52,7 @@ def _block(
     return model
 
 
-@pytest.mark.parametrize("k", [3, 1])  # 1x1: the GEMM path, epilogue in the micro-kernel's store
+@pytest.mark.parametrize("k", [3, 1])  # 3x3: the window path; 1x1: the GEMM path
 @pytest.mark.parametrize("dt", [F32, F16])
 @pytest.mark.parametrize(
     "bn,residual,relu,bias",
