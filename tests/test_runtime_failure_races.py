@@ -99,7 +99,9 @@ def hammer(scenario: str, rounds: int) -> None:
                 try:
                     fut.wait()
                 except errors.Error as e:
-                    assert "out of range" in str(e) or "failed" in str(e), str(e)
+                    # every failed request names the cause, also one whose iteration was
+                    # abandoned waiting for an output slot the failure refused
+                    assert "out of range" in str(e), str(e)
                     failed += 1
                 else:
                     assert k != BAD

@@ -118,6 +118,8 @@ ipu_status ipu_runtime_create(const ipu_executable *exe, const ipu_runtime_confi
     rt->s->park_ok = rt->inline_ok;
     rt->s->par_steps = true; /* the device thread runs step after step: two may overlap */
     rt->s->abort = &rt->health;
+    rt->s->abort_status = &rt->fail_status;
+    rt->s->abort_msg = rt->fail_msg;
     st = init_sync(rt);
     if (st != IPU_OK) goto fail;
     /* Default bindings (weights TENSOR_DATA, the rest QUEUE); Load on this thread. */

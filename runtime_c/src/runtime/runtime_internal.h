@@ -105,7 +105,9 @@ struct ipu_runtime {
     _Alignas(64) atomic_bool closed;
     atomic_int health;          /* IPU__HEALTH_*: also the producers' abort flag */
     atomic_int reset_pending;
-    ipu_status fail_status;     /* under state_mu */
+    /* Written under state_mu; the session reads both lock-free once it sees health != OK
+     * (written before that store, rewritten only by the device thread after run_main). */
+    ipu_status fail_status;
     char fail_msg[IPU__MSG_BYTES];
     uint64_t reset_req_gen, reset_done_gen; /* under state_mu */
     ipu_status reset_status;

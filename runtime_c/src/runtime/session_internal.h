@@ -127,8 +127,12 @@ struct ipu_session {
     _Alignas(64) atomic_bool stopped;
     /* The producers' abort flag (the runtime's health; NULL for a bare session). Non-zero: a
      * failure is being handled and producers may have given up halfway through a request, so
-     * a slot an iteration in flight waits for may never come (see ipu__wait_front, gather). */
+     * a slot an iteration in flight waits for may never come (see ipu__wait_front, gather).
+     * abort_status / abort_msg: the failure's (the runtime's fail_status and fail_msg, written
+     * before *abort is set, stable until the device thread recovers; NULL with abort). */
     const atomic_int *abort;
+    const ipu_status *abort_status;
+    const char *abort_msg;
     /* Inline execution (runtime request.c): IPU__PARK_* handshake between the device thread
      * idle at the start of a step and a caller running a small request itself. park_ok: the
      * device parks (set by the runtime before its device thread starts). */

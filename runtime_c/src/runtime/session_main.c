@@ -228,9 +228,10 @@ static bool scatter(ipu_session *s, ipu__iter *c) {
             int w = ipu__wait_front(s, a, true);
             if (w == IPU__FRONT_STOPPED) return false;
             if (w == IPU__FRONT_ABORTED) {
-                ipu__fail(IPU_ERR_ABORTED, "an earlier iteration failed while this one was in "
-                          "flight, and its output slots were never queued");
-                note_failure(c, IPU_ERR_ABORTED, "iteration abandoned");
+                /* the failure's own status and message, like the request refused the slot */
+                ipu_status fst = s->abort_status ? *s->abort_status : IPU_ERR_ABORTED;
+                ipu__fail(fst, "%.400s", s->abort_msg ? s->abort_msg : "");
+                note_failure(c, fst, "failed by an earlier iteration failure");
                 break;
             }
             const ipu_slot *fr = ipu_ring_front(s->rings[a]);
