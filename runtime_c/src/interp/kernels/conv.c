@@ -417,8 +417,10 @@ static void run_window(const ipu__conv_plan *p, const float *x, const float *w,
     int64_t m0 = mb * p->mper * IPU__MM_MB;
     int64_t m1 = m0 + p->mper * IPU__MM_MB < p->Cog ? m0 + p->mper * IPU__MM_MB : p->Cog;
     int64_t npix = nrows * Wq;
+    int64_t off[IPU__SGEMM_KC]; /* B row offsets of the K chunk from src */
     for (int64_t t0 = 0; t0 < npix; t0 += NT) {
         int64_t np = npix - t0 < NT ? npix - t0 : NT, npad = (np + nr - 1) / nr * nr;
+        int64_t nfull = u.rows ? np / nr * nr : 0;
         if (p->K == 0) /* no input channels */
             for (int64_t s0 = m0; s0 < m1; s0 += IPU__MM_MB)
                 for (int64_t i = 0; i < IPU__MM_MB; i++)
@@ -426,13 +428,17 @@ static void run_window(const ipu__conv_plan *p, const float *x, const float *w,
                            sizeof(float) * (size_t)np);
         for (int64_t k0 = 0; k0 < p->K; k0 += IPU__SGEMM_KC) {
             int64_t kc = p->K - k0 < IPU__SGEMM_KC ? p->K - k0 : IPU__SGEMM_KC;
+            const float *src = x + xoff + oh0 * p->W + t0; /* B(kk, j) = src[off[kk] + j] */
+            int64_t base = 0;
             if (p->xcopy) {
                 int64_t ci0 = k0 / KK, ci1 = (k0 + kc - 1) / KK + 1;
                 copy_window(p, x, xoff, oh0, nrows, ci0, ci1, xq);
-                pack_rows(xq + t0, p->rowoff + k0, ci0 * cstride, kc, np, nr, bp);
-            } else {
-                pack_rows(x + xoff + oh0 * p->W + t0, p->rowoff + k0, 0, kc, np, nr, bp);
+                src = xq + t0;
+                base = ci0 * cstride;
             }
+            for (int64_t kk = 0; kk < kc; kk++) off[kk] = p->rowoff[k0 + kk] - base;
+            /* full panels: the micro-kernel reads B's rows in place; the rest is packed */
+            if (nfull < np) pack_rows(src + nfull, off, 0, kc, np - nfull, nr, bp + nfull * kc);
             for (int64_t s0 = m0; s0 < m1; s0 += IPU__MM_MB) {
                 int64_t sm = m1 - s0 < IPU__MM_MB ? m1 - s0 : IPU__MM_MB;
                 int64_t mpad = (sm + mr - 1) / mr * mr;
@@ -451,7 +457,10 @@ static void run_window(const ipu__conv_plan *p, const float *x, const float *w,
                 }
                 for (int64_t jr = 0; jr < npad; jr += nr)
                     for (int64_t ir = 0; ir < mpad; ir += mr)
-                        u.fn(kc, ak + ir * kc, bp + jr * kc, ct + ir * NT + jr, NT, k0 > 0);
+                        if (jr < nfull)
+                            u.rows(kc, ak + ir * kc, src + jr, off, ct + ir * NT + jr, NT, k0 > 0);
+                        else
+                            u.fn(kc, ak + ir * kc, bp + jr * kc, ct + ir * NT + jr, NT, k0 > 0);
             }
         }
         for (int64_t s0 = m0; s0 < m1; s0 += IPU__MM_MB) {

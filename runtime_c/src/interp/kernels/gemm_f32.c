@@ -63,9 +63,10 @@ __attribute__((target("avx512f"))) static void ukr_avx512(int64_t kc, const floa
 }
 
 #define MR256 6
-__attribute__((target("avx2,fma"))) static void ukr_avx2(int64_t kc, const float *ap,
-                                                         const float *bp, float *c, int64_t ldc,
-                                                         int acc) {
+/* B row k: bp + 16 k (packed panel, aligned) or, with off, bp + off[k] (rows read in place). */
+__attribute__((target("avx2,fma"))) static inline __attribute__((always_inline)) void
+ukr_avx2_body(int64_t kc, const float *ap, const float *bp, const int64_t *off, float *c,
+              int64_t ldc, int acc) {
     __m256 c0[MR256], c1[MR256];
 #pragma GCC unroll 8
     for (int i = 0; i < MR256; i++) {
@@ -75,7 +76,9 @@ __attribute__((target("avx2,fma"))) static void ukr_avx2(int64_t kc, const float
     }
 #pragma GCC unroll 4
     for (int64_t k = 0; k < kc; k++) {
-        __m256 b0 = _mm256_load_ps(bp), b1 = _mm256_load_ps(bp + 8);
+        const float *b = off ? bp + off[k] : bp + 16 * k;
+        __m256 b0 = off ? _mm256_loadu_ps(b) : _mm256_load_ps(b);
+        __m256 b1 = off ? _mm256_loadu_ps(b + 8) : _mm256_load_ps(b + 8);
 #pragma GCC unroll 8
         for (int i = 0; i < MR256; i++) {
             __m256 a = _mm256_broadcast_ss(ap + i);
@@ -83,7 +86,6 @@ __attribute__((target("avx2,fma"))) static void ukr_avx2(int64_t kc, const float
             c1[i] = _mm256_fmadd_ps(a, b1, c1[i]);
         }
         ap += MR256;
-        bp += 16;
     }
 #pragma GCC unroll 8
     for (int i = 0; i < MR256; i++) {
@@ -95,6 +97,19 @@ __attribute__((target("avx2,fma"))) static void ukr_avx2(int64_t kc, const float
         _mm256_storeu_ps(r, c0[i]);
         _mm256_storeu_ps(r + 8, c1[i]);
     }
+}
+
+__attribute__((target("avx2,fma"))) static void ukr_avx2(int64_t kc, const float *ap,
+                                                         const float *bp, float *c, int64_t ldc,
+                                                         int acc) {
+    ukr_avx2_body(kc, ap, bp, NULL, c, ldc, acc);
+}
+
+__attribute__((target("avx2,fma"))) static void ukr_avx2_rows(int64_t kc, const float *ap,
+                                                              const float *b,
+                                                              const int64_t *off, float *c,
+                                                              int64_t ldc, int acc) {
+    ukr_avx2_body(kc, ap, b, off, c, ldc, acc);
 }
 
 #endif
@@ -135,15 +150,16 @@ static void ukr_portable(int64_t kc, const float *ap, const float *bp, float *c,
 
 typedef struct ukr_desc {
     ukr_fn fn;
+    ipu__ukr_rows_fn rows;
     int mr, nr, isa;
 } ukr_desc;
 
 static const ukr_desc UKRS[4] = {
-    {ukr_portable, MRP, NRP, 1},
-    {ukr_portable, MRP, NRP, 1},
+    {ukr_portable, NULL, MRP, NRP, 1},
+    {ukr_portable, NULL, MRP, NRP, 1},
 #if IPU_X86
-    {ukr_avx2, MR256, 16, 2},
-    {ukr_avx512, MR512, 32, 3},
+    {ukr_avx2, ukr_avx2_rows, MR256, 16, 2},
+    {ukr_avx512, NULL, MR512, 32, 3},
 #endif
 };
 
@@ -175,6 +191,7 @@ static const ukr_desc *select_ukr(void) { return &UKRS[ipu__isa_current(&forced_
 void ipu__sgemm_ukr(ipu__ukr *u) {
     const ukr_desc *d = select_ukr();
     u->fn = d->fn;
+    u->rows = d->rows;
     u->mr = d->mr;
     u->nr = d->nr;
     u->isa = d->isa;

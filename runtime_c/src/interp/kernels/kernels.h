@@ -381,8 +381,13 @@ int ipu__sgemm_set_isa(int isa);
 #define IPU__SGEMM_MAX_NR 32
 typedef void (*ipu__ukr_fn)(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc,
                             int acc);
+/* The same tile with B row k read in place at b + off[k] (nr floats, any alignment): for
+ * drivers whose B rows are already contiguous runs (conv.c's window path). */
+typedef void (*ipu__ukr_rows_fn)(int64_t kc, const float *ap, const float *b, const int64_t *off,
+                                 float *c, int64_t ldc, int acc);
 typedef struct ipu__ukr {
     ipu__ukr_fn fn;
+    ipu__ukr_rows_fn rows; /* NULL: this micro-kernel has no in-place variant */
     int mr, nr;
     int isa; /* as ipu__sgemm_set_isa numbers them: tags packed layouts (prepack.h) */
 } ipu__ukr;
