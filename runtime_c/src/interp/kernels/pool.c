@@ -83,11 +83,16 @@ static void pool_row(const ipu__pool_plan *p, const void *x, int64_t xoff, int64
         for (int64_t ow = 0; ow < p->OW; ow++) acc[ow] /= (float)nh * cw[ow];
 }
 
+/* The window path folds whole blocks of FOLD_BLOCK outputs (no scalar tail): the planes are
+ * followed by Wq + FOLD_BLOCK pad values, which the last block's taps read past the rows, and
+ * the accumulators by FOLD_BLOCK spare floats. */
+enum { FOLD_BLOCK = 16 };
+
 /* Scratch floats the float32 window path needs for blocks of `rows` output rows (see below). */
 static int64_t window_floats(const ipu__pool_plan *p, int64_t rows, int64_t *hq, int64_t *wq) {
     *wq = p->OW + (p->KW - 1) * p->dw / p->sw;
     *hq = rows + (p->KH - 1) * p->dh / p->sh;
-    return p->sh * p->sw * *hq * *wq + *wq + rows * *wq;
+    return p->sh * p->sw * *hq * *wq + *wq + rows * *wq + 2 * FOLD_BLOCK;
 }
 
 /* acc[q] = the taps' taps[k][q] folded in tap order, q < n: max (NaN-propagating, as tap_f32)
@@ -160,7 +165,7 @@ static inline __attribute__((always_inline)) void pool_window_body(
     int64_t Hq, Wq, sh = p->sh, sw = p->sw;
     window_floats(p, nrows, &Hq, &Wq);
     const float pad = p->kind == 0 ? -INFINITY : 0.0f;
-    float *acc = buf + sh * sw * Hq * Wq + Wq;
+    float *acc = buf + sh * sw * Hq * Wq + Wq + FOLD_BLOCK;
     const bool pair = sw == 2 && ipu__phase_used(0, p->KW, p->dw, 2) &&
                       ipu__phase_used(1, p->KW, p->dw, 2);
     for (int64_t a = 0; a < sh; a++) {
@@ -199,9 +204,9 @@ static inline __attribute__((always_inline)) void pool_window_body(
             }
         }
     }
-    for (int64_t j = 0; j < Wq; j++) buf[sh * sw * Hq * Wq + j] = pad; /* read past the end */
+    for (int64_t j = 0; j < Wq + FOLD_BLOCK; j++) buf[sh * sw * Hq * Wq + j] = pad; /* read past */
     const float *taps[FOLD_TAPS];
-    int64_t ntaps = 0, n = nrows * Wq;
+    int64_t ntaps = 0, n = (nrows * Wq + FOLD_BLOCK - 1) / FOLD_BLOCK * FOLD_BLOCK;
     bool resume = false;
     for (int64_t kh = 0; kh < p->KH; kh++)
         for (int64_t kw = 0; kw < p->KW; kw++) {
