@@ -264,6 +264,15 @@ def test_global_pool(op: str, dt: Any) -> None:
     check_op(op, [arr((2, 5, 6, 7), dt, 4)], opset=12)
 
 
+@pytest.mark.parametrize("strides", [[1, 1], [3, 2]])
+@pytest.mark.parametrize("dt", [F32, F16])
+def test_average_pool_over_whole_plane_is_a_mean(strides: list[int], dt: Any) -> None:
+    """ResNet's final 7x7 AveragePool: one window per plane compiles to REDUCE_MEAN."""
+    attrs = {"kernel_shape": [6, 7], "strides": strides}
+    ir = check_op("AveragePool", [arr((2, 5, 6, 7), dt, 4)], attrs, opset=12)
+    assert [i.op for i in ir.program(1).instrs] == [Op.REDUCE_MEAN]
+
+
 @pytest.mark.parametrize("opset", [9, 14, 15])
 @pytest.mark.parametrize("dt", [F32, F16])
 @pytest.mark.parametrize("shape", [(2, 4, 5, 6), (3, 4)])

@@ -172,6 +172,12 @@ def _pool(kind: int) -> LowerFn:
         dt = n.check_dtype(FLOAT_DTYPES, 0)
         sp = Spatial(n, "pooling")
         attrs, out = _pool_attrs(n, sp, kind, int(n.attr("count_include_pad", 0)))
+        src = sp.shape
+        if kind == 1 and not sp.one_d and attrs[1:3] == list(src[2:]) and not any(attrs[5:9]):
+            # one window over each whole plane (ResNet's final 7x7 average): the mean of the
+            # plane, one streaming pass instead of a window kernel per plane
+            n.emit(Op.REDUCE_MEAN, [sp.x], out, dt, [_prod(src[:2]), _prod(src[2:]), 1])
+            return
         sp.emit(Op.POOL2D, [sp.x], out, dt, attrs)
 
     return lower
