@@ -252,6 +252,40 @@ static void test_conv_f32(int isa) {
     ipu__sgemm_set_isa(0);
 }
 
+/* The micro-kernel's rows variant (B row k read in place at b + off[k], any alignment) against
+ * the packed kernel on the same rows copied into a panel: bit-identical, with and without
+ * accumulation, on every micro-kernel that has the variant. */
+static void test_ukr_rows(void) {
+    for (int isa = 1; isa <= 3; isa++) {
+        int used = ipu__sgemm_set_isa(isa);
+        ipu__ukr u;
+        ipu__sgemm_ukr(&u);
+        if (!u.rows || used != isa) continue;
+        enum { KC = 37, SRC = 4096 };
+        float *a = aligned_alloc(64, sizeof(float) * KC * IPU__SGEMM_MAX_MR);
+        float *bp = aligned_alloc(64, sizeof(float) * KC * IPU__SGEMM_MAX_NR);
+        float *src = malloc(sizeof(float) * SRC), c0[IPU__SGEMM_MAX_MR * 40], c1[sizeof c0 / 4];
+        int64_t off[KC];
+        for (int i = 0; i < KC * u.mr; i++) a[i] = rndf();
+        for (int i = 0; i < SRC; i++) src[i] = rndf();
+        for (int k = 0; k < KC; k++) { /* odd offsets: unaligned rows, some overlapping */
+            off[k] = (int64_t)((k * 97 + 13) % (SRC - u.nr));
+            memcpy(bp + k * u.nr, src + off[k], sizeof(float) * (size_t)u.nr);
+        }
+        for (int acc = 0; acc < 2; acc++) {
+            for (size_t i = 0; i < sizeof c0 / 4; i++) c0[i] = c1[i] = rndf();
+            u.fn(KC, a, bp, c0, 40, acc);
+            u.rows(KC, a, src, off, c1, 40, acc);
+            CHECK(memcmp(c0, c1, sizeof c0) == 0, "ukr rows isa %d acc %d: differs from packed",
+                  isa, acc);
+        }
+        free(a);
+        free(bp);
+        free(src);
+    }
+    ipu__sgemm_set_isa(0);
+}
+
 static void test_matmul_other(void) {
     /* float16: accumulate in float32, round once */
     H *h = h_new(1 << 20);
@@ -558,6 +592,22 @@ static void bench_ukr(void) {
     }
     printf("micro-kernel %2d x %2d alone, in cache: %7.1f GFLOP/s\n", u.mr, u.nr,
            2.0 * (double)(kc * u.mr * u.nr) * (double)reps / best * 1e-9);
+    if (u.rows) { /* B rows in place: a 3x3 window's rows over 30-float planes, as conv.c */
+        int64_t off[IPU__SGEMM_KC];
+        for (int64_t k = 0; k < kc; k++) off[k] = k / 9 * 30 * 12 + k % 9 / 3 * 30 + k % 3;
+        float *x = malloc(sizeof(float) * (size_t)(off[kc - 1] + 64));
+        for (int64_t i = 0; i < off[kc - 1] + 64; i++) x[i] = rndf();
+        best = 1e30;
+        for (int trial = 0; trial < 5; trial++) {
+            double t0 = now();
+            for (long r = 0; r < reps; r++) u.rows(kc, a, x, off, c, u.nr, 0);
+            double t = now() - t0;
+            if (t < best) best = t;
+        }
+        printf("micro-kernel %2d x %2d rows in place:    %7.1f GFLOP/s\n", u.mr, u.nr,
+               2.0 * (double)(kc * u.mr * u.nr) * (double)reps / best * 1e-9);
+        free(x);
+    }
     free(a);
     free(b);
     free(c);
@@ -630,6 +680,7 @@ int main(int argc, char **argv) {
     test_relu();
     for (int isa = 1; isa <= 3; isa++) test_matmul_f32(isa);
     for (int isa = 1; isa <= 3; isa++) test_conv_f32(isa);
+    test_ukr_rows();
     test_matmul_other();
     test_gemm();
     test_data();
