@@ -3,8 +3,9 @@
  * for each K chunk a work item copies the zero-padded input rows its output rows read, of the
  * chunk's input channels, into scratch, split by stride phase so that every patch row is a
  * contiguous run of "extended" output pixels (each output row computed Wq - OW columns too wide,
- * those columns dropped); packing the sgemm's B panels is then one memcpy per panel row, the
- * weights come pre-packed, and the micro-kernel accumulates into C tiles in scratch from which
+ * those columns dropped); the micro-kernel's rows variant (AVX2) then reads every full B panel's
+ * rows in place and the rest is packed with one memcpy per panel row, the weights come
+ * pre-packed, and the micro-kernel accumulates into C tiles in scratch from which
  * the epilogue (bias, residual, activation) writes y. float32 GEMM path (1x1 stride 1, or the
  * input rows of one chunk do not fit the scratch): for each tile of output pixels and each block
  * of IPU__SGEMM_KC rows of K = Cig*KH*KW, the input patches are unrolled straight into the packed
