@@ -293,13 +293,13 @@ void ipu__pool_hold(ipu__pool *p, bool held) {
 void ipu__pool_run_range(ipu__pool *p, size_t work, ipu__pool_range_fn fn, void *ctx) {
     if (work == 0) return;
     size_t n = (size_t)p->nth * IPU__POOL_CHUNKS_PER_WORKER;
-    if (n > work) n = work;
+    if (work <= IPU__POOL_ITEM_CHUNKS || n > work) n = work;
     if (p->nth == 1 || n < 2) {
         fn(ctx, 0, work, 0);
         return;
     }
     size_t chunk = (work + n - 1) / n;
-    n = (work + chunk - 1) / chunk; /* <= nth * IPU__POOL_CHUNKS_PER_WORKER < 2^16 */
+    n = (work + chunk - 1) / chunk; /* <= max(nth * CHUNKS_PER_WORKER, ITEM_CHUNKS) < 2^16 */
     p->rfn = fn;
     p->ctx = ctx;
     p->work = work;

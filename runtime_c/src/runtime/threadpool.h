@@ -48,8 +48,11 @@ typedef void (*ipu__pool_fn)(void *ctx, uint32_t ith, uint32_t nth);
 /* Work items [begin, end) on worker ith. */
 typedef void (*ipu__pool_range_fn)(void *ctx, size_t begin, size_t end, uint32_t ith);
 /* Chunks of a range run: up to this many per worker (more balance against late helpers, a
- * claim each), never more than the work items. */
+ * claim each), never more than the work items; but one item a chunk while there are at most
+ * IPU__POOL_ITEM_CHUNKS items: such items are large (a convolution's pixel and channel blocks),
+ * and grouping them unevenly (14 items as 7 chunks of 2: 4 chunks against 3) idles a worker. */
 #define IPU__POOL_CHUNKS_PER_WORKER 4u
+#define IPU__POOL_ITEM_CHUNKS 64u
 
 /* nth >= 1 workers (nth - 1 helper threads are started). Helper threads block all signals. */
 IPU_NODISCARD ipu_status ipu__pool_create(uint32_t nth, size_t scratch_bytes, int pin,
