@@ -251,6 +251,11 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
         p->rows = wrows;
     }
     if (p->rows > oh) p->rows = oh;
+    /* float32 GEMM path (1x1): two pixel blocks where fewer than 3 channel blocks would leave a
+     * second worker idle or unevenly loaded (96 + 32 channels) */
+    if (!p->window && !p->direct && !p->f16 && p->rows == oh && oh >= 2 &&
+        (uint64_t)p->N * (uint64_t)G * (uint64_t)mbl < 3 && oh * ow >= 128)
+        p->rows = (oh + 1) / 2;
     p->rblocks = (int64_t)ceil_div((uint64_t)oh, (uint64_t)p->rows);
     /* float32 paths: one B packing per pixel block for all channels, unless < 8 items */
     if (!p->direct && !p->f16 && mbl > 0) {
