@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
-from models import F16, F32, arr, check_op
-from onnx import TensorProto, helper
+from models import F16, F32, arr, assert_matches_reference, check_op, run_c, run_ort
+from onnx import TensorProto, helper, numpy_helper
 
 from pyipu.compiler import Compiler, CompilerOptions
 from pyipu.model_runtime import AnchorCallbackPolicy, Session
@@ -30,6 +30,40 @@ def test_gemm_paths(m: int, trans_b: int, const_b: bool) -> None:
         check_op("Gemm", [a], attrs, opset=13, const_inputs={1: b, 2: c})
     else:
         check_op("Gemm", [a, b, c], attrs, opset=13)
+
+
+@pytest.mark.parametrize("m", [1, 70])  # the GEMV and the packed path
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("dt", [F32, F16])
+def test_gemm_relu_fused(m: int, bias: bool, dt: Any) -> None:
+    """Gemm → Relu (an MLP layer) compiles to one GEMM with activation = 1; NaN stays NaN."""
+    k, n = 300, 130
+    a = arr((m, k), dt, 1, low=-1, high=1)
+    a[0, 5] = np.nan  # row 0 of the output is all NaN, as after RELU
+    inits = [numpy_helper.from_array(arr((k, n), dt, 2, low=-1, high=1), "b")]
+    gemm_in = ["a", "b"]
+    if bias:
+        inits.append(numpy_helper.from_array(arr((n,), dt, 3), "c"))
+        gemm_in.append("c")
+    t = TensorProto.FLOAT16 if dt == F16 else TensorProto.FLOAT
+    g = helper.make_graph(
+        [helper.make_node("Gemm", gemm_in, ["h"]), helper.make_node("Relu", ["h"], ["y"])],
+        "gemm_relu",
+        [helper.make_tensor_value_info("a", t, (m, k))],
+        [helper.make_tensor_value_info("y", t, (m, n))],
+        inits,
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    exe = Compiler.compile(model, None)
+    main = exe.program.program(1).instrs
+    assert [(i.op.name, i.attrs[4:]) for i in main] == [("GEMM", (1,))]
+    feeds = {"a": a}
+    got, ref = run_c(exe, feeds), exe.run_reference(feeds)
+    assert_matches_reference(got, ref)
+    assert np.isnan(got["y"][0]).all() and (got["y"][1:] >= 0).all()
+    want = run_ort(model, feeds)["y"]
+    tol = 2e-2 if dt == F16 else 1e-4
+    np.testing.assert_allclose(got["y"][1:], want[1:], rtol=tol, atol=tol)
 
 
 @pytest.mark.parametrize("m", [1, 4, 9])

@@ -8,7 +8,8 @@ Patterns, on the lowered instruction lists before memory planning:
   place (the anchor keeps its name), else a new weight is added;
 * ``CONV2D → RELU``: attrs ``activation = 1``;
 * ``CONV2D → ADD(·, z) [→ RELU]`` with z of the output's shape (a residual connection): z becomes
-  the last input, attrs ``residual = 1`` (and ``activation = 1``).
+  the last input, attrs ``residual = 1`` (and ``activation = 1``);
+* ``GEMM → RELU`` (Gemm + Relu, an MLP's layers): the GEMM's optional attr ``activation = 1``.
 
 Each intermediate tensor must have exactly one reader, no view, and no anchor. The fused
 instruction takes the place of the last instruction it replaces, so every input it reads is
@@ -33,6 +34,7 @@ from pyipu.enums import Op
 
 ACT_RELU = 1
 CONV_ATTRS = 9  # without the epilogue attrs
+GEMM_ATTRS = 4  # without the activation
 
 
 @dataclass
@@ -47,7 +49,7 @@ class _Graph:
 
 def fuse_conv_epilogues(b: GraphBuilder) -> int:
     """Rewrite every subgraph's program in place; returns the number of instructions removed."""
-    return rewrite_programs(b, (_fold_bn_at, _fuse_at))
+    return rewrite_programs(b, (_fold_bn_at, _fuse_at, _fuse_gemm_relu_at))
 
 
 FuseFn = Callable[["_Graph", list[Instr], list[int], int], int]
@@ -209,3 +211,23 @@ def _fuse_at(g: _Graph, prog: list[Instr], stages: list[int], i: int) -> int:
         del prog[pos]
         del stages[pos]
     return removed
+
+
+def _fuse_gemm_relu_at(g: _Graph, prog: list[Instr], stages: list[int], i: int) -> int:
+    gemm = prog[i]
+    if gemm.op != Op.GEMM or len(gemm.attrs) != GEMM_ATTRS:
+        return 0
+    (y,) = gemm.outputs
+    j = _single_reader(g, prog, i, y)
+    if j is None or stages[j] != stages[i] or prog[j].op != Op.RELU:
+        return 0
+    out = prog[j].outputs
+    spec, ospec = g.b.tensors[y], g.b.tensors[out[0]]
+    if ospec.shape != spec.shape or ospec.dtype != spec.dtype:
+        return 0
+    if _writes_any(g.b, prog, i + 1, j, {g.b.root(t) for t in gemm.inputs}):
+        return 0
+    prog[j] = Instr(Op.GEMM, gemm.inputs, out, (*gemm.attrs, ACT_RELU))
+    del prog[i]
+    del stages[i]
+    return 1

@@ -303,13 +303,15 @@ def matmul(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
 
 @kernel(Op.GEMM)
 def gemm(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
-    trans_a, trans_b, alpha_bits, beta_bits = ins.attrs
+    trans_a, trans_b, alpha_bits, beta_bits, *act = ins.attrs
     a, b, *c = _args(xs)
     a = a.T if trans_a else a
     b = b.T if trans_b else b
     out = np.float32(bits_f64(alpha_bits)) * np.matmul(a, b)
     if c:
         out = out + np.float32(bits_f64(beta_bits)) * c[0]
+    if act and act[0] == 1:  # activation = relu (fused by the compiler, conv_epilogue.py)
+        out = np.maximum(out, out.dtype.type(0))
     return out
 
 

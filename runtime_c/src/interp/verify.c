@@ -260,6 +260,9 @@ static ipu_status v_gemm(const vctx *v, const ipu__tensor *const *in, const ipu_
             return bad(v, "%s must be 0 or 1, got %lld", i ? "transB" : "transA",
                        (long long)ins->attr[i]);
     int ta = (int)ins->attr[0], tb = (int)ins->attr[1];
+    int64_t act = ins->n_attr == 5 ? ins->attr[4] : IPU__CONV_ACT_NONE;
+    if (act != IPU__CONV_ACT_NONE && act != IPU__CONV_ACT_RELU)
+        return bad(v, "activation must be 0 (none) or 1 (relu), got %lld", (long long)act);
     int64_t M = a->desc.dims[ta], K = a->desc.dims[1 - ta];
     int64_t K2 = b->desc.dims[tb], N = b->desc.dims[1 - tb];
     if (K != K2)
@@ -289,6 +292,7 @@ static ipu_status v_gemm(const vctx *v, const ipu__tensor *const *in, const ipu_
     p->bdim = 0;
     p->bshape[0] = 1;
     p->is_gemm = 1;
+    p->act = (int)act;
     p->trans_a = ta;
     p->trans_b = tb;
     p->has_c = c != NULL;
@@ -666,7 +670,7 @@ ipu_status ipu__verify_instr(const ipu_executable *e, uint32_t program_id, int i
     }
     uint32_t want_attr = 0;
     switch (op) {
-        case IPU_OP_GEMM: want_attr = 4; break;
+        case IPU_OP_GEMM: want_attr = ins->n_attr == 5 ? 5 : 4; break; /* + activation */
         case IPU_OP_CONCAT: want_attr = 1; break;
         case IPU_OP_REDUCE_SUM: case IPU_OP_REDUCE_MEAN: case IPU_OP_SOFTMAX: want_attr = 3; break;
         case IPU_OP_TRANSPOSE: want_attr = in[0]->desc.ndim; break;

@@ -60,6 +60,7 @@ typedef struct ipu__mm_plan {
     int64_t bshape[IPU_MAX_DIMS], abs[IPU_MAX_DIMS], bbs[IPU_MAX_DIMS]; /* batch strides, in matrices */
     /* GEMM only */
     int is_gemm, trans_a, trans_b, has_c;
+    int act; /* IPU__CONV_ACT_*: applied after alpha * op(A) op(B) + beta * C */
     float alpha, beta;
     int64_t c_rs, c_cs;
     int path;

@@ -61,16 +61,15 @@ static ipu__sgemm_args mm_args(const ipu__mm_plan *p, const mm_item *r, const vo
     return g;
 }
 
-/* y[0..n) = alpha * acc + beta * C(row, j0 + j) (row/col strides from the plan). */
+/* y[0..n) = act(alpha * acc + beta * C(row, j0 + j)) (row/col strides from the plan; act:
+ * ReLU as the RELU instruction computes it, NaN kept). */
 static void gemm_epilogue_row(const ipu__mm_plan *p, const void *c, int f16, int64_t row,
                               int64_t j0, const float *acc, float *y, int64_t n) {
     float al = p->alpha, be = p->beta;
+    int64_t base = row * p->c_rs + j0 * p->c_cs;
     if (!p->has_c) {
         for (int64_t j = 0; j < n; j++) y[j] = al * acc[j];
-        return;
-    }
-    int64_t base = row * p->c_rs + j0 * p->c_cs;
-    if (f16) {
+    } else if (f16) {
         const uint16_t *ch = c;
         for (int64_t j = 0; j < n; j++)
             y[j] = al * acc[j] + be * ipu__f16_to_f32(ch[base + j * p->c_cs]);
@@ -81,6 +80,8 @@ static void gemm_epilogue_row(const ipu__mm_plan *p, const void *c, int f16, int
         else
             for (int64_t j = 0; j < n; j++) y[j] = al * acc[j] + be * cf[base];
     }
+    if (p->act == IPU__CONV_ACT_RELU)
+        for (int64_t j = 0; j < n; j++) y[j] = (y[j] > 0.0f || y[j] != y[j]) ? y[j] : 0.0f;
 }
 
 static ipu_status mm_run_f32(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
@@ -118,7 +119,7 @@ static ipu_status mm_run_f32(const ipu__frame *f, const ipu__instr *ins, size_t 
         else if (!pre || !ipu__sgemm_packed(&g, pre + ob * p->packed_mat + j0 * K, K * p->packed_nr,
                                             p->packed_nr, scratch, IPU__SCRATCH_BYTES))
             ipu__sgemm(&g, scratch, IPU__SCRATCH_BYTES);
-        if (p->is_gemm && (p->has_c || p->alpha != 1.0f))
+        if (p->is_gemm && (p->has_c || p->alpha != 1.0f || p->act))
             for (int64_t i = m0; i < m1; i++) {
                 float *row = y + i * N + j0;
                 gemm_epilogue_row(p, c, 0, i, j0, row, row, nc);
