@@ -77,22 +77,15 @@ static inline __attribute__((always_inline)) void epilogue_body(const ipu__conv_
         return;
     }
     if (!bias && !r) { /* relu only */
-        for (int64_t j = 0; j < n; j++)
-            dst[j] = (src[j] > 0.0f || src[j] != src[j]) ? src[j] : 0.0f;
+        for (int64_t j = 0; j < n; j++) dst[j] = ipu__relu_f32(src[j]);
         return;
     }
     if (r && relu) {
-        for (int64_t j = 0; j < n; j++) {
-            float v = src[j] + bv + r[j];
-            dst[j] = (v > 0.0f || v != v) ? v : 0.0f;
-        }
+        for (int64_t j = 0; j < n; j++) dst[j] = ipu__relu_f32(src[j] + bv + r[j]);
     } else if (r) {
         for (int64_t j = 0; j < n; j++) dst[j] = src[j] + bv + r[j];
     } else if (relu) {
-        for (int64_t j = 0; j < n; j++) {
-            float v = src[j] + bv;
-            dst[j] = (v > 0.0f || v != v) ? v : 0.0f;
-        }
+        for (int64_t j = 0; j < n; j++) dst[j] = ipu__relu_f32(src[j] + bv);
     } else {
         for (int64_t j = 0; j < n; j++) dst[j] = src[j] + bv;
     }

@@ -228,10 +228,7 @@ ipu_status ipu__k_relu_f32(const ipu__frame *f, const ipu__instr *ins, size_t b,
     elt_range(ins->plan, b, e, &lo, &hi);
     const float *x = f->ptr[ins->in[0]];
     float *restrict y = f->ptr[ins->out[0]];
-    for (uint64_t i = lo; i < hi; i++) {
-        float v = x[i];
-        y[i] = (v > 0 || v != v) ? v : 0.0f;
-    }
+    for (uint64_t i = lo; i < hi; i++) y[i] = ipu__relu_f32(x[i]);
     return IPU_OK;
 }
 ipu_status ipu__k_relu_f16(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
@@ -262,10 +259,7 @@ static void affine_f32(const float *x, const float *s, const float *t, int64_t s
         for (size_t i = 0; i < n; i++) y[i] = x[i] * s0 + t0;
     }
     if (relu)
-        for (size_t i = 0; i < n; i++) {
-            float v = y[i];
-            y[i] = (v > 0 || v != v) ? v : 0.0f;
-        }
+        for (size_t i = 0; i < n; i++) y[i] = ipu__relu_f32(y[i]);
 }
 
 static void affine_f16(const uint16_t *x, const uint16_t *s, const uint16_t *t, int64_t st,

@@ -131,6 +131,9 @@ typedef struct ipu__red_plan {
     ((int64_t)(IPU__SCRATCH_BYTES / sizeof(float)) - IPU__CONV_WIN_A - IPU__CONV_WIN_C - \
      IPU__CONV_WIN_B)
 enum { IPU__CONV_ACT_NONE = 0, IPU__CONV_ACT_RELU = 1 };
+/* RELU as every kernel computes it (the instruction, fused conv/GEMM/affine epilogues): NaN
+ * stays NaN, -0.0 becomes +0; branch-free, so loops over it vectorise. */
+static inline float ipu__relu_f32(float v) { return (v > 0.0f || v != v) ? v : 0.0f; }
 /* Does some tap t * d (t < k) of a stride-s window fall on stride phase a (conv and pool
  * window paths copy only the phases some tap reads)? */
 static inline bool ipu__phase_used(int64_t a, int64_t k, int64_t d, int64_t s) {

@@ -81,7 +81,7 @@ static void gemm_epilogue_row(const ipu__mm_plan *p, const void *c, int f16, int
             for (int64_t j = 0; j < n; j++) y[j] = al * acc[j] + be * cf[base];
     }
     if (p->act == IPU__CONV_ACT_RELU)
-        for (int64_t j = 0; j < n; j++) y[j] = (y[j] > 0.0f || y[j] != y[j]) ? y[j] : 0.0f;
+        for (int64_t j = 0; j < n; j++) y[j] = ipu__relu_f32(y[j]);
 }
 
 static ipu_status mm_run_f32(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
