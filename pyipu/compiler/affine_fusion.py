@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from pyipu.compiler.conv_epilogue import (
+    ACT_RELU,
     _const,
     _Graph,
     _single_reader,
@@ -37,7 +38,6 @@ from pyipu.compiler.lower import GraphBuilder
 from pyipu.enums import DType, Op
 
 _ARITH = (Op.MUL, Op.ADD, Op.SUB, Op.DIV)
-ACT_RELU = 1
 
 
 def fuse_affine_chains(b: GraphBuilder) -> int:
