@@ -107,7 +107,7 @@ def _channel_const(b: GraphBuilder, ins: Instr, t: int, m: int) -> np.ndarray | 
 def _fold_bn_at(g: _Graph, prog: list[Instr], stages: list[int], i: int) -> int:
     b, reads = g.b, g.reads
     conv = prog[i]
-    j = _conv_reader(g, prog, stages, i)
+    j = _epilogue_reader(g, prog, stages, i, Op.CONV2D, CONV_ATTRS)
     if j is None or prog[j].op != Op.MUL:
         return 0
     (y,) = conv.outputs
@@ -164,12 +164,15 @@ def _single_reader(g: _Graph, prog: list[Instr], start: int, t: int) -> int | No
     return None
 
 
-def _conv_reader(g: _Graph, prog: list[Instr], stages: list[int], i: int) -> int | None:
-    """For a CONV2D without epilogue at i: the one reader of its output, in the same stage."""
-    conv = prog[i]
-    if conv.op != Op.CONV2D or len(conv.attrs) != CONV_ATTRS:
+def _epilogue_reader(
+    g: _Graph, prog: list[Instr], stages: list[int], i: int, op: Op, n_attrs: int
+) -> int | None:
+    """For an `op` without epilogue (n_attrs attrs) at i: the one reader of its output, in the
+    same stage."""
+    ins = prog[i]
+    if ins.op != op or len(ins.attrs) != n_attrs:
         return None
-    j = _single_reader(g, prog, i, conv.outputs[0])
+    j = _single_reader(g, prog, i, ins.outputs[0])
     return j if j is not None and stages[j] == stages[i] else None
 
 
@@ -180,7 +183,7 @@ def _writes_any(b: GraphBuilder, prog: list[Instr], lo: int, hi: int, roots: set
 def _fuse_at(g: _Graph, prog: list[Instr], stages: list[int], i: int) -> int:
     b = g.b
     conv = prog[i]
-    j = _conv_reader(g, prog, stages, i)
+    j = _epilogue_reader(g, prog, stages, i, Op.CONV2D, CONV_ATTRS)
     if j is None:
         return 0
     (y,) = conv.outputs
@@ -214,13 +217,11 @@ def _fuse_at(g: _Graph, prog: list[Instr], stages: list[int], i: int) -> int:
 
 
 def _fuse_gemm_relu_at(g: _Graph, prog: list[Instr], stages: list[int], i: int) -> int:
+    j = _epilogue_reader(g, prog, stages, i, Op.GEMM, GEMM_ATTRS)
+    if j is None or prog[j].op != Op.RELU:
+        return 0
     gemm = prog[i]
-    if gemm.op != Op.GEMM or len(gemm.attrs) != GEMM_ATTRS:
-        return 0
     (y,) = gemm.outputs
-    j = _single_reader(g, prog, i, y)
-    if j is None or stages[j] != stages[i] or prog[j].op != Op.RELU:
-        return 0
     out = prog[j].outputs
     spec, ospec = g.b.tensors[y], g.b.tensors[out[0]]
     if ospec.shape != spec.shape or ospec.dtype != spec.dtype:
