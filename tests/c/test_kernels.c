@@ -196,7 +196,8 @@ static void test_matmul_f32(int isa) {
 /* CONV2D float32 on every micro-kernel (forced ISA) against a double-precision direct loop:
  * the window path (strides, pads, dilations, groups, K chunks, > 4 sub-blocks per work item,
  * KW = 1 without a copy) and the GEMM path (1x1 stride 1; input rows too wide for the scratch;
- * a dilated window too tall for it). */
+ * a dilated window too tall for it); each with the weights fed at run time and stored in the
+ * executable (packed at load), which also takes small maps to the small-map path (tpose). */
 static void test_conv_f32(int isa) {
     /* x dims N C H W, w dims M Cg KH KW, attrs group sh sw dh dw pt pl pb pr */
     static const int64_t cases[][3][9] = {
@@ -212,9 +213,19 @@ static void test_conv_f32(int isa) {
         {{1, 9, 5, 6}, {10, 9, 1, 1}, {1, 1, 1, 1, 1, 0, 0, 0, 0}},
         {{1, 8, 15, 16}, {10, 8, 1, 1}, {1, 1, 1, 1, 1, 0, 0, 0, 0}}, /* 1x1: two pixel blocks */
         {{1, 2, 1, 3}, {2, 2, 2, 1}, {1, 1, 1, 5000000, 1, 2500000, 0, 2500000, 0}}, /* huge dilation */
+        /* small maps (tpose when packed): K chunks, > 4 sub-blocks, groups, strides, row blocks */
+        {{1, 300, 7, 7}, {520, 300, 1, 1}, {1, 1, 1, 1, 1, 0, 0, 0, 0}},
+        {{2, 40, 7, 7}, {70, 40, 3, 3}, {1, 1, 1, 1, 1, 1, 1, 1, 1}},
+        {{1, 64, 14, 14}, {64, 32, 3, 3}, {2, 2, 2, 1, 1, 1, 1, 1, 1}},
+        {{1, 24, 14, 14}, {40, 24, 1, 1}, {1, 2, 2, 1, 1, 0, 0, 0, 0}},
+        {{1, 16, 28, 28}, {40, 16, 3, 3}, {1, 1, 1, 1, 1, 1, 1, 1, 1}},
+        {{1, 20, 13, 13}, {33, 20, 3, 3}, {1, 1, 1, 1, 1, 1, 1, 1, 1}},
     };
     int used = ipu__sgemm_set_isa(isa);
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    size_t ncases = sizeof cases / sizeof cases[0];
+    for (size_t ci = 0; ci < 2 * ncases; ci++) {
+        size_t c = ci % ncases;
+        int cst = ci >= ncases;
         const int64_t *xd = cases[c][0], *wd = cases[c][1], *a = cases[c][2];
         int64_t G = a[0], N = xd[0], C = xd[1], IH = xd[2], IW = xd[3], M = wd[0], KH = wd[2], KW = wd[3];
         int64_t OH = (IH + a[5] + a[7] - a[3] * (KH - 1) - 1) / a[1] + 1;
@@ -225,6 +236,7 @@ static void test_conv_f32(int isa) {
         fill_f32(h, x);
         fill_f32(h, w);
         fill_f32(h, b);
+        if (cst) as_tensor_data(h, w);
         int64_t attr[11] = {a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], 1, 0};
         const float *r = run(h, IPU_OP_CONV2D, 3, (uint32_t[]){x, w, b}, y, 11, attr);
         const float *xp = h->ptr[x], *wp = h->ptr[w], *bp = h->ptr[b];
@@ -246,7 +258,7 @@ static void test_conv_f32(int isa) {
                         want[((n * M + m) * OH + oh) * OW + ow] = s > 0 ? s : 0; /* relu */
                     }
         double err = max_rel_err(r, want, h->t[y].numel);
-        CHECK(err < 1e-4, "conv f32 isa %d case %zu: rel err %g", used, c, err);
+        CHECK(err < 1e-4, "conv f32 isa %d case %zu const %d: rel err %g", used, c, cst, err);
         free(want);
         h_free(h);
     }

@@ -44,6 +44,17 @@ static int64_t used_phases(int64_t k, int64_t d, int64_t s, int64_t *idx) {
     return n;
 }
 
+/* Floats of the window copy (conv.c, copy_window) for `rows` output rows of the input channels
+ * one K chunk reads, rows of Wq columns. */
+static uint64_t window_floats(int64_t Cig, int64_t KH, int64_t KW, const int64_t *a, int64_t rows,
+                              int64_t Wq) {
+    int64_t chans = (IPU__SGEMM_KC - 1) / (KH * KW) + 2; /* channels one K chunk reads */
+    if (chans > Cig) chans = Cig;
+    uint64_t plane = (uint64_t)chans * (uint64_t)used_phases(KH, a[3], a[1], NULL) *
+                     (uint64_t)used_phases(KW, a[4], a[2], NULL) * (uint64_t)Wq;
+    return plane * (uint64_t)(rows + (KH - 1) * a[3] / a[1]) + (uint64_t)Wq;
+}
+
 /* float32 window path (kernels.h, conv.c): output rows per work item, 0 if the input rows of
  * one output row, for the channels of one K chunk, do not fit the scratch. Aims at one tile of
  * IPU__CONV_TILE extended pixels per item, then at >= 8 items (an even split over workers).
@@ -57,16 +68,10 @@ static int64_t window_rows(int64_t N, int64_t G, int64_t Cig, int64_t OH, int64_
         return 0; /* (also keeps the size arithmetic below far from overflow) */
     int64_t rows = IPU__CONV_TILE / Wq < 1 ? 1 : IPU__CONV_TILE / Wq;
     if (rows > OH) rows = OH;
-    int64_t chans = (IPU__SGEMM_KC - 1) / (KH * KW) + 2; /* channels one K chunk reads */
-    if (chans > Cig) chans = Cig;
-    uint64_t plane = (uint64_t)chans * (uint64_t)used_phases(KH, a[3], sh, NULL) *
-                     (uint64_t)used_phases(KW, a[4], sw, NULL) * (uint64_t)Wq;
     if (*xcopy) {
-        while (rows > 1 && plane * (uint64_t)(rows + ext_r) + (uint64_t)Wq >
-                               (uint64_t)IPU__CONV_WIN_XQ)
+        while (rows > 1 && window_floats(Cig, KH, KW, a, rows, Wq) > (uint64_t)IPU__CONV_WIN_XQ)
             rows--;
-        if (plane * (uint64_t)(rows + ext_r) + (uint64_t)Wq > (uint64_t)IPU__CONV_WIN_XQ)
-            return 0;
+        if (window_floats(Cig, KH, KW, a, rows, Wq) > (uint64_t)IPU__CONV_WIN_XQ) return 0;
     }
     uint64_t base = (uint64_t)N * (uint64_t)G * (uint64_t)mbl;
     while (rows > 1 && base * ceil_div((uint64_t)OH, (uint64_t)rows) < 8 && rows * Wq > 64)
@@ -77,13 +82,55 @@ static int64_t window_rows(int64_t N, int64_t G, int64_t Cig, int64_t OH, int64_
     return rows;
 }
 
+/* Pixels the micro-kernel computes for OH rows of `width` pixels in blocks of `rows` rows, each
+ * block cut into tiles of `tile` pixels and each tile padded to a multiple of `pad`. */
+static uint64_t padded_pixels(int64_t OH, int64_t rows, int64_t width, int64_t tile, int64_t pad) {
+    uint64_t sum = 0;
+    for (int64_t r0 = 0; r0 < OH; r0 += rows) {
+        int64_t px = (OH - r0 < rows ? OH - r0 : rows) * width, rest = px % tile;
+        sum += (uint64_t)(px / tile * tile) +
+               ceil_div((uint64_t)rest, (uint64_t)pad) * (uint64_t)pad;
+    }
+    return sum;
+}
+
+/* Channels the micro-kernel computes for Cog output channels in sub-blocks of IPU__MM_MB, the
+ * last padded to a multiple of `pad`. */
+static uint64_t padded_channels(int64_t Cog, int64_t pad) {
+    return (uint64_t)(Cog / IPU__MM_MB * IPU__MM_MB) +
+           ceil_div((uint64_t)(Cog % IPU__MM_MB), (uint64_t)pad) * (uint64_t)pad;
+}
+
+/* Small-map path (kernels.h, `tpose`): output rows per work item, or 0 where it would not
+ * compute at least IPU__CONV_T_GAIN fewer padded products than the window path (rows `wrows`,
+ * extended rows of Wq pixels) or, for 1x1 stride-1 convolutions (`pw`), the GEMM path (rows
+ * `grows`). Products count pixels times channels, each padded to the micro-kernel's tile. At
+ * most IPU__CONV_T_PIX pixels per item, fewer (down to 32) where that leaves fewer than 8 items
+ * with `base` channel blocks. */
+#define IPU__CONV_T_GAIN 0.95
+static int64_t tpose_rows(const ipu__ukr *u, int64_t Cig, int64_t Cog, int64_t OH, int64_t OW,
+                          int64_t KH, int64_t KW, const int64_t *a, bool pw, int64_t wrows,
+                          int xcopy, int64_t Wq, int64_t grows, uint64_t base) {
+    if (OW > IPU__CONV_T_PIX || Cig < 1 || (!pw && !wrows)) return 0;
+    int64_t rows = IPU__CONV_T_PIX / OW < OH ? IPU__CONV_T_PIX / OW : OH;
+    while (rows > 1 && base * ceil_div((uint64_t)OH, (uint64_t)rows) < 2 && rows * OW > 32)
+        rows = (rows + 1) / 2;
+    rows = (int64_t)ceil_div((uint64_t)OH, ceil_div((uint64_t)OH, (uint64_t)rows)); /* even */
+    if (xcopy && window_floats(Cig, KH, KW, a, rows, Wq) > (uint64_t)IPU__CONV_WIN_XQ) return 0;
+    uint64_t now = (pw ? padded_pixels(OH, grows, OW, IPU__CONV_TILE, u->nr)
+                       : padded_pixels(OH, wrows, Wq, IPU__CONV_TILE, u->nr)) *
+                   padded_channels(Cog, u->mr);
+    uint64_t t = padded_pixels(OH, rows, OW, IPU__CONV_T_PIX, u->mr) * padded_channels(Cog, u->nr);
+    return (double)t < IPU__CONV_T_GAIN * (double)now ? rows : 0;
+}
+
 /* The float32 conv weights w[G * Cog, K] packed for micro-kernels of height mr, the layout the
  * kernels read (kernels.h, ipu__conv_plan.packed): sub-block (g, mb) of IPU__MM_MB rows at
  * (g * mbl + mb) * blk, its K chunk k0 at + mpad * k0 (ipu__sgemm_pack_a's layout). */
 typedef struct conv_pack {
     const float *w;
     int64_t G, Cog, K, mbl, blk;
-    int mr;
+    int mr; /* the micro-kernel's height (its width nr for pack_conv_weights_t) */
 } conv_pack;
 
 static void pack_conv_weights(const void *ctx, void *out) {
@@ -103,6 +150,21 @@ static void pack_conv_weights(const void *ctx, void *out) {
                 ipu__sgemm_pack_a(&a, k0, c->K - k0 < IPU__SGEMM_KC ? c->K - k0 : IPU__SGEMM_KC,
                                   c->mr, b + mpad * k0);
         }
+}
+
+/* The same weights for the small-map path: per group, w transposed to [K, Cog] in B panels of
+ * width nr (ipu__sgemm_pack_b_all), group g at g * blk. */
+static void pack_conv_weights_t(const void *ctx, void *out) {
+    const conv_pack *c = ctx;
+    for (int64_t g = 0; g < c->G; g++) {
+        ipu__sgemm_args b = {0};
+        b.n = c->Cog;
+        b.k = c->K;
+        b.b = c->w + g * c->Cog * c->K;
+        b.b_rs = 1;
+        b.b_cs = c->K;
+        ipu__sgemm_pack_b_all(&b, c->mr, (float *)out + g * c->blk);
+    }
 }
 
 ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
@@ -154,39 +216,18 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
                 res->desc.dims[2] != yd[2] || res->desc.dims[3] != yd[3]))
         return bad(v, "residual%s must have y's shape %s", shape_str(s1, sizeof s1, res),
                    shape_str(s2, sizeof s2, y));
-    /* float32 GEMM-path weights stored in the executable: pack them once, here */
     ipu__ukr u;
     ipu__sgemm_ukr(&u);
     int64_t mbl = (int64_t)ceil_div((uint64_t)(M / G), (uint64_t)IPU__MM_MB);
-    int64_t blk = (IPU__MM_MB + u.mr - 1) / u.mr * u.mr * (C / G) * KH * KW;
-    bool pack = y->desc.dtype == IPU_DTYPE_FLOAT32 && !(C / G == 1 && M / G == 1) &&
-                w->loc == IPU_LOC_TENSOR_DATA && v->e->tensor_data && y->numel > 0 &&
-                (uint64_t)G * (uint64_t)mbl * (uint64_t)blk < ((uint64_t)1 << 32);
     int xcopy = 0;
     int64_t hq = 0, wq = 0, wrows = 0;
     bool pw = KH == 1 && KW == 1 && a[1] == 1 && a[2] == 1 && !a[5] && !a[6] && !a[7] && !a[8];
-    if (y->desc.dtype == IPU_DTYPE_FLOAT32 && !pw && y->numel > 0)
+    bool f32 = y->desc.dtype == IPU_DTYPE_FLOAT32 && y->numel > 0;
+    if (f32 && !pw)
         wrows = window_rows(xd[0], G, C / G, oh, ow, KH, KW, mbl, a, &xcopy, &hq, &wq);
-    size_t roff = wrows ? (size_t)((C / G) * KH * KW) * sizeof(int64_t) : 0;
+    size_t roff = wrows || (f32 && pw) ? (size_t)((C / G) * KH * KW) * sizeof(int64_t) : 0;
     ipu__conv_plan *p;
     if (!(p = alloc_plan(sizeof *p + roff))) return plan_nomem(); /* then rowoff[K] */
-    if (pack) {
-        conv_pack cp = {(const float *)(v->e->tensor_data + w->offset), G, M / G,
-                        (C / G) * KH * KW, mbl, blk, u.mr};
-        /* version 1 of pack_conv_weights' bytes: bump it when they change */
-        ipu__pack_tag tag = {IPU__PACK_SGEMM_A, 1, (uint32_t)u.isa,
-                             {(uint32_t)u.mr, IPU__SGEMM_KC, (uint32_t)IPU__MM_MB, 0}};
-        const void *dst;
-        st = ipu__vpacked(v, 1, &tag, (size_t)(G * mbl * blk) * sizeof(float), pack_conv_weights,
-                          &cp, &dst);
-        if (st) {
-            ipu__free(p);
-            return st;
-        }
-        p->packed = dst;
-        p->packed_mr = u.mr;
-        p->packed_blk = blk;
-    }
     p->f16 = y->desc.dtype == IPU_DTYPE_FLOAT16;
     p->has_bias = bias != NULL;
     p->act = (int)act;
@@ -230,7 +271,19 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
         p->mblocks = mbl;
         p->rows = (int64_t)ceil_div((uint64_t)p->P, (uint64_t)ow);
     }
-    if (wrows) {
+    /* float32 weights stored in the executable: packed once, here, for the path that runs */
+    bool pack = f32 && !p->direct && w->loc == IPU_LOC_TENSOR_DATA && v->e->tensor_data;
+    int64_t trows = 0;
+    if (pack && (wrows || pw)) {
+        if (pw) { /* the small-map path reads x's channel planes in place */
+            hq = p->H;
+            wq = p->W;
+        }
+        trows = tpose_rows(&u, p->Cig, p->Cog, oh, ow, KH, KW, a, pw, wrows, xcopy, wq, p->rows,
+                           (uint64_t)xd[0] * (uint64_t)G * (uint64_t)mbl);
+        if (trows && !pw) hq = trows + (KH - 1) * a[3] / a[1]; /* the copy's rows per block */
+    }
+    if (wrows || trows) {
         int64_t *ro = (int64_t *)(p + 1), ir[64], ic[64];
         int64_t nphr = used_phases(KH, a[3], a[1], ir), nphc = used_phases(KW, a[4], a[2], ic);
         int64_t plane = xcopy ? hq * wq : xd[2] * xd[3];
@@ -243,12 +296,13 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
         }
         p->nphr = nphr;
         p->nphc = nphc;
-        p->window = !p->direct; /* the depthwise loop uses the copied rows too */
+        p->window = wrows && !p->direct; /* the depthwise loop uses the copied rows too */
         p->xcopy = xcopy;
         p->rowoff = ro;
         p->Hq = hq;
         p->Wq = wq;
-        p->rows = wrows;
+        p->rows = trows ? trows : wrows;
+        p->tpose = trows > 0;
     }
     if (p->rows > oh) p->rows = oh;
     /* float32 GEMM path (1x1): two pixel blocks where fewer than 3 channel blocks would leave a
@@ -263,8 +317,34 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
         uint64_t split = base >= 8 ? 1 : (8 + base - 1) / base;
         if (split > (uint64_t)mbl) split = (uint64_t)mbl;
         p->mper = (int64_t)ceil_div((uint64_t)mbl, split);
-        if (p->window && p->mper > IPU__CONV_WIN_MPER) p->mper = IPU__CONV_WIN_MPER;
+        if ((p->window || p->tpose) && p->mper > IPU__CONV_WIN_MPER) p->mper = IPU__CONV_WIN_MPER;
         p->mblocks = (int64_t)ceil_div((uint64_t)mbl, (uint64_t)p->mper);
+    }
+    /* the layout of the path that runs (pack_conv_weights_t for the small-map path) */
+    int tile = p->tpose ? u.nr : u.mr;
+    int64_t blk = p->tpose ? (int64_t)ipu__sgemm_packed_b_floats(p->K, p->Cog, u.nr)
+                           : (IPU__MM_MB + u.mr - 1) / u.mr * u.mr * p->K;
+    uint64_t nblk = (uint64_t)G * (uint64_t)(p->tpose ? 1 : mbl);
+    if (pack && nblk * (uint64_t)blk < ((uint64_t)1 << 32)) {
+        conv_pack cp = {(const float *)(v->e->tensor_data + w->offset), G, p->Cog, p->K, mbl,
+                        blk, tile};
+        /* version 1 of the packing functions' bytes: bump it when they change */
+        uint32_t rows_per_block = p->tpose ? 0 : (uint32_t)IPU__MM_MB;
+        ipu__pack_tag tag = {p->tpose ? IPU__PACK_SGEMM_B : IPU__PACK_SGEMM_A, 1,
+                             (uint32_t)u.isa, {(uint32_t)tile, IPU__SGEMM_KC, rows_per_block, 0}};
+        const void *dst;
+        st = ipu__vpacked(v, 1, &tag, (size_t)(nblk * (uint64_t)blk) * sizeof(float),
+                          p->tpose ? pack_conv_weights_t : pack_conv_weights, &cp, &dst);
+        if (st) {
+            ipu__free(p);
+            return st;
+        }
+        p->packed = dst;
+        p->packed_mr = p->tpose ? 0 : u.mr;
+        p->packed_nr = p->tpose ? u.nr : 0;
+        p->packed_blk = blk;
+    } else {
+        p->tpose = 0; /* it reads packed weights only */
     }
     p->hdr.work = y->numel == 0 ? 0
                                 : (size_t)((uint64_t)p->N * (uint64_t)G * (uint64_t)p->mblocks *

@@ -478,6 +478,94 @@ static void run_window(const ipu__conv_plan *p, const float *x, const float *w,
     }
 }
 
+/* ---- float32 small-map path (the plan's `tpose`; kernels.h) ------------------------------ */
+
+/* Ap[k][i] = src[off[k] + q[i]], i < mr, k < kc: one A panel of mr output pixels (extended
+ * offsets q) over kc patch rows. */
+static inline __attribute__((always_inline)) void pack_pixels_body(const float *src,
+                                                                   const int64_t *off,
+                                                                   int64_t kc, const int64_t *q,
+                                                                   int mr, float *restrict ap) {
+    if (q[mr - 1] - q[0] == mr - 1) { /* one run of pixels (the usual case) */
+        src += q[0];
+        for (int64_t k = 0; k < kc; k++, ap += mr)
+            memcpy(ap, src + off[k], sizeof(float) * (size_t)mr);
+        return;
+    }
+    for (int64_t k = 0; k < kc; k++, ap += mr)
+        for (int i = 0; i < mr; i++) ap[i] = src[off[k] + q[i]];
+}
+
+static void pack_pixels(const float *src, const int64_t *off, int64_t kc, const int64_t *q,
+                        int mr, float *ap) {
+    if (mr == 6) /* the AVX2 and portable kernels: constant-size copies */
+        pack_pixels_body(src, off, kc, q, 6, ap);
+    else
+        pack_pixels_body(src, off, kc, q, mr, ap);
+}
+
+/* One work item of the small-map path: output channels [m0, m1) of group g (m0 = mb * mper *
+ * IPU__MM_MB), the np output pixels of row block r. Per K chunk the chunk's input rows are
+ * copied as in the window path (xcopy), the pixels packed into A panels, and the micro-kernel
+ * accumulates C^T[pixel][channel] in scratch against the pre-packed weight panels bw; the
+ * epilogue then writes y channel by channel. */
+static void run_tposed(const ipu__conv_plan *p, const float *x, const float *bw, const void *bias,
+                       const void *res, float *y, int64_t n, int64_t g, int64_t mb, int64_t r,
+                       void *scratch) {
+    ipu__ukr u;
+    ipu__sgemm_ukr(&u);
+    const int mr = u.mr, nr = u.nr;
+    float *ct = (float *)scratch + IPU__CONV_WIN_A, *ap = ct + IPU__CONV_WIN_C;
+    float *xq = ap + IPU__CONV_WIN_B;
+    const int64_t Wq = p->Wq, OW = p->OW, OHW = p->OH * OW, K = p->K;
+    const int64_t cstride = p->nphr * p->nphc * p->Hq * Wq;
+    int64_t oh0 = r * p->rows, nrows = p->OH - oh0 < p->rows ? p->OH - oh0 : p->rows;
+    int64_t np = nrows * OW, ppad = (np + mr - 1) / mr * mr;
+    int64_t m0 = mb * p->mper * IPU__MM_MB;
+    int64_t m1 = m0 + p->mper * IPU__MM_MB < p->Cog ? m0 + p->mper * IPU__MM_MB : p->Cog;
+    int64_t mpad = (m1 - m0 + nr - 1) / nr * nr, xoff = (n * p->C + g * p->Cig) * p->H * p->W;
+    int64_t q[IPU__CONV_T_PIX + IPU__SGEMM_MAX_MR]; /* extended offset of pixel i; pads repeat */
+    for (int64_t i = 0; i < ppad; i++) {
+        int64_t j = i < np ? i : np - 1;
+        q[i] = j / OW * Wq + j % OW;
+    }
+    int64_t off[IPU__SGEMM_KC];
+    const float *bg = bw + g * p->packed_blk + m0 * K; /* panel (m0 + j) / nr at + j * K */
+    for (int64_t k0 = 0; k0 < K; k0 += IPU__SGEMM_KC) {
+        int64_t kc = K - k0 < IPU__SGEMM_KC ? K - k0 : IPU__SGEMM_KC;
+        const float *src = x + xoff + oh0 * p->W; /* B(k, pixel i) = src[off[k] + q[i]] */
+        int64_t base = 0;
+        if (p->xcopy) {
+            int64_t KK = p->KH * p->KW, ci0 = k0 / KK, ci1 = (k0 + kc - 1) / KK + 1;
+            copy_window(p, x, xoff, oh0, nrows, ci0, ci1, xq);
+            src = xq;
+            base = ci0 * cstride;
+        }
+        for (int64_t kk = 0; kk < kc; kk++) off[kk] = p->rowoff[k0 + kk] - base;
+        for (int64_t i = 0; i < ppad; i += mr) pack_pixels(src, off, kc, q + i, mr, ap + i * kc);
+        int64_t plines = kc * nr / 16, npan = ppad / mr; /* cache lines of a weight panel */
+        for (int64_t j = 0; j < mpad; j += nr) { /* a weight panel stays in L1 over all pixels */
+            const float *bpan = bg + j * K + k0 * nr, *next = bpan + nr * K;
+            for (int64_t i = 0, l = 0; i < ppad; i += mr) {
+                /* the next weight panel comes from memory (weights are read once per call):
+                 * fetch it in parts while this one computes */
+                int64_t lend = j + nr < mpad ? (i / mr + 1) * plines / npan : 0;
+                for (; l < lend; l++) __builtin_prefetch(next + l * 16);
+                u.fn(kc, ap + i * kc, bpan, ct + i * mpad + j, mpad, k0 > 0);
+            }
+        }
+    }
+    for (int64_t c0 = m0; c0 < m1; c0 += 8) { /* column co - m0 of C^T is y's row block */
+        int64_t w8 = m1 - c0 < 8 ? m1 - c0 : 8;
+        for (int64_t i = 0; i < np; i++) /* 8 columns at a time: each C^T row read once */
+            for (int64_t t = 0; t < 8; t++) ap[t * np + i] = ct[i * mpad + c0 - m0 + t];
+        for (int64_t t = 0; t < w8; t++) {
+            int64_t c = g * p->Cog + c0 + t, yo = (n * p->M + c) * OHW + oh0 * OW;
+            epilogue_to(p, y + yo, ap + t * np, np, bias, c, res, yo);
+        }
+    }
+}
+
 static void run_gemm(const ipu__conv_plan *p, const void *x, const void *w, const void *bias,
                      const void *res, void *y, int64_t n, int64_t g, int64_t mb, int64_t r,
                      void *scratch) {
@@ -649,6 +737,12 @@ ipu_status ipu__k_conv2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
                                 w == (const void *)(f->exe->tensor_data + wt->offset)
                             ? p->packed
                             : NULL; /* not if the session bound other weights */
+    bool tposed = false;
+    if (p->tpose && apre) { /* packed for this micro-kernel: else the other paths, unpacked */
+        ipu__ukr u;
+        ipu__sgemm_ukr(&u);
+        tposed = u.nr == p->packed_nr;
+    }
     for (size_t it = b; it < e; it++) {
         /* channel blocks vary fastest: a contiguous range of items (one worker's share) then
          * holds whole pixel blocks, which balances when channel blocks differ in size */
@@ -658,7 +752,9 @@ ipu_status ipu__k_conv2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
         int64_t r = (int64_t)(rest % (uint64_t)p->rblocks);
         rest /= (uint64_t)p->rblocks;
         int64_t g = (int64_t)(rest % (uint64_t)p->G), n = (int64_t)(rest / (uint64_t)p->G);
-        if (p->direct) {
+        if (tposed) {
+            run_tposed(p, x, apre, bias, res, y, n, g, mb, r, scratch);
+        } else if (p->direct) {
             if (!p->Wq || !run_direct_window(p, x, w, bias, res, y, n, g, r, scratch))
                 run_direct(p, x, w, bias, res, y, n, g, r, scratch);
         }

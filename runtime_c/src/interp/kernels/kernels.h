@@ -172,12 +172,14 @@ typedef struct ipu__conv_plan {
     ipu__plan hdr;
     int f16, has_bias, direct, pointwise; /* pointwise: 1x1, stride 1, no pads: no im2col */
     int act, has_res; /* epilogue: y = act(conv + bias + residual) */
-    /* float32 weights in TENSOR_DATA, packed at load for micro-kernels of height packed_mr
-     * (inside this allocation; NULL if not packed): sub-block (g, sb) starts at (g * msub + sb) *
-     * packed_blk, its K-chunk k0 at + mpad * k0 (ipu__sgemm_pack_a layout, mpad = its rows
-     * rounded up to packed_mr). Used only while w is still that TENSOR_DATA tensor. */
+    /* float32 weights in TENSOR_DATA, packed at load (NULL if not packed). Used only while w is
+     * still that TENSOR_DATA tensor. Without `tpose`, for micro-kernels of height packed_mr:
+     * sub-block (g, sb) starts at (g * msub + sb) * packed_blk, its K-chunk k0 at + mpad * k0
+     * (ipu__sgemm_pack_a layout, mpad = its rows rounded up to packed_mr). With `tpose`
+     * (packed_mr 0), w transposed to [K, Cog] per group in B panels of width packed_nr
+     * (ipu__sgemm_pack_b_all layout), group g at g * packed_blk. */
     const float *packed;
-    int packed_mr;
+    int packed_mr, packed_nr;
     int64_t packed_blk;
     int64_t N, C, H, W, M, OH, OW, KH, KW, G, Cig, Cog, K;
     int64_t sh, sw, dh, dw, pt, pl;
@@ -191,7 +193,14 @@ typedef struct ipu__conv_plan {
     int window, xcopy;
     int64_t Hq, Wq, nphr, nphc;
     const int64_t *rowoff; /* [K], inside this allocation */
+    /* float32 small-map path (`tpose`; conv.c), chosen where it pads less than the paths above:
+     * the output pixels of a row block (at most IPU__CONV_T_PIX) are the micro-kernel's rows and
+     * the output channels its columns, so neither the Wq - OW extra columns nor a partial panel
+     * of pixels is computed. Reads x like the window path (rowoff; for 1x1 stride-1 convolutions
+     * Wq = W and no copy) and needs the weights packed (`packed`); else the paths above run. */
+    int tpose;
 } ipu__conv_plan;
+#define IPU__CONV_T_PIX ((int64_t)240) /* small-map path: output pixels per work item at most */
 
 /* POOL2D: x[N,C,H,W] -> y[N,C,OH,OW]; work item = (plane n*C + c, block of `rows` rows). */
 typedef struct ipu__pool_plan {
