@@ -504,14 +504,14 @@ static void pack_pixels(const float *src, const int64_t *off, int64_t kc, const 
         pack_pixels_body(src, off, kc, q, mr, ap);
 }
 
-/* One work item of the small-map path: output channels [m0, m1) of group g (m0 = mb * mper *
- * IPU__MM_MB), the np output pixels of row block r. Per K chunk the chunk's input rows are
- * copied as in the window path (xcopy), the pixels packed into A panels, and the micro-kernel
- * accumulates C^T[pixel][channel] in scratch against the pre-packed weight panels bw; the
- * epilogue then writes y channel by channel. */
+/* Work items [mb0, mb1) of the small-map path, all of row block r: output channels [m0, m1)
+ * of group g (m0 = mb0 * mper * IPU__MM_MB), the np output pixels of the row block. Per K chunk
+ * the chunk's input rows are copied as in the window path (xcopy), the pixels packed into A
+ * panels, and the micro-kernel accumulates C^T[pixel][channel] in scratch against the
+ * pre-packed weight panels bw; the epilogue then writes y channel by channel. */
 static void run_tposed(const ipu__conv_plan *p, const float *x, const float *bw, const void *bias,
-                       const void *res, float *y, int64_t n, int64_t g, int64_t mb, int64_t r,
-                       void *scratch) {
+                       const void *res, float *y, int64_t n, int64_t g, int64_t mb0, int64_t mb1,
+                       int64_t r, void *scratch) {
     ipu__ukr u;
     ipu__sgemm_ukr(&u);
     const int mr = u.mr, nr = u.nr;
@@ -521,8 +521,8 @@ static void run_tposed(const ipu__conv_plan *p, const float *x, const float *bw,
     const int64_t cstride = p->nphr * p->nphc * p->Hq * Wq;
     int64_t oh0 = r * p->rows, nrows = p->OH - oh0 < p->rows ? p->OH - oh0 : p->rows;
     int64_t np = nrows * OW, ppad = (np + mr - 1) / mr * mr;
-    int64_t m0 = mb * p->mper * IPU__MM_MB;
-    int64_t m1 = m0 + p->mper * IPU__MM_MB < p->Cog ? m0 + p->mper * IPU__MM_MB : p->Cog;
+    int64_t m0 = mb0 * p->mper * IPU__MM_MB;
+    int64_t m1 = mb1 * p->mper * IPU__MM_MB < p->Cog ? mb1 * p->mper * IPU__MM_MB : p->Cog;
     int64_t mpad = (m1 - m0 + nr - 1) / nr * nr, xoff = (n * p->C + g * p->Cig) * p->H * p->W;
     int64_t q[IPU__CONV_T_PIX + IPU__SGEMM_MAX_MR]; /* extended offset of pixel i; pads repeat */
     for (int64_t i = 0; i < ppad; i++) {
@@ -753,7 +753,14 @@ ipu_status ipu__k_conv2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
         rest /= (uint64_t)p->rblocks;
         int64_t g = (int64_t)(rest % (uint64_t)p->G), n = (int64_t)(rest / (uint64_t)p->G);
         if (tposed) {
-            run_tposed(p, x, apre, bias, res, y, n, g, mb, r, scratch);
+            /* the following items of the same pixels (one worker's share): their channels in
+             * one run, the pixels packed once, as far as the C^T tile fits the scratch */
+            int64_t rows = p->OH - r * p->rows < p->rows ? p->OH - r * p->rows : p->rows;
+            int64_t cap = IPU__CONV_WIN_C / (rows * p->OW + IPU__SGEMM_MAX_MR) /
+                          (p->mper * IPU__MM_MB);
+            int64_t mb1 = mb + 1;
+            for (; it + 1 < e && mb1 < p->mblocks && mb1 - mb < cap; mb1++) it++;
+            run_tposed(p, x, apre, bias, res, y, n, g, mb, mb1, r, scratch);
         } else if (p->direct) {
             if (!p->Wq || !run_direct_window(p, x, w, bias, res, y, n, g, r, scratch))
                 run_direct(p, x, w, bias, res, y, n, g, r, scratch);
