@@ -557,8 +557,7 @@ static void run_tposed(const ipu__conv_plan *p, const float *x, const float *bw,
     }
     for (int64_t c0 = m0; c0 < m1; c0 += 8) { /* column co - m0 of C^T is y's row block */
         int64_t w8 = m1 - c0 < 8 ? m1 - c0 : 8;
-        for (int64_t i = 0; i < np; i++) /* 8 columns at a time: each C^T row read once */
-            for (int64_t t = 0; t < 8; t++) ap[t * np + i] = ct[i * mpad + c0 - m0 + t];
+        ipu__transpose_f32(ct + c0 - m0, mpad, 8, np, np, ap); /* 8 columns: rows read once */
         for (int64_t t = 0; t < w8; t++) {
             int64_t c = g * p->Cog + c0 + t, yo = (n * p->M + c) * OHW + oh0 * OW;
             epilogue_to(p, y + yo, ap + t * np, np, bias, c, res, yo);

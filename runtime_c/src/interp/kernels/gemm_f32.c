@@ -241,7 +241,7 @@ __attribute__((target("avx2"))) static inline void tr8(__m256 r[8]) {
 
 /* dst[k * nr + j] = src[j * ld + k], k < kc, j < w: transposed B, 8 x 8 blocks at a time. */
 __attribute__((target("avx2"))) static void pack_bt_avx2(const float *src, int64_t ld,
-                                                          int64_t kc, int64_t w, int nr,
+                                                          int64_t kc, int64_t w, int64_t nr,
                                                           float *dst) {
     int64_t j = 0;
     for (; j + 8 <= w; j += 8) {
@@ -278,6 +278,18 @@ __attribute__((target("avx2"))) static void pack_a6_avx2(const float *const rows
         for (int i = 0; i < 6; i++) dst[k * 6 + i] = rows[i][k];
 }
 #endif
+
+void ipu__transpose_f32(const float *src, int64_t lds, int64_t kc, int64_t w, int64_t ldd,
+                        float *dst) {
+#if IPU_X86
+    if (vec_pack()) {
+        pack_bt_avx2(src, lds, kc, w, ldd, dst);
+        return;
+    }
+#endif
+    for (int64_t j = 0; j < w; j++)
+        for (int64_t k = 0; k < kc; k++) dst[k * ldd + j] = src[j * lds + k];
+}
 
 /* Rows [k0, k0 + kc) of columns [j0, j0 + nc) of op(B) into panels of width nr: panel q at
  * bp + q * pstride, its row k at + k * nr; columns past nc are zero. */

@@ -406,6 +406,10 @@ typedef struct ipu__ukr {
 } ipu__ukr;
 void ipu__sgemm_ukr(ipu__ukr *u);
 void ipu__sgemm_pack_a(const ipu__sgemm_args *g, int64_t k0, int64_t kc, int mr, float *ap);
+/* dst[k * ldd + j] = src[j * lds + k] for k < kc, j < w: a transpose (AVX2 8 x 8 blocks where
+ * the packing uses AVX2). */
+void ipu__transpose_f32(const float *src, int64_t lds, int64_t kc, int64_t w, int64_t ldd,
+                        float *dst);
 /* B packed whole, for micro-kernels of width nr: panel q (columns [q*nr, q*nr + nr), zero past
  * n) at dst + q * k * nr, its row p at + p * nr. ipu__sgemm_packed_b_floats floats. Uses g's b,
  * b_rs, b_cs, b_f16, k and n. */
