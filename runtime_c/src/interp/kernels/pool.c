@@ -196,7 +196,9 @@ static inline __attribute__((always_inline)) void pool_window_body(
                 }
                 const float *sr = x + ih * p->W + lo * sw + c0;
                 for (int64_t j = 0; j < lo; j++) d[j] = pad;
-                if (sw == 2) /* a constant stride vectorises (shuffles) */
+                if (sw == 1)
+                    memcpy(d + lo, sr, sizeof(float) * (size_t)(hi - lo));
+                else if (sw == 2) /* a constant stride vectorises (shuffles) */
                     for (int64_t j = lo; j < hi; j++) d[j] = sr[(j - lo) * 2];
                 else
                     for (int64_t j = lo; j < hi; j++) d[j] = sr[(j - lo) * sw];
@@ -208,10 +210,20 @@ static inline __attribute__((always_inline)) void pool_window_body(
     const float *taps[FOLD_TAPS];
     int64_t ntaps = 0, n = (nrows * Wq + FOLD_BLOCK - 1) / FOLD_BLOCK * FOLD_BLOCK;
     bool resume = false;
-    for (int64_t kh = 0; kh < p->KH; kh++)
-        for (int64_t kw = 0; kw < p->KW; kw++) {
-            int64_t th = kh * p->dh, tw = kw * p->dw;
-            const float *src = buf + ((th % sh) * sw + tw % sw) * Hq * Wq + th / sh * Wq + tw / sw;
+    /* tap (kh, kw) reads phase plane (th % sh, tw % sw) at row th / sh, column tw / sw, for
+     * th = kh * dh and tw = kw * dw: kept as quotient and remainder (no division per tap) */
+    const int64_t dqh = p->dh / sh, drh = p->dh % sh, dqw = p->dw / sw, drw = p->dw % sw;
+    for (int64_t kh = 0, qh = 0, rh = 0; kh < p->KH; kh++, qh += dqh, rh += drh) {
+        if (rh >= sh) {
+            rh -= sh;
+            qh++;
+        }
+        for (int64_t kw = 0, qw = 0, rw = 0; kw < p->KW; kw++, qw += dqw, rw += drw) {
+            if (rw >= sw) {
+                rw -= sw;
+                qw++;
+            }
+            const float *src = buf + (rh * sw + rw) * Hq * Wq + qh * Wq + qw;
             if (ntaps == FOLD_TAPS) { /* a large window: fold in groups of taps */
                 fold(acc, taps, ntaps, n, p->kind, pad, resume);
                 resume = true;
@@ -219,6 +231,7 @@ static inline __attribute__((always_inline)) void pool_window_body(
             }
             taps[ntaps++] = src;
         }
+    }
     fold(acc, taps, ntaps, n, p->kind, pad, resume);
     for (int64_t r = 0; r < nrows; r++) {
         const float *ar = acc + r * Wq;
