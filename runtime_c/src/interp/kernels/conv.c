@@ -91,30 +91,43 @@ static inline __attribute__((always_inline)) void epilogue_body(const ipu__conv_
     }
 }
 
-static void epilogue_base(const ipu__conv_plan *p, float *dst, const float *src, int64_t n,
-                          const void *bias, int64_t co, const void *res, int64_t off) {
-    epilogue_body(p, dst, src, n, bias, co, res, off);
+/* The epilogue over nrows rows of n: row r from src + r * ss to dst + r * ds (the residual at
+ * off + r * ds: it has y's layout). One call per block of rows (the window path's output rows
+ * are short). */
+static void epilogue_base(const ipu__conv_plan *p, float *dst, int64_t ds, const float *src,
+                          int64_t ss, int64_t nrows, int64_t n, const void *bias, int64_t co,
+                          const void *res, int64_t off) {
+    for (int64_t r = 0; r < nrows; r++)
+        epilogue_body(p, dst + r * ds, src + r * ss, n, bias, co, res, off + r * ds);
 }
 
 #if IPU_X86
 /* The same loops 8 lanes wide (no FMA: the adds stay separate, results identical). */
 __attribute__((target("avx2"))) static void epilogue_avx2(const ipu__conv_plan *p, float *dst,
-                                                          const float *src, int64_t n,
+                                                          int64_t ds, const float *src,
+                                                          int64_t ss, int64_t nrows, int64_t n,
                                                           const void *bias, int64_t co,
                                                           const void *res, int64_t off) {
-    epilogue_body(p, dst, src, n, bias, co, res, off);
+    for (int64_t r = 0; r < nrows; r++)
+        epilogue_body(p, dst + r * ds, src + r * ss, n, bias, co, res, off + r * ds);
 }
 #endif
 
-static void epilogue_to(const ipu__conv_plan *p, float *dst, const float *src, int64_t n,
-                        const void *bias, int64_t co, const void *res, int64_t off) {
+static void epilogue_rows(const ipu__conv_plan *p, float *dst, int64_t ds, const float *src,
+                          int64_t ss, int64_t nrows, int64_t n, const void *bias, int64_t co,
+                          const void *res, int64_t off) {
 #if IPU_X86
     if (__builtin_cpu_supports("avx2")) {
-        epilogue_avx2(p, dst, src, n, bias, co, res, off);
+        epilogue_avx2(p, dst, ds, src, ss, nrows, n, bias, co, res, off);
         return;
     }
 #endif
-    epilogue_base(p, dst, src, n, bias, co, res, off);
+    epilogue_base(p, dst, ds, src, ss, nrows, n, bias, co, res, off);
+}
+
+static void epilogue_to(const ipu__conv_plan *p, float *dst, const float *src, int64_t n,
+                        const void *bias, int64_t co, const void *res, int64_t off) {
+    epilogue_rows(p, dst, n, src, n, 1, n, bias, co, res, off);
 }
 
 static void epilogue(const ipu__conv_plan *p, float *row, int64_t n, const void *bias, int64_t co,
@@ -462,6 +475,11 @@ static void run_window(const ipu__conv_plan *p, const float *x, const float *w,
             const float *ct = cb + (s0 - m0) / IPU__MM_MB * IPU__CONV_WIN_CT;
             for (int64_t i = 0; i < sm; i++) { /* kept columns, output row by output row */
                 int64_t co = g * p->Cog + s0 + i;
+                if (t0 % Wq == 0 && np % Wq == 0) { /* whole rows (the usual tile): one call */
+                    int64_t off = (n * p->M + co) * OHW + (oh0 + t0 / Wq) * OW;
+                    epilogue_rows(p, y + off, OW, ct + i * NT, Wq, np / Wq, OW, bias, co, res, off);
+                    continue;
+                }
                 for (int64_t q = t0; q < t0 + np;) {
                     int64_t rr = q / Wq, ow = q - rr * Wq;
                     int64_t end = rr * Wq + Wq < t0 + np ? rr * Wq + Wq : t0 + np;
@@ -677,10 +695,8 @@ static bool run_direct_window(const ipu__conv_plan *p, const float *x, const flo
         src = xq;
     }
     dw_taps(src, p->rowoff, w + g * KK, KK, npix, acc);
-    for (int64_t rr = 0; rr < nrows; rr++) {
-        int64_t off = ((n * p->M + g) * p->OH + oh0 + rr) * p->OW;
-        epilogue_to(p, y + off, acc + rr * Wq, p->OW, bias, g, res, off);
-    }
+    int64_t off = ((n * p->M + g) * p->OH + oh0) * p->OW;
+    epilogue_rows(p, y + off, p->OW, acc, Wq, nrows, p->OW, bias, g, res, off);
     return true;
 }
 
