@@ -317,3 +317,74 @@ def test_matmul_and_gemm_weights_are_carried_packed() -> None:
     assert counts(data) == (0, 2)
     portable = run_c(Executable.from_bytes(data), feeds)["y"]
     assert_matches_reference({"y": portable}, fc.run_reference(feeds))
+
+
+def _small_map_model() -> onnx.ModelProto:
+    """x[1,64,14,14] → Conv 3x3 stride 2 (128 channels: a 7x7 map) → Relu → Conv 1x1 (256
+    channels) + z (residual) → Relu → y: on a 7x7 map both convolutions take the small-map
+    path (output pixels as the micro-kernel's rows, weights packed transposed: layout 2)."""
+    inits = [
+        numpy_helper.from_array(arr((128, 64, 3, 3), F32, 11, low=-0.1, high=0.1), "w1"),
+        numpy_helper.from_array(arr((128,), F32, 12), "b1"),
+        numpy_helper.from_array(arr((256, 128, 1, 1), F32, 13, low=-0.1, high=0.1), "w2"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c"], pads=[1] * 4, strides=[2, 2]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("Conv", ["r", "w2"], ["d"]),
+        helper.make_node("Add", ["d", "z"], ["a"]),
+        helper.make_node("Relu", ["a"], ["y"]),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "small_map",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 14, 14]),
+            helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 256, 7, 7]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model
+
+
+SMALL_FEEDS = {
+    "x": arr((1, 64, 14, 14), F32, 14, low=-1, high=1),
+    "z": arr((1, 256, 7, 7), F32, 15, low=-1, high=1),
+}
+
+
+def test_small_map_convolutions_carry_transposed_weights() -> None:
+    """The small-map path's weights travel packed as B panels (layout 2) and give the same
+    bytes mapped, packed at load, or (weights bound by the session) through the other paths."""
+    exe = Compiler.compile(_small_map_model())
+    data = exe.to_bytes()
+    assert counts(data) == (2, 0)
+    if _core.set_sgemm_isa(0) in (2, 3):  # AVX2 / AVX-512 (the portable kernel may not pick it)
+        (payload,) = [b[3] for b in split_container(data) if b[2] == PACKED_BLOB]
+        n = struct.unpack_from("<I", payload, 12)[0]
+        assert [field(bytearray(payload), e, 12, "<I") for e in range(n)] == [2, 2]
+    got = run_c(Executable.from_bytes(data), SMALL_FEEDS)["y"]
+    assert_matches_reference({"y": got}, exe.run_reference(SMALL_FEEDS))
+    at_load = encode_container(exe.program, prepack=False)
+    np.testing.assert_array_equal(got, run_c(Executable.from_bytes(at_load), SMALL_FEEDS)["y"])
+
+    def policy(anchor):
+        if not anchor.popef_contains_tensor_data or anchor.name in ("w1", "w2"):
+            return AnchorCallbackPolicy.BIND_USER_CB
+        return AnchorCallbackPolicy.BIND_TENSOR_DATA
+
+    model = _small_map_model()
+    with Session(Executable.from_bytes(data)) as session:
+        qm = session.create_queue_manager(input_predicate=policy)
+        for init in model.graph.initializer[::2]:  # w1, w2: the same values, other buffers
+            qm.input_queue(init.name).enqueue(numpy_helper.to_array(init).copy())
+        session.run_load_programs()
+        y = np.zeros((1, 256, 7, 7), F32)
+        for name, value in SMALL_FEEDS.items():
+            qm.input_queue(name).enqueue(value)
+        qm.output_queue("y").enqueue(y)
+        session.run_main_programs()
+    np.testing.assert_array_equal(y, got)  # same sums in the same order on every path
