@@ -105,8 +105,9 @@ static uint64_t padded_channels(int64_t Cog, int64_t pad) {
  * compute at least IPU__CONV_T_GAIN fewer padded products than the window path (rows `wrows`,
  * extended rows of Wq pixels) or, for 1x1 stride-1 convolutions (`pw`), the GEMM path (rows
  * `grows`). Products count pixels times channels, each padded to the micro-kernel's tile. At
- * most IPU__CONV_T_PIX pixels per item, fewer (down to 32) where that leaves fewer than 8 items
- * with `base` channel blocks. */
+ * most IPU__CONV_T_PIX pixels per item, fewer (down to 32) where there would be fewer than 2
+ * items with `base` channel blocks; further items come from cutting the channels (each item
+ * reads its channels' weights once: a 7x7 layer's weights stream from memory). */
 #define IPU__CONV_T_GAIN 0.95
 static int64_t tpose_rows(const ipu__ukr *u, int64_t Cig, int64_t Cog, int64_t OH, int64_t OW,
                           int64_t KH, int64_t KW, const int64_t *a, bool pw, int64_t wrows,
