@@ -26,6 +26,7 @@ cdef extern from "ipu/ipu.h" nogil:
     const char *ipu_unary_fn_name(int fn)
     const char *ipu_binary_fn_name(int fn)
     const char *ipu_reduce_fn_name(int fn)
+    const char *ipu_act_fn_name(int fn)
     const char *ipu_last_error_message()
     uint64_t ipu_hash64(const void *data, size_t size, uint64_t seed)
     uint64_t ipu_compiler_hash()

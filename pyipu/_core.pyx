@@ -51,8 +51,8 @@ def op_arity():
 
 
 def enum_table(str kind):
-    """(name, value) pairs of a C enum table: 'status', 'dtype', 'op', 'unary', 'binary' or
-    'reduce'."""
+    """(name, value) pairs of a C enum table: 'status', 'dtype', 'op', 'unary', 'binary',
+    'reduce' or 'act'."""
     cdef int v
     cdef const char *s
     out = []
@@ -71,6 +71,8 @@ def enum_table(str kind):
             s = ipu_binary_fn_name(v)
         elif kind == "reduce":
             s = ipu_reduce_fn_name(v)
+        elif kind == "act":
+            s = ipu_act_fn_name(v)
         else:
             raise ValueError(f"unknown enum table {kind!r}")
         if s != NULL:

@@ -1,5 +1,5 @@
-"""IntEnums for statuses, dtypes, opcodes and UNARY/BINARY functions, built from the C tables
-(runtime_c/include/ipu/*.def).
+"""IntEnums for statuses, dtypes, opcodes, UNARY/BINARY/REDUCE functions and epilogue
+activations, built from the C tables (runtime_c/include/ipu/*.def).
 
 The .def files are the single source of truth: C includes them, and this module reads them through
 the extension, so C, Cython and Python cannot drift apart.
@@ -21,6 +21,8 @@ UnaryFn = IntEnum("UnaryFn", _core.enum_table("unary"))  # type: ignore[misc]
 BinaryFn = IntEnum("BinaryFn", _core.enum_table("binary"))  # type: ignore[misc]
 # Function ids of the REDUCE opcode (attribute 0), from ipu_fns.def.
 ReduceFn = IntEnum("ReduceFn", _core.enum_table("reduce"))  # type: ignore[misc]
+# Epilogue activations of CONV2D and GEMM (their `activation` attribute), from ipu_fns.def.
+ActFn = IntEnum("ActFn", _core.enum_table("act"))  # type: ignore[misc]
 
 _TO_NUMPY: dict[int, np.dtype] = {
     d.value: np.dtype(d.name.lower())

@@ -15,7 +15,8 @@ from onnx import TensorProto, helper, numpy_helper
 from test_compiler_conv import CONV_CASES
 
 from pyipu.compiler import Compiler
-from pyipu.enums import Op
+from pyipu.compiler.conv_epilogue import ACT_RELU
+from pyipu.enums import ActFn, Op
 
 
 def _block(
@@ -116,7 +117,14 @@ def test_constant_weights(case: int) -> None:
         np.testing.assert_allclose(got[name], want, rtol=tol, atol=tol)
 
 
-@pytest.mark.parametrize("attrs,text", [((2, 0), "activation must be 0"), ((0, 2), "residual")])
+def test_activation_values_come_from_the_c_table() -> None:
+    assert [(a.name, a.value) for a in ActFn] == [("NONE", 0), ("RELU", 1)]
+    assert ACT_RELU == ActFn.RELU
+
+
+@pytest.mark.parametrize(
+    "attrs,text", [((len(ActFn), 0), "activation must be 0"), ((0, 2), "residual")]
+)
 def test_verifier_rejects_epilogue_attrs(attrs: tuple[int, int], text: str) -> None:
     import dataclasses
 

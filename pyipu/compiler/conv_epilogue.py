@@ -30,9 +30,9 @@ import numpy as np
 
 from pyipu.compiler.ir import Instr, np_dtype
 from pyipu.compiler.lower import WEIGHT, GraphBuilder
-from pyipu.enums import Op
+from pyipu.enums import ActFn, Op
 
-ACT_RELU = 1
+ACT_RELU = int(ActFn.RELU)  # the CONV2D / GEMM `activation` attribute (ipu_fns.def)
 CONV_ATTRS = 9  # without the epilogue attrs
 GEMM_ATTRS = 4  # without the activation
 

@@ -24,7 +24,7 @@ from pyipu.compiler.ir import (
     bits_f64,
     np_dtype,
 )
-from pyipu.enums import BinaryFn, DType, Op, UnaryFn
+from pyipu.enums import ActFn, BinaryFn, DType, Op, UnaryFn
 
 # A kernel gets the instruction, copies of its inputs and (a view of) its first output, and
 # returns the result, or one result per output for multi-output opcodes (TOPK).
@@ -310,7 +310,7 @@ def gemm(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
     out = np.float32(bits_f64(alpha_bits)) * np.matmul(a, b)
     if c:
         out = out + np.float32(bits_f64(beta_bits)) * c[0]
-    if act and act[0] == 1:  # activation = relu (fused by the compiler, conv_epilogue.py)
+    if act and act[0] == ActFn.RELU:  # fused by the compiler (conv_epilogue.py)
         out = np.maximum(out, out.dtype.type(0))
     return out
 
@@ -395,9 +395,9 @@ def conv2d(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
     out = out.reshape(n, m, oh, ow)
     if bias:
         out = out + bias[0][:, None, None]
-    if res is not None:  # fused epilogue: residual, then activation (1 = relu)
+    if res is not None:  # fused epilogue: residual, then activation
         out = out + res.astype(np.float32)
-    if act == 1:
+    if act == ActFn.RELU:
         out = np.maximum(out, np.float32(0))
     return out
 

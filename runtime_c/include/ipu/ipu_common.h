@@ -71,6 +71,8 @@ IPU_API const char *ipu_unary_fn_name(int fn);
 IPU_API const char *ipu_binary_fn_name(int fn);
 /* Name of a REDUCE function id (ipu_fns.def, "SUM_SQUARE"), NULL when unknown. */
 IPU_API const char *ipu_reduce_fn_name(int fn);
+/* Name of a CONV2D / GEMM epilogue activation (ipu_fns.def, "RELU"), NULL when unknown. */
+IPU_API const char *ipu_act_fn_name(int fn);
 
 /* Detailed message of the most recent error on the calling thread (empty string if none).
  * The pointer is valid until the next failing call on this thread. */

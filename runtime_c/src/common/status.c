@@ -129,6 +129,22 @@ const char *ipu_reduce_fn_name(int fn) {
     }
 }
 
+const char *ipu_act_fn_name(int fn) {
+    switch (fn) {
+#define IPU_UNARY(name, value)
+#define IPU_BINARY(name, value)
+#define IPU_ACT(name, value) \
+    case value:              \
+        return #name;
+#include "ipu/ipu_fns.def"
+#undef IPU_UNARY
+#undef IPU_BINARY
+#undef IPU_ACT
+        default:
+            return NULL;
+    }
+}
+
 static _Thread_local char last_error[512];
 
 ipu_status ipu__fail(ipu_status s, const char *fmt, ...) {

@@ -260,9 +260,9 @@ static ipu_status v_gemm(const vctx *v, const ipu__tensor *const *in, const ipu_
             return bad(v, "%s must be 0 or 1, got %lld", i ? "transB" : "transA",
                        (long long)ins->attr[i]);
     int ta = (int)ins->attr[0], tb = (int)ins->attr[1];
-    int64_t act = ins->n_attr == 5 ? ins->attr[4] : IPU__CONV_ACT_NONE;
-    if (act != IPU__CONV_ACT_NONE && act != IPU__CONV_ACT_RELU)
-        return bad(v, "activation must be 0 (none) or 1 (relu), got %lld", (long long)act);
+    int64_t act = ins->n_attr == 5 ? ins->attr[4] : IPU__ACT_NONE;
+    ipu_status st = ipu__vact(v, act);
+    if (st) return st;
     int64_t M = a->desc.dims[ta], K = a->desc.dims[1 - ta];
     int64_t K2 = b->desc.dims[tb], N = b->desc.dims[1 - tb];
     if (K != K2)
@@ -443,8 +443,8 @@ static ipu_status v_scale_shift(const vctx *v, const ipu__tensor *const *in, con
                    shape_str(s2, sizeof s2, x));
     if (axis < 0 || axis >= (int64_t)x->desc.ndim)
         return bad(v, "axis %lld outside [0, %u)", (long long)axis, x->desc.ndim);
-    if (act != 0 && act != 1)
-        return bad(v, "activation must be 0 (none) or 1 (relu), got %lld", (long long)act);
+    ipu_status st = ipu__vact(v, act);
+    if (st) return st;
     uint64_t c = (uint64_t)x->desc.dims[axis], inner = 1;
     for (uint32_t i = 1; i < 3; i++)
         if (in[i]->numel != c)

@@ -176,8 +176,8 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
     /* attrs 9, 10 (optional, both or neither): activation, residual flag */
     bool epi = ins->n_attr == 11;
     int64_t act = epi ? ins->attr[9] : 0, has_res = epi ? ins->attr[10] : 0;
-    if (act != IPU__CONV_ACT_NONE && act != IPU__CONV_ACT_RELU)
-        return bad(v, "activation must be 0 (none) or 1 (relu), got %lld", (long long)act);
+    ipu_status st = ipu__vact(v, act);
+    if (st) return st;
     if (has_res != 0 && has_res != 1)
         return bad(v, "residual must be 0 or 1, got %lld", (long long)has_res);
     if (ins->n_in < 2 + (uint32_t)has_res)
@@ -186,7 +186,7 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
     if (n_main > 3) return bad(v, "%u inputs, expected x, w[, bias]", n_main);
     const ipu__tensor *x = in[0], *w = in[1], *bias = n_main == 3 ? in[2] : NULL;
     const ipu__tensor *res = has_res ? in[ins->n_in - 1] : NULL;
-    ipu_status st = attr_range(v, 0, 5, 1, pos);
+    st = attr_range(v, 0, 5, 1, pos);
     if (!st) st = attr_range(v, 5, 4, 0, pads);
     if (st) return st;
     if (x->desc.ndim != 4 || w->desc.ndim != 4 || y->desc.ndim != 4)

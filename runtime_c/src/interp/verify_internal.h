@@ -4,6 +4,7 @@
 #define IPU_VERIFY_INTERNAL_H
 
 #include "interp.h"
+#include "kernels/kernels.h"
 #include "prepack.h"
 
 typedef struct vctx {
@@ -29,6 +30,13 @@ static inline ipu_status ipu__vpacked(const vctx *v, uint32_t slot, const ipu__p
 /* Short names used throughout the verifier. */
 #define bad(...) ipu__vbad(__VA_ARGS__)
 #define shape_str(...) ipu__shape_str(__VA_ARGS__)
+
+/* The `activation` attribute of CONV2D, GEMM and SCALE_SHIFT: a value of ipu_fns.def's IPU_ACT
+ * table (its values are 0 .. count - 1). */
+static inline ipu_status ipu__vact(const vctx *v, int64_t act) {
+    if (act >= 0 && act < IPU__ACT_COUNT) return IPU_OK;
+    return bad(v, "activation must be 0 (none) or 1 (relu), got %lld", (long long)act);
+}
 
 ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
                               ipu__instr *ins);

@@ -64,7 +64,7 @@ static inline __attribute__((always_inline)) void epilogue_body(const ipu__conv_
                                                                 int64_t co, const void *res,
                                                                 int64_t off) {
     float bv = bias ? ld(bias, p->f16, co) : 0.0f;
-    int relu = p->act == IPU__CONV_ACT_RELU;
+    int relu = p->act == IPU__ACT_RELU;
     if (res && p->f16) {
         for (int64_t j = 0; j < n; j++) dst[j] = src[j] + bv + ld(res, 1, off + j);
         src = dst;

@@ -60,7 +60,7 @@ typedef struct ipu__mm_plan {
     int64_t bshape[IPU_MAX_DIMS], abs[IPU_MAX_DIMS], bbs[IPU_MAX_DIMS]; /* batch strides, in matrices */
     /* GEMM only */
     int is_gemm, trans_a, trans_b, has_c;
-    int act; /* IPU__CONV_ACT_*: applied after alpha * op(A) op(B) + beta * C */
+    int act; /* ipu__act_fn: applied after alpha * op(A) op(B) + beta * C */
     float alpha, beta;
     int64_t c_rs, c_cs;
     int path;
@@ -130,7 +130,17 @@ typedef struct ipu__red_plan {
 #define IPU__CONV_WIN_XQ \
     ((int64_t)(IPU__SCRATCH_BYTES / sizeof(float)) - IPU__CONV_WIN_A - IPU__CONV_WIN_C - \
      IPU__CONV_WIN_B)
-enum { IPU__CONV_ACT_NONE = 0, IPU__CONV_ACT_RELU = 1 };
+/* Epilogue activation of CONV2D and GEMM (their `activation` attribute), from ipu_fns.def. */
+typedef enum ipu__act_fn {
+#define IPU_UNARY(name, value)
+#define IPU_BINARY(name, value)
+#define IPU_ACT(name, value) IPU__ACT_##name = value,
+#include "ipu/ipu_fns.def"
+#undef IPU_UNARY
+#undef IPU_BINARY
+#undef IPU_ACT
+    IPU__ACT_COUNT
+} ipu__act_fn;
 /* RELU as every kernel computes it (the instruction, fused conv/GEMM/affine epilogues): NaN
  * stays NaN, -0.0 becomes +0; branch-free, so loops over it vectorise. */
 static inline float ipu__relu_f32(float v) { return (v > 0.0f || v != v) ? v : 0.0f; }

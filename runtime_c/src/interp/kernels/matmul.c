@@ -80,7 +80,7 @@ static void gemm_epilogue_row(const ipu__mm_plan *p, const void *c, int f16, int
         else
             for (int64_t j = 0; j < n; j++) y[j] = al * acc[j] + be * cf[base];
     }
-    if (p->act == IPU__CONV_ACT_RELU)
+    if (p->act == IPU__ACT_RELU)
         for (int64_t j = 0; j < n; j++) y[j] = ipu__relu_f32(y[j]);
 }
 
