@@ -94,11 +94,17 @@ static inline __attribute__((always_inline)) void epilogue_body(const ipu__conv_
 /* The epilogue over nrows rows of n: row r from src + r * ss to dst + r * ds (the residual at
  * off + r * ds: it has y's layout). One call per block of rows (the window path's output rows
  * are short). */
+static inline __attribute__((always_inline)) void epilogue_rows_body(
+    const ipu__conv_plan *p, float *dst, int64_t ds, const float *src, int64_t ss, int64_t nrows,
+    int64_t n, const void *bias, int64_t co, const void *res, int64_t off) {
+    for (int64_t r = 0; r < nrows; r++)
+        epilogue_body(p, dst + r * ds, src + r * ss, n, bias, co, res, off + r * ds);
+}
+
 static void epilogue_base(const ipu__conv_plan *p, float *dst, int64_t ds, const float *src,
                           int64_t ss, int64_t nrows, int64_t n, const void *bias, int64_t co,
                           const void *res, int64_t off) {
-    for (int64_t r = 0; r < nrows; r++)
-        epilogue_body(p, dst + r * ds, src + r * ss, n, bias, co, res, off + r * ds);
+    epilogue_rows_body(p, dst, ds, src, ss, nrows, n, bias, co, res, off);
 }
 
 #if IPU_X86
@@ -108,8 +114,7 @@ __attribute__((target("avx2"))) static void epilogue_avx2(const ipu__conv_plan *
                                                           int64_t ss, int64_t nrows, int64_t n,
                                                           const void *bias, int64_t co,
                                                           const void *res, int64_t off) {
-    for (int64_t r = 0; r < nrows; r++)
-        epilogue_body(p, dst + r * ds, src + r * ss, n, bias, co, res, off + r * ds);
+    epilogue_rows_body(p, dst, ds, src, ss, nrows, n, bias, co, res, off);
 }
 #endif
 
@@ -561,14 +566,11 @@ static void run_tposed(const ipu__conv_plan *p, const float *x, const float *bw,
         }
         for (int64_t kk = 0; kk < kc; kk++) off[kk] = p->rowoff[k0 + kk] - base;
         for (int64_t i = 0; i < ppad; i += mr) pack_pixels(src, off, kc, q + i, mr, ap + i * kc);
-        int64_t plines = kc * nr / 16, npan = ppad / mr; /* cache lines of a weight panel */
         for (int64_t j = 0; j < mpad; j += nr) { /* a weight panel stays in L1 over all pixels */
-            const float *bpan = bg + j * K + k0 * nr, *next = bpan + nr * K;
-            for (int64_t i = 0, l = 0; i < ppad; i += mr) {
-                /* the next weight panel comes from memory (weights are read once per call):
-                 * fetch it in parts while this one computes */
-                int64_t lend = j + nr < mpad ? (i / mr + 1) * plines / npan : 0;
-                for (; l < lend; l++) __builtin_prefetch(next + l * 16);
+            const float *bpan = bg + j * K + k0 * nr;
+            const float *next = j + nr < mpad ? bpan + nr * K : NULL; /* weights: from memory */
+            for (int64_t i = 0, done = 0; i < ppad; i += mr) {
+                ipu__prefetch_part(next, kc * nr / 16, i / mr, ppad / mr, &done);
                 u.fn(kc, ap + i * kc, bpan, ct + i * mpad + j, mpad, k0 > 0);
             }
         }

@@ -444,15 +444,14 @@ static void driver(const ukr_desc *u, const ipu__sgemm_args *g, const float *bpr
                 ga.m = m - i0 < MC ? m - i0 : MC;
                 ga.a = (const char *)g->a + (size_t)(i0 * g->a_rs) * es;
                 ipu__sgemm_pack_a(&ga, k0, kc, mr, ap);
-                int64_t plines = kc * nr / 16, npan = (ga.m + mr - 1) / mr;
                 for (int64_t jr = 0; jr < nc; jr += nr) {
                     int64_t w = nc - jr < nr ? nc - jr : nr;
-                    const float *bpan = bk + jr / nr * ps, *next = bpan + ps;
-                    for (int64_t ir = 0, l = 0; ir < ga.m; ir += mr) {
-                        /* pre-packed weights come from memory: fetch the next panel in parts
-                         * while this one computes */
-                        int64_t lend = bpre && jr + nr < nc ? (ir / mr + 1) * plines / npan : 0;
-                        for (; l < lend; l++) __builtin_prefetch(next + l * 16);
+                    const float *bpan = bk + jr / nr * ps;
+                    /* pre-packed weights come from memory: the next panel is fetched ahead */
+                    const float *next = bpre && jr + nr < nc ? bpan + ps : NULL;
+                    for (int64_t ir = 0, done = 0; ir < ga.m; ir += mr) {
+                        ipu__prefetch_part(next, kc * nr / 16, ir / mr, (ga.m + mr - 1) / mr,
+                                           &done);
                         int64_t h = ga.m - ir < mr ? ga.m - ir : mr;
                         float *c = g->c + (i0 + ir) * g->ldc + j0 + jr;
                         if (h == mr && w == nr) {

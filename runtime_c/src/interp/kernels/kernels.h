@@ -144,6 +144,17 @@ typedef enum ipu__act_fn {
 /* RELU as every kernel computes it (the instruction, fused conv/GEMM/affine epilogues): NaN
  * stays NaN, -0.0 becomes +0; branch-free, so loops over it vectorise. */
 static inline float ipu__relu_f32(float v) { return (v > 0.0f || v != v) ? v : 0.0f; }
+
+/* A B panel of `lines` cache lines that the next micro-kernel calls will read from memory
+ * (pre-packed weights) is fetched in parts while the current panel computes: before call
+ * `call` of `calls` on the current panel, lines [*done, (call + 1) * lines / calls) of `next`.
+ * next NULL: no next panel. */
+static inline void ipu__prefetch_part(const float *next, int64_t lines, int64_t call,
+                                      int64_t calls, int64_t *done) {
+    if (!next) return;
+    for (int64_t end = (call + 1) * lines / calls; *done < end; ++*done)
+        __builtin_prefetch(next + *done * 16);
+}
 /* Does some tap t * d (t < k) of a stride-s window fall on stride phase a (conv and pool
  * window paths copy only the phases some tap reads)? */
 static inline bool ipu__phase_used(int64_t a, int64_t k, int64_t d, int64_t s) {
