@@ -106,7 +106,7 @@ def scale_shift(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
     along = [1] * x.ndim
     along[axis] = x.shape[axis]
     r = x * scale.reshape(along) + shift.reshape(along)
-    return np.maximum(r, r.dtype.type(0)) if act else r
+    return np.maximum(r, r.dtype.type(0)) if act == ActFn.RELU else r
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
