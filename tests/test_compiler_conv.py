@@ -220,10 +220,17 @@ def test_pool_row_blocks_and_nan(op: str, strides: list[int]) -> None:
 @pytest.mark.parametrize("strides", [[1, 1], [2, 2]])
 def test_maxpool_takes_taps_in_order_bit_for_bit(strides: list[int]) -> None:
     """Signed zeros, infinities and NaNs: every output keeps the first of equal values in (kh, kw)
-    order and a NaN wins (docs/bytecode.md, POOL2D), bit for bit on the vector paths too."""
+    order and the first NaN wins (docs/bytecode.md, POOL2D), bit for bit on the vector paths too:
+    the NaNs carry distinct payloads, several to a window."""
     rng = np.random.default_rng(9)
     x = rng.choice(np.array([0.0, -0.0, 1.0, -np.inf, np.inf], np.float32), (1, 3, 21, 70))
-    x[0, 2, rng.integers(0, 21, 6), rng.integers(0, 70, 6)] = np.nan
+    rows, cols = rng.integers(0, 21, 40), rng.integers(0, 70, 40)
+    x[0, 2, rows, cols] = (np.uint32(0x7FC00000) + np.arange(1, 41, dtype=np.uint32)).view(
+        np.float32
+    )
+    x[0, 1, 4:7, 10:13] = (
+        (np.uint32(0xFFC00000) + np.arange(9, dtype=np.uint32)).view(np.float32).reshape(3, 3)
+    )
     attrs = {"kernel_shape": [3, 3], "strides": strides, "pads": [1, 1, 1, 1]}
     exe, feeds, _ = compile_single_op("MaxPool", [x], attrs, opset=12)
     (got,) = run_c(exe, feeds).values()

@@ -23,26 +23,22 @@ static inline float ld(const void *base, int f16, int64_t i) {
 #define IPU_X86 0
 #endif
 
-static inline float max_nan(float acc, float v) {
-    return (v > acc || isnan(v)) && !isnan(acc) ? v : acc;
+/* The running max after tap v (docs/bytecode.md): v replaces acc only if greater, so of equal
+ * values the first stays, or if v is NaN and acc is not, so the first NaN wins. Bitwise
+ * operators keep it branch-free (it vectorises). */
+static inline float max_tap(float acc, float v) {
+    return ((v > acc) | ((v != v) & (acc == acc))) ? v : acc;
 }
 
-/* a[t] = max_nan(a[t], xr[t * sw]) or a[t] + xr[t * sw], t < n (branch-free: vectorises).
- * A NaN in a[t] stays: v > NaN is false, and a NaN v replaces it with NaN. */
+/* a[t] = max_tap(a[t], xr[t * sw]) or a[t] + xr[t * sw], t < n. */
 static inline __attribute__((always_inline)) void tap_f32(float *restrict a,
                                                           const float *restrict xr, int64_t n,
                                                           int64_t sw, int kind) {
     if (kind == 0) {
         if (sw == 1)
-            for (int64_t t = 0; t < n; t++) {
-                float v = xr[t];
-                a[t] = (v > a[t] || v != v) ? v : a[t];
-            }
+            for (int64_t t = 0; t < n; t++) a[t] = max_tap(a[t], xr[t]);
         else
-            for (int64_t t = 0; t < n; t++) {
-                float v = xr[t * sw];
-                a[t] = (v > a[t] || v != v) ? v : a[t];
-            }
+            for (int64_t t = 0; t < n; t++) a[t] = max_tap(a[t], xr[t * sw]);
     } else if (sw == 1) {
         for (int64_t t = 0; t < n; t++) a[t] += xr[t];
     } else {
@@ -72,7 +68,7 @@ static void pool_row(const ipu__pool_plan *p, const void *x, int64_t xoff, int64
             if (p->f16) {
                 for (int64_t t = 0; t < n; t++) {
                     float v = ld(x, 1, s0 + t * sw);
-                    a[t] = p->kind == 0 ? max_nan(a[t], v) : a[t] + v;
+                    a[t] = p->kind == 0 ? max_tap(a[t], v) : a[t] + v;
                 }
             } else {
                 tap_f32(a, (const float *)x + s0, n, sw, p->kind);
@@ -113,7 +109,7 @@ static inline float fold_one(const float *const *taps, int64_t ntaps, int64_t q,
                              float a) {
     for (int64_t k = 0; k < ntaps; k++) {
         float v = taps[k][q];
-        a = kind == 0 ? ((v > a || v != v) ? v : a) : a + v;
+        a = kind == 0 ? max_tap(a, v) : a + v;
     }
     return a;
 }
@@ -336,10 +332,7 @@ ipu_status ipu__k_pool2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
                         int64_t iw = ow * p->sw - p->pl + kw * p->dw;
                         if (iw < 0 || iw >= p->W) continue;
                         float v = ld(x, p->f16, xoff + ih * p->W + iw);
-                        if (p->kind == 0)
-                            acc = (v > acc || isnan(v)) && !isnan(acc) ? v : acc;
-                        else
-                            acc += v;
+                        acc = p->kind == 0 ? max_tap(acc, v) : acc + v;
                     }
                 }
                 if (p->kind == 1) acc /= (float)(p->cip ? nh * nw : vh * vw);
