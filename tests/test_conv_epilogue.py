@@ -5,6 +5,7 @@ CONV_CASES shape."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -122,8 +123,16 @@ def test_activation_values_come_from_the_c_table() -> None:
     assert ACT_RELU == ActFn.RELU
 
 
+# the verifier lists the table it checks against: every activation, value and name
+ACT_TABLE = re.escape("".join(f"{a.value} ({a.name}), " for a in ActFn))
+
+
 @pytest.mark.parametrize(
-    "attrs,text", [((len(ActFn), 0), "activation must be 0"), ((0, 2), "residual")]
+    "attrs,text",
+    [
+        ((len(ActFn), 0), f"activation must be one of {ACT_TABLE}got {len(ActFn)}"),
+        ((0, 2), "residual"),
+    ],
 )
 def test_verifier_rejects_epilogue_attrs(attrs: tuple[int, int], text: str) -> None:
     import dataclasses

@@ -61,7 +61,7 @@ static void test_verifier(void) {
     CHECK(verify_only(h, IPU_OP_SCALE_SHIFT, 3, (uint32_t[]){a, v, v2}, ay, 2, (int64_t[]){1, 1}) == IPU_OK, "scale_shift ok");
     CHECK(verify_only(h, IPU_OP_SCALE_SHIFT, 3, (uint32_t[]){a, s4, s4}, ay, 2, (int64_t[]){2, 0}) == IPU_OK, "last axis ok");
     expect_bad(verify_only(h, IPU_OP_SCALE_SHIFT, 3, (uint32_t[]){a, v, v2}, ay, 2, (int64_t[]){3, 0}), "axis 3 outside [0, 3)");
-    expect_bad(verify_only(h, IPU_OP_SCALE_SHIFT, 3, (uint32_t[]){a, v, v2}, ay, 2, (int64_t[]){1, 2}), "activation must be 0 (none) or 1 (relu), got 2");
+    expect_bad(verify_only(h, IPU_OP_SCALE_SHIFT, 3, (uint32_t[]){a, v, v2}, ay, 2, (int64_t[]){1, 2}), "activation must be one of 0 (NONE), 1 (RELU), got 2");
     expect_bad(verify_only(h, IPU_OP_SCALE_SHIFT, 3, (uint32_t[]){a, v, s4}, ay, 2, (int64_t[]){1, 0}), "shift has 4 elements, expected x.dims[1] = 3");
     expect_bad(verify_only(h, IPU_OP_SCALE_SHIFT, 3, (uint32_t[]){a, v, v2}, y, 2, (int64_t[]){1, 0}), "differs from input");
     expect_bad(verify_only(h, IPU_OP_SCALE_SHIFT, 3, (uint32_t[]){bi, bj, bj}, cy, 2, (int64_t[]){1, 0}), "not float32/float16");

@@ -35,7 +35,17 @@ static inline ipu_status ipu__vpacked(const vctx *v, uint32_t slot, const ipu__p
  * table (its values are 0 .. count - 1). */
 static inline ipu_status ipu__vact(const vctx *v, int64_t act) {
     if (act >= 0 && act < IPU__ACT_COUNT) return IPU_OK;
-    return bad(v, "activation must be 0 (none) or 1 (relu), got %lld", (long long)act);
+    /* "0 (NONE), 1 (RELU), ": the table spelled out by ipu_fns.def itself */
+#define IPU_UNARY(name, value)
+#define IPU_BINARY(name, value)
+#define IPU_ACT(name, value) #value " (" #name "), "
+    static const char table[] =
+#include "ipu/ipu_fns.def"
+        "";
+#undef IPU_UNARY
+#undef IPU_BINARY
+#undef IPU_ACT
+    return bad(v, "activation must be one of %sgot %lld", table, (long long)act);
 }
 
 ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
