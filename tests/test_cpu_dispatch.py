@@ -7,18 +7,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cpuinfo import first_cpu
 
 from pyipu import _core
 
 
 def cpu() -> tuple[str, int, set[str]]:
     """Vendor, family and flags of the first CPU in /proc/cpuinfo."""
-    fields: dict[str, str] = {}
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if not line.strip():
-            break
-        key, _, value = line.partition(":")
-        fields[key.strip()] = value.strip()
+    fields = first_cpu()
     return fields["vendor_id"], int(fields["cpu family"]), set(fields["flags"].split())
 
 

@@ -26,6 +26,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
+from cpuinfo import first_cpu  # noqa: E402
 from light_models import NAMES as CNN_NAMES  # noqa: E402
 
 DOC = REPO / "docs" / "performance.md"
@@ -226,15 +227,7 @@ def micro_kernel() -> str:
 def machine(data: dict[str, Any], load: str) -> list[str]:
     mi, ci = data.get("machine_info", {}), data.get("commit_info", {})
     cpu = platform.processor() or mi.get("machine", "")
-    fields: dict[str, str] = {}
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if not line.strip():
-                break
-            key, _, value = line.partition(":")
-            fields[key.strip()] = value.strip()
-    except OSError:
-        pass
+    fields = first_cpu()
     if "model name" in fields:
         # the sessions' VMs change CPU: family/model and AVX-512 tell Zen 3 from Zen 4
         avx512 = "AVX-512" if "avx512f" in fields.get("flags", "").split() else "no AVX-512"
