@@ -1,11 +1,13 @@
-"""Every distinct Conv of a benchmark CNN timed alone, pyipu against ONNX Runtime, 1 thread.
+"""Every distinct Conv of a benchmark CNN timed alone, pyipu against ONNX Runtime.
 
-    python tools/conv_layers.py resnet50 shufflenet
+    python tools/conv_layers.py resnet50 shufflenet [--threads 2] [--whole]
 
 Each distinct (input shape, weight shape, strides, pads, group) becomes a one-node model
 (Conv + bias, random weights) compiled like the benchmarks; both runtimes alternate call by
-call (`--calls` each) and the medians are compared. Sorted by pyipu's total time in the
-model (time × occurrences): the shapes to fix first come first.
+call (`--calls` each, same thread count) and the medians are compared. Sorted by pyipu's total
+time in the model (time × occurrences): the shapes to fix first come first. A layer's time
+includes the request's input and output copies, which small layers feel most. `--whole` also
+times the whole model the same way (tools/perf_table.py is the reference for models).
 """
 
 from __future__ import annotations
@@ -64,11 +66,17 @@ def single_conv(
     )
 
 
-def time_pair(a, b, calls: int) -> tuple[float, float]:
+def time_pair(a, b, calls: int, settle: bool = False) -> tuple[float, float]:
+    """Median seconds of a() and b(), alternating; settle: wait for the other side's worker
+    threads to stop spinning before each call (they take a core on a 2-core machine)."""
+    from side_by_side import wait_until_idle
+
     ta, tb = [], []
     a(), b()
     for _ in range(calls):
         for fn, acc in ((a, ta), (b, tb)):
+            if settle:
+                wait_until_idle()
             t0 = time.perf_counter()
             fn()
             acc.append(time.perf_counter() - t0)
@@ -83,18 +91,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("models", nargs="+", help="light CNN names (tests/light_models.py)")
     ap.add_argument("--calls", type=int, default=7)
     ap.add_argument("--top", type=int, default=12, help="rows per model")
+    ap.add_argument("--threads", type=int, default=1, help="each runtime's compute threads")
+    ap.add_argument("--whole", action="store_true", help="also time the whole model")
     args = ap.parse_args(argv)
+    settle = args.threads > 1
+
+    def timed(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> tuple[float, float]:
+        p = PyipuEngine(compile_model(model), feeds, args.threads)
+        o = OrtEngine(ort_session(model, args.threads), feeds)
+        try:
+            return time_pair(p, o, args.calls, settle)
+        finally:
+            p.close()
+
     for name in args.models:
+        full = with_random_weights(load(name))
         rows = []
-        for (xs, ws, _), (node, x_shape, count) in conv_configs(
-            with_random_weights(load(name))
-        ).items():
+        for (xs, ws, _), (node, x_shape, count) in conv_configs(full).items():
             model = single_conv(node, x_shape, ws)
             feeds = {"x": np.random.default_rng(1).standard_normal(x_shape).astype(np.float32)}
-            p = PyipuEngine(compile_model(model), feeds, 1)
-            o = OrtEngine(ort_session(model, 1), feeds)
-            tp, to = time_pair(p, o, args.calls)
-            p.close()
+            tp, to = timed(model, feeds)
             y = [d.dim_value for d in model.graph.output[0].type.tensor_type.shape.dim]
             flop = 2 * np.prod(y) * np.prod(ws[1:])
             attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
@@ -106,7 +122,10 @@ def main(argv: list[str] | None = None) -> int:
         rows.sort(reverse=True)
         total_p = sum(r[0] for r in rows)
         total_o = sum(r[4] * r[2] for r in rows)
-        print(f"#### {name}: Conv alone, pyipu {total_p * 1e3:.1f} ms, ORT {total_o * 1e3:.1f} ms")
+        print(
+            f"#### {name}, {args.threads} thread(s): Conv alone, pyipu {total_p * 1e3:.1f} ms, "
+            f"ORT {total_o * 1e3:.1f} ms"
+        )
         print()
         print("| conv (x without N, w, strides, group) | × | pyipu ms | ORT ms | pyipu/ORT | "
               "pyipu GF/s | ORT GF/s |")  # fmt: skip
@@ -115,6 +134,16 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"| {desc} | {count} | {tp * 1e3:.2f} | {to * 1e3:.2f} | {to / tp:.2f} | "
                 f"{gp:.0f} | {go:.0f} |"
+            )
+        if args.whole:
+            inits = {i.name for i in full.graph.initializer}
+            x = next(i for i in full.graph.input if i.name not in inits)
+            shape = [d.dim_value for d in x.type.tensor_type.shape.dim]
+            feeds = {x.name: np.random.default_rng(1).standard_normal(shape).astype(np.float32)}
+            tp, to = timed(full, feeds)
+            print(
+                f"\nwhole model: pyipu {tp * 1e3:.2f} ms, ORT {to * 1e3:.2f} ms, "
+                f"pyipu/ORT throughput {to / tp:.2f}"
             )
         print(flush=True)
     return 0
