@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cpuinfo import first_cpu
+from proc_cpuinfo import first_cpu
 
 from pyipu import _core
 

@@ -56,10 +56,6 @@ def test_runs_top_to_bottom(path: pathlib.Path) -> None:
     )
     client.execute()  # raises CellExecutionError naming the cell on any error
     errors = [
-        o
-        for c in nb.cells
-        if c.cell_type == "code"
-        for o in c.outputs
-        if o.output_type == "error"
+        o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"
     ]
     assert not errors

@@ -26,8 +26,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
-from cpuinfo import first_cpu  # noqa: E402
 from light_models import NAMES as CNN_NAMES  # noqa: E402
+from proc_cpuinfo import first_cpu  # noqa: E402
 
 DOC = REPO / "docs" / "performance.md"
 BENCH_FILES = ["bench_vs_ort.py", "bench_gemm.py", "bench_footprint.py"]

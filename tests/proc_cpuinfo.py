@@ -1,4 +1,7 @@
-"""The first CPU's fields in /proc/cpuinfo (the dispatch test and tools/perf_table.py read it)."""
+"""The first CPU's fields in /proc/cpuinfo (the dispatch test and tools/perf_table.py read it).
+
+Not named `cpuinfo`: that is py-cpuinfo's module, which pytest-benchmark imports.
+"""
 
 from __future__ import annotations
 
