@@ -90,10 +90,8 @@ const char *ipu_unary_fn_name(int fn) {
 #define IPU_UNARY(name, value) \
     case value:                \
         return #name;
-#define IPU_BINARY(name, value)
 #include "ipu/ipu_fns.def"
 #undef IPU_UNARY
-#undef IPU_BINARY
         default:
             return NULL;
     }
@@ -101,12 +99,10 @@ const char *ipu_unary_fn_name(int fn) {
 
 const char *ipu_binary_fn_name(int fn) {
     switch (fn) {
-#define IPU_UNARY(name, value)
 #define IPU_BINARY(name, value) \
     case value:                 \
         return #name;
 #include "ipu/ipu_fns.def"
-#undef IPU_UNARY
 #undef IPU_BINARY
         default:
             return NULL;
@@ -115,14 +111,10 @@ const char *ipu_binary_fn_name(int fn) {
 
 const char *ipu_reduce_fn_name(int fn) {
     switch (fn) {
-#define IPU_UNARY(name, value)
-#define IPU_BINARY(name, value)
 #define IPU_REDUCE(name, value) \
     case value:                 \
         return #name;
 #include "ipu/ipu_fns.def"
-#undef IPU_UNARY
-#undef IPU_BINARY
 #undef IPU_REDUCE
         default:
             return NULL;
@@ -131,14 +123,10 @@ const char *ipu_reduce_fn_name(int fn) {
 
 const char *ipu_act_fn_name(int fn) {
     switch (fn) {
-#define IPU_UNARY(name, value)
-#define IPU_BINARY(name, value)
 #define IPU_ACT(name, value) \
     case value:              \
         return #name;
 #include "ipu/ipu_fns.def"
-#undef IPU_UNARY
-#undef IPU_BINARY
 #undef IPU_ACT
         default:
             return NULL;

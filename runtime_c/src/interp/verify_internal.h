@@ -36,14 +36,10 @@ static inline ipu_status ipu__vpacked(const vctx *v, uint32_t slot, const ipu__p
 static inline ipu_status ipu__vact(const vctx *v, int64_t act) {
     if (act >= 0 && act < IPU__ACT_COUNT) return IPU_OK;
     /* "0 (NONE), 1 (RELU), ": the table spelled out by ipu_fns.def itself */
-#define IPU_UNARY(name, value)
-#define IPU_BINARY(name, value)
 #define IPU_ACT(name, value) #value " (" #name "), "
     static const char table[] =
 #include "ipu/ipu_fns.def"
         "";
-#undef IPU_UNARY
-#undef IPU_BINARY
 #undef IPU_ACT
     return bad(v, "activation must be one of %sgot %lld", table, (long long)act);
 }

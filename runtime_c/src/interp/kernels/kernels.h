@@ -132,12 +132,8 @@ typedef struct ipu__red_plan {
      IPU__CONV_WIN_B)
 /* Epilogue activation of CONV2D and GEMM (their `activation` attribute), from ipu_fns.def. */
 typedef enum ipu__act_fn {
-#define IPU_UNARY(name, value)
-#define IPU_BINARY(name, value)
 #define IPU_ACT(name, value) IPU__ACT_##name = value,
 #include "ipu/ipu_fns.def"
-#undef IPU_UNARY
-#undef IPU_BINARY
 #undef IPU_ACT
     IPU__ACT_COUNT
 } ipu__act_fn;
@@ -270,17 +266,13 @@ typedef struct ipu__interp_plan {
 /* Function ids of UNARY and BINARY (attribute 0), from ipu/ipu_fns.def. */
 typedef enum ipu__unary_fn {
 #define IPU_UNARY(name, value) IPU__UN_##name = value,
-#define IPU_BINARY(name, value)
 #include "ipu/ipu_fns.def"
 #undef IPU_UNARY
-#undef IPU_BINARY
     IPU__UN_COUNT
 } ipu__unary_fn;
 typedef enum ipu__binary_fn {
-#define IPU_UNARY(name, value)
 #define IPU_BINARY(name, value) IPU__BIN_##name = value,
 #include "ipu/ipu_fns.def"
-#undef IPU_UNARY
 #undef IPU_BINARY
     IPU__BIN_COUNT
 } ipu__binary_fn;
@@ -308,12 +300,8 @@ typedef struct ipu__nary_plan {
 
 /* REDUCE attr 0, from ipu/ipu_fns.def. */
 typedef enum ipu__reduce_fn {
-#define IPU_UNARY(name, value)
-#define IPU_BINARY(name, value)
 #define IPU_REDUCE(name, value) IPU__RED_##name = value,
 #include "ipu/ipu_fns.def"
-#undef IPU_UNARY
-#undef IPU_BINARY
 #undef IPU_REDUCE
     IPU__RED_COUNT
 } ipu__reduce_fn;
