@@ -3,6 +3,8 @@ timed load / compute / store event per iteration, a bounded buffer, CLOCK_MONOTO
 
 from __future__ import annotations
 
+import gc
+import os
 import time
 
 import numpy as np
@@ -99,3 +101,41 @@ def test_unbounded_buffer_is_refused() -> None:
         Runner(compile_add(), config)
     with pytest.raises(errors.InvalidArgumentError):
         RuntimeConfig(record_tracepoints="yes")
+
+
+def matmul_model(n: int) -> onnx.ModelProto:
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["a", "b"], ["c"])],
+        "mm",
+        [helper.make_tensor_value_info(k, TensorProto.FLOAT, (n, n)) for k in ("a", "b")],
+        [helper.make_tensor_value_info("c", TensorProto.FLOAT, (n, n))],
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs /proc")
+@pytest.mark.parametrize("threads", [1, 2])
+def test_execute_is_traced_inline_or_on_the_device(threads: int) -> None:
+    """A 256x256 MatMul (768 KiB of operands): at one thread `execute` runs it on the caller's
+    thread (docs/runtime.md, inline execution: no device thread starts), at two the device
+    thread does; both record one load, compute and store per request, in that order."""
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((256, 256)).astype(np.float32) for _ in range(2))
+    config = RuntimeConfig(record_tracepoints=True, timeout_ns=0, num_threads=threads)
+    gc.collect()  # earlier runners close (and join their threads) now, not meanwhile
+    gc.disable()
+    try:
+        with Runner(Compiler.compile(matmul_model(256), None), config) as runner:
+            before = len(os.listdir("/proc/self/task"))
+            for _ in range(4):
+                c = np.zeros((256, 256), np.float32)
+                runner.execute({"a": a, "b": b}, {"c": c})
+                np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
+            started = len(os.listdir("/proc/self/task")) - before
+    finally:
+        gc.enable()
+    assert started == (0 if threads == 1 else 1)  # the device thread
+    tp = runner.tracepoints()
+    assert tp.kind_names() == ["load", "compute", "store"] * 4 and tp.dropped == 0
+    ev = tp.events
+    assert (ev["end_ns"][:-1] <= ev["start_ns"][1:]).all()  # one request after the other

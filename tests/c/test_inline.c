@@ -72,7 +72,7 @@ static int test_small_request_runs_inline(void) {
 }
 
 static int test_not_inline(void) {
-    /* bps 2 (a step spans requests), a large model, a done callback: all submitted. */
+    /* bps 2 (a step spans requests), a large model on two threads: submitted. */
     float x[6] = {1, 2, 3, 4, 5, 6}, z[6];
     int inlined = 1;
     fixture f;
@@ -85,6 +85,7 @@ static int test_not_inline(void) {
     fx_close(&f);
 
     m = add_model(64, 1024, 1); /* 768 KiB moved by the Main program */
+    cfg = cfg_threads(2);
     CHECK_OK(fx_open(&f, &m, &cfg));
     float *big = calloc(64 * 1024, 4), *bz = calloc(64 * 1024, 4);
     CHECK(big && bz);
@@ -100,22 +101,33 @@ static int test_not_inline(void) {
 typedef struct {
     ipu_runtime *rt;
     int n, bad;
+    size_t len; /* floats per request: 6 (add_model(2, 3)) unless set */
+    int closed; /* requests refused or failed with IPU_ERR_CLOSED (counted, not bad) */
 } producer_ctx;
 
+/* Submits n requests one after the other, checking every result. */
 static void *producer(void *arg) {
     producer_ctx *p = arg;
-    for (int k = 0; k < p->n; k++) {
-        float x[6], z[6];
-        for (int i = 0; i < 6; i++) x[i] = (float)(k + i);
+    size_t len = p->len ? p->len : 6;
+    float *x = malloc(len * 4), *z = malloc(len * 4);
+    for (int k = 0; x && z && k < p->n; k++) {
+        for (size_t i = 0; i < len; i++) x[i] = (float)(k + (int)(i % 64));
         ipu_request *r;
-        if (submit_add(p->rt, 1, x, x, z, NULL, NULL, &r) != IPU_OK) {
-            p->bad++;
+        ipu_status st = submit_add(p->rt, 1, x, x, z, NULL, NULL, &r);
+        if (st == IPU_OK) {
+            st = ipu_request_wait(r, UINT64_MAX);
+            ipu_request_release(r);
+        }
+        if (st == IPU_ERR_CLOSED) {
+            p->closed++;
             continue;
         }
-        if (ipu_request_wait(r, UINT64_MAX) != IPU_OK) p->bad++;
-        ipu_request_release(r);
-        for (int i = 0; i < 6; i++) p->bad += z[i] != 2.0f * x[i];
+        p->bad += st != IPU_OK;
+        for (size_t i = 0; st == IPU_OK && i < len; i++) p->bad += z[i] != 2.0f * x[i];
     }
+    p->bad += !x || !z;
+    free(x);
+    free(z);
     return NULL;
 }
 
@@ -124,7 +136,7 @@ static int test_inline_with_a_concurrent_submitter(void) {
     m_model m = add_model(2, 3, 1);
     ipu_runtime_config cfg = cfg_threads(2);
     CHECK_OK(fx_open(&f, &m, &cfg));
-    producer_ctx p = {f.rt, 3000, 0};
+    producer_ctx p = {.rt = f.rt, .n = 3000};
     pthread_t th;
     CHECK(pthread_create(&th, NULL, producer, &p) == 0);
     int bad = 0, inline_runs = 0;
@@ -147,6 +159,62 @@ static int test_inline_with_a_concurrent_submitter(void) {
     return 0;
 }
 
+static void *close_later(void *arg) {
+    sleep_ms(30);
+    return (void *)(intptr_t)ipu_runtime_close(arg);
+}
+
+static int test_large_model_inline_at_one_thread(void) {
+    /* One compute thread: a large model runs inline as well (no hand-off to the device thread),
+     * while another thread submits; then close() from a third while this one executes, so the
+     * device thread waits for claimed devices (ipu__unpark) and for close: every result right,
+     * every call OK until IPU_ERR_CLOSED, nothing hangs. */
+    fixture f;
+    m_model m = add_model(256, 1024, 1); /* 3 MiB moved by the Main program */
+    ipu_runtime_config cfg = cfg_threads(1);
+    CHECK_OK(fx_open(&f, &m, &cfg));
+    const size_t len = 256 * 1024;
+    float *x = malloc(len * 4), *z = malloc(len * 4);
+    CHECK(x && z);
+    producer_ctx p = {.rt = f.rt, .n = 100, .len = len};
+    pthread_t th, closer;
+    CHECK(pthread_create(&th, NULL, producer, &p) == 0); /* starts the device thread */
+    int bad = 0, inline_runs = 0, k = 0;
+    for (; k < 100; k++) {
+        for (size_t i = 0; i < len; i++) x[i] = (float)(k - (int)(i % 32));
+        int inlined;
+        if (run_add(f.rt, 1, x, x, z, &inlined) != IPU_OK) bad++;
+        inline_runs += inlined;
+        for (size_t i = 0; i < len; i++) bad += z[i] != 2.0f * x[i];
+    }
+    pthread_join(th, NULL);
+    CHECK(bad == 0 && p.bad == 0 && p.closed == 0);
+    CHECK(inline_runs > 0);
+    printf("     (%d of %d ran inline)\n", inline_runs, k);
+    ipu_runtime_stats s;
+    ipu_runtime_get_stats(f.rt, &s);
+    CHECK(s.requests_completed == 200 && s.requests_failed == 0);
+
+    CHECK(pthread_create(&closer, NULL, close_later, f.rt) == 0);
+    ipu_status st = IPU_OK;
+    int after_close = 0;
+    for (k = 0; k < 100000 && after_close < 3; k++) {
+        int inlined;
+        ipu_status now = run_add(f.rt, 1, x, x, z, &inlined);
+        CHECK(now == IPU_OK || now == IPU_ERR_CLOSED);
+        CHECK(!(st == IPU_ERR_CLOSED && now == IPU_OK)); /* closed stays closed */
+        after_close += now == IPU_ERR_CLOSED;
+        st = now;
+    }
+    void *closed_st;
+    pthread_join(closer, &closed_st);
+    CHECK((ipu_status)(intptr_t)closed_st == IPU_OK && st == IPU_ERR_CLOSED);
+    free(x);
+    free(z);
+    fx_close(&f);
+    return 0;
+}
+
 static int test_close_while_executing(void) {
     /* close() from another thread while this one executes in a loop: every call returns OK
      * or IPU_ERR_CLOSED, nothing hangs. */
@@ -154,7 +222,7 @@ static int test_close_while_executing(void) {
     m_model m = add_model(2, 3, 1);
     ipu_runtime_config cfg = cfg_threads(2);
     CHECK_OK(fx_open(&f, &m, &cfg));
-    producer_ctx p = {f.rt, 200, 0};
+    producer_ctx p = {.rt = f.rt, .n = 200};
     pthread_t th;
     CHECK(pthread_create(&th, NULL, producer, &p) == 0); /* starts the device thread */
     float x[6] = {0}, z[6];
@@ -174,6 +242,7 @@ int main(void) {
     RUN(test_small_request_runs_inline);
     RUN(test_not_inline);
     RUN(test_inline_with_a_concurrent_submitter);
+    RUN(test_large_model_inline_at_one_thread);
     RUN(test_close_while_executing);
     printf("%d passed, %d failed\n", g_pass, g_fail);
     return g_fail != 0;

@@ -133,16 +133,17 @@ typedef struct ipu_request_desc {
 IPU_API IPU_NODISCARD ipu_status ipu_runtime_submit(ipu_runtime *rt, const ipu_request_desc *desc,
                                                    ipu_request **out);
 /* Run a request synchronously, inline on the calling thread when that keeps the runtime's
- * semantics, else submit it. Inline execution happens when the model is small (one iteration
- * per step, one subgraph, no dynamic batching, no overlap I/O or sharding, a Main program that
- * moves < 32 KiB), the request is one batch without a done callback, no anchor is served by a
- * stream callback, the device is healthy and idle (its thread not started, or parked at the
- * start of a step) and nothing is queued - so earlier requests have all completed and order is
- * kept. The request then runs on this thread (the device thread waits, parked), is counted in
- * the stats like any other (one step, one iteration, latency) and a failure is handled as the
- * device would (auto_reset reloads, else IPU_ERR_NEEDS_RESET later). Returns its final status
- * with *out = NULL. Otherwise behaves exactly as ipu_runtime_submit (*out: the request to wait
- * for and release). */
+ * semantics, else submit it. Inline execution happens when the model allows it (one iteration
+ * per step, one subgraph, no dynamic batching, no overlap I/O or sharding, and either
+ * num_threads == 1 or a Main program that moves < 32 KiB), the request is one batch without a
+ * done callback, no anchor is served by a stream callback, the device is healthy and idle (its
+ * thread not started, or parked at the start of a step) and nothing is queued - so earlier
+ * requests have all completed and order is kept. The request then runs on this thread (the
+ * device thread waits, parked; other submitters wait for it, as for a full queue), is counted
+ * in the stats and tracepoints like any other (one step, one iteration, latency) and a failure
+ * is handled as the device would (auto_reset reloads, else IPU_ERR_NEEDS_RESET later). Returns
+ * its final status with *out = NULL. Otherwise behaves exactly as ipu_runtime_submit (*out: the
+ * request to wait for and release). */
 IPU_API IPU_NODISCARD ipu_status ipu_runtime_execute(ipu_runtime *rt, const ipu_request_desc *desc,
                                                     ipu_request **out);
 /* Wait up to timeout_ns (UINT64_MAX = forever), from any thread holding a reference. Returns

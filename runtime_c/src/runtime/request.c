@@ -432,10 +432,12 @@ ipu_status ipu_runtime_submit(ipu_runtime *rt, const ipu_request_desc *desc, ipu
 /* ---- inline execution --------------------------------------------------------------------- */
 
 /* One iteration of a validated one-batch request on this thread: what the device's serial
- * loop does for it (copy in, Main program, copy out), with the same stats and failure rules. */
+ * loop does for it (copy in, Main program, copy out), with the same stats, tracepoints and
+ * failure rules. */
 static ipu_status run_inline(ipu_runtime *rt, const ipu_request_desc *d) {
     ipu_session *s = rt->s;
     const uint64_t t_submit = ipu__now_ns();
+    uint64_t t0 = t_submit;
     atomic_fetch_add_explicit(&rt->st_submitted, 1, memory_order_relaxed);
     for (uint32_t a = 0; a < rt->num_anchors; a++) {
         const ipu_anchor_info *A = &s->anchors[a];
@@ -445,8 +447,12 @@ static ipu_status run_inline(ipu_runtime *rt, const ipu_request_desc *d) {
         else if (s->binds[a].kind == IPU_BIND_EMPTY)
             memset(s->tensor_ptr[A->tensor], 0, (size_t)A->desc.nbytes);
     }
+    if (s->trace) ipu__trace_record(s->trace, IPU_TRACE_LOAD, 0, t0);
+    t0 = ipu__trace_start(s);
     const ipu__frame f = {s->exe, s->tensor_ptr};
     ipu_status st = ipu__run_program(s, &f, s->exe->main_programs[0]);
+    if (s->trace) ipu__trace_record(s->trace, IPU_TRACE_COMPUTE, 0, t0);
+    t0 = ipu__trace_start(s);
     if (st != IPU_OK) {
         char m[IPU__MSG_BYTES];
         snprintf(m, sizeof m, "Main program of subgraph 0 failed: %.300s",
@@ -461,6 +467,7 @@ static ipu_status run_inline(ipu_runtime *rt, const ipu_request_desc *d) {
         if (A->direction == IPU_DIR_OUTPUT && ipu__anchor_role(rt, a, 0) == IPU__ROLE_RING)
             memcpy(d->outputs[a], s->tensor_ptr[A->tensor], (size_t)A->desc.nbytes);
     }
+    if (s->trace) ipu__trace_record(s->trace, IPU_TRACE_STORE, 0, t0);
     atomic_fetch_add_explicit(&s->st_iterations, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&s->st_steps, 1, memory_order_relaxed);
     ipu__stats_record(rt, IPU_OK, t_submit);

@@ -329,15 +329,21 @@ void ipu__park(ipu_session *s) {
 }
 
 void ipu__unpark(ipu_session *s) {
+    uint64_t t0 = 0;
     for (unsigned i = 0;; i++) {
         int expected = IPU__PARK_PARKED;
         if (atomic_compare_exchange_weak_explicit(&s->park, &expected, IPU__PARK_RUNNING,
                                                   memory_order_acquire, memory_order_relaxed) ||
             expected == IPU__PARK_RUNNING)
             return;
-        /* INLINE: a caller runs one small iteration; it gives the device back within µs. */
-        if (i < 64) ipu__cpu_relax();
-        else sched_yield();
+        /* INLINE: a caller runs a request itself (a whole inference of a large model at one
+         * thread): poll briefly, then sleep until ipu__release_device. */
+        if (!ipu__spin_expired(i, &t0)) continue;
+        pthread_mutex_lock(&s->mu);
+        atomic_store(&s->dev_waiting, 2); /* seq_cst: pairs with ipu__release_device */
+        while (atomic_load(&s->park) == IPU__PARK_INLINE) pthread_cond_wait(&s->data_cv, &s->mu);
+        atomic_store(&s->dev_waiting, 0);
+        pthread_mutex_unlock(&s->mu);
     }
 }
 
@@ -348,7 +354,12 @@ bool ipu__claim_device(ipu_session *s) {
 }
 
 void ipu__release_device(ipu_session *s) {
-    atomic_store_explicit(&s->park, IPU__PARK_PARKED, memory_order_release);
+    atomic_store(&s->park, IPU__PARK_PARKED); /* seq_cst: before the load of dev_waiting */
+    if (atomic_load(&s->dev_waiting) == 2) { /* asleep in ipu__unpark, not parked idle */
+        pthread_mutex_lock(&s->mu);
+        pthread_cond_broadcast(&s->data_cv);
+        pthread_mutex_unlock(&s->mu);
+    }
 }
 
 int ipu__wait_front(ipu_session *s, uint32_t a, bool abortable) {

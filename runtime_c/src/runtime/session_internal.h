@@ -19,7 +19,9 @@
  * counter (seq_cst) and then reads the waiter count (seq_cst); a waiter increments the count
  * (seq_cst, under mu) and re-reads the counter before sleeping. push_seq/dev_waiting wake the
  * device (slot pushed, flush, interrupt); pop_seq/sub_waiting wake producers (slot popped, abort
- * flag changed). stop() sets `stopped` and broadcasts both condition variables under mu. */
+ * flag changed). stop() sets `stopped` and broadcasts both condition variables under mu.
+ * dev_waiting is 2 while the device sleeps in ipu__unpark for a claimed device: only then does
+ * ipu__release_device wake it (an idle parked device sleeps with 1 and is left asleep). */
 #ifndef IPU_SESSION_INTERNAL_H
 #define IPU_SESSION_INTERNAL_H
 
@@ -237,8 +239,9 @@ static inline bool ipu__in_subgraph(const ipu_session *s, uint32_t a, uint32_t s
 /* Inline execution. The device thread, waiting for the first slot of a step with nothing
  * taken, publishes PARKED; a caller that owns every producer (the runtime's submit mutex) may
  * claim the device (PARKED -> INLINE), run one iteration on its own thread over the arena and
- * give it back (INLINE -> PARKED). The device unparks (PARKED -> RUNNING, waiting while INLINE)
- * before it takes a slot or leaves its wait, so it never touches the arena while claimed. */
+ * give it back (INLINE -> PARKED). The device unparks (PARKED -> RUNNING, waiting while INLINE:
+ * polling, then asleep) before it takes a slot or leaves its wait, so it never touches the arena
+ * while claimed. */
 enum { IPU__PARK_RUNNING = 0, IPU__PARK_PARKED = 1, IPU__PARK_INLINE = 2 };
 void ipu__park(ipu_session *s);
 void ipu__unpark(ipu_session *s);
