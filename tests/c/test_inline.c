@@ -176,30 +176,39 @@ static int test_large_model_inline_at_one_thread(void) {
     const size_t len = 256 * 1024;
     float *x = malloc(len * 4), *z = malloc(len * 4);
     CHECK(x && z);
+    int inlined = 0;
+    for (size_t i = 0; i < len; i++) x[i] = (float)(i % 32);
+    CHECK_OK(run_add(f.rt, 1, x, x, z, &inlined)); /* no device thread yet: inline */
+    CHECK(inlined && z[31] == 62.0f);
     producer_ctx p = {.rt = f.rt, .n = 100, .len = len};
     pthread_t th, closer;
     CHECK(pthread_create(&th, NULL, producer, &p) == 0); /* starts the device thread */
     int bad = 0, inline_runs = 0, k = 0;
     for (; k < 100; k++) {
         for (size_t i = 0; i < len; i++) x[i] = (float)(k - (int)(i % 32));
-        int inlined;
         if (run_add(f.rt, 1, x, x, z, &inlined) != IPU_OK) bad++;
         inline_runs += inlined;
         for (size_t i = 0; i < len; i++) bad += z[i] != 2.0f * x[i];
     }
     pthread_join(th, NULL);
     CHECK(bad == 0 && p.bad == 0 && p.closed == 0);
-    CHECK(inline_runs > 0);
-    printf("     (%d of %d ran inline)\n", inline_runs, k);
+    printf("     (%d of %d ran inline beside the submitter)\n", inline_runs, k);
+    /* The device thread parks once idle: inline again (how soon depends on the machine). */
+    for (int i = 0; i < 2000; i++) {
+        CHECK_OK(run_add(f.rt, 1, x, x, z, &inlined));
+        if (inlined) break;
+        sleep_ms(1);
+    }
+    CHECK(inlined);
     ipu_runtime_stats s;
     ipu_runtime_get_stats(f.rt, &s);
-    CHECK(s.requests_completed == 200 && s.requests_failed == 0);
+    CHECK(s.requests_completed == s.requests_submitted && s.requests_completed >= 202 &&
+          s.requests_failed == 0);
 
     CHECK(pthread_create(&closer, NULL, close_later, f.rt) == 0);
     ipu_status st = IPU_OK;
     int after_close = 0;
     for (k = 0; k < 100000 && after_close < 3; k++) {
-        int inlined;
         ipu_status now = run_add(f.rt, 1, x, x, z, &inlined);
         CHECK(now == IPU_OK || now == IPU_ERR_CLOSED);
         CHECK(!(st == IPU_ERR_CLOSED && now == IPU_OK)); /* closed stays closed */
