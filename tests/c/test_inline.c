@@ -224,6 +224,36 @@ static int test_large_model_inline_at_one_thread(void) {
     return 0;
 }
 
+static int test_large_model_two_threads(void) {
+    /* Two threads, a model whose ADD is split over the pool: requests go to the device thread,
+     * which pre-wakes the helper for each one (ipu__pool_prewake); two submitting threads, every
+     * result checked (run under TSan by tests/test_c_sanitizers.py). */
+    fixture f;
+    m_model m = add_model(64, 1024, 1);
+    ipu_runtime_config cfg = cfg_threads(2);
+    CHECK_OK(fx_open(&f, &m, &cfg));
+    const size_t len = 64 * 1024;
+    float *x = malloc(len * 4), *z = malloc(len * 4);
+    CHECK(x && z);
+    producer_ctx p = {.rt = f.rt, .n = 60, .len = len};
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, producer, &p) == 0);
+    int bad = 0, inlined = 0, inline_runs = 0;
+    for (int k = 0; k < 60; k++) {
+        for (size_t i = 0; i < len; i++) x[i] = (float)(k + (int)(i % 16));
+        if (run_add(f.rt, 1, x, x, z, &inlined) != IPU_OK) bad++;
+        inline_runs += inlined;
+        for (size_t i = 0; i < len; i++) bad += z[i] != 2.0f * x[i];
+        if (k % 20 == 0) sleep_ms(2); /* let the helper fall asleep now and then */
+    }
+    pthread_join(th, NULL);
+    CHECK(bad == 0 && p.bad == 0 && inline_runs == 0);
+    free(x);
+    free(z);
+    fx_close(&f);
+    return 0;
+}
+
 static int test_close_while_executing(void) {
     /* close() from another thread while this one executes in a loop: every call returns OK
      * or IPU_ERR_CLOSED, nothing hangs. */
@@ -252,6 +282,7 @@ int main(void) {
     RUN(test_not_inline);
     RUN(test_inline_with_a_concurrent_submitter);
     RUN(test_large_model_inline_at_one_thread);
+    RUN(test_large_model_two_threads);
     RUN(test_close_while_executing);
     printf("%d passed, %d failed\n", g_pass, g_fail);
     return g_fail != 0;

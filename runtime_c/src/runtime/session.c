@@ -9,6 +9,8 @@
 
 #include "session_internal.h"
 
+static bool main_splits(const ipu_session *s);
+
 _Thread_local int ipu__tl_in_callback;
 
 ipu_session_config ipu_session_config_default(void) {
@@ -204,6 +206,7 @@ ipu_status ipu_session_create(const ipu_executable *exe, const ipu_session_confi
     if (st != IPU_OK) goto fail;
     s->par_ok = s->nth >= 2 && info->num_stages == 0 && s->index_anchor == IPU_NO_INDEX &&
                 s->num_subgraphs == 1 && !s->batching;
+    s->prewake = main_splits(s);
     *out = s;
     return IPU_OK;
 fail:
@@ -252,6 +255,7 @@ void ipu_session_destroy(ipu_session *s) {
     ipu__aligned_free(s->arena);
     ipu__aligned_free(s);
 }
+
 
 /* ---- bindings ----------------------------------------------------------------------------- */
 
@@ -605,6 +609,23 @@ ipu_status ipu__run_program(ipu_session *s, const ipu__frame *f, uint32_t index)
     return ipu__run_program_on(s, f, index, 0);
 }
 
+/* Is instruction ins (work items) split over the pool when a program runs on all workers? */
+static bool split_over_pool(const ipu_session *s, const ipu__instr *ins, size_t work) {
+    return s->nth > 1 && work >= 2 && ipu__instr_bytes(s->exe, ins) >= IPU__PAR_MIN_BYTES;
+}
+
+/* Some Main program splits an instruction over the pool: requests pre-wake its helpers. */
+static bool main_splits(const ipu_session *s) {
+    const ipu_executable *e = s->exe;
+    for (uint32_t m = 0; m < s->num_subgraphs; m++) {
+        const ipu__program *prog = &e->programs[e->main_programs[m]];
+        for (uint32_t i = 0; i < prog->n_instr; i++)
+            if (split_over_pool(s, &prog->instr[i], ipu__instr_work(e, &prog->instr[i])))
+                return true;
+    }
+    return false;
+}
+
 static ipu_status run_instructions(ipu_session *s, const ipu__frame *f, uint32_t index,
                                    uint32_t alone) {
     const ipu_executable *e = s->exe;
@@ -616,7 +637,7 @@ static ipu_status run_instructions(ipu_session *s, const ipu__frame *f, uint32_t
         size_t work = ipu__instr_work(e, ins);
         if (work == 0) continue;
         ipu_status st = IPU_OK;
-        if (alone || s->nth == 1 || work < 2 || ipu__instr_bytes(e, ins) < IPU__PAR_MIN_BYTES) {
+        if (alone || !split_over_pool(s, ins, work)) {
             st = ipu__instr_run(f, ins, 0, work, ipu__pool_scratch(s->pool, alone ? alone - 1 : 0));
             if (st != IPU_OK) snprintf(msg, sizeof msg, "%s", ipu_last_error_message());
         } else {

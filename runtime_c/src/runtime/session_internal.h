@@ -146,6 +146,7 @@ struct ipu_session {
      * par_ok: the session's layout allows it; par_steps (set by the runtime): the second may
      * start the next step when batches_per_step is 1 (par_extra_steps counts them). */
     bool par_ok, par_steps;
+    bool prewake; /* a Main program splits instructions: a request pre-wakes the pool */
     uint8_t *par_arena;
     void **par_ptr;
     bool par_warned; /* the second arena could not be allocated (logged once) */

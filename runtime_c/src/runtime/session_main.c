@@ -130,6 +130,8 @@ static int gather(ipu_session *s, ipu__iter *c, uint32_t sub, uint32_t it, bool 
         }
         if (k > 0) {
             UNPARK();
+            /* a request: the helpers wake while its inputs are copied (ipu__pool_prewake) */
+            if (got == 0 && it == 0 && s->prewake && !index_phase) ipu__pool_prewake(s->pool);
             if (dir == IPU_DIR_OUTPUT) { /* rows of the front output slots, not consumed here */
                 *filled = k;
                 return EV_READY;

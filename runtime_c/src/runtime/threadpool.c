@@ -41,26 +41,31 @@ struct ipu__pool {
     atomic_int main_waiting;           /* worker 0 inside the done_cv wait loop */
     atomic_bool stop;
     atomic_bool held;                  /* ipu__pool_hold: helpers poll longer */
+    atomic_uint prewakes;              /* ipu__pool_prewake calls */
 };
 
-/* Wait until gen != seen (or stop); returns the generation observed. */
+/* Wait until gen != seen (or stop); returns the generation observed. Polls, then sleeps; a
+ * pre-wake (ipu__pool_prewake) ends the sleep early and starts a long poll. */
 static unsigned helper_wait(ipu__pool *p, unsigned seen) {
-    uint64_t t0 = 0;
-    for (unsigned i = 0;; i++) {
-        unsigned g = atomic_load_explicit(&p->gen, memory_order_acquire);
-        if (g != seen || atomic_load_explicit(&p->stop, memory_order_acquire)) return g;
-        bool held = atomic_load_explicit(&p->held, memory_order_relaxed);
-        if (ipu__spin_expired_after(i, &t0, held ? IPU__POOL_HOLD_SPIN_NS : IPU__POOL_SPIN_NS))
-            break;
+    for (bool prewoken = false;; prewoken = true) {
+        uint64_t t0 = 0;
+        for (unsigned i = 0;; i++) {
+            unsigned g = atomic_load_explicit(&p->gen, memory_order_acquire);
+            if (g != seen || atomic_load_explicit(&p->stop, memory_order_acquire)) return g;
+            bool held = prewoken || atomic_load_explicit(&p->held, memory_order_relaxed);
+            if (ipu__spin_expired_after(i, &t0, held ? IPU__POOL_HOLD_SPIN_NS : IPU__POOL_SPIN_NS))
+                break;
+        }
+        pthread_mutex_lock(&p->mu);
+        atomic_fetch_add(&p->sleepers, 1); /* seq_cst: pairs with the gen increment in run */
+        unsigned w = atomic_load(&p->prewakes), g;
+        while ((g = atomic_load(&p->gen)) == seen && !atomic_load(&p->stop) &&
+               atomic_load(&p->prewakes) == w)
+            pthread_cond_wait(&p->work_cv, &p->mu);
+        atomic_fetch_sub(&p->sleepers, 1);
+        pthread_mutex_unlock(&p->mu);
+        if (g != seen || atomic_load(&p->stop)) return g;
     }
-    pthread_mutex_lock(&p->mu);
-    atomic_fetch_add(&p->sleepers, 1); /* seq_cst: pairs with the gen increment in run */
-    unsigned g;
-    while ((g = atomic_load(&p->gen)) == seen && !atomic_load(&p->stop))
-        pthread_cond_wait(&p->work_cv, &p->mu);
-    atomic_fetch_sub(&p->sleepers, 1);
-    pthread_mutex_unlock(&p->mu);
-    return g;
 }
 
 #define RANGE_BIT 1u
@@ -159,6 +164,7 @@ ipu_status ipu__pool_create(uint32_t nth, size_t scratch_bytes, int pin, ipu__po
     atomic_init(&p->sleepers, 0);
     atomic_init(&p->main_waiting, 0);
     atomic_init(&p->stop, false);
+    atomic_init(&p->prewakes, 0);
     atomic_init(&p->held, false);
     p->scratch_stride = (scratch_bytes + 63u) & ~(size_t)63u;
     if (p->scratch_stride != 0 && (size_t)nth > SIZE_MAX / p->scratch_stride) {
@@ -288,6 +294,15 @@ void ipu__pool_run(ipu__pool *p, ipu__pool_fn fn, void *ctx) {
 
 void ipu__pool_hold(ipu__pool *p, bool held) {
     atomic_store_explicit(&p->held, held, memory_order_relaxed);
+}
+
+void ipu__pool_prewake(ipu__pool *p) {
+    if (p->nth < 2) return;
+    atomic_fetch_add(&p->prewakes, 1); /* seq_cst: pairs with sleepers in helper_wait */
+    if (atomic_load(&p->sleepers) == 0) return;
+    pthread_mutex_lock(&p->mu);
+    pthread_cond_broadcast(&p->work_cv);
+    pthread_mutex_unlock(&p->mu);
 }
 
 void ipu__pool_run_range(ipu__pool *p, size_t work, ipu__pool_range_fn fn, void *ctx) {
