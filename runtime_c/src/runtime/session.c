@@ -9,8 +9,6 @@
 
 #include "session_internal.h"
 
-static bool main_splits(const ipu_session *s);
-
 _Thread_local int ipu__tl_in_callback;
 
 ipu_session_config ipu_session_config_default(void) {
@@ -78,6 +76,23 @@ static ipu_status set_geometry(ipu_session *s, uint32_t a) {
     g->outer = outer;
     g->inner = outer && R ? A->desc.nbytes / (outer * R) : 0;
     return IPU_OK;
+}
+
+/* Is instruction ins (work items) split over the pool when a program runs on all workers? */
+static bool split_over_pool(const ipu_session *s, const ipu__instr *ins, size_t work) {
+    return s->nth > 1 && work >= 2 && ipu__instr_bytes(s->exe, ins) >= IPU__PAR_MIN_BYTES;
+}
+
+/* Some Main program splits an instruction over the pool: requests pre-wake its helpers. */
+static bool main_splits(const ipu_session *s) {
+    const ipu_executable *e = s->exe;
+    for (uint32_t m = 0; m < s->num_subgraphs; m++) {
+        const ipu__program *prog = &e->programs[e->main_programs[m]];
+        for (uint32_t i = 0; i < prog->n_instr; i++)
+            if (split_over_pool(s, &prog->instr[i], ipu__instr_work(e, &prog->instr[i])))
+                return true;
+    }
+    return false;
 }
 
 ipu_status ipu_session_create(const ipu_executable *exe, const ipu_session_config *cfg,
@@ -255,7 +270,6 @@ void ipu_session_destroy(ipu_session *s) {
     ipu__aligned_free(s->arena);
     ipu__aligned_free(s);
 }
-
 
 /* ---- bindings ----------------------------------------------------------------------------- */
 
@@ -607,23 +621,6 @@ uint64_t ipu__instr_bytes(const ipu_executable *e, const ipu__instr *ins) {
 
 ipu_status ipu__run_program(ipu_session *s, const ipu__frame *f, uint32_t index) {
     return ipu__run_program_on(s, f, index, 0);
-}
-
-/* Is instruction ins (work items) split over the pool when a program runs on all workers? */
-static bool split_over_pool(const ipu_session *s, const ipu__instr *ins, size_t work) {
-    return s->nth > 1 && work >= 2 && ipu__instr_bytes(s->exe, ins) >= IPU__PAR_MIN_BYTES;
-}
-
-/* Some Main program splits an instruction over the pool: requests pre-wake its helpers. */
-static bool main_splits(const ipu_session *s) {
-    const ipu_executable *e = s->exe;
-    for (uint32_t m = 0; m < s->num_subgraphs; m++) {
-        const ipu__program *prog = &e->programs[e->main_programs[m]];
-        for (uint32_t i = 0; i < prog->n_instr; i++)
-            if (split_over_pool(s, &prog->instr[i], ipu__instr_work(e, &prog->instr[i])))
-                return true;
-    }
-    return false;
 }
 
 static ipu_status run_instructions(ipu_session *s, const ipu__frame *f, uint32_t index,
