@@ -159,6 +159,32 @@ static int test_inline_with_a_concurrent_submitter(void) {
     return 0;
 }
 
+/* n requests of len floats from this thread while another thread submits n of its own, every
+ * result checked (wrong ones and failures counted into *bad); a 2 ms pause every `pause`
+ * requests (0: none) lets idle threads fall asleep. Returns how many of this thread's ran
+ * inline. */
+static int beside_a_submitter(ipu_runtime *rt, float *x, float *z, size_t len, int n, int pause,
+                              int *bad) {
+    producer_ctx p = {.rt = rt, .n = n, .len = len};
+    pthread_t th;
+    if (pthread_create(&th, NULL, producer, &p) != 0) {
+        ++*bad;
+        return 0;
+    }
+    int inline_runs = 0;
+    for (int k = 0; k < n; k++) {
+        for (size_t i = 0; i < len; i++) x[i] = (float)(k - (int)(i % 32));
+        int inlined = 0;
+        if (run_add(rt, 1, x, x, z, &inlined) != IPU_OK) ++*bad;
+        inline_runs += inlined;
+        for (size_t i = 0; i < len; i++) *bad += z[i] != 2.0f * x[i];
+        if (pause && k % pause == 0) sleep_ms(2);
+    }
+    pthread_join(th, NULL);
+    *bad += p.bad + p.closed;
+    return inline_runs;
+}
+
 static void *close_later(void *arg) {
     sleep_ms(30);
     return (void *)(intptr_t)ipu_runtime_close(arg);
@@ -180,19 +206,9 @@ static int test_large_model_inline_at_one_thread(void) {
     for (size_t i = 0; i < len; i++) x[i] = (float)(i % 32);
     CHECK_OK(run_add(f.rt, 1, x, x, z, &inlined)); /* no device thread yet: inline */
     CHECK(inlined && z[31] == 62.0f);
-    producer_ctx p = {.rt = f.rt, .n = 100, .len = len};
-    pthread_t th, closer;
-    CHECK(pthread_create(&th, NULL, producer, &p) == 0); /* starts the device thread */
-    int bad = 0, inline_runs = 0, k = 0;
-    for (; k < 100; k++) {
-        for (size_t i = 0; i < len; i++) x[i] = (float)(k - (int)(i % 32));
-        if (run_add(f.rt, 1, x, x, z, &inlined) != IPU_OK) bad++;
-        inline_runs += inlined;
-        for (size_t i = 0; i < len; i++) bad += z[i] != 2.0f * x[i];
-    }
-    pthread_join(th, NULL);
-    CHECK(bad == 0 && p.bad == 0 && p.closed == 0);
-    printf("     (%d of %d ran inline beside the submitter)\n", inline_runs, k);
+    int bad = 0, inline_runs = beside_a_submitter(f.rt, x, z, len, 100, 0, &bad);
+    CHECK(bad == 0);
+    printf("     (%d of 100 ran inline beside the submitter)\n", inline_runs);
     /* The device thread parks once idle: inline again (how soon depends on the machine). */
     for (int i = 0; i < 2000; i++) {
         CHECK_OK(run_add(f.rt, 1, x, x, z, &inlined));
@@ -205,10 +221,11 @@ static int test_large_model_inline_at_one_thread(void) {
     CHECK(s.requests_completed == s.requests_submitted && s.requests_completed >= 202 &&
           s.requests_failed == 0);
 
+    pthread_t closer;
     CHECK(pthread_create(&closer, NULL, close_later, f.rt) == 0);
     ipu_status st = IPU_OK;
     int after_close = 0;
-    for (k = 0; k < 100000 && after_close < 3; k++) {
+    for (int k = 0; k < 100000 && after_close < 3; k++) {
         ipu_status now = run_add(f.rt, 1, x, x, z, &inlined);
         CHECK(now == IPU_OK || now == IPU_ERR_CLOSED);
         CHECK(!(st == IPU_ERR_CLOSED && now == IPU_OK)); /* closed stays closed */
@@ -235,19 +252,8 @@ static int test_large_model_two_threads(void) {
     const size_t len = 64 * 1024;
     float *x = malloc(len * 4), *z = malloc(len * 4);
     CHECK(x && z);
-    producer_ctx p = {.rt = f.rt, .n = 60, .len = len};
-    pthread_t th;
-    CHECK(pthread_create(&th, NULL, producer, &p) == 0);
-    int bad = 0, inlined = 0, inline_runs = 0;
-    for (int k = 0; k < 60; k++) {
-        for (size_t i = 0; i < len; i++) x[i] = (float)(k + (int)(i % 16));
-        if (run_add(f.rt, 1, x, x, z, &inlined) != IPU_OK) bad++;
-        inline_runs += inlined;
-        for (size_t i = 0; i < len; i++) bad += z[i] != 2.0f * x[i];
-        if (k % 20 == 0) sleep_ms(2); /* let the helper fall asleep now and then */
-    }
-    pthread_join(th, NULL);
-    CHECK(bad == 0 && p.bad == 0 && inline_runs == 0);
+    int bad = 0;
+    CHECK(beside_a_submitter(f.rt, x, z, len, 60, 20, &bad) == 0 && bad == 0);
     free(x);
     free(z);
     fx_close(&f);
