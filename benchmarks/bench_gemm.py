@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from models import matmul_model
 from side_by_side import (
     PyipuEngine,
     compile_model,
@@ -19,7 +20,6 @@ from side_by_side import (
     seconds_per_call,
     settled,
 )
-from zoo import matmul_model
 
 threadpoolctl = pytest.importorskip("threadpoolctl")
 

@@ -25,6 +25,7 @@ sys.path[:0] = [HERE, os.path.join(HERE, "..", "tests")]  # python -P does not a
 
 import numpy as np  # noqa: E402
 import threadpoolctl  # noqa: E402
+from models import matmul_model  # noqa: E402
 from side_by_side import (  # noqa: E402
     OrtEngine,
     PyipuEngine,
@@ -32,7 +33,7 @@ from side_by_side import (  # noqa: E402
     ort_session,
     relative_error,
 )
-from zoo import MODELS, matmul_model  # noqa: E402
+from zoo import MODELS  # noqa: E402
 
 
 def interleaved(

@@ -126,17 +126,6 @@ def encoder_layer_model(
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
 
 
-def matmul_model(n: int) -> onnx.ModelProto:
-    """C = A @ B on [n, n] float32 inputs: the sgemm case against numpy."""
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["A", "B"], ["C"])],
-        f"sgemm_{n}",
-        [helper.make_tensor_value_info(x, F32, [n, n]) for x in ("A", "B")],
-        [helper.make_tensor_value_info("C", F32, [n, n])],
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
-
-
 def _random_feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     inits = {i.name for i in model.graph.initializer}
     rng = np.random.default_rng(1)

@@ -202,6 +202,17 @@ def scale_model(shape: tuple[int, ...] = (4, 3)) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 
 
+def matmul_model(n: int) -> onnx.ModelProto:
+    """C = A @ B on [n, n] float32 inputs (the sgemm benchmark's model)."""
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["A", "B"], ["C"])],
+        f"sgemm_{n}",
+        [helper.make_tensor_value_info(x, TensorProto.FLOAT, [n, n]) for x in ("A", "B")],
+        [helper.make_tensor_value_info("C", TensorProto.FLOAT, [n, n])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
 F32, F16, I32, I64 = np.float32, np.float16, np.int32, np.int64
 
 BROADCASTS = [

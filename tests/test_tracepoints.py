@@ -10,6 +10,7 @@ import time
 import numpy as np
 import onnx
 import pytest
+from models import matmul_model
 from onnx import TensorProto, helper
 
 from pyipu import errors
@@ -103,16 +104,6 @@ def test_unbounded_buffer_is_refused() -> None:
         RuntimeConfig(record_tracepoints="yes")
 
 
-def matmul_model(n: int) -> onnx.ModelProto:
-    g = helper.make_graph(
-        [helper.make_node("MatMul", ["a", "b"], ["c"])],
-        "mm",
-        [helper.make_tensor_value_info(k, TensorProto.FLOAT, (n, n)) for k in ("a", "b")],
-        [helper.make_tensor_value_info("c", TensorProto.FLOAT, (n, n))],
-    )
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
-
-
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs /proc")
 @pytest.mark.parametrize("threads", [1, 2])
 def test_execute_is_traced_inline_or_on_the_device(threads: int) -> None:
@@ -129,7 +120,7 @@ def test_execute_is_traced_inline_or_on_the_device(threads: int) -> None:
             before = len(os.listdir("/proc/self/task"))
             for _ in range(4):
                 c = np.zeros((256, 256), np.float32)
-                runner.execute({"a": a, "b": b}, {"c": c})
+                runner.execute({"A": a, "B": b}, {"C": c})
                 np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
             started = len(os.listdir("/proc/self/task")) - before
     finally:

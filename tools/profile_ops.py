@@ -86,7 +86,8 @@ def opcode_counts(exe: Any) -> dict[str, int]:
 
 def model_and_feeds(name: str) -> tuple[Any, dict[str, Any]]:
     """A benchmark model by name (benchmarks/zoo.py MODELS), or `sgemm_N` for C = A @ B."""
-    from zoo import MODELS, matmul_model
+    from models import matmul_model
+    from zoo import MODELS
 
     if name.startswith("sgemm_"):
         import numpy as np
