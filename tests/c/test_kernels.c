@@ -265,6 +265,62 @@ static void test_conv_f32(int isa) {
     ipu__sgemm_set_isa(0);
 }
 
+/* The small-map path's channel items are equal shares of its weight panels (one panel more or
+ * fewer), an even number of items where there are fewer than 8: two workers then get the same
+ * channels (items of 96 channels split 128 as 96 + 32 and 256 as 96 + 96 + 64). Each case: one
+ * 7x7 or 14x14 map with stored weights, on every micro-kernel; with few channels the pixels
+ * are split instead (tpose_rows), so the count is of all items. */
+static void test_conv_small_map_items(int isa) {
+    int used = ipu__sgemm_set_isa(isa);
+    ipu__ukr u;
+    ipu__sgemm_ukr(&u);
+    int tposed = 0;
+    /* C, H (= W), stride, Cog */
+    static const int64_t cases[][4] = {{64, 14, 1, 128}, {64, 14, 1, 160}, {128, 14, 1, 224},
+                                       {128, 14, 1, 256}, {256, 7, 1, 320}, {512, 7, 1, 512},
+                                       {64, 14, 2, 520}, {32, 7, 1, 2048}, {32, 7, 1, 40}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int64_t C = cases[c][0], HW = cases[c][1], s = cases[c][2], Cog = cases[c][3];
+        int64_t OHW = (HW - 1) / s + 1;
+        H *h = h_for((uint64_t)(C * HW * HW + Cog * C * 9 + Cog * OHW * OHW) * 4);
+        uint32_t x = T(h, FLOAT32, 1, C, HW, HW), w = T(h, FLOAT32, Cog, C, 3, 3);
+        uint32_t y = T(h, FLOAT32, 1, Cog, OHW, OHW);
+        as_tensor_data(h, w);
+        int64_t attr[11] = {1, s, s, 1, 1, 1, 1, 1, 1, 0, 0};
+        TI ti;
+        CHECK(ti_make(h, &ti, IPU_OP_CONV2D, 2, (uint32_t[]){x, w}, y, 11, attr) == IPU_OK,
+              "small map %zu: verify: %s", c, ipu_last_error_message());
+        const ipu__conv_plan *p = ti.ins.plan;
+        if (!p || !p->tpose) { /* e.g. the AVX-512 tile pads 7x7 maps the same both ways */
+            ti_free(h, &ti);
+            h_free(h);
+            continue;
+        }
+        tposed++;
+        int64_t items = (int64_t)ipu__instr_work(&h->e, &ti.ins), at = 0, lo = Cog, hi = 0;
+        for (int64_t mb = 0; mb < p->mblocks; mb++) {
+            int64_t m0, m1;
+            ipu__conv_item_channels(p, mb, mb + 1, &m0, &m1);
+            int64_t panels = (m1 - m0 + u.nr - 1) / u.nr;
+            CHECK(m0 == at && m1 > m0 && (m0 % u.nr == 0), "small map %zu item %lld: [%lld, %lld)",
+                  c, (long long)mb, (long long)m0, (long long)m1);
+            at = m1;
+            lo = panels < lo ? panels : lo;
+            hi = panels > hi ? panels : hi;
+        }
+        CHECK(at == Cog && hi - lo <= 1 &&
+                  hi * u.nr <= IPU__CONV_WIN_MPER * IPU__MM_MB &&
+                  (items >= 8 || items % 2 == 0 || Cog <= u.nr),
+              "small map %zu, isa %d (%lld channels): %lld items of %lld to %lld panels", c, used,
+              (long long)Cog, (long long)items, (long long)lo, (long long)hi);
+        ti_free(h, &ti);
+        h_free(h);
+    }
+    CHECK(tposed >= 5, "small map items, isa %d: only %d cases took the small-map path", used,
+          tposed);
+    ipu__sgemm_set_isa(0);
+}
+
 /* The micro-kernel's rows variant (B row k read in place at b + off[k], any alignment) against
  * the packed kernel on the same rows copied into a panel: bit-identical, with and without
  * accumulation, on every micro-kernel that has the variant. */
@@ -693,6 +749,7 @@ int main(int argc, char **argv) {
     test_relu();
     for (int isa = 1; isa <= 3; isa++) test_matmul_f32(isa);
     for (int isa = 1; isa <= 3; isa++) test_conv_f32(isa);
+    for (int isa = 1; isa <= 3; isa++) test_conv_small_map_items(isa);
     test_ukr_rows();
     test_matmul_other();
     test_gemm();

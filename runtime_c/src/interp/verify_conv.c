@@ -125,6 +125,18 @@ static int64_t tpose_rows(const ipu__ukr *u, int64_t Cig, int64_t Cog, int64_t O
     return (double)t < IPU__CONV_T_GAIN * (double)now ? rows : 0;
 }
 
+/* Small-map path: channel items per pixel block. Its weights are packed in panels of nr
+ * channels, which the items share out (ipu__conv_item_channels): as few items as the C^T tile
+ * allows (IPU__CONV_WIN_MPER sub-blocks, which the window path also fits if the session binds
+ * other weights), one more where `base` pixel blocks would give an odd count below 8, so that
+ * two workers get equal shares (items of IPU__MM_MB channels split 128 as 96 + 32). */
+static int64_t tpose_items(int64_t Cog, int nr, uint64_t base) {
+    int64_t panels = (Cog + nr - 1) / nr, most = IPU__CONV_WIN_MPER * IPU__MM_MB / nr;
+    int64_t c = (panels + most - 1) / most;
+    if (base < 8 && base * (uint64_t)c % 2 && c < panels) c++;
+    return c;
+}
+
 /* The float32 conv weights w[G * Cog, K] packed for micro-kernels of height mr, the layout the
  * kernels read (kernels.h, ipu__conv_plan.packed): sub-block (g, mb) of IPU__MM_MB rows at
  * (g * mbl + mb) * blk, its K chunk k0 at + mpad * k0 (ipu__sgemm_pack_a's layout). */
@@ -264,7 +276,7 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
     p->KCH = avail / p->P - 2 * IPU__MM_MB;
     if (p->KCH > p->K) p->KCH = p->K;
     p->msub = mbl;
-    p->mper = 1;
+    p->mu = IPU__MM_MB;
     if (p->direct) {
         p->mblocks = 1;
         p->rows = ow >= 4096 ? 1 : 4096 / ow;
@@ -315,11 +327,16 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
     /* float32 paths: one B packing per pixel block for all channels, unless < 8 items */
     if (!p->direct && !p->f16 && mbl > 0) {
         uint64_t base = (uint64_t)p->N * (uint64_t)G * (uint64_t)p->rblocks;
-        uint64_t split = base >= 8 ? 1 : (8 + base - 1) / base;
-        if (split > (uint64_t)mbl) split = (uint64_t)mbl;
-        p->mper = (int64_t)ceil_div((uint64_t)mbl, split);
-        if ((p->window || p->tpose) && p->mper > IPU__CONV_WIN_MPER) p->mper = IPU__CONV_WIN_MPER;
-        p->mblocks = (int64_t)ceil_div((uint64_t)mbl, (uint64_t)p->mper);
+        if (p->tpose) {
+            p->mu = u.nr;
+            p->mblocks = tpose_items(p->Cog, u.nr, base);
+        } else {
+            uint64_t split = base >= 8 ? 1 : (8 + base - 1) / base;
+            if (split > (uint64_t)mbl) split = (uint64_t)mbl;
+            int64_t mper = (int64_t)ceil_div((uint64_t)mbl, split);
+            if (p->window && mper > IPU__CONV_WIN_MPER) mper = IPU__CONV_WIN_MPER;
+            p->mblocks = (int64_t)ceil_div((uint64_t)mbl, (uint64_t)mper);
+        }
     }
     /* the layout of the path that runs (pack_conv_weights_t for the small-map path) */
     int tile = p->tpose ? u.nr : u.mr;

@@ -242,6 +242,13 @@ static void pack_patches(const ipu__conv_plan *p, const float *x, int64_t xoff, 
     }
 }
 
+void ipu__conv_item_channels(const ipu__conv_plan *p, int64_t mb0, int64_t mb1, int64_t *m0,
+                             int64_t *m1) {
+    int64_t units = (p->Cog + p->mu - 1) / p->mu, end = mb1 * units / p->mblocks * p->mu;
+    *m0 = mb0 * units / p->mblocks * p->mu;
+    *m1 = end < p->Cog ? end : p->Cog;
+}
+
 /* float32 GEMM path for one work item: output channels [m0, m1) of group g (IPU__MM_MB-row
  * sub-blocks), pixels of row block r. See the top of the file. */
 static void run_gemm_f32(const ipu__conv_plan *p, const float *x, const float *w,
@@ -253,8 +260,8 @@ static void run_gemm_f32(const ipu__conv_plan *p, const float *x, const float *w
     int ls = 0;
     while ((1 << ls) < nr) ls++;
     if (apre && u.mr != p->packed_mr) apre = NULL; /* packed for another micro-kernel */
-    int64_t m0 = mb * p->mper * IPU__MM_MB;
-    int64_t m1 = m0 + p->mper * IPU__MM_MB < p->Cog ? m0 + p->mper * IPU__MM_MB : p->Cog;
+    int64_t m0, m1;
+    ipu__conv_item_channels(p, mb, mb + 1, &m0, &m1);
     int64_t oh1 = (r + 1) * p->rows < p->OH ? (r + 1) * p->rows : p->OH;
     int64_t pix0 = r * p->rows * p->OW, pix1 = oh1 * p->OW, OHW = p->OH * p->OW;
     int64_t xoff = (n * p->C + g * p->Cig) * p->H * p->W, m = m1 - m0;
@@ -408,8 +415,8 @@ static void copy_window(const ipu__conv_plan *p, const float *x, int64_t xoff, i
     copy_window_base(p, x, xoff, oh0, nrows, ci0, ci1, xq);
 }
 
-/* One work item of the window path: output channels of sub-blocks [mb * mper, + mper) of group g
- * (mper <= IPU__CONV_WIN_MPER), output rows of block r (tiles of IPU__CONV_TILE extended pixels
+/* One work item of the window path: output channels of channel item mb of group g (at most
+ * IPU__CONV_WIN_MPER sub-blocks), output rows of block r (tiles of IPU__CONV_TILE extended pixels
  * if they are more). Per tile and K chunk the chunk's input channels are copied (xcopy) and
  * packed once, and the micro-kernel accumulates into one C tile per sub-block; the epilogue then
  * writes the kept columns of the C tiles to y. */
@@ -426,8 +433,8 @@ static void run_window(const ipu__conv_plan *p, const float *x, const float *w,
     const int64_t KK = p->KH * p->KW, cstride = p->nphr * p->nphc * p->Hq * Wq;
     int64_t oh0 = r * p->rows, nrows = p->OH - oh0 < p->rows ? p->OH - oh0 : p->rows;
     int64_t xoff = (n * p->C + g * p->Cig) * p->H * p->W;
-    int64_t m0 = mb * p->mper * IPU__MM_MB;
-    int64_t m1 = m0 + p->mper * IPU__MM_MB < p->Cog ? m0 + p->mper * IPU__MM_MB : p->Cog;
+    int64_t m0, m1;
+    ipu__conv_item_channels(p, mb, mb + 1, &m0, &m1);
     int64_t npix = nrows * Wq;
     int64_t off[IPU__SGEMM_KC]; /* B row offsets of the K chunk from src */
     for (int64_t t0 = 0; t0 < npix; t0 += NT) {
@@ -528,7 +535,7 @@ static void pack_pixels(const float *src, const int64_t *off, int64_t kc, const 
 }
 
 /* Work items [mb0, mb1) of the small-map path, all of row block r: output channels [m0, m1)
- * of group g (m0 = mb0 * mper * IPU__MM_MB), the np output pixels of the row block. Per K chunk
+ * of group g (channels [m0, m1) of items [mb0, mb1)), the np output pixels of the row block. Per K chunk
  * the chunk's input rows are copied as in the window path (xcopy), the pixels packed into A
  * panels, and the micro-kernel accumulates C^T[pixel][channel] in scratch against the
  * pre-packed weight panels bw; the epilogue then writes y channel by channel. */
@@ -544,8 +551,8 @@ static void run_tposed(const ipu__conv_plan *p, const float *x, const float *bw,
     const int64_t cstride = p->nphr * p->nphc * p->Hq * Wq;
     int64_t oh0 = r * p->rows, nrows = p->OH - oh0 < p->rows ? p->OH - oh0 : p->rows;
     int64_t np = nrows * OW, ppad = (np + mr - 1) / mr * mr;
-    int64_t m0 = mb0 * p->mper * IPU__MM_MB;
-    int64_t m1 = mb1 * p->mper * IPU__MM_MB < p->Cog ? mb1 * p->mper * IPU__MM_MB : p->Cog;
+    int64_t m0, m1;
+    ipu__conv_item_channels(p, mb0, mb1, &m0, &m1);
     int64_t mpad = (m1 - m0 + nr - 1) / nr * nr, xoff = (n * p->C + g * p->Cig) * p->H * p->W;
     int64_t q[IPU__CONV_T_PIX + IPU__SGEMM_MAX_MR]; /* extended offset of pixel i; pads repeat */
     for (int64_t i = 0; i < ppad; i++) {
@@ -773,10 +780,11 @@ ipu_status ipu__k_conv2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
             /* the following items of the same pixels (one worker's share): their channels in
              * one run, the pixels packed once, as far as the C^T tile fits the scratch */
             int64_t rows = p->OH - r * p->rows < p->rows ? p->OH - r * p->rows : p->rows;
-            int64_t cap = IPU__CONV_WIN_C / (rows * p->OW + IPU__SGEMM_MAX_MR) /
-                          (p->mper * IPU__MM_MB);
-            int64_t mb1 = mb + 1;
-            for (; it + 1 < e && mb1 < p->mblocks && mb1 - mb < cap; mb1++) it++;
+            int64_t px = rows * p->OW + IPU__SGEMM_MAX_MR, nr = p->packed_nr, mb1 = mb + 1;
+            for (int64_t m0, m1; it + 1 < e && mb1 < p->mblocks; mb1++, it++) {
+                ipu__conv_item_channels(p, mb, mb1 + 1, &m0, &m1);
+                if (px * ((m1 - m0 + nr - 1) / nr * nr) > IPU__CONV_WIN_C) break;
+            }
             run_tposed(p, x, apre, bias, res, y, n, g, mb, mb1, r, scratch);
         } else if (p->direct) {
             if (!p->Wq || !run_direct_window(p, x, w, bias, res, y, n, g, r, scratch))

@@ -113,10 +113,11 @@ typedef struct ipu__red_plan {
 } ipu__red_plan;
 
 /* CONV2D: x[N,C,H,W] * w[M,C/G,KH,KW] (+ bias[M]) -> y[N,M,OH,OW]. Work item = (n, group,
- * block of `rows` output rows, block of mper * IPU__MM_MB output channels of the group); the
- * float32 paths take all channels of a group per item (mper = msub; the window path at most
- * IPU__CONV_WIN_MPER sub-blocks) unless that leaves fewer than 8 items (for an even split over
- * workers). The float16 GEMM path
+ * block of `rows` output rows, channel item: one of mblocks shares of the group's output
+ * channels); the float32 paths take all IPU__MM_MB-channel sub-blocks of a group per item (the
+ * window path at most IPU__CONV_WIN_MPER) unless that leaves fewer than 8 items (for an even
+ * split over workers); the small-map path shares out its weight panels (tpose_items in
+ * verify_conv.c). The float16 GEMM path
  * im2cols tiles of P output pixels x KCH rows of K = Cig*KH*KW into scratch (after the first
  * IPU__CONV_SG_BYTES, which ipu__sgemm uses); `direct`: depthwise (Cig = Cog = 1) loop. */
 #define IPU__CONV_SG_BYTES ((size_t)192 << 10)
@@ -201,7 +202,9 @@ typedef struct ipu__conv_plan {
     int64_t N, C, H, W, M, OH, OW, KH, KW, G, Cig, Cog, K;
     int64_t sh, sw, dh, dw, pt, pl;
     int64_t mblocks, rows, rblocks, P, KCH;
-    int64_t msub, mper; /* IPU__MM_MB-row sub-blocks of Cog; sub-blocks per work item */
+    /* IPU__MM_MB-row sub-blocks of Cog; the unit of the channel items (ipu__conv_item_channels:
+     * IPU__MM_MB, or the small-map path's weight panels of packed_nr channels) */
+    int64_t msub, mu;
     /* float32 window path (`window`; conv.c): for each K chunk a work item copies the
      * zero-padded input rows it reads, of the chunk's channels, into scratch (`xcopy`; else it
      * reads x itself), as nphr x nphc planes (the stride phases some tap reads) of Hq rows x Wq
@@ -218,6 +221,11 @@ typedef struct ipu__conv_plan {
     int tpose;
 } ipu__conv_plan;
 #define IPU__CONV_T_PIX ((int64_t)240) /* small-map path: output pixels per work item at most */
+
+/* Output channels [*m0, *m1) of the group's channel items [mb0, mb1): the Cog / mu units
+ * (rounded up) dealt out in order, the items' shares differing by at most one unit. */
+void ipu__conv_item_channels(const ipu__conv_plan *p, int64_t mb0, int64_t mb1, int64_t *m0,
+                             int64_t *m1);
 
 /* POOL2D: x[N,C,H,W] -> y[N,C,OH,OW]; work item = (plane n*C + c, block of `rows` rows). */
 typedef struct ipu__pool_plan {
