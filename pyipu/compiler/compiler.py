@@ -19,6 +19,7 @@ import onnx
 
 from pyipu.compiler.affine_fusion import fuse_affine_chains
 from pyipu.compiler.cache import cache_dir, cached_compile
+from pyipu.compiler.concat_inplace import concat_in_place
 from pyipu.compiler.conv_epilogue import fuse_conv_epilogues
 from pyipu.compiler.errors import CompileError
 from pyipu.compiler.executable import Executable
@@ -92,6 +93,8 @@ def _compile_ir(model: ModelLike, outputs: Sequence[str] | None, opts: CompilerO
     fuse_gelu(builder)
     fuse_affine_chains(builder)
     drop_broadcast_expands(builder)
+    if placement is None:  # manual sharding: stages exchange whole tensors (staging.py)
+        concat_in_place(builder)
     _progress(opts, 2)
     plan = split_stages(builder, placement.stage_ipus) if placement is not None else None
     ir = build_ir(

@@ -51,6 +51,7 @@ class BuildTensor:
     base: int | None = None  # root tensor index when this is a view
     data: bytes | None = None  # WEIGHT roots
     stage: int = 0  # pipeline stage whose node created it (manual sharding)
+    offset: int = 0  # bytes into the root (a view of part of it: concat_inplace.py)
 
     @property
     def nbytes(self) -> int:
@@ -101,6 +102,7 @@ class GraphBuilder:
         kind: str = ARENA,
         base: int | None = None,
         data: bytes | None = None,
+        offset: int = 0,
     ) -> int:
         try:
             dt = DType(dtype)
@@ -129,7 +131,7 @@ class GraphBuilder:
         if any(d <= 0 for d in shape):
             raise UnsupportedError(f"tensor {name!r} has zero-size shape {list(shape)}")
         self.tensors.append(
-            BuildTensor(name, dt, shape, kind, subgraph, base, data, self.current_stage)
+            BuildTensor(name, dt, shape, kind, subgraph, base, data, self.current_stage, offset)
         )
         return len(self.tensors) - 1
 
@@ -143,7 +145,9 @@ class GraphBuilder:
             raise ShapeError(f"cannot view {src.name!r} {list(src.shape)} as {list(shape)}")
         if tuple(shape) == src.shape and src.name == name:
             return t
-        return self.add(name, src.dtype, shape, src.subgraph, src.kind, base=self.root(t))
+        return self.add(
+            name, src.dtype, shape, src.subgraph, src.kind, base=self.root(t), offset=src.offset
+        )
 
     def weight(self, name: str, array: np.ndarray, subgraph: int, anchor: str | None = None) -> int:
         """The TENSOR_DATA tensor holding a constant, created (and anchored) on first use.

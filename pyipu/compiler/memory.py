@@ -1,11 +1,12 @@
 """Memory planning: arena offsets with liveness-based reuse, TENSOR_DATA packing, programs.
 
-Only roots get storage; a view takes its root's offset, and every use of a view counts as a use
-of the root (so views extend their root's lifetime). A root lives from its first use to its last
-use in its subgraph's Main program, inclusive: an instruction's output never shares storage with
-its inputs. Input anchors live from before the first instruction, output anchors until after the
-last. Subgraphs of a fused model never run at the same time, so their tensors may share memory;
-tensors of every subgraph (the `index` input) conflict with everything.
+Only roots get storage; a view takes its root's offset (plus its own, for a view of part of the
+root: concat_inplace.py), and every use of a view counts as a use of the root (so views extend
+their root's lifetime). A root lives from its first use to its last use in its subgraph's Main
+program, inclusive: an instruction's output never shares storage with its inputs. Input anchors
+live from before the first instruction, output anchors until after the last. Subgraphs of a
+fused model never run at the same time, so their tensors may share memory; tensors of every
+subgraph (the `index` input) conflict with everything.
 
 With overlap I/O (num_io_tiles > 0) the runtime double-buffers the streamed anchors, which needs
 every tensor to lie either inside one anchor's storage or outside all of them: the roots of
@@ -152,7 +153,8 @@ def build_ir(
     for i, t in enumerate(b.tensors):
         root = b.root(i)
         if t.kind == ARENA:
-            tensors.append(TensorSpec(t.name, t.dtype, t.shape, Location.ARENA, offsets[root]))
+            at = offsets[root] + t.offset
+            tensors.append(TensorSpec(t.name, t.dtype, t.shape, Location.ARENA, at))
         else:
             data = b.tensors[root].data
             tensors.append(

@@ -332,7 +332,8 @@ def BitCast(n: Node) -> None:  # noqa: N802 - same bytes, another dtype of the s
     b = n.low.b
     x = n.input(0)
     name = n.outputs[0]
-    t = b.add(name, dst, n.shape(0), n.low.subgraph, b.tensors[x].kind, base=b.root(x))
+    src = b.tensors[x]
+    t = b.add(name, dst, n.shape(0), n.low.subgraph, src.kind, base=b.root(x), offset=src.offset)
     n.low.values[name] = t
 
 
