@@ -47,6 +47,47 @@ static void test_binary(void) {
     }
 }
 
+/* Units in the last place between two floats of one sign (and 0 for equal ones). */
+static int64_t ulps(float a, float b) {
+    int32_t ia, ib;
+    memcpy(&ia, &a, 4);
+    memcpy(&ib, &b, 4);
+    return ia > ib ? (int64_t)ia - ib : (int64_t)ib - ia;
+}
+
+/* POW by a broadcast exponent of 2, 0.5 or 0.75 (binary.c's fast forms): within 2 ulp of the
+ * correctly rounded power over every float of a wide range, NaN exactly where powf gives NaN,
+ * and pow's signed zeros and infinities (pow(-0, 0.5) = +0, pow(-inf, 0.75) = +inf); run()
+ * also checks that uneven sub-ranges (other splits between the 8-wide loop and its scalar
+ * tail) give the same bits. */
+static void test_pow_fast(void) {
+    static const float zs[] = {2.0f, 0.5f, 0.75f};
+    static const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -1.0f, -2.5f,
+                                    1e-45f, 1e-40f, 3.4e38f, 1.0f, 0.25f, 7.0f};
+    enum { N = 4099 };
+    for (size_t zi = 0; zi < sizeof zs / sizeof zs[0]; zi++) {
+        H *h = h_new(1 << 20);
+        uint32_t a = T(h, FLOAT32, N), b = T0(h, FLOAT32), y = T(h, FLOAT32, N);
+        float *x = h->ptr[a];
+        *(float *)h->ptr[b] = zs[zi];
+        uint32_t u = 0x00000001u; /* positive floats from the smallest subnormal up, spread out */
+        for (int i = 0; i < N; i++, u += 0x7f7fffffu / N) memcpy(&x[i], &u, 4);
+        for (size_t i = 0; i < sizeof special / sizeof special[0]; i++) x[i * 97 + 5] = special[i];
+        const float *r = run(h, IPU_OP_BINARY, 2, (uint32_t[]){a, b}, y, 1,
+                             (int64_t[]){IPU__BIN_POW});
+        uint64_t bad = 0;
+        for (int i = 0; i < N; i++) {
+            float want = (float)pow((double)x[i], (double)zs[zi]), got = r[i];
+            bool ok = want != want ? got != got
+                                   : (signbit(want) == signbit(got) && ulps(want, got) <= 2);
+            if (!ok && bad++ < 3)
+                fprintf(stderr, "pow(%a, %g): got %a, want %a\n", x[i], zs[zi], got, want);
+        }
+        CHECK(bad == 0, "pow fast z=%g: %llu mismatches", zs[zi], (unsigned long long)bad);
+        h_free(h);
+    }
+}
+
 static void test_where(void) {
     for (size_t s = 0; s < NSHAPES; s++) {
         for (int k = 0; k < 2; k++) { /* int32 and uint8 data */
@@ -105,6 +146,7 @@ static void test_unary(void) {
 
 int main(void) {
     test_binary();
+    test_pow_fast();
     test_where();
     test_unary();
     printf("%d passed, %d failed\n", passed, failed);

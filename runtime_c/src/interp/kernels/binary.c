@@ -3,6 +3,7 @@
  * computed in float32; comparisons write bool (one byte, 0 or 1). Work item = IPU__ELT_BLOCK
  * output elements. */
 #include <math.h>
+#include <stdbool.h>
 
 #include "kernels.h"
 
@@ -80,6 +81,58 @@ static inline float fmod_floor(float x, float z) {
     return (r < 0) != (z < 0) ? r + z : r;
 }
 
+/* POW of contiguous x by one exponent z that has a cheaper form, as numpy's fast scalar powers:
+ * x * x (exact), sqrt(x) (correctly rounded) and x^0.75 = sqrt(x) * sqrt(sqrt(x)) (LRN's default
+ * beta; within 2 ulp). pow's special cases are kept: pow(-0, z) = +0 and pow(-inf, z) = +inf
+ * for z = 0.5 and 0.75, NaN for other negative x. Returns false for other exponents. */
+static inline __attribute__((always_inline)) float root_base(float x) {
+    return x == -INFINITY ? INFINITY : x + 0.0f; /* -0 + 0 = +0 */
+}
+
+static inline __attribute__((always_inline)) bool pow_fast_body(const float *x, float z,
+                                                                float *restrict y, size_t n,
+                                                                size_t i) {
+    if (z == 2.0f) {
+        for (; i < n; i++) y[i] = x[i] * x[i];
+    } else if (z == 0.5f) {
+        for (; i < n; i++) y[i] = sqrtf(root_base(x[i]));
+    } else if (z == 0.75f) {
+        for (; i < n; i++) {
+            float r = sqrtf(root_base(x[i]));
+            y[i] = r * sqrtf(r);
+        }
+    } else {
+        return false;
+    }
+    return true;
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+/* The two roots 8 at a time (sqrtf in a loop is not vectorised: errno), the tail as above. */
+__attribute__((target("avx2"))) static bool pow_fast_avx2(const float *x, float z, float *y,
+                                                          size_t n) {
+    if (z != 0.5f && z != 0.75f) return pow_fast_body(x, z, y, n, 0);
+    const __m256 ninf = _mm256_set1_ps(-INFINITY), inf = _mm256_set1_ps(INFINITY);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        v = _mm256_blendv_ps(_mm256_add_ps(v, _mm256_setzero_ps()), inf,
+                             _mm256_cmp_ps(v, ninf, _CMP_EQ_OQ));
+        __m256 r = _mm256_sqrt_ps(v);
+        _mm256_storeu_ps(y + i, z == 0.5f ? r : _mm256_mul_ps(r, _mm256_sqrt_ps(r)));
+    }
+    return pow_fast_body(x, z, y, n, i);
+}
+#endif
+
+static bool pow_fast(const float *x, float z, float *y, size_t n) {
+#if defined(__x86_64__) || defined(__i386__)
+    if (__builtin_cpu_supports("avx2")) return pow_fast_avx2(x, z, y, n);
+#endif
+    return pow_fast_body(x, z, y, n, 0);
+}
+
 /* MIN/MAX like numpy's minimum/maximum: a NaN operand gives NaN. */
 static void bin_f32(const void *const *in, const int64_t *s, void *vy, size_t n, int fn) {
     const float *a = in[0], *b = in[1];
@@ -87,7 +140,10 @@ static void bin_f32(const void *const *in, const int64_t *s, void *vy, size_t n,
     float *restrict y = vy;
     uint8_t *restrict yb = vy;
     switch (fn) {
-        case IPU__BIN_POW: LOOP2(float, y, powf(x, z)); break;
+        case IPU__BIN_POW:
+            if (sa && !sb && pow_fast(a, b[0], y, n)) break;
+            LOOP2(float, y, powf(x, z));
+            break;
         case IPU__BIN_MIN: LOOP2(float, y, (x != x || x < z) ? x : z); break;
         case IPU__BIN_MAX: LOOP2(float, y, (x != x || x > z) ? x : z); break;
         case IPU__BIN_MOD: LOOP2(float, y, fmod_floor(x, z)); break;
