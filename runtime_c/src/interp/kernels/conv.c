@@ -534,8 +534,8 @@ static void pack_pixels(const float *src, const int64_t *off, int64_t kc, const 
         pack_pixels_body(src, off, kc, q, mr, ap);
 }
 
-/* Work items [mb0, mb1) of the small-map path, all of row block r: output channels [m0, m1)
- * of group g (channels [m0, m1) of items [mb0, mb1)), the np output pixels of the row block. Per K chunk
+/* Channel items [mb0, mb1) of the small-map path, all of row block r: their output channels
+ * [m0, m1) of group g, the np output pixels of the row block. Per K chunk
  * the chunk's input rows are copied as in the window path (xcopy), the pixels packed into A
  * panels, and the micro-kernel accumulates C^T[pixel][channel] in scratch against the
  * pre-packed weight panels bw; the epilogue then writes y channel by channel. */
