@@ -2,8 +2,9 @@
 
 When the dims before the concatenation axis are all 1 (batch-1 channel concatenations: Inception
 blocks, SqueezeNet's fire modules, DenseNet's dense blocks), input i of a CONCAT is one
-contiguous byte range of the output. If every input is a plain temporary of the same program
-(an arena root, no anchor, written only by instructions before the CONCAT) and every range
+contiguous byte range of the output. If the output is written only by the CONCAT and is no
+anchor, every input is a plain temporary of the same program (an arena root, no anchor, written
+only by instructions before the CONCAT) and every range
 starts at a multiple of 64 bytes (the container's tensor offset rule), the inputs become views
 of the output at their offsets and the CONCAT is dropped: the instructions computing them write
 straight into the output. Applied in program order, a chain of concatenations (DenseNet: each

@@ -56,7 +56,7 @@ static int64_t ulps(float a, float b) {
 }
 
 /* POW by a broadcast exponent of 2, 0.5 or 0.75 (binary.c's fast forms): within 2 ulp of the
- * correctly rounded power over every float of a wide range, NaN exactly where powf gives NaN,
+ * correctly rounded power over every float of a wide range, NaN exactly where pow gives NaN,
  * and pow's signed zeros and infinities (pow(-0, 0.5) = +0, pow(-inf, 0.75) = +inf); run()
  * also checks that uneven sub-ranges (other splits between the 8-wide loop and its scalar
  * tail) give the same bits. */
