@@ -1,5 +1,6 @@
 /* Kernel tests for UNARY, BINARY and WHERE: against naive loops, over the whole work range and
  * split in uneven sub-ranges (kernel_harness.h), with multi-dim 2- and 3-way broadcasting. */
+#include "float_ulps.h"
 #include "kernel_harness.h"
 
 static const int64_t shapes[][3][4] = {
@@ -45,14 +46,6 @@ static void test_binary(void) {
             h_free(h);
         }
     }
-}
-
-/* Units in the last place between two floats of one sign (and 0 for equal ones). */
-static int64_t ulps(float a, float b) {
-    int32_t ia, ib;
-    memcpy(&ia, &a, 4);
-    memcpy(&ib, &b, 4);
-    return ia > ib ? (int64_t)ia - ib : (int64_t)ib - ia;
 }
 
 /* POW by a broadcast exponent of 2, 0.5 or 0.75 (binary.c's fast forms): within 2 ulp of the

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "float_ulps.h"
 #include "interp/kernels/vmath.h"
 
 static int failures;
@@ -24,19 +25,6 @@ static float from_bits(uint32_t u) {
     float f;
     memcpy(&f, &u, 4);
     return f;
-}
-
-/* Distance in representable floats (monotone key: -0 and +0 are adjacent). */
-static int64_t key(float f) {
-    int32_t i;
-    memcpy(&i, &f, 4);
-    return i < 0 ? -(int64_t)(i & 0x7fffffff) - 1 : (int64_t)i;
-}
-static int64_t ulps(float a, float b) {
-    if (a != a || b != b) return (a != a) == (b != b) ? 0 : INT64_MAX;
-    if (a == b) return 0;
-    int64_t d = key(a) - key(b);
-    return d < 0 ? -d : d;
 }
 
 typedef void (*vm_fn)(const float *, float *, size_t);

@@ -242,13 +242,6 @@ static void pack_patches(const ipu__conv_plan *p, const float *x, int64_t xoff, 
     }
 }
 
-void ipu__conv_item_channels(const ipu__conv_plan *p, int64_t mb0, int64_t mb1, int64_t *m0,
-                             int64_t *m1) {
-    int64_t units = (p->Cog + p->mu - 1) / p->mu, end = mb1 * units / p->mblocks * p->mu;
-    *m0 = mb0 * units / p->mblocks * p->mu;
-    *m1 = end < p->Cog ? end : p->Cog;
-}
-
 /* float32 GEMM path for one work item: output channels [m0, m1) of group g (IPU__MM_MB-row
  * sub-blocks), pixels of row block r. See the top of the file. */
 static void run_gemm_f32(const ipu__conv_plan *p, const float *x, const float *w,

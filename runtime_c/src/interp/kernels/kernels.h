@@ -224,8 +224,12 @@ typedef struct ipu__conv_plan {
 
 /* Output channels [*m0, *m1) of the group's channel items [mb0, mb1): the Cog / mu units
  * (rounded up) dealt out in order, the items' shares differing by at most one unit. */
-void ipu__conv_item_channels(const ipu__conv_plan *p, int64_t mb0, int64_t mb1, int64_t *m0,
-                             int64_t *m1);
+static inline void ipu__conv_item_channels(const ipu__conv_plan *p, int64_t mb0, int64_t mb1,
+                                           int64_t *m0, int64_t *m1) {
+    int64_t units = (p->Cog + p->mu - 1) / p->mu, end = mb1 * units / p->mblocks * p->mu;
+    *m0 = mb0 * units / p->mblocks * p->mu;
+    *m1 = end < p->Cog ? end : p->Cog;
+}
 
 /* POOL2D: x[N,C,H,W] -> y[N,C,OH,OW]; work item = (plane n*C + c, block of `rows` rows). */
 typedef struct ipu__pool_plan {
