@@ -36,6 +36,7 @@ def test_meson_test(repo, tmp_path):
         "test_kernels",
         "test_kernels_eltwise",
         "test_kernels_gemm",
+        "test_kernels_wino",
         "test_vmath",
         "test_executable",
         "test_runtime",

@@ -25,8 +25,8 @@ HEAD, ENTRY = 16, 64  # packed blob header and entry sizes (prepack.c)
 
 
 def _model() -> onnx.ModelProto:
-    """x[1,8,10,10] → Conv 3x3 (120 channels: two sub-blocks of 96 rows) → Relu → grouped Conv
-    1x1 (group 2, 24 channels) → y; weights w1, w2 and bias b1 in the PopEF."""
+    """x[1,8,10,10] → Conv 3x3 (120 channels; the Winograd path on the AVX2 tile) → Relu →
+    grouped Conv 1x1 (group 2, 24 channels) → y; weights w1, w2 and bias b1 in the PopEF."""
     inits = [
         numpy_helper.from_array(arr((120, 8, 3, 3), F32, 1, low=-0.3, high=0.3), "w1"),
         numpy_helper.from_array(arr((120,), F32, 2), "b1"),
@@ -388,3 +388,55 @@ def test_small_map_convolutions_carry_transposed_weights() -> None:
         qm.output_queue("y").enqueue(y)
         session.run_main_programs()
     np.testing.assert_array_equal(y, got)  # same sums in the same order on every path
+
+
+def _wino_model() -> onnx.ModelProto:
+    """x[1,32,14,14] → Conv 3x3 stride 1 (64 channels) + bias → y: the Winograd path, whose
+    weights are packed transformed (U = G g G^T: layout 3)."""
+    inits = [
+        numpy_helper.from_array(arr((64, 32, 3, 3), F32, 21, low=-0.2, high=0.2), "w1"),
+        numpy_helper.from_array(arr((64,), F32, 22), "b1"),
+    ]
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w1", "b1"], ["y"], pads=[1] * 4)],
+        "wino",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 14, 14])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model
+
+
+def test_winograd_convolutions_carry_transformed_weights() -> None:
+    """The Winograd path's weights travel transformed and packed (layout 3) and give the same
+    bytes mapped or packed at load; weights bound by the session run the window path, which
+    sums differently (within rounding of the reference, not bit-identical)."""
+    exe = Compiler.compile(_wino_model())
+    data = exe.to_bytes()
+    feeds = {"x": arr((1, 32, 14, 14), F32, 23, low=-1, high=1)}
+    assert counts(data) == (1, 0)
+    if _core.set_sgemm_isa(0) == 2:  # the AVX2 tile (the others may keep it direct)
+        (payload,) = [b[3] for b in split_container(data) if b[2] == PACKED_BLOB]
+        assert field(bytearray(payload), 0, 12, "<I") == 3
+        assert field(bytearray(payload), 0, 56, "<Q") == 16 * 66 * 32 * 4  # 11 panels of 6
+    got = run_c(Executable.from_bytes(data), feeds)["y"]
+    assert_matches_reference({"y": got}, exe.run_reference(feeds))
+    at_load = encode_container(exe.program, prepack=False)
+    np.testing.assert_array_equal(got, run_c(Executable.from_bytes(at_load), feeds)["y"])
+
+    def policy(anchor):
+        if not anchor.popef_contains_tensor_data or anchor.name == "w1":
+            return AnchorCallbackPolicy.BIND_USER_CB
+        return AnchorCallbackPolicy.BIND_TENSOR_DATA
+
+    with Session(Executable.from_bytes(data)) as session:
+        qm = session.create_queue_manager(input_predicate=policy)
+        qm.input_queue("w1").enqueue(numpy_helper.to_array(_wino_model().graph.initializer[0]))
+        session.run_load_programs()
+        y = np.zeros((1, 64, 14, 14), F32)
+        qm.input_queue("x").enqueue(feeds["x"])
+        qm.output_queue("y").enqueue(y)
+        session.run_main_programs()
+    assert_matches_reference({"y": y}, exe.run_reference(feeds))

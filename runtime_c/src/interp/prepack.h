@@ -17,6 +17,7 @@
 enum {
     IPU__PACK_SGEMM_A = 1, /* ipu__sgemm_pack_a panels (kernels.h): geom = {mr, KC, block rows} */
     IPU__PACK_SGEMM_B = 2, /* sgemm B panels (Bp[k][nr]): geom = {nr, KC, ...} */
+    IPU__PACK_WINO = 3,    /* Winograd weights (ipu__wino_pack_weights): geom = {mr} */
 };
 
 /* What a packed buffer was made for. Two tags are equal when every field is. */

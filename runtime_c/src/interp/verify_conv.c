@@ -137,6 +137,56 @@ static int64_t tpose_items(int64_t Cog, int nr, uint64_t base) {
     return c;
 }
 
+/* Winograd path (kernels.h, `wino`): tile rows per work item, 0 where it would not be at least
+ * 10 % cheaper than the direct paths or its buffers (or the window path's, for the same rows)
+ * do not fit the scratch. Cost in multiply-adds: the 16 GEMMs with tiles padded to the
+ * micro-kernel's width, against 9 per output pixel; weights that do not stay in cache cost
+ * IPU__WINO_BYTE per byte each time they stream, once per block of tiles for U (16 floats per
+ * weight pair), once for the direct paths' (9). Measured on ResNet-50, VGG19, AlexNet, ZFNet:
+ * it keeps the 3x3 layers with 512 input channels on 14x14 and 28x28 maps direct (U of 16 MB
+ * streamed for every 16 tiles), where Winograd was 4-17 % slower. Sets *wnt and *wcb. */
+#define IPU__WINO_V ((int64_t)128 << 10)      /* floats of V at most */
+#define IPU__WINO_M ((int64_t)96 << 10)       /* floats of M at most */
+#define IPU__WINO_CACHED ((double)(1 << 20)) /* weight bytes that stay in cache between blocks */
+#define IPU__WINO_BYTE 5.0                    /* multiply-adds per weight byte streamed */
+static double streamed(double bytes) {
+    return bytes > IPU__WINO_CACHED ? IPU__WINO_BYTE * bytes : 0.0;
+}
+static int64_t wino_rows(const ipu__ukr *u, int64_t Cig, int64_t Cog, int64_t OH, int64_t OW,
+                         const int64_t *a, int64_t *wnt, int64_t *wcb) {
+    int64_t TH = (OH + 1) / 2, TW = (OW + 1) / 2, nr = u->nr, mr = u->mr;
+    int64_t most = Cig > IPU__WINO_V ? 0 : IPU__WINO_V / (16 * Cig) / nr * nr;
+    if (most < TW || TW > ((int64_t)1 << 16) || TH > ((int64_t)1 << 16)) return 0;
+    double cpad = (double)((Cog + mr - 1) / mr * mr), pair = cpad * (double)Cig;
+    double best = 0.9 * ((double)Cog * (double)Cig * 9.0 * (double)OH * (double)OW +
+                         streamed(36.0 * (double)Cog * (double)Cig));
+    int64_t tr = 0;
+    for (int64_t t = 1; t <= most / TW && t <= TH; t++) {
+        uint64_t nb = ceil_div((uint64_t)TH, (uint64_t)t);
+        int64_t even = (int64_t)ceil_div((uint64_t)TH, nb), last = TH - (int64_t)(nb - 1) * even;
+        double tiles = (double)(nb - 1) * (double)((even * TW + nr - 1) / nr * nr) +
+                       (double)((last * TW + nr - 1) / nr * nr);
+        double cost = 16.0 * pair * tiles + (double)nb * streamed(64.0 * pair);
+        if (cost < best) {
+            best = cost;
+            tr = even;
+        }
+    }
+    if (!tr) return 0;
+    int64_t nt = (tr * TW + nr - 1) / nr * nr, cb = IPU__WINO_M / (16 * nt) / mr * mr;
+    if (cb < mr) return 0;
+    if (cb > (Cog + mr - 1) / mr * mr) cb = (Cog + mr - 1) / mr * mr;
+    int64_t tmp = 8 * (tr + 1) * TW + 2 * TW + 2, out = 8 * tr * TW; /* winograd.c's buffers */
+    if (tmp < out) tmp = out;
+    if ((uint64_t)(16 * IPU__WINO_VS(nt, Cig) + 16 * IPU__WINO_VS(nt, cb) + tmp) * sizeof(float) >
+            IPU__SCRATCH_BYTES ||
+        window_floats(Cig, 3, 3, a, 2 * tr, OW + 2) > (uint64_t)IPU__CONV_WIN_XQ)
+        return 0;
+    *wnt = nt;
+    *wcb = cb;
+    return tr;
+}
+
 /* The float32 conv weights w[G * Cog, K] packed for micro-kernels of height mr, the layout the
  * kernels read (kernels.h, ipu__conv_plan.packed): sub-block (g, mb) of IPU__MM_MB rows at
  * (g * mbl + mb) * blk, its K chunk k0 at + mpad * k0 (ipu__sgemm_pack_a's layout). */
@@ -163,6 +213,12 @@ static void pack_conv_weights(const void *ctx, void *out) {
                 ipu__sgemm_pack_a(&a, k0, c->K - k0 < IPU__SGEMM_KC ? c->K - k0 : IPU__SGEMM_KC,
                                   c->mr, b + mpad * k0);
         }
+}
+
+/* The Winograd path's U (ipu__wino_pack_weights; one group). */
+static void pack_wino_weights(const void *ctx, void *out) {
+    const conv_pack *c = ctx;
+    ipu__wino_pack_weights(c->w, c->Cog, c->K / 9, c->mr, out);
 }
 
 /* The same weights for the small-map path: per group, w transposed to [K, Cog] in B panels of
@@ -295,8 +351,19 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
         trows = tpose_rows(&u, p->Cig, p->Cog, oh, ow, KH, KW, a, pw, wrows, xcopy, wq, p->rows,
                            (uint64_t)xd[0] * (uint64_t)G * (uint64_t)mbl);
         if (trows && !pw) hq = trows + (KH - 1) * a[3] / a[1]; /* the copy's rows per block */
+        /* Winograd: 3x3, stride 1, no dilation, one group; not for a few input channels,
+         * whose 16 GEMMs would be mostly the micro-kernel's loads and stores */
+        bool wshape = G == 1 && KH == 3 && KW == 3 && a[1] == 1 && a[2] == 1 && a[3] == 1 &&
+                      a[4] == 1 && p->Cig >= 8;
+        if (wshape && wrows)
+            p->wtr = wino_rows(&u, p->Cig, p->Cog, oh, ow, a, &p->wnt, &p->wcb);
+        if (p->wtr) {
+            trows = 0;
+            hq = 2 * p->wtr + 2;
+            p->wtw = (ow + 1) / 2;
+        }
     }
-    if (wrows || trows) {
+    if (wrows || trows) { /* (a Winograd plan has wrows) */
         int64_t *ro = (int64_t *)(p + 1), ir[64], ic[64];
         int64_t nphr = used_phases(KH, a[3], a[1], ir), nphc = used_phases(KW, a[4], a[2], ic);
         int64_t plane = xcopy ? hq * wq : xd[2] * xd[3];
@@ -314,8 +381,9 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
         p->rowoff = ro;
         p->Hq = hq;
         p->Wq = wq;
-        p->rows = trows ? trows : wrows;
+        p->rows = p->wtr ? 2 * p->wtr : trows ? trows : wrows;
         p->tpose = trows > 0;
+        p->wino = p->wtr > 0;
     }
     if (p->rows > oh) p->rows = oh;
     /* float32 GEMM path (1x1): two pixel blocks where fewer than 3 channel blocks would leave a
@@ -327,9 +395,9 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
     /* float32 paths: one B packing per pixel block for all channels, unless < 8 items */
     if (!p->direct && !p->f16 && mbl > 0) {
         uint64_t base = (uint64_t)p->N * (uint64_t)G * (uint64_t)p->rblocks;
-        if (p->tpose) {
-            p->mu = u.nr;
-            p->mblocks = tpose_items(p->Cog, u.nr, base);
+        if (p->tpose || p->wino) {
+            p->mu = p->tpose ? u.nr : u.mr;
+            p->mblocks = tpose_items(p->Cog, (int)p->mu, base);
         } else {
             uint64_t split = base >= 8 ? 1 : (8 + base - 1) / base;
             if (split > (uint64_t)mbl) split = (uint64_t)mbl;
@@ -341,8 +409,9 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
     /* the layout of the path that runs (pack_conv_weights_t for the small-map path) */
     int tile = p->tpose ? u.nr : u.mr;
     int64_t blk = p->tpose ? (int64_t)ipu__sgemm_packed_b_floats(p->K, p->Cog, u.nr)
-                           : (IPU__MM_MB + u.mr - 1) / u.mr * u.mr * p->K;
-    uint64_t nblk = (uint64_t)G * (uint64_t)(p->tpose ? 1 : mbl);
+                  : p->wino ? 16 * ((p->Cog + u.mr - 1) / u.mr * u.mr) * p->Cig
+                            : (IPU__MM_MB + u.mr - 1) / u.mr * u.mr * p->K;
+    uint64_t nblk = (uint64_t)G * (uint64_t)(p->tpose || p->wino ? 1 : mbl);
     if (pack && nblk * (uint64_t)blk < ((uint64_t)1 << 32)) {
         conv_pack cp = {(const float *)(v->e->tensor_data + w->offset), G, p->Cog, p->K, mbl,
                         blk, tile};
@@ -350,9 +419,13 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
         uint32_t rows_per_block = p->tpose ? 0 : (uint32_t)IPU__MM_MB;
         ipu__pack_tag tag = {p->tpose ? IPU__PACK_SGEMM_B : IPU__PACK_SGEMM_A, 1,
                              (uint32_t)u.isa, {(uint32_t)tile, IPU__SGEMM_KC, rows_per_block, 0}};
+        if (p->wino) tag = (ipu__pack_tag){IPU__PACK_WINO, 1, (uint32_t)u.isa, {(uint32_t)tile}};
         const void *dst;
         st = ipu__vpacked(v, 1, &tag, (size_t)(nblk * (uint64_t)blk) * sizeof(float),
-                          p->tpose ? pack_conv_weights_t : pack_conv_weights, &cp, &dst);
+                          p->tpose  ? pack_conv_weights_t
+                          : p->wino ? pack_wino_weights
+                                    : pack_conv_weights,
+                          &cp, &dst);
         if (st) {
             ipu__free(p);
             return st;
@@ -362,7 +435,7 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
         p->packed_nr = p->tpose ? u.nr : 0;
         p->packed_blk = blk;
     } else {
-        p->tpose = 0; /* it reads packed weights only */
+        p->tpose = p->wino = 0; /* they read packed weights only */
     }
     p->hdr.work = y->numel == 0 ? 0
                                 : (size_t)((uint64_t)p->N * (uint64_t)G * (uint64_t)p->mblocks *

@@ -118,9 +118,9 @@ __attribute__((target("avx2"))) static void epilogue_avx2(const ipu__conv_plan *
 }
 #endif
 
-static void epilogue_rows(const ipu__conv_plan *p, float *dst, int64_t ds, const float *src,
-                          int64_t ss, int64_t nrows, int64_t n, const void *bias, int64_t co,
-                          const void *res, int64_t off) {
+void ipu__conv_epilogue_rows(const ipu__conv_plan *p, float *dst, int64_t ds, const float *src,
+                             int64_t ss, int64_t nrows, int64_t n, const void *bias, int64_t co,
+                             const void *res, int64_t off) {
 #if IPU_X86
     if (__builtin_cpu_supports("avx2")) {
         epilogue_avx2(p, dst, ds, src, ss, nrows, n, bias, co, res, off);
@@ -132,7 +132,7 @@ static void epilogue_rows(const ipu__conv_plan *p, float *dst, int64_t ds, const
 
 static void epilogue_to(const ipu__conv_plan *p, float *dst, const float *src, int64_t n,
                         const void *bias, int64_t co, const void *res, int64_t off) {
-    epilogue_rows(p, dst, n, src, n, 1, n, bias, co, res, off);
+    ipu__conv_epilogue_rows(p, dst, n, src, n, 1, n, bias, co, res, off);
 }
 
 static void epilogue(const ipu__conv_plan *p, float *row, int64_t n, const void *bias, int64_t co,
@@ -482,7 +482,8 @@ static void run_window(const ipu__conv_plan *p, const float *x, const float *w,
                 int64_t co = g * p->Cog + s0 + i;
                 if (t0 % Wq == 0 && np % Wq == 0) { /* whole rows (the usual tile): one call */
                     int64_t off = (n * p->M + co) * OHW + (oh0 + t0 / Wq) * OW;
-                    epilogue_rows(p, y + off, OW, ct + i * NT, Wq, np / Wq, OW, bias, co, res, off);
+                    ipu__conv_epilogue_rows(p, y + off, OW, ct + i * NT, Wq, np / Wq, OW, bias,
+                                            co, res, off);
                     continue;
                 }
                 for (int64_t q = t0; q < t0 + np;) {
@@ -632,7 +633,6 @@ static void run_gemm(const ipu__conv_plan *p, const void *x, const void *w, cons
     }
 }
 
-
 /* acc[q] = sum over taps k in order of wk[k] * src[rowoff[k] + q], q < n: blocks of 16 pixels
  * summed in registers over all taps (one store per output). */
 static inline __attribute__((always_inline)) void dw_taps_body(const float *src,
@@ -698,7 +698,7 @@ static bool run_direct_window(const ipu__conv_plan *p, const float *x, const flo
     }
     dw_taps(src, p->rowoff, w + g * KK, KK, npix, acc);
     int64_t off = ((n * p->M + g) * p->OH + oh0) * p->OW;
-    epilogue_rows(p, y + off, p->OW, acc, Wq, nrows, p->OW, bias, g, res, off);
+    ipu__conv_epilogue_rows(p, y + off, p->OW, acc, Wq, nrows, p->OW, bias, g, res, off);
     return true;
 }
 
@@ -754,12 +754,14 @@ ipu_status ipu__k_conv2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
                                 w == (const void *)(f->exe->tensor_data + wt->offset)
                             ? p->packed
                             : NULL; /* not if the session bound other weights */
-    bool tposed = false;
-    if (p->tpose && apre) { /* packed for this micro-kernel: else the other paths, unpacked */
+    bool tposed = false, wino = false;
+    if ((p->tpose || p->wino) && apre) { /* packed for this micro-kernel: else the other paths */
         ipu__ukr u;
         ipu__sgemm_ukr(&u);
-        tposed = u.nr == p->packed_nr;
+        tposed = p->tpose && u.nr == p->packed_nr;
+        wino = p->wino && u.mr == p->packed_mr && p->wnt % u.nr == 0; /* its V panels */
     }
+    if (p->wino && !wino) apre = NULL; /* the window path with unpacked weights */
     for (size_t it = b; it < e; it++) {
         /* channel blocks vary fastest: a contiguous range of items (one worker's share) then
          * holds whole pixel blocks, which balances when channel blocks differ in size */
@@ -769,7 +771,11 @@ ipu_status ipu__k_conv2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
         int64_t r = (int64_t)(rest % (uint64_t)p->rblocks);
         rest /= (uint64_t)p->rblocks;
         int64_t g = (int64_t)(rest % (uint64_t)p->G), n = (int64_t)(rest / (uint64_t)p->G);
-        if (tposed) {
+        if (wino) { /* the following items of the same tiles: one run, the tiles once */
+            int64_t mb1 = mb + 1;
+            for (; it + 1 < e && mb1 < p->mblocks; mb1++) it++;
+            ipu__conv_wino(p, x, apre, bias, res, y, n, mb, mb1, r, scratch);
+        } else if (tposed) {
             /* the following items of the same pixels (one worker's share): their channels in
              * one run, the pixels packed once, as far as the C^T tile fits the scratch */
             int64_t rows = p->OH - r * p->rows < p->rows ? p->OH - r * p->rows : p->rows;

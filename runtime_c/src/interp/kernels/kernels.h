@@ -116,8 +116,8 @@ typedef struct ipu__red_plan {
  * block of `rows` output rows, channel item: one of mblocks shares of the group's output
  * channels); the float32 paths take all IPU__MM_MB-channel sub-blocks of a group per item (the
  * window path at most IPU__CONV_WIN_MPER) unless that leaves fewer than 8 items (for an even
- * split over workers); the small-map path shares out its weight panels (tpose_items in
- * verify_conv.c). The float16 GEMM path
+ * split over workers); the small-map and Winograd paths share out their weight panels
+ * (tpose_items in verify_conv.c). The float16 GEMM path
  * im2cols tiles of P output pixels x KCH rows of K = Cig*KH*KW into scratch (after the first
  * IPU__CONV_SG_BYTES, which ipu__sgemm uses); `direct`: depthwise (Cig = Cog = 1) loop. */
 #define IPU__CONV_SG_BYTES ((size_t)192 << 10)
@@ -219,6 +219,15 @@ typedef struct ipu__conv_plan {
      * of pixels is computed. Reads x like the window path (rowoff; for 1x1 stride-1 convolutions
      * Wq = W and no copy) and needs the weights packed (`packed`); else the paths above run. */
     int tpose;
+    /* float32 Winograd path (`wino`; winograd.c), for 3x3 stride-1 convolutions with one group:
+     * `packed` holds U = G g G^T (ipu__wino_pack_weights, for micro-kernels of height
+     * packed_mr); a work item is a block of wtr tile rows (rows = 2 * wtr output rows) of wtw
+     * tiles, at most wnt (a multiple of the micro-kernel's width) in all, and a channel item
+     * (mu = packed_mr). Its scratch: V (16 x Cig x wnt floats), M (16 x wcb x wnt, wcb output
+     * channels at a time, a multiple of packed_mr), then row buffers. The window path is planned
+     * for the same items and runs if the session binds other weights. */
+    int wino;
+    int64_t wtr, wtw, wnt, wcb;
 } ipu__conv_plan;
 #define IPU__CONV_T_PIX ((int64_t)240) /* small-map path: output pixels per work item at most */
 
@@ -230,6 +239,22 @@ static inline void ipu__conv_item_channels(const ipu__conv_plan *p, int64_t mb0,
     *m0 = mb0 * units / p->mblocks * p->mu;
     *m1 = end < p->Cog ? end : p->Cog;
 }
+
+/* Floats per xi of the Winograd path's V and M (wnt tiles x rows): one cache line more than
+ * their size, so that the 16 runs a transform reads or writes fall in different cache sets. */
+#define IPU__WINO_VS(wnt, rows) ((wnt) * (rows) + 16)
+/* winograd.c: U[xi][panel][ci][mr] = (G g G^T)[xi] of w[Co][Ci][3][3], Co zero-padded to whole
+ * panels of mr rows (16 * ceil(Co / mr) * mr * Ci floats). */
+void ipu__wino_pack_weights(const float *w, int64_t Co, int64_t Ci, int mr, float *u);
+/* Channel items [mb0, mb1) of tile-row block r of image n (kernels.h, `wino`). */
+void ipu__conv_wino(const ipu__conv_plan *p, const float *x, const float *U, const void *bias,
+                    const void *res, float *y, int64_t n, int64_t mb0, int64_t mb1, int64_t r,
+                    void *scratch);
+/* conv.c: y rows from nrows rows of n floats (src row stride ss, dst row stride ds):
+ * act(src + bias[co] + res[off + ...]); bias, res optional. */
+void ipu__conv_epilogue_rows(const ipu__conv_plan *p, float *dst, int64_t ds, const float *src,
+                             int64_t ss, int64_t nrows, int64_t n, const void *bias, int64_t co,
+                             const void *res, int64_t off);
 
 /* POOL2D: x[N,C,H,W] -> y[N,C,OH,OW]; work item = (plane n*C + c, block of `rows` rows). */
 typedef struct ipu__pool_plan {
