@@ -72,6 +72,29 @@ def run(data: bytes) -> np.ndarray:
     return run_c(Executable.from_bytes(data), FEEDS)["y"]
 
 
+def run_bound(
+    data: bytes, feeds: dict[str, np.ndarray], weights: dict[str, np.ndarray], y_shape: tuple
+) -> np.ndarray:
+    """The main program's y with `weights` bound by the session in place of the PopEF's."""
+
+    def policy(anchor):
+        if not anchor.popef_contains_tensor_data or anchor.name in weights:
+            return AnchorCallbackPolicy.BIND_USER_CB
+        return AnchorCallbackPolicy.BIND_TENSOR_DATA
+
+    with Session(Executable.from_bytes(data)) as session:
+        qm = session.create_queue_manager(input_predicate=policy)
+        for name, w in weights.items():
+            qm.input_queue(name).enqueue(w)
+        session.run_load_programs()
+        y = np.zeros(y_shape, F32)
+        for name, value in feeds.items():
+            qm.input_queue(name).enqueue(value)
+        qm.output_queue("y").enqueue(y)
+        session.run_main_programs()
+    return y
+
+
 def patched(data: bytes, edit: Callable[[bytearray], bytes | bytearray]) -> bytes:
     """The image with its packed blob's payload replaced by edit(payload) (checksum valid)."""
     blobs = split_container(data)
@@ -229,30 +252,14 @@ def test_second_packed_blob_is_a_corrupt_file(exe: Executable) -> None:
 
 def test_session_weights_override_the_packed_ones(exe: Executable) -> None:
     w1 = arr((120, 8, 3, 3), F32, 9, low=-0.3, high=0.3)
-
-    def run_with(data: bytes, w: np.ndarray | None) -> np.ndarray:
-        def policy(anchor):
-            if not anchor.popef_contains_tensor_data or (w is not None and anchor.name == "w1"):
-                return AnchorCallbackPolicy.BIND_USER_CB
-            return AnchorCallbackPolicy.BIND_TENSOR_DATA
-
-        with Session(Executable.from_bytes(data)) as session:
-            qm = session.create_queue_manager(input_predicate=policy)
-            if w is not None:
-                qm.input_queue("w1").enqueue(w)
-            session.run_load_programs()
-            y = np.zeros((1, 24, 10, 10), F32)
-            qm.input_queue("x").enqueue(FEEDS["x"])
-            qm.output_queue("y").enqueue(y)
-            session.run_main_programs()
-        return y
-
     model = _model()
     model.graph.initializer[0].CopyFrom(numpy_helper.from_array(w1, "w1"))
     want = Compiler.compile(model).run_reference(FEEDS)
-    got = run_with(exe.to_bytes(), w1)
+    got = run_bound(exe.to_bytes(), FEEDS, {"w1": w1}, (1, 24, 10, 10))
     assert_matches_reference({"y": got}, want)
-    np.testing.assert_array_equal(run_with(exe.to_bytes(), None), run(exe.to_bytes()))
+    np.testing.assert_array_equal(
+        run_bound(exe.to_bytes(), FEEDS, {}, (1, 24, 10, 10)), run(exe.to_bytes())
+    )
 
 
 def test_engine_cache_hit_maps_the_packed_weights(tmp_path) -> None:
@@ -371,22 +378,9 @@ def test_small_map_convolutions_carry_transposed_weights() -> None:
     at_load = encode_container(exe.program, prepack=False)
     np.testing.assert_array_equal(got, run_c(Executable.from_bytes(at_load), SMALL_FEEDS)["y"])
 
-    def policy(anchor):
-        if not anchor.popef_contains_tensor_data or anchor.name in ("w1", "w2"):
-            return AnchorCallbackPolicy.BIND_USER_CB
-        return AnchorCallbackPolicy.BIND_TENSOR_DATA
-
-    model = _small_map_model()
-    with Session(Executable.from_bytes(data)) as session:
-        qm = session.create_queue_manager(input_predicate=policy)
-        for init in model.graph.initializer[::2]:  # w1, w2: the same values, other buffers
-            qm.input_queue(init.name).enqueue(numpy_helper.to_array(init).copy())
-        session.run_load_programs()
-        y = np.zeros((1, 256, 7, 7), F32)
-        for name, value in SMALL_FEEDS.items():
-            qm.input_queue(name).enqueue(value)
-        qm.output_queue("y").enqueue(y)
-        session.run_main_programs()
+    inits = _small_map_model().graph.initializer[::2]  # w1, w2: the same values, other buffers
+    weights = {i.name: numpy_helper.to_array(i).copy() for i in inits}
+    y = run_bound(data, SMALL_FEEDS, weights, (1, 256, 7, 7))
     np.testing.assert_array_equal(y, got)  # same sums in the same order on every path
 
 
@@ -426,17 +420,6 @@ def test_winograd_convolutions_carry_transformed_weights() -> None:
     at_load = encode_container(exe.program, prepack=False)
     np.testing.assert_array_equal(got, run_c(Executable.from_bytes(at_load), feeds)["y"])
 
-    def policy(anchor):
-        if not anchor.popef_contains_tensor_data or anchor.name == "w1":
-            return AnchorCallbackPolicy.BIND_USER_CB
-        return AnchorCallbackPolicy.BIND_TENSOR_DATA
-
-    with Session(Executable.from_bytes(data)) as session:
-        qm = session.create_queue_manager(input_predicate=policy)
-        qm.input_queue("w1").enqueue(numpy_helper.to_array(_wino_model().graph.initializer[0]))
-        session.run_load_programs()
-        y = np.zeros((1, 64, 14, 14), F32)
-        qm.input_queue("x").enqueue(feeds["x"])
-        qm.output_queue("y").enqueue(y)
-        session.run_main_programs()
+    w1 = numpy_helper.to_array(_wino_model().graph.initializer[0])
+    y = run_bound(data, feeds, {"w1": w1}, (1, 64, 14, 14))
     assert_matches_reference({"y": y}, exe.run_reference(feeds))

@@ -209,6 +209,16 @@ static inline void fill_bytes(H *h, uint32_t t) {
     for (uint64_t i = 0; i < h->t[t].desc.nbytes; i++) p[i] = (uint8_t)rnd();
 }
 
+/* max over i of |got - want| / (1 + |want|); NaN if any got is NaN */
+static inline double max_rel_err(const float *got, const double *want, uint64_t n) {
+    double worst = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        double e = fabs(got[i] - want[i]) / (1.0 + fabs(want[i]));
+        if (!(e <= worst)) worst = e; /* NaN propagates */
+    }
+    return worst;
+}
+
 /* flat index into t (broadcast, right-aligned) of flat output index `i` of shape y */
 static inline uint64_t bidx(const ipu__tensor *t, const ipu__tensor *y, uint64_t i) {
     uint64_t r = 0, s = 1;

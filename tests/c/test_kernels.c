@@ -124,15 +124,6 @@ static void test_relu(void) {
 
 /* ---- matmul / gemm ------------------------------------------------------------------------ */
 
-static double max_rel_err(const float *got, const double *want, uint64_t n) {
-    double worst = 0;
-    for (uint64_t i = 0; i < n; i++) {
-        double e = fabs(got[i] - want[i]) / (1.0 + fabs(want[i]));
-        if (!(e <= worst)) worst = e; /* NaN propagates */
-    }
-    return worst;
-}
-
 /* y[b..., M, N] reference with batch broadcasting (a, b as float arrays) */
 static void ref_matmul(const ipu__tensor *ta, const float *a, const ipu__tensor *tb,
                        const float *b, const ipu__tensor *ty, double *y) {

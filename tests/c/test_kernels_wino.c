@@ -22,15 +22,6 @@ static const wcase CASES[] = {
     {1, 8, 5, 6, 100, 2, 2, 2, 2, 1, 0, 1},     /* pads of 2: whole tiles of zeros */
 };
 
-static double max_rel_err(const float *got, const double *want, uint64_t n) {
-    double worst = 0;
-    for (uint64_t i = 0; i < n; i++) {
-        double e = fabs(got[i] - want[i]) / (1.0 + fabs(want[i]));
-        if (!(e <= worst)) worst = e; /* NaN propagates */
-    }
-    return worst;
-}
-
 /* y = act(conv(x, w) + bias + res) in float64 (3x3, stride 1) */
 static void ref_conv3(const wcase *c, const float *x, const float *w, const float *b,
                       const float *r, int64_t OH, int64_t OW, double *y) {
