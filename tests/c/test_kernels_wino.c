@@ -3,9 +3,10 @@
  * pads, more than IPU__SGEMM_KC input channels (K chunks), output channels that do not fill
  * the micro-kernel's panels, several blocks of tile rows, two images, bias / residual / ReLU.
  * The harness also runs each case split into uneven work ranges (identical results required).
- * Then the same plans with the weights rebound (as a session binding other weights does): the
- * window path runs for the Winograd plan's items; and the plan rule: weights fed at run time,
- * strides, dilations, groups and 512-channel layers on 14x14 maps stay direct. */
+ * Then the same plans with the weights rebound (as a session binding other weights does: the
+ * window path runs for the Winograd plan's items) and run by the other micro-kernels; the plan
+ * rule (weights fed at run time, strides, dilations, groups, 4 input channels and 512-channel
+ * layers on 14x14 maps stay direct); U of one-tap kernels. */
 #include "kernel_harness.h"
 
 typedef struct wcase {
