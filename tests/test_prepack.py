@@ -24,6 +24,25 @@ F32 = np.float32
 HEAD, ENTRY = 16, 64  # packed blob header and entry sizes (prepack.c)
 
 
+def _float_model(
+    name: str,
+    nodes: list[onnx.NodeProto],
+    inputs: dict[str, list[int]],
+    inits: list[onnx.TensorProto],
+) -> onnx.ModelProto:
+    """An opset-13, IR-8 model of float32 inputs (name → shape) and one output y."""
+    g = helper.make_graph(
+        nodes,
+        name,
+        [helper.make_tensor_value_info(k, TensorProto.FLOAT, v) for k, v in inputs.items()],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model
+
+
 def _model() -> onnx.ModelProto:
     """x[1,8,10,10] → Conv 3x3 (120 channels; the Winograd path on the AVX2 tile) → Relu →
     grouped Conv 1x1 (group 2, 24 channels) → y; weights w1, w2 and bias b1 in the PopEF."""
@@ -37,16 +56,7 @@ def _model() -> onnx.ModelProto:
         helper.make_node("Relu", ["c"], ["r"]),
         helper.make_node("Conv", ["r", "w2"], ["y"], group=2),
     ]
-    g = helper.make_graph(
-        nodes,
-        "two_convs",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 10, 10])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        inits,
-    )
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    return model
+    return _float_model("two_convs", nodes, {"x": [1, 8, 10, 10]}, inits)
 
 
 FEEDS = {"x": arr((1, 8, 10, 10), F32, 4, low=-1, high=1)}
@@ -300,16 +310,7 @@ def _fc_model() -> onnx.ModelProto:
         helper.make_node("Relu", ["h"], ["r"]),
         helper.make_node("MatMul", ["r", "w2"], ["y"]),
     ]
-    g = helper.make_graph(
-        nodes,
-        "fc",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [16, 48])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        inits,
-    )
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    return model
+    return _float_model("fc", nodes, {"x": [16, 48]}, inits)
 
 
 def test_matmul_and_gemm_weights_are_carried_packed() -> None:
@@ -342,19 +343,8 @@ def _small_map_model() -> onnx.ModelProto:
         helper.make_node("Add", ["d", "z"], ["a"]),
         helper.make_node("Relu", ["a"], ["y"]),
     ]
-    g = helper.make_graph(
-        nodes,
-        "small_map",
-        [
-            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64, 14, 14]),
-            helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 256, 7, 7]),
-        ],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        inits,
-    )
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    return model
+    inputs = {"x": [1, 64, 14, 14], "z": [1, 256, 7, 7]}
+    return _float_model("small_map", nodes, inputs, inits)
 
 
 SMALL_FEEDS = {
@@ -391,16 +381,8 @@ def _wino_model() -> onnx.ModelProto:
         numpy_helper.from_array(arr((64, 32, 3, 3), F32, 21, low=-0.2, high=0.2), "w1"),
         numpy_helper.from_array(arr((64,), F32, 22), "b1"),
     ]
-    g = helper.make_graph(
-        [helper.make_node("Conv", ["x", "w1", "b1"], ["y"], pads=[1] * 4)],
-        "wino",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 14, 14])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        inits,
-    )
-    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    return model
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["y"], pads=[1] * 4)]
+    return _float_model("wino", nodes, {"x": [1, 32, 14, 14]}, inits)
 
 
 def test_winograd_convolutions_carry_transformed_weights() -> None:

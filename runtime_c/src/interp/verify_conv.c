@@ -125,11 +125,12 @@ static int64_t tpose_rows(const ipu__ukr *u, int64_t Cig, int64_t Cog, int64_t O
     return (double)t < IPU__CONV_T_GAIN * (double)now ? rows : 0;
 }
 
-/* Small-map path: channel items per pixel block. Its weights are packed in panels of nr
- * channels, which the items share out (ipu__conv_item_channels): as few items as the C^T tile
- * allows (IPU__CONV_WIN_MPER sub-blocks, which the window path also fits if the session binds
- * other weights), one more where `base` pixel blocks would give an odd count below 8, so that
- * two workers get equal shares (items of IPU__MM_MB channels split 128 as 96 + 32). */
+/* Small-map and Winograd paths: channel items per pixel block. Their weights are packed in
+ * panels of nr channels (the Winograd path's: of the micro-kernel's height), which the items
+ * share out (ipu__conv_item_channels): as few items as the C^T tile allows (IPU__CONV_WIN_MPER
+ * sub-blocks, which the window path also fits if the session binds other weights), one more
+ * where `base` pixel blocks would give an odd count below 8, so that two workers get equal
+ * shares (items of IPU__MM_MB channels split 128 as 96 + 32). */
 static int64_t tpose_items(int64_t Cog, int nr, uint64_t base) {
     int64_t panels = (Cog + nr - 1) / nr, most = IPU__CONV_WIN_MPER * IPU__MM_MB / nr;
     int64_t c = (panels + most - 1) / most;
@@ -360,7 +361,6 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
         if (p->wtr) {
             trows = 0;
             hq = 2 * p->wtr + 2;
-            p->wtw = (ow + 1) / 2;
         }
     }
     if (wrows || trows) { /* (a Winograd plan has wrows) */

@@ -221,13 +221,13 @@ typedef struct ipu__conv_plan {
     int tpose;
     /* float32 Winograd path (`wino`; winograd.c), for 3x3 stride-1 convolutions with one group:
      * `packed` holds U = G g G^T (ipu__wino_pack_weights, for micro-kernels of height
-     * packed_mr); a work item is a block of wtr tile rows (rows = 2 * wtr output rows) of wtw
-     * tiles, at most wnt (a multiple of the micro-kernel's width) in all, and a channel item
-     * (mu = packed_mr). Its scratch: V (16 x Cig x wnt floats), M (16 x wcb x wnt, wcb output
-     * channels at a time, a multiple of packed_mr), then row buffers. The window path is planned
-     * for the same items and runs if the session binds other weights. */
+     * packed_mr); a work item is a block of wtr tile rows (rows = 2 * wtr output rows) of
+     * (OW + 1) / 2 tiles, at most wnt (a multiple of the micro-kernel's width) in all, and a
+     * channel item (mu = packed_mr). Its scratch: V (16 x Cig x wnt floats), M (16 x wcb x
+     * wnt, wcb output channels at a time, a multiple of packed_mr), then row buffers. The
+     * window path is planned for the same items and runs if the session binds other weights. */
     int wino;
-    int64_t wtr, wtw, wnt, wcb;
+    int64_t wtr, wnt, wcb;
 } ipu__conv_plan;
 #define IPU__CONV_T_PIX ((int64_t)240) /* small-map path: output pixels per work item at most */
 

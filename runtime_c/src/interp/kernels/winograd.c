@@ -89,7 +89,8 @@ static inline __attribute__((always_inline)) void input_body(const ipu__conv_pla
                                                              const float *xc, int64_t ci,
                                                              int64_t th0, int64_t th1, int nr,
                                                              float *V, float *R) {
-    const int64_t TW = p->wtw, ntr = th1 - th0, nt = ntr * TW, run = (ntr + 1) * TW;
+    const int64_t TW = (p->OW + 1) / 2, ntr = th1 - th0, nt = ntr * TW;
+    const int64_t run = (ntr + 1) * TW;
     const int64_t pstride = p->Cig * nr, xstride = IPU__WINO_VS(p->wnt, p->Cig);
     float *e = R + 8 * run, *o = e + TW + 1;
     for (int64_t i = 0; i < 2 * ntr + 2; i++) {
@@ -121,7 +122,7 @@ static inline __attribute__((always_inline)) void input_body(const ipu__conv_pla
 static inline __attribute__((always_inline)) void output_body(
     const ipu__conv_plan *p, const float *m, int64_t mstride, int64_t th0, int64_t th1,
     const void *bias, const void *res, float *y, int64_t n, int64_t co, float *buf) {
-    const int64_t TW = p->wtw, OW = p->OW, nt = (th1 - th0) * TW;
+    const int64_t TW = (p->OW + 1) / 2, OW = p->OW, nt = (th1 - th0) * TW;
     float *y00 = buf, *y01 = y00 + nt, *y10 = y01 + nt, *y11 = y10 + nt, *rows = y11 + nt;
     out_tf(m, mstride, nt, y00, y01, y10, y11);
     for (int64_t k = 0; k < th1 - th0; k++) {
@@ -173,7 +174,7 @@ void ipu__conv_wino(const ipu__conv_plan *p, const float *x, const float *U, con
 #else
     const bool avx2 = false;
 #endif
-    const int64_t Ci = p->Cig, wnt = p->wnt, TW = p->wtw, TH = (p->OH + 1) / 2;
+    const int64_t Ci = p->Cig, wnt = p->wnt, TW = (p->OW + 1) / 2, TH = (p->OH + 1) / 2;
     const int64_t npan = (p->Cog + mr - 1) / mr, us = npan * mr * Ci; /* U floats per xi */
     int64_t th0 = r * p->wtr, th1 = th0 + p->wtr < TH ? th0 + p->wtr : TH;
     int64_t ntiles = (th1 - th0) * TW, full = ntiles / nr * nr;
