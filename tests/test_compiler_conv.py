@@ -217,6 +217,32 @@ def test_pool_row_blocks_and_nan(op: str, strides: list[int]) -> None:
         np.testing.assert_allclose(got[name], w, rtol=1e-6, atol=1e-6)
 
 
+def _maxpool_in_order(x: np.ndarray, out_hw: tuple[int, int], attrs: dict[str, Any]) -> np.ndarray:
+    """docs/bytecode.md's max pooling: taps in (kh, kw) order, v replaces the running value when
+    greater, or when v is NaN and the running value is not (the first NaN wins)."""
+    (kh_n, kw_n), (sh, sw) = attrs["kernel_shape"], attrs.get("strides", [1, 1])
+    dh, dw = attrs.get("dilations", [1, 1])
+    pt, pl, pb, pr = attrs.get("pads", [0, 0, 0, 0])
+    oh, ow = out_hw
+    extra_h = max(0, (oh - 1) * sh + (kh_n - 1) * dh + 1 - (x.shape[2] + pt + pb))
+    extra_w = max(0, (ow - 1) * sw + (kw_n - 1) * dw + 1 - (x.shape[3] + pl + pr))  # ceil mode
+    xp = np.pad(x, ((0, 0), (0, 0), (pt, pb + extra_h), (pl, pr + extra_w)),
+                constant_values=-np.inf)  # fmt: skip
+    want = np.full(x.shape[:2] + (oh, ow), -np.inf, np.float32)
+    for kh in range(kh_n):
+        for kw in range(kw_n):
+            v = xp[:, :, kh * dh : kh * dh + sh * oh : sh, kw * dw : kw * dw + sw * ow : sw]
+            want = np.where(((v > want) | np.isnan(v)) & ~np.isnan(want), v, want)
+    return want
+
+
+def _check_maxpool_bits(x: np.ndarray, attrs: dict[str, Any]) -> None:
+    exe, feeds, _ = compile_single_op("MaxPool", [x], attrs, opset=12)
+    (got,) = run_c(exe, feeds).values()
+    want = _maxpool_in_order(x, got.shape[2:], attrs)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
 @pytest.mark.parametrize("strides", [[1, 1], [2, 2]])
 def test_maxpool_takes_taps_in_order_bit_for_bit(strides: list[int]) -> None:
     """Signed zeros, infinities and NaNs: every output keeps the first of equal values in (kh, kw)
@@ -231,18 +257,39 @@ def test_maxpool_takes_taps_in_order_bit_for_bit(strides: list[int]) -> None:
     x[0, 1, 4:7, 10:13] = (
         (np.uint32(0xFFC00000) + np.arange(9, dtype=np.uint32)).view(np.float32).reshape(3, 3)
     )
-    attrs = {"kernel_shape": [3, 3], "strides": strides, "pads": [1, 1, 1, 1]}
-    exe, feeds, _ = compile_single_op("MaxPool", [x], attrs, opset=12)
-    (got,) = run_c(exe, feeds).values()
-    xp = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
-    sh, sw = strides
-    want = np.full(got.shape, -np.inf, np.float32)
-    oh, ow = got.shape[2:]
-    for kh in range(3):
-        for kw in range(3):
-            v = xp[:, :, kh : kh + sh * oh : sh, kw : kw + sw * ow : sw]
-            want = np.where(((v > want) | np.isnan(v)) & ~np.isnan(want), v, want)
-    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    _check_maxpool_bits(x, {"kernel_shape": [3, 3], "strides": strides, "pads": [1, 1, 1, 1]})
+
+
+ROWS_FIRST_CASES = [
+    ({"kernel_shape": [3, 3], "strides": [2, 2]}, 111),  # SqueezeNet's first pool: odd rows
+    ({"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}, 112),
+    ({"kernel_shape": [3, 3], "strides": [2, 2], "pads": [0, 0, 1, 1]}, 112),  # ResNet's
+    ({"kernel_shape": [2, 2], "strides": [2, 2]}, 96),  # VGG's: exactly 6 vectors of outputs
+    ({"kernel_shape": [2, 2], "strides": [2, 2]}, 98),  # the last vector overlaps the one before
+    ({"kernel_shape": [1, 1], "strides": [2, 2]}, 97),  # stride 2 reads the odd columns too
+    ({"kernel_shape": [1, 4], "strides": [1, 2], "pads": [0, 2, 0, 1]}, 100),
+    ({"kernel_shape": [4, 3], "strides": [3, 2], "dilations": [2, 1]}, 101),
+    ({"kernel_shape": [1, 46], "strides": [1, 2], "pads": [0, 45, 0, 45]}, 60),  # 7: scalar
+]
+
+
+@pytest.mark.parametrize("case", range(len(ROWS_FIRST_CASES)))
+def test_maxpool_rows_first_bit_for_bit(case: int) -> None:
+    """Float32 max pools with column stride 2 and >= 48 outputs a row (pool.c, pool_max_rows:
+    rows reduced first, vectors with an overlapping last one, scalar edges; several row blocks):
+    signed zeros and infinities decide ties bit for bit; a NaN in a vector run, in a scalar
+    edge, or in an odd column a 1x1 stride-2 pool skips sends its block to the window path,
+    and still propagates in order."""
+    attrs, w = ROWS_FIRST_CASES[case]
+    rng = np.random.default_rng(case)
+    x = np.round(rng.standard_normal((1, 4, 45, w)) * 2).astype(np.float32)  # ties, -0.0
+    x.flat[rng.integers(0, x.size, x.size // 50)] = rng.choice([-np.inf, np.inf], x.size // 50)
+    x[0, 1, 5, w // 2] = np.nan  # interior
+    x[0, 2, 0, 0] = np.nan  # the left edge
+    x[0, 3, 7, w - 1] = np.float32(-np.nan)  # the right edge (or past the last window)
+    _check_maxpool_bits(x, attrs)
+    x[0, 3, 7, w - 1] = 0.0
+    _check_maxpool_bits(x[:, :1], attrs)  # channel 0 has no NaN: the vector path throughout
 
 
 @pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])

@@ -1,7 +1,8 @@
 /* POOL2D (docs/bytecode.md): max / average pooling over 2-D windows, NCHW, float32/float16
  * (computed in float32); work item = (plane, block of output rows). float32: the window path
  * (pool_window_body) copies the padded input rows of the block by stride phase, then each tap is
- * one long vectorised pass (AVX2 where the CPU has it). float16: rows go tap by tap over a row
+ * one long vectorised pass (AVX2 where the CPU has it); wide max pools of column stride 2 take
+ * their rows' column maxima first (pool_max_rows, AVX2). float16: rows go tap by tap over a row
  * of accumulators in scratch; a per-pixel fallback takes rows too wide for the scratch. Each
  * output takes its taps in (kh, kw) order on every path. */
 #include <math.h>
@@ -151,6 +152,109 @@ __attribute__((target("avx2"))) static void fold_avx2(float *acc, const float *c
 }
 #endif
 
+#if IPU_X86
+/* Max pooling, float32, column stride 2, undilated columns, KH <= FOLD_TAPS, rows of at least
+ * ROWS_FIRST_OW outputs: each input row a block reads is reduced once to its OW column maxima,
+ * then each output row is the maximum of its KH reduced rows (no phase copies; KH + KW maxima
+ * per output instead of KH * KW). Narrower rows keep the window path, which measured faster
+ * there (per-row costs; docs/performance.md, twelfth session). Rows of column maxima taken in
+ * kh order give the taps in (kh, kw) order: the first of equal values still wins, as in
+ * max_tap. _mm256_max_ps(v, a) is max_tap but for a NaN v, so a block that reads a NaN returns
+ * false and the window path redoes it. */
+enum { ROWS_FIRST_OW = 48 };
+
+__attribute__((target("avx2"))) static inline __m256 even8(__m256 a, __m256 b) {
+    __m256 t = _mm256_shuffle_ps(a, b, 0x88); /* a0 a2 b0 b2 | a4 a6 b4 b6 */
+    return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(t), 0xD8));
+}
+__attribute__((target("avx2"))) static inline __m256 odd8(__m256 a, __m256 b) {
+    __m256 t = _mm256_shuffle_ps(a, b, 0xDD);
+    return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(t), 0xD8));
+}
+
+/* h[j] = the max of row xr's columns 2j + c0 + kw, kw < KW, inside [0, W) (-inf if none),
+ * j < OW. False if it read a NaN. */
+__attribute__((target("avx2"))) static bool hmax_row(const float *xr, int64_t W, int64_t c0,
+                                                     int64_t KW, int64_t OW, float *h) {
+    /* interior: outputs whose vector loads (16 columns from 2j + c0 + kw - 1) stay in the row */
+    int64_t reach = KW == 1 ? 1 : KW - 1, last = W - 1 - reach - c0;
+    int64_t jlo = c0 >= 0 ? 0 : (-c0 + 1) / 2, jhi = last < 0 ? 0 : last / 2 + 1;
+    if (jhi > OW) jhi = OW;
+    if (jhi - jlo < 8) jlo = jhi = OW; /* too few for a vector: all scalar */
+    bool nan = false;
+    for (int64_t j = 0; j < OW; j++) {
+        if (j == jlo) j = jhi;
+        if (j >= OW) break;
+        float a = -INFINITY;
+        for (int64_t kw = 0, c = 2 * j + c0; kw < KW; kw++, c++) {
+            if (c < 0 || c >= W) continue;
+            nan |= xr[c] != xr[c];
+            a = xr[c] > a ? xr[c] : a;
+        }
+        h[j] = a;
+    }
+    __m256 bad = _mm256_setzero_ps();
+    for (int64_t j = jlo; j < jhi; j += 8) {
+        if (j + 8 > jhi) j = jhi - 8; /* the last vector overlaps the one before */
+        /* tap 0: the even columns of s[0..16); tap kw >= 1: the odd ones of s + kw - 1 */
+        const float *s = xr + 2 * j + c0;
+        __m256 l = _mm256_loadu_ps(s), r = _mm256_loadu_ps(s + 8);
+        bad = _mm256_or_ps(bad, _mm256_cmp_ps(l, r, _CMP_UNORD_Q));
+        __m256 a = even8(l, r);
+        if (KW > 1) a = _mm256_max_ps(odd8(l, r), a);
+        for (int64_t kw = 2; kw < KW; kw++) {
+            l = _mm256_loadu_ps(s + kw - 1);
+            r = _mm256_loadu_ps(s + kw + 7);
+            bad = _mm256_or_ps(bad, _mm256_cmp_ps(l, r, _CMP_UNORD_Q));
+            a = _mm256_max_ps(odd8(l, r), a);
+        }
+        _mm256_storeu_ps(h + j, a);
+    }
+    return !nan && !_mm256_movemask_ps(bad);
+}
+
+/* Scratch bytes of pool_max_rows for blocks of `rows` output rows: the reduced rows (OW rounded
+ * up to 8 floats each), then a byte per row. */
+static uint64_t max_rows_bytes(const ipu__pool_plan *p, int64_t rows) {
+    uint64_t nin = (uint64_t)((rows - 1) * p->sh + (p->KH - 1) * p->dh + 1);
+    return nin * ((uint64_t)(p->OW + 7) / 8 * 8 * sizeof(float) + 1);
+}
+
+/* Output rows [oh0, oh0 + nrows) of one plane; false (y partly written) if a NaN was read. */
+__attribute__((target("avx2"))) static bool pool_max_rows(const ipu__pool_plan *p,
+                                                          const float *x, int64_t nrows,
+                                                          int64_t oh0, float *y, float *buf) {
+    const int64_t OW = p->OW, OWp = (OW + 7) / 8 * 8, i0 = oh0 * p->sh - p->pt;
+    const int64_t nin = (nrows - 1) * p->sh + (p->KH - 1) * p->dh + 1;
+    unsigned char *done = (unsigned char *)(buf + nin * OWp);
+    memset(done, 0, (size_t)nin);
+    for (int64_t r = 0; r < nrows; r++) {
+        const float *hr[FOLD_TAPS];
+        int nv = 0;
+        for (int64_t kh = 0; kh < p->KH; kh++) {
+            int64_t ih = (oh0 + r) * p->sh - p->pt + kh * p->dh, k = ih - i0;
+            if (ih < 0 || ih >= p->H) continue;
+            if (!done[k] && !hmax_row(x + ih * p->W, p->W, -p->pl, p->KW, OW, buf + k * OWp))
+                return false;
+            done[k] = 1;
+            hr[nv++] = buf + k * OWp;
+        }
+        float *yr = y + (oh0 + r) * OW;
+        if (nv == 0) { /* every row in the padding */
+            for (int64_t j = 0; j < OW; j++) yr[j] = -INFINITY;
+            continue;
+        }
+        for (int64_t j = 0; j < OW; j += 8) {
+            if (j + 8 > OW) j = OW - 8;
+            __m256 a = _mm256_loadu_ps(hr[0] + j);
+            for (int v = 1; v < nv; v++) a = _mm256_max_ps(_mm256_loadu_ps(hr[v] + j), a);
+            _mm256_storeu_ps(yr + j, a);
+        }
+    }
+    return true;
+}
+#endif
+
 /* float32 output rows [oh0, oh0 + nrows) of one plane: the padded input rows they read are
  * copied into scratch by stride phase (pad value -inf for max, 0 for average), so that each tap
  * is one long stride-1 pass over "extended" rows of Wq >= OW columns; the kept columns then go
@@ -284,12 +388,25 @@ ipu_status ipu__k_pool2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
         void (*window)(const ipu__pool_plan *, const float *, int64_t, int64_t, const float *,
                        float *, float *) = pool_window_base;
 #if IPU_X86
-        if (__builtin_cpu_supports("avx2")) window = pool_window_avx2;
+        bool rows_first = false;
+        if (__builtin_cpu_supports("avx2")) {
+            window = pool_window_avx2;
+            rows_first = win && p->kind == 0 && p->sw == 2 && p->dw == 1 &&
+                         p->OW >= ROWS_FIRST_OW && p->KH <= FOLD_TAPS &&
+                         max_rows_bytes(p, p->rows) + 2 * p->OW * sizeof(float) <=
+                             (uint64_t)IPU__SCRATCH_BYTES;
+        }
 #endif
         for (size_t it = b; it < e; it++) {
             int64_t plane = (int64_t)(it / (uint64_t)p->rblocks);
             int64_t r = (int64_t)(it % (uint64_t)p->rblocks);
             int64_t oh1 = (r + 1) * p->rows < p->OH ? (r + 1) * p->rows : p->OH;
+#if IPU_X86
+            if (rows_first && pool_max_rows(p, (const float *)x + plane * p->H * p->W,
+                                            oh1 - r * p->rows, r * p->rows,
+                                            (float *)y + plane * p->OH * p->OW, cw + p->OW))
+                continue;
+#endif
             if (win) {
                 window(p, (const float *)x + plane * p->H * p->W, oh1 - r * p->rows,
                        r * p->rows, cw, (float *)y + plane * p->OH * p->OW, cw + p->OW);
