@@ -21,15 +21,23 @@ from pyipu.enums import ActFn, Op
 
 
 def _block(
-    dt: Any, *, bn: bool, residual: bool, relu: bool, bias: bool, k: int = 3
+    dt: Any,
+    *,
+    bn: bool,
+    residual: bool,
+    relu: bool,
+    bias: bool,
+    k: int = 3,
+    hw: int = 9,
+    stride: int = 1,
 ) -> onnx.ModelProto:
-    """x[1,8,9,9] → Conv kxk (16 ch, same padding) [→ BN] [→ Add(z)] [→ Relu] → y."""
+    """x[1,8,hw,hw] → Conv kxk (16 ch, same padding) [→ BN] [→ Add(z)] [→ Relu] → y."""
     onnx_dt = TensorProto.FLOAT16 if dt == F16 else TensorProto.FLOAT
     inits = [numpy_helper.from_array(arr((16, 8, k, k), dt, 1, low=-0.3, high=0.3), "w")]
     if bias:
         inits.append(numpy_helper.from_array(arr((16,), dt, 2), "b"))
     conv_in = ["x", "w"] + (["b"] if bias else [])
-    nodes = [helper.make_node("Conv", conv_in, ["c"], pads=[k // 2] * 4)]
+    nodes = [helper.make_node("Conv", conv_in, ["c"], pads=[k // 2] * 4, strides=[stride] * 2)]
     last = "c"
     if bn:
         for i, (name, lo) in enumerate((("s", 0.5), ("o", -1), ("m", -1), ("v", 0.5))):
@@ -43,9 +51,10 @@ def _block(
         nodes.append(helper.make_node("Relu", [last], ["r"]))
         last = "r"
     nodes.append(helper.make_node("Identity", [last], ["y"]))
-    ins = [helper.make_tensor_value_info("x", onnx_dt, [1, 8, 9, 9])]
+    oh = (hw - 1) // stride + 1
+    ins = [helper.make_tensor_value_info("x", onnx_dt, [1, 8, hw, hw])]
     if residual:
-        ins.append(helper.make_tensor_value_info("z", onnx_dt, [1, 16, 9, 9]))
+        ins.append(helper.make_tensor_value_info("z", onnx_dt, [1, 16, oh, oh]))
     g = helper.make_graph(
         nodes, "block", ins, [helper.make_tensor_value_info("y", onnx_dt, None)], inits
     )
@@ -83,6 +92,35 @@ def test_fused_block(dt: Any, bn: bool, residual: bool, relu: bool, bias: bool, 
     want = expected(model, feeds)["y"].astype(np.float32)
     tol = 3e-2 if dt == F16 else 1e-4
     np.testing.assert_allclose(ref["y"].astype(np.float32), want, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("hw", [1, 8, 13, 27])  # rows of no, one, one and a part, 3+ vectors
+@pytest.mark.parametrize("k,stride", [(3, 1), (3, 2), (1, 1)])  # Winograd, window, GEMM paths
+@pytest.mark.parametrize("residual", [False, True])
+def test_epilogue_row_ends_nan_and_zero(hw: int, k: int, stride: int, residual: bool) -> None:
+    """The float32 epilogue (conv.c, epilogue_avx2: 8-lane runs, the end of a row under a mask)
+    on rows of every length class: NaN and infinity propagate where the reference has them (on
+    the Winograd path too: blocks with a non-finite input take the direct sums, as its
+    transforms would spread it over whole tiles), Relu writes +0.0 (never -0.0) for negative
+    sums."""
+    model = _block(F32, bn=False, residual=residual, relu=True, bias=True, k=k, hw=hw,
+                   stride=stride)  # fmt: skip
+    exe = Compiler.compile(model)
+    x = arr((1, 8, hw, hw), F32, hw, low=-1, high=1)
+    if hw > 1:  # (one pixel: every output would read them)
+        x[0, 3, hw // 2, hw - 1] = np.nan
+        x[0, 5, 0, hw // 3] = np.inf
+    feeds = {"x": x}
+    if residual:
+        oh = (hw - 1) // stride + 1
+        feeds["z"] = arr((1, 16, oh, oh), F32, 7, low=-1, high=1)
+    (got,) = run_c(exe, feeds).values()
+    (want,) = exe.run_reference(feeds).values()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    assert np.isnan(got).any() == (hw > 1) and (got == 0).any()
+    assert not np.signbit(got[got == 0]).any()
+    ok = ~np.isnan(want)
+    np.testing.assert_allclose(got[ok], want[ok], rtol=1e-4, atol=1e-4)
 
 
 def test_fused_away_intermediates_take_no_arena() -> None:

@@ -7,8 +7,14 @@
  * (ipu__wino_pack_weights, at compile or load time); a work item transforms the input tiles of
  * its block of tile rows into B panels for all input channels, then, per sub-block of output
  * channels, runs the 16 GEMMs and the output transform with the epilogue. Every output element
- * is computed the same way whichever work item computes it. */
+ * is computed the same way whichever work item computes it. Blocks whose input holds an
+ * infinity or a NaN are left to the direct sums (conv.c), which keep it to the outputs whose
+ * windows read it. */
+#include <stdbool.h>
 #include <string.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 #include "kernels.h"
 
@@ -163,7 +169,33 @@ __attribute__((target("avx2"))) static void output_avx2(const ipu__conv_plan *p,
 }
 #endif
 
-void ipu__conv_wino(const ipu__conv_plan *p, const float *x, const float *U, const void *bias,
+/* True if s[0..n) are all finite: v - v is +0 for those, NaN for infinities and NaNs. */
+static bool finite_base(const float *s, int64_t n) {
+    for (int64_t j = 0; j < n; j++)
+        if (s[j] - s[j] != 0.0f) return false;
+    return true;
+}
+#if IPU_X86
+__attribute__((target("avx2"))) static bool finite_avx2(const float *s, int64_t n) {
+    __m256i bits = _mm256_setzero_si256();
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 v = _mm256_loadu_ps(s + j);
+        bits = _mm256_or_si256(bits, _mm256_castps_si256(_mm256_sub_ps(v, v)));
+    }
+    return _mm256_testz_si256(bits, bits) && finite_base(s + j, n - j);
+}
+#endif
+
+static bool finite(const float *s, int64_t n, bool avx2) {
+#if IPU_X86
+    if (avx2) return finite_avx2(s, n);
+#endif
+    (void)avx2;
+    return finite_base(s, n);
+}
+
+bool ipu__conv_wino(const ipu__conv_plan *p, const float *x, const float *U, const void *bias,
                     const void *res, float *y, int64_t n, int64_t mb0, int64_t mb1, int64_t r,
                     void *scratch) {
     ipu__ukr u;
@@ -180,6 +212,14 @@ void ipu__conv_wino(const ipu__conv_plan *p, const float *x, const float *U, con
     int64_t ntiles = (th1 - th0) * TW, full = ntiles / nr * nr;
     const int64_t vs = IPU__WINO_VS(wnt, Ci), ms = IPU__WINO_VS(wnt, p->wcb);
     float *V = scratch, *M = V + 16 * vs, *tmp = M + 16 * ms;
+    /* tile rows [th0, th1) read input rows [2 th0 - pt, 2 th1 - pt + 2) */
+    int64_t ih0 = 2 * th0 - p->pt, ih1 = 2 * th1 - p->pt + 2;
+    ih0 = ih0 < 0 ? 0 : ih0;
+    ih1 = ih1 > p->H ? p->H : ih1;
+    for (int64_t ci = 0; ci < Ci && ih0 < ih1; ci++) {
+        const float *rows = x + ((n * p->C + ci) * p->H + ih0) * p->W;
+        if (!finite(rows, (ih1 - ih0) * p->W, avx2)) return false;
+    }
     /* the input tiles, all channels; lanes past the last tile zero */
     for (int64_t ci = 0; ci < Ci; ci++) {
         const float *xc = x + (n * p->C + ci) * p->H * p->W;
@@ -219,4 +259,5 @@ void ipu__conv_wino(const ipu__conv_plan *p, const float *x, const float *U, con
                 output_base(p, mc, ms, th0, th1, bias, res, y, n, co, tmp);
         }
     }
+    return true;
 }
