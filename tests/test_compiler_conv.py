@@ -196,6 +196,27 @@ def test_pool(case: int, op: str, dt: Any) -> None:
     check_op(op, [arr((2, 3, 9, 10), dt, case)], attrs, opset=12)
 
 
+@pytest.mark.parametrize("case", range(len(POOL_CASES)))
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+@pytest.mark.parametrize("dt", [F32, F16])
+def test_pool_small_planes_in_groups(case: int, op: str, dt: Any) -> None:
+    """74 planes of 7 x 8: several whole planes to a work item (the window path folds a group in
+    one pass; 9 to an item here, the last item 2), every POOL_CASES window."""
+    attrs = dict(POOL_CASES[case])
+    if op == "MaxPool":
+        attrs.pop("count_include_pad", None)
+    check_op(op, [arr((2, 37, 7, 8), dt, case)], attrs, opset=12)
+
+
+def test_maxpool_small_planes_bit_for_bit() -> None:
+    """Grouped small planes keep (kh, kw) order and the first NaN, bit for bit."""
+    rng = np.random.default_rng(4)
+    x = rng.choice(np.array([0.0, -0.0, 1.0, -np.inf, np.inf], np.float32), (2, 37, 7, 8))
+    x[1, 5, 2:5, 3] = (np.uint32(0x7FC00000) + np.arange(1, 4, dtype=np.uint32)).view(np.float32)
+    _check_maxpool_bits(x, {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1]})
+    _check_maxpool_bits(x, {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1})
+
+
 @pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
 @pytest.mark.parametrize("dt", [F32, F16])
 def test_pool_dilated(op: str, dt: Any) -> None:

@@ -502,8 +502,13 @@ ipu_status ipu__verify_pool2d(const vctx *v, const ipu__tensor *x, const ipu__te
     p->rows = p->OW >= 1024 ? 1 : 1024 / p->OW;
     if (p->rows > p->OH) p->rows = p->OH;
     p->rblocks = (int64_t)ceil_div((uint64_t)p->OH, (uint64_t)p->rows);
-    p->hdr.work = y->numel == 0 ? 0 : (size_t)((uint64_t)xd[0] * (uint64_t)xd[1] *
-                                               (uint64_t)p->rblocks);
+    /* planes smaller than the block: several to an item (~1024 outputs), >= 8 items */
+    p->nplanes = xd[0] * xd[1];
+    p->planes = p->rblocks == 1 && y->numel > 0 && p->OH * p->OW < 512 ? 1024 / (p->OH * p->OW) : 1;
+    if (p->planes > p->nplanes / 8) p->planes = p->nplanes / 8 > 1 ? p->nplanes / 8 : 1;
+    p->hdr.work = y->numel == 0 ? 0
+                                : (size_t)ceil_div((uint64_t)p->nplanes, (uint64_t)p->planes) *
+                                      (size_t)p->rblocks;
     p->hdr.fn = ipu__select_kernel(ins->op, y->desc.dtype);
     ins->plan = p;
     return IPU_OK;

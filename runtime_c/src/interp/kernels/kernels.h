@@ -264,6 +264,9 @@ typedef struct ipu__pool_plan {
     int f16, kind, cip;
     int64_t H, W, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, pb, pr;
     int64_t rows, rblocks;
+    /* work item = `planes` consecutive whole planes (rblocks 1; small planes: the window path
+     * folds them in one pass) or one block of `rows` output rows of a plane */
+    int64_t planes, nplanes;
 } ipu__pool_plan;
 
 /* REINDEX (verify_data.c, reindex.c): y[i] = pad if any table entry is -1, else x at the sum of

@@ -85,11 +85,13 @@ static void pool_row(const ipu__pool_plan *p, const void *x, int64_t xoff, int64
  * the accumulators by FOLD_BLOCK spare floats. */
 enum { FOLD_BLOCK = 16 };
 
-/* Scratch floats the float32 window path needs for blocks of `rows` output rows (see below). */
-static int64_t window_floats(const ipu__pool_plan *p, int64_t rows, int64_t *hq, int64_t *wq) {
+/* Scratch floats the float32 window path needs for blocks of `rows` output rows of `np` planes
+ * (see below). */
+static int64_t window_floats(const ipu__pool_plan *p, int64_t rows, int64_t np, int64_t *hq,
+                             int64_t *wq) {
     *wq = p->OW + (p->KW - 1) * p->dw / p->sw;
     *hq = rows + (p->KH - 1) * p->dh / p->sh;
-    return p->sh * p->sw * *hq * *wq + *wq + rows * *wq + 2 * FOLD_BLOCK;
+    return (p->sh * p->sw + 1) * np * *hq * *wq + *wq + 2 * FOLD_BLOCK;
 }
 
 /* acc[q] = the taps' taps[k][q] folded in tap order, q < n: max (NaN-propagating, as tap_f32)
@@ -116,38 +118,48 @@ static inline float fold_one(const float *const *taps, int64_t ntaps, int64_t q,
 }
 
 #if IPU_X86
-/* 16 outputs at a time held in registers across every tap (one store instead of one per tap).
+/* Outputs [q, q + 8 nv) (nv <= 4 vectors: independent chains, so the sums' latency overlaps). */
+__attribute__((target("avx2"))) static inline __attribute__((always_inline)) void fold_vectors(
+    float *acc, const float *const *taps, int64_t ntaps, int64_t q, int nv, int kind, float pad,
+    bool resume) {
+    __m256 a[4];
+#pragma GCC unroll 4
+    for (int v = 0; v < nv; v++)
+        a[v] = resume ? _mm256_loadu_ps(acc + q + 8 * v) : _mm256_set1_ps(pad);
+    if (kind == 0) {
+        __m256 nan = _mm256_setzero_ps();
+        for (int64_t k = 0; k < ntaps; k++) {
+#pragma GCC unroll 4
+            for (int v = 0; v < nv; v++) {
+                __m256 t = _mm256_loadu_ps(taps[k] + q + 8 * v);
+                a[v] = _mm256_max_ps(t, a[v]);
+                nan = _mm256_or_ps(nan, _mm256_cmp_ps(t, t, _CMP_UNORD_Q));
+            }
+        }
+        if (_mm256_movemask_ps(nan)) {
+            for (int64_t t = q; t < q + 8 * nv; t++)
+                acc[t] = fold_one(taps, ntaps, t, kind, resume ? acc[t] : pad);
+            return;
+        }
+    } else {
+        for (int64_t k = 0; k < ntaps; k++)
+#pragma GCC unroll 4
+            for (int v = 0; v < nv; v++)
+                a[v] = _mm256_add_ps(a[v], _mm256_loadu_ps(taps[k] + q + 8 * v));
+    }
+#pragma GCC unroll 4
+    for (int v = 0; v < nv; v++) _mm256_storeu_ps(acc + q + 8 * v, a[v]);
+}
+
+/* 32 outputs at a time held in registers across every tap (one store instead of one per tap).
  * max(v, a) keeps a when they are equal or either is NaN, which is tap_f32's rule except for a
  * NaN v: such a block is redone one output at a time. Sums add in tap order: identical. */
 __attribute__((target("avx2"))) static void fold_avx2(float *acc, const float *const *taps,
                                                       int64_t ntaps, int64_t n, int kind,
                                                       float pad, bool resume) {
     int64_t q = 0;
-    for (; q + 16 <= n; q += 16) {
-        __m256 a0 = resume ? _mm256_loadu_ps(acc + q) : _mm256_set1_ps(pad);
-        __m256 a1 = resume ? _mm256_loadu_ps(acc + q + 8) : _mm256_set1_ps(pad);
-        if (kind == 0) {
-            __m256 nan = _mm256_setzero_ps();
-            for (int64_t k = 0; k < ntaps; k++) {
-                __m256 v0 = _mm256_loadu_ps(taps[k] + q), v1 = _mm256_loadu_ps(taps[k] + q + 8);
-                a0 = _mm256_max_ps(v0, a0);
-                a1 = _mm256_max_ps(v1, a1);
-                nan = _mm256_or_ps(nan, _mm256_cmp_ps(v0, v1, _CMP_UNORD_Q));
-            }
-            if (_mm256_movemask_ps(nan)) {
-                for (int64_t t = q; t < q + 16; t++)
-                    acc[t] = fold_one(taps, ntaps, t, kind, resume ? acc[t] : pad);
-                continue;
-            }
-        } else {
-            for (int64_t k = 0; k < ntaps; k++) {
-                a0 = _mm256_add_ps(a0, _mm256_loadu_ps(taps[k] + q));
-                a1 = _mm256_add_ps(a1, _mm256_loadu_ps(taps[k] + q + 8));
-            }
-        }
-        _mm256_storeu_ps(acc + q, a0);
-        _mm256_storeu_ps(acc + q + 8, a1);
-    }
+    for (; q + 32 <= n; q += 32) fold_vectors(acc, taps, ntaps, q, 4, kind, pad, resume);
+    for (; q + 8 <= n; q += 8) fold_vectors(acc, taps, ntaps, q, 1, kind, pad, resume);
     for (; q < n; q++) acc[q] = fold_one(taps, ntaps, q, kind, resume ? acc[q] : pad);
 }
 #endif
@@ -255,60 +267,67 @@ __attribute__((target("avx2"))) static bool pool_max_rows(const ipu__pool_plan *
 }
 #endif
 
-/* float32 output rows [oh0, oh0 + nrows) of one plane: the padded input rows they read are
- * copied into scratch by stride phase (pad value -inf for max, 0 for average), so that each tap
- * is one long stride-1 pass over "extended" rows of Wq >= OW columns; the kept columns then go
- * to y. Each output still takes its taps in (kh, kw) order. */
+/* float32 output rows [oh0, oh0 + nrows) of np consecutive planes: the padded input rows they
+ * read are copied into scratch by stride phase (pad value -inf for max, 0 for average), the
+ * planes' blocks one after another in each phase, so that each tap is one long stride-1 pass
+ * over "extended" rows of Wq >= OW columns of all the planes; the kept columns then go to y.
+ * Each output still takes its taps in (kh, kw) order. */
 static inline __attribute__((always_inline)) void pool_window_body(
-    const ipu__pool_plan *p, const float *restrict x, int64_t nrows, int64_t oh0,
-    const float *cw, float *restrict y, float *restrict buf, fold_fn fold) {
+    const ipu__pool_plan *p, const float *restrict x0, int64_t nrows, int64_t oh0, int64_t np,
+    const float *cw, float *restrict y0, float *restrict buf, fold_fn fold) {
     int64_t Hq, Wq, sh = p->sh, sw = p->sw;
-    window_floats(p, nrows, &Hq, &Wq);
+    window_floats(p, nrows, np, &Hq, &Wq);
     const float pad = p->kind == 0 ? -INFINITY : 0.0f;
-    float *acc = buf + sh * sw * Hq * Wq + Wq + FOLD_BLOCK;
+    const int64_t ps = np * Hq * Wq; /* floats of one phase: np blocks of Hq x Wq */
+    float *acc = buf + sh * sw * ps + Wq + FOLD_BLOCK;
     const bool pair = sw == 2 && ipu__phase_used(0, p->KW, p->dw, 2) &&
                       ipu__phase_used(1, p->KW, p->dw, 2);
-    for (int64_t a = 0; a < sh; a++) {
-        if (!ipu__phase_used(a, p->KH, p->dh, sh)) continue;
-        for (int64_t i = 0; pair && i < Hq; i++) {
-            float *d0 = buf + a * 2 * Hq * Wq + i * Wq, *d1 = d0 + Hq * Wq;
-            int64_t ih = (oh0 + i) * sh + a - p->pt;
-            if (ih >= 0 && ih < p->H) {
-                ipu__split_row2(x + ih * p->W, p->W, -p->pl, Wq, pad, d0, d1);
-            } else {
-                for (int64_t j = 0; j < Wq; j++) d0[j] = d1[j] = pad;
-            }
-        }
-        for (int64_t b = 0; b < sw && !pair; b++) {
-            if (!ipu__phase_used(b, p->KW, p->dw, sw)) continue;
-            float *pl = buf + (a * sw + b) * Hq * Wq;
-            int64_t c0 = b - p->pl; /* input column of j = 0; j's is c0 + j * sw */
-            int64_t lo = c0 >= 0 ? 0 : (-c0 + sw - 1) / sw;
-            int64_t hi = c0 >= p->W ? 0 : (p->W - c0 + sw - 1) / sw;
-            if (hi > Wq) hi = Wq;
-            if (lo > hi) lo = hi;
-            for (int64_t i = 0; i < Hq; i++) {
-                float *d = pl + i * Wq;
+    for (int64_t g = 0; g < np; g++) { /* each plane's rows, phase by phase */
+        const float *x = x0 + g * p->H * p->W;
+        for (int64_t a = 0; a < sh; a++) {
+            if (!ipu__phase_used(a, p->KH, p->dh, sh)) continue;
+            for (int64_t i = 0; pair && i < Hq; i++) {
+                float *d0 = buf + a * 2 * ps + (g * Hq + i) * Wq, *d1 = d0 + ps;
                 int64_t ih = (oh0 + i) * sh + a - p->pt;
-                if (ih < 0 || ih >= p->H) {
-                    for (int64_t j = 0; j < Wq; j++) d[j] = pad;
-                    continue;
+                if (ih >= 0 && ih < p->H) {
+                    ipu__split_row2(x + ih * p->W, p->W, -p->pl, Wq, pad, d0, d1);
+                } else {
+                    for (int64_t j = 0; j < Wq; j++) d0[j] = d1[j] = pad;
                 }
-                const float *sr = x + ih * p->W + lo * sw + c0;
-                for (int64_t j = 0; j < lo; j++) d[j] = pad;
-                if (sw == 1)
-                    memcpy(d + lo, sr, sizeof(float) * (size_t)(hi - lo));
-                else if (sw == 2) /* a constant stride vectorises (shuffles) */
-                    for (int64_t j = lo; j < hi; j++) d[j] = sr[(j - lo) * 2];
-                else
-                    for (int64_t j = lo; j < hi; j++) d[j] = sr[(j - lo) * sw];
-                for (int64_t j = hi; j < Wq; j++) d[j] = pad;
+            }
+            for (int64_t b = 0; b < sw && !pair; b++) {
+                if (!ipu__phase_used(b, p->KW, p->dw, sw)) continue;
+                float *pl = buf + (a * sw + b) * ps + g * Hq * Wq;
+                int64_t c0 = b - p->pl; /* input column of j = 0; j's is c0 + j * sw */
+                int64_t lo = c0 >= 0 ? 0 : (-c0 + sw - 1) / sw;
+                int64_t hi = c0 >= p->W ? 0 : (p->W - c0 + sw - 1) / sw;
+                if (hi > Wq) hi = Wq;
+                if (lo > hi) lo = hi;
+                for (int64_t i = 0; i < Hq; i++) {
+                    float *d = pl + i * Wq;
+                    int64_t ih = (oh0 + i) * sh + a - p->pt;
+                    if (ih < 0 || ih >= p->H) {
+                        for (int64_t j = 0; j < Wq; j++) d[j] = pad;
+                        continue;
+                    }
+                    const float *sr = x + ih * p->W + lo * sw + c0;
+                    for (int64_t j = 0; j < lo; j++) d[j] = pad;
+                    if (sw == 1)
+                        memcpy(d + lo, sr, sizeof(float) * (size_t)(hi - lo));
+                    else if (sw == 2) /* a constant stride vectorises (shuffles) */
+                        for (int64_t j = lo; j < hi; j++) d[j] = sr[(j - lo) * 2];
+                    else
+                        for (int64_t j = lo; j < hi; j++) d[j] = sr[(j - lo) * sw];
+                    for (int64_t j = hi; j < Wq; j++) d[j] = pad;
+                }
             }
         }
     }
-    for (int64_t j = 0; j < Wq + FOLD_BLOCK; j++) buf[sh * sw * Hq * Wq + j] = pad; /* read past */
+    for (int64_t j = 0; j < Wq + FOLD_BLOCK; j++) buf[sh * sw * ps + j] = pad; /* read past */
     const float *taps[FOLD_TAPS];
-    int64_t ntaps = 0, n = (nrows * Wq + FOLD_BLOCK - 1) / FOLD_BLOCK * FOLD_BLOCK;
+    /* the last plane's rows past nrows are not folded: its taps stay within the copy */
+    int64_t ntaps = 0, n = ((np - 1) * Hq + nrows) * Wq;
+    n = (n + FOLD_BLOCK - 1) / FOLD_BLOCK * FOLD_BLOCK;
     bool resume = false;
     /* tap (kh, kw) reads phase plane (th % sh, tw % sw) at row th / sh, column tw / sw, for
      * th = kh * dh and tw = kw * dw: kept as quotient and remainder (no division per tap) */
@@ -323,7 +342,7 @@ static inline __attribute__((always_inline)) void pool_window_body(
                 rw -= sw;
                 qw++;
             }
-            const float *src = buf + (rh * sw + rw) * Hq * Wq + qh * Wq + qw;
+            const float *src = buf + (rh * sw + rw) * ps + qh * Wq + qw;
             if (ntaps == FOLD_TAPS) { /* a large window: fold in groups of taps */
                 fold(acc, taps, ntaps, n, p->kind, pad, resume);
                 resume = true;
@@ -333,9 +352,10 @@ static inline __attribute__((always_inline)) void pool_window_body(
         }
     }
     fold(acc, taps, ntaps, n, p->kind, pad, resume);
-    for (int64_t r = 0; r < nrows; r++) {
-        const float *ar = acc + r * Wq;
-        float *yr = y + (oh0 + r) * p->OW;
+    for (int64_t gr = 0; gr < np * nrows; gr++) { /* plane gr / nrows, row gr % nrows */
+        int64_t g = gr / nrows, r = gr % nrows;
+        const float *ar = acc + (g * Hq + r) * Wq;
+        float *yr = y0 + g * p->OH * p->OW + (oh0 + r) * p->OW;
         if (p->kind == 0) {
             memcpy(yr, ar, sizeof(float) * (size_t)p->OW);
             continue;
@@ -349,19 +369,34 @@ static inline __attribute__((always_inline)) void pool_window_body(
     }
 }
 
+typedef void (*window_fn)(const ipu__pool_plan *p, const float *x, int64_t nrows, int64_t oh0,
+                          int64_t np, const float *cw, float *y, float *buf);
+
 static void pool_window_base(const ipu__pool_plan *p, const float *x, int64_t nrows,
-                             int64_t oh0, const float *cw, float *y, float *buf) {
-    pool_window_body(p, x, nrows, oh0, cw, y, buf, fold_base);
+                             int64_t oh0, int64_t np, const float *cw, float *y, float *buf) {
+    pool_window_body(p, x, nrows, oh0, np, cw, y, buf, fold_base);
 }
 
 #if IPU_X86
 __attribute__((target("avx2"))) static void pool_window_avx2(const ipu__pool_plan *p,
                                                              const float *x, int64_t nrows,
-                                                             int64_t oh0, const float *cw,
-                                                             float *y, float *buf) {
-    pool_window_body(p, x, nrows, oh0, cw, y, buf, fold_avx2);
+                                                             int64_t oh0, int64_t np,
+                                                             const float *cw, float *y,
+                                                             float *buf) {
+    pool_window_body(p, x, nrows, oh0, np, cw, y, buf, fold_avx2);
 }
 #endif
+
+/* Work item `it`: planes [*p0, *p0 + *np), output rows [*oh0, *oh1) of each (block *r). */
+static void item_range(const ipu__pool_plan *p, size_t it, int64_t *p0, int64_t *np, int64_t *r,
+                       int64_t *oh0, int64_t *oh1) {
+    int64_t group = (int64_t)(it / (uint64_t)p->rblocks);
+    *r = (int64_t)(it % (uint64_t)p->rblocks);
+    *p0 = group * p->planes;
+    *np = p->nplanes - *p0 < p->planes ? p->nplanes - *p0 : p->planes;
+    *oh0 = *r * p->rows;
+    *oh1 = *oh0 + p->rows < p->OH ? *oh0 + p->rows : p->OH;
+}
 
 ipu_status ipu__k_pool2d(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
                          void *scratch) {
@@ -381,12 +416,11 @@ ipu_status ipu__k_pool2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
         int64_t hq, wq;
         const int64_t lim = (int64_t)1 << 24; /* keeps window_floats far from overflow */
         bool win = !p->f16 && p->sh <= 64 && p->sw <= 64 && p->OW < lim && p->rows < lim &&
-                   (p->KH - 1) * p->dh < lim && (p->KW - 1) * p->dw < lim &&
+                   p->planes < lim && (p->KH - 1) * p->dh < lim && (p->KW - 1) * p->dw < lim &&
                    p->rows >= (p->KH - 1) * p->dh / p->sh && /* halo copies <= the block */
-                   2 * p->OW + window_floats(p, p->rows, &hq, &wq) <=
+                   2 * p->OW + window_floats(p, p->rows, p->planes, &hq, &wq) <=
                        (int64_t)(IPU__SCRATCH_BYTES / sizeof(float));
-        void (*window)(const ipu__pool_plan *, const float *, int64_t, int64_t, const float *,
-                       float *, float *) = pool_window_base;
+        window_fn window = pool_window_base;
 #if IPU_X86
         bool rows_first = false;
         if (__builtin_cpu_supports("avx2")) {
@@ -398,66 +432,71 @@ ipu_status ipu__k_pool2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
         }
 #endif
         for (size_t it = b; it < e; it++) {
-            int64_t plane = (int64_t)(it / (uint64_t)p->rblocks);
-            int64_t r = (int64_t)(it % (uint64_t)p->rblocks);
-            int64_t oh1 = (r + 1) * p->rows < p->OH ? (r + 1) * p->rows : p->OH;
-#if IPU_X86
-            if (rows_first && pool_max_rows(p, (const float *)x + plane * p->H * p->W,
-                                            oh1 - r * p->rows, r * p->rows,
-                                            (float *)y + plane * p->OH * p->OW, cw + p->OW))
-                continue;
-#endif
-            if (win) {
-                window(p, (const float *)x + plane * p->H * p->W, oh1 - r * p->rows,
-                       r * p->rows, cw, (float *)y + plane * p->OH * p->OW, cw + p->OW);
+            int64_t p0, np, r, oh0, oh1;
+            item_range(p, it, &p0, &np, &r, &oh0, &oh1);
+            const float *xf = (const float *)x + p0 * p->H * p->W;
+            float *yf = (float *)y + p0 * p->OH * p->OW;
+            if (win && np > 1) { /* whole small planes, folded together */
+                window(p, xf, oh1 - oh0, oh0, np, cw, yf, cw + p->OW);
                 continue;
             }
-            for (int64_t oh = r * p->rows; oh < oh1; oh++) {
-                pool_row(p, x, plane * p->H * p->W, oh, acc, cw);
-                int64_t o = (plane * p->OH + oh) * p->OW;
-                if (p->f16)
-                    ipu__cvt_f32_to_f16(acc, (uint16_t *)y + o, (size_t)p->OW);
-                else
-                    memcpy((float *)y + o, acc, sizeof(float) * (size_t)p->OW);
+            for (int64_t plane = p0; plane < p0 + np; plane++) {
+                xf = (const float *)x + plane * p->H * p->W;
+                yf = (float *)y + plane * p->OH * p->OW;
+#if IPU_X86
+                if (rows_first && pool_max_rows(p, xf, oh1 - oh0, oh0, yf, cw + p->OW)) continue;
+#endif
+                if (win) {
+                    window(p, xf, oh1 - oh0, oh0, 1, cw, yf, cw + p->OW);
+                    continue;
+                }
+                for (int64_t oh = oh0; oh < oh1; oh++) {
+                    pool_row(p, x, plane * p->H * p->W, oh, acc, cw);
+                    int64_t o = (plane * p->OH + oh) * p->OW;
+                    if (p->f16)
+                        ipu__cvt_f32_to_f16(acc, (uint16_t *)y + o, (size_t)p->OW);
+                    else
+                        memcpy((float *)y + o, acc, sizeof(float) * (size_t)p->OW);
+                }
             }
         }
         return IPU_OK;
     }
     for (size_t it = b; it < e; it++) {
-        int64_t plane = (int64_t)(it / (uint64_t)p->rblocks);
-        int64_t r = (int64_t)(it % (uint64_t)p->rblocks);
-        int64_t oh1 = (r + 1) * p->rows < p->OH ? (r + 1) * p->rows : p->OH;
-        int64_t xoff = plane * p->H * p->W;
-        for (int64_t oh = r * p->rows; oh < oh1; oh++) {
-            for (int64_t ow = 0; ow < p->OW; ow++) {
-                float acc = p->kind == 0 ? -INFINITY : 0.0f;
-                int64_t nh = 0, nw = 0, vh = 0, vw = 0; /* taps inside padded / valid range */
-                for (int64_t kh = 0; kh < p->KH; kh++) {
-                    int64_t ih = oh * p->sh - p->pt + kh * p->dh;
-                    if (ih >= -p->pt && ih < p->H + p->pb) nh++;
-                    if (ih >= 0 && ih < p->H) vh++;
-                }
-                for (int64_t kw = 0; kw < p->KW; kw++) {
-                    int64_t iw = ow * p->sw - p->pl + kw * p->dw;
-                    if (iw >= -p->pl && iw < p->W + p->pr) nw++;
-                    if (iw >= 0 && iw < p->W) vw++;
-                }
-                for (int64_t kh = 0; kh < p->KH; kh++) {
-                    int64_t ih = oh * p->sh - p->pt + kh * p->dh;
-                    if (ih < 0 || ih >= p->H) continue;
+        int64_t p0, np, r, oh0, oh1;
+        item_range(p, it, &p0, &np, &r, &oh0, &oh1);
+        for (int64_t plane = p0; plane < p0 + np; plane++) {
+            for (int64_t oh = oh0, xoff = plane * p->H * p->W; oh < oh1; oh++) {
+                for (int64_t ow = 0; ow < p->OW; ow++) {
+                    float acc = p->kind == 0 ? -INFINITY : 0.0f;
+                    int64_t nh = 0, nw = 0, vh = 0, vw = 0; /* taps inside padded / valid range */
+                    for (int64_t kh = 0; kh < p->KH; kh++) {
+                        int64_t ih = oh * p->sh - p->pt + kh * p->dh;
+                        if (ih >= -p->pt && ih < p->H + p->pb) nh++;
+                        if (ih >= 0 && ih < p->H) vh++;
+                    }
                     for (int64_t kw = 0; kw < p->KW; kw++) {
                         int64_t iw = ow * p->sw - p->pl + kw * p->dw;
-                        if (iw < 0 || iw >= p->W) continue;
-                        float v = ld(x, p->f16, xoff + ih * p->W + iw);
-                        acc = p->kind == 0 ? max_tap(acc, v) : acc + v;
+                        if (iw >= -p->pl && iw < p->W + p->pr) nw++;
+                        if (iw >= 0 && iw < p->W) vw++;
                     }
+                    for (int64_t kh = 0; kh < p->KH; kh++) {
+                        int64_t ih = oh * p->sh - p->pt + kh * p->dh;
+                        if (ih < 0 || ih >= p->H) continue;
+                        for (int64_t kw = 0; kw < p->KW; kw++) {
+                            int64_t iw = ow * p->sw - p->pl + kw * p->dw;
+                            if (iw < 0 || iw >= p->W) continue;
+                            float v = ld(x, p->f16, xoff + ih * p->W + iw);
+                            acc = p->kind == 0 ? max_tap(acc, v) : acc + v;
+                        }
+                    }
+                    if (p->kind == 1) acc /= (float)(p->cip ? nh * nw : vh * vw);
+                    int64_t o = (plane * p->OH + oh) * p->OW + ow;
+                    if (p->f16)
+                        ((uint16_t *)y)[o] = ipu__f32_to_f16(acc);
+                    else
+                        ((float *)y)[o] = acc;
                 }
-                if (p->kind == 1) acc /= (float)(p->cip ? nh * nw : vh * vw);
-                int64_t o = (plane * p->OH + oh) * p->OW + ow;
-                if (p->f16)
-                    ((uint16_t *)y)[o] = ipu__f32_to_f16(acc);
-                else
-                    ((float *)y)[o] = acc;
             }
         }
     }
