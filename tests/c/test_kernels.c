@@ -188,7 +188,9 @@ static void test_matmul_f32(int isa) {
  * the window path (strides, pads, dilations, groups, K chunks, > 4 sub-blocks per work item,
  * KW = 1 without a copy) and the GEMM path (1x1 stride 1; input rows too wide for the scratch;
  * a dilated window too tall for it); each with the weights fed at run time and stored in the
- * executable (packed at load), which also takes small maps to the small-map path (tpose). */
+ * executable (packed at load), which also takes small maps to the small-map path (tpose).
+ * Bias and Relu always, a residual in odd cases (the GEMM path applies them per tile as the
+ * micro-kernel stores it: in registers on AVX2, after the tile on the others). */
 static void test_conv_f32(int isa) {
     /* x dims N C H W, w dims M Cg KH KW, attrs group sh sw dh dw pt pl pb pr */
     static const int64_t cases[][3][9] = {
@@ -224,13 +226,16 @@ static void test_conv_f32(int isa) {
         H *h = h_new(16 << 20);
         uint32_t x = h_tensor(h, IPU_DTYPE_FLOAT32, 4, xd), w = h_tensor(h, IPU_DTYPE_FLOAT32, 4, wd);
         uint32_t b = T(h, FLOAT32, M), y = T(h, FLOAT32, N, M, OH, OW);
+        uint32_t z = T(h, FLOAT32, N, M, OH, OW);
         fill_f32(h, x);
         fill_f32(h, w);
         fill_f32(h, b);
+        fill_f32(h, z);
         if (cst) as_tensor_data(h, w);
-        int64_t attr[11] = {a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], 1, 0};
-        const float *r = run(h, IPU_OP_CONV2D, 3, (uint32_t[]){x, w, b}, y, 11, attr);
-        const float *xp = h->ptr[x], *wp = h->ptr[w], *bp = h->ptr[b];
+        int res = c % 2;
+        int64_t attr[11] = {a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], 1, res};
+        const float *r = run(h, IPU_OP_CONV2D, 3 + res, (uint32_t[]){x, w, b, z}, y, 11, attr);
+        const float *xp = h->ptr[x], *wp = h->ptr[w], *bp = h->ptr[b], *zp = h->ptr[z];
         double *want = malloc(sizeof(double) * h->t[y].numel);
         int64_t Cg = C / G, Mg = M / G;
         for (int64_t n = 0; n < N; n++)
@@ -246,7 +251,9 @@ static void test_conv_f32(int isa) {
                                     s += (double)xp[((n * C + m / Mg * Cg + ci) * IH + ih) * IW + iw] *
                                          wp[((m * Cg + ci) * KH + kh) * KW + kw];
                                 }
-                        want[((n * M + m) * OH + oh) * OW + ow] = s > 0 ? s : 0; /* relu */
+                        int64_t o = ((n * M + m) * OH + oh) * OW + ow;
+                        if (res) s += zp[o];
+                        want[o] = s > 0 ? s : 0; /* relu */
                     }
         double err = max_rel_err(r, want, h->t[y].numel);
         CHECK(err < 1e-4, "conv f32 isa %d case %zu const %d: rel err %g", used, c, cst, err);

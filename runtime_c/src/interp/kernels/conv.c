@@ -301,6 +301,7 @@ static void run_gemm_f32(const ipu__conv_plan *p, const float *x, const float *w
         for (int64_t k0 = 0; k0 < p->K; k0 += IPU__SGEMM_KC) {
             int64_t kc = p->K - k0 < IPU__SGEMM_KC ? p->K - k0 : IPU__SGEMM_KC;
             int acc = k0 > 0;
+            bool last = k0 + kc == p->K && (bias || res || p->act == IPU__ACT_RELU);
             if (p->pointwise) /* x is the [K, OH*OW] matrix */
                 pack_rows(x + xoff + k0 * OHW + q0, NULL, OHW, kc, np, nr, bp);
             else
@@ -327,20 +328,32 @@ static void run_gemm_f32(const ipu__conv_plan *p, const float *x, const float *w
                     for (int64_t ir = 0; ir < sm; ir += mr) {
                         int64_t h = sm - ir < mr ? sm - ir : mr;
                         float *c = ys + ir * OHW + jr;
+                        /* the last K chunk applies the epilogue as it stores the tile */
+                        int64_t co = g * p->Cog + m0 + s0 + ir, off = c - y;
                         if (h == mr && wd == nr) {
-                            u.fn(kc, ak + ir * kc, bpan, c, OHW, acc);
+                            if (!last) {
+                                u.fn(kc, ak + ir * kc, bpan, c, OHW, acc);
+                                continue;
+                            }
+                            ipu__tile_ep ep = {bias ? (const float *)bias + co : NULL,
+                                               res ? (const float *)res + off : NULL, OHW,
+                                               p->act == IPU__ACT_RELU};
+                            u.ep(kc, ak + ir * kc, bpan, c, OHW, acc, &ep);
                             continue;
                         }
                         u.fn(kc, ak + ir * kc, bpan, edge, nr, 0);
-                        for (int64_t i = 0; i < h; i++)
+                        for (int64_t i = 0; i < h; i++) {
                             for (int64_t j = 0; j < wd; j++)
                                 c[i * OHW + j] =
                                     acc ? c[i * OHW + j] + edge[i * nr + j] : edge[i * nr + j];
+                            if (last)
+                                epilogue(p, c + i * OHW, wd, bias, co + i, res, off + i * OHW);
+                        }
                     }
                 }
             }
         }
-        for (int64_t i = 0; i < m; i++) {
+        for (int64_t i = 0; i < m && p->K == 0; i++) { /* (else applied with the last chunk) */
             int64_t co = g * p->Cog + m0 + i, off = (n * p->M + co) * OHW + q0;
             epilogue(p, y + off, np, bias, co, res, off);
         }

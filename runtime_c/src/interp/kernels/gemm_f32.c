@@ -66,7 +66,7 @@ __attribute__((target("avx512f"))) static void ukr_avx512(int64_t kc, const floa
 /* B row k: bp + 16 k (packed panel, aligned) or, with off, bp + off[k] (rows read in place). */
 __attribute__((target("avx2,fma"))) static inline __attribute__((always_inline)) void
 ukr_avx2_body(int64_t kc, const float *ap, const float *bp, const int64_t *off, float *c,
-              int64_t ldc, int acc) {
+              int64_t ldc, int acc, const ipu__tile_ep *ep) {
     __m256 c0[MR256], c1[MR256];
 #pragma GCC unroll 8
     for (int i = 0; i < MR256; i++) {
@@ -94,6 +94,20 @@ ukr_avx2_body(int64_t kc, const float *ap, const float *bp, const int64_t *off, 
             c0[i] = _mm256_add_ps(c0[i], _mm256_loadu_ps(r));
             c1[i] = _mm256_add_ps(c1[i], _mm256_loadu_ps(r + 8));
         }
+        if (ep && ep->bias) {
+            __m256 b = _mm256_set1_ps(ep->bias[i]);
+            c0[i] = _mm256_add_ps(c0[i], b);
+            c1[i] = _mm256_add_ps(c1[i], b);
+        }
+        if (ep && ep->res) {
+            c0[i] = _mm256_add_ps(c0[i], _mm256_loadu_ps(ep->res + i * ep->ldr));
+            c1[i] = _mm256_add_ps(c1[i], _mm256_loadu_ps(ep->res + i * ep->ldr + 8));
+        }
+        if (ep && ep->relu) { /* v if v > 0 or NaN, else +0 */
+            __m256 z = _mm256_setzero_ps();
+            c0[i] = _mm256_and_ps(c0[i], _mm256_cmp_ps(c0[i], z, _CMP_NLE_UQ));
+            c1[i] = _mm256_and_ps(c1[i], _mm256_cmp_ps(c1[i], z, _CMP_NLE_UQ));
+        }
         _mm256_storeu_ps(r, c0[i]);
         _mm256_storeu_ps(r + 8, c1[i]);
     }
@@ -102,14 +116,21 @@ ukr_avx2_body(int64_t kc, const float *ap, const float *bp, const int64_t *off, 
 __attribute__((target("avx2,fma"))) static void ukr_avx2(int64_t kc, const float *ap,
                                                          const float *bp, float *c, int64_t ldc,
                                                          int acc) {
-    ukr_avx2_body(kc, ap, bp, NULL, c, ldc, acc);
+    ukr_avx2_body(kc, ap, bp, NULL, c, ldc, acc, NULL);
+}
+
+__attribute__((target("avx2,fma"))) static void ukr_avx2_ep(int64_t kc, const float *ap,
+                                                            const float *bp, float *c,
+                                                            int64_t ldc, int acc,
+                                                            const ipu__tile_ep *ep) {
+    ukr_avx2_body(kc, ap, bp, NULL, c, ldc, acc, ep);
 }
 
 __attribute__((target("avx2,fma"))) static void ukr_avx2_rows(int64_t kc, const float *ap,
                                                               const float *b,
                                                               const int64_t *off, float *c,
                                                               int64_t ldc, int acc) {
-    ukr_avx2_body(kc, ap, b, off, c, ldc, acc);
+    ukr_avx2_body(kc, ap, b, off, c, ldc, acc, NULL);
 }
 
 #endif
@@ -148,18 +169,44 @@ static void ukr_portable(int64_t kc, const float *ap, const float *bp, float *c,
     }
 }
 
+/* The tile epilogue after the fact, for the kernels without a fused one (same operations). */
+static void tile_ep(float *c, int64_t ldc, int mr, int nr, const ipu__tile_ep *ep) {
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) {
+            float v = c[i * ldc + j];
+            if (ep->bias) v += ep->bias[i];
+            if (ep->res) v += ep->res[i * ep->ldr + j];
+            c[i * ldc + j] = ep->relu ? ipu__relu_f32(v) : v;
+        }
+}
+
+static void ukr_portable_ep(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc,
+                            int acc, const ipu__tile_ep *ep) {
+    ukr_portable(kc, ap, bp, c, ldc, acc);
+    tile_ep(c, ldc, MRP, NRP, ep);
+}
+
+#if IPU_X86
+static void ukr_avx512_ep(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc,
+                          int acc, const ipu__tile_ep *ep) {
+    ukr_avx512(kc, ap, bp, c, ldc, acc);
+    tile_ep(c, ldc, MR512, 32, ep);
+}
+#endif
+
 typedef struct ukr_desc {
     ukr_fn fn;
+    ipu__ukr_ep_fn ep;
     ipu__ukr_rows_fn rows;
     int mr, nr, isa;
 } ukr_desc;
 
 static const ukr_desc UKRS[4] = {
-    {ukr_portable, NULL, MRP, NRP, 1},
-    {ukr_portable, NULL, MRP, NRP, 1},
+    {ukr_portable, ukr_portable_ep, NULL, MRP, NRP, 1},
+    {ukr_portable, ukr_portable_ep, NULL, MRP, NRP, 1},
 #if IPU_X86
-    {ukr_avx2, ukr_avx2_rows, MR256, 16, 2},
-    {ukr_avx512, NULL, MR512, 32, 3},
+    {ukr_avx2, ukr_avx2_ep, ukr_avx2_rows, MR256, 16, 2},
+    {ukr_avx512, ukr_avx512_ep, NULL, MR512, 32, 3},
 #endif
 };
 
@@ -191,6 +238,7 @@ static const ukr_desc *select_ukr(void) { return &UKRS[ipu__isa_current(&forced_
 void ipu__sgemm_ukr(ipu__ukr *u) {
     const ukr_desc *d = select_ukr();
     u->fn = d->fn;
+    u->ep = d->ep;
     u->rows = d->rows;
     u->mr = d->mr;
     u->nr = d->nr;

@@ -449,8 +449,19 @@ typedef void (*ipu__ukr_fn)(int64_t kc, const float *ap, const float *bp, float 
  * drivers whose B rows are already contiguous runs (conv.c's window path). */
 typedef void (*ipu__ukr_rows_fn)(int64_t kc, const float *ap, const float *b, const int64_t *off,
                                  float *c, int64_t ldc, int acc);
+/* A convolution epilogue applied to a tile as it is stored: C = act(C + bias[i] + res[i * ldr
+ * + j]) after the sum (and after += C when acc), in that order (conv.c's epilogue, fused). */
+typedef struct ipu__tile_ep {
+    const float *bias; /* the tile's rows' biases, or NULL */
+    const float *res;  /* the residual at the tile's position, rows ldr apart, or NULL */
+    int64_t ldr;
+    int relu;
+} ipu__tile_ep;
+typedef void (*ipu__ukr_ep_fn)(int64_t kc, const float *ap, const float *bp, float *c,
+                               int64_t ldc, int acc, const ipu__tile_ep *ep);
 typedef struct ipu__ukr {
     ipu__ukr_fn fn;
+    ipu__ukr_ep_fn ep; /* fn, then the epilogue on its tile (in registers where it can) */
     ipu__ukr_rows_fn rows; /* NULL: this micro-kernel has no in-place variant */
     int mr, nr;
     int isa; /* as ipu__sgemm_set_isa numbers them: tags packed layouts (prepack.h) */
