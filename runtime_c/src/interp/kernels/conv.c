@@ -406,15 +406,7 @@ static inline __attribute__((always_inline)) void copy_window_body(
                         memset(d, 0, sizeof(float) * (size_t)Wq);
                         continue;
                     }
-                    const float *sr = xc + ih * W;
-                    for (int64_t j = 0; j < lo; j++) d[j] = 0.0f;
-                    if (sw == 1)
-                        memcpy(d + lo, sr, sizeof(float) * (size_t)(hi - lo));
-                    else if (sw == 2) /* a constant stride vectorises (shuffles) */
-                        for (int64_t j = lo; j < hi; j++) d[j] = sr[(j - lo) * 2];
-                    else
-                        for (int64_t j = lo; j < hi; j++) d[j] = sr[(j - lo) * sw];
-                    for (int64_t j = hi; j < Wq; j++) d[j] = 0.0f;
+                    ipu__copy_row_phase(d, xc + ih * W, lo, hi, Wq, sw, 0.0f);
                 }
             }
             pb++;

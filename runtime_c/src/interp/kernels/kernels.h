@@ -186,6 +186,23 @@ static inline __attribute__((always_inline)) void ipu__split_row2(const float *r
     }
 }
 
+/* One row of a window copy (conv and pool), column phase of stride sw: d[j] = pad for j < lo
+ * and hi <= j < Wq, sr[(j - lo) * sw] between. */
+static inline __attribute__((always_inline)) void ipu__copy_row_phase(float *restrict d,
+                                                                      const float *restrict sr,
+                                                                      int64_t lo, int64_t hi,
+                                                                      int64_t Wq, int64_t sw,
+                                                                      float pad) {
+    for (int64_t j = 0; j < lo; j++) d[j] = pad;
+    if (sw == 1)
+        for (int64_t j = lo; j < hi; j++) d[j] = sr[j - lo];
+    else if (sw == 2) /* a constant stride vectorises (shuffles) */
+        for (int64_t j = lo; j < hi; j++) d[j] = sr[(j - lo) * 2];
+    else
+        for (int64_t j = lo; j < hi; j++) d[j] = sr[(j - lo) * sw];
+    for (int64_t j = hi; j < Wq; j++) d[j] = pad;
+}
+
 typedef struct ipu__conv_plan {
     ipu__plan hdr;
     int f16, has_bias, direct, pointwise; /* pointwise: 1x1, stride 1, no pads: no im2col */

@@ -311,15 +311,7 @@ static inline __attribute__((always_inline)) void pool_window_body(
                         for (int64_t j = 0; j < Wq; j++) d[j] = pad;
                         continue;
                     }
-                    const float *sr = x + ih * p->W + lo * sw + c0;
-                    for (int64_t j = 0; j < lo; j++) d[j] = pad;
-                    if (sw == 1)
-                        memcpy(d + lo, sr, sizeof(float) * (size_t)(hi - lo));
-                    else if (sw == 2) /* a constant stride vectorises (shuffles) */
-                        for (int64_t j = lo; j < hi; j++) d[j] = sr[(j - lo) * 2];
-                    else
-                        for (int64_t j = lo; j < hi; j++) d[j] = sr[(j - lo) * sw];
-                    for (int64_t j = hi; j < Wq; j++) d[j] = pad;
+                    ipu__copy_row_phase(d, x + ih * p->W + lo * sw + c0, lo, hi, Wq, sw, pad);
                 }
             }
         }
