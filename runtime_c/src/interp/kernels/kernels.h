@@ -269,7 +269,7 @@ void ipu__wino_pack_weights(const float *w, int64_t Co, int64_t Ci, int mr, floa
 bool ipu__conv_wino(const ipu__conv_plan *p, const float *x, const float *U, const void *bias,
                     const void *res, float *y, int64_t n, int64_t mb0, int64_t mb1, int64_t r,
                     void *scratch);
-/* conv.c: y rows from nrows rows of n floats (src row stride ss, dst row stride ds):
+/* conv_epilogue.c: y rows from nrows rows of n floats (src row stride ss, dst row stride ds):
  * act(src + bias[co] + res[off + ...]); bias, res optional. */
 void ipu__conv_epilogue_rows(const ipu__conv_plan *p, float *dst, int64_t ds, const float *src,
                              int64_t ss, int64_t nrows, int64_t n, const void *bias, int64_t co,
@@ -467,7 +467,7 @@ typedef void (*ipu__ukr_fn)(int64_t kc, const float *ap, const float *bp, float 
 typedef void (*ipu__ukr_rows_fn)(int64_t kc, const float *ap, const float *b, const int64_t *off,
                                  float *c, int64_t ldc, int acc);
 /* A convolution epilogue applied to a tile as it is stored: C = act(C + bias[i] + res[i * ldr
- * + j]) after the sum (and after += C when acc), in that order (conv.c's epilogue, fused). */
+ * + j]) after the sum (and after += C when acc), in that order (conv_epilogue.c's, fused). */
 typedef struct ipu__tile_ep {
     const float *bias; /* the tile's rows' biases, or NULL */
     const float *res;  /* the residual at the tile's position, rows ldr apart, or NULL */
