@@ -305,7 +305,7 @@ def test_maxpool_rows_first_bit_for_bit(case: int) -> None:
     rng = np.random.default_rng(case)
     x = np.round(rng.standard_normal((1, 4, 45, w)) * 2).astype(np.float32)  # ties, -0.0
     x.flat[rng.integers(0, x.size, x.size // 50)] = rng.choice([-np.inf, np.inf], x.size // 50)
-    x[0, 1, 5, w // 2] = np.nan  # interior
+    x[0, 1, 5, w // 2 | 1] = np.nan  # interior, an odd column
     x[0, 2, 0, 0] = np.nan  # the left edge
     x[0, 3, 7, w - 1] = np.float32(-np.nan)  # the right edge (or past the last window)
     _check_maxpool_bits(x, attrs)
