@@ -19,15 +19,6 @@
 
 #include "kernels.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#define IPU_X86 1
-#else
-#define IPU_X86 0
-#endif
-
-static inline float ld(const void *base, int f16, int64_t i) {
-    return f16 ? ipu__f16_to_f32(((const uint16_t *)base)[i]) : ((const float *)base)[i];
-}
 
 /* col[kk][j] = x(patch row k0 + kk, output pixel p0 + j) of the image plane block at xoff. */
 static void im2col(const ipu__conv_plan *p, const void *x, int64_t xoff, int64_t k0, int64_t kc,
@@ -47,7 +38,7 @@ static void im2col(const ipu__conv_plan *p, const void *x, int64_t xoff, int64_t
             } else {
                 int64_t row = base + ih * p->W, iw = ow * p->sw - p->pl + kw * p->dw;
                 for (int64_t t = 0; t < n; t++, iw += p->sw)
-                    dst[j + t] = (iw >= 0 && iw < p->W) ? ld(x, p->f16, row + iw) : 0.0f;
+                    dst[j + t] = (iw >= 0 && iw < p->W) ? ipu__ld_f32(x, p->f16, row + iw) : 0.0f;
             }
             j += n;
             ow = 0;
@@ -639,7 +630,7 @@ static void run_direct(const ipu__conv_plan *p, const void *x, const void *w, co
     float *row = scratch;     /* OW floats */
     float *wt = row + p->OW;  /* KH*KW floats */
     int64_t KK = p->KH * p->KW;
-    for (int64_t i = 0; i < KK; i++) wt[i] = ld(w, p->f16, g * KK + i);
+    for (int64_t i = 0; i < KK; i++) wt[i] = ipu__ld_f32(w, p->f16, g * KK + i);
     int64_t xoff = (n * p->C + g) * p->H * p->W;
     int64_t oh1 = (r + 1) * p->rows < p->OH ? (r + 1) * p->rows : p->OH;
     for (int64_t oh = r * p->rows; oh < oh1; oh++) {
@@ -658,7 +649,7 @@ static void run_direct(const ipu__conv_plan *p, const void *x, const void *w, co
                 if (hi > p->OW) hi = p->OW;
                 if (p->f16) {
                     for (int64_t ow = lo; ow < hi; ow++)
-                        row[ow] += ld(x, 1, base + ow * sw + iw0) * wv;
+                        row[ow] += ipu__ld_f32(x, 1, base + ow * sw + iw0) * wv;
                 } else if (lo < hi) { /* xr[ow*sw] is input column ow*sw + iw0 */
                     const float *xr = (const float *)x + base + lo * sw + iw0;
                     float *rr = row + lo;

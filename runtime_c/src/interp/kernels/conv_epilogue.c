@@ -6,16 +6,9 @@
 
 #include "kernels.h"
 
-#if defined(__x86_64__) || defined(__i386__)
+#if IPU_X86
 #include <immintrin.h>
-#define IPU_X86 1
-#else
-#define IPU_X86 0
 #endif
-
-static inline float ld(const void *base, int f16, int64_t i) {
-    return f16 ? ipu__f16_to_f32(((const uint16_t *)base)[i]) : ((const float *)base)[i];
-}
 
 /* dst[j] = act(src[j] + bias[co] + res[off + j]) for j < n (bias, res optional; dst may be
  * src), one pass. */
@@ -24,10 +17,10 @@ static inline __attribute__((always_inline)) void epilogue_body(const ipu__conv_
                                                                 int64_t n, const void *bias,
                                                                 int64_t co, const void *res,
                                                                 int64_t off) {
-    float bv = bias ? ld(bias, p->f16, co) : 0.0f;
+    float bv = bias ? ipu__ld_f32(bias, p->f16, co) : 0.0f;
     int relu = p->act == IPU__ACT_RELU;
     if (res && p->f16) {
-        for (int64_t j = 0; j < n; j++) dst[j] = src[j] + bv + ld(res, 1, off + j);
+        for (int64_t j = 0; j < n; j++) dst[j] = src[j] + bv + ipu__ld_f32(res, 1, off + j);
         src = dst;
         res = bias = NULL;
         bv = 0.0f;
@@ -82,7 +75,7 @@ __attribute__((target("avx2"))) static void epilogue_avx2(const ipu__conv_plan *
         epilogue_rows_body(p, dst, ds, src, ss, nrows, n, bias, co, res, off);
         return;
     }
-    const __m256 vb = _mm256_set1_ps(bias ? ld(bias, p->f16, co) : 0.0f);
+    const __m256 vb = _mm256_set1_ps(bias ? ipu__ld_f32(bias, p->f16, co) : 0.0f);
     const __m256 zero = _mm256_setzero_ps();
     const int64_t nv = n / 8 * 8;
     const __m256i tail = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - nv)),

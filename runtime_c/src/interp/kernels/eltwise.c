@@ -6,12 +6,9 @@
 
 #include "kernels.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#define IPU_X86 1
+#if IPU_X86
 #include <cpuid.h>
 #include <immintrin.h>
-#else
-#define IPU_X86 0
 #endif
 
 /* ---- fp16 bulk conversion ------------------------------------------------------------------ */

@@ -15,11 +15,8 @@
 #include "isa.h"
 #include "kernels.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#define IPU_X86 1
+#if IPU_X86
 #include <immintrin.h>
-#else
-#define IPU_X86 0
 #endif
 
 #define KC IPU__SGEMM_KC
@@ -255,9 +252,6 @@ static int vec_pack(void) { /* AVX2 copies/transposes unless the portable kernel
 #endif
 }
 
-static inline float ld_elem(const void *base, int64_t off, int f16) {
-    return f16 ? ipu__f16_to_f32(((const uint16_t *)base)[off]) : ((const float *)base)[off];
-}
 
 /* Copy n contiguous elements (f32 or f16) to float. */
 static inline void ld_row(const void *base, int64_t off, int f16, float *dst, int64_t n) {
@@ -387,7 +381,7 @@ static void pack_b(const ipu__sgemm_args *g, int64_t k0, int64_t kc, int64_t j0,
         for (int64_t j = 0; j < w; j++) {
             int64_t base = (col + j) * g->b_cs + k0 * g->b_rs;
             for (int64_t k = 0; k < kc; k++)
-                dst[k * nr + j] = ld_elem(g->b, base + k * g->b_rs, g->b_f16);
+                dst[k * nr + j] = ipu__ld_f32(g->b, g->b_f16, base + k * g->b_rs);
         }
     }
     (void)vec;
@@ -443,7 +437,7 @@ void ipu__sgemm_pack_a(const ipu__sgemm_args *g, int64_t k0, int64_t kc, int mr,
                 for (int64_t k = 0; k < kc; k++) dst[k * mr + i] = s[k];
             } else {
                 for (int64_t k = 0; k < kc; k++)
-                    dst[k * mr + i] = ld_elem(g->a, base + k * g->a_cs, g->a_f16);
+                    dst[k * mr + i] = ipu__ld_f32(g->a, g->a_f16, base + k * g->a_cs);
             }
         }
     }

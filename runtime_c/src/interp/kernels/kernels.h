@@ -7,6 +7,18 @@
 
 #include "../interp.h"
 
+/* 1 where the x86 vector paths (AVX2, AVX-512) are compiled, 0 for the portable ones only. */
+#if defined(__x86_64__) || defined(__i386__)
+#define IPU_X86 1
+#else
+#define IPU_X86 0
+#endif
+
+/* Element i of a float32 array, or of an IEEE half one (f16), as a float. */
+static inline float ipu__ld_f32(const void *base, int f16, int64_t i) {
+    return f16 ? ipu__f16_to_f32(((const uint16_t *)base)[i]) : ((const float *)base)[i];
+}
+
 typedef ipu_status (*ipu__kernel_fn)(const ipu__frame *f, const ipu__instr *ins, size_t begin,
                                      size_t end, void *scratch);
 

@@ -15,15 +15,6 @@
 
 #include "kernels.h"
 
-static inline float ld(const void *base, int f16, int64_t i) {
-    return f16 ? ipu__f16_to_f32(((const uint16_t *)base)[i]) : ((const float *)base)[i];
-}
-
-#if defined(__x86_64__) || defined(__i386__)
-#define IPU_X86 1
-#else
-#define IPU_X86 0
-#endif
 
 /* The running max after tap v (docs/bytecode.md): v replaces acc only if greater, so of equal
  * values the first stays, or if v is NaN and acc is not, so the first NaN wins. Bitwise
@@ -69,7 +60,7 @@ static void pool_row(const ipu__pool_plan *p, const void *x, int64_t xoff, int64
             int64_t n = hi - lo, s0 = base + lo * sw + iw0;
             if (p->f16) {
                 for (int64_t t = 0; t < n; t++) {
-                    float v = ld(x, 1, s0 + t * sw);
+                    float v = ipu__ld_f32(x, 1, s0 + t * sw);
                     a[t] = p->kind == 0 ? max_tap(a[t], v) : a[t] + v;
                 }
             } else {
@@ -479,7 +470,7 @@ ipu_status ipu__k_pool2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
                         for (int64_t kw = 0; kw < p->KW; kw++) {
                             int64_t iw = ow * p->sw - p->pl + kw * p->dw;
                             if (iw < 0 || iw >= p->W) continue;
-                            float v = ld(x, p->f16, xoff + ih * p->W + iw);
+                            float v = ipu__ld_f32(x, p->f16, xoff + ih * p->W + iw);
                             acc = p->kind == 0 ? max_tap(acc, v) : acc + v;
                         }
                     }

@@ -81,10 +81,6 @@ ipu_status ipu__k_reindex(const ipu__frame *f, const ipu__instr *ins, size_t b, 
     return IPU_OK;
 }
 
-static inline float ldx(const void *x, int f16, int64_t i) {
-    return f16 ? ipu__f16_to_f32(((const uint16_t *)x)[i]) : ((const float *)x)[i];
-}
-
 ipu_status ipu__k_interp(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
                          void *scratch) {
     const ipu__interp_plan *p = ins->plan;
@@ -129,7 +125,8 @@ ipu_status ipu__k_interp(const ipu__frame *f, const ipu__instr *ins, size_t b, s
                 acc = 0.0f;
                 for (int64_t c = 0; c < n; c++) {
                     float s = 0.0f;
-                    for (int64_t t = 0; t < lt; t++) s += w[t] * ldx(x, p->f16, coff[c] + o[t]);
+                    for (int64_t t = 0; t < lt; t++)
+                        s += w[t] * ipu__ld_f32(x, p->f16, coff[c] + o[t]);
                     acc += cw[c] * s;
                 }
             }

@@ -18,11 +18,6 @@
 
 #include "kernels.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#define IPU_X86 1
-#else
-#define IPU_X86 0
-#endif
 
 void ipu__wino_pack_weights(const float *w, int64_t Co, int64_t Ci, int mr, float *u) {
     int64_t npan = (Co + mr - 1) / mr;
