@@ -217,11 +217,15 @@ __attribute__((target("avx2"))) static bool hmax_row(const float *xr, int64_t W,
     return !nan && !_mm256_movemask_ps(bad);
 }
 
+/* Input rows, padding included, that a block of `rows` output rows reads. */
+static int64_t rows_read(const ipu__pool_plan *p, int64_t rows) {
+    return (rows - 1) * p->sh + (p->KH - 1) * p->dh + 1;
+}
+
 /* Scratch bytes of pool_max_rows for blocks of `rows` output rows: the reduced rows (OW rounded
  * up to 8 floats each), then a byte per row. */
 static uint64_t max_rows_bytes(const ipu__pool_plan *p, int64_t rows) {
-    uint64_t nin = (uint64_t)((rows - 1) * p->sh + (p->KH - 1) * p->dh + 1);
-    return nin * ((uint64_t)(p->OW + 7) / 8 * 8 * sizeof(float) + 1);
+    return (uint64_t)rows_read(p, rows) * ((uint64_t)(p->OW + 7) / 8 * 8 * sizeof(float) + 1);
 }
 
 /* Output rows [oh0, oh0 + nrows) of one plane; false (y partly written) if a NaN was read. */
@@ -229,7 +233,7 @@ __attribute__((target("avx2"))) static bool pool_max_rows(const ipu__pool_plan *
                                                           const float *x, int64_t nrows,
                                                           int64_t oh0, float *y, float *buf) {
     const int64_t OW = p->OW, OWp = (OW + 7) / 8 * 8, i0 = oh0 * p->sh - p->pt;
-    const int64_t nin = (nrows - 1) * p->sh + (p->KH - 1) * p->dh + 1;
+    const int64_t nin = rows_read(p, nrows);
     unsigned char *done = (unsigned char *)(buf + nin * OWp);
     memset(done, 0, (size_t)nin);
     for (int64_t r = 0; r < nrows; r++) {
@@ -371,14 +375,12 @@ __attribute__((target("avx2"))) static void pool_window_avx2(const ipu__pool_pla
 }
 #endif
 
-/* Work item `it`: planes [*p0, *p0 + *np), output rows [*oh0, *oh1) of each (block *r). */
-static void item_range(const ipu__pool_plan *p, size_t it, int64_t *p0, int64_t *np, int64_t *r,
-                       int64_t *oh0, int64_t *oh1) {
-    int64_t group = (int64_t)(it / (uint64_t)p->rblocks);
-    *r = (int64_t)(it % (uint64_t)p->rblocks);
-    *p0 = group * p->planes;
+/* Work item `it`: planes [*p0, *p0 + *np), output rows [*oh0, *oh1) of each. */
+static void item_range(const ipu__pool_plan *p, size_t it, int64_t *p0, int64_t *np, int64_t *oh0,
+                       int64_t *oh1) {
+    *p0 = (int64_t)(it / (uint64_t)p->rblocks) * p->planes;
     *np = p->nplanes - *p0 < p->planes ? p->nplanes - *p0 : p->planes;
-    *oh0 = *r * p->rows;
+    *oh0 = (int64_t)(it % (uint64_t)p->rblocks) * p->rows;
     *oh1 = *oh0 + p->rows < p->OH ? *oh0 + p->rows : p->OH;
 }
 
@@ -416,17 +418,16 @@ ipu_status ipu__k_pool2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
         }
 #endif
         for (size_t it = b; it < e; it++) {
-            int64_t p0, np, r, oh0, oh1;
-            item_range(p, it, &p0, &np, &r, &oh0, &oh1);
-            const float *xf = (const float *)x + p0 * p->H * p->W;
-            float *yf = (float *)y + p0 * p->OH * p->OW;
+            int64_t p0, np, oh0, oh1;
+            item_range(p, it, &p0, &np, &oh0, &oh1);
             if (win && np > 1) { /* whole small planes, folded together */
-                window(p, xf, oh1 - oh0, oh0, np, cw, yf, cw + p->OW);
+                window(p, (const float *)x + p0 * p->H * p->W, oh1 - oh0, oh0, np, cw,
+                       (float *)y + p0 * p->OH * p->OW, cw + p->OW);
                 continue;
             }
             for (int64_t plane = p0; plane < p0 + np; plane++) {
-                xf = (const float *)x + plane * p->H * p->W;
-                yf = (float *)y + plane * p->OH * p->OW;
+                const float *xf = (const float *)x + plane * p->H * p->W;
+                float *yf = (float *)y + plane * p->OH * p->OW;
 #if IPU_X86
                 if (rows_first && pool_max_rows(p, xf, oh1 - oh0, oh0, yf, cw + p->OW)) continue;
 #endif
@@ -447,8 +448,8 @@ ipu_status ipu__k_pool2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
         return IPU_OK;
     }
     for (size_t it = b; it < e; it++) {
-        int64_t p0, np, r, oh0, oh1;
-        item_range(p, it, &p0, &np, &r, &oh0, &oh1);
+        int64_t p0, np, oh0, oh1;
+        item_range(p, it, &p0, &np, &oh0, &oh1);
         for (int64_t plane = p0; plane < p0 + np; plane++) {
             for (int64_t oh = oh0, xoff = plane * p->H * p->W; oh < oh1; oh++) {
                 for (int64_t ow = 0; ow < p->OW; ow++) {
