@@ -2,8 +2,10 @@
 
     pytest benchmarks/bench_gemm.py --benchmark-json=gemm.json
 
-pyipu runs a one-node model C = A @ B ([n, n] float32 inputs, so every call also copies A and
-B in and C out: 12 n^2 bytes, 3 % of the time at n = 256 and less above); numpy computes
+pyipu runs a one-node model C = A @ B ([n, n] float32 inputs). At 1 thread the request runs
+inline on the caller's arrays (docs/runtime.md, "arrays used in place"); at 2 threads, except
+for the smallest n, it is queued and copies A and B in and C out (12 n^2 bytes, 3 % of the time
+at n = 256 and less above). numpy computes
 `np.matmul(a, b, out=c)` with OpenBLAS limited to the same thread count (threadpoolctl).
 """
 

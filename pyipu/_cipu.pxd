@@ -218,6 +218,7 @@ cdef extern from "ipu/ipu.h" nogil:
         uint32_t num_threads
         uint64_t pipeline_ticks, concurrent_ticks
         uint64_t concurrent_iterations
+        uint64_t in_place_buffers
     void ipu_runtime_get_stats(const ipu_runtime *rt, ipu_runtime_stats *out)
     size_t ipu_runtime_queue_depth(const ipu_runtime *rt, uint32_t anchor)
 

@@ -570,7 +570,8 @@ cdef class Runtime:
                     latency_p99_ns=st.latency_p99_ns, throughput_rps=st.throughput_rps,
                     num_threads=st.num_threads, pipeline_ticks=st.pipeline_ticks,
                     concurrent_ticks=st.concurrent_ticks,
-                    concurrent_iterations=st.concurrent_iterations)
+                    concurrent_iterations=st.concurrent_iterations,
+                    in_place_buffers=st.in_place_buffers)
 
 
 cdef enum:

@@ -167,6 +167,7 @@ typedef struct ipu_runtime_stats {
     uint32_t num_threads;
     uint64_t pipeline_ticks, concurrent_ticks; /* pipelined sharded executables (session stats) */
     uint64_t concurrent_iterations;            /* session stats: queued requests run at once */
+    uint64_t in_place_buffers; /* request buffers the program read or wrote in place, uncopied */
 } ipu_runtime_stats;
 /* Readable at any time from any thread, without stopping the runtime. */
 IPU_API void ipu_runtime_get_stats(const ipu_runtime *rt, ipu_runtime_stats *out);

@@ -154,9 +154,14 @@ static uint32_t read_index(const void *p, ipu_dtype t) {
     }
 }
 
+/* The request's buffer for anchor a (NULL: none given). */
+static const char *buffer_of(const ipu_request_desc *d, const ipu_anchor_info *A, uint32_t a) {
+    if (A->direction == IPU_DIR_INPUT) return d->inputs ? d->inputs[a] : NULL;
+    return d->outputs ? d->outputs[a] : NULL;
+}
+
 static bool given(const ipu_request_desc *d, const ipu_anchor_info *A, uint32_t a) {
-    return A->direction == IPU_DIR_INPUT ? d->inputs && d->inputs[a]
-                                         : d->outputs && d->outputs[a];
+    return buffer_of(d, A, a) != NULL;
 }
 
 /* Check the request against the model; on success *sub_out is the selected subgraph.
@@ -434,24 +439,55 @@ ipu_status ipu_runtime_submit(ipu_runtime *rt, const ipu_request_desc *desc, ipu
 /* One iteration of a validated one-batch request on this thread: what the device's serial
  * loop does for it (copy in, Main program, copy out), with the same stats, tracepoints and
  * failure rules. */
+/* Does the Main program run on the caller's buffer of anchor a (runtime.c plan_in_place)? Only
+ * if the buffer is aligned for its dtype and, for an output, shares no byte with another
+ * anchor's buffer of the request (the program would read what it has already overwritten). */
+static bool use_in_place(const ipu_runtime *rt, const ipu_request_desc *d, uint32_t a) {
+    const ipu_session *s = rt->s;
+    const ipu_anchor_info *A = &s->anchors[a];
+    const char *p = buffer_of(d, A, a);
+    size_t es = ipu_dtype_size(A->desc.dtype);
+    if (!rt->in_place[a] || !p || (es && (uintptr_t)p % es)) return false;
+    for (uint32_t b = 0; A->direction == IPU_DIR_OUTPUT && b < rt->num_anchors; b++) {
+        const ipu_anchor_info *B = &s->anchors[b];
+        const char *q = buffer_of(d, B, b);
+        if (b != a && q && p < q + B->desc.nbytes && q < p + A->desc.nbytes) return false;
+    }
+    return true;
+}
+
 static ipu_status run_inline(ipu_runtime *rt, const ipu_request_desc *d) {
     ipu_session *s = rt->s;
     const uint64_t t_submit = ipu__now_ns();
     uint64_t t0 = t_submit;
     atomic_fetch_add_explicit(&rt->st_submitted, 1, memory_order_relaxed);
+    uint32_t bound = 0; /* buffers used in place */
     for (uint32_t a = 0; a < rt->num_anchors; a++) {
         const ipu_anchor_info *A = &s->anchors[a];
         if (A->direction != IPU_DIR_INPUT || !ipu__in_subgraph(s, a, 0)) continue;
-        if (s->binds[a].kind == IPU_BIND_QUEUE)
-            memcpy(s->tensor_ptr[A->tensor], d->inputs[a], (size_t)A->desc.nbytes);
-        else if (s->binds[a].kind == IPU_BIND_EMPTY)
+        if (s->binds[a].kind == IPU_BIND_QUEUE) {
+            if (use_in_place(rt, d, a))
+                bound++, s->tensor_ptr[A->tensor] = (void *)d->inputs[a];
+            else
+                memcpy(s->tensor_ptr[A->tensor], d->inputs[a], (size_t)A->desc.nbytes);
+        } else if (s->binds[a].kind == IPU_BIND_EMPTY) {
             memset(s->tensor_ptr[A->tensor], 0, (size_t)A->desc.nbytes);
+        }
+    }
+    for (uint32_t a = 0; a < rt->num_anchors; a++) {
+        const ipu_anchor_info *A = &s->anchors[a];
+        if (A->direction == IPU_DIR_OUTPUT && ipu__anchor_role(rt, a, 0) == IPU__ROLE_RING &&
+            use_in_place(rt, d, a))
+            bound++, s->tensor_ptr[A->tensor] = d->outputs[a];
     }
     if (s->trace) ipu__trace_record(s->trace, IPU_TRACE_LOAD, 0, t0);
     t0 = ipu__trace_start(s);
     const ipu__frame f = {s->exe, s->tensor_ptr};
     ipu_status st = ipu__run_program(s, &f, s->exe->main_programs[0]);
     if (s->trace) ipu__trace_record(s->trace, IPU_TRACE_COMPUTE, 0, t0);
+    for (uint32_t a = 0; bound && a < rt->num_anchors; a++)
+        if (rt->in_place[a]) s->tensor_ptr[s->anchors[a].tensor] = rt->in_place[a];
+    if (bound) atomic_fetch_add_explicit(&rt->st_in_place, bound, memory_order_relaxed);
     t0 = ipu__trace_start(s);
     if (st != IPU_OK) {
         char m[IPU__MSG_BYTES];
@@ -464,7 +500,8 @@ static ipu_status run_inline(ipu_runtime *rt, const ipu_request_desc *d) {
     }
     for (uint32_t a = 0; a < rt->num_anchors; a++) {
         const ipu_anchor_info *A = &s->anchors[a];
-        if (A->direction == IPU_DIR_OUTPUT && ipu__anchor_role(rt, a, 0) == IPU__ROLE_RING)
+        if (A->direction == IPU_DIR_OUTPUT && ipu__anchor_role(rt, a, 0) == IPU__ROLE_RING &&
+            !use_in_place(rt, d, a))
             memcpy(d->outputs[a], s->tensor_ptr[A->tensor], (size_t)A->desc.nbytes);
     }
     if (s->trace) ipu__trace_record(s->trace, IPU_TRACE_STORE, 0, t0);

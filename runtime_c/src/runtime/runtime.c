@@ -42,6 +42,65 @@ static bool inline_eligible(const ipu_runtime *rt) {
     return bytes < IPU__PAR_MIN_BYTES;
 }
 
+/* ---- caller buffers in place (inline requests) ---------------------------------------------- */
+
+static bool arena_overlap(const ipu_executable *e, uint32_t t, uint32_t u) {
+    const ipu__tensor *a = &e->tensors[t], *b = &e->tensors[u];
+    return a->loc == IPU_LOC_ARENA && b->loc == IPU_LOC_ARENA && a->desc.nbytes &&
+           b->desc.nbytes && a->offset < b->offset + b->desc.nbytes &&
+           b->offset < a->offset + a->desc.nbytes;
+}
+
+/* May the Main program use the caller's buffer of anchor tensor t instead of t's arena bytes?
+ * Only if it reaches those bytes through t alone while they hold the anchor's data. An input:
+ * t is never written, and every other tensor on its bytes is written before it is read (storage
+ * reused after t's last use, not a view of t such as a reshape). An output: t's first use writes
+ * it and from then on no other tensor touches its bytes (no view of t, nothing else stored
+ * there). BIND repoints tensors at run time: an anchor it touches stays in the arena. `written`
+ * is scratch of num_tensors bytes. */
+static bool in_place_ok(const ipu_executable *e, const ipu__program *prog, uint32_t t,
+                        bool input, uint8_t *written) {
+    if (e->tensors[t].loc != IPU_LOC_ARENA || e->tensors[t].desc.nbytes == 0) return false;
+    memset(written, 0, e->info.num_tensors);
+    bool seen = false; /* output: t's first use has been passed */
+    for (uint32_t i = 0; i < prog->n_instr; i++) {
+        const ipu__instr *ins = &prog->instr[i];
+        for (uint32_t k = 0; k < ins->n_in + ins->n_out; k++) {
+            bool out = k >= ins->n_in;
+            uint32_t x = out ? ins->out[k - ins->n_in] : ins->in[k];
+            if (!arena_overlap(e, t, x)) continue;
+            if (ins->op == IPU_OP_BIND) return false;
+            if (input ? (x == t ? out : !out && !written[x]) : (x == t ? !seen && !out : seen))
+                return false;
+            if (!input && x == t) seen = true;
+        }
+        for (uint32_t k = 0; k < ins->n_out; k++) written[ins->out[k]] = 1;
+    }
+    return input || seen;
+}
+
+/* rt->in_place[a]: the arena pointer of anchor a's tensor when inline requests may run on the
+ * caller's buffer instead (NULL: copied). */
+static ipu_status plan_in_place(ipu_runtime *rt) {
+    const ipu_session *s = rt->s;
+    const ipu_executable *e = s->exe;
+    rt->in_place = ipu__calloc(rt->num_anchors ? rt->num_anchors : 1, sizeof *rt->in_place);
+    uint8_t *written = ipu__calloc(e->info.num_tensors ? e->info.num_tensors : 1, 1);
+    if (!rt->in_place || !written) {
+        ipu__free(written);
+        return ipu__fail(IPU_ERR_NOMEM, "runtime: cannot allocate the in-place anchor table");
+    }
+    const ipu__program *prog = &e->programs[e->main_programs[0]];
+    for (uint32_t a = 0; a < rt->num_anchors; a++) {
+        const ipu_anchor_info *A = &s->anchors[a];
+        if (A->has_tensor_data || a == rt->index_anchor || !ipu__in_subgraph(s, a, 0)) continue;
+        if (in_place_ok(e, prog, A->tensor, A->direction == IPU_DIR_INPUT, written))
+            rt->in_place[a] = s->tensor_ptr[A->tensor];
+    }
+    ipu__free(written);
+    return IPU_OK;
+}
+
 static ipu_status init_sync(ipu_runtime *rt) {
     pthread_condattr_t attr;
     if (pthread_condattr_init(&attr) != 0)
@@ -118,6 +177,7 @@ ipu_status ipu_runtime_create(const ipu_executable *exe, const ipu_runtime_confi
     rt->num_subgraphs = rt->s->num_subgraphs;
     rt->index_anchor = rt->s->index_anchor;
     rt->inline_ok = inline_eligible(rt);
+    if (rt->inline_ok && (st = plan_in_place(rt)) != IPU_OK) goto fail;
     rt->s->park_ok = rt->inline_ok;
     rt->s->par_steps = true; /* the device thread runs step after step: two may overlap */
     rt->s->abort = &rt->health;
@@ -263,6 +323,7 @@ void ipu_runtime_destroy(ipu_runtime *rt) {
         pthread_mutex_destroy(&rt->submit_mu);
     }
     ipu_session_destroy(rt->s);
+    ipu__free(rt->in_place);
     ipu__aligned_free(rt);
 }
 
@@ -325,6 +386,7 @@ void ipu_runtime_get_stats(const ipu_runtime *rt, ipu_runtime_stats *out) {
     out->pipeline_ticks = ss.pipeline_ticks;
     out->concurrent_ticks = ss.concurrent_ticks;
     out->concurrent_iterations = ss.concurrent_iterations;
+    out->in_place_buffers = atomic_load_explicit(&rt->st_in_place, memory_order_relaxed);
     uint64_t h[IPU__LAT_BUCKETS];
     uint64_t total = 0;
     for (uint32_t b = 0; b < IPU__LAT_BUCKETS; b++) {

@@ -101,6 +101,8 @@ struct ipu_runtime {
     bool submitted;            /* under submit_mu */
     ipu_request *orphan;       /* under submit_mu: partially queued when the session stopped */
     bool inline_ok;            /* small model: ipu_runtime_execute may run requests inline */
+    void **in_place;           /* inline_ok: per anchor, its tensor's arena pointer when inline
+                                * requests may use the caller's buffer instead (runtime.c) */
 
     _Alignas(64) atomic_bool closed;
     atomic_int health;          /* IPU__HEALTH_*: also the producers' abort flag */
@@ -113,6 +115,7 @@ struct ipu_runtime {
     ipu_status reset_status;
 
     _Alignas(64) atomic_uint_fast64_t st_submitted, st_completed, st_failed;
+    atomic_uint_fast64_t st_in_place; /* request buffers the program used in place */
     atomic_uint_fast64_t lat[IPU__LAT_BUCKETS];
     ipu__tp_bucket tp[IPU__TP_BUCKETS];
 };
