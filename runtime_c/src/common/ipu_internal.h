@@ -40,6 +40,9 @@ void *ipu__malloc(size_t n);
 void *ipu__calloc(size_t n, size_t size);
 void *ipu__realloc(void *p, size_t n); /* NULL: p is still valid */
 void *ipu__aligned_alloc(size_t alignment, size_t n); /* free with ipu__aligned_free */
+/* A large buffer the kernels stream (64-byte aligned; from 2 MiB on, huge-page aligned with a
+ * transparent-huge-page hint): free with ipu__aligned_free. */
+void *ipu__big_alloc(size_t n);
 /* Zeroed block for a type with _Alignas members (alignment > malloc's): free with
  * ipu__aligned_free. Alignments below 16 are raised to 16. */
 void *ipu__aligned_zalloc(size_t alignment, size_t n);

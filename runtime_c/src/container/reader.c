@@ -382,7 +382,7 @@ ipu_status ipu_container_open_memory(const void *data, size_t size, ipu_containe
     ipu_status st;
     ipu_container *c = ipu__calloc(1, sizeof *c);
     if (!c) return ipu__fail(IPU_ERR_NOMEM, "container: out of memory");
-    c->owned = ipu__aligned_alloc(IPU_CONTAINER_ALIGN, size);
+    c->owned = ipu__big_alloc(size);
     if (!c->owned) {
         st = ipu__fail(IPU_ERR_NOMEM, "container: out of memory copying a %zu-byte image", size);
         goto fail;

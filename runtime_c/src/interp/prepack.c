@@ -167,7 +167,7 @@ ipu_status ipu__packed_operand(const ipu_executable *e, uint32_t program_id, uin
         r->data = hit->data;
         pk->n_mapped++;
     } else {
-        uint8_t *buf = ipu__aligned_alloc(IPU_CONTAINER_ALIGN, size);
+        uint8_t *buf = ipu__big_alloc(size);
         if (!buf) return ipu__fail(IPU_ERR_NOMEM, "out of memory packing an operand (%zu bytes)",
                                    size);
         memset(buf, 0, size); /* padding the pack function skips is zero in a written blob */

@@ -148,7 +148,7 @@ ipu_status ipu_session_create(const ipu_executable *exe, const ipu_session_confi
         goto fail;
     }
     uint32_t na = info->num_anchors;
-    s->arena = ipu__aligned_alloc(64, (size_t)info->arena_size);
+    s->arena = ipu__big_alloc((size_t)info->arena_size);
     s->tensor_ptr = ipu__calloc(info->num_tensors, sizeof *s->tensor_ptr);
     s->override = ipu__calloc(info->num_tensors ? info->num_tensors : 1, 1);
     s->anchors = ipu__calloc(na, sizeof *s->anchors);

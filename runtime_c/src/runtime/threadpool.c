@@ -171,7 +171,7 @@ ipu_status ipu__pool_create(uint32_t nth, size_t scratch_bytes, int pin, ipu__po
         st = ipu__fail(IPU_ERR_NOMEM, "thread pool: scratch size overflows");
         goto fail;
     }
-    p->scratch = ipu__aligned_alloc(64, p->scratch_stride * nth);
+    p->scratch = ipu__big_alloc(p->scratch_stride * nth);
     p->threads = ipu__calloc(nth, sizeof *p->threads);
     p->helpers = ipu__calloc(nth, sizeof *p->helpers);
     if (!p->scratch || !p->threads || !p->helpers) {
