@@ -159,11 +159,13 @@ static void pack_patches(const ipu__conv_plan *p, const float *x, int64_t xoff, 
     }
 }
 
-/* float32 GEMM path for one work item: output channels [m0, m1) of group g (IPU__MM_MB-row
- * sub-blocks), pixels of row block r. See the top of the file. */
+/* float32 GEMM path for the channel items [mb0, mb1) of one pixel block: output channels
+ * [m0, m1) of group g (IPU__MM_MB-row sub-blocks), pixels of row block r. See the top of the
+ * file. */
 static void run_gemm_f32(const ipu__conv_plan *p, const float *x, const float *w,
                          const float *apre, const void *bias, const void *res, float *y,
-                         int64_t n, int64_t g, int64_t mb, int64_t r, void *scratch) {
+                         int64_t n, int64_t g, int64_t mb0, int64_t mb1, int64_t r,
+                         void *scratch) {
     ipu__ukr u;
     ipu__sgemm_ukr(&u);
     const int mr = u.mr, nr = u.nr;
@@ -171,7 +173,7 @@ static void run_gemm_f32(const ipu__conv_plan *p, const float *x, const float *w
     while ((1 << ls) < nr) ls++;
     if (apre && u.mr != p->packed_mr) apre = NULL; /* packed for another micro-kernel */
     int64_t m0, m1;
-    ipu__conv_item_channels(p, mb, mb + 1, &m0, &m1);
+    ipu__conv_item_channels(p, mb0, mb1, &m0, &m1);
     int64_t oh1 = (r + 1) * p->rows < p->OH ? (r + 1) * p->rows : p->OH;
     int64_t pix0 = r * p->rows * p->OW, pix1 = oh1 * p->OW, OHW = p->OH * p->OW;
     int64_t xoff = (n * p->C + g * p->Cig) * p->H * p->W, m = m1 - m0;
@@ -715,8 +717,13 @@ ipu_status ipu__k_conv2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
         }
         else if (p->window)
             run_window(p, x, w, apre, bias, res, y, n, g, mb, r, scratch);
-        else if (!p->f16)
-            run_gemm_f32(p, x, w, apre, bias, res, y, n, g, mb, r, scratch);
+        else if (!p->f16) {
+            /* the following items of the same pixels: their channels in one run, each chunk
+             * of B packed once for all of them */
+            int64_t mb1 = mb + 1;
+            for (; it + 1 < e && mb1 < p->mblocks; mb1++) it++;
+            run_gemm_f32(p, x, w, apre, bias, res, y, n, g, mb, mb1, r, scratch);
+        }
         else
             run_gemm(p, x, w, bias, res, y, n, g, mb, r, scratch);
     }
