@@ -41,9 +41,9 @@ int main(int argc, char **argv) {
         if (ipu__pool_create(nth, 4096, 0, &p) != IPU_OK) return 1;
         for (int rep = 0; rep < 3; rep++) {
             uint64_t t0 = ipu__now_ns();
-            for (int i = 0; i < runs; i++) ipu__pool_run_range(p, 8, nop, NULL);
+            for (int i = 0; i < runs; i++) ipu__pool_run_range(p, 8, false, nop, NULL);
             uint64_t t1 = ipu__now_ns();
-            for (int i = 0; i < runs / 10; i++) ipu__pool_run_range(p, 8, work, &per);
+            for (int i = 0; i < runs / 10; i++) ipu__pool_run_range(p, 8, false, work, &per);
             uint64_t t2 = ipu__now_ns();
             for (int i = 0; i < runs / 10; i++) ipu__pool_run(p, work_plain, &per);
             uint64_t t3 = ipu__now_ns();

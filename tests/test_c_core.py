@@ -44,6 +44,7 @@ def test_meson_test(repo, tmp_path):
         "test_serving",
         "test_overlap",
         "test_inline",
+        "test_pool",
         "test_trace",
         "test_oom",
         "test_oom_popef",

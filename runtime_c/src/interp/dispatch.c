@@ -81,6 +81,11 @@ size_t ipu__instr_work(const ipu_executable *e, const ipu__instr *ins) {
     return p && p->fn ? p->work : 0;
 }
 
+bool ipu__instr_contiguous(const ipu__instr *ins) {
+    const ipu__plan *p = ins ? ins->plan : NULL;
+    return p && p->contiguous;
+}
+
 ipu_status ipu__instr_run(const ipu__frame *f, const ipu__instr *ins, size_t begin, size_t end,
                           void *scratch) {
     const ipu__plan *p = ins ? ins->plan : NULL;

@@ -70,6 +70,8 @@ typedef struct ipu__frame {
 
 /* Number of work items of `ins` (0 when the output is empty). */
 size_t ipu__instr_work(const ipu_executable *e, const ipu__instr *ins);
+/* Does `ins` run a range of consecutive items faster in one piece (ipu__plan.contiguous)? */
+bool ipu__instr_contiguous(const ipu__instr *ins);
 /* Run work items [begin, end) of `ins`. Safe to call concurrently for disjoint ranges.
  * `scratch` has IPU__SCRATCH_BYTES bytes private to the calling thread. */
 ipu_status ipu__instr_run(const ipu__frame *f, const ipu__instr *ins, size_t begin, size_t end,

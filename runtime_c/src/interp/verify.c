@@ -209,6 +209,8 @@ static ipu_status mm_finish(const vctx *v, const ipu__mm_plan *t, const ipu__ten
             return st;
         }
     }
+    /* mm_run_f32 packs B once for a run of items of one column block (unless packed here) */
+    p->hdr.contiguous = p->path == IPU__MM_PACKED && !p->packed && p->mblocks > 1;
     ins->plan = p;
     return IPU_OK;
 }

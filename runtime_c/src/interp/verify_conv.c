@@ -441,6 +441,10 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
                                 : (size_t)((uint64_t)p->N * (uint64_t)G * (uint64_t)p->mblocks *
                                            (uint64_t)p->rblocks);
     p->hdr.fn = ipu__select_kernel(ins->op, y->desc.dtype);
+    /* conv.c runs a worker's consecutive channel items of a pixel block in one piece on these
+     * paths (B packed, tiles transformed once) */
+    p->hdr.contiguous = !p->f16 && !p->direct && p->mblocks > 1 && (p->tpose || p->wino ||
+                                                                    !p->window);
     ins->plan = p;
     return IPU_OK;
 }

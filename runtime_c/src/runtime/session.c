@@ -640,7 +640,7 @@ static ipu_status run_instructions(ipu_session *s, const ipu__frame *f, uint32_t
         } else {
             for (uint32_t w = 0; w < s->nth; w++) s->wstatus[w] = IPU_OK;
             ipu__job job = {s, f, ins};
-            ipu__pool_run_range(s->pool, work, job_fn, &job);
+            ipu__pool_run_range(s->pool, work, ipu__instr_contiguous(ins), job_fn, &job);
             for (uint32_t w = 0; w < s->nth && st == IPU_OK; w++) {
                 if (s->wstatus[w] != IPU_OK) {
                     st = s->wstatus[w];

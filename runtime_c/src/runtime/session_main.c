@@ -470,7 +470,7 @@ static int iteration(ipu_session *s, uint32_t it, uint32_t *done, ipu__iter **fa
         }
     }
     if (c2) {
-        ipu__pool_run_range(s->pool, 2, compute_pair, s);
+        ipu__pool_run_range(s->pool, 2, false, compute_pair, s);
         atomic_fetch_add_explicit(&s->st_concurrent_iters, 2, memory_order_relaxed);
     } else {
         ipu__stage_compute(s, c);

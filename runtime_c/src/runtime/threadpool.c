@@ -305,10 +305,12 @@ void ipu__pool_prewake(ipu__pool *p) {
     pthread_mutex_unlock(&p->mu);
 }
 
-void ipu__pool_run_range(ipu__pool *p, size_t work, ipu__pool_range_fn fn, void *ctx) {
+void ipu__pool_run_range(ipu__pool *p, size_t work, bool contiguous, ipu__pool_range_fn fn,
+                         void *ctx) {
     if (work == 0) return;
     size_t n = (size_t)p->nth * IPU__POOL_CHUNKS_PER_WORKER;
     if (work <= IPU__POOL_ITEM_CHUNKS || n > work) n = work;
+    if (contiguous && work <= IPU__POOL_ITEM_CHUNKS && work % p->nth == 0) n = p->nth;
     if (p->nth == 1 || n < 2) {
         fn(ctx, 0, work, 0);
         return;

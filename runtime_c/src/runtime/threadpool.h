@@ -6,11 +6,14 @@
  * returns when all calls have returned (a barrier). At most one thread may be inside
  * ipu__pool_run at a time.
  *
- * ipu__pool_run_range(pool, work, fn, ctx) instead splits work items [0, work) into chunks that
+ * ipu__pool_run_range(pool, work, contiguous, fn, ctx) instead splits work items [0, work) into chunks that
  * the workers claim one at a time (an atomic counter) and returns when every chunk is done: a
  * helper that is slow to wake (asleep, or descheduled by another process on a busy machine) is
  * not waited for, worker 0 takes its chunks. Only the workers that claimed a chunk are waited
- * for.
+ * for. `contiguous` (a kernel that runs consecutive items in one piece, sharing their common
+ * work: ipu__plan.contiguous): up to IPU__POOL_ITEM_CHUNKS items that divide evenly become one
+ * chunk per worker, so each worker's items are consecutive (still claimed: a late helper's
+ * share is taken by worker 0).
  *
  * Waiting: a helper polls for new work for IPU__POOL_SPIN_NS (with a pause instruction), then
  * sleeps on a condition variable, so an idle pool uses no CPU. A generation counter tells helpers
@@ -73,7 +76,8 @@ void *ipu__pool_scratch(const ipu__pool *p, uint32_t ith);
 void ipu__pool_run(ipu__pool *p, ipu__pool_fn fn, void *ctx);
 /* Run fn over work items [0, work) in dynamically claimed chunks; the caller is worker 0 and
  * claims too. Returns after every chunk has been run. Same one-caller rule as ipu__pool_run. */
-void ipu__pool_run_range(ipu__pool *p, size_t work, ipu__pool_range_fn fn, void *ctx);
+void ipu__pool_run_range(ipu__pool *p, size_t work, bool contiguous, ipu__pool_range_fn fn,
+                         void *ctx);
 /* Worker 0 says whether more runs follow soon (held: while it runs a program, whose small
  * instructions it runs alone between range runs). Held, waiting helpers poll for
  * IPU__POOL_HOLD_SPIN_NS instead of IPU__POOL_SPIN_NS before they sleep, so the next range run
