@@ -60,10 +60,12 @@ __attribute__((target("avx512f"))) static void ukr_avx512(int64_t kc, const floa
 }
 
 #define MR256 6
-/* B row k: bp + 16 k (packed panel, aligned) or, with off, bp + off[k] (rows read in place). */
+/* B row k: bp + 16 k (packed panel, aligned) or, with off, bp + off[k] (rows read in place).
+ * A column k: ap + 6 k (packed panel) or, with aoff, ap + aoff[k] (6 consecutive floats read in
+ * place). */
 __attribute__((target("avx2,fma"))) static inline __attribute__((always_inline)) void
-ukr_avx2_body(int64_t kc, const float *ap, const float *bp, const int64_t *off, float *c,
-              int64_t ldc, int acc, const ipu__tile_ep *ep) {
+ukr_avx2_body(int64_t kc, const float *ap, const int64_t *aoff, const float *bp,
+              const int64_t *off, float *c, int64_t ldc, int acc, const ipu__tile_ep *ep) {
     __m256 c0[MR256], c1[MR256];
 #pragma GCC unroll 8
     for (int i = 0; i < MR256; i++) {
@@ -76,13 +78,14 @@ ukr_avx2_body(int64_t kc, const float *ap, const float *bp, const int64_t *off, 
         const float *b = off ? bp + off[k] : bp + 16 * k;
         __m256 b0 = off ? _mm256_loadu_ps(b) : _mm256_load_ps(b);
         __m256 b1 = off ? _mm256_loadu_ps(b + 8) : _mm256_load_ps(b + 8);
+        const float *a_k = aoff ? ap + aoff[k] : ap;
 #pragma GCC unroll 8
         for (int i = 0; i < MR256; i++) {
-            __m256 a = _mm256_broadcast_ss(ap + i);
+            __m256 a = _mm256_broadcast_ss(a_k + i);
             c0[i] = _mm256_fmadd_ps(a, b0, c0[i]);
             c1[i] = _mm256_fmadd_ps(a, b1, c1[i]);
         }
-        ap += MR256;
+        if (!aoff) ap += MR256;
     }
 #pragma GCC unroll 8
     for (int i = 0; i < MR256; i++) {
@@ -113,21 +116,28 @@ ukr_avx2_body(int64_t kc, const float *ap, const float *bp, const int64_t *off, 
 __attribute__((target("avx2,fma"))) static void ukr_avx2(int64_t kc, const float *ap,
                                                          const float *bp, float *c, int64_t ldc,
                                                          int acc) {
-    ukr_avx2_body(kc, ap, bp, NULL, c, ldc, acc, NULL);
+    ukr_avx2_body(kc, ap, NULL, bp, NULL, c, ldc, acc, NULL);
 }
 
 __attribute__((target("avx2,fma"))) static void ukr_avx2_ep(int64_t kc, const float *ap,
                                                             const float *bp, float *c,
                                                             int64_t ldc, int acc,
                                                             const ipu__tile_ep *ep) {
-    ukr_avx2_body(kc, ap, bp, NULL, c, ldc, acc, ep);
+    ukr_avx2_body(kc, ap, NULL, bp, NULL, c, ldc, acc, ep);
 }
 
 __attribute__((target("avx2,fma"))) static void ukr_avx2_rows(int64_t kc, const float *ap,
                                                               const float *b,
                                                               const int64_t *off, float *c,
                                                               int64_t ldc, int acc) {
-    ukr_avx2_body(kc, ap, b, off, c, ldc, acc, NULL);
+    ukr_avx2_body(kc, ap, NULL, b, off, c, ldc, acc, NULL);
+}
+
+__attribute__((target("avx2,fma"))) static void ukr_avx2_arows(int64_t kc, const float *a,
+                                                               const float *bp,
+                                                               const int64_t *aoff, float *c,
+                                                               int64_t ldc, int acc) {
+    ukr_avx2_body(kc, a, aoff, bp, NULL, c, ldc, acc, NULL);
 }
 
 #endif
@@ -194,16 +204,16 @@ static void ukr_avx512_ep(int64_t kc, const float *ap, const float *bp, float *c
 typedef struct ukr_desc {
     ukr_fn fn;
     ipu__ukr_ep_fn ep;
-    ipu__ukr_rows_fn rows;
+    ipu__ukr_rows_fn rows, arows;
     int mr, nr, isa;
 } ukr_desc;
 
 static const ukr_desc UKRS[4] = {
-    {ukr_portable, ukr_portable_ep, NULL, MRP, NRP, 1},
-    {ukr_portable, ukr_portable_ep, NULL, MRP, NRP, 1},
+    {ukr_portable, ukr_portable_ep, NULL, NULL, MRP, NRP, 1},
+    {ukr_portable, ukr_portable_ep, NULL, NULL, MRP, NRP, 1},
 #if IPU_X86
-    {ukr_avx2, ukr_avx2_ep, ukr_avx2_rows, MR256, 16, 2},
-    {ukr_avx512, ukr_avx512_ep, NULL, MR512, 32, 3},
+    {ukr_avx2, ukr_avx2_ep, ukr_avx2_rows, ukr_avx2_arows, MR256, 16, 2},
+    {ukr_avx512, ukr_avx512_ep, NULL, NULL, MR512, 32, 3},
 #endif
 };
 
@@ -237,6 +247,7 @@ void ipu__sgemm_ukr(ipu__ukr *u) {
     u->fn = d->fn;
     u->ep = d->ep;
     u->rows = d->rows;
+    u->arows = d->arows;
     u->mr = d->mr;
     u->nr = d->nr;
     u->isa = d->isa;

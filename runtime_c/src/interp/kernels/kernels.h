@@ -495,6 +495,9 @@ typedef struct ipu__ukr {
     ipu__ukr_fn fn;
     ipu__ukr_ep_fn ep; /* fn, then the epilogue on its tile (in registers where it can) */
     ipu__ukr_rows_fn rows; /* NULL: this micro-kernel has no in-place variant */
+    /* A read in place instead (NULL: none): arows(kc, a, bp, aoff, c, ldc, acc) takes A's
+     * column k (mr consecutive floats) at a + aoff[k] and B packed */
+    ipu__ukr_rows_fn arows;
     int mr, nr;
     int isa; /* as ipu__sgemm_set_isa numbers them: tags packed layouts (prepack.h) */
 } ipu__ukr;
