@@ -436,9 +436,6 @@ ipu_status ipu_runtime_submit(ipu_runtime *rt, const ipu_request_desc *desc, ipu
 
 /* ---- inline execution --------------------------------------------------------------------- */
 
-/* One iteration of a validated one-batch request on this thread: what the device's serial
- * loop does for it (copy in, Main program, copy out), with the same stats, tracepoints and
- * failure rules. */
 /* Does the Main program run on the caller's buffer of anchor a (runtime.c plan_in_place)? Only
  * if the buffer is aligned for its dtype and, for an output, shares no byte with another
  * anchor's buffer of the request (the program would read what it has already overwritten). */
@@ -456,6 +453,9 @@ static bool use_in_place(const ipu_runtime *rt, const ipu_request_desc *d, uint3
     return true;
 }
 
+/* One iteration of a validated one-batch request on this thread: what the device's serial
+ * loop does for it (copy in, Main program, copy out; or the caller's buffers in place), with
+ * the same stats, tracepoints and failure rules. */
 static ipu_status run_inline(ipu_runtime *rt, const ipu_request_desc *d) {
     ipu_session *s = rt->s;
     const uint64_t t_submit = ipu__now_ns();
