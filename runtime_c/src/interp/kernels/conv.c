@@ -428,13 +428,16 @@ static void run_window(const ipu__conv_plan *p, const float *x, const float *w,
 
 /* ---- float32 small-map path (the plan's `tpose`; kernels.h) ------------------------------ */
 
+/* Are the mr pixels at extended offsets q[0..mr) consecutive (one run of an input row)? */
+static inline bool pixel_run(const int64_t *q, int mr) { return q[mr - 1] - q[0] == mr - 1; }
+
 /* Ap[k][i] = src[off[k] + q[i]], i < mr, k < kc: one A panel of mr output pixels (extended
  * offsets q) over kc patch rows. */
 static inline __attribute__((always_inline)) void pack_pixels_body(const float *src,
                                                                    const int64_t *off,
                                                                    int64_t kc, const int64_t *q,
                                                                    int mr, float *restrict ap) {
-    if (q[mr - 1] - q[0] == mr - 1) { /* one run of pixels (the usual case) */
+    if (pixel_run(q, mr)) { /* the usual case */
         src += q[0];
         for (int64_t k = 0; k < kc; k++, ap += mr)
             memcpy(ap, src + off[k], sizeof(float) * (size_t)mr);
@@ -497,7 +500,7 @@ static void run_tposed(const ipu__conv_plan *p, const float *x, const float *bw,
          * 128 -> 16 on 55x55 0.85x. */
         ipu__ukr_rows_fn arows = mpad <= 2 * nr ? u.arows : NULL;
         for (int64_t i = 0; i < ppad; i += mr)
-            if (!arows || q[i + mr - 1] - q[i] != mr - 1)
+            if (!arows || !pixel_run(q + i, mr))
                 pack_pixels(src, off, kc, q + i, mr, ap + i * kc);
         for (int64_t j = 0; j < mpad; j += nr) { /* a weight panel stays in L1 over all pixels */
             const float *bpan = bg + j * K + k0 * nr;
@@ -505,7 +508,7 @@ static void run_tposed(const ipu__conv_plan *p, const float *x, const float *bw,
             for (int64_t i = 0, done = 0; i < ppad; i += mr) {
                 ipu__prefetch_part(next, kc * nr / 16, i / mr, ppad / mr, &done);
                 float *c = ct + i * mpad + j;
-                if (arows && q[i + mr - 1] - q[i] == mr - 1)
+                if (arows && pixel_run(q + i, mr))
                     arows(kc, src + q[i], bpan, off, c, mpad, k0 > 0);
                 else
                     u.fn(kc, ap + i * kc, bpan, c, mpad, k0 > 0);
@@ -678,6 +681,14 @@ static void run_direct(const ipu__conv_plan *p, const void *x, const void *w, co
     }
 }
 
+/* The end of the run of channel items mb, mb + 1, ... of one pixel block that items *it, *it +
+ * 1, ... (< e) hold; *it moves to the run's last item. */
+static int64_t channel_run(const ipu__conv_plan *p, int64_t mb, size_t *it, size_t e) {
+    int64_t mb1 = mb + 1;
+    for (; *it + 1 < e && mb1 < p->mblocks; mb1++) ++*it;
+    return mb1;
+}
+
 ipu_status ipu__k_conv2d(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
                          void *scratch) {
     const ipu__conv_plan *p = ins->plan;
@@ -708,8 +719,7 @@ ipu_status ipu__k_conv2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
         rest /= (uint64_t)p->rblocks;
         int64_t g = (int64_t)(rest % (uint64_t)p->G), n = (int64_t)(rest / (uint64_t)p->G);
         if (wino) { /* the following items of the same tiles: one run, the tiles once */
-            int64_t mb1 = mb + 1;
-            for (; it + 1 < e && mb1 < p->mblocks; mb1++) it++;
+            int64_t mb1 = channel_run(p, mb, &it, e);
             if (!ipu__conv_wino(p, x, apre, bias, res, y, n, mb, mb1, r, scratch))
                 for (; mb < mb1; mb++) /* an infinity or NaN in its input: direct sums */
                     run_window(p, x, w, NULL, bias, res, y, n, g, mb, r, scratch);
@@ -732,8 +742,7 @@ ipu_status ipu__k_conv2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
         else if (!p->f16) {
             /* the following items of the same pixels: their channels in one run, each chunk
              * of B packed once for all of them */
-            int64_t mb1 = mb + 1;
-            for (; it + 1 < e && mb1 < p->mblocks; mb1++) it++;
+            int64_t mb1 = channel_run(p, mb, &it, e);
             run_gemm_f32(p, x, w, apre, bias, res, y, n, g, mb, mb1, r, scratch);
         }
         else
