@@ -129,17 +129,23 @@ def test_views_of_anchors_are_copied():
 
 def test_in_place_and_queued_requests_alternate(matmul_exe):
     # The queued path (execute_async) still finds the arena after inline requests used the
-    # caller's arrays, and the other way round.
+    # caller's arrays, and the other way round. Until the first execute_async there is no device
+    # thread, so every execute runs inline; afterwards one runs inline only once the device has
+    # parked, so it may be queued (and copy) instead.
+    def check(run) -> None:
+        a, b = operands()
+        c = np.zeros((N, N), np.float32)
+        run({"A": a, "B": b}, {"C": c})
+        np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+
     with runtime.Runner(matmul_exe, runtime.RuntimeConfig(num_threads=1)) as r:
-        for k in range(6):
-            a, b = operands()
-            c = np.zeros((N, N), np.float32)
-            if k % 2:
-                r.execute_async({"A": a, "B": b}, {"C": c}).wait()
-            else:
-                r.execute({"A": a, "B": b}, {"C": c})
-            np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+        for _ in range(3):
+            check(r.execute)
         assert r.stats()["in_place_buffers"] == 9
+        for _ in range(3):
+            check(lambda i, o: r.execute_async(i, o).wait())
+            check(r.execute)
+        assert r.stats()["in_place_buffers"] % 3 == 0
 
 
 def test_a_failed_request_leaves_the_runner_usable():
