@@ -213,6 +213,11 @@ static void test_conv_f32(int isa) {
         {{1, 24, 14, 14}, {40, 24, 1, 1}, {1, 2, 2, 1, 1, 0, 0, 0, 0}},
         {{1, 16, 28, 28}, {40, 16, 3, 3}, {1, 1, 1, 1, 1, 1, 1, 1, 1}},
         {{1, 20, 13, 13}, {33, 20, 3, 3}, {1, 1, 1, 1, 1, 1, 1, 1, 1}},
+        /* window path, one block of 11 rows of 19 extended pixels (17 kept) per image: the
+         * micro-kernel's panel at pixel 192 ends on the last kept column of the last row and is
+         * stored into y, the next one is not; 14 channels, the last sub-block 2 of 6 */
+        {{8, 4, 11, 17}, {14, 4, 3, 3}, {1, 1, 1, 1, 1, 1, 1, 1, 1}},
+        {{8, 4, 11, 17}, {14, 4, 3, 3}, {1, 1, 1, 1, 1, 1, 1, 1, 1}},
     };
     int used = ipu__sgemm_set_isa(isa);
     size_t ncases = sizeof cases / sizeof cases[0];
@@ -322,7 +327,7 @@ static void test_conv_small_map_items(int isa) {
 
 /* The micro-kernel's rows variant (B row k read in place at b + off[k], any alignment) against
  * the packed kernel on the same rows copied into a panel: bit-identical, with and without
- * accumulation, on every micro-kernel that has the variant. */
+ * accumulation and the fused epilogue, on every micro-kernel that has the variant. */
 static void test_ukr_rows(void) {
     for (int isa = 1; isa <= 3; isa++) {
         int used = ipu__sgemm_set_isa(isa);
@@ -340,10 +345,17 @@ static void test_ukr_rows(void) {
             off[k] = (int64_t)((k * 97 + 13) % (SRC - u.nr));
             memcpy(bp + k * u.nr, src + off[k], sizeof(float) * (size_t)u.nr);
         }
-        for (int acc = 0; acc < 2; acc++) {
+        float bias[IPU__SGEMM_MAX_MR], res[IPU__SGEMM_MAX_MR * 40];
+        for (int i = 0; i < u.mr; i++) bias[i] = rndf();
+        for (size_t i = 0; i < sizeof res / 4; i++) res[i] = rndf();
+        for (int acc = 0; acc < 4; acc++) { /* acc & 2: with bias, residual and Relu */
+            ipu__tile_ep ep = {bias, res, 40, 1};
             for (size_t i = 0; i < sizeof c0 / 4; i++) c0[i] = c1[i] = rndf();
-            u.fn(KC, a, bp, c0, 40, acc);
-            u.rows(KC, a, src, off, c1, 40, acc);
+            if (acc & 2)
+                u.ep(KC, a, bp, c0, 40, acc & 1, &ep);
+            else
+                u.fn(KC, a, bp, c0, 40, acc & 1);
+            u.rows(KC, a, src, off, c1, 40, acc & 1, acc & 2 ? &ep : NULL);
             CHECK(memcmp(c0, c1, sizeof c0) == 0, "ukr rows isa %d acc %d: differs from packed",
                   isa, acc);
         }
@@ -668,7 +680,7 @@ static void bench_ukr(void) {
         best = 1e30;
         for (int trial = 0; trial < 5; trial++) {
             double t0 = now();
-            for (long r = 0; r < reps; r++) u.rows(kc, a, x, off, c, u.nr, 0);
+            for (long r = 0; r < reps; r++) u.rows(kc, a, x, off, c, u.nr, 0, NULL);
             double t = now() - t0;
             if (t < best) best = t;
         }

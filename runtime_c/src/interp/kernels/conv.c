@@ -332,11 +332,37 @@ static void copy_window(const ipu__conv_plan *p, const float *x, int64_t xoff, i
     copy_window_base(p, x, xoff, oh0, nrows, ci0, ci1, xq);
 }
 
+/* Is the micro-kernel's panel of nr extended pixels from q (block-relative) kept columns of
+ * one output row, so that it can store straight into y? */
+static inline bool panel_in_row(const ipu__conv_plan *p, int64_t q, int nr) {
+    return q % p->Wq + nr <= p->OW;
+}
+
+/* The epilogue from C tile row crow (extended pixel t0 at crow[0]) to the kept columns of
+ * extended pixels [q0, q1) of channel co. */
+static void epilogue_kept(const ipu__conv_plan *p, float *y, const float *crow, int64_t t0,
+                          int64_t q0, int64_t q1, int64_t n, int64_t oh0, const void *bias,
+                          int64_t co, const void *res) {
+    const int64_t Wq = p->Wq, OW = p->OW, OHW = p->OH * OW;
+    for (int64_t q = q0; q < q1;) {
+        int64_t rr = q / Wq, ow = q - rr * Wq;
+        int64_t end = rr * Wq + Wq < q1 ? rr * Wq + Wq : q1;
+        int64_t keep = rr * Wq + OW < end ? rr * Wq + OW : end;
+        if (q < keep) {
+            int64_t off = (n * p->M + co) * OHW + (oh0 + rr) * OW + ow;
+            epilogue_to(p, y + off, crow + (q - t0), keep - q, bias, co, res, off);
+        }
+        q = end;
+    }
+}
+
 /* One work item of the window path: output channels of channel item mb of group g (at most
  * IPU__CONV_WIN_MPER sub-blocks), output rows of block r (tiles of IPU__CONV_TILE extended pixels
  * if they are more). Per tile and K chunk the chunk's input channels are copied (xcopy) and
- * packed once, and the micro-kernel accumulates into one C tile per sub-block; the epilogue then
- * writes the kept columns of the C tiles to y. */
+ * packed once. Where the micro-kernel reads B's rows in place, a tile of whole mr channels
+ * whose pixels are kept columns of one output row is stored straight into y, the epilogue
+ * fused into the last K chunk's store; the other tiles accumulate into one C tile per
+ * sub-block, whose kept columns the epilogue then writes to y. */
 static void run_window(const ipu__conv_plan *p, const float *x, const float *w,
                        const float *apre, const void *bias, const void *res, float *y, int64_t n,
                        int64_t g, int64_t mb, int64_t r, void *scratch) {
@@ -392,11 +418,22 @@ static void run_window(const ipu__conv_plan *p, const float *x, const float *w,
                     ipu__sgemm_pack_a(&a, k0, kc, mr, ap);
                 }
                 for (int64_t jr = 0; jr < npad; jr += nr)
-                    for (int64_t ir = 0; ir < mpad; ir += mr)
-                        if (jr < nfull)
-                            u.rows(kc, ak + ir * kc, src + jr, off, ct + ir * NT + jr, NT, k0 > 0);
-                        else
+                    for (int64_t ir = 0; ir < mpad; ir += mr) {
+                        if (jr >= nfull) {
                             u.fn(kc, ak + ir * kc, bp + jr * kc, ct + ir * NT + jr, NT, k0 > 0);
+                        } else if (ir + mr <= sm && panel_in_row(p, t0 + jr, nr)) {
+                            int64_t q = t0 + jr, rr = q / Wq, co = g * p->Cog + s0 + ir;
+                            int64_t yo = (n * p->M + co) * OHW + (oh0 + rr) * OW + q - rr * Wq;
+                            ipu__tile_ep ep = {bias ? (const float *)bias + co : NULL,
+                                               res ? (const float *)res + yo : NULL, OHW,
+                                               p->act == IPU__ACT_RELU};
+                            u.rows(kc, ak + ir * kc, src + jr, off, y + yo, OHW, k0 > 0,
+                                   k0 + kc == p->K ? &ep : NULL);
+                        } else {
+                            u.rows(kc, ak + ir * kc, src + jr, off, ct + ir * NT + jr, NT, k0 > 0,
+                                   NULL);
+                        }
+                    }
             }
         }
         for (int64_t s0 = m0; s0 < m1; s0 += IPU__MM_MB) {
@@ -404,22 +441,19 @@ static void run_window(const ipu__conv_plan *p, const float *x, const float *w,
             const float *ct = cb + (s0 - m0) / IPU__MM_MB * IPU__CONV_WIN_CT;
             for (int64_t i = 0; i < sm; i++) { /* kept columns, output row by output row */
                 int64_t co = g * p->Cog + s0 + i;
-                if (t0 % Wq == 0 && np % Wq == 0) { /* whole rows (the usual tile): one call */
+                if (p->K > 0 && nfull > 0 && i / mr * mr + mr <= sm) {
+                    /* the panels not stored into y by the micro-kernel */
+                    for (int64_t jr = 0; jr < np; jr += nr)
+                        if (jr >= nfull || !panel_in_row(p, t0 + jr, nr))
+                            epilogue_kept(p, y, ct + i * NT, t0, t0 + jr,
+                                          jr + nr < np ? t0 + jr + nr : t0 + np, n, oh0, bias, co,
+                                          res);
+                } else if (t0 % Wq == 0 && np % Wq == 0) { /* whole rows: one call */
                     int64_t off = (n * p->M + co) * OHW + (oh0 + t0 / Wq) * OW;
                     ipu__conv_epilogue_rows(p, y + off, OW, ct + i * NT, Wq, np / Wq, OW, bias,
                                             co, res, off);
-                    continue;
-                }
-                for (int64_t q = t0; q < t0 + np;) {
-                    int64_t rr = q / Wq, ow = q - rr * Wq;
-                    int64_t end = rr * Wq + Wq < t0 + np ? rr * Wq + Wq : t0 + np;
-                    int64_t keep = rr * Wq + OW < end ? rr * Wq + OW : end;
-                    if (q < keep) {
-                        int64_t off = (n * p->M + co) * OHW + (oh0 + rr) * OW + ow;
-                        epilogue_to(p, y + off, ct + i * NT + (q - t0), keep - q, bias, co, res,
-                                    off);
-                    }
-                    q = end;
+                } else {
+                    epilogue_kept(p, y, ct + i * NT, t0, t0, t0 + np, n, oh0, bias, co, res);
                 }
             }
         }
@@ -509,7 +543,7 @@ static void run_tposed(const ipu__conv_plan *p, const float *x, const float *bw,
                 ipu__prefetch_part(next, kc * nr / 16, i / mr, ppad / mr, &done);
                 float *c = ct + i * mpad + j;
                 if (arows && pixel_run(q + i, mr))
-                    arows(kc, src + q[i], bpan, off, c, mpad, k0 > 0);
+                    arows(kc, src + q[i], bpan, off, c, mpad, k0 > 0, NULL);
                 else
                     u.fn(kc, ap + i * kc, bpan, c, mpad, k0 > 0);
             }

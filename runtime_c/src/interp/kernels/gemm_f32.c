@@ -129,15 +129,17 @@ __attribute__((target("avx2,fma"))) static void ukr_avx2_ep(int64_t kc, const fl
 __attribute__((target("avx2,fma"))) static void ukr_avx2_rows(int64_t kc, const float *ap,
                                                               const float *b,
                                                               const int64_t *off, float *c,
-                                                              int64_t ldc, int acc) {
-    ukr_avx2_body(kc, ap, NULL, b, off, c, ldc, acc, NULL);
+                                                              int64_t ldc, int acc,
+                                                              const ipu__tile_ep *ep) {
+    ukr_avx2_body(kc, ap, NULL, b, off, c, ldc, acc, ep);
 }
 
 __attribute__((target("avx2,fma"))) static void ukr_avx2_arows(int64_t kc, const float *a,
                                                                const float *bp,
                                                                const int64_t *aoff, float *c,
-                                                               int64_t ldc, int acc) {
-    ukr_avx2_body(kc, a, aoff, bp, NULL, c, ldc, acc, NULL);
+                                                               int64_t ldc, int acc,
+                                                               const ipu__tile_ep *ep) {
+    ukr_avx2_body(kc, a, aoff, bp, NULL, c, ldc, acc, ep);
 }
 
 #endif

@@ -477,10 +477,6 @@ int ipu__sgemm_set_isa(int isa);
 #define IPU__SGEMM_MAX_NR 32
 typedef void (*ipu__ukr_fn)(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc,
                             int acc);
-/* The same tile with B row k read in place at b + off[k] (nr floats, any alignment): for
- * drivers whose B rows are already contiguous runs (conv.c's window path). */
-typedef void (*ipu__ukr_rows_fn)(int64_t kc, const float *ap, const float *b, const int64_t *off,
-                                 float *c, int64_t ldc, int acc);
 /* A convolution epilogue applied to a tile as it is stored: C = act(C + bias[i] + res[i * ldr
  * + j]) after the sum (and after += C when acc), in that order (conv_epilogue.c's, fused). */
 typedef struct ipu__tile_ep {
@@ -489,6 +485,11 @@ typedef struct ipu__tile_ep {
     int64_t ldr;
     int relu;
 } ipu__tile_ep;
+/* The same tile with B row k read in place at b + off[k] (nr floats, any alignment): for
+ * drivers whose B rows are already contiguous runs (conv.c's window path); ep (or NULL) as
+ * ipu__ukr_ep_fn's. */
+typedef void (*ipu__ukr_rows_fn)(int64_t kc, const float *ap, const float *b, const int64_t *off,
+                                 float *c, int64_t ldc, int acc, const ipu__tile_ep *ep);
 typedef void (*ipu__ukr_ep_fn)(int64_t kc, const float *ap, const float *bp, float *c,
                                int64_t ldc, int acc, const ipu__tile_ep *ep);
 typedef struct ipu__ukr {
