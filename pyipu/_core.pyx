@@ -575,7 +575,7 @@ cdef class Runtime:
 
 
 cdef enum:
-    _FP_MAX_ANCHORS = 32
+    _FP_STACK_ANCHORS = 64  # per-call pointer tables on the stack up to this many anchors
     _FP_MAX_DIMS = 8
 
 
@@ -590,21 +590,31 @@ cdef class FastPath:
     cdef tuple names  # keeps the name objects the table points at alive
     cdef uint32_t n
     cdef Py_ssize_t n_in, n_out
-    cdef PyObject *name_ptr[_FP_MAX_ANCHORS]
-    cdef int direction[_FP_MAX_ANCHORS]  # 1 input, 2 output, 0 not fed per request
-    cdef int type_num[_FP_MAX_ANCHORS]
-    cdef int ndim[_FP_MAX_ANCHORS]
-    cdef cnp.npy_intp dims[_FP_MAX_ANCHORS][_FP_MAX_DIMS]
+    # per anchor (weights stored in the PopEF count too: old ONNX files list them as inputs)
+    cdef PyObject **name_ptr
+    cdef int *direction  # 1 input, 2 output, 0 not fed per request
+    cdef int *type_num
+    cdef int *ndim
+    cdef cnp.npy_intp *dims  # [n][_FP_MAX_DIMS]
 
     def __init__(self, Runtime runtime not None, list anchors):
         """anchors[i] = (name, direction, numpy dtype, shape) of anchor i; direction 0 for
         anchors a request does not feed (weights, the index, stream-callback anchors)."""
         cdef uint32_t i, d
-        if runtime.n_anchors != len(anchors) or len(anchors) > _FP_MAX_ANCHORS:
-            raise ValueError("FastPath: one entry per anchor, at most 32 anchors")
+        if runtime.n_anchors != len(anchors) or self.name_ptr != NULL:
+            raise ValueError("FastPath: one entry per anchor, made once")
         self.runtime = runtime
         self.names = tuple(str(a[0]) for a in anchors)
         self.n = len(anchors)
+        cdef size_t m = self.n if self.n else 1
+        self.name_ptr = <PyObject **>malloc(m * sizeof(PyObject *))
+        self.direction = <int *>malloc(m * sizeof(int))
+        self.type_num = <int *>malloc(m * sizeof(int))
+        self.ndim = <int *>malloc(m * sizeof(int))
+        self.dims = <cnp.npy_intp *>malloc(m * _FP_MAX_DIMS * sizeof(cnp.npy_intp))
+        if (self.name_ptr == NULL or self.direction == NULL or self.type_num == NULL
+                or self.ndim == NULL or self.dims == NULL):
+            raise MemoryError("FastPath: cannot allocate the anchor table")
         self.n_in = self.n_out = 0
         for i in range(self.n):
             name, direction, dtype, shape = anchors[i]
@@ -616,11 +626,18 @@ cdef class FastPath:
             self.type_num[i] = np.dtype(dtype).num
             self.ndim[i] = len(shape) if direction else 0
             for d in range(self.ndim[i]):
-                self.dims[i][d] = shape[d]
+                self.dims[i * _FP_MAX_DIMS + d] = shape[d]
             if direction == 1:
                 self.n_in += 1
             elif direction == 2:
                 self.n_out += 1
+
+    def __dealloc__(self):
+        free(self.name_ptr)
+        free(self.direction)
+        free(self.type_num)
+        free(self.ndim)
+        free(self.dims)
 
     cdef inline int _find(self, PyObject *key) noexcept:
         cdef uint32_t i
@@ -656,7 +673,7 @@ cdef class FastPath:
             if direction == 2 and not cnp.PyArray_ISWRITEABLE(a):
                 return False
             for d in range(self.ndim[i]):
-                if cnp.PyArray_DIMS(a)[d] != self.dims[i][d]:
+                if cnp.PyArray_DIMS(a)[d] != self.dims[i * _FP_MAX_DIMS + d]:
                     return False
             ptrs[i] = cnp.PyArray_DATA(a)
             objs[i] = value
@@ -665,17 +682,27 @@ cdef class FastPath:
     def execute(self, inputs, outputs):
         """Run the request if it is a plain one-batch request (True), else do nothing (False).
         Raises the request's typed error if it ran and failed."""
-        cdef void *ins[_FP_MAX_ANCHORS]
-        cdef void *outs[_FP_MAX_ANCHORS]
-        cdef PyObject *objs[_FP_MAX_ANCHORS]
-        cdef ipu_request_desc desc
-        cdef ipu_request *req = NULL
-        cdef ipu_status s
-        cdef uint32_t i
+        cdef void *stack[3 * _FP_STACK_ANCHORS]
+        cdef void **ptrs = stack
         if (type(inputs) is not dict or type(outputs) is not dict or self.runtime.closed
                 or PyDict_Size(inputs) != self.n_in or PyDict_Size(outputs) != self.n_out
                 or self.n_in + self.n_out == 0):
             return False
+        if self.n > _FP_STACK_ANCHORS:  # many anchors (weights listed as inputs): a C buffer
+            ptrs = <void **>malloc(3 * self.n * sizeof(void *))
+            if ptrs == NULL:
+                return False  # the general path reports what it can
+        try:
+            return self._run(inputs, outputs, ptrs, ptrs + self.n, <PyObject **>(ptrs + 2 * self.n))
+        finally:
+            if ptrs != stack:
+                free(ptrs)
+
+    cdef bint _run(self, inputs, outputs, void **ins, void **outs, PyObject **objs) except -1:
+        cdef ipu_request_desc desc
+        cdef ipu_request *req = NULL
+        cdef ipu_status s
+        cdef uint32_t i
         for i in range(self.n):
             ins[i] = NULL
             outs[i] = NULL

@@ -201,3 +201,37 @@ def test_models_that_are_not_small_run_queued(exe):
         inputs, outputs = feeds(np.ones((1, 2), np.float32), np.ones((1, 2), np.float32))
         r.execute(inputs, outputs)
         np.testing.assert_array_equal(outputs["O"], [2, 2])
+
+
+def test_many_weight_anchors_take_the_fast_path():
+    """Old ONNX files list every initializer as a graph input: each is an anchor (a weight
+    stored in the PopEF). The fast path's table holds any number of them (more than its 64
+    stack slots here) and the request runs inline on the caller's arrays."""
+    n = 80
+    ws = [numpy_helper.from_array(np.full((1, 4), i, np.float32), f"W{i}") for i in range(n)]
+    nodes = [
+        helper.make_node("Add", ["X" if i == 0 else f"S{i}", f"W{i}"], [f"S{i + 1}"])
+        for i in range(n)
+    ]
+    spec = [helper.make_tensor_value_info(f"W{i}", TensorProto.FLOAT, (1, 4)) for i in range(n)]
+    g = helper.make_graph(
+        nodes,
+        "chain",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, (1, 4)), *spec],
+        [helper.make_tensor_value_info(f"S{n}", TensorProto.FLOAT, (1, 4))],
+        ws,
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    exe = Compiler.compile(model, None)
+    x = np.arange(4, dtype=np.float32).reshape(1, 4)
+    with runtime.Runner(exe, runtime.RuntimeConfig(num_threads=1)) as r:
+        assert len(r.get_model_inputs()) > 64 and r._fast is not None
+        out = np.zeros((1, 4), np.float32)
+        for k in range(3):
+            r.execute({"X": x}, {f"S{n}": out})
+            np.testing.assert_array_equal(out, x + n * (n - 1) / 2)
+            assert r.stats()["in_place_buffers"] == 2 * (k + 1)  # X and the output
+        with pytest.raises(errors.InvalidArgumentError, match="weight stored in the PopEF"):
+            r.execute({"X": x, "W3": np.zeros((1, 4), np.float32)}, {f"S{n}": out})
+        with pytest.raises(errors.ShapeError, match="expected shape"):
+            r.execute({"X": x}, {f"S{n}": np.zeros(3, np.float32)})

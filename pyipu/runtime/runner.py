@@ -176,7 +176,7 @@ class Runner:
             (d.name, k if d.name in feedable else 0, d.numpy_data_type(), d.shape)
             for d, k in zip(self._anchors, self._directions, strict=True)
         ]
-        return _core.FastPath(self._runtimes[0], table) if len(table) <= 32 else None
+        return _core.FastPath(self._runtimes[0], table)
 
     # --- execution ---------------------------------------------------------------------------
     def execute(self, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray]) -> None:

@@ -337,11 +337,53 @@ static int test_in_place_buffers(void) {
     return 0;
 }
 
+static int test_in_place_reused_storage(void) {
+    /* X's arena bytes are reused after its last use by two row tensors, then read as one view
+     * (an in-place Concat's output): X runs in place when the two writes cover the view, and
+     * is copied when they do not (the view's second row is then X's data). Y is read through
+     * row views, never written: copied. Rows of 16 floats (tensor offsets are 64-aligned). */
+    enum { C = 16, N = 2 * C };
+    m_model m = add_model(2, C, 1);
+    m.nt = 8;
+    m.t[3] = (m_tensor){F32, ARENA, 0, 2, {1, C}};       /* X's row 0 */
+    m.t[4] = (m_tensor){F32, ARENA, 64, 2, {1, C}};      /* X's row 1 */
+    m.t[5] = m.t[0];                                     /* X's bytes, read as one tensor */
+    m.t[6] = (m_tensor){F32, ARENA, 128, 2, {1, C}};     /* Y's row 0 */
+    m.t[7] = (m_tensor){F32, ARENA, 128 + 64, 2, {1, C}}; /* Y's row 1 */
+    ipu_runtime_config cfg = cfg_threads(1);
+    float x[N], y[N];
+    for (int i = 0; i < N; i++) x[i] = (float)(i + 1), y[i] = (float)(10 * i + 10);
+    for (int covered = 1; covered >= 0; covered--) {
+        m.p[1] = (m_prog){1, 0, {{0}}};
+        m_instr *ins = m.p[1].ins;
+        ins[m.p[1].n++] = (m_instr){IPU_OP_ADD, 2, 1, {0, 1, 2}}; /* Z = X + Y: X's last use */
+        ins[m.p[1].n++] = (m_instr){IPU_OP_ADD, 2, 1, {6, 6, 3}}; /* row 0 = 2 Y0 */
+        if (covered) ins[m.p[1].n++] = (m_instr){IPU_OP_ADD, 2, 1, {7, 7, 4}}; /* row 1 */
+        ins[m.p[1].n++] = (m_instr){IPU_OP_ADD, 2, 1, {5, 1, 2}}; /* Z = view + Y */
+        fixture f;
+        CHECK_OK(fx_open(&f, &m, &cfg));
+        float xc[N], z[N] = {0};
+        memcpy(xc, x, sizeof xc);
+        int inlined = 0;
+        for (int k = 0; k < 2; k++) {
+            CHECK_OK(run_add(f.rt, 1, xc, y, z, &inlined));
+            CHECK(inlined && in_place_count(f.rt) == (uint64_t)(k + 1) * (covered ? 2 : 1));
+            for (int i = 0; i < N; i++) {
+                CHECK(xc[i] == x[i]); /* the caller's X is never written */
+                CHECK(z[i] == (i < C || covered ? 3 * y[i] : x[i] + y[i]));
+            }
+        }
+        fx_close(&f);
+    }
+    return 0;
+}
+
 int main(void) {
     alarm(240); /* watchdog: a hang is a failure */
     RUN(test_small_request_runs_inline);
     RUN(test_not_inline);
     RUN(test_in_place_buffers);
+    RUN(test_in_place_reused_storage);
     RUN(test_inline_with_a_concurrent_submitter);
     RUN(test_large_model_inline_at_one_thread);
     RUN(test_large_model_two_threads);

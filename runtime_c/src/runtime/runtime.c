@@ -51,17 +51,38 @@ static bool arena_overlap(const ipu_executable *e, uint32_t t, uint32_t u) {
            b->offset < a->offset + a->desc.nbytes;
 }
 
+/* Bytes [lo, hi) of the arena written by an instruction, clipped to an anchor's bytes. */
+typedef struct ipu__span {
+    uint64_t lo, hi;
+} ipu__span;
+
+/* Are bytes [a, b) covered by the union of spans w[0..n)? */
+static bool covered(const ipu__span *w, size_t n, uint64_t a, uint64_t b) {
+    for (bool moved = true; a < b && moved;) {
+        moved = false;
+        for (size_t i = 0; i < n; i++)
+            if (w[i].lo <= a && a < w[i].hi) {
+                a = w[i].hi;
+                moved = true;
+            }
+    }
+    return a >= b;
+}
+
 /* May the Main program use the caller's buffer of anchor tensor t instead of t's arena bytes?
  * Only if it reaches those bytes through t alone while they hold the anchor's data. An input:
- * t is never written, and every other tensor on its bytes is written before it is read (storage
- * reused after t's last use, not a view of t such as a reshape). An output: t's first use writes
- * it and from then on no other tensor touches its bytes (no view of t, nothing else stored
- * there). BIND repoints tensors at run time: an anchor it touches stays in the arena. `written`
- * is scratch of num_tensors bytes. */
+ * t is never written, and every byte of t that another tensor reads has been written before
+ * (storage reused after t's last use, including by views such as an in-place Concat's output
+ * whose parts were written; not a view of t such as a reshape). An output: t's first use
+ * writes it and from then on no other tensor touches its bytes (no view of t, nothing else
+ * stored there). BIND repoints tensors at run time: an anchor it touches stays in the arena.
+ * `spans` is scratch for every output of the program. */
 static bool in_place_ok(const ipu_executable *e, const ipu__program *prog, uint32_t t,
-                        bool input, uint8_t *written) {
-    if (e->tensors[t].loc != IPU_LOC_ARENA || e->tensors[t].desc.nbytes == 0) return false;
-    memset(written, 0, e->info.num_tensors);
+                        bool input, ipu__span *spans) {
+    const ipu__tensor *T = &e->tensors[t];
+    if (T->loc != IPU_LOC_ARENA || T->desc.nbytes == 0) return false;
+    uint64_t lo = T->offset, hi = T->offset + T->desc.nbytes;
+    size_t n = 0;
     bool seen = false; /* output: t's first use has been passed */
     for (uint32_t i = 0; i < prog->n_instr; i++) {
         const ipu__instr *ins = &prog->instr[i];
@@ -70,11 +91,20 @@ static bool in_place_ok(const ipu_executable *e, const ipu__program *prog, uint3
             uint32_t x = out ? ins->out[k - ins->n_in] : ins->in[k];
             if (!arena_overlap(e, t, x)) continue;
             if (ins->op == IPU_OP_BIND) return false;
-            if (input ? (x == t ? out : !out && !written[x]) : (x == t ? !seen && !out : seen))
+            const ipu__tensor *X = &e->tensors[x];
+            uint64_t a = X->offset > lo ? X->offset : lo;
+            uint64_t b = X->offset + X->desc.nbytes < hi ? X->offset + X->desc.nbytes : hi;
+            if (input ? (x == t ? out : !out && !covered(spans, n, a, b))
+                      : (x == t ? !seen && !out : seen))
                 return false;
             if (!input && x == t) seen = true;
         }
-        for (uint32_t k = 0; k < ins->n_out; k++) written[ins->out[k]] = 1;
+        for (uint32_t k = 0; input && k < ins->n_out; k++) {
+            const ipu__tensor *X = &e->tensors[ins->out[k]];
+            if (!arena_overlap(e, t, ins->out[k])) continue;
+            spans[n].lo = X->offset > lo ? X->offset : lo;
+            spans[n++].hi = X->offset + X->desc.nbytes < hi ? X->offset + X->desc.nbytes : hi;
+        }
     }
     return input || seen;
 }
@@ -84,20 +114,22 @@ static bool in_place_ok(const ipu_executable *e, const ipu__program *prog, uint3
 static ipu_status plan_in_place(ipu_runtime *rt) {
     const ipu_session *s = rt->s;
     const ipu_executable *e = s->exe;
+    const ipu__program *prog = &e->programs[e->main_programs[0]];
+    size_t outs = 1;
+    for (uint32_t i = 0; i < prog->n_instr; i++) outs += prog->instr[i].n_out;
     rt->in_place = ipu__calloc(rt->num_anchors ? rt->num_anchors : 1, sizeof *rt->in_place);
-    uint8_t *written = ipu__calloc(e->info.num_tensors ? e->info.num_tensors : 1, 1);
-    if (!rt->in_place || !written) {
-        ipu__free(written);
+    ipu__span *spans = ipu__calloc(outs, sizeof *spans);
+    if (!rt->in_place || !spans) {
+        ipu__free(spans);
         return ipu__fail(IPU_ERR_NOMEM, "runtime: cannot allocate the in-place anchor table");
     }
-    const ipu__program *prog = &e->programs[e->main_programs[0]];
     for (uint32_t a = 0; a < rt->num_anchors; a++) {
         const ipu_anchor_info *A = &s->anchors[a];
         if (A->has_tensor_data || a == rt->index_anchor || !ipu__in_subgraph(s, a, 0)) continue;
-        if (in_place_ok(e, prog, A->tensor, A->direction == IPU_DIR_INPUT, written))
+        if (in_place_ok(e, prog, A->tensor, A->direction == IPU_DIR_INPUT, spans))
             rt->in_place[a] = s->tensor_ptr[A->tensor];
     }
-    ipu__free(written);
+    ipu__free(spans);
     return IPU_OK;
 }
 
