@@ -193,12 +193,27 @@ static inline __attribute__((always_inline)) void ipu__split_row2(const float *r
         d0[j] = c >= 0 && c < W ? xr[c] : pad;
         d1[j] = c + 1 >= 0 && c + 1 < W ? xr[c + 1] : pad;
     }
-    if (hi == lo) return;
     const float *sr = xr + c0 + 2 * lo;
-    for (int64_t j = 0; j < hi - lo; j++) {
+    int64_t n = hi - lo, n8 = n >= 8 ? n / 8 * 8 : 0;
+    for (int64_t j = 0; j < n8; j++) {
         d0[lo + j] = sr[2 * j];
         d1[lo + j] = sr[2 * j + 1];
     }
+    /* the rest as one block of 8 overlapping the one before: narrow rows (a 27-column input)
+     * would otherwise spend most of the row in a scalar tail */
+    int64_t j0 = n8 < n && n >= 8 ? n - 8 : n8;
+    float *restrict e0 = d0 + lo + j0, *restrict e1 = d1 + lo + j0;
+    const float *restrict s0 = sr + 2 * j0;
+    if (n - j0 == 8)
+        for (int64_t j = 0; j < 8; j++) {
+            e0[j] = s0[2 * j];
+            e1[j] = s0[2 * j + 1];
+        }
+    else
+        for (int64_t j = 0; j < n - j0; j++) {
+            e0[j] = s0[2 * j];
+            e1[j] = s0[2 * j + 1];
+        }
 }
 
 /* One row of a window copy (conv and pool), column phase of stride sw: d[j] = pad for j < lo
