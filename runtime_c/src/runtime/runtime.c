@@ -56,6 +56,12 @@ typedef struct ipu__span {
     uint64_t lo, hi;
 } ipu__span;
 
+/* Tensor X's bytes within [lo, hi). */
+static ipu__span clipped(const ipu__tensor *X, uint64_t lo, uint64_t hi) {
+    uint64_t end = X->offset + X->desc.nbytes;
+    return (ipu__span){X->offset > lo ? X->offset : lo, end < hi ? end : hi};
+}
+
 /* Are bytes [a, b) covered by the union of spans w[0..n)? */
 static bool covered(const ipu__span *w, size_t n, uint64_t a, uint64_t b) {
     for (bool moved = true; a < b && moved;) {
@@ -91,20 +97,15 @@ static bool in_place_ok(const ipu_executable *e, const ipu__program *prog, uint3
             uint32_t x = out ? ins->out[k - ins->n_in] : ins->in[k];
             if (!arena_overlap(e, t, x)) continue;
             if (ins->op == IPU_OP_BIND) return false;
-            const ipu__tensor *X = &e->tensors[x];
-            uint64_t a = X->offset > lo ? X->offset : lo;
-            uint64_t b = X->offset + X->desc.nbytes < hi ? X->offset + X->desc.nbytes : hi;
-            if (input ? (x == t ? out : !out && !covered(spans, n, a, b))
+            ipu__span r = clipped(&e->tensors[x], lo, hi);
+            if (input ? (x == t ? out : !out && !covered(spans, n, r.lo, r.hi))
                       : (x == t ? !seen && !out : seen))
                 return false;
             if (!input && x == t) seen = true;
         }
-        for (uint32_t k = 0; input && k < ins->n_out; k++) {
-            const ipu__tensor *X = &e->tensors[ins->out[k]];
-            if (!arena_overlap(e, t, ins->out[k])) continue;
-            spans[n].lo = X->offset > lo ? X->offset : lo;
-            spans[n++].hi = X->offset + X->desc.nbytes < hi ? X->offset + X->desc.nbytes : hi;
-        }
+        for (uint32_t k = 0; input && k < ins->n_out; k++)
+            if (arena_overlap(e, t, ins->out[k]))
+                spans[n++] = clipped(&e->tensors[ins->out[k]], lo, hi);
     }
     return input || seen;
 }

@@ -193,6 +193,7 @@ static inline __attribute__((always_inline)) void ipu__split_row2(const float *r
         d0[j] = c >= 0 && c < W ? xr[c] : pad;
         d1[j] = c + 1 >= 0 && c + 1 < W ? xr[c + 1] : pad;
     }
+    if (hi == lo) return;
     const float *sr = xr + c0 + 2 * lo;
     int64_t n = hi - lo, n8 = n >= 8 ? n / 8 * 8 : 0;
     for (int64_t j = 0; j < n8; j++) {
