@@ -332,10 +332,26 @@ static void copy_window(const ipu__conv_plan *p, const float *x, int64_t xoff, i
     copy_window_base(p, x, xoff, oh0, nrows, ci0, ci1, xq);
 }
 
-/* Is the micro-kernel's panel of nr extended pixels from q (block-relative) kept columns of
- * one output row, so that it can store straight into y? */
-static inline bool panel_in_row(const ipu__conv_plan *p, int64_t q, int nr) {
-    return q % p->Wq + nr <= p->OW;
+/* y's offset of extended pixel q (block-relative, a kept column) of channel co, block oh0. */
+static inline int64_t y_at(const ipu__conv_plan *p, int64_t n, int64_t co, int64_t oh0,
+                           int64_t q) {
+    int64_t rr = q / p->Wq;
+    return (n * p->M + co) * p->OH * p->OW + (oh0 + rr) * p->OW + q - rr * p->Wq;
+}
+
+/* May tiles of rows [ir, ir + mr) of a sub-block of sm channels go straight into y? When
+ * they are all real channels and some panel's B rows are read in place (nfull > 0). */
+static inline bool rows_to_y(const ipu__conv_plan *p, int64_t nfull, int64_t ir, int mr,
+                             int64_t sm) {
+    return p->K > 0 && nfull > 0 && ir + mr <= sm;
+}
+
+/* Does the micro-kernel store the tile of those rows and panel jr (extended pixel q = t0 +
+ * jr) straight into y? When the panel is read in place (jr < nfull) and its nr pixels are
+ * kept columns of one output row. */
+static inline bool tile_to_y(const ipu__conv_plan *p, int64_t q, int64_t jr, int64_t nfull,
+                             int nr, int64_t ir, int mr, int64_t sm) {
+    return rows_to_y(p, nfull, ir, mr, sm) && jr < nfull && q % p->Wq + nr <= p->OW;
 }
 
 /* The epilogue from C tile row crow (extended pixel t0 at crow[0]) to the kept columns of
@@ -343,13 +359,13 @@ static inline bool panel_in_row(const ipu__conv_plan *p, int64_t q, int nr) {
 static void epilogue_kept(const ipu__conv_plan *p, float *y, const float *crow, int64_t t0,
                           int64_t q0, int64_t q1, int64_t n, int64_t oh0, const void *bias,
                           int64_t co, const void *res) {
-    const int64_t Wq = p->Wq, OW = p->OW, OHW = p->OH * OW;
+    const int64_t Wq = p->Wq, OW = p->OW;
     for (int64_t q = q0; q < q1;) {
-        int64_t rr = q / Wq, ow = q - rr * Wq;
+        int64_t rr = q / Wq;
         int64_t end = rr * Wq + Wq < q1 ? rr * Wq + Wq : q1;
         int64_t keep = rr * Wq + OW < end ? rr * Wq + OW : end;
         if (q < keep) {
-            int64_t off = (n * p->M + co) * OHW + (oh0 + rr) * OW + ow;
+            int64_t off = y_at(p, n, co, oh0, q);
             epilogue_to(p, y + off, crow + (q - t0), keep - q, bias, co, res, off);
         }
         q = end;
@@ -421,9 +437,8 @@ static void run_window(const ipu__conv_plan *p, const float *x, const float *w,
                     for (int64_t ir = 0; ir < mpad; ir += mr) {
                         if (jr >= nfull) {
                             u.fn(kc, ak + ir * kc, bp + jr * kc, ct + ir * NT + jr, NT, k0 > 0);
-                        } else if (ir + mr <= sm && panel_in_row(p, t0 + jr, nr)) {
-                            int64_t q = t0 + jr, rr = q / Wq, co = g * p->Cog + s0 + ir;
-                            int64_t yo = (n * p->M + co) * OHW + (oh0 + rr) * OW + q - rr * Wq;
+                        } else if (tile_to_y(p, t0 + jr, jr, nfull, nr, ir, mr, sm)) {
+                            int64_t co = g * p->Cog + s0 + ir, yo = y_at(p, n, co, oh0, t0 + jr);
                             ipu__tile_ep ep = {bias ? (const float *)bias + co : NULL,
                                                res ? (const float *)res + yo : NULL, OHW,
                                                p->act == IPU__ACT_RELU};
@@ -440,16 +455,15 @@ static void run_window(const ipu__conv_plan *p, const float *x, const float *w,
             int64_t sm = m1 - s0 < IPU__MM_MB ? m1 - s0 : IPU__MM_MB;
             const float *ct = cb + (s0 - m0) / IPU__MM_MB * IPU__CONV_WIN_CT;
             for (int64_t i = 0; i < sm; i++) { /* kept columns, output row by output row */
-                int64_t co = g * p->Cog + s0 + i;
-                if (p->K > 0 && nfull > 0 && i / mr * mr + mr <= sm) {
-                    /* the panels not stored into y by the micro-kernel */
+                int64_t co = g * p->Cog + s0 + i, ir = i / mr * mr;
+                if (rows_to_y(p, nfull, ir, mr, sm)) { /* the panels not stored into y */
                     for (int64_t jr = 0; jr < np; jr += nr)
-                        if (jr >= nfull || !panel_in_row(p, t0 + jr, nr))
+                        if (!tile_to_y(p, t0 + jr, jr, nfull, nr, ir, mr, sm))
                             epilogue_kept(p, y, ct + i * NT, t0, t0 + jr,
                                           jr + nr < np ? t0 + jr + nr : t0 + np, n, oh0, bias, co,
                                           res);
                 } else if (t0 % Wq == 0 && np % Wq == 0) { /* whole rows: one call */
-                    int64_t off = (n * p->M + co) * OHW + (oh0 + t0 / Wq) * OW;
+                    int64_t off = y_at(p, n, co, oh0, t0);
                     ipu__conv_epilogue_rows(p, y + off, OW, ct + i * NT, Wq, np / Wq, OW, bias,
                                             co, res, off);
                 } else {
