@@ -218,6 +218,11 @@ static void test_conv_f32(int isa) {
          * stored into y, the next one is not; 14 channels, the last sub-block 2 of 6 */
         {{8, 4, 11, 17}, {14, 4, 3, 3}, {1, 1, 1, 1, 1, 1, 1, 1, 1}},
         {{8, 4, 11, 17}, {14, 4, 3, 3}, {1, 1, 1, 1, 1, 1, 1, 1, 1}},
+        /* the same for the AVX-512 kernel's 32-pixel panels: 6 rows of 42 extended pixels (40
+         * kept), panels at 0 and 128 lie in one row (stored into y), the others straddle two;
+         * 13 channels: a full 12-row tile and a partial one */
+        {{2, 3, 6, 40}, {13, 3, 3, 3}, {1, 1, 1, 1, 1, 1, 1, 1, 1}},
+        {{2, 3, 6, 40}, {13, 3, 3, 3}, {1, 1, 1, 1, 1, 1, 1, 1, 1}},
     };
     int used = ipu__sgemm_set_isa(isa);
     size_t ncases = sizeof cases / sizeof cases[0];
@@ -325,9 +330,10 @@ static void test_conv_small_map_items(int isa) {
     ipu__sgemm_set_isa(0);
 }
 
-/* The micro-kernel's rows variant (B row k read in place at b + off[k], any alignment) against
- * the packed kernel on the same rows copied into a panel: bit-identical, with and without
- * accumulation and the fused epilogue, on every micro-kernel that has the variant. */
+/* The micro-kernel's rows variant (B row k read in place at b + off[k], any alignment) and its
+ * arows variant (A column k at a + aoff[k]) against the packed kernel on the same rows copied
+ * into a panel: bit-identical, with and without accumulation and the fused epilogue, on every
+ * micro-kernel that has the variants. */
 static void test_ukr_rows(void) {
     for (int isa = 1; isa <= 3; isa++) {
         int used = ipu__sgemm_set_isa(isa);
@@ -357,6 +363,21 @@ static void test_ukr_rows(void) {
                 u.fn(KC, a, bp, c0, 40, acc & 1);
             u.rows(KC, a, src, off, c1, 40, acc & 1, acc & 2 ? &ep : NULL);
             CHECK(memcmp(c0, c1, sizeof c0) == 0, "ukr rows isa %d acc %d: differs from packed",
+                  isa, acc);
+            if (!u.arows) continue;
+            /* A read in place: column k is the mr floats at src + aoff[k] */
+            int64_t aoff[KC];
+            for (int k = 0; k < KC; k++) {
+                aoff[k] = (int64_t)((k * 89 + 7) % (SRC - u.mr));
+                memcpy(a + k * u.mr, src + aoff[k], sizeof(float) * (size_t)u.mr);
+            }
+            for (size_t i = 0; i < sizeof c0 / 4; i++) c0[i] = c1[i] = rndf();
+            if (acc & 2)
+                u.ep(KC, a, bp, c0, 40, acc & 1, &ep);
+            else
+                u.fn(KC, a, bp, c0, 40, acc & 1);
+            u.arows(KC, src, bp, aoff, c1, 40, acc & 1, acc & 2 ? &ep : NULL);
+            CHECK(memcmp(c0, c1, sizeof c0) == 0, "ukr arows isa %d acc %d: differs from packed",
                   isa, acc);
         }
         free(a);

@@ -499,6 +499,8 @@ static void pack_pixels(const float *src, const int64_t *off, int64_t kc, const 
                         int mr, float *ap) {
     if (mr == 6) /* the AVX2 and portable kernels: constant-size copies */
         pack_pixels_body(src, off, kc, q, 6, ap);
+    else if (mr == 12) /* AVX-512 */
+        pack_pixels_body(src, off, kc, q, 12, ap);
     else
         pack_pixels_body(src, off, kc, q, mr, ap);
 }

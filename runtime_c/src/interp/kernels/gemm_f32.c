@@ -29,23 +29,32 @@ typedef ipu__ukr_fn ukr_fn;
 
 #if IPU_X86
 #define MR512 12
-__attribute__((target("avx512f"))) static void ukr_avx512(int64_t kc, const float *ap,
-                                                          const float *bp, float *c, int64_t ldc,
-                                                          int acc) {
+/* 12 x 32 tiles, the AVX2 kernel's shape doubled in width (24 accumulators of the 32 zmm).
+ * B row k: bp + 32 k (packed panel, aligned) or, with off, bp + off[k] (rows read in place);
+ * A column k: ap + 12 k (packed panel) or, with aoff, ap + aoff[k]. ep as ukr_avx2_body's. */
+__attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void
+ukr_avx512_body(int64_t kc, const float *ap, const int64_t *aoff, const float *bp,
+                const int64_t *off, float *c, int64_t ldc, int acc, const ipu__tile_ep *ep) {
     __m512 c0[MR512], c1[MR512];
 #pragma GCC unroll 16
-    for (int i = 0; i < MR512; i++) c0[i] = c1[i] = _mm512_setzero_ps();
+    for (int i = 0; i < MR512; i++) {
+        c0[i] = c1[i] = _mm512_setzero_ps();
+        _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0); /* C's tile is read at the end */
+        _mm_prefetch((const char *)(c + i * ldc + 31), _MM_HINT_T0);
+    }
     for (int64_t k = 0; k < kc; k++) {
-        __m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16);
-        _mm_prefetch((const char *)(bp + 8 * 32), _MM_HINT_T0);
+        const float *b = off ? bp + off[k] : bp + 32 * k;
+        __m512 b0 = off ? _mm512_loadu_ps(b) : _mm512_load_ps(b);
+        __m512 b1 = off ? _mm512_loadu_ps(b + 16) : _mm512_load_ps(b + 16);
+        if (!off) _mm_prefetch((const char *)(b + 8 * 32), _MM_HINT_T0);
+        const float *a_k = aoff ? ap + aoff[k] : ap;
 #pragma GCC unroll 16
         for (int i = 0; i < MR512; i++) {
-            __m512 a = _mm512_set1_ps(ap[i]);
+            __m512 a = _mm512_set1_ps(a_k[i]);
             c0[i] = _mm512_fmadd_ps(a, b0, c0[i]);
             c1[i] = _mm512_fmadd_ps(a, b1, c1[i]);
         }
-        ap += MR512;
-        bp += 32;
+        if (!aoff) ap += MR512;
     }
 #pragma GCC unroll 16
     for (int i = 0; i < MR512; i++) {
@@ -54,9 +63,52 @@ __attribute__((target("avx512f"))) static void ukr_avx512(int64_t kc, const floa
             c0[i] = _mm512_add_ps(c0[i], _mm512_loadu_ps(r));
             c1[i] = _mm512_add_ps(c1[i], _mm512_loadu_ps(r + 16));
         }
+        if (ep && ep->bias) {
+            __m512 b = _mm512_set1_ps(ep->bias[i]);
+            c0[i] = _mm512_add_ps(c0[i], b);
+            c1[i] = _mm512_add_ps(c1[i], b);
+        }
+        if (ep && ep->res) {
+            c0[i] = _mm512_add_ps(c0[i], _mm512_loadu_ps(ep->res + i * ep->ldr));
+            c1[i] = _mm512_add_ps(c1[i], _mm512_loadu_ps(ep->res + i * ep->ldr + 16));
+        }
+        if (ep && ep->relu) { /* v if v > 0 or NaN, else +0 */
+            __m512 z = _mm512_setzero_ps();
+            c0[i] = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(c0[i], z, _CMP_NLE_UQ), c0[i]);
+            c1[i] = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(c1[i], z, _CMP_NLE_UQ), c1[i]);
+        }
         _mm512_storeu_ps(r, c0[i]);
         _mm512_storeu_ps(r + 16, c1[i]);
     }
+}
+
+__attribute__((target("avx512f"))) static void ukr_avx512(int64_t kc, const float *ap,
+                                                          const float *bp, float *c, int64_t ldc,
+                                                          int acc) {
+    ukr_avx512_body(kc, ap, NULL, bp, NULL, c, ldc, acc, NULL);
+}
+
+__attribute__((target("avx512f"))) static void ukr_avx512_ep(int64_t kc, const float *ap,
+                                                             const float *bp, float *c,
+                                                             int64_t ldc, int acc,
+                                                             const ipu__tile_ep *ep) {
+    ukr_avx512_body(kc, ap, NULL, bp, NULL, c, ldc, acc, ep);
+}
+
+__attribute__((target("avx512f"))) static void ukr_avx512_rows(int64_t kc, const float *ap,
+                                                               const float *b,
+                                                               const int64_t *off, float *c,
+                                                               int64_t ldc, int acc,
+                                                               const ipu__tile_ep *ep) {
+    ukr_avx512_body(kc, ap, NULL, b, off, c, ldc, acc, ep);
+}
+
+__attribute__((target("avx512f"))) static void ukr_avx512_arows(int64_t kc, const float *a,
+                                                                const float *bp,
+                                                                const int64_t *aoff, float *c,
+                                                                int64_t ldc, int acc,
+                                                                const ipu__tile_ep *ep) {
+    ukr_avx512_body(kc, a, aoff, bp, NULL, c, ldc, acc, ep);
 }
 
 #define MR256 6
@@ -195,13 +247,6 @@ static void ukr_portable_ep(int64_t kc, const float *ap, const float *bp, float 
     tile_ep(c, ldc, MRP, NRP, ep);
 }
 
-#if IPU_X86
-static void ukr_avx512_ep(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc,
-                          int acc, const ipu__tile_ep *ep) {
-    ukr_avx512(kc, ap, bp, c, ldc, acc);
-    tile_ep(c, ldc, MR512, 32, ep);
-}
-#endif
 
 typedef struct ukr_desc {
     ukr_fn fn;
@@ -215,7 +260,7 @@ static const ukr_desc UKRS[4] = {
     {ukr_portable, ukr_portable_ep, NULL, NULL, MRP, NRP, 1},
 #if IPU_X86
     {ukr_avx2, ukr_avx2_ep, ukr_avx2_rows, ukr_avx2_arows, MR256, 16, 2},
-    {ukr_avx512, ukr_avx512_ep, NULL, NULL, MR512, 32, 3},
+    {ukr_avx512, ukr_avx512_ep, ukr_avx512_rows, ukr_avx512_arows, MR512, 32, 3},
 #endif
 };
 
