@@ -229,12 +229,15 @@ void ipu__mm_plan_blocks(ipu__mm_plan *p) {
             if (p->nb > GEMV_NB_MAX) p->nb = GEMV_NB_MAX;
         } else {
             /* blocks of about equal size (balanced over workers): rows a multiple of the
-             * AVX2 and portable micro-kernels' height (6), columns of every width (8, 16, 32) */
+             * micro-kernel's height (6, 12 for AVX-512: a block of 66 rows would compute 72),
+             * columns of every width (8, 16, 32) */
+            ipu__ukr u;
+            ipu__sgemm_ukr(&u);
             p->path = IPU__MM_PACKED;
             p->nb = cdiv(cdiv(N, cdiv(N, MM_NB_MAX)), 32) * 32;
             int64_t mbl = cdiv(M, IPU__MM_MB);
             if (mbl > 1 && p->batch * (uint64_t)mbl * (uint64_t)cdiv(N, p->nb) % 2) mbl++;
-            p->mb = cdiv(cdiv(M, mbl), 6) * 6; /* an even number of items splits evenly */
+            p->mb = cdiv(cdiv(M, mbl), u.mr) * u.mr; /* an even number of items splits evenly */
             p->mblocks = cdiv(M, p->mb);
             /* at least 8 items, so that a helper that wakes late still gets a share */
             while (p->batch * (uint64_t)p->mblocks * (uint64_t)cdiv(N, p->nb) < 8 && p->nb > 64)
