@@ -313,6 +313,39 @@ def test_maxpool_rows_first_bit_for_bit(case: int) -> None:
     _check_maxpool_bits(x[:, :1], attrs)  # channel 0 has no NaN: the vector path throughout
 
 
+SAME_CASES = [  # stride 1, output plane = input plane ("same" pads): pool.c's masked-tap path
+    ((1, 40, 14, 14), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),  # Inception's
+    ((1, 6, 28, 28), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1}),
+    ((2, 7, 7, 7), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),  # 49: an overlapping vector
+    ((1, 5, 3, 3), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),  # 9 pixels
+    ((1, 4, 2, 3), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),  # 6: too few, window path
+    ((1, 3, 9, 11), {"kernel_shape": [3, 3], "dilations": [2, 2], "pads": [2, 2, 2, 2]}),
+    ((1, 3, 8, 8), {"kernel_shape": [2, 4], "pads": [0, 1, 1, 2]}),  # asymmetric
+    ((1, 2, 33, 31), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),  # > 1024: window path
+]
+
+
+@pytest.mark.parametrize("case", range(len(SAME_CASES)))
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+def test_pool_same_planes(case: int, op: str) -> None:
+    """Against the reference; max pools bit for bit with ties, signed zeros, infinities and
+    NaNs at the first and last pixel of the tensor (taps reach before and after it, masked)
+    and inside a vector block."""
+    shape, attrs = SAME_CASES[case]
+    attrs = dict(attrs)
+    if op == "AveragePool":
+        check_op(op, [arr(shape, F32, case)], attrs, opset=19, tol=1e-6)
+        return
+    attrs.pop("count_include_pad", None)
+    rng = np.random.default_rng(case)
+    x = rng.choice(np.array([0.0, -0.0, 1.0, 2.0, -np.inf, np.inf], np.float32), shape)
+    _check_maxpool_bits(x, attrs)
+    x.flat[0] = np.nan
+    x.flat[-1] = np.float32(-np.nan)
+    x.flat[x.size // 2] = (np.uint32(0x7FC00000) + np.uint32(7)).view(np.float32)
+    _check_maxpool_bits(x, attrs)
+
+
 @pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
 def test_pool_huge_dilation(op: str) -> None:
     """A dilated window taller than any scratch: the row path, not the window copy."""

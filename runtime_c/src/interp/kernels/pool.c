@@ -375,6 +375,117 @@ __attribute__((target("avx2"))) static void pool_window_avx2(const ipu__pool_pla
 }
 #endif
 
+#if IPU_X86
+/* Float32 stride-1 pools whose output plane is the input's shape ("same" padding: Inception's
+ * 3x3 pad-1 pools) on planes of at most SAME_MAX pixels: output f of a plane (f = oh * W + ow)
+ * reads input f + off[t] for tap t, where the tap lies inside the plane (mask[t][f]); so each
+ * tap is one masked vector load per 8 outputs, with no copy and no per-row work, which on 7x7
+ * and 14x14 planes cost 3-4 times the taps themselves. Masked-off lanes are the padding (0 for
+ * averages, -inf for max, as the window path's copies); taps in (kh, kw) order; averages divide
+ * by den[f], the window path's (float)nh * cw[ow]. */
+enum { SAME_MAX = 1024 };
+
+static bool same_ok(const ipu__pool_plan *p) {
+    int64_t hw = p->H * p->W;
+    return !p->f16 && p->sh == 1 && p->sw == 1 && p->OH == p->H && p->OW == p->W && hw >= 8 &&
+           hw <= SAME_MAX && p->KH * p->KW <= FOLD_TAPS;
+}
+
+/* Scratch floats of the masks, divisors and offsets (int64, 8-byte aligned). */
+static int64_t same_floats(const ipu__pool_plan *p) {
+    return (p->KH * p->KW + 1) * p->H * p->W + 2 * FOLD_TAPS + 1;
+}
+
+/* The taps' masks (int32: -1 inside the plane) and offsets, and the divisors (averages). */
+static void same_setup(const ipu__pool_plan *p, const float *cw, int32_t *mask, int64_t *off,
+                       float *den) {
+    const int64_t H = p->H, W = p->W;
+    int64_t t = 0;
+    for (int64_t kh = 0; kh < p->KH; kh++)
+        for (int64_t kw = 0; kw < p->KW; kw++, t++) {
+            int64_t dh = kh * p->dh - p->pt, dw = kw * p->dw - p->pl;
+            off[t] = dh * W + dw;
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t w = 0; w < W; w++)
+                    mask[(t * H + h) * W + w] =
+                        h + dh >= 0 && h + dh < H && w + dw >= 0 && w + dw < W ? -1 : 0;
+        }
+    for (int64_t h = 0; p->kind == 1 && h < H; h++) {
+        int64_t nh = 0;
+        for (int64_t kh = 0; kh < p->KH; kh++) {
+            int64_t ih = h - p->pt + kh * p->dh;
+            if (p->cip ? ih >= -p->pt && ih < p->H + p->pb : ih >= 0 && ih < p->H) nh++;
+        }
+        for (int64_t w = 0; w < W; w++) den[h * W + w] = (float)nh * cw[w];
+    }
+}
+
+/* Outputs [f, f + 8 nv) of one plane (nv <= 4 independent vectors: the taps' latency
+ * overlaps). */
+__attribute__((target("avx2"))) static inline __attribute__((always_inline)) void same_block(
+    const ipu__pool_plan *p, const float *x, float *y, int64_t f, int nv, int kind,
+    const int32_t *mask, const int64_t *off, const float *den) {
+    const int64_t HW = p->H * p->W, ntaps = p->KH * p->KW;
+    const __m256 pad = _mm256_set1_ps(kind == 0 ? -INFINITY : 0.0f);
+    __m256 a[4], nan = _mm256_setzero_ps();
+#pragma GCC unroll 4
+    for (int v = 0; v < nv; v++) a[v] = pad;
+    for (int64_t t = 0; t < ntaps; t++) {
+        const int32_t *mt = mask + t * HW + f;
+        const float *xt = x + f + off[t];
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; v++) {
+            __m256i m = _mm256_loadu_si256((const __m256i *)(mt + 8 * v));
+            __m256 u = _mm256_maskload_ps(xt + 8 * v, m); /* no fault where masked */
+            if (kind == 0) {
+                u = _mm256_blendv_ps(pad, u, _mm256_castsi256_ps(m));
+                nan = _mm256_or_ps(nan, _mm256_cmp_ps(u, u, _CMP_UNORD_Q));
+                a[v] = _mm256_max_ps(u, a[v]); /* max_tap but for a NaN u: redone below */
+            } else {
+                a[v] = _mm256_add_ps(a[v], u);
+            }
+        }
+    }
+    if (kind == 0 && _mm256_movemask_ps(nan)) {
+        for (int64_t q = f; q < f + 8 * nv; q++) {
+            float r = -INFINITY;
+            for (int64_t t = 0; t < ntaps; t++)
+                if (mask[t * HW + q]) r = max_tap(r, x[q + off[t]]);
+            y[q] = r;
+        }
+        return;
+    }
+#pragma GCC unroll 4
+    for (int v = 0; v < nv; v++) {
+        if (kind == 1) a[v] = _mm256_div_ps(a[v], _mm256_loadu_ps(den + f + 8 * v));
+        _mm256_storeu_ps(y + f + 8 * v, a[v]);
+    }
+}
+
+/* Whole planes, np of them from x and y. */
+__attribute__((target("avx2"))) static inline __attribute__((always_inline)) void pool_same_body(
+    const ipu__pool_plan *p, const float *x, float *y, int64_t np, int kind, const int32_t *mask,
+    const int64_t *off, const float *den) {
+    const int64_t HW = p->H * p->W;
+    for (int64_t g = 0; g < np; g++, x += HW, y += HW) {
+        int64_t f = 0;
+        for (; f + 32 <= HW; f += 32) same_block(p, x, y, f, 4, kind, mask, off, den);
+        for (; f + 8 <= HW; f += 8) same_block(p, x, y, f, 1, kind, mask, off, den);
+        if (f < HW) same_block(p, x, y, HW - 8, 1, kind, mask, off, den); /* overlaps */
+    }
+}
+
+__attribute__((target("avx2"))) static void pool_same(const ipu__pool_plan *p, const float *x,
+                                                      float *y, int64_t np,
+                                                      const int32_t *mask, const int64_t *off,
+                                                      const float *den) {
+    if (p->kind == 0)
+        pool_same_body(p, x, y, np, 0, mask, off, den);
+    else
+        pool_same_body(p, x, y, np, 1, mask, off, den);
+}
+#endif
+
 /* Work item `it`: planes [*p0, *p0 + *np), output rows [*oh0, *oh1) of each. */
 static void item_range(const ipu__pool_plan *p, size_t it, int64_t *p0, int64_t *np, int64_t *oh0,
                        int64_t *oh1) {
@@ -408,8 +519,19 @@ ipu_status ipu__k_pool2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
                        (int64_t)(IPU__SCRATCH_BYTES / sizeof(float));
         window_fn window = pool_window_base;
 #if IPU_X86
-        bool rows_first = false;
+        bool rows_first = false, same = false;
+        int32_t *mask = NULL;
+        int64_t *off = NULL;
+        float *den = NULL;
         if (__builtin_cpu_supports("avx2")) {
+            same = same_ok(p) && 2 * p->OW + same_floats(p) <=
+                                     (int64_t)(IPU__SCRATCH_BYTES / sizeof(float));
+            if (same) {
+                mask = (int32_t *)(cw + p->OW);
+                den = (float *)(mask + p->KH * p->KW * p->H * p->W);
+                off = (int64_t *)(((uintptr_t)(den + p->H * p->W) + 7) & ~(uintptr_t)7);
+                same_setup(p, cw, mask, off, den);
+            }
             window = pool_window_avx2;
             rows_first = win && p->kind == 0 && p->sw == 2 && p->dw == 1 &&
                          p->OW >= ROWS_FIRST_OW && p->KH <= FOLD_TAPS &&
@@ -420,6 +542,13 @@ ipu_status ipu__k_pool2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
         for (size_t it = b; it < e; it++) {
             int64_t p0, np, oh0, oh1;
             item_range(p, it, &p0, &np, &oh0, &oh1);
+#if IPU_X86
+            if (same && oh0 == 0 && oh1 == p->OH) { /* whole planes */
+                pool_same(p, (const float *)x + p0 * p->H * p->W, (float *)y + p0 * p->H * p->W,
+                          np, mask, off, den);
+                continue;
+            }
+#endif
             if (win && np > 1) { /* whole small planes, folded together */
                 window(p, (const float *)x + p0 * p->H * p->W, oh1 - oh0, oh0, np, cw,
                        (float *)y + p0 * p->OH * p->OW, cw + p->OW);
