@@ -3,9 +3,10 @@
  * planes (the plan's `planes`). float32: the window path (pool_window_body) copies the padded
  * input rows of the block by stride phase, then each tap is one long vectorised pass (AVX2 where
  * the CPU has it); wide max pools of column stride 2 take their rows' column maxima first
- * (pool_max_rows, AVX2). float16: rows go tap by tap over a row of accumulators in scratch; a
- * per-pixel fallback takes rows too wide for the scratch. Each output takes its taps in (kh, kw)
- * order on every path. */
+ * (pool_max_rows, AVX2); stride-1 pools whose output plane is the input's, on small planes,
+ * take masked taps over whole planes (pool_same, AVX2). float16: rows go tap by tap over a row
+ * of accumulators in scratch; a per-pixel fallback takes rows too wide for the scratch. Each
+ * output takes its taps in (kh, kw) order on every path. */
 #include <math.h>
 #include <stdbool.h>
 #include <string.h>
