@@ -376,34 +376,30 @@ static void test_ukr_rows(void) {
             off[k] = (int64_t)((k * 97 + 13) % (SRC - u.nr));
             memcpy(bp + k * u.nr, src + off[k], sizeof(float) * (size_t)u.nr);
         }
+        int64_t aoff[KC]; /* arows: A's column k is the mr floats at src + aoff[k] */
+        for (int k = 0; k < KC; k++) {
+            aoff[k] = (int64_t)((k * 89 + 7) % (SRC - u.mr));
+            memcpy(a + k * u.mr, src + aoff[k], sizeof(float) * (size_t)u.mr);
+        }
         float bias[IPU__SGEMM_MAX_MR], res[IPU__SGEMM_MAX_MR * 40];
         for (int i = 0; i < u.mr; i++) bias[i] = rndf();
         for (size_t i = 0; i < sizeof res / 4; i++) res[i] = rndf();
-        for (int acc = 0; acc < 4; acc++) { /* acc & 2: with bias, residual and Relu */
-            ipu__tile_ep ep = {bias, res, 40, 1};
+        /* v & 1: accumulate; v & 2: bias, residual and Relu; v & 4: arows instead of rows */
+        for (int v = 0; v < 8; v++) {
+            int acc = v & 1;
+            ipu__tile_ep ep = {bias, res, 40, 1}, *e = v & 2 ? &ep : NULL;
+            if ((v & 4) && !u.arows) continue;
             for (size_t i = 0; i < sizeof c0 / 4; i++) c0[i] = c1[i] = rndf();
-            if (acc & 2)
-                u.ep(KC, a, bp, c0, 40, acc & 1, &ep);
+            if (e)
+                u.ep(KC, a, bp, c0, 40, acc, e);
             else
-                u.fn(KC, a, bp, c0, 40, acc & 1);
-            u.rows(KC, a, src, off, c1, 40, acc & 1, acc & 2 ? &ep : NULL);
-            CHECK(memcmp(c0, c1, sizeof c0) == 0, "ukr rows isa %d acc %d: differs from packed",
-                  isa, acc);
-            if (!u.arows) continue;
-            /* A read in place: column k is the mr floats at src + aoff[k] */
-            int64_t aoff[KC];
-            for (int k = 0; k < KC; k++) {
-                aoff[k] = (int64_t)((k * 89 + 7) % (SRC - u.mr));
-                memcpy(a + k * u.mr, src + aoff[k], sizeof(float) * (size_t)u.mr);
-            }
-            for (size_t i = 0; i < sizeof c0 / 4; i++) c0[i] = c1[i] = rndf();
-            if (acc & 2)
-                u.ep(KC, a, bp, c0, 40, acc & 1, &ep);
+                u.fn(KC, a, bp, c0, 40, acc);
+            if (v & 4)
+                u.arows(KC, src, bp, aoff, c1, 40, acc, e);
             else
-                u.fn(KC, a, bp, c0, 40, acc & 1);
-            u.arows(KC, src, bp, aoff, c1, 40, acc & 1, acc & 2 ? &ep : NULL);
-            CHECK(memcmp(c0, c1, sizeof c0) == 0, "ukr arows isa %d acc %d: differs from packed",
-                  isa, acc);
+                u.rows(KC, a, src, off, c1, 40, acc, e);
+            CHECK(memcmp(c0, c1, sizeof c0) == 0, "ukr %s isa %d case %d: differs from packed",
+                  v & 4 ? "arows" : "rows", isa, v);
         }
         free(a);
         free(bp);
