@@ -3,10 +3,13 @@
     python -P tools/pass_ab.py fuse_affine_chains densenet121 --threads 1 --rounds 10
 
 Both executables run in one process, in alternating rounds of 3 calls, so that a neighbour
-slowing the machine slows both. Prints the median and minimum per-inference process CPU time
-and wall time of each variant and the throughput ratio with/without (CPU time is the steadier
-figure on a shared machine at 1 thread; at 2 threads it is not latency), and checks the outputs
-agree. Models: those of the side-by-side tables (benchmarks/zoo.py).
+slowing the machine slows both. Each variant gets two runners, created and called in the order
+without, with, with, without: of two runners of one executable, the one created second measured
+3-5 % faster on the fifteenth session's machine, which would otherwise favour one variant.
+Prints the median and minimum per-inference process CPU time and wall time of each variant and
+the throughput ratio with/without (CPU time is the steadier figure on a shared machine at 1
+thread; at 2 threads it is not latency), and checks the outputs agree. Models: those of the
+side-by-side tables (benchmarks/zoo.py).
 """
 
 from __future__ import annotations
@@ -44,31 +47,34 @@ def main() -> None:
     opts = CompilerOptions()
     opts.engine_options = {"debug.allowOutOfMemory": "true"}
     the_pass = getattr(compiler_module, args.pass_name)
-    runners = {}
+    exes = {}
     for variant, fn in (("without", lambda b: 0), ("with", the_pass)):
         setattr(compiler_module, args.pass_name, fn)
         try:
-            exe = Compiler.compile(model, None, opts)
+            exes[variant] = Compiler.compile(model, None, opts)
         finally:
             setattr(compiler_module, args.pass_name, the_pass)
-        r = Runner(exe, RuntimeConfig(timeout_ns=0, num_threads=args.threads))
+    runners = []  # (variant, runner, outputs), in the order without, with, with, without
+    for variant in ("without", "with", "with", "without"):
+        r = Runner(exes[variant], RuntimeConfig(timeout_ns=0, num_threads=args.threads))
         out = {d.name: np.zeros(d.shape, d.numpy_data_type()) for d in r.get_execute_outputs()}
-        runners[variant] = (r, out, len(exe.program.program(1).instrs))
-    cpu: dict[str, list[float]] = {v: [] for v in runners}
-    wall: dict[str, list[float]] = {v: [] for v in runners}
+        runners.append((variant, r, out))
+    cpu: dict[str, list[float]] = {v: [] for v in exes}
+    wall: dict[str, list[float]] = {v: [] for v in exes}
     for _ in range(args.rounds):
-        for variant, (r, out, _n) in runners.items():
+        for variant, r, out in runners:
             c0, w0 = time.process_time(), time.perf_counter()
             for _ in range(3):
                 r.execute(feeds, out)
             cpu[variant].append((time.process_time() - c0) / 3e-3)
             wall[variant].append((time.perf_counter() - w0) / 3e-3)
-    a, b = runners["without"][1], runners["with"][1]
+    a, b = runners[0][2], runners[1][2]  # without, with
     diff = max(
         float(np.max(np.abs(a[k] - b[k]) / max(1.0, float(np.max(np.abs(a[k])))))) for k in a
     )
     print(f"{args.model}, {args.threads} thread(s), {args.rounds} rounds; max rel. diff {diff:.1e}")
-    for v, (_r, _o, n) in runners.items():
+    for v, exe in exes.items():
+        n = len(exe.program.program(1).instrs)
         print(
             f"  {v:8s} {n:4d} instructions  CPU ms median {statistics.median(cpu[v]):8.2f} "
             f"min {min(cpu[v]):8.2f}   wall ms median {statistics.median(wall[v]):8.2f} "
