@@ -40,15 +40,31 @@ static inline __attribute__((always_inline)) void tap_f32(float *restrict a,
     }
 }
 
-/* Output row oh of plane `plane` into acc[OW]; cw[ow] = taps of column ow inside the padded
- * (count_include_pad) or valid range, for averages. */
+/* Taps of output row oh's window inside the padded (count_include_pad) or the valid rows; and
+ * the same for column ow: an average's divisor is their product. */
+static int64_t rows_inside(const ipu__pool_plan *p, int64_t oh) {
+    int64_t n = 0;
+    for (int64_t kh = 0; kh < p->KH; kh++) {
+        int64_t ih = oh * p->sh - p->pt + kh * p->dh;
+        n += p->cip ? ih >= -p->pt && ih < p->H + p->pb : ih >= 0 && ih < p->H;
+    }
+    return n;
+}
+static int64_t cols_inside(const ipu__pool_plan *p, int64_t ow) {
+    int64_t n = 0;
+    for (int64_t kw = 0; kw < p->KW; kw++) {
+        int64_t iw = ow * p->sw - p->pl + kw * p->dw;
+        n += p->cip ? iw >= -p->pl && iw < p->W + p->pr : iw >= 0 && iw < p->W;
+    }
+    return n;
+}
+
+/* Output row oh of plane `plane` into acc[OW]; cw[ow] = cols_inside(p, ow), for averages. */
 static void pool_row(const ipu__pool_plan *p, const void *x, int64_t xoff, int64_t oh, float *acc,
                      const float *cw) {
     for (int64_t ow = 0; ow < p->OW; ow++) acc[ow] = p->kind == 0 ? -INFINITY : 0.0f;
-    int64_t nh = 0;
     for (int64_t kh = 0; kh < p->KH; kh++) {
         int64_t ih = oh * p->sh - p->pt + kh * p->dh;
-        if (p->cip ? ih >= -p->pt && ih < p->H + p->pb : ih >= 0 && ih < p->H) nh++;
         if (ih < 0 || ih >= p->H) continue;
         int64_t base = xoff + ih * p->W, sw = p->sw;
         for (int64_t kw = 0; kw < p->KW; kw++) {
@@ -69,8 +85,10 @@ static void pool_row(const ipu__pool_plan *p, const void *x, int64_t xoff, int64
             }
         }
     }
-    if (p->kind == 1)
-        for (int64_t ow = 0; ow < p->OW; ow++) acc[ow] /= (float)nh * cw[ow];
+    if (p->kind == 1) {
+        float nh = (float)rows_inside(p, oh);
+        for (int64_t ow = 0; ow < p->OW; ow++) acc[ow] /= nh * cw[ow];
+    }
 }
 
 /* The window path folds whole blocks of FOLD_BLOCK outputs (no scalar tail): the planes are
@@ -349,12 +367,8 @@ static inline __attribute__((always_inline)) void pool_window_body(
             memcpy(yr, ar, sizeof(float) * (size_t)p->OW);
             continue;
         }
-        int64_t nh = 0; /* taps of the window's column inside the padded or valid range */
-        for (int64_t kh = 0; kh < p->KH; kh++) {
-            int64_t ih = (oh0 + r) * sh - p->pt + kh * p->dh;
-            if (p->cip ? ih >= -p->pt && ih < p->H + p->pb : ih >= 0 && ih < p->H) nh++;
-        }
-        for (int64_t ow = 0; ow < p->OW; ow++) yr[ow] = ar[ow] / ((float)nh * cw[ow]);
+        float nh = (float)rows_inside(p, oh0 + r);
+        for (int64_t ow = 0; ow < p->OW; ow++) yr[ow] = ar[ow] / (nh * cw[ow]);
     }
 }
 
@@ -383,7 +397,7 @@ __attribute__((target("avx2"))) static void pool_window_avx2(const ipu__pool_pla
  * tap is one masked vector load per 8 outputs, with no copy and no per-row work, which on 7x7
  * and 14x14 planes cost 3-4 times the taps themselves. Masked-off lanes are the padding (0 for
  * averages, -inf for max, as the window path's copies); taps in (kh, kw) order; averages divide
- * by den[f], the window path's (float)nh * cw[ow]. */
+ * by den[f] = rows_inside * cols_inside, as the window path does. */
 enum { SAME_MAX = 1024 };
 
 static bool same_ok(const ipu__pool_plan *p) {
@@ -412,12 +426,8 @@ static void same_setup(const ipu__pool_plan *p, const float *cw, int32_t *mask, 
                         h + dh >= 0 && h + dh < H && w + dw >= 0 && w + dw < W ? -1 : 0;
         }
     for (int64_t h = 0; p->kind == 1 && h < H; h++) {
-        int64_t nh = 0;
-        for (int64_t kh = 0; kh < p->KH; kh++) {
-            int64_t ih = h - p->pt + kh * p->dh;
-            if (p->cip ? ih >= -p->pt && ih < p->H + p->pb : ih >= 0 && ih < p->H) nh++;
-        }
-        for (int64_t w = 0; w < W; w++) den[h * W + w] = (float)nh * cw[w];
+        float nh = (float)rows_inside(p, h);
+        for (int64_t w = 0; w < W; w++) den[h * W + w] = nh * cw[w];
     }
 }
 
@@ -503,14 +513,7 @@ ipu_status ipu__k_pool2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
     void *y = f->ptr[ins->out[0]];
     if ((uint64_t)p->OW * 2 * sizeof(float) <= IPU__SCRATCH_BYTES) {
         float *acc = scratch, *cw = acc + p->OW;
-        for (int64_t ow = 0; ow < p->OW; ow++) {
-            int64_t nw = 0;
-            for (int64_t kw = 0; kw < p->KW; kw++) {
-                int64_t iw = ow * p->sw - p->pl + kw * p->dw;
-                if (p->cip ? iw >= -p->pl && iw < p->W + p->pr : iw >= 0 && iw < p->W) nw++;
-            }
-            cw[ow] = (float)nw;
-        }
+        for (int64_t ow = 0; ow < p->OW; ow++) cw[ow] = (float)cols_inside(p, ow);
         int64_t hq, wq;
         const int64_t lim = (int64_t)1 << 24; /* keeps window_floats far from overflow */
         bool win = !p->f16 && p->sh <= 64 && p->sw <= 64 && p->OW < lim && p->rows < lim &&
@@ -584,17 +587,6 @@ ipu_status ipu__k_pool2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
             for (int64_t oh = oh0, xoff = plane * p->H * p->W; oh < oh1; oh++) {
                 for (int64_t ow = 0; ow < p->OW; ow++) {
                     float acc = p->kind == 0 ? -INFINITY : 0.0f;
-                    int64_t nh = 0, nw = 0, vh = 0, vw = 0; /* taps inside padded / valid range */
-                    for (int64_t kh = 0; kh < p->KH; kh++) {
-                        int64_t ih = oh * p->sh - p->pt + kh * p->dh;
-                        if (ih >= -p->pt && ih < p->H + p->pb) nh++;
-                        if (ih >= 0 && ih < p->H) vh++;
-                    }
-                    for (int64_t kw = 0; kw < p->KW; kw++) {
-                        int64_t iw = ow * p->sw - p->pl + kw * p->dw;
-                        if (iw >= -p->pl && iw < p->W + p->pr) nw++;
-                        if (iw >= 0 && iw < p->W) vw++;
-                    }
                     for (int64_t kh = 0; kh < p->KH; kh++) {
                         int64_t ih = oh * p->sh - p->pt + kh * p->dh;
                         if (ih < 0 || ih >= p->H) continue;
@@ -605,7 +597,7 @@ ipu_status ipu__k_pool2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
                             acc = p->kind == 0 ? max_tap(acc, v) : acc + v;
                         }
                     }
-                    if (p->kind == 1) acc /= (float)(p->cip ? nh * nw : vh * vw);
+                    if (p->kind == 1) acc /= (float)(rows_inside(p, oh) * cols_inside(p, ow));
                     int64_t o = (plane * p->OH + oh) * p->OW + ow;
                     if (p->f16)
                         ((uint16_t *)y)[o] = ipu__f32_to_f16(acc);
