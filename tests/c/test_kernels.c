@@ -184,31 +184,6 @@ static void test_matmul_f32(int isa) {
     ipu__sgemm_set_isa(0);
 }
 
-/* MatMul row blocks are whole micro-kernel tiles (a block of 66 rows would make the 12-row
- * AVX-512 kernel compute 72), as even as that allows, and cover every row. */
-static void test_matmul_row_blocks(int isa) {
-    int used = ipu__sgemm_set_isa(isa);
-    ipu__ukr u;
-    ipu__sgemm_ukr(&u);
-    static const int64_t ms[] = {128, 256, 1000, 97};
-    for (size_t c = 0; c < sizeof ms / sizeof ms[0]; c++) {
-        H *h = h_new(16 << 20);
-        uint32_t a = T(h, FLOAT32, ms[c], 64), b = T(h, FLOAT32, 64, 768);
-        uint32_t y = T(h, FLOAT32, ms[c], 768);
-        TI ti;
-        CHECK(ti_make(h, &ti, IPU_OP_MATMUL, 2, (uint32_t[]){a, b}, y, 0, NULL) == IPU_OK,
-              "row blocks %zu: verify: %s", c, ipu_last_error_message());
-        const ipu__mm_plan *p = ti.ins.plan;
-        CHECK(p->path == IPU__MM_PACKED && p->mb % u.mr == 0 && p->mb * p->mblocks >= ms[c] &&
-                  p->mb * (p->mblocks - 1) < ms[c],
-              "row blocks isa %d, M = %lld: %lld blocks of %lld rows (mr %d)", used,
-              (long long)ms[c], (long long)p->mblocks, (long long)p->mb, u.mr);
-        ti_free(h, &ti);
-        h_free(h);
-    }
-    ipu__sgemm_set_isa(0);
-}
-
 /* CONV2D float32 on every micro-kernel (forced ISA) against a double-precision direct loop:
  * the window path (strides, pads, dilations, groups, K chunks, > 4 sub-blocks per work item,
  * KW = 1 without a copy) and the GEMM path (1x1 stride 1; input rows too wide for the scratch;
@@ -801,7 +776,6 @@ int main(int argc, char **argv) {
     test_binary_f16_int();
     test_relu();
     for (int isa = 1; isa <= 3; isa++) test_matmul_f32(isa);
-    for (int isa = 1; isa <= 3; isa++) test_matmul_row_blocks(isa);
     for (int isa = 1; isa <= 3; isa++) test_conv_f32(isa);
     for (int isa = 1; isa <= 3; isa++) test_conv_small_map_items(isa);
     test_ukr_rows();
