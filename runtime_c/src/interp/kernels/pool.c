@@ -40,23 +40,23 @@ static inline __attribute__((always_inline)) void tap_f32(float *restrict a,
     }
 }
 
-/* Taps of output row oh's window inside the padded (count_include_pad) or the valid rows; and
- * the same for column ow: an average's divisor is their product. */
-static int64_t rows_inside(const ipu__pool_plan *p, int64_t oh) {
-    int64_t n = 0;
-    for (int64_t kh = 0; kh < p->KH; kh++) {
-        int64_t ih = oh * p->sh - p->pt + kh * p->dh;
-        n += p->cip ? ih >= -p->pt && ih < p->H + p->pb : ih >= 0 && ih < p->H;
+/* Taps of output o's window along one axis (stride s, pads p0 before and p1 after, k taps
+ * dilated by d, n inputs) inside the padded (count_include_pad) or the valid range; an
+ * average's divisor is the product of its row's and its column's. */
+static int64_t taps_inside(int64_t o, int64_t s, int64_t p0, int64_t p1, int64_t k, int64_t d,
+                           int64_t n, bool cip) {
+    int64_t c = 0;
+    for (int64_t t = 0; t < k; t++) {
+        int64_t i = o * s - p0 + t * d;
+        c += cip ? i >= -p0 && i < n + p1 : i >= 0 && i < n;
     }
-    return n;
+    return c;
+}
+static int64_t rows_inside(const ipu__pool_plan *p, int64_t oh) {
+    return taps_inside(oh, p->sh, p->pt, p->pb, p->KH, p->dh, p->H, p->cip);
 }
 static int64_t cols_inside(const ipu__pool_plan *p, int64_t ow) {
-    int64_t n = 0;
-    for (int64_t kw = 0; kw < p->KW; kw++) {
-        int64_t iw = ow * p->sw - p->pl + kw * p->dw;
-        n += p->cip ? iw >= -p->pl && iw < p->W + p->pr : iw >= 0 && iw < p->W;
-    }
-    return n;
+    return taps_inside(ow, p->sw, p->pl, p->pr, p->KW, p->dw, p->W, p->cip);
 }
 
 /* Output row oh of plane `plane` into acc[OW]; cw[ow] = cols_inside(p, ow), for averages. */
