@@ -509,7 +509,7 @@ static void pack_pixels(const float *src, const int64_t *off, int64_t kc, const 
  * [m0, m1) of group g, the np output pixels of the row block. Per K chunk
  * the chunk's input rows are copied as in the window path (xcopy), the pixels packed into A
  * panels, and the micro-kernel accumulates C^T[pixel][channel] in scratch against the
- * pre-packed weight panels bw; the epilogue then writes y channel by channel. */
+ * pre-packed weight panels bw; the epilogue then writes y from C^T (8 x 8 transposes). */
 static void run_tposed(const ipu__conv_plan *p, const float *x, const float *bw, const void *bias,
                        const void *res, float *y, int64_t n, int64_t g, int64_t mb0, int64_t mb1,
                        int64_t r, void *scratch) {
@@ -565,14 +565,8 @@ static void run_tposed(const ipu__conv_plan *p, const float *x, const float *bw,
             }
         }
     }
-    for (int64_t c0 = m0; c0 < m1; c0 += 8) { /* column co - m0 of C^T is y's row block */
-        int64_t w8 = m1 - c0 < 8 ? m1 - c0 : 8;
-        ipu__transpose_f32(ct + c0 - m0, mpad, 8, np, np, ap); /* 8 columns: rows read once */
-        for (int64_t t = 0; t < w8; t++) {
-            int64_t c = g * p->Cog + c0 + t, yo = (n * p->M + c) * OHW + oh0 * OW;
-            epilogue_to(p, y + yo, ap + t * np, np, bias, c, res, yo);
-        }
-    }
+    int64_t co = g * p->Cog + m0, yo = (n * p->M + co) * OHW + oh0 * OW; /* y's row block */
+    ipu__conv_epilogue_t(p, y + yo, OHW, ct, mpad, np, m1 - m0, bias, co, res, yo);
 }
 
 static void run_gemm(const ipu__conv_plan *p, const void *x, const void *w, const void *bias,

@@ -5,10 +5,7 @@
 #include <string.h>
 
 #include "kernels.h"
-
-#if IPU_X86
-#include <immintrin.h>
-#endif
+#include "tr8.h"
 
 /* dst[j] = act(src[j] + bias[co] + res[off + j]) for j < n (bias, res optional; dst may be
  * src), one pass. */
@@ -61,6 +58,20 @@ static void epilogue_base(const ipu__conv_plan *p, float *dst, int64_t ds, const
     epilogue_rows_body(p, dst, ds, src, ss, nrows, n, bias, co, res, off);
 }
 
+/* The small-map path's epilogue: row c of dst (channel co + c, c < nch, at dst + c * ds) from
+ * column c of C^T (pixel i at ct[i * ldc + c], i < np). */
+static void epilogue_t_base(const ipu__conv_plan *p, float *dst, int64_t ds, const float *ct,
+                            int64_t ldc, int64_t np, int64_t nch, const void *bias, int64_t co,
+                            const void *res, int64_t off) {
+    float col[8];
+    for (int64_t c = 0; c < nch; c++)
+        for (int64_t i0 = 0; i0 < np; i0 += 8) { /* through a column buffer: one pass each */
+            int64_t n = np - i0 < 8 ? np - i0 : 8;
+            for (int64_t i = 0; i < n; i++) col[i] = ct[(i0 + i) * ldc + c];
+            epilogue_body(p, dst + c * ds + i0, col, n, bias, co + c, res, off + c * ds + i0);
+        }
+}
+
 #if IPU_X86
 /* The same operations in the same order, 8 lanes wide (no FMA: results identical), the end of
  * each row under a mask: the rows of 13- to 111-wide maps would otherwise spend a third to
@@ -97,6 +108,66 @@ __attribute__((target("avx2"))) static void epilogue_avx2(const ipu__conv_plan *
         }
     }
 }
+/* Block (c0, i0) of epilogue_t_avx2: w channels of h pixels (constant 8 and 8 in the usual
+ * case, so that the block stays in registers); `tail` masks the pixels when h < 8. */
+__attribute__((target("avx2"))) static inline __attribute__((always_inline)) void epilogue_t_block(
+    float *dst, int64_t ds, const float *ct, int64_t ldc, int64_t h, int64_t w, __m256 vb,
+    bool bias, const float *res, bool relu, __m256i tail) {
+    const __m256 zero = _mm256_setzero_ps();
+    __m256 r[8];
+    for (int64_t i = 0; i < 8; i++) {
+        r[i] = i < h ? _mm256_loadu_ps(ct + i * ldc) : zero;
+        if (bias) r[i] = _mm256_add_ps(r[i], vb);
+    }
+    ipu__tr8(r);
+    for (int64_t t = 0; t < w; t++) {
+        __m256 v = r[t];
+        if (res) v = _mm256_add_ps(v, h == 8 ? _mm256_loadu_ps(res + t * ds)
+                                            : _mm256_maskload_ps(res + t * ds, tail));
+        if (relu) v = _mm256_and_ps(v, _mm256_cmp_ps(v, zero, _CMP_NLE_UQ));
+        if (h == 8)
+            _mm256_storeu_ps(dst + t * ds, v);
+        else
+            _mm256_maskstore_ps(dst + t * ds, tail, v);
+    }
+}
+
+/* epilogue_t_base by 8 x 8 blocks transposed in registers: bias added before the transpose
+ * (one vector of 8 channels), residual and activation after, in epilogue_body's order. C^T's
+ * rows hold whole blocks of 8 channels (the micro-kernel's padded width). */
+__attribute__((target("avx2"))) static void epilogue_t_avx2(const ipu__conv_plan *p, float *dst,
+                                                            int64_t ds, const float *ct,
+                                                            int64_t ldc, int64_t np, int64_t nch,
+                                                            const void *bias, int64_t co,
+                                                            const void *res, int64_t off) {
+    const bool relu = p->act == IPU__ACT_RELU;
+    if (res && p->f16) {
+        epilogue_t_base(p, dst, ds, ct, ldc, np, nch, bias, co, res, off);
+        return;
+    }
+    const int64_t nv = np / 8 * 8;
+    const __m256i tail = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(np - nv)),
+                                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    const float *r = res ? (const float *)res + off : NULL;
+    for (int64_t c0 = 0; c0 < nch; c0 += 8) {
+        int64_t w = nch - c0 < 8 ? nch - c0 : 8;
+        float b8[8] = {0};
+        for (int64_t t = 0; bias && t < w; t++) b8[t] = ipu__ld_f32(bias, p->f16, co + c0 + t);
+        const __m256 vb = _mm256_loadu_ps(b8);
+        float *d = dst + c0 * ds;
+        const float *q = r ? r + c0 * ds : NULL;
+        for (int64_t i0 = 0; i0 < np; i0 += 8) {
+            const float *s = ct + i0 * ldc + c0, *qi = q ? q + i0 : NULL;
+            if (w == 8 && i0 < nv && relu && bias && !q) /* the usual case, its own copy */
+                epilogue_t_block(d + i0, ds, s, ldc, 8, 8, vb, true, NULL, true, tail);
+            else if (w == 8 && i0 < nv)
+                epilogue_t_block(d + i0, ds, s, ldc, 8, 8, vb, bias, qi, relu, tail);
+            else
+                epilogue_t_block(d + i0, ds, s, ldc, np - i0 < 8 ? np - i0 : 8, w, vb, bias, qi,
+                                 relu, tail);
+        }
+    }
+}
 #endif
 
 void ipu__conv_epilogue_rows(const ipu__conv_plan *p, float *dst, int64_t ds, const float *src,
@@ -109,4 +180,16 @@ void ipu__conv_epilogue_rows(const ipu__conv_plan *p, float *dst, int64_t ds, co
     }
 #endif
     epilogue_base(p, dst, ds, src, ss, nrows, n, bias, co, res, off);
+}
+
+void ipu__conv_epilogue_t(const ipu__conv_plan *p, float *dst, int64_t ds, const float *ct,
+                          int64_t ldc, int64_t np, int64_t nch, const void *bias, int64_t co,
+                          const void *res, int64_t off) {
+#if IPU_X86
+    if (__builtin_cpu_supports("avx2")) {
+        epilogue_t_avx2(p, dst, ds, ct, ldc, np, nch, bias, co, res, off);
+        return;
+    }
+#endif
+    epilogue_t_base(p, dst, ds, ct, ldc, np, nch, bias, co, res, off);
 }

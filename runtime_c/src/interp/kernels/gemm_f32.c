@@ -14,6 +14,7 @@
 
 #include "isa.h"
 #include "kernels.h"
+#include "tr8.h"
 
 #if IPU_X86
 #include <immintrin.h>
@@ -320,25 +321,6 @@ static inline void ld_row(const void *base, int64_t off, int f16, float *dst, in
 }
 
 #if IPU_X86
-/* In-register transpose of the 8 x 8 block r[0..7]. */
-__attribute__((target("avx2"))) static inline void tr8(__m256 r[8]) {
-    __m256 t[8], s[8];
-    for (int i = 0; i < 8; i += 2) {
-        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 8; i += 4) {
-        s[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-        s[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-        s[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-        s[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-    }
-    for (int i = 0; i < 4; i++) {
-        r[i] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x20);
-        r[i + 4] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x31);
-    }
-}
-
 /* dst[k * nr + j] = src[j * ld + k], k < kc, j < w: transposed B, 8 x 8 blocks at a time. */
 __attribute__((target("avx2"))) static void pack_bt_avx2(const float *src, int64_t ld,
                                                           int64_t kc, int64_t w, int64_t nr,
@@ -349,7 +331,7 @@ __attribute__((target("avx2"))) static void pack_bt_avx2(const float *src, int64
         for (; k + 8 <= kc; k += 8) {
             __m256 r[8];
             for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(src + (j + i) * ld + k);
-            tr8(r);
+            ipu__tr8(r);
             for (int i = 0; i < 8; i++) _mm256_storeu_ps(dst + (k + i) * nr + j, r[i]);
         }
         for (; k < kc; k++)
@@ -367,7 +349,7 @@ __attribute__((target("avx2"))) static void pack_a6_avx2(const float *const rows
         __m256 r[8];
         for (int i = 0; i < 6; i++) r[i] = _mm256_loadu_ps(rows[i] + k);
         r[6] = r[7] = _mm256_setzero_ps();
-        tr8(r);
+        ipu__tr8(r);
         for (int t = 0; t < 8; t++) {
             float *d = dst + (k + t) * 6;
             _mm_storeu_ps(d, _mm256_castps256_ps128(r[t]));
@@ -378,18 +360,6 @@ __attribute__((target("avx2"))) static void pack_a6_avx2(const float *const rows
         for (int i = 0; i < 6; i++) dst[k * 6 + i] = rows[i][k];
 }
 #endif
-
-void ipu__transpose_f32(const float *src, int64_t lds, int64_t kc, int64_t w, int64_t ldd,
-                        float *dst) {
-#if IPU_X86
-    if (vec_pack()) {
-        pack_bt_avx2(src, lds, kc, w, ldd, dst);
-        return;
-    }
-#endif
-    for (int64_t j = 0; j < w; j++)
-        for (int64_t k = 0; k < kc; k++) dst[k * ldd + j] = src[j * lds + k];
-}
 
 /* Rows [k0, k0 + kc) of columns [j0, j0 + nc) of op(B) into panels of width nr: panel q at
  * bp + q * pstride, its row k at + k * nr; columns past nc are zero. */

@@ -305,6 +305,12 @@ bool ipu__conv_wino(const ipu__conv_plan *p, const float *x, const float *U, con
 void ipu__conv_epilogue_rows(const ipu__conv_plan *p, float *dst, int64_t ds, const float *src,
                              int64_t ss, int64_t nrows, int64_t n, const void *bias, int64_t co,
                              const void *res, int64_t off);
+/* The same from C^T (the small-map path's tile): row c of dst (channel co + c, c < nch, at dst
+ * + c * ds, residual at off + c * ds) from column c of ct, pixel i at ct[i * ldc + c], i < np;
+ * ct's rows hold nch rounded up to 8 columns. */
+void ipu__conv_epilogue_t(const ipu__conv_plan *p, float *dst, int64_t ds, const float *ct,
+                          int64_t ldc, int64_t np, int64_t nch, const void *bias, int64_t co,
+                          const void *res, int64_t off);
 
 /* POOL2D: x[N,C,H,W] -> y[N,C,OH,OW]; work item = (plane n*C + c, block of `rows` rows). */
 typedef struct ipu__pool_plan {
@@ -520,10 +526,6 @@ typedef struct ipu__ukr {
 } ipu__ukr;
 void ipu__sgemm_ukr(ipu__ukr *u);
 void ipu__sgemm_pack_a(const ipu__sgemm_args *g, int64_t k0, int64_t kc, int mr, float *ap);
-/* dst[k * ldd + j] = src[j * lds + k] for k < kc, j < w: a transpose (AVX2 8 x 8 blocks where
- * the packing uses AVX2). */
-void ipu__transpose_f32(const float *src, int64_t lds, int64_t kc, int64_t w, int64_t ldd,
-                        float *dst);
 /* B packed whole, for micro-kernels of width nr: panel q (columns [q*nr, q*nr + nr), zero past
  * n) at dst + q * k * nr, its row p at + p * nr. ipu__sgemm_packed_b_floats floats. Uses g's b,
  * b_rs, b_cs, b_f16, k and n. */
