@@ -26,7 +26,7 @@ from pyipu.errors import CorruptFileError, VersionError
 FUZZ = Path(__file__).resolve().parent / "fuzz"
 sys.path.insert(0, str(FUZZ))
 from entry_points import compile_onnx, load_popef  # noqa: E402
-from make_malformed import hash64  # noqa: E402
+from make_malformed import header_checksum  # noqa: E402
 
 EXAMPLES = int(os.environ.get("PYIPU_FUZZ_EXAMPLES", "300"))
 FUZZ_SETTINGS = settings(
@@ -76,7 +76,7 @@ def fix_header(data: bytes) -> bytes:
         return data
     b = bytearray(data)
     b[16:24] = len(b).to_bytes(8, "little")
-    b[32:40] = hash64(bytes(b[64:])).to_bytes(8, "little")
+    b[32:40] = header_checksum(bytes(b)).to_bytes(8, "little")
     return bytes(b)
 
 

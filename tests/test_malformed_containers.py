@@ -47,13 +47,13 @@ data = open(sys.argv[1], "rb").read()
 fixup = sys.argv[2] == "fixup"
 if fixup:
     sys.path.insert(0, sys.argv[3])
-    from make_malformed import hash64
+    from make_malformed import header_checksum
 seen = {}
 for n in range(len(data)):
     b = bytearray(data[:n])
     if fixup and n >= 64:
         b[16:24] = n.to_bytes(8, "little")
-        b[32:40] = hash64(bytes(b[64:])).to_bytes(8, "little")
+        b[32:40] = header_checksum(bytes(b)).to_bytes(8, "little")
     try:
         _core.Executable(_core.Container.from_bytes(bytes(b)))
         key = ("OK", "")

@@ -32,7 +32,8 @@ from pyipu.errors import CorruptFileError, Error, VersionError
 
 BLOB_METADATA, BLOB_TENSOR_DATA, BLOB_PROGRAM, BLOB_OPAQUE = 1, 2, 3, 4
 MAGIC = b"PYIPUEF\0"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # IPU_CONTAINER_VERSION, what the C writer writes
+MIN_FORMAT_VERSION = 1  # version 1 differs only in its checksum: still read
 ANCHOR_TENSOR_DATA = 1
 STAGES_PIPELINED = 1  # stage table flags
 # OPAQUE blob of operands pre-packed for the kernels (IPU_PACKED_BLOB_NAME, ipu_executable.h):
@@ -184,7 +185,7 @@ def split_container(data: bytes) -> list[Blob]:
     magic, version, count, file_size, _hash, _checksum, table, _res = _FILE_HEAD.unpack_from(data)
     if magic != MAGIC:
         raise CorruptFileError("not a pyipu PopEF file: bad magic")
-    if version != FORMAT_VERSION:
+    if not MIN_FORMAT_VERSION <= version <= FORMAT_VERSION:
         raise VersionError(f"unsupported container format version {version}")
     if file_size != len(data):
         raise CorruptFileError(f"container says {file_size} bytes but has {len(data)}")

@@ -88,8 +88,10 @@ static uint8_t *make_valid(size_t *size) {
 
 static uint8_t *entry(uint8_t *img, uint32_t i) { return img + 64 + 32 * (size_t)i; }
 
-static void fix_checksum(uint8_t *img, size_t size) {
-    ipu__st_u64(img + 32, ipu_hash64(img + 64, size - 64, 0));
+static void fix_checksum(uint8_t *img, size_t size) { /* as the image's format version says */
+    uint64_t sum = 0;
+    CHECK(ipu_container_checksum(img + 64, size - 64, ipu__ld_u32(img + 8), &sum) == IPU_OK);
+    ipu__st_u64(img + 32, sum);
 }
 
 /* Compare an opened container against SPECS. */
@@ -147,7 +149,7 @@ static void test_roundtrip_memory(void) {
     size_t size;
     uint8_t *img = make_valid(&size);
     CHECK(memcmp(img, "PYIPUEF\0", 8) == 0);
-    CHECK(ipu__ld_u32(img + 8) == 1 && ipu__ld_u32(img + 12) == NSPECS);
+    CHECK(ipu__ld_u32(img + 8) == IPU_CONTAINER_VERSION && ipu__ld_u32(img + 12) == NSPECS);
     CHECK(ipu__ld_u64(img + 16) == size && ipu__ld_u64(img + 40) == 64);
     ipu_container *c = NULL;
     CHECK(ipu_container_open_memory(img, size, &c) == IPU_OK);
@@ -339,7 +341,7 @@ static void run_edit(const char *label, edit_fn edit, int fix, ipu_status want,
 
 EDIT(e_magic, img[0] = 'X')
 EDIT(e_magic_nul, img[7] = 'Z')
-EDIT(e_version2, ipu__st_u32(img + 8, 2))
+EDIT(e_version3, ipu__st_u32(img + 8, 3))
 EDIT(e_version0, ipu__st_u32(img + 8, 0))
 EDIT(e_fsize_big, ipu__st_u64(img + 16, (uint64_t)size + 1))
 EDIT(e_fsize_small, ipu__st_u64(img + 16, (uint64_t)size - 64))
@@ -405,7 +407,7 @@ static void test_malformed(void) {
     const ipu_status C = IPU_ERR_CORRUPT;
     run_edit("bad magic", e_magic, 0, C, "magic");
     run_edit("bad magic NUL", e_magic_nul, 0, C, "magic");
-    run_edit("version 2", e_version2, 0, IPU_ERR_VERSION, "version 2");
+    run_edit("version 3", e_version3, 0, IPU_ERR_VERSION, "version 3 is not supported");
     run_edit("version 0", e_version0, 1, IPU_ERR_VERSION, "version 0");
     run_edit("file_size +1", e_fsize_big, 1, C, "file_size");
     run_edit("file_size -64", e_fsize_small, 1, C, "file_size");
@@ -625,6 +627,66 @@ static void test_files(void) {
     rmdir(tmpdir);
 }
 
+/* ---- checksums of format versions 1 and 2 ---- */
+
+/* Version 2's checksum as docs/popef.md states it, one chunk after the other. */
+static uint64_t chunked_by_spec(const uint8_t *d, size_t n) {
+    size_t chunks = (n + IPU_CONTAINER_CHUNK - 1) / IPU_CONTAINER_CHUNK;
+    uint8_t *h = malloc(8 * chunks + 1);
+    for (size_t i = 0; i < chunks; i++) {
+        size_t len = n - i * IPU_CONTAINER_CHUNK;
+        if (len > IPU_CONTAINER_CHUNK) len = IPU_CONTAINER_CHUNK;
+        ipu__st_u64(h + 8 * i, ipu_hash64(d + i * IPU_CONTAINER_CHUNK, len, i));
+    }
+    uint64_t sum = ipu_hash64(h, 8 * chunks, 0);
+    free(h);
+    return sum;
+}
+
+static void test_checksum_versions(void) {
+    /* A version 1 file (whole-file hash) still opens; each version's checksum fails the other. */
+    size_t size;
+    uint8_t *img = make_valid(&size);
+    ipu_container *c = NULL;
+    ipu__st_u32(img + 8, 1);
+    CHECK(ipu_container_open_memory(img, size, &c) == IPU_ERR_CORRUPT); /* version 2's sum */
+    CHECK(strstr(ipu_last_error_message(), "checksum mismatch") != NULL);
+    fix_checksum(img, size);
+    CHECK(ipu__ld_u64(img + 32) == ipu_hash64(img + 64, size - 64, 0));
+    CHECK(ipu_container_open_memory(img, size, &c) == IPU_OK);
+    CHECK(c && ipu_container_format_version(c) == 1);
+    ipu_container_destroy(c);
+    ipu__st_u32(img + 8, 2);
+    CHECK(ipu_container_open_memory(img, size, &c) == IPU_ERR_CORRUPT);
+    free(img);
+    /* Chunk edges, several threads (>= 8 chunks each), the chunk hashes on the heap (> 64):
+     * calloc'd pages read as the shared zero page until a byte is set. */
+    const size_t K = IPU_CONTAINER_CHUNK, sizes[] = {0, 1, K - 1, K, K + 1, 17 * K + 5, 70 * K};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        size_t n = sizes[i];
+        uint8_t *d = calloc(n + 1, 1);
+        for (size_t j = 0; j < n; j += K / 2 + 7) d[j] = (uint8_t)(j * 31 + 1);
+        uint64_t a = 0, b = 1;
+        CHECK(ipu_container_checksum(d, n, 2, &a) == IPU_OK && a == chunked_by_spec(d, n));
+        if (n) { /* a byte of the last chunk, then a chunk moved: the seeds tell them apart */
+            d[n - 1] ^= 0x40;
+            CHECK(ipu_container_checksum(d, n, 2, &b) == IPU_OK && b != a);
+            d[n - 1] ^= 0x40;
+        }
+        if (n >= 2 * K) {
+            memcpy(d + K, d, K);
+            memset(d, 0, K);
+            CHECK(ipu_container_checksum(d, n, 2, &b) == IPU_OK && b != a);
+        }
+        CHECK(ipu_container_checksum(d, n, 1, &b) == IPU_OK && b == ipu_hash64(d, n, 0));
+        free(d);
+    }
+    uint64_t sum;
+    CHECK(ipu_container_checksum(NULL, 1, 2, &sum) == IPU_ERR_INVALID_ARGUMENT);
+    CHECK(ipu_container_checksum(&sum, 0, 2, NULL) == IPU_ERR_INVALID_ARGUMENT);
+    CHECK(ipu_container_checksum(NULL, 0, 2, &sum) == IPU_OK && sum == ipu_hash64("", 0, 0));
+}
+
 int main(int argc, char **argv) {
     int iterations = argc > 1 ? atoi(argv[1]) : 20000;
     test_roundtrip_memory();
@@ -632,6 +694,7 @@ int main(int argc, char **argv) {
     test_borrowed_blobs_and_finish_into();
     test_writer_rules();
     test_malformed();
+    test_checksum_versions();
     test_truncation();
     test_mutations(iterations);
     test_files();

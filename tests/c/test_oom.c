@@ -285,6 +285,27 @@ static int s_write_file(unsigned long k, int persistent) {
     return 0;
 }
 
+/* The version 2 checksum of more than 64 chunks (4 MiB each) allocates their hashes. */
+static int s_checksum(unsigned long k, int persistent) {
+    static const size_t n = 65 * IPU_CONTAINER_CHUNK;
+    static uint8_t *big; /* zero pages, never freed: mapped once for the whole run */
+    static uint64_t want;
+    uint64_t sum = 0;
+    if (!big) {
+        big = calloc(n, 1);
+        CHECK(big != NULL);
+        if (!big) return 1;
+        big[n - 1] = 1;
+        CHECK_OK(ipu_container_checksum(big, n, 2, &want));
+    }
+    arm(k, persistent);
+    ipu_status st = ipu_container_checksum(big, n, 2, &sum);
+    disarm();
+    CHECK_NOMEM(st);
+    CHECK(st != IPU_OK || sum == want);
+    return 0;
+}
+
 static void *g_image; /* the model's image (a malloc'd copy) for open_memory */
 static size_t g_image_size;
 
@@ -561,6 +582,7 @@ static int oom_core(void) {
     r |= loop("ipu_trace_create", s_trace);
     r |= loop("ipu_container_writer_*", s_writer);
     r |= loop("writer_write_file", s_write_file);
+    r |= loop("ipu_container_checksum", s_checksum);
     r |= loop("ipu_session_* (serial)", s_session);
     g_overlap = 1;
     r |= loop("ipu_session_* (overlap I/O)", s_session);

@@ -50,6 +50,19 @@ def hash64(data: bytes, seed: int = 0) -> int:
     return mix(acc ^ tail ^ 0xA0761D6478BD642F)
 
 
+CHUNK = 4 << 20  # IPU_CONTAINER_CHUNK
+
+
+def header_checksum(image: bytes) -> int:
+    """The header's checksum of `image` (ipu_container_checksum of the bytes after the header,
+    by the header's format version: 1 hashes them whole, 2 hashes the list of its chunks')."""
+    body, version = image[64:], struct.unpack_from("<I", image, 8)[0]
+    if version == 1:
+        return hash64(body)
+    hashes = [hash64(body[i : i + CHUNK], i // CHUNK) for i in range(0, len(body), CHUNK)]
+    return hash64(b"".join(h.to_bytes(8, "little") for h in hashes))
+
+
 class Image:
     """A container image being broken: table entries, METADATA and PROGRAM fields by name."""
 
@@ -98,7 +111,7 @@ class Image:
         if size:
             self.u64(16, len(self.b))
         if checksum:
-            self.u64(32, hash64(bytes(self.b[64:])))
+            self.u64(32, header_checksum(bytes(self.b)))
         return bytes(self.b)
 
 
@@ -123,7 +136,9 @@ def cases() -> dict[str, tuple[str, str, bytes]]:
     case("bad_magic", CORRUPT, r"bad magic")(
         lambda i: i.b.__setitem__(slice(0, 8), b"GGUF\0\0\0\0")
     )
-    case("version_2", VERSION, r"format version 2 is not supported")(lambda i: i.u32(8, 2))
+    case("version_3", VERSION, r"format version 3 is not supported")(lambda i: i.u32(8, 3))
+    # the seeds are version 1 files: as version 2 (chunk hashes) their checksum does not match
+    case("version_2_checksum", CORRUPT, r"checksum mismatch", checksum=False)(lambda i: i.u32(8, 2))
     case("version_max", VERSION, r"format version 4294967295")(lambda i: i.u32(8, M64))
     case("file_size_small", CORRUPT, r"file_size 100 differs", size=False)(lambda i: i.u64(16, 100))
     case("padded_file", CORRUPT, r"differs from the actual size", size=False)(

@@ -78,7 +78,8 @@ IPU_API const char *ipu_act_fn_name(int fn);
  * The pointer is valid until the next failing call on this thread. */
 IPU_API const char *ipu_last_error_message(void);
 
-/* 64-bit hash of a byte string (the container checksum function, documented in docs/popef.md). */
+/* 64-bit hash of a byte string (under the container checksum, ipu_container_checksum; documented
+ * in docs/popef.md). */
 IPU_API uint64_t ipu_hash64(const void *data, size_t size, uint64_t seed);
 /* Hash of IPU_VERSION_STRING: what containers written by this build carry. */
 IPU_API uint64_t ipu_compiler_hash(void);

@@ -1,6 +1,7 @@
 /* PopEF-style container: reader (mmap, validated) and writer.
  *
- * Byte layout, format version 1. All integers little-endian; every blob starts at a multiple of
+ * Byte layout, format version 2 (version 1 differs only in its checksum; both are read). All
+ * integers little-endian; every blob starts at a multiple of
  * 64 bytes from the start of the file; padding bytes are zero.
  *
  *   Header (64 bytes, at offset 0)
@@ -9,8 +10,8 @@
  *     12  u32    blob_count (<= IPU_CONTAINER_MAX_BLOBS)
  *     16  u64    file_size: total length of the file in bytes
  *     24  u64    compiler_hash: ipu_compiler_hash() of the compiler that wrote the file
- *     32  u64    checksum: ipu_hash64(bytes [64, file_size), seed 0)
- *     40  u64    blob_table_offset (always 64 in version 1)
+ *     32  u64    checksum: ipu_container_checksum(bytes [64, file_size), format_version)
+ *     40  u64    blob_table_offset (always 64)
  *     48  u8[16] reserved, zero
  *   Blob table (blob_count entries of 32 bytes, at blob_table_offset)
  *     0   u32    type (ipu_blob_type)
@@ -25,7 +26,7 @@
  *     OPAQUE (any number)       u32 name_len, name bytes (UTF-8, 1..255), zero pad to 8, payload
  *
  * The reader checks every count, size and offset before use and the checksum of the whole file;
- * any violation gives IPU_ERR_CORRUPT (IPU_ERR_VERSION for a different format version). Tensor
+ * any violation gives IPU_ERR_CORRUPT (IPU_ERR_VERSION for a format version other than 1 and 2). Tensor
  * data is used in place: pointers returned by ipu_container_blob point into the mapping.
  *
  * Threads: a container is immutable once opened; every const accessor may be called from any
@@ -43,7 +44,9 @@ extern "C" {
 #endif
 
 #define IPU_CONTAINER_MAGIC "PYIPUEF"
-#define IPU_CONTAINER_VERSION 1u
+#define IPU_CONTAINER_VERSION 2u     /* written; versions 1 and 2 are read */
+#define IPU_CONTAINER_MIN_VERSION 1u /* the oldest version read */
+#define IPU_CONTAINER_CHUNK ((size_t)4 << 20) /* bytes per chunk of the version 2 checksum */
 #define IPU_CONTAINER_HEADER_SIZE 64u
 #define IPU_CONTAINER_ALIGN 64u
 #define IPU_CONTAINER_MAX_BLOBS 65536u
@@ -78,6 +81,15 @@ IPU_API IPU_NODISCARD ipu_status ipu_container_open_memory(const void *data, siz
 /* Accepts NULL. Invalidates every pointer obtained from the container. Every executable created
  * from it must be destroyed first. */
 IPU_API void ipu_container_destroy(ipu_container *c);
+
+/* The header's checksum of the `size` bytes after the header (`data`) as format version `version`
+ * defines it (docs/popef.md): version 1, ipu_hash64(data, size, 0); version 2 (and any other
+ * value), ipu_hash64 of the little-endian u64 hashes of its IPU_CONTAINER_CHUNK-byte chunks
+ * (chunk i: ipu_hash64(chunk, its size, i)), with seed 0. Version 2 hashes the chunks of files
+ * of 32 MiB and more on up to 4 threads. Errors: IPU_ERR_INVALID_ARGUMENT (NULL), IPU_ERR_NOMEM
+ * (more than 256 MiB: the chunk hashes are allocated). */
+IPU_API IPU_NODISCARD ipu_status ipu_container_checksum(const void *data, size_t size,
+                                                       uint32_t version, uint64_t *out);
 
 /* Header fields of the container (0 for NULL). */
 IPU_API uint32_t ipu_container_format_version(const ipu_container *c);

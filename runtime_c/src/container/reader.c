@@ -149,10 +149,10 @@ static ipu_status check_header(ipu_container *c) {
     if (memcmp(p, IPU_CONTAINER_MAGIC, 8) != 0)
         return ipu__fail(IPU_ERR_CORRUPT, "container: bad magic (not a pyipu container)");
     uint32_t version = ipu__ld_u32(p + 8);
-    if (version != IPU_CONTAINER_VERSION)
+    if (version < IPU_CONTAINER_MIN_VERSION || version > IPU_CONTAINER_VERSION)
         return ipu__fail(IPU_ERR_VERSION, "container: format version %" PRIu32
-                         " is not supported (this runtime reads version %u)", version,
-                         IPU_CONTAINER_VERSION);
+                         " is not supported (this runtime reads versions %u to %u)", version,
+                         IPU_CONTAINER_MIN_VERSION, IPU_CONTAINER_VERSION);
     uint32_t count = ipu__ld_u32(p + 12);
     uint64_t file_size = ipu__ld_u64(p + 16);
     if (file_size != actual)
@@ -176,8 +176,11 @@ static ipu_status check_header(ipu_container *c) {
         if (p[i] != 0)
             return ipu__fail(IPU_ERR_CORRUPT, "container: reserved header byte %d is not zero", i);
     uint64_t stored = ipu__ld_u64(p + 32);
-    uint64_t computed = ipu_hash64(p + IPU_CONTAINER_HEADER_SIZE,
-                                   c->size - IPU_CONTAINER_HEADER_SIZE, 0);
+    uint64_t computed;
+    ipu_status st = ipu_container_checksum(p + IPU_CONTAINER_HEADER_SIZE,
+                                           c->size - IPU_CONTAINER_HEADER_SIZE, version,
+                                           &computed);
+    if (st != IPU_OK) return st;
     if (stored != computed)
         return ipu__fail(IPU_ERR_CORRUPT, "container: checksum mismatch (stored 0x%016" PRIx64
                          ", computed 0x%016" PRIx64 ")", stored, computed);

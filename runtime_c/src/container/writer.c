@@ -195,9 +195,12 @@ ipu_status ipu_container_writer_finish_into(ipu_container_writer *w, void *dst, 
     ipu__st_u64(buf + 16, (uint64_t)total);
     ipu__st_u64(buf + 24, w->compiler_hash);
     ipu__st_u64(buf + 40, IPU_CONTAINER_HEADER_SIZE);
-    ipu__st_u64(buf + 32, ipu_hash64(buf + IPU_CONTAINER_HEADER_SIZE,
-                                     total - IPU_CONTAINER_HEADER_SIZE, 0));
-    return IPU_OK;
+    uint64_t sum;
+    ipu_status st = ipu_container_checksum(buf + IPU_CONTAINER_HEADER_SIZE,
+                                           total - IPU_CONTAINER_HEADER_SIZE,
+                                           IPU_CONTAINER_VERSION, &sum);
+    if (st == IPU_OK) ipu__st_u64(buf + 32, sum);
+    return st;
 }
 
 ipu_status ipu_container_writer_finish(ipu_container_writer *w, void **data_out,
