@@ -313,6 +313,37 @@ def test_maxpool_rows_first_bit_for_bit(case: int) -> None:
     _check_maxpool_bits(x[:, :1], attrs)  # channel 0 has no NaN: the vector path throughout
 
 
+S2MAX_CASES = [  # pool.c pool_max_s2 (AVX-512): 3-column windows at strides 2
+    {"kernel_shape": [3, 3], "strides": [2, 2]},  # SqueezeNet's
+    {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [0, 0, 1, 1]},  # ResNet's
+    {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},  # Inception's
+    {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [2, 2, 2, 2]},  # whole windows of pad
+    {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1},  # past the last column
+    {"kernel_shape": [1, 3], "strides": [2, 2], "pads": [0, 2, 0, 1]},
+    {"kernel_shape": [4, 3], "strides": [2, 2], "pads": [1, 1, 2, 1]},  # no row carried
+]
+
+
+@pytest.mark.parametrize("case", range(len(S2MAX_CASES)))
+@pytest.mark.parametrize("w", [1, 2, 3, 6, 13, 27, 31, 32, 33, 34, 36, 55, 66, 111])
+def test_maxpool_3_columns_stride_2_bit_for_bit(case: int, w: int) -> None:
+    """Max pools with [KH, 3] windows at strides 2 on AVX-512 take blocks of 16 outputs with
+    masked loads (columns outside the row read -inf) and carry the shared row's maxima: widths
+    around the block edges, pads up to 2 (windows wholly in the padding give -inf), ceil mode;
+    ties of signed zeros and infinities keep (kh, kw) order bit for bit. Plane 4 holds a NaN:
+    its item goes the window path, which propagates the first NaN."""
+    attrs = S2MAX_CASES[case]
+    pt, pl, pb, pr = attrs.get("pads", [0, 0, 0, 0])
+    if w + pl + pr < 3:
+        pytest.skip("no window fits")
+    rng = np.random.default_rng(w * 10 + case)
+    vals = np.array([0.0, -0.0, 1.0, 2.0, -np.inf, np.inf], np.float32)
+    x = rng.choice(vals, (1, 5, 9, w))
+    x[0, 4, 3, w // 2] = (np.uint32(0x7FC00000) + np.uint32(7)).view(np.float32)
+    _check_maxpool_bits(x, attrs)
+    _check_maxpool_bits(x[:, :4], attrs)  # no NaN: the vector path for every item
+
+
 SAME_CASES = [  # stride 1, output plane = input plane ("same" pads): pool.c's masked-tap path
     ((1, 40, 14, 14), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),  # Inception's
     ((1, 6, 28, 28), {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1}),
