@@ -127,6 +127,34 @@ static void test_matmul_row_blocks(int isa) {
     ipu__sgemm_set_isa(0);
 }
 
+/* 1x1 convolutions of one group with at most two weight panels of output channels on planes of
+ * 1024 pixels or more keep the GEMM path (verify_conv.c tpose_rows: the small-map path would
+ * read A's columns from planes pages apart), where the padded products alone would pick the
+ * small-map path (these shapes do on every micro-kernel). */
+static void test_conv_pointwise_large_planes(int isa) {
+    int used = ipu__sgemm_set_isa(isa);
+    ipu__ukr u;
+    ipu__sgemm_ukr(&u);
+    static const int64_t cases[][3] = {{256, 56, 2}, {64, 32, 2}, {128, 40, 1}}; /* C, H, M/nr */
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int64_t C = cases[c][0], HW = cases[c][1], M = cases[c][2] * u.nr;
+        H *h = h_for((uint64_t)(C * HW * HW + M * C + M * HW * HW) * 4);
+        uint32_t x = T(h, FLOAT32, 1, C, HW, HW), w = T(h, FLOAT32, M, C, 1, 1);
+        uint32_t y = T(h, FLOAT32, 1, M, HW, HW);
+        as_tensor_data(h, w);
+        int64_t attr[11] = {1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0};
+        TI ti;
+        CHECK(ti_make(h, &ti, IPU_OP_CONV2D, 2, (uint32_t[]){x, w}, y, 11, attr) == IPU_OK,
+              "pointwise %zu: verify: %s", c, ipu_last_error_message());
+        const ipu__conv_plan *p = ti.ins.plan;
+        CHECK(p && !p->tpose, "pointwise %zu, isa %d: %lld -> %lld on %lld x %lld took tpose", c,
+              used, (long long)C, (long long)M, (long long)HW, (long long)HW);
+        ti_free(h, &ti);
+        h_free(h);
+    }
+    ipu__sgemm_set_isa(0);
+}
+
 /* B packed at load, then (1) the session binds another B: the kernel must read that one; (2) the
  * micro-kernel in use differs from the one B was packed for: packed per call instead. */
 static void test_packed_b_not_used(void) {
@@ -224,6 +252,7 @@ int main(int argc, char **argv) {
     for (int isa = 1; isa <= 3; isa++) {
         test_gemm_paths(isa);
         test_matmul_row_blocks(isa);
+        test_conv_pointwise_large_planes(isa);
     }
     test_plan_paths();
     test_packed_b_not_used();

@@ -107,12 +107,17 @@ static uint64_t padded_channels(int64_t Cog, int64_t pad) {
  * `grows`). Products count pixels times channels, each padded to the micro-kernel's tile. At
  * most IPU__CONV_T_PIX pixels per item, fewer (down to 32) where there would be fewer than 2
  * items with `base` channel blocks; further items come from cutting the channels (each item
- * reads its channels' weights once: a 7x7 layer's weights stream from memory). */
+ * reads its channels' weights once: a 7x7 layer's weights stream from memory). Not for 1x1
+ * convolutions of one group (`pw1`) with at most two weight panels on planes of 1024 pixels
+ * or more: the small-map path then reads A's columns in place, each from its own input plane
+ * (pages apart), which took ResNet-50's 256 -> 64 layers on 56x56 maps 1.3-1.8x the GEMM
+ * path's time (docs/performance.md, sixteenth session). */
 #define IPU__CONV_T_GAIN 0.95
 static int64_t tpose_rows(const ipu__ukr *u, int64_t Cig, int64_t Cog, int64_t OH, int64_t OW,
-                          int64_t KH, int64_t KW, const int64_t *a, bool pw, int64_t wrows,
-                          int xcopy, int64_t Wq, int64_t grows, uint64_t base) {
+                          int64_t KH, int64_t KW, const int64_t *a, bool pw, bool pw1,
+                          int64_t wrows, int xcopy, int64_t Wq, int64_t grows, uint64_t base) {
     if (OW > IPU__CONV_T_PIX || Cig < 1 || (!pw && !wrows)) return 0;
+    if (pw1 && Cog <= 2 * u->nr && OH * OW >= 1024) return 0;
     int64_t rows = IPU__CONV_T_PIX / OW < OH ? IPU__CONV_T_PIX / OW : OH;
     while (rows > 1 && base * ceil_div((uint64_t)OH, (uint64_t)rows) < 2 && rows * OW > 32)
         rows = (rows + 1) / 2;
@@ -349,8 +354,8 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
             hq = p->H;
             wq = p->W;
         }
-        trows = tpose_rows(&u, p->Cig, p->Cog, oh, ow, KH, KW, a, pw, wrows, xcopy, wq, p->rows,
-                           (uint64_t)xd[0] * (uint64_t)G * (uint64_t)mbl);
+        trows = tpose_rows(&u, p->Cig, p->Cog, oh, ow, KH, KW, a, pw, pw && G == 1, wrows, xcopy,
+                           wq, p->rows, (uint64_t)xd[0] * (uint64_t)G * (uint64_t)mbl);
         if (trows && !pw) hq = trows + (KH - 1) * a[3] / a[1]; /* the copy's rows per block */
         /* Winograd: 3x3, stride 1, no dilation, one group; not for a few input channels,
          * whose 16 GEMMs would be mostly the micro-kernel's loads and stores */
