@@ -1,6 +1,7 @@
 /* Executable: a container's metadata and programs, parsed and verified.
  *
- * METADATA blob layout (format version 1; little-endian, offsets from the blob start):
+ * METADATA blob layout (container format versions 1 and 2; little-endian, offsets from the
+ * blob start):
  *   0   u32 ipu_version        2 (GC200, "ipu2") or 21 (C600, "ipu21")
  *   4   u32 num_ipus           >= 1
  *   8   u32 replication_factor >= 1
