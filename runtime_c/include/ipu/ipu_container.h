@@ -85,9 +85,10 @@ IPU_API void ipu_container_destroy(ipu_container *c);
 /* The header's checksum of the `size` bytes after the header (`data`) as format version `version`
  * defines it (docs/popef.md): version 1, ipu_hash64(data, size, 0); version 2 (and any other
  * value), ipu_hash64 of the little-endian u64 hashes of its IPU_CONTAINER_CHUNK-byte chunks
- * (chunk i: ipu_hash64(chunk, its size, i)), with seed 0. Version 2 hashes the chunks of files
- * of 32 MiB and more on up to 4 threads. Errors: IPU_ERR_INVALID_ARGUMENT (NULL), IPU_ERR_NOMEM
- * (more than 256 MiB: the chunk hashes are allocated). */
+ * (chunk i: ipu_hash64(chunk, its size, i)), with seed 0. Version 2 hashes the chunks on up to
+ * 4 threads, at most one per online CPU and 8 chunks or more each (files of 64 MiB and more).
+ * Errors: IPU_ERR_INVALID_ARGUMENT (NULL), IPU_ERR_NOMEM (more than 256 MiB: the chunk hashes
+ * are allocated). */
 IPU_API IPU_NODISCARD ipu_status ipu_container_checksum(const void *data, size_t size,
                                                        uint32_t version, uint64_t *out);
 
