@@ -26,8 +26,8 @@
  *     OPAQUE (any number)       u32 name_len, name bytes (UTF-8, 1..255), zero pad to 8, payload
  *
  * The reader checks every count, size and offset before use and the checksum of the whole file;
- * any violation gives IPU_ERR_CORRUPT (IPU_ERR_VERSION for a format version other than 1 and 2). Tensor
- * data is used in place: pointers returned by ipu_container_blob point into the mapping.
+ * any violation gives IPU_ERR_CORRUPT (IPU_ERR_VERSION for a format version other than 1 and
+ * 2). Tensor data is used in place: pointers returned by ipu_container_blob point into the mapping.
  *
  * Threads: a container is immutable once opened; every const accessor may be called from any
  * number of threads at once. A writer is used by one thread at a time.

@@ -5,9 +5,9 @@
  * the CPU has it); max pools of 3-column windows at strides 2 go by blocks of 16 outputs with
  * masked loads (pool_max_s2, AVX-512); other wide max pools of column stride 2 take their rows'
  * column maxima first (pool_max_rows, AVX2); stride-1 pools whose output plane is the
- * input's, on small planes, take masked taps over whole planes (pool_same, AVX2). float16: rows go tap by tap over a row
- * of accumulators in scratch; a per-pixel fallback takes rows too wide for the scratch. Each
- * output takes its taps in (kh, kw) order on every path. */
+ * input's, on small planes, take masked taps over whole planes (pool_same, AVX2). float16:
+ * rows go tap by tap over a row of accumulators in scratch; a per-pixel fallback takes rows too
+ * wide for the scratch. Each output takes its taps in (kh, kw) order on every path. */
 #include <math.h>
 #include <stdbool.h>
 #include <string.h>
@@ -284,10 +284,11 @@ __attribute__((target("avx2"))) static bool pool_max_rows(const ipu__pool_plan *
 
 /* Max pools with 3-column windows at column stride 2 (kernel_shape [KH, 3], strides [2, 2], no
  * dilation: the pool after the first convolution of ResNet, SqueezeNet, AlexNet, GoogLeNet,
- * DenseNet and ShuffleNet, and the ones inside some of them) on AVX-512: per block of 16 outputs of a row, each input row's column maxima come
- * from four masked loads (columns outside the row read -inf) and three two-register permutes,
- * then the output row is the maximum of its KH rows' in kh order; the last row's maxima carry
- * over to the next output row, which starts there. No copies and no per-row edge work, which
+ * DenseNet and ShuffleNet, and the ones inside some of them) on AVX-512: per block of 16
+ * outputs of a row, each input row's column maxima come from four masked loads (columns
+ * outside the row read -inf) and three two-register permutes, then the output row is the
+ * maximum of its KH rows' in kh order; the last row's maxima carry over to the next output
+ * row, which starts there. No copies and no per-row edge work, which
  * took the window path 3-4 times the taps on 13- to 27-column maps. The same order of
  * comparisons as max_tap (_mm512_max_ps(v, a) keeps a unless v > a), so the first of equal
  * values stays; a NaN anywhere returns false and the item goes the other paths. */
