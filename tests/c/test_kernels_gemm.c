@@ -155,6 +155,51 @@ static void test_conv_pointwise_large_planes(int isa) {
     ipu__sgemm_set_isa(0);
 }
 
+/* The edge-tile kernel against the full one: every h x w corner, accumulating or not, with
+ * each epilogue; bit for bit (same operations per element), nothing outside the corner read
+ * into the result or written (guards around it; rows of A past h hold values, not zeros). */
+static void test_ukr_part(int isa) {
+    int used = ipu__sgemm_set_isa(isa);
+    ipu__ukr u;
+    ipu__sgemm_ukr(&u);
+    enum { KC = 37, LD = IPU__SGEMM_MAX_NR + 5, ROWS = IPU__SGEMM_MAX_MR + 2 };
+    static float ap[KC * IPU__SGEMM_MAX_MR], bp[KC * IPU__SGEMM_MAX_NR] __attribute__((aligned(64)));
+    static float full[IPU__SGEMM_MAX_MR * IPU__SGEMM_MAX_NR] __attribute__((aligned(64)));
+    float bias[IPU__SGEMM_MAX_MR], res[ROWS * LD], c0[ROWS * LD], c[ROWS * LD];
+    for (int i = 0; i < KC * u.mr; i++) ap[i] = rndf();
+    for (int i = 0; i < KC * u.nr; i++) bp[i] = rndf();
+    for (int i = 0; i < u.mr; i++) bias[i] = rndf();
+    for (int i = 0; i < ROWS * LD; i++) res[i] = rndf();
+    res[LD + 1] = NAN; /* ReLU keeps NaNs */
+    u.fn(KC, ap, bp, full, u.nr, 0);
+    int bad = 0, cases = 0;
+    for (int h = 1; h <= u.mr; h++)
+        for (int w = 1; w <= u.nr; w++)
+            for (int mode = 0; mode < 8; mode++) { /* bit 0 acc, 1 bias + residual, 2 ReLU */
+                int acc = mode & 1;
+                ipu__tile_ep ep = {mode & 2 ? bias : NULL, mode & 2 ? res + LD + 1 : NULL, LD,
+                                   mode >> 2};
+                for (int i = 0; i < ROWS * LD; i++) c0[i] = c[i] = (float)(i % 7) - 3.0f;
+                u.part(h, w, KC, ap, bp, NULL, c + LD + 1, LD, acc, mode & 6 ? &ep : NULL);
+                for (int i = 0; i < h; i++)
+                    for (int j = 0; j < w; j++) {
+                        float *o = &c0[(i + 1) * LD + 1 + j];
+                        float v = full[i * u.nr + j];
+                        if (acc) v = *o + v;
+                        if (ep.bias) {
+                            v += bias[i];
+                            v += res[(i + 1) * LD + 1 + j];
+                        }
+                        if (ep.relu) v = ipu__relu_f32(v);
+                        *o = v;
+                    }
+                cases++;
+                if (memcmp(c, c0, sizeof c)) bad++;
+            }
+    CHECK(!bad, "ukr part isa %d: %d of %d corners differ from the full tile", used, bad, cases);
+    ipu__sgemm_set_isa(0);
+}
+
 /* B packed at load, then (1) the session binds another B: the kernel must read that one; (2) the
  * micro-kernel in use differs from the one B was packed for: packed per call instead. */
 static void test_packed_b_not_used(void) {
@@ -253,6 +298,7 @@ int main(int argc, char **argv) {
         test_gemm_paths(isa);
         test_matmul_row_blocks(isa);
         test_conv_pointwise_large_planes(isa);
+        test_ukr_part(isa);
     }
     test_plan_paths();
     test_packed_b_not_used();

@@ -182,7 +182,6 @@ static void run_gemm_f32(const ipu__conv_plan *p, const float *x, const float *w
     float *bp = (float *)((char *)scratch + ap_bytes);
     int64_t nt = (int64_t)((IPU__SCRATCH_BYTES - ap_bytes) / (IPU__SGEMM_KC * sizeof(float)));
     nt = (nt < IPU__CONV_TILE ? nt : IPU__CONV_TILE) / nr * nr;
-    float edge[IPU__SGEMM_MAX_MR * IPU__SGEMM_MAX_NR] __attribute__((aligned(64)));
     float *yb = y + (n * p->M + g * p->Cog + m0) * OHW;
     for (int64_t q0 = pix0; q0 < pix1; q0 += nt) {
         int64_t np = pix1 - q0 < nt ? pix1 - q0 : nt;
@@ -221,25 +220,16 @@ static void run_gemm_f32(const ipu__conv_plan *p, const float *x, const float *w
                         float *c = ys + ir * OHW + jr;
                         /* the last K chunk applies the epilogue as it stores the tile */
                         int64_t co = g * p->Cog + m0 + s0 + ir, off = c - y;
-                        if (h == mr && wd == nr) {
-                            if (!last) {
-                                u.fn(kc, ak + ir * kc, bpan, c, OHW, acc);
-                                continue;
-                            }
-                            ipu__tile_ep ep = {bias ? (const float *)bias + co : NULL,
-                                               res ? (const float *)res + off : NULL, OHW,
-                                               p->act == IPU__ACT_RELU};
+                        ipu__tile_ep ep = {bias ? (const float *)bias + co : NULL,
+                                           res ? (const float *)res + off : NULL, OHW,
+                                           p->act == IPU__ACT_RELU};
+                        if (h < mr || wd < nr)
+                            u.part((int)h, (int)wd, kc, ak + ir * kc, bpan, NULL, c, OHW, acc,
+                                   last ? &ep : NULL);
+                        else if (last)
                             u.ep(kc, ak + ir * kc, bpan, c, OHW, acc, &ep);
-                            continue;
-                        }
-                        u.fn(kc, ak + ir * kc, bpan, edge, nr, 0);
-                        for (int64_t i = 0; i < h; i++) {
-                            for (int64_t j = 0; j < wd; j++)
-                                c[i * OHW + j] =
-                                    acc ? c[i * OHW + j] + edge[i * nr + j] : edge[i * nr + j];
-                            if (last)
-                                epilogue(p, c + i * OHW, wd, bias, co + i, res, off + i * OHW);
-                        }
+                        else
+                            u.fn(kc, ak + ir * kc, bpan, c, OHW, acc);
                     }
                 }
             }
@@ -339,19 +329,12 @@ static inline int64_t y_at(const ipu__conv_plan *p, int64_t n, int64_t co, int64
     return (n * p->M + co) * p->OH * p->OW + (oh0 + rr) * p->OW + q - rr * p->Wq;
 }
 
-/* May tiles of rows [ir, ir + mr) of a sub-block of sm channels go straight into y? When
- * they are all real channels and some panel's B rows are read in place (nfull > 0). */
-static inline bool rows_to_y(const ipu__conv_plan *p, int64_t nfull, int64_t ir, int mr,
-                             int64_t sm) {
-    return p->K > 0 && nfull > 0 && ir + mr <= sm;
-}
-
-/* Does the micro-kernel store the tile of those rows and panel jr (extended pixel q = t0 +
- * jr) straight into y? When the panel is read in place (jr < nfull) and its nr pixels are
- * kept columns of one output row. */
+/* Does the micro-kernel store the tile of panel jr (extended pixel q = t0 + jr) straight into
+ * y (a whole tile or, at a sub-block's last rows, its real channels)? When the panel is read in
+ * place (jr < nfull) and its nr pixels are kept columns of one output row. */
 static inline bool tile_to_y(const ipu__conv_plan *p, int64_t q, int64_t jr, int64_t nfull,
-                             int nr, int64_t ir, int mr, int64_t sm) {
-    return rows_to_y(p, nfull, ir, mr, sm) && jr < nfull && q % p->Wq + nr <= p->OW;
+                             int nr) {
+    return p->K > 0 && jr < nfull && q % p->Wq + nr <= p->OW;
 }
 
 /* The epilogue from C tile row crow (extended pixel t0 at crow[0]) to the kept columns of
@@ -437,13 +420,17 @@ static void run_window(const ipu__conv_plan *p, const float *x, const float *w,
                     for (int64_t ir = 0; ir < mpad; ir += mr) {
                         if (jr >= nfull) {
                             u.fn(kc, ak + ir * kc, bp + jr * kc, ct + ir * NT + jr, NT, k0 > 0);
-                        } else if (tile_to_y(p, t0 + jr, jr, nfull, nr, ir, mr, sm)) {
+                        } else if (tile_to_y(p, t0 + jr, jr, nfull, nr)) {
                             int64_t co = g * p->Cog + s0 + ir, yo = y_at(p, n, co, oh0, t0 + jr);
                             ipu__tile_ep ep = {bias ? (const float *)bias + co : NULL,
                                                res ? (const float *)res + yo : NULL, OHW,
                                                p->act == IPU__ACT_RELU};
-                            u.rows(kc, ak + ir * kc, src + jr, off, y + yo, OHW, k0 > 0,
-                                   k0 + kc == p->K ? &ep : NULL);
+                            const ipu__tile_ep *e = k0 + kc == p->K ? &ep : NULL;
+                            if (ir + mr <= sm)
+                                u.rows(kc, ak + ir * kc, src + jr, off, y + yo, OHW, k0 > 0, e);
+                            else /* the sub-block's last channels */
+                                u.part((int)(sm - ir), nr, kc, ak + ir * kc, src + jr, off,
+                                       y + yo, OHW, k0 > 0, e);
                         } else {
                             u.rows(kc, ak + ir * kc, src + jr, off, ct + ir * NT + jr, NT, k0 > 0,
                                    NULL);
@@ -455,10 +442,10 @@ static void run_window(const ipu__conv_plan *p, const float *x, const float *w,
             int64_t sm = m1 - s0 < IPU__MM_MB ? m1 - s0 : IPU__MM_MB;
             const float *ct = cb + (s0 - m0) / IPU__MM_MB * IPU__CONV_WIN_CT;
             for (int64_t i = 0; i < sm; i++) { /* kept columns, output row by output row */
-                int64_t co = g * p->Cog + s0 + i, ir = i / mr * mr;
-                if (rows_to_y(p, nfull, ir, mr, sm)) { /* the panels not stored into y */
+                int64_t co = g * p->Cog + s0 + i;
+                if (p->K > 0 && nfull > 0) { /* the panels not stored into y */
                     for (int64_t jr = 0; jr < np; jr += nr)
-                        if (!tile_to_y(p, t0 + jr, jr, nfull, nr, ir, mr, sm))
+                        if (!tile_to_y(p, t0 + jr, jr, nfull, nr))
                             epilogue_kept(p, y, ct + i * NT, t0, t0 + jr,
                                           jr + nr < np ? t0 + jr + nr : t0 + np, n, oh0, bias, co,
                                           res);

@@ -3,7 +3,8 @@
  * B is packed in K-blocks of KC rows into NR-wide column panels (Bp[panel][k][NR]), or comes
  * packed whole (ipu__sgemm_pack_b_all: weights packed at load); A is packed in blocks of MC rows
  * into MR-tall row panels (Ap[panel][k][MR]); both are zero-padded, so the register-blocked
- * micro-kernel always computes a full MR x NR tile (edge tiles go through a small buffer).
+ * micro-kernel always computes a full MR x NR tile, or at the edges as few rows as it can and
+ * the tile's h x w corner stored (masked).
  * Micro-kernels: AVX-512 (12 x 32), AVX2+FMA (6 x 16) and portable C (6 x 8), chosen at run
  * time from the CPU's features (auto_isa: AVX2 on AMD Zen 4); packing uses AVX2 copies and 8 x 8
  * transposes where the AVX2 or AVX-512 kernel runs. Packing buffers live in the caller's
@@ -35,10 +36,13 @@ typedef ipu__ukr_fn ukr_fn;
  * A column k: ap + 12 k (packed panel) or, with aoff, ap + aoff[k]. ep as ukr_avx2_body's. */
 __attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void
 ukr_avx512_body(int64_t kc, const float *ap, const int64_t *aoff, const float *bp,
-                const int64_t *off, float *c, int64_t ldc, int acc, const ipu__tile_ep *ep) {
+                const int64_t *off, float *c, int64_t ldc, int acc, const ipu__tile_ep *ep,
+                const int mv, const int h, const int w) {
     __m512 c0[MR512], c1[MR512];
+    const __mmask16 m0 = w >= 16 ? 0xFFFF : (__mmask16)((1u << w) - 1);
+    const __mmask16 m1 = w >= 32 ? 0xFFFF : w <= 16 ? 0 : (__mmask16)((1u << (w - 16)) - 1);
 #pragma GCC unroll 16
-    for (int i = 0; i < MR512; i++) {
+    for (int i = 0; i < mv; i++) {
         c0[i] = c1[i] = _mm512_setzero_ps();
         _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0); /* C's tile is read at the end */
         _mm_prefetch((const char *)(c + i * ldc + 31), _MM_HINT_T0);
@@ -50,19 +54,22 @@ ukr_avx512_body(int64_t kc, const float *ap, const int64_t *aoff, const float *b
         if (!off) _mm_prefetch((const char *)(b + 8 * 32), _MM_HINT_T0);
         const float *a_k = aoff ? ap + aoff[k] : ap;
 #pragma GCC unroll 16
-        for (int i = 0; i < MR512; i++) {
+        for (int i = 0; i < mv; i++) {
             __m512 a = _mm512_set1_ps(a_k[i]);
             c0[i] = _mm512_fmadd_ps(a, b0, c0[i]);
             c1[i] = _mm512_fmadd_ps(a, b1, c1[i]);
         }
         if (!aoff) ap += MR512;
     }
+    /* (w < 32: columns past w are neither read nor written, masked) */
+#define LD512(P, M) (w == 32 ? _mm512_loadu_ps(P) : _mm512_maskz_loadu_ps(M, P))
 #pragma GCC unroll 16
-    for (int i = 0; i < MR512; i++) {
+    for (int i = 0; i < mv; i++) {
+        if (i >= h) break;
         float *r = c + i * ldc;
         if (acc) {
-            c0[i] = _mm512_add_ps(c0[i], _mm512_loadu_ps(r));
-            c1[i] = _mm512_add_ps(c1[i], _mm512_loadu_ps(r + 16));
+            c0[i] = _mm512_add_ps(c0[i], LD512(r, m0));
+            c1[i] = _mm512_add_ps(c1[i], LD512(r + 16, m1));
         }
         if (ep && ep->bias) {
             __m512 b = _mm512_set1_ps(ep->bias[i]);
@@ -70,30 +77,36 @@ ukr_avx512_body(int64_t kc, const float *ap, const int64_t *aoff, const float *b
             c1[i] = _mm512_add_ps(c1[i], b);
         }
         if (ep && ep->res) {
-            c0[i] = _mm512_add_ps(c0[i], _mm512_loadu_ps(ep->res + i * ep->ldr));
-            c1[i] = _mm512_add_ps(c1[i], _mm512_loadu_ps(ep->res + i * ep->ldr + 16));
+            c0[i] = _mm512_add_ps(c0[i], LD512(ep->res + i * ep->ldr, m0));
+            c1[i] = _mm512_add_ps(c1[i], LD512(ep->res + i * ep->ldr + 16, m1));
         }
         if (ep && ep->relu) { /* v if v > 0 or NaN, else +0 */
             __m512 z = _mm512_setzero_ps();
             c0[i] = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(c0[i], z, _CMP_NLE_UQ), c0[i]);
             c1[i] = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(c1[i], z, _CMP_NLE_UQ), c1[i]);
         }
-        _mm512_storeu_ps(r, c0[i]);
-        _mm512_storeu_ps(r + 16, c1[i]);
+        if (w == 32) {
+            _mm512_storeu_ps(r, c0[i]);
+            _mm512_storeu_ps(r + 16, c1[i]);
+        } else {
+            _mm512_mask_storeu_ps(r, m0, c0[i]);
+            _mm512_mask_storeu_ps(r + 16, m1, c1[i]);
+        }
     }
+#undef LD512
 }
 
 __attribute__((target("avx512f"))) static void ukr_avx512(int64_t kc, const float *ap,
                                                           const float *bp, float *c, int64_t ldc,
                                                           int acc) {
-    ukr_avx512_body(kc, ap, NULL, bp, NULL, c, ldc, acc, NULL);
+    ukr_avx512_body(kc, ap, NULL, bp, NULL, c, ldc, acc, NULL, MR512, MR512, 32);
 }
 
 __attribute__((target("avx512f"))) static void ukr_avx512_ep(int64_t kc, const float *ap,
                                                              const float *bp, float *c,
                                                              int64_t ldc, int acc,
                                                              const ipu__tile_ep *ep) {
-    ukr_avx512_body(kc, ap, NULL, bp, NULL, c, ldc, acc, ep);
+    ukr_avx512_body(kc, ap, NULL, bp, NULL, c, ldc, acc, ep, MR512, MR512, 32);
 }
 
 __attribute__((target("avx512f"))) static void ukr_avx512_rows(int64_t kc, const float *ap,
@@ -101,7 +114,7 @@ __attribute__((target("avx512f"))) static void ukr_avx512_rows(int64_t kc, const
                                                                const int64_t *off, float *c,
                                                                int64_t ldc, int acc,
                                                                const ipu__tile_ep *ep) {
-    ukr_avx512_body(kc, ap, NULL, b, off, c, ldc, acc, ep);
+    ukr_avx512_body(kc, ap, NULL, b, off, c, ldc, acc, ep, MR512, MR512, 32);
 }
 
 __attribute__((target("avx512f"))) static void ukr_avx512_arows(int64_t kc, const float *a,
@@ -109,7 +122,22 @@ __attribute__((target("avx512f"))) static void ukr_avx512_arows(int64_t kc, cons
                                                                 const int64_t *aoff, float *c,
                                                                 int64_t ldc, int acc,
                                                                 const ipu__tile_ep *ep) {
-    ukr_avx512_body(kc, a, aoff, bp, NULL, c, ldc, acc, ep);
+    ukr_avx512_body(kc, a, aoff, bp, NULL, c, ldc, acc, ep, MR512, MR512, 32);
+}
+
+/* Edge tiles: 4, 8 or 12 rows computed (A's panel is zero-padded), h rows and w columns
+ * stored. */
+__attribute__((target("avx512f"))) static void ukr_avx512_part(int h, int w, int64_t kc,
+                                                               const float *ap, const float *b,
+                                                               const int64_t *off, float *c,
+                                                               int64_t ldc, int acc,
+                                                               const ipu__tile_ep *ep) {
+    if (h <= 4)
+        ukr_avx512_body(kc, ap, NULL, b, off, c, ldc, acc, ep, 4, h, w);
+    else if (h <= 8)
+        ukr_avx512_body(kc, ap, NULL, b, off, c, ldc, acc, ep, 8, h, w);
+    else
+        ukr_avx512_body(kc, ap, NULL, b, off, c, ldc, acc, ep, MR512, h, w);
 }
 
 #define MR256 6
@@ -118,10 +146,14 @@ __attribute__((target("avx512f"))) static void ukr_avx512_arows(int64_t kc, cons
  * place). */
 __attribute__((target("avx2,fma"))) static inline __attribute__((always_inline)) void
 ukr_avx2_body(int64_t kc, const float *ap, const int64_t *aoff, const float *bp,
-              const int64_t *off, float *c, int64_t ldc, int acc, const ipu__tile_ep *ep) {
+              const int64_t *off, float *c, int64_t ldc, int acc, const ipu__tile_ep *ep,
+              const int mv, const int h, const int w) {
     __m256 c0[MR256], c1[MR256];
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(w), lane);
+    const __m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(w - 8), lane);
 #pragma GCC unroll 8
-    for (int i = 0; i < MR256; i++) {
+    for (int i = 0; i < mv; i++) {
         c0[i] = c1[i] = _mm256_setzero_ps();
         _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0); /* C's tile is read at the end */
         _mm_prefetch((const char *)(c + i * ldc + 15), _MM_HINT_T0);
@@ -133,19 +165,22 @@ ukr_avx2_body(int64_t kc, const float *ap, const int64_t *aoff, const float *bp,
         __m256 b1 = off ? _mm256_loadu_ps(b + 8) : _mm256_load_ps(b + 8);
         const float *a_k = aoff ? ap + aoff[k] : ap;
 #pragma GCC unroll 8
-        for (int i = 0; i < MR256; i++) {
+        for (int i = 0; i < mv; i++) {
             __m256 a = _mm256_broadcast_ss(a_k + i);
             c0[i] = _mm256_fmadd_ps(a, b0, c0[i]);
             c1[i] = _mm256_fmadd_ps(a, b1, c1[i]);
         }
         if (!aoff) ap += MR256;
     }
+    /* (w < 16: columns past w are neither read nor written, masked) */
+#define LD256(P, M) (w == 16 ? _mm256_loadu_ps(P) : _mm256_maskload_ps(P, M))
 #pragma GCC unroll 8
-    for (int i = 0; i < MR256; i++) {
+    for (int i = 0; i < mv; i++) {
+        if (i >= h) break;
         float *r = c + i * ldc;
         if (acc) {
-            c0[i] = _mm256_add_ps(c0[i], _mm256_loadu_ps(r));
-            c1[i] = _mm256_add_ps(c1[i], _mm256_loadu_ps(r + 8));
+            c0[i] = _mm256_add_ps(c0[i], LD256(r, m0));
+            c1[i] = _mm256_add_ps(c1[i], LD256(r + 8, m1));
         }
         if (ep && ep->bias) {
             __m256 b = _mm256_set1_ps(ep->bias[i]);
@@ -153,30 +188,36 @@ ukr_avx2_body(int64_t kc, const float *ap, const int64_t *aoff, const float *bp,
             c1[i] = _mm256_add_ps(c1[i], b);
         }
         if (ep && ep->res) {
-            c0[i] = _mm256_add_ps(c0[i], _mm256_loadu_ps(ep->res + i * ep->ldr));
-            c1[i] = _mm256_add_ps(c1[i], _mm256_loadu_ps(ep->res + i * ep->ldr + 8));
+            c0[i] = _mm256_add_ps(c0[i], LD256(ep->res + i * ep->ldr, m0));
+            c1[i] = _mm256_add_ps(c1[i], LD256(ep->res + i * ep->ldr + 8, m1));
         }
         if (ep && ep->relu) { /* v if v > 0 or NaN, else +0 */
             __m256 z = _mm256_setzero_ps();
             c0[i] = _mm256_and_ps(c0[i], _mm256_cmp_ps(c0[i], z, _CMP_NLE_UQ));
             c1[i] = _mm256_and_ps(c1[i], _mm256_cmp_ps(c1[i], z, _CMP_NLE_UQ));
         }
-        _mm256_storeu_ps(r, c0[i]);
-        _mm256_storeu_ps(r + 8, c1[i]);
+        if (w == 16) {
+            _mm256_storeu_ps(r, c0[i]);
+            _mm256_storeu_ps(r + 8, c1[i]);
+        } else {
+            _mm256_maskstore_ps(r, m0, c0[i]);
+            _mm256_maskstore_ps(r + 8, m1, c1[i]);
+        }
     }
+#undef LD256
 }
 
 __attribute__((target("avx2,fma"))) static void ukr_avx2(int64_t kc, const float *ap,
                                                          const float *bp, float *c, int64_t ldc,
                                                          int acc) {
-    ukr_avx2_body(kc, ap, NULL, bp, NULL, c, ldc, acc, NULL);
+    ukr_avx2_body(kc, ap, NULL, bp, NULL, c, ldc, acc, NULL, MR256, MR256, 16);
 }
 
 __attribute__((target("avx2,fma"))) static void ukr_avx2_ep(int64_t kc, const float *ap,
                                                             const float *bp, float *c,
                                                             int64_t ldc, int acc,
                                                             const ipu__tile_ep *ep) {
-    ukr_avx2_body(kc, ap, NULL, bp, NULL, c, ldc, acc, ep);
+    ukr_avx2_body(kc, ap, NULL, bp, NULL, c, ldc, acc, ep, MR256, MR256, 16);
 }
 
 __attribute__((target("avx2,fma"))) static void ukr_avx2_rows(int64_t kc, const float *ap,
@@ -184,7 +225,7 @@ __attribute__((target("avx2,fma"))) static void ukr_avx2_rows(int64_t kc, const 
                                                               const int64_t *off, float *c,
                                                               int64_t ldc, int acc,
                                                               const ipu__tile_ep *ep) {
-    ukr_avx2_body(kc, ap, NULL, b, off, c, ldc, acc, ep);
+    ukr_avx2_body(kc, ap, NULL, b, off, c, ldc, acc, ep, MR256, MR256, 16);
 }
 
 __attribute__((target("avx2,fma"))) static void ukr_avx2_arows(int64_t kc, const float *a,
@@ -192,7 +233,21 @@ __attribute__((target("avx2,fma"))) static void ukr_avx2_arows(int64_t kc, const
                                                                const int64_t *aoff, float *c,
                                                                int64_t ldc, int acc,
                                                                const ipu__tile_ep *ep) {
-    ukr_avx2_body(kc, a, aoff, bp, NULL, c, ldc, acc, ep);
+    ukr_avx2_body(kc, a, aoff, bp, NULL, c, ldc, acc, ep, MR256, MR256, 16);
+}
+
+/* Edge tiles: 2, 4 or 6 rows computed, h rows and w columns stored (as ukr_avx512_part). */
+__attribute__((target("avx2,fma"))) static void ukr_avx2_part(int h, int w, int64_t kc,
+                                                              const float *ap, const float *b,
+                                                              const int64_t *off, float *c,
+                                                              int64_t ldc, int acc,
+                                                              const ipu__tile_ep *ep) {
+    if (h <= 2)
+        ukr_avx2_body(kc, ap, NULL, b, off, c, ldc, acc, ep, 2, h, w);
+    else if (h <= 4)
+        ukr_avx2_body(kc, ap, NULL, b, off, c, ldc, acc, ep, 4, h, w);
+    else
+        ukr_avx2_body(kc, ap, NULL, b, off, c, ldc, acc, ep, MR256, h, w);
 }
 
 #endif
@@ -248,20 +303,35 @@ static void ukr_portable_ep(int64_t kc, const float *ap, const float *bp, float 
     tile_ep(c, ldc, MRP, NRP, ep);
 }
 
+/* Edge tiles through a buffer: the whole tile, then h rows of w columns added or copied.
+ * (B packed only: this kernel has no in-place variant.) */
+static void ukr_portable_part(int h, int w, int64_t kc, const float *ap, const float *bp,
+                              const int64_t *off, float *c, int64_t ldc, int acc,
+                              const ipu__tile_ep *ep) {
+    (void)off;
+    float t[MRP * NRP];
+    ukr_portable(kc, ap, bp, t, NRP, 0);
+    for (int i = 0; i < h; i++)
+        for (int j = 0; j < w; j++) c[i * ldc + j] = acc ? c[i * ldc + j] + t[i * NRP + j] : t[i * NRP + j];
+    if (ep) tile_ep(c, ldc, h, w, ep);
+}
+
 
 typedef struct ukr_desc {
     ukr_fn fn;
     ipu__ukr_ep_fn ep;
+    ipu__ukr_part_fn part;
     ipu__ukr_rows_fn rows, arows;
     int mr, nr, isa;
 } ukr_desc;
 
 static const ukr_desc UKRS[4] = {
-    {ukr_portable, ukr_portable_ep, NULL, NULL, MRP, NRP, 1},
-    {ukr_portable, ukr_portable_ep, NULL, NULL, MRP, NRP, 1},
+    {ukr_portable, ukr_portable_ep, ukr_portable_part, NULL, NULL, MRP, NRP, 1},
+    {ukr_portable, ukr_portable_ep, ukr_portable_part, NULL, NULL, MRP, NRP, 1},
 #if IPU_X86
-    {ukr_avx2, ukr_avx2_ep, ukr_avx2_rows, ukr_avx2_arows, MR256, 16, 2},
-    {ukr_avx512, ukr_avx512_ep, ukr_avx512_rows, ukr_avx512_arows, MR512, 32, 3},
+    {ukr_avx2, ukr_avx2_ep, ukr_avx2_part, ukr_avx2_rows, ukr_avx2_arows, MR256, 16, 2},
+    {ukr_avx512, ukr_avx512_ep, ukr_avx512_part, ukr_avx512_rows, ukr_avx512_arows, MR512, 32,
+     3},
 #endif
 };
 
@@ -294,6 +364,7 @@ void ipu__sgemm_ukr(ipu__ukr *u) {
     const ukr_desc *d = select_ukr();
     u->fn = d->fn;
     u->ep = d->ep;
+    u->part = d->part;
     u->rows = d->rows;
     u->arows = d->arows;
     u->mr = d->mr;
@@ -495,7 +566,6 @@ static void driver(const ukr_desc *u, const ipu__sgemm_args *g, const float *bpr
     int64_t nc_max = bpre ? (n + nr - 1) / nr * nr
                           : (int64_t)((scratch_bytes - ap_bytes) / (KC * sizeof(float))) / nr * nr;
     size_t es = g->a_f16 ? 2 : 4;
-    float edge[MAX_MR * MAX_NR] __attribute__((aligned(64)));
     for (int64_t j0 = 0; j0 < n; j0 += nc_max) {
         int64_t nc = n - j0 < nc_max ? n - j0 : nc_max;
         for (int64_t k0 = 0; k0 < k; k0 += KC) {
@@ -524,15 +594,10 @@ static void driver(const ukr_desc *u, const ipu__sgemm_args *g, const float *bpr
                                            &done);
                         int64_t h = ga.m - ir < mr ? ga.m - ir : mr;
                         float *c = g->c + (i0 + ir) * g->ldc + j0 + jr;
-                        if (h == mr && w == nr) {
+                        if (h == mr && w == nr)
                             u->fn(kc, ap + ir * kc, bpan, c, g->ldc, acc);
-                        } else {
-                            u->fn(kc, ap + ir * kc, bpan, edge, nr, 0);
-                            for (int64_t i = 0; i < h; i++)
-                                for (int64_t j = 0; j < w; j++)
-                                    c[i * g->ldc + j] = acc ? c[i * g->ldc + j] + edge[i * nr + j]
-                                                            : edge[i * nr + j];
-                        }
+                        else
+                            u->part((int)h, (int)w, kc, ap + ir * kc, bpan, NULL, c, g->ldc, acc, NULL);
                     }
                 }
             }

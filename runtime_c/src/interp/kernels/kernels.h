@@ -514,9 +514,17 @@ typedef void (*ipu__ukr_rows_fn)(int64_t kc, const float *ap, const float *b, co
                                  float *c, int64_t ldc, int acc, const ipu__tile_ep *ep);
 typedef void (*ipu__ukr_ep_fn)(int64_t kc, const float *ap, const float *bp, float *c,
                                int64_t ldc, int acc, const ipu__tile_ep *ep);
+/* An edge tile: rows [0, h) and columns [0, w) of the tile (1 <= h <= mr, 1 <= w <= nr) stored
+ * or accumulated into C, nothing outside them read or written (A's panel as for fn); B packed
+ * (off NULL) or, where the micro-kernel has a rows variant, its row k read in place at b +
+ * off[k]; ep (or NULL) as ipu__ukr_ep_fn's on those elements. */
+typedef void (*ipu__ukr_part_fn)(int h, int w, int64_t kc, const float *ap, const float *b,
+                                 const int64_t *off, float *c, int64_t ldc, int acc,
+                                 const ipu__tile_ep *ep);
 typedef struct ipu__ukr {
     ipu__ukr_fn fn;
     ipu__ukr_ep_fn ep; /* fn, then the epilogue on its tile (in registers where it can) */
+    ipu__ukr_part_fn part;
     ipu__ukr_rows_fn rows; /* NULL: this micro-kernel has no in-place variant */
     /* A read in place instead (NULL: none): arows(kc, a, bp, aoff, c, ldc, acc) takes A's
      * column k (mr consecutive floats) at a + aoff[k] and B packed */

@@ -239,10 +239,15 @@ bool ipu__conv_wino(const ipu__conv_plan *p, const float *x, const float *U, con
             for (int64_t c = c0; c < c1; c += mr) { /* c is a multiple of mr */
                 const float *ap = ux + c * Ci;
                 float *mc = mx + (c - c0) * wnt;
+                int h = c1 - c < mr ? (int)(c1 - c) : mr; /* the last panel's real channels */
                 for (int64_t j = 0; j < npad; j += nr)
                     for (int64_t k0 = 0; k0 < Ci; k0 += IPU__SGEMM_KC) {
                         int64_t kc = Ci - k0 < IPU__SGEMM_KC ? Ci - k0 : IPU__SGEMM_KC;
-                        u.fn(kc, ap + k0 * mr, vx + j * Ci + k0 * nr, mc + j, wnt, k0 > 0);
+                        const float *vb = vx + j * Ci + k0 * nr;
+                        if (h == mr)
+                            u.fn(kc, ap + k0 * mr, vb, mc + j, wnt, k0 > 0);
+                        else
+                            u.part(h, nr, kc, ap + k0 * mr, vb, NULL, mc + j, wnt, k0 > 0, NULL);
                     }
             }
         }
