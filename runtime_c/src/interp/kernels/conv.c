@@ -547,6 +547,8 @@ static void run_tposed(const ipu__conv_plan *p, const float *x, const float *bw,
                 float *c = ct + i * mpad + j;
                 if (arows && pixel_run(q + i, mr))
                     arows(kc, src + q[i], bpan, off, c, mpad, k0 > 0, NULL);
+                else if (np - i < mr) /* the last pixels: as few rows as the kernel can */
+                    u.part((int)(np - i), nr, kc, ap + i * kc, bpan, NULL, c, mpad, k0 > 0, NULL);
                 else
                     u.fn(kc, ap + i * kc, bpan, c, mpad, k0 > 0);
             }
