@@ -46,6 +46,10 @@ ukr_avx512_body(int64_t kc, const float *ap, const int64_t *aoff, const float *b
         c0[i] = c1[i] = _mm512_setzero_ps();
         _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0); /* C's tile is read at the end */
         _mm_prefetch((const char *)(c + i * ldc + 31), _MM_HINT_T0);
+        if (ep && ep->res) { /* and so is the residual's, rows apart: no prefetcher sees it */
+            _mm_prefetch((const char *)(ep->res + i * ep->ldr), _MM_HINT_T0);
+            _mm_prefetch((const char *)(ep->res + i * ep->ldr + 31), _MM_HINT_T0);
+        }
     }
     for (int64_t k = 0; k < kc; k++) {
         const float *b = off ? bp + off[k] : bp + 32 * k;
@@ -157,6 +161,10 @@ ukr_avx2_body(int64_t kc, const float *ap, const int64_t *aoff, const float *bp,
         c0[i] = c1[i] = _mm256_setzero_ps();
         _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0); /* C's tile is read at the end */
         _mm_prefetch((const char *)(c + i * ldc + 15), _MM_HINT_T0);
+        if (ep && ep->res) { /* as ukr_avx512_body's */
+            _mm_prefetch((const char *)(ep->res + i * ep->ldr), _MM_HINT_T0);
+            _mm_prefetch((const char *)(ep->res + i * ep->ldr + 15), _MM_HINT_T0);
+        }
     }
 #pragma GCC unroll 4
     for (int64_t k = 0; k < kc; k++) {
