@@ -125,8 +125,8 @@ static int64_t tpose_rows(const ipu__ukr *u, int64_t Cig, int64_t Cog, int64_t O
     if (xcopy && window_floats(Cig, KH, KW, a, rows, Wq) > (uint64_t)IPU__CONV_WIN_XQ) return 0;
     uint64_t now = (pw ? padded_pixels(OH, grows, OW, IPU__CONV_TILE, u->nr)
                        : padded_pixels(OH, wrows, Wq, IPU__CONV_TILE, u->nr)) *
-                   padded_channels(Cog, u->mr);
-    uint64_t t = padded_pixels(OH, rows, OW, IPU__CONV_T_PIX, u->mr) * padded_channels(Cog, u->nr);
+                   padded_channels(Cog, u->mq);
+    uint64_t t = padded_pixels(OH, rows, OW, IPU__CONV_T_PIX, u->mq) * padded_channels(Cog, u->nr);
     return (double)t < IPU__CONV_T_GAIN * (double)now ? rows : 0;
 }
 
@@ -163,7 +163,8 @@ static int64_t wino_rows(const ipu__ukr *u, int64_t Cig, int64_t Cog, int64_t OH
     int64_t TH = (OH + 1) / 2, TW = (OW + 1) / 2, nr = u->nr, mr = u->mr;
     int64_t most = Cig > IPU__WINO_V ? 0 : IPU__WINO_V / (16 * Cig) / nr * nr;
     if (most < TW || TW > ((int64_t)1 << 16) || TH > ((int64_t)1 << 16)) return 0;
-    double cpad = (double)((Cog + mr - 1) / mr * mr), pair = cpad * (double)Cig;
+    int64_t mq = u->mq;
+    double cpad = (double)((Cog + mq - 1) / mq * mq), pair = cpad * (double)Cig;
     double best = 0.9 * ((double)Cog * (double)Cig * 9.0 * (double)OH * (double)OW +
                          streamed(36.0 * (double)Cog * (double)Cig));
     int64_t tr = 0;

@@ -330,15 +330,15 @@ typedef struct ukr_desc {
     ipu__ukr_ep_fn ep;
     ipu__ukr_part_fn part;
     ipu__ukr_rows_fn rows, arows;
-    int mr, nr, isa;
+    int mr, nr, mq, isa;
 } ukr_desc;
 
 static const ukr_desc UKRS[4] = {
-    {ukr_portable, ukr_portable_ep, ukr_portable_part, NULL, NULL, MRP, NRP, 1},
-    {ukr_portable, ukr_portable_ep, ukr_portable_part, NULL, NULL, MRP, NRP, 1},
+    {ukr_portable, ukr_portable_ep, ukr_portable_part, NULL, NULL, MRP, NRP, MRP, 1},
+    {ukr_portable, ukr_portable_ep, ukr_portable_part, NULL, NULL, MRP, NRP, MRP, 1},
 #if IPU_X86
-    {ukr_avx2, ukr_avx2_ep, ukr_avx2_part, ukr_avx2_rows, ukr_avx2_arows, MR256, 16, 2},
-    {ukr_avx512, ukr_avx512_ep, ukr_avx512_part, ukr_avx512_rows, ukr_avx512_arows, MR512, 32,
+    {ukr_avx2, ukr_avx2_ep, ukr_avx2_part, ukr_avx2_rows, ukr_avx2_arows, MR256, 16, 2, 2},
+    {ukr_avx512, ukr_avx512_ep, ukr_avx512_part, ukr_avx512_rows, ukr_avx512_arows, MR512, 32, 4,
      3},
 #endif
 };
@@ -377,6 +377,7 @@ void ipu__sgemm_ukr(ipu__ukr *u) {
     u->arows = d->arows;
     u->mr = d->mr;
     u->nr = d->nr;
+    u->mq = d->mq;
     u->isa = d->isa;
 }
 

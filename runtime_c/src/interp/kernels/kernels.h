@@ -530,6 +530,7 @@ typedef struct ipu__ukr {
      * column k (mr consecutive floats) at a + aoff[k] and B packed */
     ipu__ukr_rows_fn arows;
     int mr, nr;
+    int mq;  /* part computes the rows it stores rounded up to a multiple of mq */
     int isa; /* as ipu__sgemm_set_isa numbers them: tags packed layouts (prepack.h) */
 } ipu__ukr;
 void ipu__sgemm_ukr(ipu__ukr *u);
