@@ -223,6 +223,11 @@ static void test_conv_f32(int isa) {
          * 13 channels: a full 12-row tile and a partial one */
         {{2, 3, 6, 40}, {13, 3, 3, 3}, {1, 1, 1, 1, 1, 1, 1, 1, 1}},
         {{2, 3, 6, 40}, {13, 3, 3, 3}, {1, 1, 1, 1, 1, 1, 1, 1, 1}},
+        /* window path, output rows as whole tiles (AVX-512: conv.c window_tiles_to_y): rows of
+         * 65 extended pixels (61 kept) computed as 64 columns, the last panel's 29 stored
+         * masked; K = 300 in two chunks; 14 channels, a full 12-row tile and a partial one */
+        {{1, 12, 9, 61}, {14, 12, 5, 5}, {1, 1, 1, 1, 1, 2, 2, 2, 2}},
+        {{1, 12, 9, 61}, {14, 12, 5, 5}, {1, 1, 1, 1, 1, 2, 2, 2, 2}},
     };
     int used = ipu__sgemm_set_isa(isa);
     size_t ncases = sizeof cases / sizeof cases[0];

@@ -355,6 +355,36 @@ static void epilogue_kept(const ipu__conv_plan *p, float *y, const float *crow, 
     }
 }
 
+/* The window path's tiles of one sub-block (rows s0 + [0, sm) of A, packed at ak) for K
+ * chunk k0 when output rows are whole tiles ("aligned" in run_window): tiles start at each
+ * output row's first column and go straight into y, the row's last one its kept columns only
+ * (u.part, masked), so no C tile and no second pass; B's rows are read in place from src
+ * (extended pixels of the block's rows), up to nr - 1 floats past a row's kept columns. */
+static void window_tiles_to_y(const ipu__conv_plan *p, const ipu__ukr *u, const float *ak,
+                              const float *src, const int64_t *off, int64_t kc, int64_t k0,
+                              int64_t sm, int64_t s0, int64_t nrows, const void *bias,
+                              const void *res, float *y, int64_t n, int64_t g, int64_t oh0) {
+    const int mr = u->mr, nr = u->nr;
+    const int64_t OW = p->OW, OHW = p->OH * OW;
+    for (int64_t rr = 0; rr < nrows; rr++)
+        for (int64_t c = 0; c < OW; c += nr) {
+            int w = OW - c < nr ? (int)(OW - c) : nr;
+            for (int64_t ir = 0; ir < sm; ir += mr) {
+                int h = sm - ir < mr ? (int)(sm - ir) : mr;
+                int64_t co = g * p->Cog + s0 + ir, yo = (n * p->M + co) * OHW + (oh0 + rr) * OW + c;
+                ipu__tile_ep ep = {bias ? (const float *)bias + co : NULL,
+                                   res ? (const float *)res + yo : NULL, OHW,
+                                   p->act == IPU__ACT_RELU};
+                const ipu__tile_ep *e = k0 + kc == p->K ? &ep : NULL;
+                const float *b = src + rr * p->Wq + c;
+                if (h == mr && w == nr)
+                    u->rows(kc, ak + ir * kc, b, off, y + yo, OHW, k0 > 0, e);
+                else
+                    u->part(h, w, kc, ak + ir * kc, b, off, y + yo, OHW, k0 > 0, e);
+            }
+        }
+}
+
 /* One work item of the window path: output channels of channel item mb of group g (at most
  * IPU__CONV_WIN_MPER sub-blocks), output rows of block r (tiles of IPU__CONV_TILE extended pixels
  * if they are more). Per tile and K chunk the chunk's input channels are copied (xcopy) and
@@ -379,6 +409,14 @@ static void run_window(const ipu__conv_plan *p, const float *x, const float *w,
     ipu__conv_item_channels(p, mb, mb + 1, &m0, &m1);
     int64_t npix = nrows * Wq;
     int64_t off[IPU__SGEMM_KC]; /* B row offsets of the K chunk from src */
+    /* Output rows as whole tiles (window_tiles_to_y) where tiles would otherwise cross row
+     * ends, if that computes no more columns or, for a few input rows per output (K <= 64,
+     * where the second pass costs most), at most 1/5 more: SqueezeNet's first convolution
+     * (111 columns of 112 as 128) 0.50 -> 0.37 ms. Copied rows only (the copy ends in Wq >= nr
+     * zeros, which a row's last tile may read), one pixel tile. */
+    const int64_t cols = (OW + nr - 1) / nr * nr;
+    const bool aligned = u.rows && p->xcopy && Wq >= nr && Wq % nr && npix <= NT &&
+                         (cols <= Wq || (p->K <= 64 && 5 * cols <= 6 * Wq));
     for (int64_t t0 = 0; t0 < npix; t0 += NT) {
         int64_t np = npix - t0 < NT ? npix - t0 : NT, npad = (np + nr - 1) / nr * nr;
         int64_t nfull = u.rows ? np / nr * nr : 0;
@@ -416,6 +454,11 @@ static void run_window(const ipu__conv_plan *p, const float *x, const float *w,
                     a.a_cs = 1;
                     ipu__sgemm_pack_a(&a, k0, kc, mr, ap);
                 }
+                if (aligned) {
+                    window_tiles_to_y(p, &u, ak, src, off, kc, k0, sm, s0, nrows, bias, res, y,
+                                      n, g, oh0);
+                    continue;
+                }
                 for (int64_t jr = 0; jr < npad; jr += nr)
                     for (int64_t ir = 0; ir < mpad; ir += mr) {
                         if (jr >= nfull) {
@@ -438,7 +481,7 @@ static void run_window(const ipu__conv_plan *p, const float *x, const float *w,
                     }
             }
         }
-        for (int64_t s0 = m0; s0 < m1; s0 += IPU__MM_MB) {
+        for (int64_t s0 = m0; s0 < m1 && !(aligned && p->K > 0); s0 += IPU__MM_MB) {
             int64_t sm = m1 - s0 < IPU__MM_MB ? m1 - s0 : IPU__MM_MB;
             const float *ct = cb + (s0 - m0) / IPU__MM_MB * IPU__CONV_WIN_CT;
             for (int64_t i = 0; i < sm; i++) { /* kept columns, output row by output row */
