@@ -163,7 +163,8 @@ static void test_ukr_part(int isa) {
     ipu__ukr u;
     ipu__sgemm_ukr(&u);
     enum { KC = 37, LD = IPU__SGEMM_MAX_NR + 5, ROWS = IPU__SGEMM_MAX_MR + 2 };
-    static float ap[KC * IPU__SGEMM_MAX_MR], bp[KC * IPU__SGEMM_MAX_NR] __attribute__((aligned(64)));
+    static float ap[KC * IPU__SGEMM_MAX_MR];
+    static float bp[KC * IPU__SGEMM_MAX_NR] __attribute__((aligned(64)));
     static float full[IPU__SGEMM_MAX_MR * IPU__SGEMM_MAX_NR] __attribute__((aligned(64)));
     float bias[IPU__SGEMM_MAX_MR], res[ROWS * LD], c0[ROWS * LD], c[ROWS * LD];
     for (int i = 0; i < KC * u.mr; i++) ap[i] = rndf();

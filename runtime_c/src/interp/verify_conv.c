@@ -101,17 +101,17 @@ static uint64_t padded_channels(int64_t Cog, int64_t pad) {
            ceil_div((uint64_t)(Cog % IPU__MM_MB), (uint64_t)pad) * (uint64_t)pad;
 }
 
-/* Small-map path (kernels.h, `tpose`): output rows per work item, or 0 where it would not
- * compute at least IPU__CONV_T_GAIN fewer padded products than the window path (rows `wrows`,
- * extended rows of Wq pixels) or, for 1x1 stride-1 convolutions (`pw`), the GEMM path (rows
- * `grows`). Products count pixels times channels, each padded to the micro-kernel's tile. At
- * most IPU__CONV_T_PIX pixels per item, fewer (down to 32) where there would be fewer than 2
- * items with `base` channel blocks; further items come from cutting the channels (each item
- * reads its channels' weights once: a 7x7 layer's weights stream from memory). Not for 1x1
- * convolutions of one group (`pw1`) with at most two weight panels on planes of 1024 pixels
- * or more: the small-map path then reads A's columns in place, each from its own input plane
- * (pages apart), which took ResNet-50's 256 -> 64 layers on 56x56 maps 1.3-1.8x the GEMM
- * path's time (docs/performance.md, sixteenth session). */
+/* Small-map path (kernels.h, `tpose`): output rows per work item, or 0 where it would not compute
+ * at least IPU__CONV_T_GAIN fewer padded products than the window path (rows `wrows`, extended
+ * rows of Wq pixels) or, for 1x1 stride-1 convolutions (`pw`), the GEMM path (rows `grows`).
+ * Products count pixels times channels, each padded to what the micro-kernel computes (whole
+ * tiles, the last rows of a block to a multiple of ipu__ukr.mq). At most IPU__CONV_T_PIX pixels
+ * per item, fewer (down to 32) where there would be fewer than 2 items with `base` channel blocks;
+ * further items come from cutting the channels (each item reads its channels' weights once: a 7x7
+ * layer's weights stream from memory). Not for 1x1 convolutions of one group (`pw1`) with at most
+ * two weight panels on planes of 1024 pixels or more: the small-map path then reads A's columns in
+ * place, each from its own input plane (pages apart), which took ResNet-50's 256 -> 64 layers on
+ * 56x56 maps 1.3-1.8x the GEMM path's time (docs/performance.md, sixteenth session). */
 #define IPU__CONV_T_GAIN 0.95
 static int64_t tpose_rows(const ipu__ukr *u, int64_t Cig, int64_t Cog, int64_t OH, int64_t OW,
                           int64_t KH, int64_t KW, const int64_t *a, bool pw, bool pw1,

@@ -3,8 +3,9 @@
  * B is packed in K-blocks of KC rows into NR-wide column panels (Bp[panel][k][NR]), or comes
  * packed whole (ipu__sgemm_pack_b_all: weights packed at load); A is packed in blocks of MC rows
  * into MR-tall row panels (Ap[panel][k][MR]); both are zero-padded, so the register-blocked
- * micro-kernel always computes a full MR x NR tile, or at the edges as few rows as it can and
- * the tile's h x w corner stored (masked).
+ * micro-kernel computes whole MR x NR tiles, except at the edges, where it computes the rows
+ * they need rounded up to 4 (AVX-512) or 2 (AVX2) and stores the tile's h x w corner masked
+ * (part).
  * Micro-kernels: AVX-512 (12 x 32), AVX2+FMA (6 x 16) and portable C (6 x 8), chosen at run
  * time from the CPU's features (auto_isa: AVX2 on AMD Zen 4); packing uses AVX2 copies and 8 x 8
  * transposes where the AVX2 or AVX-512 kernel runs. Packing buffers live in the caller's
@@ -33,7 +34,9 @@ typedef ipu__ukr_fn ukr_fn;
 #define MR512 12
 /* 12 x 32 tiles, the AVX2 kernel's shape doubled in width (24 accumulators of the 32 zmm).
  * B row k: bp + 32 k (packed panel, aligned) or, with off, bp + off[k] (rows read in place);
- * A column k: ap + 12 k (packed panel) or, with aoff, ap + aoff[k]. ep as ukr_avx2_body's. */
+ * A column k: ap + 12 k (packed panel) or, with aoff, ap + aoff[k]. ep as ukr_avx2_body's.
+ * The first mv rows are computed (a constant: 12, or 4 or 8 for edge tiles), the first h of
+ * them stored, w columns of each (32: all; fewer masked). */
 __attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void
 ukr_avx512_body(int64_t kc, const float *ap, const int64_t *aoff, const float *bp,
                 const int64_t *off, float *c, int64_t ldc, int acc, const ipu__tile_ep *ep,
@@ -147,7 +150,7 @@ __attribute__((target("avx512f"))) static void ukr_avx512_part(int h, int w, int
 #define MR256 6
 /* B row k: bp + 16 k (packed panel, aligned) or, with off, bp + off[k] (rows read in place).
  * A column k: ap + 6 k (packed panel) or, with aoff, ap + aoff[k] (6 consecutive floats read in
- * place). */
+ * place). mv, h and w as ukr_avx512_body's (6 rows, 16 columns). */
 __attribute__((target("avx2,fma"))) static inline __attribute__((always_inline)) void
 ukr_avx2_body(int64_t kc, const float *ap, const int64_t *aoff, const float *bp,
               const int64_t *off, float *c, int64_t ldc, int acc, const ipu__tile_ep *ep,
@@ -320,7 +323,8 @@ static void ukr_portable_part(int h, int w, int64_t kc, const float *ap, const f
     float t[MRP * NRP];
     ukr_portable(kc, ap, bp, t, NRP, 0);
     for (int i = 0; i < h; i++)
-        for (int j = 0; j < w; j++) c[i * ldc + j] = acc ? c[i * ldc + j] + t[i * NRP + j] : t[i * NRP + j];
+        for (int j = 0; j < w; j++)
+            c[i * ldc + j] = acc ? c[i * ldc + j] + t[i * NRP + j] : t[i * NRP + j];
     if (ep) tile_ep(c, ldc, h, w, ep);
 }
 
@@ -606,7 +610,8 @@ static void driver(const ukr_desc *u, const ipu__sgemm_args *g, const float *bpr
                         if (h == mr && w == nr)
                             u->fn(kc, ap + ir * kc, bpan, c, g->ldc, acc);
                         else
-                            u->part((int)h, (int)w, kc, ap + ir * kc, bpan, NULL, c, g->ldc, acc, NULL);
+                            u->part((int)h, (int)w, kc, ap + ir * kc, bpan, NULL, c, g->ldc,
+                                    acc, NULL);
                     }
                 }
             }
