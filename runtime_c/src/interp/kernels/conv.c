@@ -159,6 +159,16 @@ static void pack_patches(const ipu__conv_plan *p, const float *x, int64_t xoff, 
     }
 }
 
+/* The fused epilogue of a float32 tile whose first row is channel co at y's offset off (rows
+ * a plane apart). */
+static inline ipu__tile_ep tile_ep_at(const ipu__conv_plan *p, const void *bias, const void *res,
+                                      int64_t co, int64_t off) {
+    ipu__tile_ep ep = {bias ? (const float *)bias + co : NULL,
+                       res ? (const float *)res + off : NULL, p->OH * p->OW,
+                       p->act == IPU__ACT_RELU};
+    return ep;
+}
+
 /* float32 GEMM path for the channel items [mb0, mb1) of one pixel block: output channels
  * [m0, m1) of group g (IPU__MM_MB-row sub-blocks), pixels of row block r. See the top of the
  * file. */
@@ -220,9 +230,7 @@ static void run_gemm_f32(const ipu__conv_plan *p, const float *x, const float *w
                         float *c = ys + ir * OHW + jr;
                         /* the last K chunk applies the epilogue as it stores the tile */
                         int64_t co = g * p->Cog + m0 + s0 + ir, off = c - y;
-                        ipu__tile_ep ep = {bias ? (const float *)bias + co : NULL,
-                                           res ? (const float *)res + off : NULL, OHW,
-                                           p->act == IPU__ACT_RELU};
+                        ipu__tile_ep ep = tile_ep_at(p, bias, res, co, off);
                         if (h < mr || wd < nr)
                             u.part((int)h, (int)wd, kc, ak + ir * kc, bpan, NULL, c, OHW, acc,
                                    last ? &ep : NULL);
@@ -371,10 +379,8 @@ static void window_tiles_to_y(const ipu__conv_plan *p, const ipu__ukr *u, const 
             int w = OW - c < nr ? (int)(OW - c) : nr;
             for (int64_t ir = 0; ir < sm; ir += mr) {
                 int h = sm - ir < mr ? (int)(sm - ir) : mr;
-                int64_t co = g * p->Cog + s0 + ir, yo = (n * p->M + co) * OHW + (oh0 + rr) * OW + c;
-                ipu__tile_ep ep = {bias ? (const float *)bias + co : NULL,
-                                   res ? (const float *)res + yo : NULL, OHW,
-                                   p->act == IPU__ACT_RELU};
+                int64_t co = g * p->Cog + s0 + ir, yo = y_at(p, n, co, oh0, rr * p->Wq + c);
+                ipu__tile_ep ep = tile_ep_at(p, bias, res, co, yo);
                 const ipu__tile_ep *e = k0 + kc == p->K ? &ep : NULL;
                 const float *b = src + rr * p->Wq + c;
                 if (h == mr && w == nr)
@@ -437,7 +443,8 @@ static void run_window(const ipu__conv_plan *p, const float *x, const float *w,
             }
             for (int64_t kk = 0; kk < kc; kk++) off[kk] = p->rowoff[k0 + kk] - base;
             /* full panels: the micro-kernel reads B's rows in place; the rest is packed */
-            if (nfull < np) pack_rows(src + nfull, off, 0, kc, np - nfull, nr, bp + nfull * kc);
+            if (nfull < np && !aligned) /* (whole-row tiles read every B row in place) */
+                pack_rows(src + nfull, off, 0, kc, np - nfull, nr, bp + nfull * kc);
             for (int64_t s0 = m0; s0 < m1; s0 += IPU__MM_MB) {
                 int64_t sm = m1 - s0 < IPU__MM_MB ? m1 - s0 : IPU__MM_MB;
                 int64_t mpad = (sm + mr - 1) / mr * mr;
@@ -465,9 +472,7 @@ static void run_window(const ipu__conv_plan *p, const float *x, const float *w,
                             u.fn(kc, ak + ir * kc, bp + jr * kc, ct + ir * NT + jr, NT, k0 > 0);
                         } else if (tile_to_y(p, t0 + jr, jr, nfull, nr)) {
                             int64_t co = g * p->Cog + s0 + ir, yo = y_at(p, n, co, oh0, t0 + jr);
-                            ipu__tile_ep ep = {bias ? (const float *)bias + co : NULL,
-                                               res ? (const float *)res + yo : NULL, OHW,
-                                               p->act == IPU__ACT_RELU};
+                            ipu__tile_ep ep = tile_ep_at(p, bias, res, co, yo);
                             const ipu__tile_ep *e = k0 + kc == p->K ? &ep : NULL;
                             if (ir + mr <= sm)
                                 u.rows(kc, ak + ir * kc, src + jr, off, y + yo, OHW, k0 > 0, e);
