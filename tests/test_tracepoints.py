@@ -105,14 +105,16 @@ def test_unbounded_buffer_is_refused() -> None:
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="needs /proc")
-@pytest.mark.parametrize("threads", [1, 2])
-def test_execute_is_traced_inline_or_on_the_device(threads: int) -> None:
-    """A 256x256 MatMul (768 KiB of operands): at one thread `execute` runs it on the caller's
-    thread (docs/runtime.md, inline execution: no device thread starts), at two the device
-    thread does; both record one load, compute and store per request, in that order."""
+@pytest.mark.parametrize(("threads", "queued"), [(1, False), (2, False), (2, True)])
+def test_execute_is_traced_inline_or_on_the_device(threads: int, queued: bool) -> None:
+    """A 256x256 MatMul (768 KiB of operands): `execute` runs it on the caller's thread
+    (docs/runtime.md, inline execution: no device thread starts; at two threads unpinned, as a
+    pinned helper's CPU would send it to the device), `execute_async` on the device thread;
+    both record one load, compute and store per request, in that order."""
     rng = np.random.default_rng(0)
     a, b = (rng.standard_normal((256, 256)).astype(np.float32) for _ in range(2))
     config = RuntimeConfig(record_tracepoints=True, timeout_ns=0, num_threads=threads)
+    config.pin_threads = False
     gc.collect()  # earlier runners close (and join their threads) now, not meanwhile
     gc.disable()
     try:
@@ -120,12 +122,15 @@ def test_execute_is_traced_inline_or_on_the_device(threads: int) -> None:
             before = len(os.listdir("/proc/self/task"))
             for _ in range(4):
                 c = np.zeros((256, 256), np.float32)
-                runner.execute({"A": a, "B": b}, {"C": c})
+                if queued:
+                    runner.execute_async({"A": a, "B": b}, {"C": c}).wait()
+                else:
+                    runner.execute({"A": a, "B": b}, {"C": c})
                 np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
             started = len(os.listdir("/proc/self/task")) - before
     finally:
         gc.enable()
-    assert started == (0 if threads == 1 else 1)  # the device thread
+    assert started == (1 if queued else 0)  # the device thread
     tp = runner.tracepoints()
     assert tp.kind_names() == ["load", "compute", "store"] * 4 and tp.dropped == 0
     ev = tp.events

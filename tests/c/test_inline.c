@@ -2,6 +2,7 @@
  * while the device is idle, everything else is submitted; results, order and stats are those
  * of the queued path, also with another thread submitting at the same time. */
 #include <pthread.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include "runtime_harness.h"
@@ -72,7 +73,7 @@ static int test_small_request_runs_inline(void) {
 }
 
 static int test_not_inline(void) {
-    /* bps 2 (a step spans requests), a large model on two threads: submitted. */
+    /* bps 2 (a step spans requests): submitted. */
     float x[6] = {1, 2, 3, 4, 5, 6}, z[6];
     int inlined = 1;
     fixture f;
@@ -82,18 +83,6 @@ static int test_not_inline(void) {
     CHECK_OK(fx_open(&f, &m, &cfg));
     CHECK_OK(run_add(f.rt, 1, x, x, z, &inlined));
     CHECK(!inlined && z[5] == 12.0f);
-    fx_close(&f);
-
-    m = add_model(64, 1024, 1); /* 768 KiB moved by the Main program */
-    cfg = cfg_threads(2);
-    CHECK_OK(fx_open(&f, &m, &cfg));
-    float *big = calloc(64 * 1024, 4), *bz = calloc(64 * 1024, 4);
-    CHECK(big && bz);
-    big[7] = 3;
-    CHECK_OK(run_add(f.rt, 1, big, big, bz, &inlined));
-    CHECK(!inlined && bz[7] == 6.0f);
-    free(big);
-    free(bz);
     fx_close(&f);
     return 0;
 }
@@ -241,19 +230,103 @@ static int test_large_model_inline_at_one_thread(void) {
     return 0;
 }
 
+static uint64_t in_place_count(ipu_runtime *rt) {
+    ipu_runtime_stats s;
+    ipu_runtime_get_stats(rt, &s);
+    return s.in_place_buffers;
+}
+
+typedef struct {
+    ipu_runtime *rt;
+    int n, bad, inline_runs;
+} executor_ctx;
+
+/* n executes of a 64 x 1024 ADD, every result checked. */
+static void *executor(void *arg) {
+    executor_ctx *c = arg;
+    const size_t len = 64 * 1024;
+    float *x = malloc(len * 4), *z = malloc(len * 4);
+    for (int k = 0; x && z && k < c->n; k++) {
+        for (size_t i = 0; i < len; i++) x[i] = (float)(k * 3 + (int)(i % 16));
+        int inlined = 0;
+        c->bad += run_add(c->rt, 1, x, x, z, &inlined) != IPU_OK;
+        c->inline_runs += inlined;
+        for (size_t i = 0; i < len; i++) c->bad += z[i] != 2.0f * x[i];
+    }
+    c->bad += !x || !z;
+    free(x);
+    free(z);
+    return NULL;
+}
+
 static int test_large_model_two_threads(void) {
-    /* Two threads, a model whose ADD is split over the pool: requests go to the device thread,
-     * which pre-wakes the helper for each one (ipu__pool_prewake); two submitting threads, every
-     * result checked (run under TSan by tests/test_c_sanitizers.py). */
+    /* Two compute threads, a model whose ADD is split over the pool. A caller alone inside
+     * execute runs its request inline, as worker 0 of the pool, on its own buffers; beside a
+     * thread that submits (queued), and with two executing threads at once (then a request runs
+     * inline only while its caller is the only one inside execute; the others go to the device
+     * thread, which pre-wakes the helper for each one): every result right, every request
+     * completed once (run under TSan by tests/test_c_sanitizers.py). */
+    fixture f;
+    m_model m = add_model(64, 1024, 1); /* 768 KiB moved by the Main program */
+    ipu_runtime_config cfg = cfg_threads(2);
+    cfg.pin_threads = 0; /* else not inline on the helper's CPU: test_inline_off_helper_cpus */
+    CHECK_OK(fx_open(&f, &m, &cfg));
+    const size_t len = 64 * 1024;
+    float *x = calloc(len, 4), *z = calloc(len, 4);
+    CHECK(x && z);
+    x[7] = 3;
+    int inlined = 0;
+    CHECK_OK(run_add(f.rt, 1, x, x, z, &inlined));
+    CHECK(inlined && z[7] == 6.0f && in_place_count(f.rt) == 3);
+    int bad = 0, inline_runs = beside_a_submitter(f.rt, x, z, len, 60, 20, &bad);
+    CHECK(bad == 0);
+    executor_ctx c[2] = {{.rt = f.rt, .n = 60}, {.rt = f.rt, .n = 60}};
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, executor, &c[1]) == 0);
+    executor(&c[0]);
+    pthread_join(th, NULL);
+    CHECK(c[0].bad == 0 && c[1].bad == 0);
+    printf("     (%d of 60 inline beside a submitter; %d and %d of 60 with two executors)\n",
+           inline_runs, c[0].inline_runs, c[1].inline_runs);
+    ipu_runtime_stats s;
+    ipu_runtime_get_stats(f.rt, &s);
+    CHECK(s.requests_completed == s.requests_submitted && s.requests_completed == 241 &&
+          s.requests_failed == 0);
+    free(x);
+    free(z);
+    fx_close(&f);
+    return 0;
+}
+
+static int test_inline_off_helper_cpus(void) {
+    /* Pinned workers (the default): a caller on the CPU of the pinned helper hands its request
+     * to the device thread (as worker 0 it would share that CPU with the helper); on any other
+     * CPU it runs inline. The calling thread visits each CPU of its affinity set in turn. */
+    cpu_set_t old, one;
+    CHECK(sched_getaffinity(0, sizeof old, &old) == 0);
+    int ncpu = CPU_COUNT(&old);
     fixture f;
     m_model m = add_model(64, 1024, 1);
     ipu_runtime_config cfg = cfg_threads(2);
     CHECK_OK(fx_open(&f, &m, &cfg));
     const size_t len = 64 * 1024;
-    float *x = malloc(len * 4), *z = malloc(len * 4);
+    float *x = calloc(len, 4), *z = calloc(len, 4);
     CHECK(x && z);
-    int bad = 0;
-    CHECK(beside_a_submitter(f.rt, x, z, len, 60, 20, &bad) == 0 && bad == 0);
+    int inline_cpus = 0, bad = 0;
+    for (int c = 0; c < CPU_SETSIZE; c++) {
+        if (!CPU_ISSET(c, &old)) continue;
+        CPU_ZERO(&one);
+        CPU_SET(c, &one);
+        CHECK(sched_setaffinity(0, sizeof one, &one) == 0);
+        x[5] = (float)c;
+        int inlined = 0;
+        bad += run_add(f.rt, 1, x, x, z, &inlined) != IPU_OK || z[5] != 2.0f * (float)c;
+        inline_cpus += inlined;
+    }
+    CHECK(sched_setaffinity(0, sizeof old, &old) == 0);
+    CHECK(bad == 0);
+    /* one helper, pinned when there are at least 2 CPUs (threadpool.h) */
+    CHECK(inline_cpus == (ncpu >= 2 ? ncpu - 1 : ncpu));
     free(x);
     free(z);
     fx_close(&f);
@@ -280,12 +353,6 @@ static int test_close_while_executing(void) {
     pthread_join(th, NULL);
     fx_close(&f);
     return 0;
-}
-
-static uint64_t in_place_count(ipu_runtime *rt) {
-    ipu_runtime_stats s;
-    ipu_runtime_get_stats(rt, &s);
-    return s.in_place_buffers;
 }
 
 static int test_in_place_buffers(void) {
@@ -387,6 +454,7 @@ int main(void) {
     RUN(test_inline_with_a_concurrent_submitter);
     RUN(test_large_model_inline_at_one_thread);
     RUN(test_large_model_two_threads);
+    RUN(test_inline_off_helper_cpus);
     RUN(test_close_while_executing);
     printf("%d passed, %d failed\n", g_pass, g_fail);
     return g_fail != 0;

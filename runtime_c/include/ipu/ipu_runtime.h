@@ -134,8 +134,10 @@ IPU_API IPU_NODISCARD ipu_status ipu_runtime_submit(ipu_runtime *rt, const ipu_r
                                                    ipu_request **out);
 /* Run a request synchronously, inline on the calling thread when that keeps the runtime's
  * semantics, else submit it. Inline execution happens when the model allows it (one iteration
- * per step, one subgraph, no dynamic batching, no overlap I/O or sharding, and either
- * num_threads == 1 or a Main program that moves < 32 KiB), the request is one batch without a
+ * per step, one subgraph, no dynamic batching, no overlap I/O or sharding; with num_threads >
+ * 1 and a Main program that moves >= 32 KiB, also no other caller inside ipu_runtime_execute
+ * in the last 100 ms and, with pin_threads, this thread not on a helper's CPU: the calling
+ * thread then works as worker 0 of the pool), the request is one batch without a
  * done callback, no anchor is served by a stream callback, the device is healthy and idle (its
  * thread not started, or parked at the start of a step) and nothing is queued - so earlier
  * requests have all completed and order is kept. The request then runs on this thread (the

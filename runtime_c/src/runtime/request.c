@@ -460,6 +460,7 @@ static ipu_status run_inline(ipu_runtime *rt, const ipu_request_desc *d) {
     ipu_session *s = rt->s;
     const uint64_t t_submit = ipu__now_ns();
     uint64_t t0 = t_submit;
+    if (s->prewake) ipu__pool_prewake(s->pool); /* the helpers wake while inputs are bound */
     atomic_fetch_add_explicit(&rt->st_submitted, 1, memory_order_relaxed);
     uint32_t bound = 0; /* buffers used in place */
     for (uint32_t a = 0; a < rt->num_anchors; a++) {
@@ -529,14 +530,26 @@ static bool rings_empty(const ipu_runtime *rt) {
     return true;
 }
 
-ipu_status ipu_runtime_execute(ipu_runtime *rt, const ipu_request_desc *desc, ipu_request **out) {
-    if (!rt || !desc || !out)
-        return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ipu_runtime_execute: NULL argument");
-    *out = NULL;
-    if (ipu__tl_in_callback)
-        return ipu__fail(IPU_ERR_INVALID_STATE, "execute called from a stream or done callback "
-                         "(the device thread): it could wait forever for queue space");
-    if (rt->inline_ok && !desc->done && desc->num_batches == 1 && !ipu__closed(rt)) {
+/* A runtime whose requests run inline only without concurrent callers (inline_alone): may
+ * this one, `others` callers being inside ipu_runtime_execute with it? Not for IPU__CROWD_NS
+ * after two callers were last seen at once: under a steady load from several threads, one
+ * that happens to find itself alone would hold the device for a request that could run
+ * beside another. */
+#define IPU__CROWD_NS 100000000u
+static bool uncrowded(ipu_runtime *rt, unsigned others) {
+    uint64_t now = ipu__now_ns();
+    if (others) {
+        atomic_store_explicit(&rt->crowded_ns, now, memory_order_relaxed);
+        return false;
+    }
+    uint64_t last = atomic_load_explicit(&rt->crowded_ns, memory_order_relaxed);
+    return last == 0 || now - last > IPU__CROWD_NS;
+}
+
+static ipu_status execute(ipu_runtime *rt, const ipu_request_desc *desc, ipu_request **out,
+                          unsigned others) {
+    if (rt->inline_ok && !desc->done && desc->num_batches == 1 && !ipu__closed(rt) &&
+        (!rt->inline_alone || (uncrowded(rt, others) && !ipu__pool_on_helper_cpu(rt->s->pool)))) {
         pthread_mutex_lock(&rt->submit_mu);
         bool claimed = false, own = inline_allowed(rt);
         if (own && rt->device_started) {
@@ -556,4 +569,17 @@ ipu_status ipu_runtime_execute(ipu_runtime *rt, const ipu_request_desc *desc, ip
         pthread_mutex_unlock(&rt->submit_mu);
     }
     return ipu_runtime_submit(rt, desc, out);
+}
+
+ipu_status ipu_runtime_execute(ipu_runtime *rt, const ipu_request_desc *desc, ipu_request **out) {
+    if (!rt || !desc || !out)
+        return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ipu_runtime_execute: NULL argument");
+    *out = NULL;
+    if (ipu__tl_in_callback)
+        return ipu__fail(IPU_ERR_INVALID_STATE, "execute called from a stream or done callback "
+                         "(the device thread): it could wait forever for queue space");
+    unsigned others = atomic_fetch_add_explicit(&rt->executing, 1, memory_order_relaxed);
+    ipu_status st = execute(rt, desc, out, others);
+    atomic_fetch_sub_explicit(&rt->executing, 1, memory_order_relaxed);
+    return st;
 }

@@ -24,14 +24,16 @@ ipu_runtime_config ipu_runtime_config_default(void) {
 }
 
 /* May run on a caller's thread (ipu_runtime_execute): one iteration per step, one subgraph,
- * whole batches, the serial loop, and either one compute thread (the caller then does what the
- * device thread would, without the two hand-offs: ~25 us per request on a VM) or a Main program
- * whose instructions together move fewer bytes than one instruction worth splitting over
- * workers (so it runs on one thread wherever it runs). With more threads a large model keeps
- * the device thread: its pinned workers, and two queued requests running at once. */
-static bool inline_eligible(const ipu_runtime *rt) {
+ * whole batches, the serial loop. The caller then does what the device thread would, without
+ * the two hand-offs (~25 us per request on a VM) and, where the program allows, on the
+ * caller's buffers (no copies). With more compute threads the caller is worker 0 of the pool.
+ * *alone (more than one compute thread and a Main program with an instruction worth splitting
+ * over workers): only for callers that have had ipu_runtime_execute to themselves for a while
+ * (request.c): concurrent callers keep the device thread, which runs two requests at once. */
+static bool inline_eligible(const ipu_runtime *rt, bool *alone) {
     const ipu_session *s = rt->s;
     const ipu_executable *e = s->exe;
+    *alone = false;
     if (s->bps != 1 || s->num_subgraphs != 1 || s->index_anchor != IPU_NO_INDEX || s->batching ||
         s->pl_on || e->info.num_stages != 0)
         return false;
@@ -39,7 +41,8 @@ static bool inline_eligible(const ipu_runtime *rt) {
     const ipu__program *prog = &e->programs[e->main_programs[0]];
     uint64_t bytes = 0;
     for (uint32_t i = 0; i < prog->n_instr; i++) bytes += ipu__instr_bytes(e, &prog->instr[i]);
-    return bytes < IPU__PAR_MIN_BYTES;
+    *alone = bytes >= IPU__PAR_MIN_BYTES;
+    return true;
 }
 
 /* ---- caller buffers in place (inline requests) ---------------------------------------------- */
@@ -167,6 +170,8 @@ ipu_status ipu_runtime_create(const ipu_executable *exe, const ipu_runtime_confi
     rt->t_created = ipu__now_ns();
     atomic_init(&rt->closed, false);
     atomic_init(&rt->health, IPU__HEALTH_OK);
+    atomic_init(&rt->executing, 0u);
+    atomic_init(&rt->crowded_ns, 0u);
     const ipu_executable_info *info = &exe->info;
     uint64_t cap;
     uint32_t mult = rt->cfg.ring_buffer_size_multiplier ? rt->cfg.ring_buffer_size_multiplier : 1;
@@ -209,7 +214,7 @@ ipu_status ipu_runtime_create(const ipu_executable *exe, const ipu_runtime_confi
     rt->num_anchors = rt->s->num_anchors;
     rt->num_subgraphs = rt->s->num_subgraphs;
     rt->index_anchor = rt->s->index_anchor;
-    rt->inline_ok = inline_eligible(rt);
+    rt->inline_ok = inline_eligible(rt, &rt->inline_alone);
     if (rt->inline_ok && (st = plan_in_place(rt)) != IPU_OK) goto fail;
     rt->s->park_ok = rt->inline_ok;
     rt->s->par_steps = true; /* the device thread runs step after step: two may overlap */

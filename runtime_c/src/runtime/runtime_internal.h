@@ -100,9 +100,13 @@ struct ipu_runtime {
     int close_done;            /* under close_mu */
     bool submitted;            /* under submit_mu */
     ipu_request *orphan;       /* under submit_mu: partially queued when the session stopped */
-    bool inline_ok;            /* small model: ipu_runtime_execute may run requests inline */
+    bool inline_ok;            /* ipu_runtime_execute may run requests inline (runtime.c) */
+    bool inline_alone;         /* ... only without concurrent callers (request.c) */
     void **in_place;           /* inline_ok: per anchor, its tensor's arena pointer when inline
                                 * requests may use the caller's buffer instead (runtime.c) */
+
+    atomic_uint executing;     /* callers inside ipu_runtime_execute */
+    atomic_uint_fast64_t crowded_ns; /* when a caller last found another one inside it */
 
     _Alignas(64) atomic_bool closed;
     atomic_int health;          /* IPU__HEALTH_*: also the producers' abort flag */

@@ -12,6 +12,7 @@
 typedef struct ipu__pool_helper {
     ipu__pool *pool;
     uint32_t ith;
+    int cpu; /* pinned to this CPU, or -1 */
 } ipu__pool_helper;
 
 struct ipu__pool {
@@ -130,20 +131,33 @@ static bool pick_cpus(uint32_t nth, int *cpus) {
     return true;
 }
 
-static void pin_thread(pthread_t t, int cpu) {
+/* Best effort (unpinned still works): true if pinned. */
+static bool pin_thread(pthread_t t, int cpu) {
     cpu_set_t one;
     CPU_ZERO(&one);
     CPU_SET(cpu, &one);
-    (void)pthread_setaffinity_np(t, sizeof one, &one); /* best effort: unpinned still works */
+    return pthread_setaffinity_np(t, sizeof one, &one) == 0;
 }
 #endif
 
 void ipu__pool_pin_self(const ipu__pool *p) {
 #ifdef CPU_SET
-    if (p && p->cpu0 >= 0) pin_thread(pthread_self(), p->cpu0);
+    if (p && p->cpu0 >= 0) (void)pin_thread(pthread_self(), p->cpu0);
 #else
     (void)p;
 #endif
+}
+
+bool ipu__pool_on_helper_cpu(const ipu__pool *p) {
+#ifdef CPU_SET
+    if (p->cpu0 < 0) return false; /* not pinned */
+    int cpu = sched_getcpu();
+    for (uint32_t i = 1; i < p->nth; i++)
+        if (p->helpers[i].cpu == cpu) return true;
+#else
+    (void)p;
+#endif
+    return false;
 }
 
 ipu_status ipu__pool_create(uint32_t nth, size_t scratch_bytes, int pin, ipu__pool **out) {
@@ -202,6 +216,7 @@ ipu_status ipu__pool_create(uint32_t nth, size_t scratch_bytes, int pin, ipu__po
     for (uint32_t i = 1; i < nth; i++) {
         p->helpers[i].pool = p;
         p->helpers[i].ith = i;
+        p->helpers[i].cpu = -1;
         int rc = pthread_create(&p->threads[i - 1], NULL, helper_main, &p->helpers[i]);
         if (rc != 0) {
             st = ipu__fail(rc == EAGAIN ? IPU_ERR_NOMEM : IPU_ERR_INTERNAL,
@@ -216,7 +231,8 @@ ipu_status ipu__pool_create(uint32_t nth, size_t scratch_bytes, int pin, ipu__po
     int cpus[IPU__POOL_MAX_THREADS];
     if (pin && nth > 1 && pick_cpus(nth, cpus)) {
         p->cpu0 = cpus[0];
-        for (uint32_t i = 1; i < nth; i++) pin_thread(p->threads[i - 1], cpus[i]);
+        for (uint32_t i = 1; i < nth; i++)
+            if (pin_thread(p->threads[i - 1], cpus[i])) p->helpers[i].cpu = cpus[i];
     }
 #else
     (void)pin;

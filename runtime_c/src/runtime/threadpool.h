@@ -66,6 +66,10 @@ IPU_NODISCARD ipu_status ipu__pool_create(uint32_t nth, size_t scratch_bytes, in
  * helper woken by worker 0 after an idle spell is often placed on worker 0's own CPU by the
  * scheduler (wake-affine), and the two then share one core for the whole request. */
 void ipu__pool_pin_self(const ipu__pool *p);
+/* Does the calling thread run on a CPU that a helper is pinned to? A thread other than the
+ * pinned worker 0 that runs a program there (an inline request) would share that CPU with the
+ * helper for the whole program: 2x the time, measured. */
+bool ipu__pool_on_helper_cpu(const ipu__pool *p);
 /* Stop and join the helpers, free everything. Accepts NULL and half-built pools. Must not be
  * called while ipu__pool_run is running. */
 void ipu__pool_destroy(ipu__pool *p);
