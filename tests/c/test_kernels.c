@@ -335,6 +335,39 @@ static void test_conv_small_map_items(int isa) {
     ipu__sgemm_set_isa(0);
 }
 
+/* The GEMM path's row blocks only cut the work items: they are cut evenly, ceil(OH / blocks)
+ * rows each (27 rows as 14 + 13: at 18 + 9 a second worker idled for a third of the layer).
+ * Pointwise layers of SqueezeNet's sizes, with stored weights, on every micro-kernel. */
+static void test_conv_gemm_row_blocks(int isa) {
+    int used = ipu__sgemm_set_isa(isa);
+    /* C, H (= W), Cog */
+    static const int64_t cases[][3] = {{256, 27, 32}, {128, 27, 32}, {32, 27, 128},
+                                       {64, 55, 16},  {128, 55, 16}, {16, 55, 64}};
+    int gemm = 0;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int64_t C = cases[c][0], HW = cases[c][1], Cog = cases[c][2];
+        H *h = h_for((uint64_t)(C * HW * HW + Cog * C + Cog * HW * HW) * 4);
+        uint32_t x = T(h, FLOAT32, 1, C, HW, HW), w = T(h, FLOAT32, Cog, C, 1, 1);
+        uint32_t y = T(h, FLOAT32, 1, Cog, HW, HW);
+        as_tensor_data(h, w);
+        int64_t attr[11] = {1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0};
+        TI ti;
+        CHECK(ti_make(h, &ti, IPU_OP_CONV2D, 2, (uint32_t[]){x, w}, y, 11, attr) == IPU_OK,
+              "gemm rows %zu: verify: %s", c, ipu_last_error_message());
+        const ipu__conv_plan *p = ti.ins.plan;
+        if (p && !p->window && !p->direct && !p->tpose && !p->wino) {
+            gemm++;
+            CHECK(p->rblocks >= 1 && p->rows == (HW + p->rblocks - 1) / p->rblocks,
+                  "gemm rows %zu, isa %d: %lld rows in blocks of %lld (%lld blocks)", c, used,
+                  (long long)HW, (long long)p->rows, (long long)p->rblocks);
+        }
+        ti_free(h, &ti);
+        h_free(h);
+    }
+    CHECK(gemm >= 4, "gemm rows, isa %d: only %d cases took the GEMM path", used, gemm);
+    ipu__sgemm_set_isa(0);
+}
+
 /* The micro-kernel's rows variant (B row k read in place at b + off[k], any alignment) and its
  * arows variant (A column k at a + aoff[k]) against the packed kernel on the same rows copied
  * into a panel: bit-identical, with and without accumulation and the fused epilogue, on every
@@ -783,6 +816,7 @@ int main(int argc, char **argv) {
     for (int isa = 1; isa <= 3; isa++) test_matmul_f32(isa);
     for (int isa = 1; isa <= 3; isa++) test_conv_f32(isa);
     for (int isa = 1; isa <= 3; isa++) test_conv_small_map_items(isa);
+    for (int isa = 1; isa <= 3; isa++) test_conv_gemm_row_blocks(isa);
     test_ukr_rows();
     test_matmul_other();
     test_gemm();

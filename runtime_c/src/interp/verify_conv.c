@@ -398,6 +398,10 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
         (uint64_t)p->N * (uint64_t)G * (uint64_t)mbl < 3 && oh * ow >= 128)
         p->rows = (oh + 1) / 2;
     p->rblocks = (int64_t)ceil_div((uint64_t)oh, (uint64_t)p->rows);
+    /* GEMM paths: the rows only cut the work items, so cut them evenly (27 rows as 14 + 13, not
+     * 18 + 9, which left a second worker idle for a third of the layer) */
+    if (!p->window && !p->direct && !p->tpose && !p->wino)
+        p->rows = (int64_t)ceil_div((uint64_t)oh, (uint64_t)p->rblocks);
     /* float32 paths: one B packing per pixel block for all channels, unless < 8 items */
     if (!p->direct && !p->f16 && mbl > 0) {
         uint64_t base = (uint64_t)p->N * (uint64_t)G * (uint64_t)p->rblocks;
