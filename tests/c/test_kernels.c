@@ -335,6 +335,37 @@ static void test_conv_small_map_items(int isa) {
     ipu__sgemm_set_isa(0);
 }
 
+/* Small-map path, one block of pixels whose channels would make two unequal items (5 weight
+ * panels of the AVX-512 kernel as 3 + 2): two halves of the pixels instead, each with all the
+ * channels (verify_conv.c tpose_rows). Inception v2's shapes; the rule is the AVX-512 kernel's
+ * (nr 32, mq 4), the other kernels' panels split evenly here. */
+static void test_conv_small_map_pixel_halves(int isa) {
+    int used = ipu__sgemm_set_isa(isa);
+    ipu__ukr u;
+    ipu__sgemm_ukr(&u);
+    /* C, H (= W), K, Cog */
+    static const int64_t cases[][4] = {{160, 14, 3, 160}, {224, 7, 3, 224}, {1024, 7, 1, 160}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0] && u.nr == 32 && u.mq == 4; c++) {
+        int64_t C = cases[c][0], HW = cases[c][1], K = cases[c][2], Cog = cases[c][3];
+        H *h = h_for((uint64_t)(C * HW * HW + Cog * C * K * K + Cog * HW * HW) * 4);
+        uint32_t x = T(h, FLOAT32, 1, C, HW, HW), w = T(h, FLOAT32, Cog, C, K, K);
+        uint32_t y = T(h, FLOAT32, 1, Cog, HW, HW);
+        as_tensor_data(h, w);
+        int64_t p0 = K / 2, attr[11] = {1, 1, 1, 1, 1, p0, p0, p0, p0, 0, 0};
+        TI ti;
+        CHECK(ti_make(h, &ti, IPU_OP_CONV2D, 2, (uint32_t[]){x, w}, y, 11, attr) == IPU_OK,
+              "pixel halves %zu: verify: %s", c, ipu_last_error_message());
+        const ipu__conv_plan *p = ti.ins.plan;
+        CHECK(p && p->tpose && p->rblocks == 2 && p->rows == (HW + 1) / 2 && p->mblocks == 1,
+              "pixel halves %zu, isa %d: tpose %d, %lld row blocks of %lld, %lld channel items",
+              c, used, p ? p->tpose : -1, p ? (long long)p->rblocks : -1LL,
+              p ? (long long)p->rows : -1LL, p ? (long long)p->mblocks : -1LL);
+        ti_free(h, &ti);
+        h_free(h);
+    }
+    ipu__sgemm_set_isa(0);
+}
+
 /* The GEMM path's row blocks only cut the work items: they are cut evenly, ceil(OH / blocks)
  * rows each (27 rows as 14 + 13: at 18 + 9 a second worker idled for a third of the layer).
  * Pointwise layers of SqueezeNet's sizes, with stored weights, on every micro-kernel. */
@@ -817,6 +848,7 @@ int main(int argc, char **argv) {
     for (int isa = 1; isa <= 3; isa++) test_conv_f32(isa);
     for (int isa = 1; isa <= 3; isa++) test_conv_small_map_items(isa);
     for (int isa = 1; isa <= 3; isa++) test_conv_gemm_row_blocks(isa);
+    for (int isa = 1; isa <= 3; isa++) test_conv_small_map_pixel_halves(isa);
     test_ukr_rows();
     test_matmul_other();
     test_gemm();
