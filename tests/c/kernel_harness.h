@@ -178,6 +178,21 @@ static inline void as_tensor_data(H *h, uint32_t b) {
     h->t[b].loc = IPU_LOC_TENSOR_DATA;
 }
 
+/* Verify a float32 CONV2D of one C x HW x HW image into Cog channels (K x K kernel, stride 1,
+ * pads K / 2, no bias) whose weights are stored in the executable, so the verifier packs them
+ * for the path it plans: that plan, or NULL (ipu_last_error_message says why). Free with
+ * ti_free and h_free. */
+static inline const ipu__conv_plan *h_conv_plan(H **hp, TI *ti, int64_t C, int64_t HW, int64_t K,
+                                                int64_t Cog) {
+    H *h = *hp = h_for((uint64_t)(C * HW * HW + Cog * C * K * K + Cog * HW * HW) * 4);
+    uint32_t x = T(h, FLOAT32, 1, C, HW, HW), w = T(h, FLOAT32, Cog, C, K, K);
+    uint32_t y = T(h, FLOAT32, 1, Cog, HW, HW);
+    as_tensor_data(h, w);
+    int64_t p = K / 2, attr[11] = {1, 1, 1, 1, 1, p, p, p, p, 0, 0};
+    ipu_status st = ti_make(h, ti, IPU_OP_CONV2D, 2, (uint32_t[]){x, w}, y, 11, attr);
+    return st == IPU_OK ? ti->ins.plan : NULL;
+}
+
 /* The float32 output tensor of MATMUL(a, b): broadcast batch dims, then [M, N]. */
 static inline uint32_t h_matmul_out(H *h, uint32_t a, uint32_t b) {
     const ipu__tensor *ta = &h->t[a], *tb = &h->t[b];

@@ -346,16 +346,10 @@ static void test_conv_small_map_pixel_halves(int isa) {
     /* C, H (= W), K, Cog */
     static const int64_t cases[][4] = {{160, 14, 3, 160}, {224, 7, 3, 224}, {1024, 7, 1, 160}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0] && u.nr == 32 && u.mq == 4; c++) {
-        int64_t C = cases[c][0], HW = cases[c][1], K = cases[c][2], Cog = cases[c][3];
-        H *h = h_for((uint64_t)(C * HW * HW + Cog * C * K * K + Cog * HW * HW) * 4);
-        uint32_t x = T(h, FLOAT32, 1, C, HW, HW), w = T(h, FLOAT32, Cog, C, K, K);
-        uint32_t y = T(h, FLOAT32, 1, Cog, HW, HW);
-        as_tensor_data(h, w);
-        int64_t p0 = K / 2, attr[11] = {1, 1, 1, 1, 1, p0, p0, p0, p0, 0, 0};
+        int64_t HW = cases[c][1];
+        H *h;
         TI ti;
-        CHECK(ti_make(h, &ti, IPU_OP_CONV2D, 2, (uint32_t[]){x, w}, y, 11, attr) == IPU_OK,
-              "pixel halves %zu: verify: %s", c, ipu_last_error_message());
-        const ipu__conv_plan *p = ti.ins.plan;
+        const ipu__conv_plan *p = h_conv_plan(&h, &ti, cases[c][0], HW, cases[c][2], cases[c][3]);
         CHECK(p && p->tpose && p->rblocks == 2 && p->rows == (HW + 1) / 2 && p->mblocks == 1,
               "pixel halves %zu, isa %d: tpose %d, %lld row blocks of %lld, %lld channel items",
               c, used, p ? p->tpose : -1, p ? (long long)p->rblocks : -1LL,
@@ -376,16 +370,11 @@ static void test_conv_gemm_row_blocks(int isa) {
                                        {64, 55, 16},  {128, 55, 16}, {16, 55, 64}};
     int gemm = 0;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        int64_t C = cases[c][0], HW = cases[c][1], Cog = cases[c][2];
-        H *h = h_for((uint64_t)(C * HW * HW + Cog * C + Cog * HW * HW) * 4);
-        uint32_t x = T(h, FLOAT32, 1, C, HW, HW), w = T(h, FLOAT32, Cog, C, 1, 1);
-        uint32_t y = T(h, FLOAT32, 1, Cog, HW, HW);
-        as_tensor_data(h, w);
-        int64_t attr[11] = {1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0};
+        int64_t HW = cases[c][1];
+        H *h;
         TI ti;
-        CHECK(ti_make(h, &ti, IPU_OP_CONV2D, 2, (uint32_t[]){x, w}, y, 11, attr) == IPU_OK,
-              "gemm rows %zu: verify: %s", c, ipu_last_error_message());
-        const ipu__conv_plan *p = ti.ins.plan;
+        const ipu__conv_plan *p = h_conv_plan(&h, &ti, cases[c][0], HW, 1, cases[c][2]);
+        CHECK(p, "gemm rows %zu: verify: %s", c, ipu_last_error_message());
         if (p && !p->window && !p->direct && !p->tpose && !p->wino) {
             gemm++;
             CHECK(p->rblocks >= 1 && p->rows == (HW + p->rblocks - 1) / p->rblocks,
