@@ -37,6 +37,7 @@ def test_meson_test(repo, tmp_path):
         "test_kernels_eltwise",
         "test_kernels_gemm",
         "test_kernels_wino",
+        "test_conv_plans",
         "test_vmath",
         "test_executable",
         "test_runtime",
