@@ -29,7 +29,8 @@ ipu_runtime_config ipu_runtime_config_default(void) {
  * caller's buffers (no copies). With more compute threads the caller is worker 0 of the pool.
  * *alone (more than one compute thread and a Main program with an instruction worth splitting
  * over workers): only for callers that have had ipu_runtime_execute to themselves for a while
- * (request.c): concurrent callers keep the device thread, which runs two requests at once. */
+ * and do not run on a pinned helper's CPU (request.c): concurrent callers keep the device
+ * thread, which runs two requests at once. */
 static bool inline_eligible(const ipu_runtime *rt, bool *alone) {
     const ipu_session *s = rt->s;
     const ipu_executable *e = s->exe;
