@@ -53,7 +53,7 @@ static inline H *h_new(uint64_t cap) {
     H *h = calloc(1, sizeof *h);
     h->arena = aligned_alloc(64, cap);
     h->cap = cap;
-    h->scratch = aligned_alloc(64, IPU__SCRATCH_BYTES);
+    h->scratch = aligned_alloc(64, IPU__WORKER_SCRATCH_BYTES);
     h->e.tensors = h->t;
     h->e.info.arena_size = cap;
     return h;

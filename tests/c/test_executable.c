@@ -240,7 +240,7 @@ static void test_container(void) {
         CHECK(ipu_executable_instruction(e, 0, 3, &ii) == IPU_ERR_NOT_FOUND, "instruction range");
         /* execute Load then Main */
         uint8_t *arena = aligned_alloc(64, 1024);
-        void *scratch = aligned_alloc(64, IPU__SCRATCH_BYTES);
+        void *scratch = aligned_alloc(64, IPU__WORKER_SCRATCH_BYTES);
         void *ptr[6];
         for (int t = 0; t < 6; t++) ptr[t] = e->tensors[t].loc == IPU_LOC_ARENA ? arena + e->tensors[t].offset : NULL;
         float *x = ptr[0];

@@ -659,7 +659,7 @@ static void bench_ukr(void) {
 }
 
 static void bench(void) {
-    void *scratch = aligned_alloc(64, IPU__SCRATCH_BYTES);
+    void *scratch = aligned_alloc(64, IPU__WORKER_SCRATCH_BYTES);
     printf("sgemm micro-kernel by default: isa %d\n", ipu__sgemm_set_isa(0));
     for (int isa = 3; isa >= 1; isa--) {
         int used = ipu__sgemm_set_isa(isa);

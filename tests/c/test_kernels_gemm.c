@@ -39,6 +39,7 @@ static void test_gemm_paths(int isa) {
     static const gcase cases[] = {
         {1, 800, 300}, {1, 70, 520}, {3, 70, 300}, {4, 33, 17},  {5, 800, 300}, {7, 70, 520},
         {130, 70, 300}, {130, 800, 97}, {200, 37, 1}, {1, 1, 1}, {6, 16, 256}, {2, 9, 0},
+        {20, 2000, 260}, /* one call for all blocks of columns: B packed into 2 MB of scratch */
     };
     int used = ipu__sgemm_set_isa(isa);
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)

@@ -29,7 +29,7 @@ static void run(const ipu_executable *e, const uint8_t *data, size_t size) {
     size_t arena_bytes = in->arena_size ? (size_t)in->arena_size : 64;
     uint8_t *arena = aligned_alloc(64, arena_bytes);
     void **ptr = calloc(in->num_tensors ? in->num_tensors : 1, sizeof *ptr);
-    void *scratch = aligned_alloc(64, IPU__SCRATCH_BYTES);
+    void *scratch = aligned_alloc(64, IPU__WORKER_SCRATCH_BYTES);
     if (arena && ptr && scratch) {
         for (size_t i = 0; i < arena_bytes; i++) arena[i] = size ? data[i % size] : 0;
         for (uint32_t t = 0; t < in->num_tensors; t++) {

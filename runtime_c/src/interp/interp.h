@@ -9,7 +9,12 @@
 
 #include "../common/ipu_internal.h"
 
-#define IPU__SCRATCH_BYTES ((size_t)1 << 20) /* per-worker scratch, 64-byte aligned */
+/* Per-worker scratch, 64-byte aligned: IPU__WORKER_SCRATCH_BYTES are allocated; kernels plan
+ * within the first IPU__SCRATCH_BYTES, except the float32 MatMul, whose packed block of B may
+ * take the rest (256 rows of up to 2976 columns: A is then packed once per K-block, not once
+ * per block of columns, for a B up to that wide). */
+#define IPU__SCRATCH_BYTES ((size_t)1 << 20)
+#define IPU__WORKER_SCRATCH_BYTES ((size_t)3 << 20)
 
 typedef struct ipu__tensor {
     ipu_tensor_desc desc;
@@ -73,7 +78,7 @@ size_t ipu__instr_work(const ipu_executable *e, const ipu__instr *ins);
 /* Does `ins` run a range of consecutive items faster in one piece (ipu__plan.contiguous)? */
 bool ipu__instr_contiguous(const ipu__instr *ins);
 /* Run work items [begin, end) of `ins`. Safe to call concurrently for disjoint ranges.
- * `scratch` has IPU__SCRATCH_BYTES bytes private to the calling thread. */
+ * `scratch` has IPU__WORKER_SCRATCH_BYTES bytes private to the calling thread. */
 ipu_status ipu__instr_run(const ipu__frame *f, const ipu__instr *ins, size_t begin, size_t end,
                           void *scratch);
 

@@ -214,7 +214,7 @@ ipu_status ipu_session_create(const ipu_executable *exe, const ipu_session_confi
     }
     st = init_sync(s);
     if (st != IPU_OK) goto fail;
-    st = ipu__pool_create(s->nth, IPU__SCRATCH_BYTES, s->cfg.pin_threads, &s->pool);
+    st = ipu__pool_create(s->nth, IPU__WORKER_SCRATCH_BYTES, s->cfg.pin_threads, &s->pool);
     if (st != IPU_OK) goto fail;
     st = ipu__pipeline_create(s);
     if (st == IPU_OK) st = ipu__stages_create(s);

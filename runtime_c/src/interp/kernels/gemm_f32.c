@@ -424,23 +424,34 @@ __attribute__((target("avx2"))) static void pack_bt_avx2(const float *src, int64
         for (int64_t k = 0; k < kc; k++) dst[k * nr + j] = src[j * ld + k];
 }
 
-/* dst[k * 6 + i] = rows[i][k], k < kc: a full 6-row A panel, 8 x 8 transposes. */
-__attribute__((target("avx2"))) static void pack_a6_avx2(const float *const rows[6], int64_t kc,
-                                                          float *dst) {
+/* dst[k * mr + i] = rows[i][k] for i < h, 0 for h <= i < mr; k < kc: an A panel of 6 or 12
+ * rows as 8 x 8 transposes (of the last group of rows, 6 or 4 of the 8 are stored). */
+__attribute__((target("avx2"))) static void pack_a_avx2(const float *const *rows, int64_t h,
+                                                         int mr, int64_t kc, float *dst) {
     int64_t k = 0;
     for (; k + 8 <= kc; k += 8) {
-        __m256 r[8];
-        for (int i = 0; i < 6; i++) r[i] = _mm256_loadu_ps(rows[i] + k);
-        r[6] = r[7] = _mm256_setzero_ps();
-        ipu__tr8(r);
-        for (int t = 0; t < 8; t++) {
-            float *d = dst + (k + t) * 6;
-            _mm_storeu_ps(d, _mm256_castps256_ps128(r[t]));
-            _mm_store_sd((double *)(void *)(d + 4), _mm_castps_pd(_mm256_extractf128_ps(r[t], 1)));
+        for (int g = 0; g < mr; g += 8) {
+            __m256 r[8];
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++)
+                r[i] = g + i < h ? _mm256_loadu_ps(rows[g + i] + k) : _mm256_setzero_ps();
+            ipu__tr8(r);
+#pragma GCC unroll 8
+            for (int t = 0; t < 8; t++) {
+                float *d = dst + (k + t) * mr + g;
+                if (mr - g >= 8) {
+                    _mm256_storeu_ps(d, r[t]);
+                    continue;
+                }
+                _mm_storeu_ps(d, _mm256_castps256_ps128(r[t]));
+                if (mr - g == 6)
+                    _mm_store_sd((double *)(void *)(d + 4),
+                                 _mm_castps_pd(_mm256_extractf128_ps(r[t], 1)));
+            }
         }
     }
     for (; k < kc; k++)
-        for (int i = 0; i < 6; i++) dst[k * 6 + i] = rows[i][k];
+        for (int i = 0; i < mr; i++) dst[k * mr + i] = i < h ? rows[i][k] : 0.0f;
 }
 #endif
 
@@ -449,25 +460,33 @@ __attribute__((target("avx2"))) static void pack_a6_avx2(const float *const rows
 static void pack_b(const ipu__sgemm_args *g, int64_t k0, int64_t kc, int64_t j0, int64_t nc,
                    int nr, float *bp, int64_t pstride) {
     int vec = vec_pack();
+    if (g->b_cs == 1 && !g->b_f16) {
+        /* row-major B row by row: each row's nc columns in one sequential run (a panel at a
+         * time read 2 lines from each of kc rows a page apart: no prefetcher follows that) */
+        for (int64_t k = 0; k < kc; k++) {
+            const float *s = (const float *)g->b + (k0 + k) * g->b_rs + j0;
+            float *d = bp + k * nr;
+            int64_t q = 0;
+            /* whole panels: constant-size copies become vector moves */
+            if (nr == 32)
+                for (; q + 32 <= nc; q += 32, d += pstride) memcpy(d, s + q, 128);
+            else if (nr == 16)
+                for (; q + 16 <= nc; q += 16, d += pstride) memcpy(d, s + q, 64);
+            else if (nr == 8)
+                for (; q + 8 <= nc; q += 8, d += pstride) memcpy(d, s + q, 32);
+            for (; q < nc; q += nr, d += pstride) {
+                int64_t w = nc - q < nr ? nc - q : nr;
+                memcpy(d, s + q, sizeof(float) * (size_t)w);
+                for (int64_t j = w; j < nr; j++) d[j] = 0.0f;
+            }
+        }
+        return;
+    }
     for (int64_t q = 0; q < nc; q += nr) {
         int64_t w = nc - q < nr ? nc - q : nr;
         float *dst = bp + q / nr * pstride;
         int64_t col = j0 + q;
-        if (g->b_cs == 1) {
-            if (!g->b_f16 && w == nr) { /* constant-size copies become vector moves */
-                const float *s = (const float *)g->b + k0 * g->b_rs + col;
-                int64_t rs = g->b_rs;
-                if (nr == 16)
-                    for (int64_t k = 0; k < kc; k++) memcpy(dst + k * 16, s + k * rs, 64);
-                else if (nr == 32)
-                    for (int64_t k = 0; k < kc; k++) memcpy(dst + k * 32, s + k * rs, 128);
-                else if (nr == 8)
-                    for (int64_t k = 0; k < kc; k++) memcpy(dst + k * 8, s + k * rs, 32);
-                else
-                    for (int64_t k = 0; k < kc; k++)
-                        memcpy(dst + k * nr, s + k * rs, sizeof(float) * (size_t)nr);
-                continue;
-            }
+        if (g->b_cs == 1) { /* float16 (float32 above) */
             for (int64_t k = 0; k < kc; k++) {
                 ld_row(g->b, (k0 + k) * g->b_rs + col, g->b_f16, dst + k * nr, w);
                 for (int64_t j = w; j < nr; j++) dst[k * nr + j] = 0.0f;
@@ -526,8 +545,8 @@ void ipu__sgemm_pack_a(const ipu__sgemm_args *g, int64_t k0, int64_t kc, int mr,
             const float *rows[MAX_MR];
             for (int64_t i = 0; i < h; i++) rows[i] = (const float *)g->a + (p + i) * g->a_rs + k0;
 #if IPU_X86
-            if (vec && mr == 6 && h == 6) {
-                pack_a6_avx2(rows, kc, dst);
+            if (vec && (mr == 6 || mr == 12)) {
+                pack_a_avx2(rows, h, mr, kc, dst);
                 continue;
             }
 #endif

@@ -104,9 +104,15 @@ static ipu_status mm_run_f32(const ipu__frame *f, const ipu__instr *ins, size_t 
         int64_t mbk = (int64_t)(rem % (uint64_t)p->mblocks);
         size_t end = it + (size_t)(p->mblocks - mbk);
         if (end > e) end = e;
-        int64_t m0 = mbk * p->mb, m1 = (mbk + (int64_t)(end - it)) * p->mb;
+        int64_t nbj = 1; /* whole blocks of columns in a row: one call, A packed once for all */
+        if (mbk == 0 && end - it == (size_t)p->mblocks && p->path != IPU__MM_GEMV)
+            while (nbk + nbj < p->nblocks && end + (size_t)p->mblocks <= e) {
+                end += (size_t)p->mblocks;
+                nbj++;
+            }
+        int64_t m0 = mbk * p->mb, m1 = nbj > 1 ? M : (mbk + (int64_t)(end - it)) * p->mb;
         if (m1 > M) m1 = M;
-        int64_t j0 = nbk * p->nb, nc = N - j0 < p->nb ? N - j0 : p->nb;
+        int64_t j0 = nbk * p->nb, nc = N - j0 < nbj * p->nb ? N - j0 : nbj * p->nb;
         int64_t oa, ob;
         batch_offsets(p, bi, &oa, &ob);
         mm_item r = {m0, m1, oa * M * K, ob * K * N, (int64_t)bi * M * N};
@@ -118,7 +124,7 @@ static ipu_status mm_run_f32(const ipu__frame *f, const ipu__instr *ins, size_t 
             ipu__sgemv(&g, scratch, IPU__SCRATCH_BYTES);
         else if (!pre || !ipu__sgemm_packed(&g, pre + ob * p->packed_mat + j0 * K, K * p->packed_nr,
                                             p->packed_nr, scratch, IPU__SCRATCH_BYTES))
-            ipu__sgemm(&g, scratch, IPU__SCRATCH_BYTES);
+            ipu__sgemm(&g, scratch, IPU__WORKER_SCRATCH_BYTES);
         if (p->is_gemm && (p->has_c || p->alpha != 1.0f || p->act))
             for (int64_t i = m0; i < m1; i++) {
                 float *row = y + i * N + j0;
