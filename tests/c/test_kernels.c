@@ -316,7 +316,7 @@ static void test_ukr_rows(void) {
             if (e)
                 u.ep(KC, a, bp, c0, 40, acc, e);
             else
-                u.fn(KC, a, bp, c0, 40, acc);
+                u.fn(KC, a, bp, c0, 40, acc, NULL, 0);
             if (v & 4)
                 u.arows(KC, src, bp, aoff, c1, 40, acc, e);
             else
@@ -631,7 +631,7 @@ static void bench_ukr(void) {
     double best = 1e30;
     for (int trial = 0; trial < 5; trial++) {
         double t0 = now();
-        for (long r = 0; r < reps; r++) u.fn(kc, a, b, c, u.nr, 0);
+        for (long r = 0; r < reps; r++) u.fn(kc, a, b, c, u.nr, 0, NULL, 0);
         double t = now() - t0;
         if (t < best) best = t;
     }

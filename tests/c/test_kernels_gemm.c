@@ -167,7 +167,7 @@ static void test_ukr_part(int isa) {
     for (int i = 0; i < u.mr; i++) bias[i] = rndf();
     for (int i = 0; i < ROWS * LD; i++) res[i] = rndf();
     res[LD + 1] = NAN; /* ReLU keeps NaNs */
-    u.fn(KC, ap, bp, full, u.nr, 0);
+    u.fn(KC, ap, bp, full, u.nr, 0, NULL, 0);
     int bad = 0, cases = 0;
     for (int h = 1; h <= u.mr; h++)
         for (int w = 1; w <= u.nr; w++)
@@ -193,6 +193,47 @@ static void test_ukr_part(int isa) {
                 if (memcmp(c, c0, sizeof c)) bad++;
             }
     CHECK(!bad, "ukr part isa %d: %d of %d corners differ from the full tile", used, bad, cases);
+    ipu__sgemm_set_isa(0);
+}
+
+/* The full tile with a prefetch stream (fewer, as many and more lines than k steps) computes
+ * what it does without one, bit for bit; ipu__prefetch_share splits a panel's lines over the
+ * tiles without gaps or overlaps (each tile a share, the last ending at the panel's end). */
+static void test_ukr_prefetch_stream(int isa) {
+    int used = ipu__sgemm_set_isa(isa);
+    ipu__ukr u;
+    ipu__sgemm_ukr(&u);
+    enum { KC = 40 };
+    static float ap[KC * IPU__SGEMM_MAX_MR], next[4 * KC * 16];
+    static float bp[KC * IPU__SGEMM_MAX_NR] __attribute__((aligned(64)));
+    static float c0[IPU__SGEMM_MAX_MR * IPU__SGEMM_MAX_NR], c[IPU__SGEMM_MAX_MR * IPU__SGEMM_MAX_NR];
+    for (int i = 0; i < KC * u.mr; i++) ap[i] = rndf();
+    for (int i = 0; i < KC * u.nr; i++) bp[i] = rndf();
+    for (int acc = 0; acc < 2; acc++) {
+        for (int i = 0; i < u.mr * u.nr; i++) c0[i] = c[i] = rndf();
+        u.fn(KC, ap, bp, c0, u.nr, acc, NULL, 0);
+        static const int64_t ns[] = {1, 7, KC, KC + 1, 4 * KC};
+        for (size_t t = 0; t < sizeof ns / sizeof ns[0]; t++) {
+            float r[IPU__SGEMM_MAX_MR * IPU__SGEMM_MAX_NR];
+            memcpy(r, c, sizeof r);
+            u.fn(KC, ap, bp, r, u.nr, acc, next, ns[t]);
+            CHECK(!memcmp(r, c0, sizeof(float) * (size_t)(u.mr * u.nr)),
+                  "ukr isa %d acc %d: %lld prefetched lines change the tile", used, acc,
+                  (long long)ns[t]);
+        }
+    }
+    static const int64_t shares[][2] = {{512, 8}, {512, 3}, {5, 8}, {1, 1}, {100, 7}};
+    for (size_t t = 0; t < sizeof shares / sizeof shares[0]; t++) {
+        int64_t lines = shares[t][0], calls = shares[t][1], done = 0, seen = 0, n;
+        int ok = ipu__prefetch_share(NULL, lines, 0, calls, &done, &n) == NULL && n == 0;
+        for (int64_t i = 0; i < calls; i++) {
+            const float *p = ipu__prefetch_share(next, lines, i, calls, &done, &n);
+            ok = ok && p == next + seen * 16 && n >= 0 && n <= lines / calls + 1;
+            seen += n;
+        }
+        CHECK(ok && seen == lines && done == lines, "prefetch shares of %lld lines over %lld",
+              (long long)lines, (long long)calls);
+    }
     ipu__sgemm_set_isa(0);
 }
 
@@ -295,6 +336,7 @@ int main(int argc, char **argv) {
         test_matmul_row_blocks(isa);
         test_conv_pointwise_large_planes(isa);
         test_ukr_part(isa);
+        test_ukr_prefetch_stream(isa);
     }
     test_plan_paths();
     test_packed_b_not_used();

@@ -237,7 +237,7 @@ static void run_gemm_f32(const ipu__conv_plan *p, const float *x, const float *w
                         else if (last)
                             u.ep(kc, ak + ir * kc, bpan, c, OHW, acc, &ep);
                         else
-                            u.fn(kc, ak + ir * kc, bpan, c, OHW, acc);
+                            u.fn(kc, ak + ir * kc, bpan, c, OHW, acc, NULL, 0);
                     }
                 }
             }
@@ -469,7 +469,7 @@ static void run_window(const ipu__conv_plan *p, const float *x, const float *w,
                 for (int64_t jr = 0; jr < npad; jr += nr)
                     for (int64_t ir = 0; ir < mpad; ir += mr) {
                         if (jr >= nfull) {
-                            u.fn(kc, ak + ir * kc, bp + jr * kc, ct + ir * NT + jr, NT, k0 > 0);
+                            u.fn(kc, ak + ir * kc, bp + jr * kc, ct + ir * NT + jr, NT, k0 > 0, NULL, 0);
                         } else if (tile_to_y(p, t0 + jr, jr, nfull, nr)) {
                             int64_t co = g * p->Cog + s0 + ir, yo = y_at(p, n, co, oh0, t0 + jr);
                             ipu__tile_ep ep = tile_ep_at(p, bias, res, co, yo);
@@ -591,14 +591,18 @@ static void run_tposed(const ipu__conv_plan *p, const float *x, const float *bw,
             const float *bpan = bg + j * K + k0 * nr;
             const float *next = j + nr < mpad ? bpan + nr * K : NULL; /* weights: from memory */
             for (int64_t i = 0, done = 0; i < ppad; i += mr) {
-                ipu__prefetch_part(next, kc * nr / 16, i / mr, ppad / mr, &done);
+                int64_t pfn;
+                const float *pf = ipu__prefetch_share(next, kc * nr / 16, i / mr, ppad / mr, &done,
+                                                      &pfn);
                 float *c = ct + i * mpad + j;
-                if (arows && pixel_run(q + i, mr))
+                bool in_place = arows && pixel_run(q + i, mr), full = !in_place && np - i >= mr;
+                if (!full) ipu__prefetch_lines(pf, pfn);
+                if (full)
+                    u.fn(kc, ap + i * kc, bpan, c, mpad, k0 > 0, pf, pfn);
+                else if (in_place)
                     arows(kc, src + q[i], bpan, off, c, mpad, k0 > 0, NULL);
-                else if (np - i < mr) /* the last pixels: as few rows as the kernel can */
+                else /* the last pixels: as few rows as the kernel can */
                     u.part((int)(np - i), nr, kc, ap + i * kc, bpan, NULL, c, mpad, k0 > 0, NULL);
-                else
-                    u.fn(kc, ap + i * kc, bpan, c, mpad, k0 > 0);
             }
         }
     }

@@ -39,8 +39,10 @@ typedef ipu__ukr_fn ukr_fn;
 __attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void
 ukr_avx512_body(int64_t kc, const float *ap, const int64_t *aoff, const float *bp,
                 const int64_t *off, float *c, int64_t ldc, int acc, const ipu__tile_ep *ep,
-                const int mv, const int h, const int w) {
+                const int mv, const int h, const int w, const float *pf, int64_t pfn) {
     __m512 c0[MR512], c1[MR512];
+    const int64_t pfs = pfn ? (kc > pfn ? kc / pfn : 1) : 0; /* iterations per line fetched */
+    int64_t pfc = pfs, pfj = 0;
     const __mmask16 m0 = w >= 16 ? 0xFFFF : (__mmask16)((1u << w) - 1);
     const __mmask16 m1 = w >= 32 ? 0xFFFF : w <= 16 ? 0 : (__mmask16)((1u << (w - 16)) - 1);
 #pragma GCC unroll 16
@@ -58,6 +60,10 @@ ukr_avx512_body(int64_t kc, const float *ap, const int64_t *aoff, const float *b
         __m512 b0 = off ? _mm512_loadu_ps(b) : _mm512_load_ps(b);
         __m512 b1 = off ? _mm512_loadu_ps(b + 16) : _mm512_load_ps(b + 16);
         if (!off) _mm_prefetch((const char *)(b + 8 * 32), _MM_HINT_T0);
+        if (pf && --pfc == 0) {
+            pfc = pfs;
+            if (pfj < pfn) _mm_prefetch((const char *)(pf + 16 * pfj++), _MM_HINT_T0);
+        }
         const float *a_k = aoff ? ap + aoff[k] : ap;
 #pragma GCC unroll 16
         for (int i = 0; i < mv; i++) {
@@ -67,6 +73,7 @@ ukr_avx512_body(int64_t kc, const float *ap, const int64_t *aoff, const float *b
         }
         if (!aoff) ap += MR512;
     }
+    for (; pf && pfj < pfn; pfj++) _mm_prefetch((const char *)(pf + 16 * pfj), _MM_HINT_T0);
     /* (w < 32: columns past w are neither read nor written, masked) */
 #define LD512(P, M) (w == 32 ? _mm512_loadu_ps(P) : _mm512_maskz_loadu_ps(M, P))
 #pragma GCC unroll 16
@@ -104,15 +111,15 @@ ukr_avx512_body(int64_t kc, const float *ap, const int64_t *aoff, const float *b
 
 __attribute__((target("avx512f"))) static void ukr_avx512(int64_t kc, const float *ap,
                                                           const float *bp, float *c, int64_t ldc,
-                                                          int acc) {
-    ukr_avx512_body(kc, ap, NULL, bp, NULL, c, ldc, acc, NULL, MR512, MR512, 32);
+                                                          int acc, const float *pf, int64_t pfn) {
+    ukr_avx512_body(kc, ap, NULL, bp, NULL, c, ldc, acc, NULL, MR512, MR512, 32, pf, pfn);
 }
 
 __attribute__((target("avx512f"))) static void ukr_avx512_ep(int64_t kc, const float *ap,
                                                              const float *bp, float *c,
                                                              int64_t ldc, int acc,
                                                              const ipu__tile_ep *ep) {
-    ukr_avx512_body(kc, ap, NULL, bp, NULL, c, ldc, acc, ep, MR512, MR512, 32);
+    ukr_avx512_body(kc, ap, NULL, bp, NULL, c, ldc, acc, ep, MR512, MR512, 32, NULL, 0);
 }
 
 __attribute__((target("avx512f"))) static void ukr_avx512_rows(int64_t kc, const float *ap,
@@ -120,7 +127,7 @@ __attribute__((target("avx512f"))) static void ukr_avx512_rows(int64_t kc, const
                                                                const int64_t *off, float *c,
                                                                int64_t ldc, int acc,
                                                                const ipu__tile_ep *ep) {
-    ukr_avx512_body(kc, ap, NULL, b, off, c, ldc, acc, ep, MR512, MR512, 32);
+    ukr_avx512_body(kc, ap, NULL, b, off, c, ldc, acc, ep, MR512, MR512, 32, NULL, 0);
 }
 
 __attribute__((target("avx512f"))) static void ukr_avx512_arows(int64_t kc, const float *a,
@@ -128,7 +135,7 @@ __attribute__((target("avx512f"))) static void ukr_avx512_arows(int64_t kc, cons
                                                                 const int64_t *aoff, float *c,
                                                                 int64_t ldc, int acc,
                                                                 const ipu__tile_ep *ep) {
-    ukr_avx512_body(kc, a, aoff, bp, NULL, c, ldc, acc, ep, MR512, MR512, 32);
+    ukr_avx512_body(kc, a, aoff, bp, NULL, c, ldc, acc, ep, MR512, MR512, 32, NULL, 0);
 }
 
 /* Edge tiles: 4, 8 or 12 rows computed (A's panel is zero-padded), h rows and w columns
@@ -139,11 +146,11 @@ __attribute__((target("avx512f"))) static void ukr_avx512_part(int h, int w, int
                                                                int64_t ldc, int acc,
                                                                const ipu__tile_ep *ep) {
     if (h <= 4)
-        ukr_avx512_body(kc, ap, NULL, b, off, c, ldc, acc, ep, 4, h, w);
+        ukr_avx512_body(kc, ap, NULL, b, off, c, ldc, acc, ep, 4, h, w, NULL, 0);
     else if (h <= 8)
-        ukr_avx512_body(kc, ap, NULL, b, off, c, ldc, acc, ep, 8, h, w);
+        ukr_avx512_body(kc, ap, NULL, b, off, c, ldc, acc, ep, 8, h, w, NULL, 0);
     else
-        ukr_avx512_body(kc, ap, NULL, b, off, c, ldc, acc, ep, MR512, h, w);
+        ukr_avx512_body(kc, ap, NULL, b, off, c, ldc, acc, ep, MR512, h, w, NULL, 0);
 }
 
 #define MR256 6
@@ -153,8 +160,10 @@ __attribute__((target("avx512f"))) static void ukr_avx512_part(int h, int w, int
 __attribute__((target("avx2,fma"))) static inline __attribute__((always_inline)) void
 ukr_avx2_body(int64_t kc, const float *ap, const int64_t *aoff, const float *bp,
               const int64_t *off, float *c, int64_t ldc, int acc, const ipu__tile_ep *ep,
-              const int mv, const int h, const int w) {
+              const int mv, const int h, const int w, const float *pf, int64_t pfn) {
     __m256 c0[MR256], c1[MR256];
+    const int64_t pfs = pfn ? (kc > pfn ? kc / pfn : 1) : 0; /* as ukr_avx512_body's */
+    int64_t pfc = pfs, pfj = 0;
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     const __m256i m0 = _mm256_cmpgt_epi32(_mm256_set1_epi32(w), lane);
     const __m256i m1 = _mm256_cmpgt_epi32(_mm256_set1_epi32(w - 8), lane);
@@ -173,6 +182,10 @@ ukr_avx2_body(int64_t kc, const float *ap, const int64_t *aoff, const float *bp,
         const float *b = off ? bp + off[k] : bp + 16 * k;
         __m256 b0 = off ? _mm256_loadu_ps(b) : _mm256_load_ps(b);
         __m256 b1 = off ? _mm256_loadu_ps(b + 8) : _mm256_load_ps(b + 8);
+        if (pf && --pfc == 0) {
+            pfc = pfs;
+            if (pfj < pfn) _mm_prefetch((const char *)(pf + 16 * pfj++), _MM_HINT_T0);
+        }
         const float *a_k = aoff ? ap + aoff[k] : ap;
 #pragma GCC unroll 8
         for (int i = 0; i < mv; i++) {
@@ -182,6 +195,7 @@ ukr_avx2_body(int64_t kc, const float *ap, const int64_t *aoff, const float *bp,
         }
         if (!aoff) ap += MR256;
     }
+    for (; pf && pfj < pfn; pfj++) _mm_prefetch((const char *)(pf + 16 * pfj), _MM_HINT_T0);
     /* (w < 16: columns past w are neither read nor written, masked) */
 #define LD256(P, M) (w == 16 ? _mm256_loadu_ps(P) : _mm256_maskload_ps(P, M))
 #pragma GCC unroll 8
@@ -219,15 +233,15 @@ ukr_avx2_body(int64_t kc, const float *ap, const int64_t *aoff, const float *bp,
 
 __attribute__((target("avx2,fma"))) static void ukr_avx2(int64_t kc, const float *ap,
                                                          const float *bp, float *c, int64_t ldc,
-                                                         int acc) {
-    ukr_avx2_body(kc, ap, NULL, bp, NULL, c, ldc, acc, NULL, MR256, MR256, 16);
+                                                         int acc, const float *pf, int64_t pfn) {
+    ukr_avx2_body(kc, ap, NULL, bp, NULL, c, ldc, acc, NULL, MR256, MR256, 16, pf, pfn);
 }
 
 __attribute__((target("avx2,fma"))) static void ukr_avx2_ep(int64_t kc, const float *ap,
                                                             const float *bp, float *c,
                                                             int64_t ldc, int acc,
                                                             const ipu__tile_ep *ep) {
-    ukr_avx2_body(kc, ap, NULL, bp, NULL, c, ldc, acc, ep, MR256, MR256, 16);
+    ukr_avx2_body(kc, ap, NULL, bp, NULL, c, ldc, acc, ep, MR256, MR256, 16, NULL, 0);
 }
 
 __attribute__((target("avx2,fma"))) static void ukr_avx2_rows(int64_t kc, const float *ap,
@@ -235,7 +249,7 @@ __attribute__((target("avx2,fma"))) static void ukr_avx2_rows(int64_t kc, const 
                                                               const int64_t *off, float *c,
                                                               int64_t ldc, int acc,
                                                               const ipu__tile_ep *ep) {
-    ukr_avx2_body(kc, ap, NULL, b, off, c, ldc, acc, ep, MR256, MR256, 16);
+    ukr_avx2_body(kc, ap, NULL, b, off, c, ldc, acc, ep, MR256, MR256, 16, NULL, 0);
 }
 
 __attribute__((target("avx2,fma"))) static void ukr_avx2_arows(int64_t kc, const float *a,
@@ -243,7 +257,7 @@ __attribute__((target("avx2,fma"))) static void ukr_avx2_arows(int64_t kc, const
                                                                const int64_t *aoff, float *c,
                                                                int64_t ldc, int acc,
                                                                const ipu__tile_ep *ep) {
-    ukr_avx2_body(kc, a, aoff, bp, NULL, c, ldc, acc, ep, MR256, MR256, 16);
+    ukr_avx2_body(kc, a, aoff, bp, NULL, c, ldc, acc, ep, MR256, MR256, 16, NULL, 0);
 }
 
 /* Edge tiles: 2, 4 or 6 rows computed, h rows and w columns stored (as ukr_avx512_part). */
@@ -253,11 +267,11 @@ __attribute__((target("avx2,fma"))) static void ukr_avx2_part(int h, int w, int6
                                                               int64_t ldc, int acc,
                                                               const ipu__tile_ep *ep) {
     if (h <= 2)
-        ukr_avx2_body(kc, ap, NULL, b, off, c, ldc, acc, ep, 2, h, w);
+        ukr_avx2_body(kc, ap, NULL, b, off, c, ldc, acc, ep, 2, h, w, NULL, 0);
     else if (h <= 4)
-        ukr_avx2_body(kc, ap, NULL, b, off, c, ldc, acc, ep, 4, h, w);
+        ukr_avx2_body(kc, ap, NULL, b, off, c, ldc, acc, ep, 4, h, w, NULL, 0);
     else
-        ukr_avx2_body(kc, ap, NULL, b, off, c, ldc, acc, ep, MR256, h, w);
+        ukr_avx2_body(kc, ap, NULL, b, off, c, ldc, acc, ep, MR256, h, w, NULL, 0);
 }
 
 #endif
@@ -267,7 +281,8 @@ __attribute__((target("avx2,fma"))) static void ukr_avx2_part(int h, int w, int6
 #define NRP 8
 typedef float v4f __attribute__((vector_size(16)));
 static void ukr_portable(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc,
-                         int acc) {
+                         int acc, const float *pf, int64_t pfn) {
+    for (int64_t j = 0; pf && j < pfn; j++) __builtin_prefetch(pf + 16 * j);
     v4f c0[MRP], c1[MRP];
     for (int i = 0; i < MRP; i++) c0[i] = c1[i] = (v4f){0, 0, 0, 0};
     for (int64_t k = 0; k < kc; k++) {
@@ -309,7 +324,7 @@ static void tile_ep(float *c, int64_t ldc, int mr, int nr, const ipu__tile_ep *e
 
 static void ukr_portable_ep(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc,
                             int acc, const ipu__tile_ep *ep) {
-    ukr_portable(kc, ap, bp, c, ldc, acc);
+    ukr_portable(kc, ap, bp, c, ldc, acc, NULL, 0);
     tile_ep(c, ldc, MRP, NRP, ep);
 }
 
@@ -320,7 +335,7 @@ static void ukr_portable_part(int h, int w, int64_t kc, const float *ap, const f
                               const ipu__tile_ep *ep) {
     (void)off;
     float t[MRP * NRP];
-    ukr_portable(kc, ap, bp, t, NRP, 0);
+    ukr_portable(kc, ap, bp, t, NRP, 0, NULL, 0);
     for (int i = 0; i < h; i++)
         for (int j = 0; j < w; j++)
             c[i * ldc + j] = acc ? c[i * ldc + j] + t[i * NRP + j] : t[i * NRP + j];
@@ -621,15 +636,18 @@ static void driver(const ukr_desc *u, const ipu__sgemm_args *g, const float *bpr
                     /* pre-packed weights come from memory: the next panel is fetched ahead */
                     const float *next = bpre && jr + nr < nc ? bpan + ps : NULL;
                     for (int64_t ir = 0, done = 0; ir < ga.m; ir += mr) {
-                        ipu__prefetch_part(next, kc * nr / 16, ir / mr, (ga.m + mr - 1) / mr,
-                                           &done);
+                        int64_t pfn;
+                        const float *pf = ipu__prefetch_share(next, kc * nr / 16, ir / mr,
+                                                              (ga.m + mr - 1) / mr, &done, &pfn);
                         int64_t h = ga.m - ir < mr ? ga.m - ir : mr;
                         float *c = g->c + (i0 + ir) * g->ldc + j0 + jr;
-                        if (h == mr && w == nr)
-                            u->fn(kc, ap + ir * kc, bpan, c, g->ldc, acc);
-                        else
+                        if (h == mr && w == nr) {
+                            u->fn(kc, ap + ir * kc, bpan, c, g->ldc, acc, pf, pfn);
+                        } else {
+                            ipu__prefetch_lines(pf, pfn);
                             u->part((int)h, (int)w, kc, ap + ir * kc, bpan, NULL, c, g->ldc,
                                     acc, NULL);
+                        }
                     }
                 }
             }

@@ -158,14 +158,23 @@ typedef enum ipu__act_fn {
 static inline float ipu__relu_f32(float v) { return (v > 0.0f || v != v) ? v : 0.0f; }
 
 /* A B panel of `lines` cache lines that the next micro-kernel calls will read from memory
- * (pre-packed weights) is fetched in parts while the current panel computes: before call
- * `call` of `calls` on the current panel, lines [*done, (call + 1) * lines / calls) of `next`.
- * next NULL: no next panel. */
-static inline void ipu__prefetch_part(const float *next, int64_t lines, int64_t call,
-                                      int64_t calls, int64_t *done) {
-    if (!next) return;
-    for (int64_t end = (call + 1) * lines / calls; *done < end; ++*done)
-        __builtin_prefetch(next + *done * 16);
+ * (pre-packed weights) is fetched in parts while the current panel computes: call `call` of
+ * `calls` on the current panel fetches lines [*done, (call + 1) * lines / calls) of `next`,
+ * returned as (pointer, *n) for the micro-kernel's prefetch stream (ipu__ukr_fn: spread over
+ * its k loop; a burst of them before the tile waited on the line fill buffers: MLP -12 %).
+ * next NULL: no next panel (NULL, 0). */
+static inline const float *ipu__prefetch_share(const float *next, int64_t lines, int64_t call,
+                                               int64_t calls, int64_t *done, int64_t *n) {
+    *n = 0;
+    if (!next) return NULL;
+    const float *p = next + *done * 16;
+    *n = (call + 1) * lines / calls - *done;
+    *done += *n;
+    return p;
+}
+/* The n lines from p at once (kernels without a prefetch stream: edge tiles, in-place rows). */
+static inline void ipu__prefetch_lines(const float *p, int64_t n) {
+    for (int64_t j = 0; p && j < n; j++) __builtin_prefetch(p + j * 16);
 }
 /* Does some tap t * d (t < k) of a stride-s window fall on stride phase a (conv and pool
  * window paths copy only the phases some tap reads)? */
@@ -493,12 +502,13 @@ int ipu__sgemm_set_isa(int isa);
 /* The pieces of ipu__sgemm, for drivers that pack B themselves (conv.c). The micro-kernel
  * computes C[mr x nr] (row stride ldc; += when acc) from kc steps of an A panel (Ap[k][mr],
  * ipu__sgemm_pack_a: rows [0, g->m) of A, columns [k0, k0 + kc), zero-padded to a multiple of
- * mr) and a B panel (Bp[k][nr], 64-byte aligned). kc <= IPU__SGEMM_KC. */
+ * mr) and a B panel (Bp[k][nr], 64-byte aligned). kc <= IPU__SGEMM_KC. It also fetches pfn
+ * cache lines from pf into L1, spread over its k loop (pf NULL: none; ipu__prefetch_share). */
 #define IPU__SGEMM_KC 256
 #define IPU__SGEMM_MAX_MR 16
 #define IPU__SGEMM_MAX_NR 32
 typedef void (*ipu__ukr_fn)(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc,
-                            int acc);
+                            int acc, const float *pf, int64_t pfn);
 /* A convolution epilogue applied to a tile as it is stored: C = act(C + bias[i] + res[i * ldr
  * + j]) after the sum (and after += C when acc), in that order (conv_epilogue.c's, fused). */
 typedef struct ipu__tile_ep {

@@ -245,7 +245,7 @@ bool ipu__conv_wino(const ipu__conv_plan *p, const float *x, const float *U, con
                         int64_t kc = Ci - k0 < IPU__SGEMM_KC ? Ci - k0 : IPU__SGEMM_KC;
                         const float *vb = vx + j * Ci + k0 * nr;
                         if (h == mr)
-                            u.fn(kc, ap + k0 * mr, vb, mc + j, wnt, k0 > 0);
+                            u.fn(kc, ap + k0 * mr, vb, mc + j, wnt, k0 > 0, NULL, 0);
                         else
                             u.part(h, nr, kc, ap + k0 * mr, vb, NULL, mc + j, wnt, k0 > 0, NULL);
                     }
