@@ -206,7 +206,8 @@ static void test_ukr_prefetch_stream(int isa) {
     enum { KC = 40 };
     static float ap[KC * IPU__SGEMM_MAX_MR], next[4 * KC * 16];
     static float bp[KC * IPU__SGEMM_MAX_NR] __attribute__((aligned(64)));
-    static float c0[IPU__SGEMM_MAX_MR * IPU__SGEMM_MAX_NR], c[IPU__SGEMM_MAX_MR * IPU__SGEMM_MAX_NR];
+    static float c0[IPU__SGEMM_MAX_MR * IPU__SGEMM_MAX_NR];
+    static float c[IPU__SGEMM_MAX_MR * IPU__SGEMM_MAX_NR];
     for (int i = 0; i < KC * u.mr; i++) ap[i] = rndf();
     for (int i = 0; i < KC * u.nr; i++) bp[i] = rndf();
     for (int acc = 0; acc < 2; acc++) {

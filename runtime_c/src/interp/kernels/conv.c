@@ -469,7 +469,8 @@ static void run_window(const ipu__conv_plan *p, const float *x, const float *w,
                 for (int64_t jr = 0; jr < npad; jr += nr)
                     for (int64_t ir = 0; ir < mpad; ir += mr) {
                         if (jr >= nfull) {
-                            u.fn(kc, ak + ir * kc, bp + jr * kc, ct + ir * NT + jr, NT, k0 > 0, NULL, 0);
+                            u.fn(kc, ak + ir * kc, bp + jr * kc, ct + ir * NT + jr, NT, k0 > 0,
+                                 NULL, 0);
                         } else if (tile_to_y(p, t0 + jr, jr, nfull, nr)) {
                             int64_t co = g * p->Cog + s0 + ir, yo = y_at(p, n, co, oh0, t0 + jr);
                             ipu__tile_ep ep = tile_ep_at(p, bias, res, co, yo);
