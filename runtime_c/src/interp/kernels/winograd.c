@@ -240,14 +240,24 @@ bool ipu__conv_wino(const ipu__conv_plan *p, const float *x, const float *U, con
                 const float *ap = ux + c * Ci;
                 float *mc = mx + (c - c0) * wnt;
                 int h = c1 - c < mr ? (int)(c1 - c) : mr; /* the last panel's real channels */
+                /* U comes from memory (4 MB for 256 channels): the next panel is fetched along
+                 * this one's tiles, as the small-map path does its weights */
+                const float *next = c + mr < c1 ? ap + mr * Ci
+                                    : xi < 15  ? U + (xi + 1) * us + c0 * Ci
+                                               : NULL;
+                int64_t kb = (Ci + IPU__SGEMM_KC - 1) / IPU__SGEMM_KC, t = 0, done = 0;
                 for (int64_t j = 0; j < npad; j += nr)
-                    for (int64_t k0 = 0; k0 < Ci; k0 += IPU__SGEMM_KC) {
-                        int64_t kc = Ci - k0 < IPU__SGEMM_KC ? Ci - k0 : IPU__SGEMM_KC;
+                    for (int64_t k0 = 0; k0 < Ci; k0 += IPU__SGEMM_KC, t++) {
+                        int64_t kc = Ci - k0 < IPU__SGEMM_KC ? Ci - k0 : IPU__SGEMM_KC, pfn;
                         const float *vb = vx + j * Ci + k0 * nr;
-                        if (h == mr)
-                            u.fn(kc, ap + k0 * mr, vb, mc + j, wnt, k0 > 0, NULL, 0);
-                        else
+                        const float *pf = ipu__prefetch_share(next, mr * Ci / 16, t,
+                                                              npad / nr * kb, &done, &pfn);
+                        if (h == mr) {
+                            u.fn(kc, ap + k0 * mr, vb, mc + j, wnt, k0 > 0, pf, pfn);
+                        } else {
+                            ipu__prefetch_lines(pf, pfn);
                             u.part(h, nr, kc, ap + k0 * mr, vb, NULL, mc + j, wnt, k0 > 0, NULL);
+                        }
                     }
             }
         }
