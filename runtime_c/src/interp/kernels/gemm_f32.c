@@ -282,7 +282,7 @@ __attribute__((target("avx2,fma"))) static void ukr_avx2_part(int h, int w, int6
 typedef float v4f __attribute__((vector_size(16)));
 static void ukr_portable(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc,
                          int acc, const float *pf, int64_t pfn) {
-    for (int64_t j = 0; pf && j < pfn; j++) __builtin_prefetch(pf + 16 * j);
+    ipu__prefetch_lines(pf, pfn);
     v4f c0[MRP], c1[MRP];
     for (int i = 0; i < MRP; i++) c0[i] = c1[i] = (v4f){0, 0, 0, 0};
     for (int64_t k = 0; k < kc; k++) {
@@ -410,14 +410,6 @@ static int vec_pack(void) { /* AVX2 copies/transposes unless the portable kernel
 }
 
 
-/* Copy n contiguous elements (f32 or f16) to float. */
-static inline void ld_row(const void *base, int64_t off, int f16, float *dst, int64_t n) {
-    if (f16)
-        ipu__cvt_f16_to_f32((const uint16_t *)base + off, dst, (size_t)n);
-    else
-        memcpy(dst, (const float *)base + off, sizeof(float) * (size_t)n);
-}
-
 #if IPU_X86
 /* dst[k * nr + j] = src[j * ld + k], k < kc, j < w: transposed B, 8 x 8 blocks at a time. */
 __attribute__((target("avx2"))) static void pack_bt_avx2(const float *src, int64_t ld,
@@ -503,7 +495,8 @@ static void pack_b(const ipu__sgemm_args *g, int64_t k0, int64_t kc, int64_t j0,
         int64_t col = j0 + q;
         if (g->b_cs == 1) { /* float16 (float32 above) */
             for (int64_t k = 0; k < kc; k++) {
-                ld_row(g->b, (k0 + k) * g->b_rs + col, g->b_f16, dst + k * nr, w);
+                ipu__cvt_f16_to_f32((const uint16_t *)g->b + (k0 + k) * g->b_rs + col,
+                                    dst + k * nr, (size_t)w);
                 for (int64_t j = w; j < nr; j++) dst[k * nr + j] = 0.0f;
             }
             continue;

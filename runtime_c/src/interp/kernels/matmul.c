@@ -104,14 +104,14 @@ static ipu_status mm_run_f32(const ipu__frame *f, const ipu__instr *ins, size_t 
         int64_t mbk = (int64_t)(rem % (uint64_t)p->mblocks);
         size_t end = it + (size_t)(p->mblocks - mbk);
         if (end > e) end = e;
+        int64_t m0 = mbk * p->mb, m1 = (mbk + (int64_t)(end - it)) * p->mb;
+        if (m1 > M) m1 = M;
         int64_t nbj = 1; /* whole blocks of columns in a row: one call, A packed once for all */
-        if (mbk == 0 && end - it == (size_t)p->mblocks && p->path != IPU__MM_GEMV)
+        if (m0 == 0 && m1 == M && p->path != IPU__MM_GEMV)
             while (nbk + nbj < p->nblocks && end + (size_t)p->mblocks <= e) {
                 end += (size_t)p->mblocks;
                 nbj++;
             }
-        int64_t m0 = mbk * p->mb, m1 = nbj > 1 ? M : (mbk + (int64_t)(end - it)) * p->mb;
-        if (m1 > M) m1 = M;
         int64_t j0 = nbk * p->nb, nc = N - j0 < nbj * p->nb ? N - j0 : nbj * p->nb;
         int64_t oa, ob;
         batch_offsets(p, bi, &oa, &ob);
