@@ -30,6 +30,13 @@ typedef ipu__ukr_fn ukr_fn;
 /* ---- micro-kernels -------------------------------------------------------------------------- */
 
 #if IPU_X86
+/* The lines of 32 floats from p (the middle one only when p is not on a line boundary). */
+static inline __attribute__((always_inline)) void prefetch_row128(const float *p, int mid) {
+    _mm_prefetch((const char *)p, _MM_HINT_T0);
+    if (mid) _mm_prefetch((const char *)(p + 16), _MM_HINT_T0);
+    _mm_prefetch((const char *)(p + 31), _MM_HINT_T0);
+}
+
 #define MR512 12
 /* 12 x 32 tiles, the AVX2 kernel's shape doubled in width (24 accumulators of the 32 zmm).
  * B row k: bp + 32 k (packed panel, aligned) or, with off, bp + off[k] (rows read in place);
@@ -45,15 +52,16 @@ ukr_avx512_body(int64_t kc, const float *ap, const int64_t *aoff, const float *b
     int64_t pfc = pfs, pfj = 0;
     const __mmask16 m0 = w >= 16 ? 0xFFFF : (__mmask16)((1u << w) - 1);
     const __mmask16 m1 = w >= 32 ? 0xFFFF : w <= 16 ? 0 : (__mmask16)((1u << (w - 16)) - 1);
+    /* C's tile is read at the end, and so is the residual's (rows apart: no prefetcher sees
+     * them); a row's 128 bytes span three lines unless it starts on one (numpy's arrays start
+     * 16 bytes in: the middle line was fetched late, 8 % of sgemm's time at n = 2048) */
+    const int mid = ((uintptr_t)c | (uintptr_t)ldc << 2) & 63 ||
+                    (ep && ep->res && ((uintptr_t)ep->res | (uintptr_t)ep->ldr << 2) & 63);
 #pragma GCC unroll 16
     for (int i = 0; i < mv; i++) {
         c0[i] = c1[i] = _mm512_setzero_ps();
-        _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0); /* C's tile is read at the end */
-        _mm_prefetch((const char *)(c + i * ldc + 31), _MM_HINT_T0);
-        if (ep && ep->res) { /* and so is the residual's, rows apart: no prefetcher sees it */
-            _mm_prefetch((const char *)(ep->res + i * ep->ldr), _MM_HINT_T0);
-            _mm_prefetch((const char *)(ep->res + i * ep->ldr + 31), _MM_HINT_T0);
-        }
+        prefetch_row128(c + i * ldc, mid);
+        if (ep && ep->res) prefetch_row128(ep->res + i * ep->ldr, mid);
     }
     for (int64_t k = 0; k < kc; k++) {
         const float *b = off ? bp + off[k] : bp + 32 * k;
