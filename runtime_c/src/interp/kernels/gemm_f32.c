@@ -81,7 +81,7 @@ ukr_avx512_body(int64_t kc, const float *ap, const int64_t *aoff, const float *b
         }
         if (!aoff) ap += MR512;
     }
-    for (; pf && pfj < pfn; pfj++) _mm_prefetch((const char *)(pf + 16 * pfj), _MM_HINT_T0);
+    if (pf) ipu__prefetch_lines(pf + 16 * pfj, pfn - pfj); /* the stream's rest (kc < pfn) */
     /* (w < 32: columns past w are neither read nor written, masked) */
 #define LD512(P, M) (w == 32 ? _mm512_loadu_ps(P) : _mm512_maskz_loadu_ps(M, P))
 #pragma GCC unroll 16
@@ -203,7 +203,7 @@ ukr_avx2_body(int64_t kc, const float *ap, const int64_t *aoff, const float *bp,
         }
         if (!aoff) ap += MR256;
     }
-    for (; pf && pfj < pfn; pfj++) _mm_prefetch((const char *)(pf + 16 * pfj), _MM_HINT_T0);
+    if (pf) ipu__prefetch_lines(pf + 16 * pfj, pfn - pfj);
     /* (w < 16: columns past w are neither read nor written, masked) */
 #define LD256(P, M) (w == 16 ? _mm256_loadu_ps(P) : _mm256_maskload_ps(P, M))
 #pragma GCC unroll 8
@@ -548,16 +548,7 @@ void ipu__sgemm_pack_a(const ipu__sgemm_args *g, int64_t k0, int64_t kc, int mr,
     for (int64_t p = 0; p < g->m; p += mr) {
         int64_t h = g->m - p < mr ? g->m - p : mr;
         float *dst = ap + p * kc;
-        if (h < mr)
-            for (int64_t k = 0; k < kc; k++)
-                for (int64_t i = h; i < mr; i++) dst[k * mr + i] = 0.0f;
-        if (g->a_rs == 1 && !g->a_f16) { /* transposed A: rows of Ap are contiguous */
-            for (int64_t k = 0; k < kc; k++)
-                memcpy(dst + k * mr, (const float *)g->a + (k0 + k) * g->a_cs + p,
-                       sizeof(float) * (size_t)h);
-            continue;
-        }
-        if (g->a_cs == 1 && !g->a_f16) { /* row-major A: read h rows side by side */
+        if (g->a_cs == 1 && !g->a_f16) { /* row-major A: h rows side by side, zeros below */
             const float *rows[MAX_MR];
             for (int64_t i = 0; i < h; i++) rows[i] = (const float *)g->a + (p + i) * g->a_rs + k0;
 #if IPU_X86
@@ -567,7 +558,16 @@ void ipu__sgemm_pack_a(const ipu__sgemm_args *g, int64_t k0, int64_t kc, int mr,
             }
 #endif
             for (int64_t k = 0; k < kc; k++)
-                for (int64_t i = 0; i < h; i++) dst[k * mr + i] = rows[i][k];
+                for (int64_t i = 0; i < mr; i++) dst[k * mr + i] = i < h ? rows[i][k] : 0.0f;
+            continue;
+        }
+        if (h < mr)
+            for (int64_t k = 0; k < kc; k++)
+                for (int64_t i = h; i < mr; i++) dst[k * mr + i] = 0.0f;
+        if (g->a_rs == 1 && !g->a_f16) { /* transposed A: rows of Ap are contiguous */
+            for (int64_t k = 0; k < kc; k++)
+                memcpy(dst + k * mr, (const float *)g->a + (k0 + k) * g->a_cs + p,
+                       sizeof(float) * (size_t)h);
             continue;
         }
         for (int64_t i = 0; i < h; i++) {
