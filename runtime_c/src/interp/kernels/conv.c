@@ -12,12 +12,12 @@
  * B panels, and the micro-kernel accumulates into y itself. float16 GEMM path: im2col into a
  * float [K, P] matrix and ipu__sgemm. Depthwise convolutions (one input and one output channel
  * per group) use a direct loop: in float32 over the window path's copied rows, one long pass
- * per tap. Every output element is computed the same way whichever work
- * item computes it, so results do not depend on the split. */
+ * per tap. Every output element is computed the same way whichever work item computes it, so
+ * results do not depend on the split. The window path is in conv_window.c. */
 #include <stdbool.h>
 #include <string.h>
 
-#include "kernels.h"
+#include "conv_shared.h"
 
 
 /* col[kk][j] = x(patch row k0 + kk, output pixel p0 + j) of the image plane block at xoff. */
@@ -47,14 +47,9 @@ static void im2col(const ipu__conv_plan *p, const void *x, int64_t xoff, int64_t
     }
 }
 
-static void epilogue_to(const ipu__conv_plan *p, float *dst, const float *src, int64_t n,
-                        const void *bias, int64_t co, const void *res, int64_t off) {
-    ipu__conv_epilogue_rows(p, dst, n, src, n, 1, n, bias, co, res, off);
-}
-
 static void epilogue(const ipu__conv_plan *p, float *row, int64_t n, const void *bias, int64_t co,
                      const void *res, int64_t off) {
-    epilogue_to(p, row, row, n, bias, co, res, off);
+    ipu__conv_epilogue_to(p, row, row, n, bias, co, res, off);
 }
 
 static void store_row(const ipu__conv_plan *p, void *y, int64_t off, float *row, int64_t n,
@@ -83,34 +78,6 @@ static inline void put_run(float *d, int64_t kc, int ls, int64_t j, const float 
         j += c;
         n -= c;
         if (s && n > 0) s += c * ss; /* (no pointer past the last element read) */
-    }
-}
-
-/* B panels of kc patch rows x np extended pixels: Bp[j / nr][kk][j % nr] =
- * src[rowoff[kk] - base + j] (rowoff NULL: src[kk * base + j]), zero past np. A full panel row
- * is nr contiguous floats. */
-static inline void pack_rows(const float *src, const int64_t *rowoff, int64_t base, int64_t kc,
-                             int64_t np, int nr, float *bp) {
-    int64_t full = np / nr * nr, pan = kc * nr;
-    for (int64_t kk = 0; kk < kc; kk++) { /* row by row: reads stream along the input rows */
-        const float *s = src + (rowoff ? rowoff[kk] - base : kk * base);
-        float *d = bp + kk * nr;
-        int64_t jr = 0;
-#define IPU__PACK_FULL(NR)                                                                    \
-    for (; jr < full; jr += (NR), d += pan) memcpy(d, s + jr, sizeof(float) * (NR));
-        if (nr == 16) {
-            IPU__PACK_FULL(16)
-        } else if (nr == 32) {
-            IPU__PACK_FULL(32)
-        } else if (nr == 8) {
-            IPU__PACK_FULL(8)
-        }
-#undef IPU__PACK_FULL
-        for (; jr < np; jr += nr, d += pan) { /* the last, partial panel (any nr) */
-            int64_t wd = np - jr < nr ? np - jr : nr;
-            memcpy(d, s + jr, sizeof(float) * (size_t)wd);
-            memset(d + wd, 0, sizeof(float) * (size_t)(nr - wd));
-        }
     }
 }
 
@@ -159,16 +126,6 @@ static void pack_patches(const ipu__conv_plan *p, const float *x, int64_t xoff, 
     }
 }
 
-/* The fused epilogue of a float32 tile whose first row is channel co at y's offset off (rows
- * a plane apart). */
-static inline ipu__tile_ep tile_ep_at(const ipu__conv_plan *p, const void *bias, const void *res,
-                                      int64_t co, int64_t off) {
-    ipu__tile_ep ep = {bias ? (const float *)bias + co : NULL,
-                       res ? (const float *)res + off : NULL, p->OH * p->OW,
-                       p->act == IPU__ACT_RELU};
-    return ep;
-}
-
 /* float32 GEMM path for the channel items [mb0, mb1) of one pixel block: output channels
  * [m0, m1) of group g (IPU__MM_MB-row sub-blocks), pixels of row block r. See the top of the
  * file. */
@@ -203,7 +160,7 @@ static void run_gemm_f32(const ipu__conv_plan *p, const float *x, const float *w
             int acc = k0 > 0;
             bool last = k0 + kc == p->K && (bias || res || p->act == IPU__ACT_RELU);
             if (p->pointwise) /* x is the [K, OH*OW] matrix */
-                pack_rows(x + xoff + k0 * OHW + q0, NULL, OHW, kc, np, nr, bp);
+                ipu__conv_pack_rows(x + xoff + k0 * OHW + q0, NULL, OHW, kc, np, nr, bp);
             else
                 pack_patches(p, x, xoff, k0, kc, q0, np, ls, bp);
             for (int64_t s0 = 0; s0 < m; s0 += IPU__MM_MB) { /* one sub-block of A */
@@ -230,7 +187,7 @@ static void run_gemm_f32(const ipu__conv_plan *p, const float *x, const float *w
                         float *c = ys + ir * OHW + jr;
                         /* the last K chunk applies the epilogue as it stores the tile */
                         int64_t co = g * p->Cog + m0 + s0 + ir, off = c - y;
-                        ipu__tile_ep ep = tile_ep_at(p, bias, res, co, off);
+                        ipu__tile_ep ep = ipu__conv_tile_ep_at(p, bias, res, co, off);
                         if (h < mr || wd < nr)
                             u.part((int)h, (int)wd, kc, ak + ir * kc, bpan, NULL, c, OHW, acc,
                                    last ? &ep : NULL);
@@ -245,267 +202,6 @@ static void run_gemm_f32(const ipu__conv_plan *p, const float *x, const float *w
         for (int64_t i = 0; i < m && p->K == 0; i++) { /* (else applied with the last chunk) */
             int64_t co = g * p->Cog + m0 + i, off = (n * p->M + co) * OHW + q0;
             epilogue(p, y + off, np, bias, co, res, off);
-        }
-    }
-}
-
-/* ---- float32 window path (the plan's `window`; kernels.h) -------------------------------- */
-
-/* xq <- the zero-padded input rows that output rows [oh0, oh0 + nrows) read from channels
- * [ci0, ci1) of the group, as phase planes xq[ci - ci0][pa][pb][i][j] = xpad[(oh0 + i) * sh + a]
- * [j * sw + b] of Hq x Wq, pa / pb counting only the phases a / b some tap reads; then Wq zeros
- * (read by the dropped columns of the last plane). */
-static inline __attribute__((always_inline)) void copy_window_body(
-    const ipu__conv_plan *p, const float *x, int64_t xoff, int64_t oh0, int64_t nrows, int64_t ci0,
-    int64_t ci1, float *xq) {
-    const int64_t Hq = p->Hq, Wq = p->Wq, sh = p->sh, sw = p->sw, W = p->W, HqWq = Hq * Wq;
-    int64_t hrows = nrows + (p->KH - 1) * p->dh / sh;
-    if (hrows > Hq) hrows = Hq;
-    /* stride 2 reading both column phases: each input row split once into the pair */
-    const bool pair = sw == 2 && p->nphc == 2;
-    for (int64_t a = 0, pa = 0; a < sh; a++) {
-        if (!ipu__phase_used(a, p->KH, p->dh, sh)) continue;
-        for (int64_t ci = ci0; pair && ci < ci1; ci++) {
-            float *d0 = xq + ((ci - ci0) * p->nphr + pa) * 2 * HqWq, *d1 = d0 + HqWq;
-            const float *xc = x + xoff + ci * p->H * W;
-            for (int64_t i = 0; i < hrows; i++, d0 += Wq, d1 += Wq) {
-                int64_t ih = (oh0 + i) * sh + a - p->pt;
-                if (ih >= 0 && ih < p->H) {
-                    ipu__split_row2(xc + ih * W, W, -p->pl, Wq, 0.0f, d0, d1);
-                } else {
-                    memset(d0, 0, sizeof(float) * (size_t)Wq);
-                    memset(d1, 0, sizeof(float) * (size_t)Wq);
-                }
-            }
-        }
-        for (int64_t b = 0, pb = 0; b < sw && !pair; b++) {
-            if (!ipu__phase_used(b, p->KW, p->dw, sw)) continue;
-            int64_t c0 = b - p->pl; /* input column of j = 0; j's is c0 + j * sw */
-            int64_t lo = c0 >= 0 ? 0 : (-c0 + sw - 1) / sw;
-            int64_t hi = c0 >= W ? 0 : (W - c0 + sw - 1) / sw;
-            if (hi > Wq) hi = Wq;
-            if (lo > hi) lo = hi;
-            for (int64_t ci = ci0; ci < ci1; ci++) {
-                float *plane = xq + (((ci - ci0) * p->nphr + pa) * p->nphc + pb) * HqWq;
-                const float *xc = x + xoff + ci * p->H * W + lo * sw + c0;
-                for (int64_t i = 0; i < hrows; i++) {
-                    float *d = plane + i * Wq;
-                    int64_t ih = (oh0 + i) * sh + a - p->pt;
-                    if (ih < 0 || ih >= p->H) {
-                        memset(d, 0, sizeof(float) * (size_t)Wq);
-                        continue;
-                    }
-                    ipu__copy_row_phase(d, xc + ih * W, lo, hi, Wq, sw, 0.0f);
-                }
-            }
-            pb++;
-        }
-        pa++;
-    }
-    memset(xq + (ci1 - ci0) * p->nphr * p->nphc * HqWq, 0, sizeof(float) * (size_t)Wq);
-}
-
-static void copy_window_base(const ipu__conv_plan *p, const float *x, int64_t xoff, int64_t oh0,
-                             int64_t nrows, int64_t ci0, int64_t ci1, float *xq) {
-    copy_window_body(p, x, xoff, oh0, nrows, ci0, ci1, xq);
-}
-
-#if IPU_X86
-__attribute__((target("avx2"))) static void copy_window_avx2(const ipu__conv_plan *p,
-                                                             const float *x, int64_t xoff,
-                                                             int64_t oh0, int64_t nrows,
-                                                             int64_t ci0, int64_t ci1, float *xq) {
-    copy_window_body(p, x, xoff, oh0, nrows, ci0, ci1, xq);
-}
-#endif
-
-static void copy_window(const ipu__conv_plan *p, const float *x, int64_t xoff, int64_t oh0,
-                        int64_t nrows, int64_t ci0, int64_t ci1, float *xq) {
-#if IPU_X86
-    if (__builtin_cpu_supports("avx2")) {
-        copy_window_avx2(p, x, xoff, oh0, nrows, ci0, ci1, xq);
-        return;
-    }
-#endif
-    copy_window_base(p, x, xoff, oh0, nrows, ci0, ci1, xq);
-}
-
-/* y's offset of extended pixel q (block-relative, a kept column) of channel co, block oh0. */
-static inline int64_t y_at(const ipu__conv_plan *p, int64_t n, int64_t co, int64_t oh0,
-                           int64_t q) {
-    int64_t rr = q / p->Wq;
-    return (n * p->M + co) * p->OH * p->OW + (oh0 + rr) * p->OW + q - rr * p->Wq;
-}
-
-/* Does the micro-kernel store the tile of panel jr (extended pixel q = t0 + jr) straight into
- * y (a whole tile or, at a sub-block's last rows, its real channels)? When the panel is read in
- * place (jr < nfull) and its nr pixels are kept columns of one output row. */
-static inline bool tile_to_y(const ipu__conv_plan *p, int64_t q, int64_t jr, int64_t nfull,
-                             int nr) {
-    return p->K > 0 && jr < nfull && q % p->Wq + nr <= p->OW;
-}
-
-/* The epilogue from C tile row crow (extended pixel t0 at crow[0]) to the kept columns of
- * extended pixels [q0, q1) of channel co. */
-static void epilogue_kept(const ipu__conv_plan *p, float *y, const float *crow, int64_t t0,
-                          int64_t q0, int64_t q1, int64_t n, int64_t oh0, const void *bias,
-                          int64_t co, const void *res) {
-    const int64_t Wq = p->Wq, OW = p->OW;
-    for (int64_t q = q0; q < q1;) {
-        int64_t rr = q / Wq;
-        int64_t end = rr * Wq + Wq < q1 ? rr * Wq + Wq : q1;
-        int64_t keep = rr * Wq + OW < end ? rr * Wq + OW : end;
-        if (q < keep) {
-            int64_t off = y_at(p, n, co, oh0, q);
-            epilogue_to(p, y + off, crow + (q - t0), keep - q, bias, co, res, off);
-        }
-        q = end;
-    }
-}
-
-/* The window path's tiles of one sub-block (rows s0 + [0, sm) of A, packed at ak) for K
- * chunk k0 when output rows are whole tiles ("aligned" in run_window): tiles start at each
- * output row's first column and go straight into y, the row's last one its kept columns only
- * (u.part, masked), so no C tile and no second pass; B's rows are read in place from src
- * (extended pixels of the block's rows), up to nr - 1 floats past a row's kept columns. */
-static void window_tiles_to_y(const ipu__conv_plan *p, const ipu__ukr *u, const float *ak,
-                              const float *src, const int64_t *off, int64_t kc, int64_t k0,
-                              int64_t sm, int64_t s0, int64_t nrows, const void *bias,
-                              const void *res, float *y, int64_t n, int64_t g, int64_t oh0) {
-    const int mr = u->mr, nr = u->nr;
-    const int64_t OW = p->OW, OHW = p->OH * OW;
-    for (int64_t rr = 0; rr < nrows; rr++)
-        for (int64_t c = 0; c < OW; c += nr) {
-            int w = OW - c < nr ? (int)(OW - c) : nr;
-            for (int64_t ir = 0; ir < sm; ir += mr) {
-                int h = sm - ir < mr ? (int)(sm - ir) : mr;
-                int64_t co = g * p->Cog + s0 + ir, yo = y_at(p, n, co, oh0, rr * p->Wq + c);
-                ipu__tile_ep ep = tile_ep_at(p, bias, res, co, yo);
-                const ipu__tile_ep *e = k0 + kc == p->K ? &ep : NULL;
-                const float *b = src + rr * p->Wq + c;
-                if (h == mr && w == nr)
-                    u->rows(kc, ak + ir * kc, b, off, y + yo, OHW, k0 > 0, e);
-                else
-                    u->part(h, w, kc, ak + ir * kc, b, off, y + yo, OHW, k0 > 0, e);
-            }
-        }
-}
-
-/* One work item of the window path: output channels of channel item mb of group g (at most
- * IPU__CONV_WIN_MPER sub-blocks), output rows of block r (tiles of IPU__CONV_TILE extended pixels
- * if they are more). Per tile and K chunk the chunk's input channels are copied (xcopy) and
- * packed once. Where the micro-kernel reads B's rows in place, a tile of whole mr channels
- * whose pixels are kept columns of one output row is stored straight into y, the epilogue
- * fused into the last K chunk's store; the other tiles accumulate into one C tile per
- * sub-block, whose kept columns the epilogue then writes to y. */
-static void run_window(const ipu__conv_plan *p, const float *x, const float *w,
-                       const float *apre, const void *bias, const void *res, float *y, int64_t n,
-                       int64_t g, int64_t mb, int64_t r, void *scratch) {
-    ipu__ukr u;
-    ipu__sgemm_ukr(&u);
-    const int mr = u.mr, nr = u.nr;
-    if (apre && u.mr != p->packed_mr) apre = NULL; /* packed for another micro-kernel */
-    float *ap = scratch, *cb = ap + IPU__CONV_WIN_A, *bp = cb + IPU__CONV_WIN_C;
-    float *xq = bp + IPU__CONV_WIN_B;
-    const int64_t NT = IPU__CONV_TILE, Wq = p->Wq, OW = p->OW, OHW = p->OH * OW;
-    const int64_t KK = p->KH * p->KW, cstride = p->nphr * p->nphc * p->Hq * Wq;
-    int64_t oh0 = r * p->rows, nrows = p->OH - oh0 < p->rows ? p->OH - oh0 : p->rows;
-    int64_t xoff = (n * p->C + g * p->Cig) * p->H * p->W;
-    int64_t m0, m1;
-    ipu__conv_item_channels(p, mb, mb + 1, &m0, &m1);
-    int64_t npix = nrows * Wq;
-    int64_t off[IPU__SGEMM_KC]; /* B row offsets of the K chunk from src */
-    /* Output rows as whole tiles (window_tiles_to_y) where tiles would otherwise cross row
-     * ends, if that computes no more columns or, for a few input rows per output (K <= 64,
-     * where the second pass costs most), at most 1/5 more: SqueezeNet's first convolution
-     * (111 columns of 112 as 128) 0.50 -> 0.37 ms. Copied rows only (the copy ends in Wq >= nr
-     * zeros, which a row's last tile may read), one pixel tile. */
-    const int64_t cols = (OW + nr - 1) / nr * nr;
-    const bool aligned = u.rows && p->xcopy && Wq >= nr && Wq % nr && npix <= NT &&
-                         (cols <= Wq || (p->K <= 64 && 5 * cols <= 6 * Wq));
-    for (int64_t t0 = 0; t0 < npix; t0 += NT) {
-        int64_t np = npix - t0 < NT ? npix - t0 : NT, npad = (np + nr - 1) / nr * nr;
-        int64_t nfull = u.rows ? np / nr * nr : 0;
-        if (p->K == 0) /* no input channels */
-            for (int64_t s0 = m0; s0 < m1; s0 += IPU__MM_MB)
-                for (int64_t i = 0; i < IPU__MM_MB; i++)
-                    memset(cb + (s0 - m0) / IPU__MM_MB * IPU__CONV_WIN_CT + i * NT, 0,
-                           sizeof(float) * (size_t)np);
-        for (int64_t k0 = 0; k0 < p->K; k0 += IPU__SGEMM_KC) {
-            int64_t kc = p->K - k0 < IPU__SGEMM_KC ? p->K - k0 : IPU__SGEMM_KC;
-            const float *src = x + xoff + oh0 * p->W + t0; /* B(kk, j) = src[off[kk] + j] */
-            int64_t base = 0;
-            if (p->xcopy) {
-                int64_t ci0 = k0 / KK, ci1 = (k0 + kc - 1) / KK + 1;
-                copy_window(p, x, xoff, oh0, nrows, ci0, ci1, xq);
-                src = xq + t0;
-                base = ci0 * cstride;
-            }
-            for (int64_t kk = 0; kk < kc; kk++) off[kk] = p->rowoff[k0 + kk] - base;
-            /* full panels: the micro-kernel reads B's rows in place; the rest is packed */
-            if (nfull < np && !aligned) /* (whole-row tiles read every B row in place) */
-                pack_rows(src + nfull, off, 0, kc, np - nfull, nr, bp + nfull * kc);
-            for (int64_t s0 = m0; s0 < m1; s0 += IPU__MM_MB) {
-                int64_t sm = m1 - s0 < IPU__MM_MB ? m1 - s0 : IPU__MM_MB;
-                int64_t mpad = (sm + mr - 1) / mr * mr;
-                float *ct = cb + (s0 - m0) / IPU__MM_MB * IPU__CONV_WIN_CT;
-                const float *ak = ap;
-                if (apre) {
-                    ak = apre + (g * p->msub + s0 / IPU__MM_MB) * p->packed_blk + mpad * k0;
-                } else {
-                    ipu__sgemm_args a;
-                    memset(&a, 0, sizeof a);
-                    a.m = sm;
-                    a.a = w + (g * p->Cog + s0) * p->K;
-                    a.a_rs = p->K;
-                    a.a_cs = 1;
-                    ipu__sgemm_pack_a(&a, k0, kc, mr, ap);
-                }
-                if (aligned) {
-                    window_tiles_to_y(p, &u, ak, src, off, kc, k0, sm, s0, nrows, bias, res, y,
-                                      n, g, oh0);
-                    continue;
-                }
-                for (int64_t jr = 0; jr < npad; jr += nr)
-                    for (int64_t ir = 0; ir < mpad; ir += mr) {
-                        if (jr >= nfull) {
-                            u.fn(kc, ak + ir * kc, bp + jr * kc, ct + ir * NT + jr, NT, k0 > 0,
-                                 NULL, 0);
-                        } else if (tile_to_y(p, t0 + jr, jr, nfull, nr)) {
-                            int64_t co = g * p->Cog + s0 + ir, yo = y_at(p, n, co, oh0, t0 + jr);
-                            ipu__tile_ep ep = tile_ep_at(p, bias, res, co, yo);
-                            const ipu__tile_ep *e = k0 + kc == p->K ? &ep : NULL;
-                            if (ir + mr <= sm)
-                                u.rows(kc, ak + ir * kc, src + jr, off, y + yo, OHW, k0 > 0, e);
-                            else /* the sub-block's last channels */
-                                u.part((int)(sm - ir), nr, kc, ak + ir * kc, src + jr, off,
-                                       y + yo, OHW, k0 > 0, e);
-                        } else {
-                            u.rows(kc, ak + ir * kc, src + jr, off, ct + ir * NT + jr, NT, k0 > 0,
-                                   NULL);
-                        }
-                    }
-            }
-        }
-        for (int64_t s0 = m0; s0 < m1 && !(aligned && p->K > 0); s0 += IPU__MM_MB) {
-            int64_t sm = m1 - s0 < IPU__MM_MB ? m1 - s0 : IPU__MM_MB;
-            const float *ct = cb + (s0 - m0) / IPU__MM_MB * IPU__CONV_WIN_CT;
-            for (int64_t i = 0; i < sm; i++) { /* kept columns, output row by output row */
-                int64_t co = g * p->Cog + s0 + i;
-                if (p->K > 0 && nfull > 0) { /* the panels not stored into y */
-                    for (int64_t jr = 0; jr < np; jr += nr)
-                        if (!tile_to_y(p, t0 + jr, jr, nfull, nr))
-                            epilogue_kept(p, y, ct + i * NT, t0, t0 + jr,
-                                          jr + nr < np ? t0 + jr + nr : t0 + np, n, oh0, bias, co,
-                                          res);
-                } else if (t0 % Wq == 0 && np % Wq == 0) { /* whole rows: one call */
-                    int64_t off = y_at(p, n, co, oh0, t0);
-                    ipu__conv_epilogue_rows(p, y + off, OW, ct + i * NT, Wq, np / Wq, OW, bias,
-                                            co, res, off);
-                } else {
-                    epilogue_kept(p, y, ct + i * NT, t0, t0, t0 + np, n, oh0, bias, co, res);
-                }
-            }
         }
     }
 }
@@ -574,7 +270,7 @@ static void run_tposed(const ipu__conv_plan *p, const float *x, const float *bw,
         int64_t base = 0;
         if (p->xcopy) {
             int64_t KK = p->KH * p->KW, ci0 = k0 / KK, ci1 = (k0 + kc - 1) / KK + 1;
-            copy_window(p, x, xoff, oh0, nrows, ci0, ci1, xq);
+            ipu__conv_copy_window(p, x, xoff, oh0, nrows, ci0, ci1, xq);
             src = xq;
             base = ci0 * cstride;
         }
@@ -718,7 +414,7 @@ static bool run_direct_window(const ipu__conv_plan *p, const float *x, const flo
     int64_t xoff = (n * p->C + g) * p->H * p->W;
     const float *src = x + xoff + oh0 * p->W;
     if (p->xcopy) {
-        copy_window(p, x, xoff, oh0, nrows, 0, 1, xq);
+        ipu__conv_copy_window(p, x, xoff, oh0, nrows, 0, 1, xq);
         src = xq;
     }
     dw_taps(src, p->rowoff, w + g * KK, KK, npix, acc);
@@ -808,7 +504,7 @@ ipu_status ipu__k_conv2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
             int64_t mb1 = channel_run(p, mb, &it, e);
             if (!ipu__conv_wino(p, x, apre, bias, res, y, n, mb, mb1, r, scratch))
                 for (; mb < mb1; mb++) /* an infinity or NaN in its input: direct sums */
-                    run_window(p, x, w, NULL, bias, res, y, n, g, mb, r, scratch);
+                    ipu__conv_run_window(p, x, w, NULL, bias, res, y, n, g, mb, r, scratch);
         } else if (tposed) {
             /* the following items of the same pixels (one worker's share): their channels in
              * one run, the pixels packed once, as far as the C^T tile fits the scratch */
@@ -824,7 +520,7 @@ ipu_status ipu__k_conv2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
                 run_direct(p, x, w, bias, res, y, n, g, r, scratch);
         }
         else if (p->window)
-            run_window(p, x, w, apre, bias, res, y, n, g, mb, r, scratch);
+            ipu__conv_run_window(p, x, w, apre, bias, res, y, n, g, mb, r, scratch);
         else if (!p->f16) {
             /* the following items of the same pixels: their channels in one run, each chunk
              * of B packed once for all of them */
