@@ -51,17 +51,17 @@ typedef struct H {
 
 static inline H *h_new(uint64_t cap) {
     H *h = calloc(1, sizeof *h);
-    h->arena = aligned_alloc(64, cap);
+    h->arena = ipu__big_alloc(cap); /* as the runtime's arena: huge pages from 2 MiB on */
     h->cap = cap;
-    h->scratch = aligned_alloc(64, IPU__WORKER_SCRATCH_BYTES);
+    h->scratch = ipu__big_alloc(IPU__WORKER_SCRATCH_BYTES);
     h->e.tensors = h->t;
     h->e.info.arena_size = cap;
     return h;
 }
 static inline void h_free(H *h) {
     ipu__prepack_destroy(&h->e);
-    free(h->arena);
-    free(h->scratch);
+    ipu__aligned_free(h->arena);
+    ipu__aligned_free(h->scratch);
     free(h);
 }
 
