@@ -83,7 +83,7 @@ static inline void put_run(float *d, int64_t kc, int ls, int64_t j, const float 
 
 /* im2col fused with B packing: Bp[j / nr][kk][j % nr] = x(patch row k0 + kk, output pixel
  * q0 + j) for j < np, zero up to the next multiple of nr = 1 << ls (not for pointwise
- * convolutions, whose rows pack_rows copies). */
+ * convolutions, whose rows ipu__conv_pack_rows copies). */
 static void pack_patches(const ipu__conv_plan *p, const float *x, int64_t xoff, int64_t k0,
                          int64_t kc, int64_t q0, int64_t np, int ls, float *bp) {
     int64_t nr = (int64_t)1 << ls, npad = (np + nr - 1) / nr * nr;

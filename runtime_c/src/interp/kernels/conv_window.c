@@ -118,10 +118,11 @@ static void epilogue_kept(const ipu__conv_plan *p, float *y, const float *crow, 
 }
 
 /* The window path's tiles of one sub-block (rows s0 + [0, sm) of A, packed at ak) for K
- * chunk k0 when output rows are whole tiles ("aligned" in run_window): tiles start at each
- * output row's first column and go straight into y, the row's last one its kept columns only
- * (u.part, masked), so no C tile and no second pass; B's rows are read in place from src
- * (extended pixels of the block's rows), up to nr - 1 floats past a row's kept columns. */
+ * chunk k0 when output rows are whole tiles ("aligned" in ipu__conv_run_window): tiles start
+ * at each output row's first column and go straight into y, the row's last one its kept
+ * columns only (u.part, masked), so no C tile and no second pass; B's rows are read in place
+ * from src (extended pixels of the block's rows), up to nr - 1 floats past a row's kept
+ * columns. */
 static void window_tiles_to_y(const ipu__conv_plan *p, const ipu__ukr *u, const float *ak,
                               const float *src, const int64_t *off, int64_t kc, int64_t k0,
                               int64_t sm, int64_t s0, int64_t nrows, const void *bias,
