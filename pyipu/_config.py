@@ -44,3 +44,16 @@ def cache_dir() -> str | None:
     """Engine-cache directory: PYIPU_CACHE_DIR; set, it turns caching on for every compile."""
     value = os.environ.get("PYIPU_CACHE_DIR", "").strip()
     return value or None
+
+
+def default_cache_dir() -> str:
+    """Engine-cache directory when neither cache_path nor PYIPU_CACHE_DIR names one: the platform
+    cache directory, $XDG_CACHE_HOME/pyipu (an absolute XDG_CACHE_HOME only, as the XDG spec
+    says), else ~/.cache/pyipu. Raises RuntimeError when the home directory is unknown."""
+    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
+    if xdg and os.path.isabs(xdg):
+        return os.path.join(xdg, "pyipu")
+    home = os.path.expanduser("~")
+    if home == "~" or not os.path.isabs(home):
+        raise RuntimeError("no home directory to put the engine cache in (set PYIPU_CACHE_DIR)")
+    return os.path.join(home, ".cache", "pyipu")

@@ -4,12 +4,16 @@ The key is a SHA-256 over the model's bytes (a file's bytes as they are on disk,
 external-data files; a ModelProto's deterministic serialization), the requested outputs, every
 compiler option that can change the executable, and the compiler's fingerprint (pyipu's version
 and the source of the compiler, so a changed compiler never serves an old entry). An entry is a
-PopEF file `pyipu-<key>.popef`, written atomically; on a hit it is validated by the C container
-reader and executable verifier, and an entry that fails (truncated, bit rot, hand-edited) is
-reported with a `CacheWarning` and rebuilt.
+PopEF file `pyipu-<key>.popef` written atomically (atomic_file.py) that carries a CACHE_BLOB: the
+full key and a SHA-256 of its header. On a hit the file is opened without following links, and
+validated by the C container reader (its checksum covers every byte after the header) and
+executable verifier; the CACHE_BLOB then vouches for the header (the compiler hash is outside the
+checksum) and for the entry being this key's. An entry that fails (truncated, bit rot,
+hand-edited, another model's file) is reported with a `CacheWarning` and rebuilt.
 
 Where: `CompilerOptions.cache_path` when caching is enabled there, else `$PYIPU_CACHE_DIR`, which
-also turns caching on for every compile (like `POPART_CACHE_DIR`).
+also turns caching on for every compile (like `POPART_CACHE_DIR`), else the platform cache
+directory (`_config.default_cache_dir`).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import functools
 import hashlib
 import logging
 import os
+import struct
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -25,9 +30,12 @@ from pathlib import Path
 import onnx
 
 from pyipu import _config
+from pyipu.compiler.atomic_file import remove_stale_temps, write_atomic
 from pyipu.compiler.executable import Executable
 from pyipu.compiler.onnx_import import ModelLike, load_model
 from pyipu.compiler.options import CompilerOptions
+from pyipu.compiler.serialize import BLOB_OPAQUE, CACHE_BLOB, split_container
+from pyipu.errors import CorruptFileError
 
 log = logging.getLogger("pyipu.compiler")
 
@@ -53,7 +61,13 @@ class CacheWarning(UserWarning):
 def cache_dir(opts: CompilerOptions) -> Path | None:
     """The cache directory for these options, or None when caching is off."""
     if opts.enable_engine_caching:
-        return Path(opts.cache_path or _config.cache_dir() or ".")
+        if opts.cache_path or _config.cache_dir():
+            return Path(opts.cache_path or _config.cache_dir() or "")
+        try:
+            return Path(_config.default_cache_dir())
+        except RuntimeError as e:
+            warnings.warn(f"engine cache off: {e}", CacheWarning, stacklevel=3)
+            return None
     env = _config.cache_dir()
     return Path(env) if env else None
 
@@ -64,6 +78,12 @@ def compiler_fingerprint() -> str:
     from pyipu import __version__
 
     h = hashlib.sha256(__version__.encode())
+    try:  # the C writer's hash: a rebuilt runtime must not be served an entry it rejects
+        from pyipu import _core
+
+        h.update(str(_core.compiler_hash()).encode())
+    except ImportError:
+        pass  # nothing can be written without _core, so nothing is served either
     package = Path(__file__).parent.parent
     for path in sorted([*(package / "compiler").rglob("*.py"), package / "ipu_targets.py"]):
         h.update(path.relative_to(package).as_posix().encode())
@@ -94,24 +114,77 @@ def _hash_external_data(h: hashlib._Hash, path: Path) -> None:
             h.update(location.read_bytes() if location.is_file() else b"<missing>")
 
 
-def entry_path(
-    directory: Path, model: ModelLike, outputs: Sequence[str] | None, opts: CompilerOptions
-) -> Path:
-    """Where the executable of this (model, outputs, options) is or will be cached."""
+def entry_key(model: ModelLike, outputs: Sequence[str] | None, opts: CompilerOptions) -> bytes:
+    """The SHA-256 that addresses the executable of this (model, outputs, options)."""
     options = {k: v for k, v in opts.to_dict().items() if k not in _NOT_IN_KEY}
     h = hashlib.sha256(_model_digest(model))
     h.update(repr((list(outputs) if outputs else None, sorted(options.items()))).encode())
     h.update(compiler_fingerprint().encode())
-    return directory / f"pyipu-{h.hexdigest()[:40]}.popef"
+    return h.digest()
 
 
-def _load_valid(path: Path) -> Executable | None:
-    """The cached executable, or None (with a CacheWarning) when the entry is corrupt."""
+def _entry_path(directory: Path, key: bytes) -> Path:
+    return directory / f"pyipu-{key.hex()[:40]}.popef"
+
+
+def entry_path(
+    directory: Path, model: ModelLike, outputs: Sequence[str] | None, opts: CompilerOptions
+) -> Path:
+    """Where the executable of this (model, outputs, options) is or will be cached."""
+    return _entry_path(directory, entry_key(model, outputs, opts))
+
+
+def _header_digest(header: bytes) -> bytes:
+    """SHA-256 of a container header without its checksum field (bytes 32..40), which the C
+    reader checks itself and which covers the CACHE_BLOB holding this digest."""
+    return hashlib.sha256(header[:32] + header[40:64]).digest()
+
+
+def entry_image(exe: Executable, key: bytes) -> bytes:
+    """The executable's container with a CACHE_BLOB (key + header digest) added."""
+    data = exe.to_bytes()
+    (compiler_hash,) = struct.unpack_from("<Q", data, 24)
+    blobs = [b for b in split_container(data) if not (b[0] == BLOB_OPAQUE and b[2] == CACHE_BLOB)]
+    del data
+    from pyipu import _core
+
+    # The header depends only on the blobs' sizes: a draft with a placeholder digest gives it.
+    blobs.append((BLOB_OPAQUE, 0, CACHE_BLOB, key + bytes(32)))
+    draft = _core.write_container(blobs, compiler_hash=compiler_hash)
+    blobs[-1] = (BLOB_OPAQUE, 0, CACHE_BLOB, key + _header_digest(draft[:64]))
+    del draft
+    return bytes(_core.write_container(blobs, compiler_hash=compiler_hash))
+
+
+def _check_entry(exe: Executable, key: bytes) -> None:
+    """Raise CorruptFileError unless this opened (so checksummed) entry is the one for `key`."""
+    from pyipu import _core
+
+    container = exe.native().container
+    found = [
+        i for i, b in enumerate(container.blobs()) if b[0] == BLOB_OPAQUE and b[2] == CACHE_BLOB
+    ]
+    if len(found) != 1:
+        raise CorruptFileError("not an engine-cache entry (no cache record)")
+    stamp = container.blob_bytes(found[0])
+    if stamp[:32] != key:
+        raise CorruptFileError("the entry of another model or options")
+    if stamp[32:] != _header_digest(exe.header()):
+        raise CorruptFileError("its header was altered")
+    if container.compiler_hash != _core.compiler_hash():
+        raise CorruptFileError("written by another compiler")
+
+
+def _load_valid(path: Path, key: bytes) -> Executable | None:
+    """The cached executable, or None (with a CacheWarning) when the entry is unusable."""
     try:
-        return Executable.open(path)  # memory-mapped: checksum, metadata, program verifier
-    except FileNotFoundError:
+        # memory-mapped: checksum, metadata, program verifier; a link at `path` is refused
+        exe = Executable.open(path, follow_symlinks=False)
+        _check_entry(exe, key)
+        return exe
+    except (FileNotFoundError, NotADirectoryError):
         return None
-    except Exception as e:  # OSError, or a pyipu.Error from the C reader or verifier
+    except Exception as e:  # OSError (ELOOP: a link), or a pyipu.Error from the checks
         warnings.warn(
             f"engine cache entry {path} is unusable ({e}); rebuilding it",
             CacheWarning,
@@ -128,16 +201,20 @@ def cached_compile(
     build: Callable[[], Executable],
 ) -> tuple[Executable, bool]:
     """The executable served from `directory` (hit: True), or built and stored there."""
-    path = entry_path(directory, model, outputs, opts)
-    exe = _load_valid(path) if path.exists() else None
+    key = entry_key(model, outputs, opts)
+    path = _entry_path(directory, key)
+    remove_stale_temps(directory)
+    exe = _load_valid(path, key)
     if exe is not None:
-        log.info("engine cache hit: %s", path)
+        log.info("engine cache hit: %s", os.path.abspath(path))
         return exe, True
     exe = build()
     try:
+        image = entry_image(exe, key)
+        exe._bytes = image  # a miss returns what a hit would: the entry's bytes
         directory.mkdir(parents=True, exist_ok=True)
-        exe.save(path)
-        log.info("engine cache entry written: %s", path)
+        write_atomic(path, image)
+        log.info("engine cache entry written: %s", os.path.abspath(path))
     except (ImportError, OSError) as e:
         warnings.warn(f"engine cache entry not written to {path}: {e}", CacheWarning, stacklevel=4)
     return exe, False

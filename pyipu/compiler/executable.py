@@ -10,12 +10,14 @@ the engine cache serves hits that way, and runners then share the mapped, verifi
 from __future__ import annotations
 
 import os
+import stat
+import weakref
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from pyipu.compiler.atomic_file import write_atomic
 from pyipu.compiler.ipu_model import NOT_FIT_LABEL, IPUModelReport, Settings, estimate
 from pyipu.compiler.ir import Direction, ModelIR
 from pyipu.compiler.serialize import decode, encode_container
@@ -29,6 +31,7 @@ class Executable:
         self._program: ModelIR | None = None
         self._native: Any = None  # pyipu._core.Executable: verified, its kernel plans built
         self._path: str | None = None  # the memory-mapped file behind _native
+        self._fd: int | None = None  # that file, kept open: to_bytes reads what was mapped
         self._report: IPUModelReport | None = None
         if path is not None:
             with open(path, "rb") as f:
@@ -41,15 +44,37 @@ class Executable:
         return exe
 
     @classmethod
-    def open(cls, path: str | os.PathLike) -> Executable:
+    def open(cls, path: str | os.PathLike, *, follow_symlinks: bool = True) -> Executable:
         """A PopEF file memory-mapped and verified (checksum, metadata, every program) by the C
-        reader; a corrupt file raises a pyipu.Error subclass here rather than at first use."""
+        reader; a corrupt file raises a pyipu.Error subclass here rather than at first use.
+        With `follow_symlinks=False` a link at `path` raises OSError (ELOOP), and anything but a
+        regular file raises CorruptFileError (a FIFO would block the reader)."""
         from pyipu import _core
+        from pyipu.errors import CorruptFileError
 
+        flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+        if not follow_symlinks:
+            flags |= getattr(os, "O_NOFOLLOW", 0)
+        fd = os.open(path, flags)
         exe = cls()
         exe._path = os.fspath(path)
-        exe._native = _core.Executable(_core.Container.open(exe._path))  # + program verifier
+        weakref.finalize(exe, os.close, fd)
+        exe._fd = fd
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise CorruptFileError(f"{exe._path} is not a regular file")
+        proc = f"/proc/self/fd/{fd}"  # the file behind fd, whatever replaces `path` meanwhile
+        source = proc if os.path.exists(proc) else exe._path
+        exe._native = _core.Executable(_core.Container.open(source))  # + program verifier
+        if source != proc and not os.path.samestat(st, os.stat(exe._path)):
+            raise CorruptFileError(f"{exe._path} was replaced while it was opened")
         return exe
+
+    def header(self) -> bytes:
+        """The first 64 bytes (the container header) of the file or image."""
+        if self._fd is not None:
+            return os.pread(self._fd, 64, 0)
+        return self.to_bytes()[:64]
 
     def native(self) -> Any:
         """The verified `pyipu._core.Executable` (built once: runners and sessions share it, as
@@ -77,8 +102,10 @@ class Executable:
 
     def to_bytes(self, compiler_hash: int | None = None) -> bytes:
         """The container image (PopEF file contents)."""
-        if self._bytes is None and self._path is not None and compiler_hash is None:
-            self._bytes = Path(self._path).read_bytes()
+        if self._bytes is None and self._fd is not None and compiler_hash is None:
+            with os.fdopen(os.dup(self._fd), "rb") as f:
+                f.seek(0)
+                self._bytes = f.read()
         if self._bytes is None or compiler_hash is not None:
             data = encode_container(self.program, compiler_hash=compiler_hash)
             if compiler_hash is not None:
@@ -87,11 +114,8 @@ class Executable:
         return self._bytes
 
     def save(self, path: str | os.PathLike) -> None:
-        data = self.to_bytes()
-        tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
+        """Write the PopEF file atomically (new temporary file, fsync, rename; atomic_file.py)."""
+        write_atomic(path, self.to_bytes())
 
     def run_reference(
         self, inputs: Mapping[str, np.ndarray], subgraph: int | None = None

@@ -16,7 +16,7 @@ from typing import Any
 from pyipu.compiler.errors import CompileError, UnsupportedError
 from pyipu.compiler.ipu_model import allow_out_of_memory
 from pyipu.compiler.ir import IPU_VERSIONS
-from pyipu.compiler.serialize import PACKED_BLOB
+from pyipu.compiler.serialize import CACHE_BLOB, PACKED_BLOB
 from pyipu.ipu_targets import TILES_PER_IPU
 
 
@@ -97,10 +97,8 @@ def _opaque_blobs(name: str, v: Any) -> None:
             )
         if not isinstance(payload, (str, bytes)):
             raise CompileError(f"CompilerOptions.{name}[{k!r}] must be str or bytes")
-        if k == PACKED_BLOB:
-            raise CompileError(
-                f"CompilerOptions.{name}: {k!r} is reserved for the weights pyipu pre-packs"
-            )
+        if k in (PACKED_BLOB, CACHE_BLOB):
+            raise CompileError(f"CompilerOptions.{name}: {k!r} is reserved for pyipu's own use")
 
 
 def _logger(name: str, v: Any) -> None:

@@ -39,6 +39,10 @@ STAGES_PIPELINED = 1  # stage table flags
 # OPAQUE blob of operands pre-packed for the kernels (IPU_PACKED_BLOB_NAME, ipu_executable.h):
 # derived from the other blobs, so never part of a ModelIR; encode_container writes a fresh one.
 PACKED_BLOB = "pyipu.packed"
+# OPAQUE blob of an engine-cache entry: its key and a digest of its header (compiler/cache.py).
+# Describes one file, so never part of a ModelIR either.
+CACHE_BLOB = "pyipu.cache"
+_DERIVED_BLOBS = (PACKED_BLOB, CACHE_BLOB)
 
 Blob = tuple[int, int, "str | None", bytes]  # (type, id, name for OPAQUE, data)
 
@@ -124,7 +128,9 @@ def encode(ir: ModelIR) -> list[Blob]:
     if data:
         blobs.append((BLOB_TENSOR_DATA, 0, None, data))
     blobs += [(BLOB_PROGRAM, p.id, None, encode_program(p.instrs)) for p in ir.programs]
-    blobs += [(BLOB_OPAQUE, 0, name, payload) for name, payload in ir.opaque if name != PACKED_BLOB]
+    blobs += [
+        (BLOB_OPAQUE, 0, name, payload) for name, payload in ir.opaque if name not in _DERIVED_BLOBS
+    ]
     return blobs
 
 
@@ -386,7 +392,9 @@ def decode_blobs(blobs: list[Blob]) -> ModelIR:
             prog = next(p for p in programs if p.id == pid)
             if any(ins.op != Op.COPY for ins in prog.instrs):
                 raise CorruptFileError(f"metadata: copy program {pid} of stage {k} holds non-COPY")
-    opaque = tuple((b[2] or "", b[3]) for b in blobs if b[0] == BLOB_OPAQUE and b[2] != PACKED_BLOB)
+    opaque = tuple(
+        (b[2] or "", b[3]) for b in blobs if b[0] == BLOB_OPAQUE and b[2] not in _DERIVED_BLOBS
+    )
     return ModelIR(programs=tuple(programs), opaque=opaque, **meta)
 
 
