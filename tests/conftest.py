@@ -15,3 +15,19 @@ sys.path.insert(0, str(TESTS))
 @pytest.fixture(scope="session")
 def repo() -> Path:
     return TESTS.parent
+
+
+@pytest.fixture
+def count_compiles(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts real compilations (cache misses)."""
+    calls: list[int] = []
+    from pyipu.compiler import compiler as compiler_module
+
+    real = compiler_module.compile_ir
+
+    def counted(*args: object, **kw: object):
+        calls.append(1)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(compiler_module, "compile_ir", counted)
+    return calls

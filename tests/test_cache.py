@@ -14,7 +14,6 @@ from models import fusion_model0, run_c, seed_overlap_io_model
 from onnx import TensorProto, helper, numpy_helper
 
 from pyipu.compiler import Compiler, CompilerOptions
-from pyipu.compiler import compiler as compiler_module
 from pyipu.compiler.cache import CacheWarning, entry_path
 
 
@@ -22,20 +21,6 @@ def _options(cache: Path, **kw: object) -> CompilerOptions:
     return CompilerOptions.from_dict(
         {"enable_engine_caching": True, "cache_path": str(cache), **kw}
     )
-
-
-@pytest.fixture
-def count_compiles(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Counts real compilations (cache misses)."""
-    calls: list[int] = []
-    real = compiler_module.compile_ir
-
-    def counted(*args: object, **kw: object):
-        calls.append(1)
-        return real(*args, **kw)
-
-    monkeypatch.setattr(compiler_module, "compile_ir", counted)
-    return calls
 
 
 def _entries(cache: Path) -> list[Path]:

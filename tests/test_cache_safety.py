@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from models import fusion_model0, run_c
-from test_cache import _entries, _options, count_compiles  # noqa: F401 (fixture)
+from test_cache import _entries, _options
 
 from pyipu.compiler import Compiler, CompilerOptions, Executable, atomic_file
 from pyipu.compiler import cache as cache_module
-from pyipu.compiler.cache import CacheWarning, entry_key, entry_path
+from pyipu.compiler.cache import CacheWarning, entry_path
 
 X, Y = np.array([[1, 2]], np.float32), np.array([[10, 20]], np.float32)
 
@@ -155,7 +155,7 @@ def _entry_and_key(tmp_path: Path) -> tuple[Path, bytes, bytes]:
     opts = _options(tmp_path / "cache")
     Compiler.compile(fusion_model0(), None, opts)
     (entry,) = _entries(tmp_path / "cache")
-    return entry, entry_key(fusion_model0(), None, opts), entry.read_bytes()
+    return entry, cache_module.entry_key(fusion_model0(), None, opts), entry.read_bytes()
 
 
 def test_every_single_byte_flip_of_an_entry_is_refused(tmp_path):
