@@ -37,6 +37,11 @@ class InvalidArgumentError(Error, ValueError):
     status_name = "ERR_INVALID_ARGUMENT"
 
 
+class ConfigError(InvalidArgumentError):
+    """A configuration file (YAML) pyipu refuses: aliases, too large or deep, a path that
+    leaves the directories it may write to."""
+
+
 class OutOfMemoryError(Error, MemoryError):
     status_name = "ERR_NOMEM"
 

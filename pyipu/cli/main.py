@@ -2,10 +2,11 @@
 
 Converts an ONNX model with `pyipu.Converter` (input shapes, batch size, opset, passes, precision),
 writes the converted model, and with --export_popef compiles it to `<output_dir>/executable.popef`.
---check compares the converted model with the original, --show prints its I/O, --run compiles
-and runs it on random data. A `model_fusion:` list in --config_yaml fuses several models into one
-executable whose `index` input selects the subgraph. Errors print one line, `pyipu: error: ...`,
-and exit with 1 (2 for usage errors).
+--check compares the converted model, and pyipu's run of its executable, with the original;
+--show prints its I/O; --run compiles and runs it on random data. A `model_fusion:` list in
+--config_yaml fuses several models into one executable whose `index` input selects the subgraph.
+Exit codes: 0 success; 1 a check mismatch, NaN/inf outputs from --run where the original model's
+are finite, or an error (one line, `pyipu: error: ...`); 2 usage and config-file errors.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from typing import Any
 import onnx
 import yaml
 
-from pyipu.errors import Error
+from pyipu import _yaml
+from pyipu.errors import ConfigError, Error
 
 # Options a model_fusion entry may set for its own model (the others are global).
 _PER_MODEL = (
@@ -87,7 +89,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--remove_outputs", type=_csv, help="graph outputs to remove")
     p.add_argument("--checkpoints", type=_csv, help="intermediate values to add as outputs")
-    p.add_argument("--check", action="store_true", help="compare converted and original outputs")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="compare the converted model's and pyipu's outputs with the original's",
+    )
     p.add_argument("--show", action="store_true", help="print the converted model's I/O")
     p.add_argument("--run", action="store_true", help="compile and run on random data")
     p.add_argument("--batches_per_step", type=int, default=1)
@@ -114,8 +120,7 @@ def _yaml_keys() -> set[str]:
 
 def _load_yaml(path: str) -> dict[str, Any]:
     try:
-        with open(path) as f:
-            data = yaml.safe_load(f) or {}
+        data = _yaml.load(path, path) or {}
     except yaml.YAMLError as e:
         raise CliError(f"{path}: not valid YAML: {e}") from e
     if not isinstance(data, dict):
@@ -180,6 +185,7 @@ def run(args: argparse.Namespace) -> int:
     opts = vars(args).copy()
     base = Path.cwd()
     fusion = None
+    config: dict[str, Any] = {}
     if args.config_yaml:
         config = _load_yaml(args.config_yaml)
         base = Path(args.config_yaml).resolve().parent
@@ -198,6 +204,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     checks_ok = True
+    converted_models: list[tuple[onnx.ModelProto, onnx.ModelProto, str]] = []
 
     def load_converted(entry: dict[str, Any], label: str) -> onnx.ModelProto:
         nonlocal checks_ok
@@ -209,6 +216,7 @@ def run(args: argparse.Namespace) -> int:
         except Exception as e:  # protobuf's DecodeError and friends
             raise CliError(f"{path} is not an ONNX model: {e}") from e
         converted = make_converter(entry).convert(original)
+        converted_models.append((original, converted, label))
         if opts.get("check"):
             checks_ok &= _check(original, converted, label)
         return converted
@@ -233,6 +241,7 @@ def run(args: argparse.Namespace) -> int:
             raise CliError("--input_model (or a config_yaml with model_fusion) is required")
         if opts.get("only_manual_sharding") and opts.get("manual_sharding_config"):
             model = onnx.load(str(base / opts["input_model"]))
+            converted_models.append((model, model, ""))
         else:
             model = load_converted(opts, "")
         default_name = f"{Path(opts['input_model']).stem}.{opts['precision']}.onnx"
@@ -243,46 +252,117 @@ def run(args: argparse.Namespace) -> int:
 
         model, shard_options = shard_for_cli(model, base / opts["manual_sharding_config"])
     output_dir = (base / opts["output_dir"]).resolve()
-    output_dir.mkdir(parents=True, exist_ok=True)
     out_model = output_dir / (opts.get("output_model") or default_name)
+    for key, path in (("output_dir", output_dir), ("output_model", out_model)):
+        if key in config:
+            _check_config_output(key, path.resolve(), base)
+    output_dir.mkdir(parents=True, exist_ok=True)
     onnx.save(model, str(out_model))
     print(f"Converted model saved to {out_model}")
     if opts.get("show"):
         from pyipu.cli.run_info import show
 
         print(show(model))
-    if opts.get("export_popef") or opts.get("run"):
-        _compile(model, opts, output_dir, shard_options)
-    return 0 if checks_ok else 1
-
-
-def _compile(
-    model: onnx.ModelProto, opts: dict[str, Any], output_dir: Path, extra: dict[str, Any]
-) -> None:
-    from pyipu.compiler import Compiler, CompilerOptions
-
-    options = CompilerOptions.from_dict(extra)
-    options.batches_per_step = int(opts["batches_per_step"])
-    options.num_io_tiles = opts["num_io_tiles"]
-    options.ipu_version = opts["ipu_version"]
+    if not (opts.get("export_popef") or opts.get("run") or opts.get("check")):
+        return 0 if checks_ok else 1
     start = time.perf_counter()
-    executable = Compiler.compile(model, None, options)
+    executable = _compile(model, opts, shard_options)
+    if opts.get("check"):
+        checks_ok &= _check_pyipu(executable, converted_models, fusion is not None, opts)
     if opts.get("export_popef"):
         popef = output_dir / "executable.popef"
         executable.save(popef)
         print(f"PopEF saved to {popef} ({time.perf_counter() - start:.2f} s)")
     if opts.get("run"):
+        if not checks_ok:
+            print("[run] not run: the check failed")
+            return 1
         from pyipu.cli.run_info import run_executable
 
-        for line in run_executable(executable):
+        reference = None
+        if fusion is None:  # a fused model's subgraphs have no single original to compare
+            reference = _reference(converted_models[0][0])
+        lines, run_ok = run_executable(executable, reference=reference)
+        for line in lines:
             print(line)
+        if not run_ok:
+            return 1
+    return 0 if checks_ok else 1
+
+
+def _check_config_output(key: str, path: Path, config_dir: Path) -> None:
+    """A config file may only write under the working directory or its own directory: a
+    downloaded config must not reach ~/.ssh through `..` (the command line may)."""
+    roots = (Path.cwd().resolve(), config_dir.resolve())
+    if not any(path == r or path.is_relative_to(r) for r in roots):
+        raise ConfigError(
+            f"{key} {str(path)!r} from the config file is outside the working directory and the"
+            f" config's directory; give it on the command line to write there"
+        )
+
+
+def _compile_options(opts: dict[str, Any], extra: dict[str, Any]) -> Any:
+    from pyipu.compiler import CompilerOptions
+
+    options = CompilerOptions.from_dict(extra)
+    options.batches_per_step = int(opts["batches_per_step"])
+    options.num_io_tiles = opts["num_io_tiles"]
+    options.ipu_version = opts["ipu_version"]
+    return options
+
+
+def _compile(model: onnx.ModelProto, opts: dict[str, Any], extra: dict[str, Any]) -> Any:
+    from pyipu.compiler import Compiler
+
+    return Compiler.compile(model, None, _compile_options(opts, extra))
+
+
+def _check_pyipu(
+    executable: Any,
+    converted_models: list[tuple[onnx.ModelProto, onnx.ModelProto, str]],
+    fused: bool,
+    opts: dict[str, Any],
+) -> bool:
+    """--check of what pyipu computes: its run of the executable against the original model
+    under onnxruntime (or onnx's reference), on the random data compare_models uses. A fused
+    executable is checked model by model, each compiled on its own."""
+    from pyipu.compiler import Compiler
+    from pyipu.converter.check import compare_executable
+
+    ok = True
+    for original, converted, label in converted_models:
+        exe = Compiler.compile(converted, None, _compile_options(opts, {})) if fused else executable
+        result = compare_executable(exe, original, converted)
+        for name, err in result.errors.items():
+            print(f"[check] pyipu {label}{name}: max error {err:.3g} (vs {result.backend})")
+        verdict = "OK" if result.ok else "MISMATCH"
+        print(
+            f"[check] pyipu {label}{verdict}: max error {result.max_error:.3g},"
+            f" tolerance {result.tolerance:g}"
+        )
+        ok &= result.ok
+    return ok
+
+
+def _reference(original: onnx.ModelProto) -> Any:
+    """--run's reference: the original model's outputs on the same feeds, or None when it
+    cannot run them (then NaN/inf in pyipu's outputs are a failure)."""
+    from pyipu.converter.check import reference_outputs
+
+    def reference(feeds: dict[str, Any]) -> tuple[dict[str, Any], str] | None:
+        try:
+            return reference_outputs(original, feeds)
+        except Exception:  # onnxruntime's own errors have no common base class
+            return None
+
+    return reference
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return run(args)
-    except CliError as e:
+    except (CliError, ConfigError) as e:
         print(f"pyipu: error: {e}", file=sys.stderr)
         return 2
     except (Error, ValueError, OSError, TypeError, NotImplementedError) as e:

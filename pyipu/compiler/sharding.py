@@ -128,9 +128,10 @@ def load_sharding_config(path: str | os.PathLike) -> tuple[dict[str, int], dict[
     """(sharding_info, pipelining_info) of a shard.yaml file (`--manual_sharding_config`)."""
     import yaml
 
+    from pyipu import _yaml
+
     try:
-        with open(path) as f:
-            doc = yaml.safe_load(f)
+        doc = _yaml.load(path, f"sharding config {os.fspath(path)!r}")
     except OSError as e:
         raise CompileError(f"cannot read the sharding config {os.fspath(path)!r}: {e}") from e
     except yaml.YAMLError as e:
