@@ -233,3 +233,11 @@ def test_a_relative_cache_path_is_logged_absolute(tmp_path, monkeypatch, caplog)
         Compiler.compile(fusion_model0(), None, _options(Path("rel")))
     (entry,) = _entries(tmp_path / "rel")
     assert f"engine cache entry written: {entry}" in caplog.text
+
+
+def test_users_cannot_name_a_blob_like_the_cache_record():
+    from pyipu.compiler.errors import CompileError
+    from pyipu.compiler.serialize import CACHE_BLOB
+
+    with pytest.raises(CompileError, match="reserved"):
+        CompilerOptions.from_dict({"opaque_blobs": {CACHE_BLOB: b"x"}})
