@@ -4,11 +4,11 @@ The key is a SHA-256 over the model's bytes (a file's bytes as they are on disk,
 external-data files; a ModelProto's deterministic serialization), the requested outputs, every
 compiler option that can change the executable, and the compiler's fingerprint (pyipu's version
 and the source of the compiler, so a changed compiler never serves an old entry). An entry is a
-PopEF file `pyipu-<key>.popef` written atomically (atomic_file.py) that carries a CACHE_BLOB: the
-full key and a SHA-256 of its header. On a hit the file is opened without following links, and
-validated by the C container reader (its checksum covers every byte after the header) and
-executable verifier; the CACHE_BLOB then vouches for the header (the compiler hash is outside the
-checksum) and for the entry being this key's. An entry that fails (truncated, bit rot,
+PopEF file `pyipu-<key>.popef` written atomically (atomic_file.py) that carries a CACHE_BLOB
+record: the full key and the header fields the C reader cannot check (compiler hash, blob count).
+On a hit the file is opened without following links, and validated by the C container reader (its
+checksum covers every byte after the header) and executable verifier; the record then vouches for
+the rest of the header and for the entry being this key's. An entry that fails (truncated, bit rot,
 hand-edited, another model's file) is reported with a `CacheWarning` and rebuilt.
 
 Where: `CompilerOptions.cache_path` when caching is enabled there, else `$PYIPU_CACHE_DIR`, which
@@ -134,44 +134,44 @@ def entry_path(
     return _entry_path(directory, entry_key(model, outputs, opts))
 
 
-def _header_digest(header: bytes) -> bytes:
-    """SHA-256 of a container header without its checksum field (bytes 32..40), which the C
-    reader checks itself and which covers the CACHE_BLOB holding this digest."""
-    return hashlib.sha256(header[:32] + header[40:64]).digest()
+_RECORD = struct.Struct("<32sQI4x")  # key, compiler_hash and blob_count the header must hold
 
 
 def entry_image(exe: Executable, key: bytes) -> bytes:
-    """The executable's container with a CACHE_BLOB (key + header digest) added."""
-    data = exe.to_bytes()
+    """The executable's container with a CACHE_BLOB record added (key and header fields)."""
+    data = memoryview(exe.to_bytes())
     (compiler_hash,) = struct.unpack_from("<Q", data, 24)
-    blobs = [b for b in split_container(data) if not (b[0] == BLOB_OPAQUE and b[2] == CACHE_BLOB)]
-    del data
+    blobs = [
+        b
+        for b in split_container(data, views=True)
+        if not (b[0] == BLOB_OPAQUE and b[2] == CACHE_BLOB)
+    ]
+    record = _RECORD.pack(key, compiler_hash, len(blobs) + 1)
+    blobs.append((BLOB_OPAQUE, 0, CACHE_BLOB, record))
     from pyipu import _core
 
-    # The header depends only on the blobs' sizes: a draft with a placeholder digest gives it.
-    blobs.append((BLOB_OPAQUE, 0, CACHE_BLOB, key + bytes(32)))
-    draft = _core.write_container(blobs, compiler_hash=compiler_hash)
-    blobs[-1] = (BLOB_OPAQUE, 0, CACHE_BLOB, key + _header_digest(draft[:64]))
-    del draft
     return bytes(_core.write_container(blobs, compiler_hash=compiler_hash))
 
 
 def _check_entry(exe: Executable, key: bytes) -> None:
-    """Raise CorruptFileError unless this opened (so checksummed) entry is the one for `key`."""
+    """Raise CorruptFileError unless this opened entry is the one for `key`. Every byte is then
+    covered: the C reader checked the checksum (all bytes after the header) and the header's
+    magic, version, file size, table offset and reserved bytes; the record, under the checksum,
+    vouches for the two header fields left, the compiler hash and the blob count."""
     from pyipu import _core
 
     container = exe.native().container
-    found = [
-        i for i, b in enumerate(container.blobs()) if b[0] == BLOB_OPAQUE and b[2] == CACHE_BLOB
-    ]
-    if len(found) != 1:
+    blobs = container.blobs()
+    found = [i for i, b in enumerate(blobs) if b[0] == BLOB_OPAQUE and b[2] == CACHE_BLOB]
+    record = container.blob_bytes(found[0]) if len(found) == 1 else b""
+    if len(record) != _RECORD.size:
         raise CorruptFileError("not an engine-cache entry (no cache record)")
-    stamp = container.blob_bytes(found[0])
-    if stamp[:32] != key:
+    stored_key, compiler_hash, blob_count = _RECORD.unpack(record)
+    if stored_key != key:
         raise CorruptFileError("the entry of another model or options")
-    if stamp[32:] != _header_digest(exe.header()):
+    if compiler_hash != container.compiler_hash or blob_count != len(blobs):
         raise CorruptFileError("its header was altered")
-    if container.compiler_hash != _core.compiler_hash():
+    if compiler_hash != _core.compiler_hash():
         raise CorruptFileError("written by another compiler")
 
 

@@ -70,12 +70,6 @@ class Executable:
             raise CorruptFileError(f"{exe._path} was replaced while it was opened")
         return exe
 
-    def header(self) -> bytes:
-        """The first 64 bytes (the container header) of the file or image."""
-        if self._fd is not None:
-            return os.pread(self._fd, 64, 0)
-        return self.to_bytes()[:64]
-
     def native(self) -> Any:
         """The verified `pyipu._core.Executable` (built once: runners and sessions share it, as
         replicas do, so weights are packed for the kernels once)."""

@@ -44,7 +44,7 @@ PACKED_BLOB = "pyipu.packed"
 CACHE_BLOB = "pyipu.cache"
 _DERIVED_BLOBS = (PACKED_BLOB, CACHE_BLOB)
 
-Blob = tuple[int, int, "str | None", bytes]  # (type, id, name for OPAQUE, data)
+Blob = tuple[int, int, "str | None", "bytes | memoryview"]  # (type, id, name for OPAQUE, data)
 
 _META_HEAD = struct.Struct("<10IQ2I")  # 56 bytes
 _TENSOR = struct.Struct("<4I2Q8q")  # 96 bytes
@@ -184,8 +184,9 @@ class _Reader:
         self.pos += pad
 
 
-def split_container(data: bytes) -> list[Blob]:
-    """The blobs of a container image (header and blob table checked; checksum not verified)."""
+def split_container(data: bytes | memoryview, views: bool = False) -> list[Blob]:
+    """The blobs of a container image (header and blob table checked; checksum not verified).
+    With `views`, payloads are memoryviews into `data` instead of copies."""
     if len(data) < _FILE_HEAD.size:
         raise CorruptFileError("not a pyipu PopEF file: shorter than its 64-byte header")
     magic, version, count, file_size, _hash, _checksum, table, _res = _FILE_HEAD.unpack_from(data)
@@ -216,11 +217,11 @@ def split_container(data: bytes) -> list[Blob]:
             head = align(4 + n, 8)
             if not 1 <= n <= 255 or head > size:
                 raise CorruptFileError(f"blob {i} (OPAQUE) has a bad name length {n}")
-            name = payload[4 : 4 + n].decode()
+            name = bytes(payload[4 : 4 + n]).decode()
             payload = payload[head:]
         elif btype not in (BLOB_METADATA, BLOB_TENSOR_DATA, BLOB_PROGRAM):
             raise CorruptFileError(f"blob {i} has unknown type {btype}")
-        blobs.append((btype, bid, name, bytes(payload)))
+        blobs.append((btype, bid, name, payload if views else bytes(payload)))
     spans.sort()
     if any(a[1] > b[0] for a, b in zip(spans, spans[1:], strict=False)):
         raise CorruptFileError("container blobs overlap")
