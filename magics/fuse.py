@@ -52,10 +52,14 @@ class FuseResult:
 def _config(cell: str) -> dict[str, Any]:
     import yaml
 
+    from pyipu import _yaml
     from pyipu.cli.main import _yaml_keys
+    from pyipu.errors import ConfigError
 
     try:
-        data = yaml.safe_load(cell) or {}
+        data = _yaml.loads(cell, "the %%ipu fuse cell") or {}
+    except ConfigError as e:
+        raise UsageError(str(e)) from None
     except yaml.YAMLError as e:
         raise UsageError(f"the %%ipu fuse cell is not valid YAML: {e}") from None
     if not isinstance(data, dict):

@@ -1,4 +1,4 @@
-"""YAML configuration files (`--config_yaml`, shard.yaml), read in bounded time and memory.
+"""YAML configuration (`--config_yaml`, shard.yaml, `%%ipu fuse`), read in bounded time and memory.
 
 `yaml.safe_load` expands aliases: a few hundred bytes of nested `*a` references (a "billion
 laughs") become gigabytes. Configuration files never need them, so an alias is refused; without
@@ -49,5 +49,12 @@ def load(path: str | os.PathLike, what: str) -> Any:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ConfigError(f"{what}: not UTF-8 text ({e.reason})") from None
+    return loads(text, what)
+
+
+def loads(text: str, what: str) -> Any:
+    """The document of YAML text (a notebook cell), with the limits of `load`."""
+    if len(text) > MAX_BYTES:  # characters: at least as many bytes
+        raise ConfigError(f"{what}: larger than {MAX_BYTES} bytes")
     _refuse_aliases_and_depth(text, what)
     return yaml.load(text, Loader=_LOADER)  # a safe loader: plain data only

@@ -74,6 +74,7 @@ def test_fuse_cell_compiles_and_shows_subgraphs(ip: Any, tmp_path: Any) -> None:
         ("bogus_key: 1\nmodel_fusion:\n  - input_model: m1\n", "unknown keys"),
         ("model_fusion:\n  - precision: fp16\n", "needs input_model"),
         ("model_fusion:\n  - input_model: no_such_model\n", "neither a variable"),
+        ("a: &a [x, x]\nmodel_fusion: [*a, *a]\n", "line 2: YAML aliases are not accepted"),
     ],
 )
 def test_fuse_rejects_bad_yaml(ip: Any, cell: str | None, message: str) -> None:
