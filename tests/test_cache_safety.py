@@ -241,3 +241,27 @@ def test_users_cannot_name_a_blob_like_the_cache_record():
 
     with pytest.raises(CompileError, match="reserved"):
         CompilerOptions.from_dict({"opaque_blobs": {CACHE_BLOB: b"x"}})
+
+
+def test_an_interrupted_save_leaves_the_old_file(tmp_path, monkeypatch):
+    def interrupted(fd: int, data) -> None:
+        os.write(fd, b"PYIPUEF")
+        raise KeyboardInterrupt
+
+    target = tmp_path / "model.popef"
+    target.write_bytes(b"old file")
+    monkeypatch.setattr(atomic_file, "_write_all", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        Compiler.compile(fusion_model0()).save(target)
+    assert target.read_bytes() == b"old file"
+    assert [p.name for p in tmp_path.iterdir()] == ["model.popef"]
+
+
+def test_a_served_entry_keeps_its_bytes_when_the_file_is_replaced(tmp_path):
+    opts = _options(tmp_path / "cache")
+    first = Compiler.compile(fusion_model0(), None, opts)
+    hit = Compiler.compile(fusion_model0(), None, opts)
+    (entry,) = _entries(tmp_path / "cache")
+    entry.unlink()
+    os.symlink(tmp_path / "elsewhere", entry)  # what was mapped is still what it reads
+    assert hit.to_bytes() == first.to_bytes()
