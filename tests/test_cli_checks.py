@@ -113,6 +113,18 @@ def test_check_compares_pyipus_own_run(tmp_path, monkeypatch, capsys):
     assert "[check] pyipu MISMATCH" in out and "[Success]" not in out
 
 
+def test_check_runs_each_model_of_a_fusion(tmp_path, monkeypatch, capsys):
+    _relu_model(tmp_path / "a.onnx")
+    _save(tmp_path / "b.onnx", [helper.make_node("Log", ["X"], ["Y"])])
+    (tmp_path / "c.yaml").write_text(
+        "check: true\nrun: true\nmodel_fusion:\n  - input_model: a.onnx\n  - input_model: b.onnx\n"
+    )
+    code, out = _pyipu(["--config_yaml", "c.yaml"], tmp_path, monkeypatch, capsys)
+    assert "[check] pyipu graph0/OK" in out and "[check] pyipu graph1/OK" in out, out
+    # the Log model's NaN for X < 0 is what the original computes too
+    assert code == 0 and "[subgraph 0] [Success]" in out and "[subgraph 1] [Success]" in out
+
+
 # --- config files --------------------------------------------------------------------------------
 
 BOMB = """input_model: m.onnx

@@ -267,22 +267,21 @@ def run(args: argparse.Namespace) -> int:
         return 0 if checks_ok else 1
     start = time.perf_counter()
     executable = _compile(model, opts, shard_options)
-    if opts.get("check"):
-        checks_ok &= _check_pyipu(executable, converted_models, fusion is not None, opts)
     if opts.get("export_popef"):
         popef = output_dir / "executable.popef"
         executable.save(popef)
         print(f"PopEF saved to {popef} ({time.perf_counter() - start:.2f} s)")
+    if opts.get("check"):
+        checks_ok &= _check_pyipu(executable, converted_models, bool(fusion), opts)
     if opts.get("run"):
         if not checks_ok:
             print("[run] not run: the check failed")
             return 1
         from pyipu.cli.run_info import run_executable
 
-        reference = None
-        if fusion is None:  # a fused model's subgraphs have no single original to compare
-            reference = _reference(converted_models[0][0])
-        lines, run_ok = run_executable(executable, reference=reference)
+        lines, run_ok = run_executable(
+            executable, reference=_reference(converted_models, bool(fusion))
+        )
         for line in lines:
             print(line)
         if not run_ok:
@@ -344,16 +343,26 @@ def _check_pyipu(
     return ok
 
 
-def _reference(original: onnx.ModelProto) -> Any:
-    """--run's reference: the original model's outputs on the same feeds, or None when it
-    cannot run them (then NaN/inf in pyipu's outputs are a failure)."""
+def _reference(
+    converted_models: list[tuple[onnx.ModelProto, onnx.ModelProto, str]], fused: bool
+) -> Any:
+    """--run's reference: the original model's outputs on the same feeds (for subgraph i of a
+    fused model, model i's, its names prefixed `graph<i>/`), or None when it cannot run them
+    (then NaN/inf in pyipu's outputs are a failure)."""
     from pyipu.converter.check import reference_outputs
 
-    def reference(feeds: dict[str, Any]) -> tuple[dict[str, Any], str] | None:
+    def reference(subgraph: int | None, feeds: dict[str, Any]) -> Any:
+        index = (subgraph or 0) if fused else 0
+        if index >= len(converted_models):
+            return None
+        prefix = f"graph{index}/" if fused else ""
         try:
-            return reference_outputs(original, feeds)
+            want, backend = reference_outputs(
+                converted_models[index][0], {k.removeprefix(prefix): v for k, v in feeds.items()}
+            )
         except Exception:  # onnxruntime's own errors have no common base class
             return None
+        return {prefix + k: v for k, v in want.items()}, backend
 
     return reference
 

@@ -26,11 +26,17 @@ def _random(shape: list[int], dtype: np.dtype, rng: np.random.Generator) -> np.n
     return rng.integers(0, 2, shape).astype(dtype)
 
 
-Reference = Callable[[dict[str, np.ndarray]], "tuple[dict[str, np.ndarray], str] | None"]
+# (subgraph or None, feeds) -> (expected outputs by name, backend name), or None if unknown
+Reference = Callable[
+    ["int | None", dict[str, np.ndarray]], "tuple[dict[str, np.ndarray], str] | None"
+]
 
 
 def _non_finite_failure(
-    results: dict[str, np.ndarray], feeds: dict[str, np.ndarray], reference: Reference | None
+    results: dict[str, np.ndarray],
+    feeds: dict[str, np.ndarray],
+    subgraph: int | None,
+    reference: Reference | None,
 ) -> str | None:
     """Why these outputs are wrong: NaN/inf where the reference (the original model on the same
     feeds) has none, or there is no reference to say the values are expected. None if fine."""
@@ -39,7 +45,7 @@ def _non_finite_failure(
     bad = [n for n, a in results.items() if a.dtype.kind in "fc" and not np.isfinite(a).all()]
     if not bad:
         return None
-    ref = reference(feeds) if reference is not None else None
+    ref = reference(subgraph, feeds) if reference is not None else None
     if ref is None:
         return f"non-finite values (NaN/inf) in {', '.join(bad)}"
     want, backend = ref
@@ -57,7 +63,7 @@ def run_executable(
 
     Latency is the mean wall time of one `execute` call (one batch); throughput is samples per
     second, the batch being dim 0 of the first input. A subgraph whose outputs hold NaN or inf
-    gets a `[Failed]` line instead of `[Success]`, unless `reference(feeds)` (the expected
+    gets a `[Failed]` line instead of `[Success]`, unless `reference(subgraph, feeds)` (the expected
     outputs by name and the backend's name) has the same non-finite values there.
     """
     from pyipu.runtime import Runner, RuntimeConfig
@@ -88,7 +94,7 @@ def run_executable(
             first = next(iter(feeds.values()), None)
             batch = int(first.shape[0]) if first is not None and first.ndim else 1
             tag = f"[subgraph {sub}] " if len(groups) > 1 else ""
-            failure = _non_finite_failure(results, feeds, reference if len(groups) == 1 else None)
+            failure = _non_finite_failure(results, feeds, sub, reference)
             if failure is not None:
                 lines.append(f"{tag}[Failed] Bs: {batch}: {failure}")
                 ok = False
