@@ -18,7 +18,13 @@ import numpy as np
 from pyipu import _config, _core
 from pyipu.errors import ClosedError, InvalidArgumentError, InvalidStateError
 from pyipu.model_runtime.predicates import AnchorCallbackPolicy, Predicate, pred_streamed
-from pyipu.runtime.config import BATCHING_DIM_DISABLED, DeviceWaitConfig
+from pyipu.runtime.config import (
+    BATCHING_DIM_DISABLED,
+    UINT32_MAX,
+    UINT64_MAX,
+    DeviceWaitConfig,
+    check_int,
+)
 from pyipu.runtime.descriptors import DataDesc, check_buffer
 from pyipu.runtime.runner import describe_anchors, load_executable
 
@@ -92,10 +98,12 @@ class Session:
             self._core = _core.Session(
                 self._exe,
                 {
-                    "num_threads": threads,
-                    "ring_capacity": ring_capacity,
-                    "timeout_ns": timeout_ns,
-                    "batching_dim": self.config.batching_dim,
+                    "num_threads": check_int("SessionConfig.num_threads", threads, 1, UINT32_MAX),
+                    "ring_capacity": check_int("capacity", ring_capacity, 0, UINT32_MAX),
+                    "timeout_ns": check_int("timeout_ns", timeout_ns, 0, UINT64_MAX),
+                    "batching_dim": check_int(
+                        "SessionConfig.batching_dim", self.config.batching_dim, 0, UINT32_MAX
+                    ),
                     "check_package_hash": self.config.check_package_hash,
                 },
             )
@@ -255,6 +263,7 @@ class _Queue:
         written. `rows` > 0: a partial batch along the session's batching_dim."""
         d = self.tensor_info
         check_buffer(d, array, isinstance(self, OutputQueue))
+        check_int("rows", rows, 0, UINT32_MAX)
         if not rows and array.nbytes != d.size_in_bytes:
             raise InvalidArgumentError(
                 f"{self.name!r}: one batch is {d.size_in_bytes} bytes {d.shape}, "
