@@ -2,7 +2,8 @@
 arrays"): the result is the out-of-place one for every shift and batch count, with and without
 batching_dim, synchronous or not. A request of several iterations writes an iteration's outputs
 before later iterations read their inputs, so the runtime must not read inputs from memory an
-output has already overwritten."""
+output has already overwritten. Model Runtime sessions' zero-copy queues refuse, with a typed
+error, an output slot that would overwrite an input slot before it is read."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
-from pyipu import runtime
+from pyipu import errors, model_runtime, runtime
 from pyipu.compiler import Compiler, CompilerOptions
 
 W = (np.arange(16, dtype=np.float32).reshape(4, 4) - 7.5) / 8
@@ -126,3 +127,53 @@ def test_overlap_property(exe, batches, shift, target, batching):
         config.batching_dim = 0
     with runtime.Runner(exe, config) as r:
         run_overlapping(r, ROWS * batches, shift, target, sync=True, seed=batches)
+
+
+@pytest.mark.parametrize("batching", [False, True], ids=["batches", "batching_dim"])
+def test_session_queues_refuse_what_they_cannot_compute(exe, batching):
+    """Session queues hold the caller's arrays (zero-copy): an output slot that would overwrite
+    an input slot not read yet is refused with a typed error; every accepted set of slots gives
+    the out-of-place result."""
+    refused = 0
+    for batches in (1, 2, 3):
+        for shift in SHIFTS:
+            config = model_runtime.SessionConfig(num_threads=1)
+            if batching:
+                config.batching_dim = 0
+            with model_runtime.Session(exe, config) as session:
+                qm = session.create_queue_manager(timeout_ns=0, capacity=16)
+                session.run_load_programs()
+                n = batches * ROWS * 4
+                buf = np.random.default_rng(batches).standard_normal(2 * PAD + 3 * n)
+                buf = buf.astype(np.float32)
+                x = buf[PAD : PAD + n].reshape(-1, 4)
+                b = np.zeros_like(x)
+                z = np.zeros_like(x)
+                y = buf[PAD + shift : PAD + shift + n].reshape(-1, 4)
+                want = x @ W
+                try:
+                    if batching:
+                        qm.input_queue("X").enqueue(x, rows=len(x))
+                        qm.input_queue("B").enqueue(b, rows=len(x))
+                        qm.output_queue("Y").enqueue(y, rows=len(x))
+                        qm.output_queue("Z").enqueue(z, rows=len(x))
+                    else:
+                        for k in range(0, len(x), ROWS):
+                            qm.input_queue("X").enqueue(x[k : k + ROWS])
+                            qm.input_queue("B").enqueue(b[k : k + ROWS])
+                            qm.output_queue("Y").enqueue(y[k : k + ROWS])
+                            qm.output_queue("Z").enqueue(z[k : k + ROWS])
+                except errors.InvalidArgumentError as e:
+                    assert "share memory" in str(e)
+                    assert shift != 0 or batching
+                    refused += 1
+                    continue
+                for _ in range(batches):
+                    session.run_main_programs()
+                np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+    # Refused: with batching_dim every overlap (|shift| < the array's floats), else an output
+    # slot over the next batch's input (0 < shift < 2 batches), in requests of 2 or 3 batches.
+    if batching:
+        assert refused == sum(abs(s) < k * ROWS * 4 for k in (1, 2, 3) for s in SHIFTS)
+    else:
+        assert refused == 2 * sum(0 < s < 2 * ROWS * 4 for s in SHIFTS)
