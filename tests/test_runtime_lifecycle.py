@@ -77,6 +77,52 @@ def test_every_concurrent_close_waits_for_every_accepted_request(exe2):
             pass
 
 
+def test_close_races_with_submitters_and_other_closers(exe):
+    """4 threads submit N-batch requests while 2 close: each close returns only once every
+    request accepted so far has completed, and every request completes exactly once."""
+    for trial in range(12):
+        _close_race(exe, 0.001 * (trial % 4))
+
+
+def _close_race(exe, delay: float) -> None:
+    r = runtime.Runner(exe, runtime.RuntimeConfig(timeout_ns=0, num_threads=2))
+    futures: list[runtime.runner.Future] = []
+    not_done: list[int] = []
+    start = threading.Barrier(6)
+
+    def submit() -> None:
+        start.wait()
+        for i in range(40):
+            x = np.full((4 * (1 + i % 3), 3), float(i), np.float32)
+            try:
+                futures.append(r.execute_async({"X": x}, {"Y": np.zeros_like(x)}))
+            except errors.ClosedError:
+                return
+
+    def close(wait: float) -> None:
+        start.wait()
+        time.sleep(wait)
+        r.close()
+        not_done.extend(i for i, f in enumerate(list(futures)) if not f.done())
+
+    threads = [threading.Thread(target=submit) for _ in range(4)]
+    threads += [threading.Thread(target=close, args=(delay * k,)) for k in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+        assert not t.is_alive()
+    assert not_done == []
+    for f in futures:
+        try:
+            assert f.wait(0) is True
+        except errors.ClosedError:
+            pass
+    s = r.stats()
+    assert s["requests_submitted"] == len(futures)
+    assert s["requests_completed"] + s["requests_failed"] == len(futures)
+
+
 def test_close_from_a_handler_is_refused_and_the_runner_stays_open(exe2):
     caught: list[BaseException] = []
     with runtime.Runner(exe2, runtime.RuntimeConfig(timeout_ns=0)) as r:
