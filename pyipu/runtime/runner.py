@@ -158,7 +158,8 @@ class Runner:
 
     def set_user_output_handler(self, name: str, handler: Any) -> None:
         """pyipu extension: `handler(array)` receives every batch of output `name` (read-only,
-        valid during the call only) instead of per-request arrays."""
+        meant for the call only: later iterations overwrite it; an array kept longer keeps
+        the runner's memory allocated) instead of per-request arrays."""
         self._set_handler(name, handler, _OUTPUT)
 
     def _set_handler(self, name: str, handler: Any, direction: int) -> None:
