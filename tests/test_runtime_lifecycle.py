@@ -18,7 +18,7 @@ from models import scale_model
 from onnx import TensorProto, helper
 
 from pyipu import _config, errors, model_runtime, runtime
-from pyipu.compiler import Compiler
+from pyipu.compiler import Compiler, CompilerOptions
 
 
 def _two_output_model() -> onnx.ModelProto:
@@ -32,6 +32,13 @@ def _two_output_model() -> onnx.ModelProto:
 @pytest.fixture(scope="module")
 def exe():
     return Compiler.compile(scale_model(), None)
+
+
+@pytest.fixture(scope="module")
+def exe_bps4():
+    options = CompilerOptions()
+    options.batches_per_step = 4
+    return Compiler.compile(scale_model(), None, options)
 
 
 @pytest.fixture(scope="module")
@@ -246,10 +253,31 @@ def test_config_values_beyond_their_c_field_are_refused(field, value):
         runtime.RuntimeConfig(**{field: value})
 
 
-def test_largest_timeout_is_accepted(exe):
-    x = np.ones((4, 3), np.float32)
-    with runtime.Runner(exe, runtime.RuntimeConfig(timeout_ns=2**64 - 1)) as r:
-        r.execute({"X": x}, {"Y": np.zeros_like(x)})
+@pytest.mark.parametrize("timeout_ns", [2**64 - 1, 2**63, 2**62])
+def test_huge_step_timeouts_never_pad(exe_bps4, timeout_ns):
+    """A deadline beyond the clock's range is never reached (a wrapped sum had already passed:
+    every step was padded at once)."""
+    with runtime.Runner(exe_bps4, runtime.RuntimeConfig(timeout_ns=timeout_ns)) as r:
+        x = np.ones((4, 3), np.float32)
+        for _ in range(3):  # iterations 1-3 of a 4-iteration step, each waiting for the next
+            y = np.zeros_like(x)
+            r.execute({"X": x}, {"Y": y})
+            np.testing.assert_array_equal(y, 3 * x)
+        time.sleep(0.2)
+        assert r.stats()["padded_iterations"] == 0
+
+
+def test_batch_size_timeout_never_waits_for_the_rest_of_the_batch(exe):
+    """is_batch_size_timeout_enabled with the default batch_size_timeout_ns (max: never)."""
+    config = runtime.RuntimeConfig(batching_dim=0, is_batch_size_timeout_enabled=True)
+    with runtime.Runner(exe, config) as r:
+        one = np.ones((1, 3), np.float32)
+        future = r.execute_async({"X": one}, {"Y": np.zeros_like(one)})
+        assert future.wait(0.3) is False  # 3 rows of its batch are missing
+        assert r.stats()["padded_rows"] == 0
+        three = np.ones((3, 3), np.float32)
+        r.execute({"X": three}, {"Y": np.zeros_like(three)})
+        assert future.wait(5)
 
 
 @pytest.mark.parametrize(
