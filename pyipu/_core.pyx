@@ -330,6 +330,8 @@ cdef ipu_status _stream_trampoline(void *buf, size_t nbytes, const ipu_anchor_in
         owner = owner_ref()
         if owner is None:  # being deallocated: its close() fails the iteration's requests
             return 8  # IPU_ERR_CLOSED
+        if nd > 32:
+            raise _errors.InternalError(f"stream callback: {nd} dimensions (at most 32)")
         for i in range(nd):
             dims[i] = shape[i]
         view = cnp.PyArray_SimpleNewFromData(nd, dims, dtype.num, buf)
