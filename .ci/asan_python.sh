@@ -21,4 +21,5 @@ LD_PRELOAD="$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libubsan.s
   tests/test_fast_path.py tests/test_compiler_conv.py tests/test_matmul_paths.py \
   tests/test_prepack.py tests/test_affine_fusion.py tests/test_expand_fusion.py \
   tests/test_sharding.py tests/test_ops_gather.py tests/test_ops_reduce.py tests/test_ops_data.py \
-  tests/test_tracepoints.py tests/test_runtime_failure_races.py
+  tests/test_tracepoints.py tests/test_runtime_failure_races.py tests/test_runtime_overlap.py \
+  tests/test_runtime_lifecycle.py

@@ -14,6 +14,7 @@ cdef extern from "ipu/ipu.h" nogil:
     enum: IPU_ERR_NOT_FOUND
     enum: IPU_MAX_DIMS
     enum: IPU_NO_INDEX
+    enum: IPU_MAX_THREADS
     enum: IPU_STATUS_COUNT_
 
     const char *ipu_status_str(ipu_status s)

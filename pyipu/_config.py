@@ -4,17 +4,29 @@ from __future__ import annotations
 
 import os
 
+from pyipu.errors import InvalidArgumentError
 
-def _int_env(name: str, default: int, minimum: int = 0) -> int:
+UINT32_MAX = 2**32 - 1
+
+
+def _int_env(name: str, default: int, minimum: int, maximum: int) -> int:
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError(f"{name} must be an integer, got {raw!r}") from None
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    # int() of a long digit string costs quadratic time: anything longer is out of range.
+    text = raw.strip()
+    value = None
+    if len(text) <= 20:
+        try:
+            value = int(text)
+        except ValueError:
+            pass
+    if value is None:
+        raise InvalidArgumentError(
+            f"{name} must be an integer from {minimum} to {maximum}, got {raw[:40]!r}"
+        )
+    if not minimum <= value <= maximum:
+        raise InvalidArgumentError(f"{name} must be from {minimum} to {maximum}, got {value}")
     return value
 
 
@@ -24,19 +36,23 @@ def num_threads() -> int:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         cores = os.cpu_count() or 1
-    return _int_env("PYIPU_NUM_THREADS", cores, minimum=1)
+    from pyipu import _core  # the C library's limit; imported late: _config loads without it
+
+    return _int_env("PYIPU_NUM_THREADS", min(cores, _core.MAX_THREADS), 1, _core.MAX_THREADS)
 
 
 def num_devices() -> int:
     """Virtual IPUs the DeviceManager reports: PYIPU_NUM_DEVICES, default 4 (one IPU-M2000)."""
-    return _int_env("PYIPU_NUM_DEVICES", 4, minimum=1)
+    return _int_env("PYIPU_NUM_DEVICES", 4, 1, UINT32_MAX)
 
 
 def ipu_version() -> str:
     """Hardware version the virtual devices claim: PYIPU_IPU_VERSION, "ipu2" or "ipu21"."""
     value = os.environ.get("PYIPU_IPU_VERSION", "ipu2").strip() or "ipu2"
     if value not in ("ipu2", "ipu21"):
-        raise ValueError(f"PYIPU_IPU_VERSION must be 'ipu2' or 'ipu21', got {value!r}")
+        raise InvalidArgumentError(
+            f"PYIPU_IPU_VERSION must be 'ipu2' or 'ipu21', got {value[:40]!r}"
+        )
     return value
 
 

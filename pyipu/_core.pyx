@@ -18,7 +18,9 @@ cimport numpy as cnp
 
 from pyipu._cipu cimport *
 
+import numbers
 import os
+import weakref
 
 import numpy as np
 
@@ -28,6 +30,7 @@ cnp.import_array()
 
 _MAX_ENUM = 256
 NO_INDEX = IPU_NO_INDEX
+MAX_THREADS = IPU_MAX_THREADS  # compute workers a runtime or session takes at most
 BIND_QUEUE = IPU_BIND_QUEUE
 BIND_EMPTY = IPU_BIND_EMPTY
 BIND_CALLBACK = IPU_BIND_CALLBACK
@@ -311,11 +314,32 @@ cdef class _ErrorBox:
     cdef public object exc
 
 
+cdef tuple _handler(owner, _ErrorBox box, fn, dtype, shape, bint is_input):
+    """The user_data of _stream_trampoline. The owner (Runtime or Session) is held weakly:
+    the handler table it keeps the tuple in would otherwise make a reference cycle."""
+    return (weakref.ref(owner), box, fn, np.dtype(dtype), tuple(int(d) for d in shape), is_input)
+
+
 cdef ipu_status _stream_trampoline(void *buf, size_t nbytes, const ipu_anchor_info *anchor,
                                    void *user_data) noexcept with gil:
-    box, fn, dtype, shape, is_input = <tuple>user_data
+    owner_ref, box, fn, dtype, shape, is_input = <tuple>user_data
+    cdef cnp.npy_intp dims[32]
+    cdef cnp.ndarray view
+    cdef int nd = len(shape), i
     try:
-        view = np.frombuffer(<char[:nbytes]>(<char *>buf), dtype=dtype).reshape(shape)
+        owner = owner_ref()
+        if owner is None:  # being deallocated: its close() fails the iteration's requests
+            return 8  # IPU_ERR_CLOSED
+        if nd > 32:
+            raise _errors.InternalError(f"stream callback: {nd} dimensions (at most 32)")
+        for i in range(nd):
+            dims[i] = shape[i]
+        view = cnp.PyArray_SimpleNewFromData(nd, dims, dtype.num, buf)
+        if <size_t>view.nbytes != nbytes:
+            raise _errors.InternalError(f"stream callback: {nbytes} bytes, array of {view.nbytes}")
+        # The view keeps its owner, and so the device memory it shows, alive: a handler that
+        # keeps it past the call (or past its runner) never reaches freed memory.
+        cnp.set_array_base(view, owner)
         if not is_input:
             view.flags.writeable = False
         fn(view)
@@ -364,17 +388,37 @@ cdef class Request:
         return bool(ipu_request_is_done(self.r))
 
     def wait(self, timeout=None):
-        """Block until completion (or `timeout` seconds); raise the request's error if it failed.
+        """Block until completion (or `timeout` seconds, see timeout_ns); raise the request's
+        error if it failed.
 
         Returns True when completed successfully, False if the timeout expired first."""
-        return _wait_request(self.r, timeout, self.box)
+        return _wait_request(self.r, timeout_ns(timeout), self.box)
 
 
-cdef bint _wait_request(ipu_request *r, timeout, _ErrorBox box) except -1:
-    """Request.wait for a raw request (the GIL is released while waiting)."""
+cpdef uint64_t timeout_ns(timeout) except? 0:
+    """A timeout in seconds as the C calls take it: None or +inf is UINT64_MAX (forever), as
+    is anything beyond it (2e10 s is 634 years); zero or negative is 0 (do not wait). NaN or a
+    non-number raises InvalidArgumentError."""
+    if timeout is None:
+        return <uint64_t>-1
+    if not isinstance(timeout, numbers.Real):
+        raise _errors.InvalidArgumentError(
+            f"timeout must be a number of seconds or None, got {type(timeout).__name__}")
+    cdef double t = float(timeout)
+    if t != t:
+        raise _errors.InvalidArgumentError("timeout is NaN: give seconds, or None to wait forever")
+    if t <= 0:
+        return 0
+    if t * 1e9 >= 18446744073709551615.0:
+        return <uint64_t>-1
+    return <uint64_t>(t * 1e9)
+
+
+cdef bint _wait_request(ipu_request *r, uint64_t left, _ErrorBox box) except -1:
+    """Request.wait for a raw request, `left` ns at most (UINT64_MAX: forever); the GIL is
+    released while waiting."""
     cdef ipu_status s
     cdef uint64_t slice_ns = 100_000_000  # wake to honour Ctrl-C
-    cdef uint64_t left = <uint64_t>-1 if timeout is None else <uint64_t>(max(timeout, 0) * 1e9)
     cdef uint64_t step
     while True:
         step = slice_ns if left > slice_ns else left
@@ -448,6 +492,7 @@ cdef class Trace:
 @cython.no_gc_clear  # __dealloc__ destroys the C runtime before the traces it records into
 cdef class Runtime:
     """A loaded executable serving requests on its own device thread."""
+    cdef object __weakref__
     cdef ipu_runtime *rt
     cdef readonly Executable executable
     cdef uint32_t n_anchors
@@ -487,7 +532,7 @@ cdef class Runtime:
 
     def set_stream_callback(self, uint32_t anchor, fn, dtype, shape, bint is_input):
         """Serve an anchor with fn(array) on the device thread (before the first submit)."""
-        handler = (self.box, fn, np.dtype(dtype), tuple(shape), is_input)
+        handler = _handler(self, self.box, fn, dtype, shape, is_input)
         _check(ipu_runtime_set_stream_callback(self.rt, anchor, _stream_trampoline,
                                                <void *>handler))
         self.handlers[anchor] = handler  # kept alive for the runtime's lifetime
@@ -503,10 +548,16 @@ cdef class Runtime:
                 ipu_runtime_destroy(self.rt)
 
     def close(self):
-        if self.rt != NULL and not self.closed:
-            self.closed = True
-            with nogil:
-                ipu_runtime_close(self.rt)
+        """Stop the device; returns once every accepted request has completed, whichever
+        thread closed first (the C call waits for a close in progress). Raises
+        InvalidStateError, leaving the runtime open, when called from a stream callback."""
+        cdef ipu_status s
+        if self.rt == NULL:
+            return
+        with nogil:
+            s = ipu_runtime_close(self.rt)
+        _check(s)
+        self.closed = True
 
     def reset(self):
         """Reload the device after a failure (auto_reset off); requests are accepted again."""
@@ -728,7 +779,7 @@ cdef class FastPath:
                 _check(s)  # ran inline (or was refused): its final status
                 return True
             try:
-                _wait_request(req, None, self.runtime.box)
+                _wait_request(req, <uint64_t>-1, self.runtime.box)
             finally:
                 if not ipu_request_is_done(req):  # interrupted: it still uses the arrays
                     with nogil:

@@ -3,6 +3,7 @@
 
 cdef class Session:
     """A loaded executable whose programs run on the caller's thread (Model Runtime Session)."""
+    cdef object __weakref__
     cdef ipu_session *s
     cdef readonly Executable executable
     cdef _ErrorBox box
@@ -47,7 +48,7 @@ cdef class Session:
         cdef void *ud = NULL
         cdef ipu_stream_fn cb = NULL
         if binding == IPU_BIND_CALLBACK:
-            handler = (self.box, fn, np.dtype(dtype), tuple(shape), is_input)
+            handler = _handler(self, self.box, fn, dtype, shape, is_input)
             self.handlers[anchor] = handler  # kept alive for the session's lifetime
             ud = <void *>handler
             cb = _stream_trampoline
@@ -87,7 +88,7 @@ cdef class Session:
         """Queue a zero-copy slot; the array stays referenced until its callback ran."""
         cdef ipu_slot slot
         cdef ipu_status st
-        cdef uint64_t t = <uint64_t>-1 if timeout is None else <uint64_t>(max(timeout, 0) * 1e9)
+        cdef uint64_t t = timeout_ns(timeout)
         holder = (self.box, array, callback)
         slot.data = cnp.PyArray_DATA(array)
         slot.nbytes = array.nbytes

@@ -9,6 +9,8 @@ runs) or through handlers set with `set_user_input_handler`/`set_user_output_han
 
 from __future__ import annotations
 
+import itertools
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +20,13 @@ import numpy as np
 from pyipu import _config, _core
 from pyipu.errors import ClosedError, InvalidArgumentError, InvalidStateError
 from pyipu.model_runtime.predicates import AnchorCallbackPolicy, Predicate, pred_streamed
-from pyipu.runtime.config import BATCHING_DIM_DISABLED, DeviceWaitConfig
+from pyipu.runtime.config import (
+    BATCHING_DIM_DISABLED,
+    UINT32_MAX,
+    UINT64_MAX,
+    DeviceWaitConfig,
+    check_int,
+)
 from pyipu.runtime.descriptors import DataDesc, check_buffer
 from pyipu.runtime.runner import describe_anchors, load_executable
 
@@ -92,10 +100,12 @@ class Session:
             self._core = _core.Session(
                 self._exe,
                 {
-                    "num_threads": threads,
-                    "ring_capacity": ring_capacity,
-                    "timeout_ns": timeout_ns,
-                    "batching_dim": self.config.batching_dim,
+                    "num_threads": check_int("SessionConfig.num_threads", threads, 1, UINT32_MAX),
+                    "ring_capacity": check_int("capacity", ring_capacity, 0, UINT32_MAX),
+                    "timeout_ns": check_int("timeout_ns", timeout_ns, 0, UINT64_MAX),
+                    "batching_dim": check_int(
+                        "SessionConfig.batching_dim", self.config.batching_dim, 0, UINT32_MAX
+                    ),
                     "check_package_hash": self.config.check_package_hash,
                 },
             )
@@ -202,11 +212,13 @@ class QueueManager:
         self._session = session
         self.inputs: dict[str, InputQueue] = {}
         self.outputs: dict[str, OutputQueue] = {}
+        queued = _QueuedRanges(session.config.batching_dim != BATCHING_DIM_DISABLED)
         for i, d in anchors.items():
             if session._directions[i] == _INPUT:
-                self.inputs[d.name] = InputQueue(session, i, d)
+                self.inputs[d.name] = InputQueue(session, i, d, queued)
             else:
-                self.outputs[d.name] = OutputQueue(session, i, d)
+                self.outputs[d.name] = OutputQueue(session, i, d, queued)
+        self._queued = queued
 
     def input_queue(self, name: str) -> InputQueue:
         try:
@@ -231,14 +243,56 @@ class QueueManager:
     def disconnect_all(self) -> None:
         """Complete every queued slot with a ClosedError (disconnectAll; use at shutdown)."""
         self._session._session().disconnect()
+        for q in [*self.inputs.values(), *self.outputs.values()]:
+            q._count = 0  # every queue is empty again: the next slots meet in one iteration
+
+
+class _QueuedRanges:
+    """The byte ranges of a queue manager's queued slots, by queue position. An iteration reads
+    one slot of every input queue, then writes one of every output queue, so an output slot
+    that overlaps an input slot queued at a later position would overwrite it before it is
+    read: such a pair is refused (docs/runtime.md, "The low-level API"). With batching_dim
+    slots are rows, which iterations split and merge: any overlap is refused."""
+
+    def __init__(self, batching: bool) -> None:
+        self._batching = batching
+        self._slots: dict[int, tuple[str, bool, int, int, int]] = {}
+        self._tokens = itertools.count()
+        self._lock = threading.Lock()  # enqueues from any thread, completions on the device's
+
+    def add(self, name: str, is_input: bool, array: np.ndarray, position: int) -> int:
+        start = array.__array_interface__["data"][0]
+        end = start + array.nbytes
+        with self._lock:
+            for other, other_input, s, e, pos in self._slots.values():
+                if other_input == is_input or not (start < e and s < end):
+                    continue
+                read, written = (position, pos) if is_input else (pos, position)
+                if self._batching or read > written:
+                    inp, out = (name, other) if is_input else (other, name)
+                    raise InvalidArgumentError(
+                        f"input slot of {inp!r} and output slot of {out!r} share memory and the "
+                        "output would be written before the input is read"
+                        + (" (batching_dim)" if self._batching else "")
+                        + ": give the output its own array"
+                    )
+            token = next(self._tokens)
+            self._slots[token] = (name, is_input, start, end, position)
+        return token
+
+    def done(self, token: int) -> None:
+        with self._lock:
+            self._slots.pop(token, None)
 
 
 class _Queue:
-    def __init__(self, session: Session, anchor: int, desc: DataDesc):
+    def __init__(self, session: Session, anchor: int, desc: DataDesc, queued: _QueuedRanges):
         self._session = session
         self._anchor = anchor
         self.name = desc.name
         self.tensor_info = desc
+        self._queued = queued
+        self._count = 0  # slots queued so far: the position of the next one
 
     def __len__(self) -> int:
         return int(self._session._session().queue_depth(self._anchor))
@@ -255,12 +309,27 @@ class _Queue:
         written. `rows` > 0: a partial batch along the session's batching_dim."""
         d = self.tensor_info
         check_buffer(d, array, isinstance(self, OutputQueue))
+        check_int("rows", rows, 0, UINT32_MAX)
         if not rows and array.nbytes != d.size_in_bytes:
             raise InvalidArgumentError(
                 f"{self.name!r}: one batch is {d.size_in_bytes} bytes {d.shape}, "
                 f"got {array.nbytes} bytes {list(array.shape)}"
             )
-        self._session._session().enqueue(self._anchor, array, rows, callback, timeout)
+        core = self._session._session()
+        queued = self._queued
+        token = queued.add(self.name, isinstance(self, InputQueue), array, self._count)
+
+        def done(error: Exception | None) -> None:
+            queued.done(token)
+            if callback is not None:
+                callback(error)
+
+        try:
+            core.enqueue(self._anchor, array, rows, done, timeout)
+        except BaseException:
+            queued.done(token)
+            raise
+        self._count += 1
 
 
 class InputQueue(_Queue):

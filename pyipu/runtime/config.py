@@ -13,7 +13,10 @@ from pyipu.errors import InvalidArgumentError, UnsupportedError
 
 BATCHING_DIM_DISABLED = 0xFFFFFFFF
 NS_MAX = 9223372036854775807  # std::chrono::nanoseconds::max(): "never"
+UINT32_MAX = 2**32 - 1
 UINT64_MAX = 2**64 - 1
+# Largest value of the int fields the C runtime takes as uint32 (the rest are uint64).
+_UINT32_FIELDS = ("batching_dim", "ring_buffer_size_multiplier", "runner_type")
 
 
 @dataclass
@@ -92,8 +95,8 @@ class RuntimeConfig:
             object.__setattr__(self, name, value)
             return
         if name == "num_threads":
-            if value is not None and (not isinstance(value, int) or value < 1):
-                raise InvalidArgumentError(f"num_threads must be a positive int, got {value!r}")
+            if value is not None:
+                check_int("RuntimeConfig.num_threads", value, 1, UINT32_MAX)
             self._extra["num_threads"] = value
             return
         if name in ("record_tracepoints", "pin_threads"):
@@ -147,16 +150,24 @@ class RuntimeConfig:
         return f"RuntimeConfig({fields})"
 
 
+def check_int(what: str, value: Any, minimum: int, maximum: int) -> int:
+    """`value` if it is an int within [minimum, maximum] (the range of the C field it goes to),
+    else InvalidArgumentError naming `what`."""
+    if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= maximum:
+        raise InvalidArgumentError(
+            f"{what} must be an int from {minimum} to {maximum}, got {value!r}"
+        )
+    return value
+
+
 def _validate(name: str, value: Any) -> Any:
     default = _FIELDS[name][0]
     if isinstance(default, bool):
         if not isinstance(value, (bool, int)):
             raise InvalidArgumentError(f"RuntimeConfig.{name} must be a bool, got {value!r}")
         return bool(value)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise InvalidArgumentError(
-            f"RuntimeConfig.{name} must be a non-negative int, got {value!r}"
-        )
+    maximum = UINT32_MAX if name in _UINT32_FIELDS else UINT64_MAX
+    check_int(f"RuntimeConfig.{name}", value, 0, maximum)
     if name == "ring_buffer_size_multiplier" and value < 1:
         raise InvalidArgumentError("RuntimeConfig.ring_buffer_size_multiplier must be >= 1")
     runners = (RunnerType.ModelRunner, RunnerType.ModelFusionRunner)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import itertools
 import os
 import weakref
@@ -16,11 +17,12 @@ from pyipu.enums import DType
 from pyipu.errors import (
     ClosedError,
     InvalidArgumentError,
+    InvalidStateError,
     NotFoundError,
     ShapeError,
     UnsupportedError,
 )
-from pyipu.runtime.config import BATCHING_DIM_DISABLED, RuntimeConfig
+from pyipu.runtime.config import BATCHING_DIM_DISABLED, UINT32_MAX, RuntimeConfig
 from pyipu.runtime.descriptors import DataDesc, check_buffer
 from pyipu.runtime.tracepoints import Tracepoints, merge
 
@@ -58,6 +60,8 @@ class Future:
         self._request = request
 
     def wait(self, timeout: float | None = None) -> bool:
+        """True once completed, False if still pending after `timeout` seconds (None or inf:
+        forever; longer than UINT64_MAX ns clamps to forever; NaN: InvalidArgumentError)."""
         return self._request.wait(timeout)
 
     def done(self) -> bool:
@@ -154,7 +158,8 @@ class Runner:
 
     def set_user_output_handler(self, name: str, handler: Any) -> None:
         """pyipu extension: `handler(array)` receives every batch of output `name` (read-only,
-        valid during the call only) instead of per-request arrays."""
+        meant for the call only: later iterations overwrite it; an array kept longer keeps
+        the runner's memory allocated) instead of per-request arrays."""
         self._set_handler(name, handler, _OUTPUT)
 
     def _set_handler(self, name: str, handler: Any, direction: int) -> None:
@@ -227,6 +232,11 @@ class Runner:
         if batches is None:
             raise InvalidArgumentError("a request needs at least one input or output")
         if self._batching_dim is None:
+            if batches[0] > UINT32_MAX:  # the C request's num_batches is a uint32
+                raise ShapeError(
+                    f"a request carries at most {UINT32_MAX} batches, {batches[1]!r} carries "
+                    f"{batches[0]}"
+                )
             return runtime.submit(in_list, out_list, batches[0])
         return runtime.submit(in_list, out_list, 1, None, batches[0])
 
@@ -316,7 +326,9 @@ class Runner:
             rt.reset()
 
     def close(self) -> None:
-        """Stop the device; pending requests fail with ClosedError. Idempotent."""
+        """Stop the device; pending requests fail with ClosedError. Idempotent: every call,
+        also concurrent ones, returns once every accepted request has completed. From a
+        handler (the device thread) it raises InvalidStateError and the runner stays open."""
         for rt in self._runtimes:
             rt.close()
 
@@ -331,7 +343,10 @@ class Runner:
         self.close()
 
     def __del__(self) -> None:
-        self.close()
+        # Collected on a device thread (inside a handler) close() is refused: the C runtime
+        # then stays allocated, which is safe (docs/c-api.md).
+        with contextlib.suppress(InvalidStateError):
+            self.close()
 
 
 def describe_anchors(executable: _core.Executable) -> tuple[list[DataDesc], list[int]]:

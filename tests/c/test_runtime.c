@@ -1,6 +1,7 @@
 /* Runtime tests: builds small containers in memory (runtime_models.h encodes METADATA + PROGRAM per
  * ipu_executable.h and docs/bytecode.md), then exercises requests, batching, threads, fused
- * models, validation, padding, stream callbacks and close with requests in flight.
+ * models, validation, padding, stream callbacks, close with requests in flight, outputs
+ * overlapping inputs and timeouts near UINT64_MAX.
  *
  * `test_runtime --write-add PATH` writes the Z = X + Y float32[2,3] model to PATH and exits
  * (used to make a PopEF file for examples/embed.c). */
@@ -652,6 +653,82 @@ static int test_default_threads(void) {
     return 0;
 }
 
+/* Z = X + Y with Z sharing bytes with X (or Y) at several shifts, over several batches and
+ * with dynamic batching: every result is the out-of-place one (request.c copies the inputs
+ * an output overlaps when the request spans several iterations). */
+static int test_overlapping_buffers(void) {
+    enum { MAXB = 5, PAD = 16, N = MAXB * 6 };
+    static const int shifts[] = {-13, -12, -1, 0, 1, 6, 12, 13};
+    for (int batching = 0; batching < 2; batching++) {
+        fixture f;
+        m_model m = add_model(2, 3, 1);
+        ipu_runtime_config cfg = cfg_threads(2);
+        cfg.timeout_ns = 0;
+        if (batching) cfg.batching_dim = 0;
+        CHECK_OK(fx_open(&f, &m, &cfg));
+        for (uint32_t nb = 1; nb <= MAXB; nb++) {
+            for (size_t k = 0; k < sizeof shifts / sizeof *shifts; k++) {
+                for (int target = 0; target < 2; target++) {
+                    float buf[2 * PAD + 2 * N], want[N];
+                    for (int i = 0; i < 2 * PAD + 2 * N; i++) buf[i] = (float)(i * 7 % 23);
+                    float *x = buf + PAD, *y = buf + PAD + N;
+                    for (uint32_t i = 0; i < nb * 6; i++) want[i] = x[i] + y[i];
+                    float *z = (target ? y : x) + shifts[k];
+                    const void *ins[3] = {x, y, NULL};
+                    void *outs[3] = {NULL, NULL, z};
+                    ipu_request_desc d = {.num_batches = batching ? 1 : nb,
+                                          .num_rows = batching ? 2 * nb : 0, .inputs = ins,
+                                          .outputs = outs, .subgraph = IPU_NO_INDEX};
+                    ipu_request *r;
+                    CHECK_OK(ipu_runtime_submit(f.rt, &d, &r));
+                    CHECK_OK(ipu_request_wait(r, UINT64_MAX));
+                    ipu_request_release(r);
+                    for (uint32_t i = 0; i < nb * 6; i++) CHECK(z[i] == want[i]);
+                }
+            }
+        }
+        fx_close(&f);
+    }
+    return 0;
+}
+
+/* A batch timeout of UINT64_MAX ("never") and a step timeout near it: the deadline saturates
+ * instead of wrapping to the past, so a partial batch waits for its other rows. */
+static int test_huge_timeouts(void) {
+    for (int which = 0; which < 2; which++) {
+        fixture f;
+        m_model m = add_model(2, 3, 1);
+        ipu_runtime_config cfg = cfg_threads(1);
+        cfg.batching_dim = 0;
+        cfg.timeout_ns = which ? UINT64_MAX - 1 : 0;
+        cfg.batch_timeout_ns = which ? 0 : UINT64_MAX;
+        CHECK_OK(fx_open(&f, &m, &cfg));
+        float x[6] = {1, 2, 3, 4, 5, 6}, y[6] = {1, 1, 1, 1, 1, 1}, z[6] = {0};
+        const void *ins[3] = {x, y, NULL};
+        void *outs[3] = {NULL, NULL, z};
+        ipu_request_desc d = {.num_rows = 1, .inputs = ins, .outputs = outs,
+                              .subgraph = IPU_NO_INDEX};
+        ipu_request *r1, *r2;
+        CHECK_OK(ipu_runtime_submit(f.rt, &d, &r1));
+        CHECK(ipu_request_wait(r1, 200000000u) == IPU_ERR_TIMEOUT); /* 1 of 2 rows: waits */
+        const void *ins2[3] = {x + 3, y + 3, NULL};
+        void *outs2[3] = {NULL, NULL, z + 3};
+        d.inputs = ins2;
+        d.outputs = outs2;
+        CHECK_OK(ipu_runtime_submit(f.rt, &d, &r2));
+        CHECK_OK(ipu_request_wait(r1, 5000000000u));
+        CHECK_OK(ipu_request_wait(r2, 5000000000u));
+        for (int i = 0; i < 6; i++) CHECK(z[i] == x[i] + y[i]);
+        ipu_runtime_stats s;
+        ipu_runtime_get_stats(f.rt, &s);
+        CHECK(s.padded_rows == 0);
+        ipu_request_release(r1);
+        ipu_request_release(r2);
+        fx_close(&f);
+    }
+    return 0;
+}
+
 static int write_add(const char *path) {
     m_model m = add_model(2, 3, 1);
     ipu_container_writer *w;
@@ -680,6 +757,8 @@ int main(int argc, char **argv) {
     RUN(test_submit_from_callback);
     RUN(test_idle_cpu);
     RUN(test_default_threads);
+    RUN(test_overlapping_buffers);
+    RUN(test_huge_timeouts);
     printf("%d passed, %d failed\n", g_pass, g_fail);
     return g_fail != 0;
 }

@@ -124,7 +124,8 @@ typedef struct ipu_request_desc {
 
 /* Queue a request; any thread; may block while rings are full. `desc` and the two pointer
  * arrays are read during the call only; the buffers they point to are borrowed until the
- * request completes (inputs read, outputs written by the device thread). On success *out holds
+ * request completes (inputs read, outputs written by the device thread); an output may overlap
+ * an input (a request of several iterations copies such inputs here). On success *out holds
  * a reference the caller must drop with ipu_request_release, and the request completes exactly
  * once. Errors: IPU_ERR_INVALID_ARGUMENT (missing/extra anchors, counts),
  * IPU_ERR_CLOSED, IPU_ERR_NEEDS_RESET (after a failure without auto_reset),

@@ -59,6 +59,10 @@ typedef enum ipu_binding {
     IPU_BIND_TENSOR_DATA = 4,
 } ipu_binding;
 
+/* Most compute workers a session or runtime takes (num_threads); more is
+ * IPU_ERR_INVALID_ARGUMENT. */
+#define IPU_MAX_THREADS 256u
+
 typedef struct ipu_session_config {
     uint32_t num_threads;         /* compute workers incl. the calling thread; 0 = usable CPUs */
     uint32_t ring_capacity;       /* slots per anchor ring; 0 = 2 * batches_per_step */

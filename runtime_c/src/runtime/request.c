@@ -9,6 +9,7 @@
 /* ---- request object ----------------------------------------------------------------------- */
 
 static void request_free(ipu_request *req) {
+    ipu__free(req->inputs_copy);
     pthread_cond_destroy(&req->cv);
     pthread_mutex_destroy(&req->mu);
     ipu__free(req);
@@ -328,6 +329,71 @@ static ipu_status count_slots(const ipu_runtime *rt, const ipu_request_desc *d, 
     return IPU_OK;
 }
 
+/* Bytes of anchor a's buffer in request d: every chunk (saturates, as slot_bytes). */
+static uint64_t buffer_bytes(const ipu_runtime *rt, uint32_t a, const ipu_request_desc *d) {
+    uint64_t nb = slot_bytes(rt, a, d), n;
+    if (rt->s->batching) return nb;
+    return ipu__mul_u64(nb, d->num_batches, &n) ? n : UINT64_MAX;
+}
+
+static bool ranges_overlap(const char *p, uint64_t np, const char *q, uint64_t nq) {
+    uintptr_t a = (uintptr_t)p, b = (uintptr_t)q;
+    return a < b ? b - a < np : a - b < nq;
+}
+
+/* Does input a share a byte with an output buffer of the request? */
+static bool input_overlaps_output(const ipu_runtime *rt, const ipu_request_desc *d,
+                                  uint32_t sub, uint32_t a) {
+    const char *p = d->inputs[a];
+    uint64_t np = buffer_bytes(rt, a, d);
+    for (uint32_t b = 0; b < rt->num_anchors; b++) {
+        if (rt->s->anchors[b].direction != IPU_DIR_OUTPUT ||
+            ipu__anchor_role(rt, b, sub) != IPU__ROLE_RING)
+            continue;
+        if (ranges_overlap(p, np, d->outputs[b], buffer_bytes(rt, b, d))) return true;
+    }
+    return false;
+}
+
+/* A request spanning several iterations (N batches, or rows that may be split between device
+ * batches) writes an iteration's outputs before later iterations read their inputs: an output
+ * overlapping an input would overwrite inputs not read yet. Such inputs are copied here, into
+ * one block owned by the request, and *d points at a desc whose inputs[] use the copies.
+ * One-iteration requests read every input before writing: they need no copy. */
+static ipu_status copy_overlapped_inputs(const ipu_runtime *rt, ipu_request *req,
+                                         ipu_request_desc *d) {
+    const uint32_t sub = req->subgraph, n = rt->num_anchors;
+    if (rt->s->batching ? d->num_rows < 2 : d->num_batches < 2) return IPU_OK;
+    uint64_t total = 0;
+    for (uint32_t a = 0; a < n; a++) {
+        if (rt->s->anchors[a].direction != IPU_DIR_INPUT ||
+            ipu__anchor_role(rt, a, sub) != IPU__ROLE_RING || !input_overlaps_output(rt, d, sub, a))
+            continue;
+        total += (buffer_bytes(rt, a, d) + 63) & ~(uint64_t)63; /* the caller holds that much */
+    }
+    if (total == 0) return IPU_OK;
+    const size_t table = (size_t)n * sizeof(void *);
+    uint8_t *block = total <= SIZE_MAX - table - 64 ? ipu__malloc(table + 64 + (size_t)total) : NULL;
+    if (!block)
+        return ipu__fail(IPU_ERR_NOMEM, "submit: cannot allocate %llu bytes to copy the inputs "
+                         "an output overlaps", (unsigned long long)total);
+    const void **ins = (const void **)(void *)block;
+    uint8_t *data = (uint8_t *)(((uintptr_t)(block + table) + 63) & ~(uintptr_t)63);
+    for (uint32_t a = 0; a < n; a++) {
+        ins[a] = d->inputs[a];
+        if (rt->s->anchors[a].direction != IPU_DIR_INPUT ||
+            ipu__anchor_role(rt, a, sub) != IPU__ROLE_RING || !input_overlaps_output(rt, d, sub, a))
+            continue;
+        size_t nb = (size_t)buffer_bytes(rt, a, d);
+        memcpy(data, d->inputs[a], nb);
+        ins[a] = data;
+        data += (nb + 63) & ~(size_t)63;
+    }
+    req->inputs_copy = block;
+    d->inputs = ins;
+    return IPU_OK;
+}
+
 /* Queue the slots of req; *pushed counts those queued. IPU_ERR_CLOSED / IPU_ERR_ABORTED when
  * the session stopped / the device failed first. Under submit_mu. */
 static ipu_status push_request(ipu_runtime *rt, const ipu_request_desc *d, ipu_request *req,
@@ -387,6 +453,8 @@ ipu_status ipu_runtime_submit(ipu_runtime *rt, const ipu_request_desc *desc, ipu
         }
         if (st == IPU_OK && !rt->device_started) st = ipu__start_device(rt);
         if (st == IPU_OK) st = request_new(desc, sub, &req);
+        ipu_request_desc d = *desc;
+        if (st == IPU_OK && (st = copy_overlapped_inputs(rt, req, &d)) != IPU_OK) request_free(req);
         if (st != IPU_OK) {
             pthread_mutex_unlock(&rt->submit_mu);
             return st;
@@ -398,7 +466,7 @@ ipu_status ipu_runtime_submit(ipu_runtime *rt, const ipu_request_desc *desc, ipu
         atomic_fetch_add(&req->refs, total);
         atomic_store(&req->remaining, total);
         atomic_fetch_add_explicit(&rt->st_submitted, 1, memory_order_relaxed);
-        st = push_request(rt, desc, req, &pushed);
+        st = push_request(rt, &d, req, &pushed);
         if (st != IPU_OK && pushed == 0) {
             /* Nothing refers to the request: the submit fails (closed) or is retried (the
              * health check reports the failure or waits for the automatic reset). */

@@ -74,6 +74,7 @@ struct ipu_request {
     ipu_runtime *rt;
     ipu_request_done_fn done;
     void *user_data;
+    void *inputs_copy;               /* inputs an output overlaps, copied at submit (request.c) */
     pthread_mutex_t mu;
     pthread_cond_t cv;               /* CLOCK_MONOTONIC */
     char msg[IPU__MSG_BYTES];

@@ -29,7 +29,7 @@ static uint32_t default_threads(void) {
 #endif
     if (n <= 0) n = sysconf(_SC_NPROCESSORS_ONLN);
     if (n <= 0) n = 1;
-    return n > (long)IPU__MAX_THREADS ? IPU__MAX_THREADS : (uint32_t)n;
+    return n > (long)IPU_MAX_THREADS ? IPU_MAX_THREADS : (uint32_t)n;
 }
 
 static ipu_status init_sync(ipu_session *s) {
@@ -120,9 +120,9 @@ ipu_status ipu_session_create(const ipu_executable *exe, const ipu_session_confi
         }
     }
     s->nth = s->cfg.num_threads ? s->cfg.num_threads : default_threads();
-    if (s->nth > IPU__MAX_THREADS) {
+    if (s->nth > IPU_MAX_THREADS) {
         st = ipu__fail(IPU_ERR_INVALID_ARGUMENT, "session: num_threads %u exceeds %u", s->nth,
-                       IPU__MAX_THREADS);
+                       IPU_MAX_THREADS);
         goto fail;
     }
     s->bps = info->batches_per_step ? info->batches_per_step : 1;

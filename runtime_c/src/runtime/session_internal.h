@@ -36,7 +36,6 @@
 /* An instruction runs on the device thread alone when its operands total fewer bytes than this
  * (waking the helpers costs more than the work) or when it has fewer than 2 work items. */
 #define IPU__PAR_MIN_BYTES ((uint64_t)32 << 10)
-#define IPU__MAX_THREADS 256u
 
 typedef struct ipu__bind {
     ipu_binding kind;

@@ -170,11 +170,13 @@ static int gather(ipu_session *s, ipu__iter *c, uint32_t sub, uint32_t it, bool 
         uint64_t deadline = 0;
         if (!s->cfg.flush_on_waiting_outputs ||
             outputs_queued(s, index_phase ? IPU_NO_INDEX : sub, false)) {
+            /* Saturated: a timeout beyond the clock's range (UINT64_MAX: the batch-size timeout
+             * "never") is never reached, where the wrapped sum would already have passed. */
             if (got > 0 && batch_to) {
-                deadline = t_partial + batch_to;
+                if (!ipu__add_u64(t_partial, batch_to, &deadline)) deadline = UINT64_MAX;
             } else if (got == 0 && !committed && it > 0 && step_to) {
                 if (t_start == 0) t_start = ipu__now_ns();
-                deadline = t_start + step_to;
+                if (!ipu__add_u64(t_start, step_to, &deadline)) deadline = UINT64_MAX;
             }
         }
         if (deadline && ipu__now_ns() >= deadline) {
