@@ -26,16 +26,10 @@ from pyipu.compiler.errors import (
     UnsupportedOpError,
     node_label,
 )
+from pyipu.compiler.folding import evaluate, fold_node, foldable, outer_refs
 from pyipu.compiler.functions import body_opset, expand, function_body, tensor_type
 from pyipu.compiler.ir import ALL_DTYPES, MAX_ATTRS, MAX_DIMS, NO_INDEX, Instr, dtype_of
-from pyipu.compiler.onnx_import import (
-    ImportedGraph,
-    ValueSpec,
-    check_declared_shape,
-    fold_node,
-    foldable,
-    outer_refs,
-)
+from pyipu.compiler.onnx_import import ImportedGraph, ValueSpec, check_declared_shape
 from pyipu.enums import DType, Op
 
 ARENA, WEIGHT = "arena", "weight"
@@ -230,17 +224,20 @@ class Lowering:
         proto: onnx.NodeProto,
         registry: dict[str, dict[int, Callable]],
         opset: int | None = None,
+        fold: bool = True,
     ) -> None:
-        """Lower one node at `opset` (the graph's unless it comes from a function body)."""
+        """Lower one node at `opset` (the graph's unless it comes from a function body);
+        `fold`: compute it now if its inputs are known (folding.py lowers with fold=False)."""
         opset = self.graph.opset if opset is None else opset
         label = node_label(proto.name, proto.op_type, opset)
         if proto.domain not in ("", "ai.onnx"):
             raise UnsupportedOpError(f"{label}: domain {proto.domain!r} is not supported")
-        if foldable(proto, self.constants):
+        if fold and foldable(proto, self.constants):
             # Inputs became known during lowering (Shape of a static tensor...): fold.
             results = fold_node(proto, self.constants, self.graph.model, opset)
-            self.constants.update(zip([o for o in proto.output if o], results, strict=True))
-            return
+            if results is not None:
+                self.constants.update(zip([o for o in proto.output if o], results, strict=True))
+                return
         versions = registry.get(proto.op_type, {})
         usable = [v for v in versions if v <= opset]
         if usable:
@@ -469,10 +466,16 @@ class Node:
 
     def fold(self) -> None:
         """Compute every output at compile time; each input must be a constant."""
+        known = {}
         for i in range(len(self.inputs)):
             if self.has_input(i):
-                self.const(i, "input")  # a clear error for a run-time value
-        results = fold_node(self.proto, self.low.constants, self.low.graph.model, self.opset)
+                known[self.inputs[i]] = self.const(i, "input")  # a clear error for a run-time value
+        try:
+            results = evaluate(self.proto, known, self.low.graph.model, self.opset)
+        except CompileError:
+            raise
+        except Exception as e:  # onnx.reference rejects the node's inputs or attributes
+            raise CompileError(f"{self.label}: cannot compute at compile time: {e}") from e
         for i, r in enumerate(results):
             self.set_const(r, i)
 

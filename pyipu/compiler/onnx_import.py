@@ -14,64 +14,12 @@ from typing import TypeAlias
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper, shape_inference
+from onnx import numpy_helper, shape_inference
 
-from pyipu.compiler.errors import CompileError, ShapeError, UnsupportedError, node_label
+from pyipu.compiler.errors import CompileError, ShapeError, UnsupportedError
+from pyipu.compiler.folding import fold_node, foldable
 
 ModelLike: TypeAlias = bytes | str | os.PathLike | onnx.ModelProto
-
-# Ops whose result is not a function of their inputs: never folded.
-_NONDETERMINISTIC = {
-    "RandomNormal",
-    "RandomUniform",
-    "RandomNormalLike",
-    "RandomUniformLike",
-    "Multinomial",
-    "Bernoulli",
-}
-
-
-def outer_refs(node: onnx.NodeProto) -> list[str]:
-    """Names the node's bodies (If/Loop/Scan) read from the enclosing scope."""
-    refs: list[str] = []
-
-    def walk(g: onnx.GraphProto, bound: set[str]) -> None:
-        bound = bound | {i.name for i in g.input} | {i.name for i in g.initializer}
-        for sub in g.node:
-            refs.extend(i for i in sub.input if i and i not in bound and i not in refs)
-            for a in sub.attribute:
-                for body in [a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs:
-                    walk(body, bound)
-            bound |= {o for o in sub.output if o}
-
-    for a in node.attribute:
-        for body in [a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs:
-            walk(body, set())
-    return refs
-
-
-def foldable(node: onnx.NodeProto, constants: Mapping[str, np.ndarray]) -> bool:
-    """Whether every value the node reads, its bodies' outer references included, is known."""
-    names = [*node.input, *outer_refs(node)]
-    return all(not n or n in constants for n in names) and is_deterministic(node)
-
-
-def fold_node(
-    node: onnx.NodeProto, constants: Mapping[str, np.ndarray], model: onnx.ModelProto, opset: int
-) -> list[np.ndarray]:
-    """Evaluate a foldable node (errors name the node)."""
-    names = [*node.input, *outer_refs(node)]
-    try:
-        return _run_node(node, names, [constants.get(n) for n in names], model, opset)
-    except Exception as e:
-        raise CompileError(
-            f"constant folding of {node_label(node.name, node.op_type, opset)} failed: {e}"
-        ) from e
-
-
-def is_deterministic(node: onnx.NodeProto) -> bool:
-    """Whether the node may be computed at compile time when its inputs are known."""
-    return node.op_type not in _NONDETERMINISTIC and node.domain in ("", "ai.onnx")
 
 
 @dataclass(frozen=True)
@@ -190,41 +138,14 @@ def _static_input(vi: onnx.ValueInfoProto) -> ValueSpec:
     return ValueSpec(vi.name, int(t.elem_type), tuple(int(d) for d in dims))  # type: ignore[arg-type]
 
 
-def _run_node(
-    node: onnx.NodeProto,
-    names: Sequence[str],
-    inputs: Sequence[np.ndarray | None],
-    model: onnx.ModelProto,
-    opset: int,
-) -> list[np.ndarray]:
-    """Run one node with onnx.reference on a one-node model: robust for any standard op."""
-    from onnx.reference import ReferenceEvaluator
-
-    feeds = {n: a for n, a in zip(names, inputs, strict=True) if n and a is not None}
-    graph = helper.make_graph(
-        [node],
-        "fold",
-        [
-            helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
-            for n, a in feeds.items()
-        ],
-        [helper.make_empty_tensor_value_info(o) for o in node.output if o],
-    )
-    imports = [o for o in model.opset_import if o.domain not in ("", "ai.onnx")]
-    imports.append(helper.make_opsetid("", opset))  # a function body's node has its own
-    one = helper.make_model(graph, opset_imports=imports, ir_version=model.ir_version)
-    one.functions.extend(model.functions)
-    results = ReferenceEvaluator(one).run(None, feeds)
-    return [np.asarray(r) for r in results]
-
-
 def fold_constants(
     nodes: Sequence[onnx.NodeProto],
     constants: dict[str, np.ndarray],
     model: onnx.ModelProto,
     opset: int,
 ) -> list[onnx.NodeProto]:
-    """Evaluate every node whose inputs are all known; returns the nodes left to compute.
+    """Evaluate every node whose inputs are all known (folding.py); returns the nodes left to
+    compute.
 
     `constants` gains the folded values. Nodes are assumed topologically sorted (ONNX requires it).
     """
@@ -234,6 +155,9 @@ def fold_constants(
             remaining.append(node)
             continue
         results = fold_node(node, constants, model, opset)
+        if results is None:
+            remaining.append(node)
+            continue
         for name, value in zip([o for o in node.output if o], results, strict=True):
             constants[name] = value
     return remaining
