@@ -131,7 +131,7 @@ def evaluate(
     compile-time generators, data-dependent shapes, dtypes the IPU lacks)."""
     from onnx.reference import ReferenceEvaluator
 
-    _check_generated_size(node, known, opset)
+    check_generated_size(node, known, opset)
     graph = helper.make_graph(
         [node],
         "fold",
@@ -158,9 +158,13 @@ def _ints(known: Mapping[str, np.ndarray], names: Sequence[str], i: int) -> list
     return [float(v) for v in np.asarray(known[names[i]]).reshape(-1)[:64]]
 
 
-def _check_generated_size(
-    node: onnx.NodeProto, known: Mapping[str, np.ndarray], opset: int
-) -> None:
+# Ops whose output size is one of their input values.
+GENERATORS = frozenset(
+    {"ConstantOfShape", "Range", "HannWindow", "HammingWindow", "BlackmanWindow", "MelWeightMatrix"}
+)
+
+
+def check_generated_size(node: onnx.NodeProto, known: Mapping[str, np.ndarray], opset: int) -> None:
     """Ops whose output size is one of their input values: check it before allocating."""
     ins, op = list(node.input), node.op_type
     count: float | None = None

@@ -28,9 +28,18 @@ from pyipu.compiler.errors import (
 )
 from pyipu.compiler.folding import evaluate, fold_node, foldable, outer_refs
 from pyipu.compiler.functions import body_opset, expand, function_body, tensor_type
-from pyipu.compiler.ir import ALL_DTYPES, MAX_ATTRS, MAX_DIMS, NO_INDEX, Instr, dtype_of
+from pyipu.compiler.ir import (
+    ALL_DTYPES,
+    MAX_ATTRS,
+    MAX_DIMS,
+    MAX_TENSOR_BYTES,
+    NO_INDEX,
+    Instr,
+    dtype_of,
+)
 from pyipu.compiler.onnx_import import ImportedGraph, ValueSpec, check_declared_shape
 from pyipu.enums import DType, Op
+from pyipu.errors import Error
 
 ARENA, WEIGHT = "arena", "weight"
 
@@ -50,6 +59,16 @@ class BuildTensor:
     @property
     def nbytes(self) -> int:
         return math.prod(self.shape) * np.dtype(_np_name(self.dtype)).itemsize
+
+
+def check_size(name: str, shape: Sequence[int], itemsize: int) -> None:
+    """ShapeError for a tensor larger than MAX_TENSOR_BYTES, before anything is allocated."""
+    nbytes = math.prod(int(d) for d in shape) * itemsize
+    if nbytes > MAX_TENSOR_BYTES:
+        raise ShapeError(
+            f"tensor {name!r} of shape {[int(d) for d in shape]} would take {nbytes} bytes "
+            f"(at most {MAX_TENSOR_BYTES})"
+        )
 
 
 def _np_name(dtype: DType) -> str:
@@ -124,6 +143,7 @@ class GraphBuilder:
             raise UnsupportedError(f"tensor {name!r} has {len(shape)} dims (at most {MAX_DIMS})")
         if any(d <= 0 for d in shape):
             raise UnsupportedError(f"tensor {name!r} has zero-size shape {list(shape)}")
+        check_size(name, shape, np.dtype(_np_name(dt)).itemsize)
         self.tensors.append(
             BuildTensor(name, dt, shape, kind, subgraph, base, data, self.current_stage, offset)
         )
@@ -238,10 +258,19 @@ class Lowering:
             if results is not None:
                 self.constants.update(zip([o for o in proto.output if o], results, strict=True))
                 return
+        for o in proto.output:  # before the lowering builds tables of that size
+            if o in self.graph.inferred:
+                itemsize, shape = self.graph.inferred[o]
+                check_size(o, shape, itemsize)
         versions = registry.get(proto.op_type, {})
         usable = [v for v in versions if v <= opset]
         if usable:
-            versions[max(usable)](Node(self, proto, opset, label))
+            try:
+                versions[max(usable)](Node(self, proto, opset, label))
+            except Error:
+                raise
+            except Exception as e:  # a malformed node the lowering did not anticipate
+                raise CompileError(f"{label}: cannot be lowered: {type(e).__name__}: {e}") from e
             return
         if self._expand_function(proto, registry, opset):
             return
@@ -418,6 +447,14 @@ class Node:
                 f"{self.label}: dtype {dt.name.lower()} is not supported (supported: {names})"
             )
         return dt
+
+    def check_table(self, entries: int, what: str) -> None:
+        """A compile-time table of `entries` int64 values (index maps, masks, DFT matrices)
+        must stay within MAX_TENSOR_BYTES: checked before it is built."""
+        if entries * 8 > MAX_TENSOR_BYTES:
+            self.shape_error(
+                f"{what} needs a table of {entries} entries (at most {MAX_TENSOR_BYTES // 8})"
+            )
 
     def fail(self, msg: str) -> NoReturn:
         raise UnsupportedAttributeError(f"{self.label}: {msg}")

@@ -14,10 +14,11 @@ from typing import TypeAlias
 
 import numpy as np
 import onnx
-from onnx import numpy_helper, shape_inference
+from onnx import helper, numpy_helper, shape_inference
 
 from pyipu.compiler.errors import CompileError, ShapeError, UnsupportedError
-from pyipu.compiler.folding import fold_node, foldable
+from pyipu.compiler.folding import GENERATORS, check_generated_size, fold_node, foldable
+from pyipu.compiler.serialize import MAGIC
 
 ModelLike: TypeAlias = bytes | str | os.PathLike | onnx.ModelProto
 
@@ -41,6 +42,8 @@ class ImportedGraph:
     initializer_names: set[str]
     declared: dict[str, tuple[int, tuple[int, ...] | None]] = field(default_factory=dict)
     graph_outputs: list[str] = field(default_factory=list)
+    # value name -> (element size in bytes, static shape) where shape inference found one
+    inferred: dict[str, tuple[int, tuple[int, ...]]] = field(default_factory=dict)
 
 
 def load_model(model: ModelLike) -> onnx.ModelProto:
@@ -48,17 +51,35 @@ def load_model(model: ModelLike) -> onnx.ModelProto:
     if isinstance(model, onnx.ModelProto):
         return model
     if isinstance(model, (bytes, bytearray, memoryview)):
+        data = bytes(model)
+        _not_popef(data[: len(MAGIC)], "model bytes")
         try:
-            return onnx.load_from_string(bytes(model))
+            return onnx.load_from_string(data)
         except Exception as e:  # protobuf raises DecodeError, a plain Exception subclass
             raise CompileError(f"model bytes are not a valid ONNX ModelProto: {e}") from e
     if isinstance(model, (str, os.PathLike)):
-        if not os.path.exists(model):
-            raise CompileError(f"ONNX model file {os.fspath(model)!r} does not exist")
-        return onnx.load(os.fspath(model))
+        path = os.fspath(model)
+        if not os.path.exists(path):
+            raise CompileError(f"ONNX model file {path!r} does not exist")
+        try:
+            with open(path, "rb") as f:
+                _not_popef(f.read(len(MAGIC)), f"file {path!r}")
+            return onnx.load(path)
+        except CompileError:
+            raise
+        except Exception as e:  # DecodeError (truncated, not ONNX), OSError, bad external data
+            raise CompileError(f"file {path!r} is not a readable ONNX model: {e}") from e
     raise CompileError(
         f"model must be ONNX bytes, a file name or an onnx.ModelProto, got {type(model).__name__}"
     )
+
+
+def _not_popef(head: bytes, what: str) -> None:
+    if head == MAGIC:
+        raise CompileError(
+            f"{what}: a compiled PopEF executable, not an ONNX model; run it with "
+            "pyipu.runtime.Runner or load it with pyipu.compiler.Executable.open"
+        )
 
 
 def _dims(vi: onnx.ValueInfoProto) -> list[int | str | None]:
@@ -116,8 +137,46 @@ def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
 def _default_opset(model: onnx.ModelProto) -> int:
     for o in model.opset_import:
         if o.domain in ("", "ai.onnx"):
+            newest = onnx.defs.onnx_opset_version()
+            if not 1 <= o.version <= newest:
+                raise UnsupportedError(
+                    f"the model imports ai.onnx opset {o.version}; pyipu supports 1..{newest}"
+                )
             return int(o.version)
     raise CompileError("the model imports no default-domain ('ai.onnx') opset")
+
+
+def _inferred_sizes(graph: onnx.GraphProto) -> dict[str, tuple[int, tuple[int, ...]]]:
+    """Element size and static shape of every value shape inference fully determined."""
+    out: dict[str, tuple[int, tuple[int, ...]]] = {}
+    for vi in (*graph.value_info, *graph.output):
+        t = vi.type.tensor_type
+        if not vi.type.HasField("tensor_type") or not t.HasField("shape"):
+            continue
+        dims = _dims(vi)
+        if all(isinstance(d, int) and d > 0 for d in dims):
+            try:
+                itemsize = helper.tensor_dtype_to_np_dtype(t.elem_type).itemsize
+            except (KeyError, TypeError, ValueError):
+                continue
+            out[vi.name] = (itemsize, tuple(dims))  # type: ignore[arg-type]
+    return out
+
+
+def _check_generated_sizes(graph: onnx.GraphProto, opset: int) -> None:
+    """Range and the other ops whose output size is an input value, checked before ONNX shape
+    inference, which materialises a constant Range's values (data propagation)."""
+    known: dict[str, np.ndarray] = {}
+    inits: dict[str, onnx.TensorProto] = {}
+    for node in graph.node:
+        if node.op_type == "Constant" and len(node.output) == 1:
+            value = [a for a in node.attribute if a.name == "value" and a.HasField("t")]
+            if value:
+                known[node.output[0]] = _initializer(value[0].t)
+        elif node.op_type in GENERATORS and node.domain in ("", "ai.onnx"):
+            inits = inits or {i.name: i for i in graph.initializer}
+            known.update((n, _initializer(inits[n])) for n in node.input if n in inits)
+            check_generated_size(node, known, opset)
 
 
 def _static_input(vi: onnx.ValueInfoProto) -> ValueSpec:
@@ -204,6 +263,7 @@ def import_model(
     if input_shapes:
         proto = set_input_shapes(proto, input_shapes)
     opset = _default_opset(proto)
+    _check_generated_sizes(proto.graph, opset)
     inferred = infer_shapes(proto)
     graph = inferred.graph
     if len(graph.sparse_initializer):
@@ -230,6 +290,7 @@ def import_model(
         initializer_names={init.name for init in graph.initializer},
         declared=declared,
         graph_outputs=[o.name for o in graph.output],
+        inferred=_inferred_sizes(graph),
     )
 
 
