@@ -8,7 +8,7 @@ onnx.reference; a node the kernels reject (out-of-range indices...) is not hande
 onnx.reference would compute something else. A node that cannot be folded stays: it is lowered
 and computed at run time, or lowering reports why it cannot be. Folding never fails a compile.
 
-Results are bounded: a fold whose output would exceed MAX_FOLD_BYTES is not attempted.
+Results are bounded by MAX_TENSOR_BYTES, as every tensor is: checked before they are computed.
 """
 
 from __future__ import annotations
@@ -21,12 +21,10 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from pyipu.compiler.errors import CompileError, ShapeError, UnsupportedError, node_label
+from pyipu.compiler.errors import ShapeError, UnsupportedError, node_label
+from pyipu.compiler.ir import MAX_TENSOR_BYTES
 
 log = logging.getLogger("pyipu.compiler")
-
-# Largest value folding materialises; bigger results are computed at run time instead.
-MAX_FOLD_BYTES = 1 << 28
 
 # Ops whose result is not a function of their inputs: never folded.
 _NONDETERMINISTIC = {
@@ -69,10 +67,6 @@ def foldable(node: onnx.NodeProto, constants: Mapping[str, np.ndarray]) -> bool:
     return all(not n or n in constants for n in names) and is_deterministic(node)
 
 
-class _TooLarge(CompileError):
-    """A fold would materialise more than MAX_FOLD_BYTES."""
-
-
 def fold_node(
     node: onnx.NodeProto, constants: Mapping[str, np.ndarray], model: onnx.ModelProto, opset: int
 ) -> list[np.ndarray] | None:
@@ -85,7 +79,7 @@ def fold_node(
         return _with_kernels(node, known, model, opset)
     except UnsupportedError as e:  # an op or dtype the IPU has no kernel for
         kernel_error = e
-    except Exception as e:  # bad input or too large: lowering it reports that, if needed
+    except Exception as e:  # bad input or too large: lowering the node reports that if needed
         log.debug("%s not folded: %s", label, e)
         return None
     try:
@@ -117,9 +111,6 @@ def _with_kernels(
         return [np.asarray(low.constants[o]) for o in outs]
     for o in outs:
         low.add_output(o)
-    big = max(t.nbytes for t in builder.tensors)
-    if big > MAX_FOLD_BYTES:
-        raise _TooLarge(f"a tensor would take {big} bytes")
     result = run(build_ir(builder), {})
     return [result[o] for o in outs]
 
@@ -145,14 +136,10 @@ def evaluate(
     imports.append(helper.make_opsetid("", opset))  # a function body's node has its own
     one = helper.make_model(graph, opset_imports=imports, ir_version=model.ir_version)
     one.functions.extend(model.functions)
-    results = [np.asarray(r) for r in ReferenceEvaluator(one).run(None, dict(known))]
-    for name, r in zip([o for o in node.output if o], results, strict=False):
-        if r.nbytes > MAX_FOLD_BYTES:
-            raise _TooLarge(f"{name!r} takes {r.nbytes} bytes")
-    return results
+    return [np.asarray(r) for r in ReferenceEvaluator(one).run(None, dict(known))]
 
 
-def _ints(known: Mapping[str, np.ndarray], names: Sequence[str], i: int) -> list[float]:
+def _values(known: Mapping[str, np.ndarray], names: Sequence[str], i: int) -> list[float]:
     if i >= len(names) or names[i] not in known:
         return []
     return [float(v) for v in np.asarray(known[names[i]]).reshape(-1)[:64]]
@@ -169,9 +156,9 @@ def check_generated_size(node: onnx.NodeProto, known: Mapping[str, np.ndarray], 
     ins, op = list(node.input), node.op_type
     count: float | None = None
     if op == "ConstantOfShape":
-        count = math.prod(_ints(known, ins, 0))
-    elif op == "Range":
-        start, limit, delta = (_ints(known, ins, i)[:1] or [0.0] for i in range(3))
+        count = math.prod(_values(known, ins, 0))
+    elif op == "Range" and all(_values(known, ins, i) for i in range(3)):
+        start, limit, delta = (_values(known, ins, i)[:1] for i in range(3))
         if delta[0] == 0 or not all(map(math.isfinite, [*start, *limit, *delta])):
             raise ShapeError(
                 f"{node_label(node.name, op, opset)}: Range needs finite start/limit and a "
@@ -179,11 +166,11 @@ def check_generated_size(node: onnx.NodeProto, known: Mapping[str, np.ndarray], 
             )
         count = max(math.ceil((limit[0] - start[0]) / delta[0]), 0)
     elif op in ("HannWindow", "HammingWindow", "BlackmanWindow"):
-        count = math.prod(_ints(known, ins, 0))
+        count = math.prod(_values(known, ins, 0))
     elif op == "MelWeightMatrix":
-        count = math.prod(_ints(known, ins, 0)) * (math.prod(_ints(known, ins, 1)) // 2 + 1)
-    if count is not None and count * 8 > MAX_FOLD_BYTES:
+        count = math.prod(_values(known, ins, 0)) * (math.prod(_values(known, ins, 1)) // 2 + 1)
+    if count is not None and count * 8 > MAX_TENSOR_BYTES:  # 8: the widest element
         raise ShapeError(
             f"{node_label(node.name, op, opset)}: output of {count:.0f} elements is too large "
-            f"to compute at compile time (at most {MAX_FOLD_BYTES // 8})"
+            f"to compute at compile time (at most {MAX_TENSOR_BYTES // 8})"
         )
