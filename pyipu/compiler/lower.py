@@ -503,7 +503,7 @@ class Node:
 
     def fold(self) -> None:
         """Compute every output at compile time; each input must be a constant."""
-        known = {}
+        known: dict[str, np.ndarray] = {}
         for i in range(len(self.inputs)):
             if self.has_input(i):
                 known[self.inputs[i]] = self.const(i, "input")  # a clear error for a run-time value

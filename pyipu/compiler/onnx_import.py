@@ -149,17 +149,21 @@ def _default_opset(model: onnx.ModelProto) -> int:
 def _inferred_sizes(graph: onnx.GraphProto) -> dict[str, tuple[int, tuple[int, ...]]]:
     """Element size and static shape of every value shape inference fully determined."""
     out: dict[str, tuple[int, tuple[int, ...]]] = {}
+    itemsizes: dict[int, int] = {}  # the onnx helper is slow: once per element type
     for vi in (*graph.value_info, *graph.output):
         t = vi.type.tensor_type
         if not vi.type.HasField("tensor_type") or not t.HasField("shape"):
             continue
         dims = _dims(vi)
-        if all(isinstance(d, int) and d > 0 for d in dims):
+        if not all(isinstance(d, int) and d > 0 for d in dims):
+            continue
+        if t.elem_type not in itemsizes:
             try:
-                itemsize = helper.tensor_dtype_to_np_dtype(t.elem_type).itemsize
+                itemsizes[t.elem_type] = helper.tensor_dtype_to_np_dtype(t.elem_type).itemsize
             except (KeyError, TypeError, ValueError):
-                continue
-            out[vi.name] = (itemsize, tuple(dims))  # type: ignore[arg-type]
+                itemsizes[t.elem_type] = 0
+        if itemsizes[t.elem_type]:
+            out[vi.name] = (itemsizes[t.elem_type], tuple(dims))  # type: ignore[arg-type]
     return out
 
 
