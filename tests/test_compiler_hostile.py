@@ -1,7 +1,7 @@
 """Hostile models: every one must fail with a typed pyipu.Error naming the problem, quickly and
 without allocating what the model asks for (sizes of 2^40 and more).
 
-`HOSTILE` holds the models given to Compiler.compile (42 of them); the file and runner cases
+`HOSTILE` holds the models given to Compiler.compile (71 of them); the file and runner cases
 follow.
 """
 
@@ -255,6 +255,211 @@ HOSTILE: dict[str, tuple[Callable[[], object], type[pyipu.Error], str]] = {
         "strides",
     ),
 }
+
+
+def _conv(**attrs: object) -> onnx.ModelProto:
+    return _unary_const("Conv", _c("w", np.ones((1, 1, 2, 2)), np.float32), (1, 1, 4, 4), **attrs)
+
+
+def _plain(op: str, shape: tuple[int, ...] = (2, 3), opset: int = 17, **attrs) -> onnx.ModelProto:
+    return _model(
+        [_node(op, ["x"], ["y"], **attrs)], [_vi("x", shape=shape)], _out("y"), opset=opset
+    )
+
+
+# More of the same families: bad axes, indices, attributes, shapes and graphs.
+HOSTILE.update(
+    {
+        "squeeze_axis_2^40": (
+            lambda: _unary_const("Squeeze", _c("a", [BIG])),
+            errors.ShapeError,
+            "axis",
+        ),
+        "squeeze_dim_not_1": (
+            lambda: _unary_const("Squeeze", _c("a", [0])),
+            errors.ShapeError,
+            "squeeze",
+        ),
+        "unsqueeze_repeated_axis": (
+            lambda: _unary_const("Unsqueeze", _c("a", [0, 0])),
+            errors.ShapeError,
+            "repeat",
+        ),
+        "slice_step_0": (
+            lambda: _model(
+                [_node("Slice", ["x", "s", "e", "a", "st"], ["y"])],
+                [_vi("x")],
+                _out("y"),
+                [_c("s", [0]), _c("e", [2]), _c("a", [0]), _c("st", [0])],
+            ),
+            errors.ShapeError,
+            "steps",
+        ),
+        "gather_index_2^40": (
+            lambda: _unary_const("Gather", _c("i", [BIG])),
+            errors.ShapeError,
+            "index",
+        ),
+        "scatternd_index_2^40": (
+            lambda: _model(
+                [_node("ScatterND", ["x", "i", "u"], ["y"])],
+                [_vi("x")],
+                _out("y"),
+                [_c("i", [[BIG]]), _c("u", np.ones((1, 3)), np.float32)],
+            ),
+            errors.ShapeError,
+            "index",
+        ),
+        "reducesum_axis_2^40": (
+            lambda: _unary_const("ReduceSum", _c("a", [BIG])),
+            errors.ShapeError,
+            "axis",
+        ),
+        "conv_kernel_larger_than_input": (
+            lambda: _unary_const("Conv", _c("w", np.ones((1, 1, 9, 9)), np.float32), (1, 1, 4, 4)),
+            errors.ShapeError,
+            "kernel",
+        ),
+        "conv_group_0": (lambda: _conv(group=0), errors.ShapeError, "group"),
+        "conv_dilation_2^40": (lambda: _conv(dilations=[BIG, 1]), errors.ShapeError, "kernel"),
+        "matmul_mismatch": (
+            lambda: _unary_const("MatMul", _c("w", np.ones((5, 2)), np.float32)),
+            errors.ShapeError,
+            "matmul",
+        ),
+        "einsum_garbage": (
+            lambda: _plain("Einsum", equation="ij->kk,,"),
+            errors.ShapeError,
+            "not valid",
+        ),
+        "cast_to_999": (lambda: _plain("Cast", to=999), errors.UnsupportedError, "999"),
+        "attribute_of_wrong_type": (
+            lambda: _plain("Softmax", axis=1.5),
+            errors.UnsupportedError,
+            "FLOAT",
+        ),
+        "value_written_twice": (
+            lambda: _model(
+                [_node("Relu", ["x"], ["y"]), _node("Neg", ["x"], ["y"])], [_vi("x")], _out("y")
+            ),
+            CompileError,
+            "writes 'y'",
+        ),
+        "value_used_before_written": (
+            lambda: _model(
+                [_node("Relu", ["t"], ["y"]), _node("Neg", ["x"], ["t"])], [_vi("x")], _out("y")
+            ),
+            CompileError,
+            "'t'",
+        ),
+        "depth_to_space_blocksize_0": (
+            lambda: _plain("DepthToSpace", (1, 4, 2, 2), blocksize=0),
+            errors.ShapeError,
+            "blocksize",
+        ),
+        "depth_to_space_blocksize_2^40": (
+            lambda: _plain("DepthToSpace", (1, 4, 2, 2), blocksize=BIG),
+            errors.ShapeError,
+            "blocksize",
+        ),
+        "maxpool_kernel_2^40": (
+            lambda: _plain("MaxPool", (1, 1, 4, 4), kernel_shape=[BIG, BIG]),
+            errors.ShapeError,
+            "kernel",
+        ),
+        "averagepool_kernel_0": (
+            lambda: _plain("AveragePool", (1, 1, 4, 4), kernel_shape=[0, 0]),
+            errors.UnsupportedError,
+            "kernel_shape",
+        ),
+        "lstm_hidden_size_2^40": (
+            lambda: _model(
+                [_node("LSTM", ["x", "w", "r"], ["y"], hidden_size=BIG)],
+                [_vi("x", shape=(1, 1, 2))],
+                _out("y"),
+                [_c("w", np.ones((1, 4, 2)), np.float32), _c("r", np.ones((1, 4, 1)), np.float32)],
+            ),
+            errors.ShapeError,
+            "bytes",
+        ),
+        "onehot_depth_negative": (
+            lambda: _model(
+                [_node("OneHot", ["i", "d", "v"], ["y"])],
+                [_vi("i", I64, (2,))],
+                _out("y"),
+                [_c("d", -3), _c("v", [0, 1], np.float32)],
+            ),
+            errors.ShapeError,
+            "depth",
+        ),
+        "range_limit_inf": (
+            lambda: _generator(
+                "Range", ("a", 0.0, np.float32), ("b", np.inf, np.float32), ("d", 1.0, np.float32)
+            ),
+            errors.ShapeError,
+            "finite",
+        ),
+        "resize_roi_nan": (
+            lambda: _model(
+                [
+                    _node(
+                        "Resize",
+                        ["x", "r", "s"],
+                        ["y"],
+                        mode="linear",
+                        coordinate_transformation_mode="tf_crop_and_resize",
+                    )
+                ],
+                [_vi("x", shape=(1, 1, 2, 2))],
+                _out("y"),
+                [_c("r", [np.nan] * 8, np.float32), _c("s", [1, 1, 2, 2], np.float32)],
+                13,
+            ),
+            errors.ShapeError,
+            "roi",
+        ),
+        "gathernd_batch_dims_2^40": (
+            lambda: _model(
+                [_node("GatherND", ["x", "i"], ["y"], batch_dims=BIG)],
+                [_vi("x")],
+                _out("y"),
+                [_c("i", [[0]])],
+            ),
+            errors.ShapeError,
+            "batch_dims",
+        ),
+        "scan_num_scan_inputs_2^40": (
+            lambda: _model(
+                [
+                    _node(
+                        "Scan",
+                        ["x"],
+                        ["y"],
+                        num_scan_inputs=BIG,
+                        body=helper.make_graph([], "b", [], []),
+                    )
+                ],
+                [_vi("x")],
+                _out("y"),
+            ),
+            errors.UnsupportedError,
+            "num_scan_inputs",
+        ),
+        "if_without_else_branch": (
+            lambda: _model(
+                [_node("If", ["c"], ["y"])], [_vi("c", TensorProto.BOOL, ())], _out("y")
+            ),
+            errors.UnsupportedError,
+            "else_branch",
+        ),
+        "constant_of_shape_rank_100": (
+            lambda: _generator("ConstantOfShape", ("s", [1] * 100, np.int64)),
+            CompileError,
+            "ConstantOfShape",
+        ),
+        "graph_input_dim_0": (lambda: _relu(shape=(0, 3)), errors.ShapeError, "'x'"),
+    }
+)
 
 
 @pytest.mark.parametrize("name", sorted(HOSTILE))

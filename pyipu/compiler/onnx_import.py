@@ -242,8 +242,8 @@ MAX_ANCHOR_NAME = 1024  # bytes, ipu_executable.h
 
 
 def _check_names(graph: onnx.GraphProto) -> None:
-    """Protobuf hands out a string field that is not valid UTF-8 as bytes: reject it here, and
-    names that cannot be anchor names."""
+    """Protobuf hands out a string field that is not valid UTF-8 as bytes: reject it here,
+    values written twice, and names that cannot be anchor names."""
     for node in graph.node:
         fields = [node.op_type, node.domain, node.name, *node.input, *node.output]
         fields += [a.name for a in node.attribute]
@@ -252,6 +252,16 @@ def _check_names(graph: onnx.GraphProto) -> None:
     for vi in (*graph.input, *graph.output, *graph.initializer):
         if not isinstance(vi.name, str):
             raise CompileError("a graph input, output or initializer name is not valid UTF-8")
+    defined = {vi.name for vi in (*graph.input, *graph.initializer)}
+    for node in graph.node:  # ONNX graphs are SSA: a second writer would silently win
+        for o in node.output:
+            if o in defined:
+                raise CompileError(
+                    f"node {node.name!r} ({node.op_type}) writes {o!r}, which is already a graph "
+                    "input, initializer or another node's output"
+                )
+            if o:
+                defined.add(o)
     for vi in (*graph.input, *graph.output):  # they become anchors (docs/popef.md)
         if not 1 <= len(vi.name.encode()) <= MAX_ANCHOR_NAME:
             raise CompileError(

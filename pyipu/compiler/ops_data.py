@@ -426,6 +426,8 @@ def _resize_plan(
     if roi is not None:
         if len(roi) != 2 * len(axes):
             n.shape_error(f"roi has {len(roi)} values, expected {2 * len(axes)}")
+        if not all(map(math.isfinite, roi)):
+            n.shape_error(f"roi {roi} must be finite")
         full = [0.0] * r + [1.0] * r
         for i, a in enumerate(axes):
             full[a], full[r + a] = roi[i], roi[len(axes) + i]
