@@ -163,3 +163,16 @@ def test_a_node_that_cannot_be_folded_stays_and_is_logged(caplog) -> None:  # no
     with caplog.at_level(logging.DEBUG, logger="pyipu.compiler"):
         assert fold_node(node, known, model, 13) is None
     assert "'bad'" in caplog.text and "not folded" in caplog.text
+
+
+def test_constant_folding_pass_folds_narrow_gather_elements_and_keeps_what_it_cannot() -> None:
+    from pyipu.passes import PassManager
+
+    model = _encoder_embeddings()
+    bad = helper.make_node("GatherElements", ["pos_table", "oob"], ["never"], "oob", axis=0)
+    model.graph.node.append(bad)
+    model.graph.initializer.append(numpy_helper.from_array(np.array([[99]], np.int64), "oob"))
+    out = PassManager(["constant_folding"]).run(model)
+    names = {n.name for n in out.graph.node}
+    assert "node_gather" not in names and "node_gather_1" not in names  # folded
+    assert "oob" in names  # out-of-range indices: left for the compiler to report
