@@ -16,7 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import pyipu
 from pyipu import errors
-from pyipu.compiler import CompileError, Compiler
+from pyipu.compiler import CompileError, Compiler, CompilerOptions
 from pyipu.compiler.ops import REGISTRY
 from pyipu.runtime import Runner
 
@@ -522,3 +522,14 @@ def test_unexpected_exception_outside_lowering_is_typed_and_keeps_its_cause(monk
     with pytest.raises(CompileError, match="cannot be compiled: KeyError") as info:
         Compiler.compile(_relu())
     assert isinstance(info.value.__cause__, KeyError)
+
+
+def test_a_failing_progress_logger_is_a_callback_error() -> None:
+    opts = CompilerOptions()
+
+    def logger(done: int, total: int) -> None:
+        raise ValueError("disk full")
+
+    opts.compilation_progress_logger = logger
+    with pytest.raises(errors.CallbackError, match="compilation_progress_logger raised ValueError"):
+        Compiler.compile(_relu(), None, opts)
