@@ -35,6 +35,7 @@ from pyipu.compiler.onnx_import import ModelLike, import_model
 from pyipu.compiler.ops import REGISTRY
 from pyipu.compiler.options import CompilerOptions
 from pyipu.compiler.staging import Placement, place_nodes, split_stages, stage_callback
+from pyipu.errors import CallbackError, Error
 
 _STEPS = 4
 
@@ -46,9 +47,13 @@ def compile_ir(
     opts = _check_options(options)
     try:
         return _compile_ir(model, outputs, opts)
-    except BaseException:
+    except BaseException as e:
         if opts.compilation_progress_logger is None and opts.show_compilation_progress_bar:
             _progress_bar_end()
+        if isinstance(e, Exception) and not isinstance(e, Error):
+            # A malformed model reached a check the compiler lacks: still a typed error, with
+            # the original kept as __cause__ (a compiler bug shows there).
+            raise CompileError(f"the model cannot be compiled: {type(e).__name__}: {e}") from e
         raise
 
 
@@ -168,7 +173,12 @@ _STEP_NAMES = ("importing", "lowering", "planning memory", "finishing", "done")
 def _progress(opts: CompilerOptions, step: int) -> None:
     """PopRT's progress reporting: the logger if set, else a bar on an interactive stderr."""
     if opts.compilation_progress_logger is not None:
-        opts.compilation_progress_logger(step, _STEPS)
+        try:
+            opts.compilation_progress_logger(step, _STEPS)
+        except Exception as e:  # the caller's code failed, not the model
+            raise CallbackError(
+                f"compilation_progress_logger raised {type(e).__name__}: {e}", type="ERR_CALLBACK"
+            ) from e
     elif opts.show_compilation_progress_bar and sys.stderr.isatty():
         bar = "#" * (step * 20 // _STEPS)
         end = "\n" if step >= _STEPS else ""

@@ -22,6 +22,9 @@ NO_INDEX = 0xFFFFFFFF  # anchor subgraph "all" / metadata index_anchor "not fuse
 ALIGN = 64  # arena and TENSOR_DATA offsets, arena size
 MAX_DIMS = 8
 MAX_ATTRS = 64
+# Largest tensor a model may describe: more than an IPU's memory, and what the compiler may have
+# to materialise (weights, index tables) must fit on the host compiling it.
+MAX_TENSOR_BYTES = 1 << 32
 IPU_VERSIONS = {name: t.ipu_version_number for name, t in TARGETS.items()}
 
 

@@ -26,17 +26,20 @@ from pyipu.compiler.errors import (
     UnsupportedOpError,
     node_label,
 )
+from pyipu.compiler.folding import evaluate, fold_node, foldable, outer_refs
 from pyipu.compiler.functions import body_opset, expand, function_body, tensor_type
-from pyipu.compiler.ir import ALL_DTYPES, MAX_ATTRS, MAX_DIMS, NO_INDEX, Instr, dtype_of
-from pyipu.compiler.onnx_import import (
-    ImportedGraph,
-    ValueSpec,
-    check_declared_shape,
-    fold_node,
-    foldable,
-    outer_refs,
+from pyipu.compiler.ir import (
+    ALL_DTYPES,
+    MAX_ATTRS,
+    MAX_DIMS,
+    MAX_TENSOR_BYTES,
+    NO_INDEX,
+    Instr,
+    dtype_of,
 )
+from pyipu.compiler.onnx_import import ImportedGraph, ValueSpec, check_declared_shape
 from pyipu.enums import DType, Op
+from pyipu.errors import Error
 
 ARENA, WEIGHT = "arena", "weight"
 
@@ -56,6 +59,16 @@ class BuildTensor:
     @property
     def nbytes(self) -> int:
         return math.prod(self.shape) * np.dtype(_np_name(self.dtype)).itemsize
+
+
+def check_size(name: str, shape: Sequence[int], itemsize: int) -> None:
+    """ShapeError for a tensor larger than MAX_TENSOR_BYTES, before anything is allocated."""
+    nbytes = math.prod(int(d) for d in shape) * itemsize
+    if nbytes > MAX_TENSOR_BYTES:
+        raise ShapeError(
+            f"tensor {name!r} of shape {[int(d) for d in shape]} would take {nbytes} bytes "
+            f"(at most {MAX_TENSOR_BYTES})"
+        )
 
 
 def _np_name(dtype: DType) -> str:
@@ -130,6 +143,7 @@ class GraphBuilder:
             raise UnsupportedError(f"tensor {name!r} has {len(shape)} dims (at most {MAX_DIMS})")
         if any(d <= 0 for d in shape):
             raise UnsupportedError(f"tensor {name!r} has zero-size shape {list(shape)}")
+        check_size(name, shape, np.dtype(_np_name(dt)).itemsize)
         self.tensors.append(
             BuildTensor(name, dt, shape, kind, subgraph, base, data, self.current_stage, offset)
         )
@@ -230,21 +244,33 @@ class Lowering:
         proto: onnx.NodeProto,
         registry: dict[str, dict[int, Callable]],
         opset: int | None = None,
+        fold: bool = True,
     ) -> None:
-        """Lower one node at `opset` (the graph's unless it comes from a function body)."""
+        """Lower one node at `opset` (the graph's unless it comes from a function body);
+        `fold`: compute it now if its inputs are known (folding.py lowers with fold=False)."""
         opset = self.graph.opset if opset is None else opset
         label = node_label(proto.name, proto.op_type, opset)
         if proto.domain not in ("", "ai.onnx"):
             raise UnsupportedOpError(f"{label}: domain {proto.domain!r} is not supported")
-        if foldable(proto, self.constants):
+        if fold and foldable(proto, self.constants):
             # Inputs became known during lowering (Shape of a static tensor...): fold.
             results = fold_node(proto, self.constants, self.graph.model, opset)
-            self.constants.update(zip([o for o in proto.output if o], results, strict=True))
-            return
+            if results is not None:
+                self.constants.update(zip([o for o in proto.output if o], results, strict=True))
+                return
+        for o in proto.output:  # before the lowering builds tables of that size
+            if o in self.graph.inferred:
+                itemsize, shape = self.graph.inferred[o]
+                check_size(o, shape, itemsize)
         versions = registry.get(proto.op_type, {})
         usable = [v for v in versions if v <= opset]
         if usable:
-            versions[max(usable)](Node(self, proto, opset, label))
+            try:
+                versions[max(usable)](Node(self, proto, opset, label))
+            except Error:
+                raise
+            except Exception as e:  # a malformed node the lowering did not anticipate
+                raise CompileError(f"{label}: cannot be lowered: {type(e).__name__}: {e}") from e
             return
         if self._expand_function(proto, registry, opset):
             return
@@ -422,6 +448,14 @@ class Node:
             )
         return dt
 
+    def check_table(self, entries: int, what: str) -> None:
+        """A compile-time table of `entries` int64 values (index maps, masks, DFT matrices)
+        must stay within MAX_TENSOR_BYTES: checked before it is built."""
+        if entries * 8 > MAX_TENSOR_BYTES:
+            self.shape_error(
+                f"{what} needs a table of {entries} entries (at most {MAX_TENSOR_BYTES // 8})"
+            )
+
     def fail(self, msg: str) -> NoReturn:
         raise UnsupportedAttributeError(f"{self.label}: {msg}")
 
@@ -469,10 +503,16 @@ class Node:
 
     def fold(self) -> None:
         """Compute every output at compile time; each input must be a constant."""
+        known: dict[str, np.ndarray] = {}
         for i in range(len(self.inputs)):
             if self.has_input(i):
-                self.const(i, "input")  # a clear error for a run-time value
-        results = fold_node(self.proto, self.low.constants, self.low.graph.model, self.opset)
+                known[self.inputs[i]] = self.const(i, "input")  # a clear error for a run-time value
+        try:
+            results = evaluate(self.proto, known, self.low.graph.model, self.opset)
+        except CompileError:
+            raise
+        except Exception as e:  # onnx.reference rejects the node's inputs or attributes
+            raise CompileError(f"{self.label}: cannot compute at compile time: {e}") from e
         for i, r in enumerate(results):
             self.set_const(r, i)
 

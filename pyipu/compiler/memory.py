@@ -13,7 +13,8 @@ every tensor to lie either inside one anchor's storage or outside all of them: t
 streamed anchors then conflict with every other root (no reuse of anchor storage).
 
 Placement is greedy, largest first, at the lowest 64-aligned offset that overlaps no placed root
-whose lifetime intersects.
+whose lifetime intersects; an interval index finds those roots without scanning all of them, so
+planning is O(n log n) for n roots when few lifetimes overlap each one.
 """
 
 from __future__ import annotations
@@ -95,23 +96,91 @@ def lifetimes(b: GraphBuilder, pin_anchors: bool = False) -> dict[int, Lifetime]
     return out
 
 
+class _Placed:
+    """Placed roots of one subgraph by lifetime, to find those overlapping a lifetime in
+    O(log T + k) (T: program length, k: the answer) instead of scanning every placed root.
+
+    Two segment trees over positions: `cover` holds each lifetime at the O(log T) nodes that
+    decompose it (a point query walks one root-to-leaf path), `starts` holds it at every
+    ancestor of its start leaf (a range query of starts visits O(log T) nodes). A lifetime
+    overlaps [a, b] iff it contains a, or starts in (a, b]: the two answers are disjoint.
+    """
+
+    def __init__(self, lo: int, hi: int) -> None:
+        self.lo = lo
+        self.size = 1 << max(hi - lo, 1).bit_length()
+        self.cover: list[list[int]] = [[] for _ in range(2 * self.size)]
+        self.starts: list[list[int]] = [[] for _ in range(2 * self.size)]
+
+    def add(self, r: int, life: Lifetime) -> None:
+        a, b = life.start - self.lo + self.size, life.end - self.lo + self.size + 1
+        i = a
+        while i:
+            self.starts[i].append(r)
+            i >>= 1
+        while a < b:
+            if a & 1:
+                self.cover[a].append(r)
+                a += 1
+            if b & 1:
+                b -= 1
+                self.cover[b].append(r)
+            a >>= 1
+            b >>= 1
+
+    def overlapping(self, life: Lifetime) -> list[int]:
+        out: list[int] = []
+        i = life.start - self.lo + self.size
+        while i:
+            out += self.cover[i]
+            i >>= 1
+        a, b = life.start - self.lo + self.size + 1, life.end - self.lo + self.size + 1
+        while a < b:
+            if a & 1:
+                out += self.starts[a]
+                a += 1
+            if b & 1:
+                b -= 1
+                out += self.starts[b]
+            a >>= 1
+            b >>= 1
+        return out
+
+
 def place(sizes: dict[int, int], lives: dict[int, Lifetime]) -> tuple[dict[int, int], int]:
     """Offsets for roots of the given sizes (bytes) and the arena size (multiple of 64)."""
     offsets: dict[int, int] = {}
+    bounds: dict[int, tuple[int, int]] = {}
+    for life in lives.values():
+        if not life.unused and life.subgraph != NO_INDEX:
+            lo, hi = bounds.get(life.subgraph, (life.start, life.end))
+            bounds[life.subgraph] = (min(lo, life.start), max(hi, life.end))
+    by_subgraph = {g: _Placed(lo, hi) for g, (lo, hi) in bounds.items()}
+    everywhere: list[int] = []  # placed NO_INDEX roots: they overlap every used root
+    used: list[int] = []  # every placed used root (what a NO_INDEX root overlaps)
     order = sorted(sizes, key=lambda r: (-sizes[r], lives[r].start, r))
     for r in order:
         size = align(max(sizes[r], 1))
-        busy = sorted(
-            (offsets[p], offsets[p] + align(max(sizes[p], 1)))
-            for p in offsets
-            if lives[p].overlaps(lives[r])
-        )
+        life = lives[r]
+        if life.unused:
+            others: list[int] = []
+        elif life.subgraph == NO_INDEX:
+            others = used
+        else:
+            others = everywhere + by_subgraph[life.subgraph].overlapping(life)
+        busy = sorted((offsets[p], offsets[p] + align(max(sizes[p], 1))) for p in others)
         at = 0
         for lo, hi in busy:
             if at + size <= lo:
                 break
             at = max(at, hi)
         offsets[r] = at
+        if not life.unused:
+            used.append(r)
+            if life.subgraph == NO_INDEX:
+                everywhere.append(r)
+            else:
+                by_subgraph[life.subgraph].add(r, life)
     arena = max((offsets[r] + align(max(sizes[r], 1)) for r in offsets), default=0)
     return offsets, align(arena)
 

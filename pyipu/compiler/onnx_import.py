@@ -16,62 +16,11 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper, shape_inference
 
-from pyipu.compiler.errors import CompileError, ShapeError, UnsupportedError, node_label
+from pyipu.compiler.errors import CompileError, ShapeError, UnsupportedError
+from pyipu.compiler.folding import GENERATORS, check_generated_size, fold_node, foldable
+from pyipu.compiler.serialize import MAGIC
 
 ModelLike: TypeAlias = bytes | str | os.PathLike | onnx.ModelProto
-
-# Ops whose result is not a function of their inputs: never folded.
-_NONDETERMINISTIC = {
-    "RandomNormal",
-    "RandomUniform",
-    "RandomNormalLike",
-    "RandomUniformLike",
-    "Multinomial",
-    "Bernoulli",
-}
-
-
-def outer_refs(node: onnx.NodeProto) -> list[str]:
-    """Names the node's bodies (If/Loop/Scan) read from the enclosing scope."""
-    refs: list[str] = []
-
-    def walk(g: onnx.GraphProto, bound: set[str]) -> None:
-        bound = bound | {i.name for i in g.input} | {i.name for i in g.initializer}
-        for sub in g.node:
-            refs.extend(i for i in sub.input if i and i not in bound and i not in refs)
-            for a in sub.attribute:
-                for body in [a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs:
-                    walk(body, bound)
-            bound |= {o for o in sub.output if o}
-
-    for a in node.attribute:
-        for body in [a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs:
-            walk(body, set())
-    return refs
-
-
-def foldable(node: onnx.NodeProto, constants: Mapping[str, np.ndarray]) -> bool:
-    """Whether every value the node reads, its bodies' outer references included, is known."""
-    names = [*node.input, *outer_refs(node)]
-    return all(not n or n in constants for n in names) and is_deterministic(node)
-
-
-def fold_node(
-    node: onnx.NodeProto, constants: Mapping[str, np.ndarray], model: onnx.ModelProto, opset: int
-) -> list[np.ndarray]:
-    """Evaluate a foldable node (errors name the node)."""
-    names = [*node.input, *outer_refs(node)]
-    try:
-        return _run_node(node, names, [constants.get(n) for n in names], model, opset)
-    except Exception as e:
-        raise CompileError(
-            f"constant folding of {node_label(node.name, node.op_type, opset)} failed: {e}"
-        ) from e
-
-
-def is_deterministic(node: onnx.NodeProto) -> bool:
-    """Whether the node may be computed at compile time when its inputs are known."""
-    return node.op_type not in _NONDETERMINISTIC and node.domain in ("", "ai.onnx")
 
 
 @dataclass(frozen=True)
@@ -93,6 +42,8 @@ class ImportedGraph:
     initializer_names: set[str]
     declared: dict[str, tuple[int, tuple[int, ...] | None]] = field(default_factory=dict)
     graph_outputs: list[str] = field(default_factory=list)
+    # value name -> (element size in bytes, static shape) where shape inference found one
+    inferred: dict[str, tuple[int, tuple[int, ...]]] = field(default_factory=dict)
 
 
 def load_model(model: ModelLike) -> onnx.ModelProto:
@@ -100,17 +51,35 @@ def load_model(model: ModelLike) -> onnx.ModelProto:
     if isinstance(model, onnx.ModelProto):
         return model
     if isinstance(model, (bytes, bytearray, memoryview)):
+        data = bytes(model)
+        _not_popef(data[: len(MAGIC)], "model bytes")
         try:
-            return onnx.load_from_string(bytes(model))
+            return onnx.load_from_string(data)
         except Exception as e:  # protobuf raises DecodeError, a plain Exception subclass
             raise CompileError(f"model bytes are not a valid ONNX ModelProto: {e}") from e
     if isinstance(model, (str, os.PathLike)):
-        if not os.path.exists(model):
-            raise CompileError(f"ONNX model file {os.fspath(model)!r} does not exist")
-        return onnx.load(os.fspath(model))
+        path = os.fspath(model)
+        if not os.path.exists(path):
+            raise CompileError(f"ONNX model file {path!r} does not exist")
+        try:
+            with open(path, "rb") as f:
+                _not_popef(f.read(len(MAGIC)), f"file {path!r}")
+            return onnx.load(path)
+        except CompileError:
+            raise
+        except Exception as e:  # DecodeError (truncated, not ONNX), OSError, bad external data
+            raise CompileError(f"file {path!r} is not a readable ONNX model: {e}") from e
     raise CompileError(
         f"model must be ONNX bytes, a file name or an onnx.ModelProto, got {type(model).__name__}"
     )
+
+
+def _not_popef(head: bytes, what: str) -> None:
+    if head == MAGIC:
+        raise CompileError(
+            f"{what}: a compiled PopEF executable, not an ONNX model; run it with "
+            "pyipu.runtime.Runner or load it with pyipu.compiler.Executable.open"
+        )
 
 
 def _dims(vi: onnx.ValueInfoProto) -> list[int | str | None]:
@@ -168,8 +137,50 @@ def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
 def _default_opset(model: onnx.ModelProto) -> int:
     for o in model.opset_import:
         if o.domain in ("", "ai.onnx"):
+            newest = onnx.defs.onnx_opset_version()
+            if not 1 <= o.version <= newest:
+                raise UnsupportedError(
+                    f"the model imports ai.onnx opset {o.version}; pyipu supports 1..{newest}"
+                )
             return int(o.version)
     raise CompileError("the model imports no default-domain ('ai.onnx') opset")
+
+
+def _inferred_sizes(graph: onnx.GraphProto) -> dict[str, tuple[int, tuple[int, ...]]]:
+    """Element size and static shape of every value shape inference fully determined."""
+    out: dict[str, tuple[int, tuple[int, ...]]] = {}
+    itemsizes: dict[int, int] = {}  # the onnx helper is slow: once per element type
+    for vi in (*graph.value_info, *graph.output):
+        t = vi.type.tensor_type
+        if not vi.type.HasField("tensor_type") or not t.HasField("shape"):
+            continue
+        dims = _dims(vi)
+        if not all(isinstance(d, int) and d > 0 for d in dims):
+            continue
+        if t.elem_type not in itemsizes:
+            try:
+                itemsizes[t.elem_type] = helper.tensor_dtype_to_np_dtype(t.elem_type).itemsize
+            except (KeyError, TypeError, ValueError):
+                itemsizes[t.elem_type] = 0
+        if itemsizes[t.elem_type]:
+            out[vi.name] = (itemsizes[t.elem_type], tuple(dims))  # type: ignore[arg-type]
+    return out
+
+
+def _check_generated_sizes(graph: onnx.GraphProto, opset: int) -> None:
+    """Range and the other ops whose output size is an input value, checked before ONNX shape
+    inference, which materialises a constant Range's values (data propagation)."""
+    known: dict[str, np.ndarray] = {}
+    inits: dict[str, onnx.TensorProto] = {}
+    for node in graph.node:
+        if node.op_type == "Constant" and len(node.output) == 1:
+            value = [a for a in node.attribute if a.name == "value" and a.HasField("t")]
+            if value:
+                known[node.output[0]] = _initializer(value[0].t)
+        elif node.op_type in GENERATORS and node.domain in ("", "ai.onnx"):
+            inits = inits or {i.name: i for i in graph.initializer}
+            known.update((n, _initializer(inits[n])) for n in node.input if n in inits)
+            check_generated_size(node, known, opset)
 
 
 def _static_input(vi: onnx.ValueInfoProto) -> ValueSpec:
@@ -190,41 +201,14 @@ def _static_input(vi: onnx.ValueInfoProto) -> ValueSpec:
     return ValueSpec(vi.name, int(t.elem_type), tuple(int(d) for d in dims))  # type: ignore[arg-type]
 
 
-def _run_node(
-    node: onnx.NodeProto,
-    names: Sequence[str],
-    inputs: Sequence[np.ndarray | None],
-    model: onnx.ModelProto,
-    opset: int,
-) -> list[np.ndarray]:
-    """Run one node with onnx.reference on a one-node model: robust for any standard op."""
-    from onnx.reference import ReferenceEvaluator
-
-    feeds = {n: a for n, a in zip(names, inputs, strict=True) if n and a is not None}
-    graph = helper.make_graph(
-        [node],
-        "fold",
-        [
-            helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
-            for n, a in feeds.items()
-        ],
-        [helper.make_empty_tensor_value_info(o) for o in node.output if o],
-    )
-    imports = [o for o in model.opset_import if o.domain not in ("", "ai.onnx")]
-    imports.append(helper.make_opsetid("", opset))  # a function body's node has its own
-    one = helper.make_model(graph, opset_imports=imports, ir_version=model.ir_version)
-    one.functions.extend(model.functions)
-    results = ReferenceEvaluator(one).run(None, feeds)
-    return [np.asarray(r) for r in results]
-
-
 def fold_constants(
     nodes: Sequence[onnx.NodeProto],
     constants: dict[str, np.ndarray],
     model: onnx.ModelProto,
     opset: int,
 ) -> list[onnx.NodeProto]:
-    """Evaluate every node whose inputs are all known; returns the nodes left to compute.
+    """Evaluate every node whose inputs are all known (folding.py); returns the nodes left to
+    compute.
 
     `constants` gains the folded values. Nodes are assumed topologically sorted (ONNX requires it).
     """
@@ -234,6 +218,9 @@ def fold_constants(
             remaining.append(node)
             continue
         results = fold_node(node, constants, model, opset)
+        if results is None:
+            remaining.append(node)
+            continue
         for name, value in zip([o for o in node.output if o], results, strict=True):
             constants[name] = value
     return remaining
@@ -255,8 +242,8 @@ MAX_ANCHOR_NAME = 1024  # bytes, ipu_executable.h
 
 
 def _check_names(graph: onnx.GraphProto) -> None:
-    """Protobuf hands out a string field that is not valid UTF-8 as bytes: reject it here, and
-    names that cannot be anchor names."""
+    """Protobuf hands out a string field that is not valid UTF-8 as bytes: reject it here,
+    values written twice, and names that cannot be anchor names."""
     for node in graph.node:
         fields = [node.op_type, node.domain, node.name, *node.input, *node.output]
         fields += [a.name for a in node.attribute]
@@ -265,6 +252,16 @@ def _check_names(graph: onnx.GraphProto) -> None:
     for vi in (*graph.input, *graph.output, *graph.initializer):
         if not isinstance(vi.name, str):
             raise CompileError("a graph input, output or initializer name is not valid UTF-8")
+    defined = {vi.name for vi in (*graph.input, *graph.initializer)}
+    for node in graph.node:  # ONNX graphs are SSA: a second writer would silently win
+        for o in node.output:
+            if o in defined:
+                raise CompileError(
+                    f"node {node.name!r} ({node.op_type}) writes {o!r}, which is already a graph "
+                    "input, initializer or another node's output"
+                )
+            if o:
+                defined.add(o)
     for vi in (*graph.input, *graph.output):  # they become anchors (docs/popef.md)
         if not 1 <= len(vi.name.encode()) <= MAX_ANCHOR_NAME:
             raise CompileError(
@@ -280,6 +277,7 @@ def import_model(
     if input_shapes:
         proto = set_input_shapes(proto, input_shapes)
     opset = _default_opset(proto)
+    _check_generated_sizes(proto.graph, opset)
     inferred = infer_shapes(proto)
     graph = inferred.graph
     if len(graph.sparse_initializer):
@@ -306,6 +304,7 @@ def import_model(
         initializer_names={init.name for init in graph.initializer},
         declared=declared,
         graph_outputs=[o.name for o in graph.output],
+        inferred=_inferred_sizes(graph),
     )
 
 

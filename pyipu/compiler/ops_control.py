@@ -89,6 +89,11 @@ def _spec(n: Node, v: Value) -> tuple[DType, tuple[int, ...]]:
 def If(n: Node) -> None:  # noqa: N802
     then_g, else_g = n.attr("then_branch"), n.attr("else_branch")
     name = n.outputs[0] or n.op_type
+    if not len(then_g.output) == len(else_g.output) == len(n.outputs):
+        n.fail(
+            f"then_branch has {len(then_g.output)} outputs, else_branch {len(else_g.output)}, "
+            f"the node {len(n.outputs)}: they must be equal"
+        )
     if n.inputs[0] in n.low.constants:
         cond = bool(np.asarray(n.low.constants[n.inputs[0]]).reshape(-1)[0])
         outs = inline_body(n, then_g if cond else else_g, [], f"{name}:{cond}:")

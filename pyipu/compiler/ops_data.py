@@ -219,6 +219,7 @@ def _pad_maps(
     maps = [np.arange(d) for d in src]
     for k, a in enumerate(ax):
         b, e = pads[k], pads[len(ax) + k]
+        n.check_table(src[a] + max(b, 0) + max(e, 0), f"pads {pads}")
         keep = maps[a][max(-b, 0) : src[a] - max(-e, 0)]  # negative pads crop first
         if keep.size == 0:
             n.fail(f"pads {pads} leave nothing of axis {a}")
@@ -240,6 +241,7 @@ def CenterCropPad(n: Node) -> None:  # noqa: N802
     if len(shape) != len(ax):
         n.shape_error(f"shape {shape} must have {len(ax)} values")
     maps = [np.arange(d) for d in src]
+    n.check_table(sum(abs(w) for w in shape), f"shape {shape}")
     for a, want in zip(ax, shape, strict=True):
         dim = src[a]
         if want < dim:
@@ -260,6 +262,7 @@ def Tile(n: Node) -> None:  # noqa: N802
     reps = n.const_ints(1, "repeats")
     if len(reps) != len(src) or min(reps, default=0) < 0:
         n.shape_error(f"repeats {reps} must be {len(src)} non-negative values")
+    n.check_table(sum(d * r for d, r in zip(src, reps, strict=True)), f"repeats {reps}")
     reindex(
         n, n.input(0), src, [np.tile(np.arange(d), r) for d, r in zip(src, reps, strict=True)], dt
     )
@@ -423,6 +426,8 @@ def _resize_plan(
     if roi is not None:
         if len(roi) != 2 * len(axes):
             n.shape_error(f"roi has {len(roi)} values, expected {2 * len(axes)}")
+        if not all(map(math.isfinite, roi)):
+            n.shape_error(f"roi {roi} must be finite")
         full = [0.0] * r + [1.0] * r
         for i, a in enumerate(axes):
             full[a], full[r + a] = roi[i], roi[len(axes) + i]
@@ -443,8 +448,8 @@ def _resize_plan(
         return scale, out, roi
     full_s = [1.0] * r
     for i, a in enumerate(axes):
-        if scales[i] <= 0:
-            n.shape_error(f"scales {scales.tolist()} must be positive")
+        if not 0 < scales[i] < math.inf:  # also rejects NaN
+            n.shape_error(f"scales {scales.tolist()} must be positive and finite")
         full_s[a] = float(scales[i])
     out = [int(float(np.float64(full_s[i]) * src[i])) for i in range(r)]
     return full_s, out, roi

@@ -178,6 +178,7 @@ def OneHot(n: Node) -> None:  # noqa: N802
     if n.shape(2) != (2,):
         n.shape_error(f"values shape {list(n.shape(2))} must be [2] (off, on)")
     src = n.shape(0)
+    n.check_table(depth * math.prod(src), f"depth {depth}")
     axis = n.axis(int(n.attr("axis", -1)), len(src) + 1)
     idx = n.input(0)
     idt = n.dtype(0)
@@ -231,6 +232,7 @@ def Trilu(n: Node) -> None:  # noqa: N802
     if n.has_input(1):
         k = n.const_int(1, "k")
     rows, cols = src[-2:]
+    n.check_table(rows * cols, f"shape {list(src)}")
     diff = np.arange(cols)[None, :] - np.arange(rows)[:, None]  # column - row
     mask = diff >= k if int(n.attr("upper", 1)) else diff <= k
     if mask.all():
@@ -246,6 +248,7 @@ def EyeLike(n: Node) -> None:  # noqa: N802 - depends on the input's shape only
     src = n.shape(0)
     if len(src) != 2:
         n.shape_error(f"input {list(src)} must be 2-D")
+    n.check_table(src[0] * src[1], f"shape {list(src)}")
     to = n.attr("dtype")
     try:
         dt = DType(int(to)) if to is not None else n.dtype(0)

@@ -52,6 +52,7 @@ def DFT(n: Node) -> None:  # noqa: N802
     if size < 1:
         n.shape_error(f"dft_length {size} must be positive")
     k_out = size // 2 + 1 if onesided else size
+    n.check_table(length * comps * k_out * 2, f"dft_length {size}")
     # signal axis next to the components: x -> [rest..., length, comps] -> [B, length·comps]
     rest = [d for i, d in enumerate(src[:-1]) if i != axis]
     perm = [i for i in range(len(src) - 1) if i != axis] + [axis, len(src) - 1]

@@ -2,8 +2,8 @@
 the runtime inputs.
 
 constant_folding evaluates every deterministic node whose inputs are all constants (the same
-`fold_node` the compiler uses) and stores the results as initializers; a result larger than
-`max_tensor_size` bytes (-1: no limit) is not materialised, its node stays. Nodes producing graph
+`fold_node` the compiler uses) and stores the results as initializers; a node it cannot fold,
+or whose result is larger than `max_tensor_size` bytes (-1: no limit), stays. Nodes producing graph
 outputs stay too. const_input_shape replaces Shape/Size of values whose shape is static by
 constants, which constant_folding can then propagate.
 """
@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 from onnx import NodeProto, helper, numpy_helper
 
-from pyipu.compiler.onnx_import import fold_node, foldable
+from pyipu.compiler.folding import fold_node, foldable
 from pyipu.passes.base import Pass, register
 from pyipu.passes.graph import (
     LazyArrays,
@@ -46,7 +46,9 @@ class ConstantFolding(Pass):
                 kept.append(node)
                 continue
             values = fold_node(node, constants, onnx_model, opset)
-            if self.max_tensor_size >= 0 and any(v.nbytes > self.max_tensor_size for v in values):
+            if values is None or (
+                self.max_tensor_size >= 0 and any(v.nbytes > self.max_tensor_size for v in values)
+            ):
                 kept.append(node)
                 continue
             for name, value in zip(outs, values, strict=True):

@@ -8,7 +8,8 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, GraphProto, NodeProto, TensorProto, helper, numpy_helper
 
-from pyipu.compiler.onnx_import import infer_shapes, outer_refs
+from pyipu.compiler.folding import outer_refs
+from pyipu.compiler.onnx_import import infer_shapes
 
 
 def subgraphs(node: NodeProto) -> Iterator[GraphProto]:

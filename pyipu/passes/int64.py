@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 from onnx import NodeProto, TensorProto, defs, helper, numpy_helper
 
-from pyipu.compiler.onnx_import import outer_refs
+from pyipu.compiler.folding import outer_refs
 from pyipu.passes.base import Pass, register
 from pyipu.passes.errors import Int64OverflowError
 from pyipu.passes.graph import (

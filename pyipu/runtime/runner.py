@@ -16,6 +16,7 @@ from pyipu import _config, _core
 from pyipu.enums import DType
 from pyipu.errors import (
     ClosedError,
+    CorruptFileError,
     InvalidArgumentError,
     InvalidStateError,
     NotFoundError,
@@ -40,6 +41,40 @@ def _close_all() -> None:
 def load_executable(popef: Any) -> _core.Executable:
     """A verified executable from a path, PopEF bytes or a compiler Executable (whose own one
     is shared: it was verified and its weights packed once)."""
+    try:
+        return _load_executable(popef)
+    except CorruptFileError as e:
+        if not _is_onnx(popef):
+            raise
+        what = f"{os.fspath(popef)!r}" if isinstance(popef, (str, os.PathLike)) else "the bytes"
+        raise CorruptFileError(
+            f"{what} is an ONNX model, not a PopEF executable: compile it first "
+            "(pyipu.compiler.Compiler.compile_and_export, or the pyipu command)",
+            type=e.type,
+        ) from e
+
+
+def _is_onnx(source: Any) -> bool:
+    """Whether a file or bytes that are not a PopEF parse as an ONNX model with a graph."""
+    import onnx
+
+    try:
+        if isinstance(source, (str, os.PathLike)):
+            with open(source, "rb") as f:
+                data = f.read(_ONNX_SNIFF_BYTES + 1)
+        else:
+            data = bytes(source)
+        if not data.startswith(b"\x08") or len(data) > _ONNX_SNIFF_BYTES:
+            return data.startswith(b"\x08") and str(source).endswith(".onnx")
+        return onnx.ModelProto.FromString(data).HasField("graph")
+    except Exception:  # unreadable or not protobuf: not an ONNX model
+        return False
+
+
+_ONNX_SNIFF_BYTES = 1 << 28  # larger files are judged by their first byte and name
+
+
+def _load_executable(popef: Any) -> _core.Executable:
     if isinstance(popef, (str, os.PathLike)):
         return _core.Executable(_core.Container.open(popef))
     if hasattr(popef, "native"):

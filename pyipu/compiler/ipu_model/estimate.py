@@ -62,7 +62,11 @@ CHUNK = 256  # timeline positions materialised at once (bounds memory for long p
 
 class _Rects:
     """Rectangles (positions lo..hi inclusive × global tiles a..b-1, value) summed with a 2-D
-    difference array: one np.add.at for any number of tensors."""
+    difference array: one np.add.at for any number of tensors.
+
+    Tiles are summed in column groups: between two consecutive rectangle edges every tile holds
+    the same bytes, so the work is positions × edges rather than positions × tiles.
+    """
 
     def __init__(self) -> None:
         self.rows: list[tuple[int, int, int, int, int]] = []
@@ -70,29 +74,41 @@ class _Rects:
     def add(self, lo: int, hi: int, runs: list[tuple[int, int, int]]) -> None:
         self.rows.extend((lo, hi, a, b, v) for a, b, v in runs)
 
-    def chunks(self, positions: int, tiles: int) -> Iterator[np.ndarray]:
-        """The summed bytes [position, tile], CHUNK positions at a time."""
-        rows = np.array(self.rows, np.int64).reshape(-1, 5)
-        lo, hi, a, b, v = rows.T
+    def _array(self) -> np.ndarray:
+        return np.array(self.rows, np.int64).reshape(-1, 5)
+
+    def edges(self) -> np.ndarray:
+        """The tiles where some rectangle starts or ends."""
+        return np.unique(self._array()[:, 2:4])
+
+    def chunks(self, positions: int, cols: np.ndarray) -> Iterator[np.ndarray]:
+        """The summed bytes [position, group], CHUNK positions at a time; group j is tiles
+        cols[j]..cols[j+1]-1 (`cols`: sorted, with 0, the tile count and every edge)."""
+        lo, hi, a, b, v = self._array().T
         r = np.concatenate([lo, lo, hi + 1, hi + 1])
         order = np.argsort(r, kind="stable")
         r = r[order]
-        c = np.concatenate([a, b, a, b])[order]
+        c = np.searchsorted(cols, np.concatenate([a, b, a, b]))[order]
         val = np.concatenate([v, -v, -v, v])[order]
-        carry = np.zeros(tiles + 1, np.int64)
+        carry = np.zeros(cols.size, np.int64)
         for r0 in range(0, positions, CHUNK):
             r1 = min(r0 + CHUNK, positions)
             i0, i1 = np.searchsorted(r, [r0, r1])
-            d = np.zeros((r1 - r0, tiles + 1), np.int64)
+            d = np.zeros((r1 - r0, cols.size), np.int64)
             np.add.at(d, (r[i0:i1] - r0, c[i0:i1]), val[i0:i1])
             d[0] += carry
             d = d.cumsum(0)
             carry = d[-1].copy()
-            yield d.cumsum(1)[:, :tiles]
+            yield d.cumsum(1)[:, : cols.size - 1]
 
     def static(self, tiles: int) -> np.ndarray:
-        """The sum of rectangles that all sit at position 0."""
-        return next(self.chunks(1, tiles))[0]
+        """The sum, per tile, of rectangles that all sit at position 0."""
+        cols = _columns(tiles, self.edges())
+        return np.repeat(next(self.chunks(1, cols))[0], np.diff(cols))
+
+
+def _columns(tiles: int, *edges: np.ndarray) -> np.ndarray:
+    return np.unique(np.concatenate([np.array([0, tiles], np.int64), *edges]))
 
 
 def _timeline(
@@ -117,16 +133,25 @@ def _keep_peak(
     live: dict[str, _Rects], positions: int, peak: np.ndarray, dyn: dict[str, np.ndarray]
 ) -> None:
     """Raise `peak` (per tile) to this timeline's peak, recording the categories there."""
-    cols = np.arange(peak.size)
-    gens = [live[k].chunks(positions, peak.size) for k in _DYNAMIC]
+    cols = _columns(peak.size, *(live[k].edges() for k in _DYNAMIC))
+    groups = np.arange(cols.size - 1)
+    best = np.full(groups.size, -1, np.int64)  # per column group, over the timeline
+    parts_at = {k: np.zeros(groups.size, np.int64) for k in _DYNAMIC}
+    gens = [live[k].chunks(positions, cols) for k in _DYNAMIC]
     for parts in zip(*gens, strict=True):
         total = sum(parts)
         at = total.argmax(0)
-        best = total[at, cols]
-        better = best > peak
-        peak[better] = best[better]
+        here = total[at, groups]
+        better = here > best
+        best[better] = here[better]
         for k, arr in zip(_DYNAMIC, parts, strict=True):
-            dyn[k][better] = arr[at, cols][better]
+            parts_at[k][better] = arr[at, groups][better]
+    width = np.diff(cols)
+    tile_best = np.repeat(best, width)
+    better = tile_best > peak
+    peak[better] = tile_best[better]
+    for k in _DYNAMIC:
+        dyn[k][better] = np.repeat(parts_at[k], width)[better]
 
 
 def _host_bytes(ir: ModelIR, anchors: tuple[int, ...]) -> int:
