@@ -566,9 +566,13 @@ typedef void (*ipu__inner_fn)(const void *a, int64_t sa, const void *b, int64_t 
 void ipu__bcast_run(const ipu__bcast_plan *p, const void *a, const void *b, void *y, uint64_t lo,
                     uint64_t hi, ipu__inner_fn fn);
 
-/* eltwise.c: bulk fp16 <-> fp32 conversion (F16C when available). */
+/* f16cvt.c: bulk fp16 <-> fp32 conversion, exact (round to nearest even), AVX-512F, F16C or
+ * portable. Every float16 kernel converts through these, a block of elements at a time. */
 void ipu__cvt_f16_to_f32(const uint16_t *src, float *dst, size_t n);
 void ipu__cvt_f32_to_f16(const float *src, uint16_t *dst, size_t n);
+/* Tests and benchmarks: force the conversion level (isa.h numbering: 1 portable, 2 F16C, 3
+ * AVX-512F; 0 or one the CPU lacks = automatic). Returns the level now in use. */
+int ipu__f16_set_isa(int isa);
 
 #include "elt_types.h" /* integer dtypes of the element-wise kernels */
 
