@@ -20,6 +20,32 @@
 #include "conv_shared.h"
 
 
+/* d[t] = xr[iw + t * sw] for t < n, 0 outside [0, W): the row's span converted in blocks by
+ * the bulk conversion, then gathered (a half at a time would cost a scalar conversion each). */
+static void im2col_run_f16(const uint16_t *xr, int64_t W, int64_t iw, int64_t sw, int64_t n,
+                           float *d) {
+    enum { SPAN = 512 };
+    float buf[SPAN];
+    int64_t lo = iw >= 0 ? 0 : (-iw + sw - 1) / sw;    /* first tap inside the row */
+    int64_t hi = iw >= W ? 0 : (W - iw + sw - 1) / sw; /* past the last one */
+    if (lo > n) lo = n;
+    if (hi > n) hi = n;
+    if (hi < lo) hi = lo;
+    for (int64_t t = 0; t < lo; t++) d[t] = 0.0f;
+    for (int64_t t = hi; t < n; t++) d[t] = 0.0f;
+    for (int64_t t0 = lo; t0 < hi;) { /* taps [t0, t1) read columns within one SPAN block */
+        int64_t c0 = iw + t0 * sw, t1 = t0 + (SPAN - 1) / sw + 1;
+        if (t1 > hi) t1 = hi;
+        int64_t span = (t1 - 1 - t0) * sw + 1;
+        ipu__cvt_f16_to_f32(xr + c0, buf, (size_t)span);
+        if (sw == 1)
+            memcpy(d + t0, buf, sizeof(float) * (size_t)span);
+        else
+            for (int64_t t = t0; t < t1; t++) d[t] = buf[(t - t0) * sw];
+        t0 = t1;
+    }
+}
+
 /* col[kk][j] = x(patch row k0 + kk, output pixel p0 + j) of the image plane block at xoff. */
 static void im2col(const ipu__conv_plan *p, const void *x, int64_t xoff, int64_t k0, int64_t kc,
                    int64_t p0, int64_t np, float *col) {
@@ -37,8 +63,11 @@ static void im2col(const ipu__conv_plan *p, const void *x, int64_t xoff, int64_t
                 memset(dst + j, 0, sizeof(float) * (size_t)n);
             } else {
                 int64_t row = base + ih * p->W, iw = ow * p->sw - p->pl + kw * p->dw;
-                for (int64_t t = 0; t < n; t++, iw += p->sw)
-                    dst[j + t] = (iw >= 0 && iw < p->W) ? ipu__ld_f32(x, p->f16, row + iw) : 0.0f;
+                if (p->f16)
+                    im2col_run_f16((const uint16_t *)x + row, p->W, iw, p->sw, n, dst + j);
+                else
+                    for (int64_t t = 0; t < n; t++, iw += p->sw)
+                        dst[j + t] = (iw >= 0 && iw < p->W) ? ((const float *)x)[row + iw] : 0.0f;
             }
             j += n;
             ow = 0;

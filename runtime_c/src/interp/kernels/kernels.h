@@ -57,13 +57,13 @@ typedef struct ipu__affine_plan {
 } ipu__affine_plan;
 
 /* MATMUL and GEMM. `path` (chosen by ipu__mm_plan_blocks from the shapes and dtype):
- * - IPU__MM_ROWS (float16, integers): work item = (batch, block of IPU__MM_MB rows);
- * - IPU__MM_PACKED (float32): work item = (batch, block of nb columns, block of mb rows), rows
+ * - IPU__MM_ROWS (integers): work item = (batch, block of IPU__MM_MB rows);
+ * - IPU__MM_PACKED (float32, float16): work item = (batch, block of nb columns, block of mb rows), rows
  *   fastest, so that a worker's contiguous range of items shares its blocks of packed B;
  * - IPU__MM_GEMV (float32, M <= IPU__GEMV_MAX_M): work item = (batch, block of nb columns), B
  *   streamed once in its own layout.
- * A float32 B stored in the executable (TENSOR_DATA) on the PACKED path is packed once by the
- * verifier (ipu__mm_pack_b, inside this allocation), used while B is still that tensor. */
+ * A B stored in the executable (TENSOR_DATA) on the PACKED path is packed once by the verifier
+ * (ipu__mm_pack_b; float16 converted to float32 there), used while B is still that tensor. */
 enum { IPU__MM_ROWS = 0, IPU__MM_PACKED = 1, IPU__MM_GEMV = 2 };
 #define IPU__GEMV_MAX_M ((int64_t)4)
 typedef struct ipu__mm_plan {
@@ -92,10 +92,10 @@ typedef struct ipu__mm_plan {
 void ipu__mm_plan_blocks(ipu__mm_plan *p);
 /* matmul.c: float32 B packing for a PACKED plan: floats needed for `nmat` matrices of B for
  * micro-kernels of width nr (0 when the plan does not use packed B), and the packing itself
- * (b: B's elements, row-major matrices of B's own shape [.., K, N], or [N, K] with transB). The
+ * (b: B's elements, of the plan's dtype, row-major matrices of B's own shape [.., K, N], or [N, K] with transB). The
  * prepacked-weights hook can fill a buffer of that size and point `packed` at it. */
 size_t ipu__mm_packed_floats(const ipu__mm_plan *p, uint64_t nmat, int nr);
-void ipu__mm_pack_b(const ipu__mm_plan *p, const float *b, uint64_t nmat, int nr, float *dst);
+void ipu__mm_pack_b(const ipu__mm_plan *p, const void *b, uint64_t nmat, int nr, float *dst);
 
 /* COPY (bytes) and CAST (elements). */
 typedef struct ipu__flat_plan {

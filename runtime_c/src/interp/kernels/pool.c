@@ -586,6 +586,21 @@ static void item_range(const ipu__pool_plan *p, size_t it, int64_t *p0, int64_t 
     *oh1 = *oh0 + p->rows < p->OH ? *oh0 + p->rows : p->OH;
 }
 
+/* Float16: the input rows [ih0, ih1) of a plane (xp) that output rows [oh0, oh1) read converted
+ * into st in one bulk conversion, so that pool_row runs its float32 taps on them; *xoff becomes
+ * the offset pool_row adds to reach them (-ih0 * W). False if they do not fit cap floats. */
+static bool stage_f16(const ipu__pool_plan *p, const uint16_t *xp, int64_t oh0, int64_t oh1,
+                      float *st, int64_t cap, int64_t *xoff) {
+    int64_t ih0 = oh0 * p->sh - p->pt, ih1 = (oh1 - 1) * p->sh - p->pt + (p->KH - 1) * p->dh + 1;
+    if (ih0 < 0) ih0 = 0;
+    if (ih1 > p->H) ih1 = p->H;
+    if (ih1 < ih0) ih1 = ih0;
+    if ((ih1 - ih0) * p->W > cap) return false;
+    ipu__cvt_f16_to_f32(xp + ih0 * p->W, st, (size_t)((ih1 - ih0) * p->W));
+    *xoff = -ih0 * p->W;
+    return true;
+}
+
 ipu_status ipu__k_pool2d(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
                          void *scratch) {
     const ipu__pool_plan *p = ins->plan;
@@ -594,6 +609,11 @@ ipu_status ipu__k_pool2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
     if ((uint64_t)p->OW * 2 * sizeof(float) <= IPU__SCRATCH_BYTES) {
         float *acc = scratch, *cw = acc + p->OW;
         for (int64_t ow = 0; ow < p->OW; ow++) cw[ow] = (float)cols_inside(p, ow);
+        /* float16 rows staged as float32 after cw (the float32-only paths use that space) */
+        float *xstage = cw + p->OW;
+        int64_t cap = (int64_t)(IPU__SCRATCH_BYTES / sizeof(float)) - 2 * p->OW;
+        ipu__pool_plan p32 = *p;
+        p32.f16 = 0;
         int64_t hq, wq;
         const int64_t lim = (int64_t)1 << 24; /* keeps window_floats far from overflow */
         bool win = !p->f16 && p->sh <= 64 && p->sw <= 64 && p->OW < lim && p->rows < lim &&
@@ -657,8 +677,14 @@ ipu_status ipu__k_pool2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
                     window(p, xf, oh1 - oh0, oh0, 1, cw, yf, cw + p->OW);
                     continue;
                 }
+                const void *xs = x;
+                int64_t xoff = plane * p->H * p->W;
+                if (p->f16 && stage_f16(p, (const uint16_t *)x + xoff, oh0, oh1, xstage, cap,
+                                        &xoff)) { /* the rows the block reads, as float32 */
+                    xs = xstage;
+                }
                 for (int64_t oh = oh0; oh < oh1; oh++) {
-                    pool_row(p, x, plane * p->H * p->W, oh, acc, cw);
+                    pool_row(xs == x ? p : &p32, xs, xoff, oh, acc, cw);
                     int64_t o = (plane * p->OH + oh) * p->OW;
                     if (p->f16)
                         ipu__cvt_f32_to_f16(acc, (uint16_t *)y + o, (size_t)p->OW);
