@@ -350,8 +350,6 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
     p->P = avail / (2 * IPU__MM_MB + p->K);
     if (p->P > 512) p->P = 512;
     if (p->P < 16) p->P = 16;
-    p->KCH = avail / p->P - 2 * IPU__MM_MB;
-    if (p->KCH > p->K) p->KCH = p->K;
     p->msub = mbl;
     p->mu = IPU__MM_MB;
     if (p->direct) {
@@ -467,8 +465,8 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
     p->hdr.fn = ipu__select_kernel(ins->op, y->desc.dtype);
     /* conv.c runs a worker's consecutive channel items of a pixel block in one piece on these
      * paths (B packed, tiles transformed once) */
-    p->hdr.contiguous = !p->f16 && !p->direct && p->mblocks > 1 && (p->tpose || p->wino ||
-                                                                    !p->window);
+    p->hdr.contiguous = !p->direct && p->mblocks > 1 && (p->f16 || p->tpose || p->wino ||
+                                                         !p->window);
     ins->plan = p;
     return IPU_OK;
 }

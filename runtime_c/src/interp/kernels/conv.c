@@ -9,9 +9,9 @@
  * the epilogue (bias, residual, activation) writes y. float32 GEMM path (1x1 stride 1, or the
  * input rows of one chunk do not fit the scratch): for each tile of output pixels and each block
  * of IPU__SGEMM_KC rows of K = Cig*KH*KW, the input patches are unrolled straight into the packed
- * B panels, and the micro-kernel accumulates into y itself. float16 GEMM path: im2col into a
- * float [K, P] matrix and ipu__sgemm. Depthwise convolutions (one input and one output channel
- * per group) use a direct loop: in float32 over the window path's copied rows, one long pass
+ * B panels, and the micro-kernel accumulates into y itself. float16 GEMM path (every float16
+ * convolution but depthwise ones): the same through float32 staging (run_gemm_f16). Depthwise
+ * convolutions (one input and one output channel per group) use a direct loop: in float32 over the window path's copied rows, one long pass
  * per tap. Every output element is computed the same way whichever work item computes it, so
  * results do not depend on the split. The window path is in conv_window.c. */
 #include <stdbool.h>
@@ -336,49 +336,75 @@ static void run_tposed(const ipu__conv_plan *p, const float *x, const float *bw,
     ipu__conv_epilogue_t(p, y + yo, OHW, ct, mpad, np, m1 - m0, bias, co, res, yo);
 }
 
-static void run_gemm(const ipu__conv_plan *p, const void *x, const void *w, const void *bias,
-                     const void *res, void *y, int64_t n, int64_t g, int64_t mb, int64_t r,
-                     void *scratch) {
-    float *acc = (float *)((char *)scratch + IPU__CONV_SG_BYTES); /* [MB][P] */
-    float *tmp = acc + IPU__MM_MB * p->P;                        /* [MB][P] */
-    float *col = tmp + IPU__MM_MB * p->P;                        /* [KCH][P] */
-    int64_t m0 = mb * IPU__MM_MB, m1 = m0 + IPU__MM_MB < p->Cog ? m0 + IPU__MM_MB : p->Cog;
+/* Channel items of the float16 GEMM path whose float32 C tile fits its scratch (below). */
+#define CONV_F16_MAX_M \
+    ((int64_t)((IPU__WORKER_SCRATCH_BYTES - IPU__SCRATCH_BYTES) / sizeof(float)) / \
+         IPU__CONV_TILE - IPU__SGEMM_KC)
+
+/* float16 GEMM path: channel items [mb, mb1) (IPU__MM_MB output channels each) of group g,
+ * pixels of row block r, as the float32 GEMM path computes them but through float32 staging:
+ * per tile of output pixels and chunk of K, the patches are converted into rows of a float32
+ * matrix (im2col, or x's own rows for 1x1 convolutions) packed once into B panels for all the
+ * items' channels, the weights converted as the sgemm packs them, and the micro-kernel
+ * accumulates into a float32 C tile from which the epilogue (bias, residual, activation)
+ * stores y in half. Scratch: A and B panels in the first IPU__SCRATCH_BYTES, the patch rows and
+ * the C tile after them. */
+static void run_gemm_f16(const ipu__conv_plan *p, const uint16_t *x, const uint16_t *w,
+                         const void *bias, const void *res, uint16_t *y, int64_t n, int64_t g,
+                         int64_t mb, int64_t mb1, int64_t r, void *scratch) {
+    ipu__ukr u;
+    ipu__sgemm_ukr(&u);
+    const int mr = u.mr, nr = u.nr;
+    int64_t m0 = mb * IPU__MM_MB, m1 = mb1 * IPU__MM_MB < p->Cog ? mb1 * IPU__MM_MB : p->Cog;
     int64_t oh1 = (r + 1) * p->rows < p->OH ? (r + 1) * p->rows : p->OH;
     int64_t pix0 = r * p->rows * p->OW, pix1 = oh1 * p->OW, OHW = p->OH * p->OW;
     int64_t xoff = (n * p->C + g * p->Cig) * p->H * p->W, co0 = g * p->Cog + m0, m = m1 - m0;
-    size_t es = p->f16 ? 2 : 4;
-    for (int64_t q0 = pix0; q0 < pix1; q0 += p->P) {
-        int64_t np = pix1 - q0 < p->P ? pix1 - q0 : p->P;
-        if (p->K == 0) memset(acc, 0, sizeof(float) * (size_t)(m * np)); /* no input channels */
-        for (int64_t k0 = 0; k0 < p->K; k0 += p->KCH) {
-            int64_t kc = p->K - k0 < p->KCH ? p->K - k0 : p->KCH;
-            ipu__sgemm_args a;
-            if (p->pointwise) { /* 1x1, stride 1, no pads: x itself is the [K, H*W] matrix */
-                a.b = (const char *)x + (size_t)(xoff + k0 * OHW + q0) * es;
-                a.b_rs = OHW;
-                a.b_f16 = p->f16;
-            } else {
+    float *ap = scratch;
+    size_t ap_bytes = ((size_t)IPU__MM_MB * IPU__SGEMM_KC * sizeof(float) + 63) & ~(size_t)63;
+    float *bp = (float *)((char *)scratch + ap_bytes);
+    int64_t nt = (int64_t)((IPU__SCRATCH_BYTES - ap_bytes) / (IPU__SGEMM_KC * sizeof(float)));
+    nt = (nt < IPU__CONV_TILE ? nt : IPU__CONV_TILE) / nr * nr;
+    float *col = (float *)((char *)scratch + IPU__SCRATCH_BYTES); /* [KC][nt] */
+    float *ct = col + IPU__SGEMM_KC * nt;                           /* [MB][nt] */
+    for (int64_t q0 = pix0; q0 < pix1; q0 += nt) {
+        int64_t np = pix1 - q0 < nt ? pix1 - q0 : nt;
+        if (p->K == 0) memset(ct, 0, sizeof(float) * (size_t)(m * np)); /* no input channels */
+        for (int64_t k0 = 0; k0 < p->K; k0 += IPU__SGEMM_KC) {
+            int64_t kc = p->K - k0 < IPU__SGEMM_KC ? p->K - k0 : IPU__SGEMM_KC;
+            if (p->pointwise) /* 1x1, stride 1, no pads: x itself is the [K, H*W] matrix */
+                for (int64_t kk = 0; kk < kc; kk++)
+                    ipu__cvt_f16_to_f32(x + xoff + (k0 + kk) * OHW + q0, col + kk * np,
+                                        (size_t)np);
+            else
                 im2col(p, x, xoff, k0, kc, q0, np, col);
-                a.b = col;
-                a.b_rs = np;
-                a.b_f16 = 0;
+            ipu__conv_pack_rows(col, NULL, np, kc, np, nr, bp);
+            for (int64_t s0 = 0; s0 < m; s0 += IPU__MM_MB) { /* one sub-block of A */
+                int64_t sm = m - s0 < IPU__MM_MB ? m - s0 : IPU__MM_MB;
+                ipu__sgemm_args a;
+                memset(&a, 0, sizeof a);
+                a.m = sm;
+                a.a = w + (co0 + s0) * p->K;
+                a.a_rs = p->K;
+                a.a_cs = 1;
+                a.a_f16 = 1;
+                ipu__sgemm_pack_a(&a, k0, kc, mr, ap);
+                for (int64_t jr = 0; jr < np; jr += nr) {
+                    int64_t wd = np - jr < nr ? np - jr : nr;
+                    const float *bpan = bp + jr * kc;
+                    for (int64_t ir = 0; ir < sm; ir += mr) {
+                        int64_t h = sm - ir < mr ? sm - ir : mr;
+                        float *c = ct + (s0 + ir) * np + jr;
+                        if (h < mr || wd < nr)
+                            u.part((int)h, (int)wd, kc, ap + ir * kc, bpan, NULL, c, np, k0 > 0,
+                                   NULL);
+                        else
+                            u.fn(kc, ap + ir * kc, bpan, c, np, k0 > 0, NULL, 0);
+                    }
+                }
             }
-            a.m = m;
-            a.n = np;
-            a.k = kc;
-            a.a = (const char *)w + (size_t)(co0 * p->K + k0) * es;
-            a.a_rs = p->K;
-            a.a_cs = 1;
-            a.a_f16 = p->f16;
-            a.b_cs = 1;
-            a.c = k0 == 0 ? acc : tmp;
-            a.ldc = np;
-            ipu__sgemm(&a, scratch, IPU__CONV_SG_BYTES);
-            if (k0 > 0)
-                for (int64_t i = 0; i < m * np; i++) acc[i] += tmp[i];
         }
         for (int64_t i = 0; i < m; i++)
-            store_row(p, y, (n * p->M + co0 + i) * OHW + q0, acc + i * np, np, bias, res,
+            store_row(p, y, (n * p->M + co0 + i) * OHW + q0, ct + i * np, np, bias, res,
                       co0 + i);
     }
 }
@@ -556,8 +582,15 @@ ipu_status ipu__k_conv2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
             int64_t mb1 = channel_run(p, mb, &it, e);
             run_gemm_f32(p, x, w, apre, bias, res, y, n, g, mb, mb1, r, scratch);
         }
-        else
-            run_gemm(p, x, w, bias, res, y, n, g, mb, r, scratch);
+        else {
+            /* the following items of the same pixels, as far as their C tile fits: the
+             * patches converted and packed once for all of them */
+            int64_t mb1 = mb + 1;
+            for (; it + 1 < e && mb1 < p->mblocks && (mb1 + 1 - mb) * IPU__MM_MB <= CONV_F16_MAX_M;
+                 mb1++)
+                it++;
+            run_gemm_f16(p, x, w, bias, res, y, n, g, mb, mb1, r, scratch);
+        }
     }
     return IPU_OK;
 }

@@ -132,9 +132,10 @@ typedef struct ipu__red_plan {
  * channels); the float32 paths take all IPU__MM_MB-channel sub-blocks of a group per item (the
  * window path at most IPU__CONV_WIN_MPER) unless that leaves fewer than 8 items (for an even
  * split over workers); the small-map and Winograd paths share out their weight panels
- * (tpose_items in verify_conv.c). The float16 GEMM path
- * im2cols tiles of P output pixels x KCH rows of K = Cig*KH*KW into scratch (after the first
- * IPU__CONV_SG_BYTES, which ipu__sgemm uses); `direct`: depthwise (Cig = Cog = 1) loop. */
+ * (tpose_items in verify_conv.c). The GEMM paths' row blocks cover about P output pixels (P
+ * from K: the share of scratch left after IPU__CONV_SG_BYTES); the float16 GEMM path takes one
+ * IPU__MM_MB-channel block per item (conv.c, run_gemm_f16); `direct`: depthwise (Cig = Cog = 1)
+ * loop. */
 #define IPU__CONV_SG_BYTES ((size_t)192 << 10)
 #define IPU__CONV_TILE ((int64_t)256) /* float32 path: output pixels per packed B block */
 /* float32 window path scratch, in floats: [A chunk][C tile][B panels][xq] */
@@ -258,7 +259,7 @@ typedef struct ipu__conv_plan {
     int64_t packed_blk;
     int64_t N, C, H, W, M, OH, OW, KH, KW, G, Cig, Cog, K;
     int64_t sh, sw, dh, dw, pt, pl;
-    int64_t mblocks, rows, rblocks, P, KCH;
+    int64_t mblocks, rows, rblocks, P;
     /* IPU__MM_MB-row sub-blocks of Cog; the unit of the channel items (ipu__conv_item_channels:
      * IPU__MM_MB, or the small-map path's weight panels of packed_nr channels) */
     int64_t msub, mu;
