@@ -212,9 +212,10 @@ static int64_t wino_rows(const ipu__ukr *u, int64_t Cig, int64_t Cog, int64_t OH
  * kernels read (kernels.h, ipu__conv_plan.packed): sub-block (g, mb) of IPU__MM_MB rows at
  * (g * mbl + mb) * blk, its K chunk k0 at + mpad * k0 (ipu__sgemm_pack_a's layout). */
 typedef struct conv_pack {
-    const float *w;
+    const void *w; /* float32 weights, or float16 ones (f16: pack_conv_weights only) */
     int64_t G, Cog, K, mbl, blk;
     int mr; /* the micro-kernel's height (its width nr for pack_conv_weights_t) */
+    int f16;
 } conv_pack;
 
 static void pack_conv_weights(const void *ctx, void *out) {
@@ -225,9 +226,10 @@ static void pack_conv_weights(const void *ctx, void *out) {
             ipu__sgemm_args a = {0};
             int64_t m0 = mb * IPU__MM_MB;
             a.m = c->Cog - m0 < IPU__MM_MB ? c->Cog - m0 : IPU__MM_MB;
-            a.a = c->w + (g * c->Cog + m0) * c->K;
+            a.a = (const char *)c->w + (size_t)((g * c->Cog + m0) * c->K) * (c->f16 ? 2 : 4);
             a.a_rs = c->K;
             a.a_cs = 1;
+            a.a_f16 = c->f16;
             int64_t mpad = (a.m + c->mr - 1) / c->mr * c->mr;
             float *b = dst + (g * c->mbl + mb) * c->blk;
             for (int64_t k0 = 0; k0 < c->K; k0 += IPU__SGEMM_KC)
@@ -239,7 +241,7 @@ static void pack_conv_weights(const void *ctx, void *out) {
 /* The Winograd path's U (ipu__wino_pack_weights; one group). */
 static void pack_wino_weights(const void *ctx, void *out) {
     const conv_pack *c = ctx;
-    ipu__wino_pack_weights(c->w, c->Cog, c->K / 9, c->mr, out);
+    ipu__wino_pack_weights((const float *)c->w, c->Cog, c->K / 9, c->mr, out);
 }
 
 /* The same weights for the small-map path: per group, w transposed to [K, Cog] in B panels of
@@ -250,7 +252,7 @@ static void pack_conv_weights_t(const void *ctx, void *out) {
         ipu__sgemm_args b = {0};
         b.n = c->Cog;
         b.k = c->K;
-        b.b = c->w + g * c->Cog * c->K;
+        b.b = (const float *)c->w + g * c->Cog * c->K;
         b.b_rs = 1;
         b.b_cs = c->K;
         ipu__sgemm_pack_b_all(&b, c->mr, (float *)out + g * c->blk);
@@ -360,7 +362,9 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
         p->rows = (int64_t)ceil_div((uint64_t)p->P, (uint64_t)ow);
     }
     /* float32 weights stored in the executable: packed once, here, for the path that runs */
-    bool pack = f32 && !p->direct && w->loc == IPU_LOC_TENSOR_DATA && v->e->tensor_data;
+    /* float16 ones too, as float32, for the float16 GEMM path (the GEMM layout below) */
+    bool pack = (f32 || (p->f16 && y->numel > 0)) && !p->direct &&
+                w->loc == IPU_LOC_TENSOR_DATA && v->e->tensor_data;
     int64_t trows = 0;
     if (pack && (wrows || pw)) {
         if (pw) { /* the small-map path reads x's channel planes in place */
@@ -435,12 +439,12 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
                             : (IPU__MM_MB + u.mr - 1) / u.mr * u.mr * p->K;
     uint64_t nblk = (uint64_t)G * (uint64_t)(p->tpose || p->wino ? 1 : mbl);
     if (pack && nblk * (uint64_t)blk < ((uint64_t)1 << 32)) {
-        conv_pack cp = {(const float *)(v->e->tensor_data + w->offset), G, p->Cog, p->K, mbl,
-                        blk, tile};
+        conv_pack cp = {v->e->tensor_data + w->offset, G, p->Cog, p->K, mbl, blk, tile, p->f16};
         /* version 1 of the packing functions' bytes: bump it when they change */
         uint32_t rows_per_block = p->tpose ? 0 : (uint32_t)IPU__MM_MB;
         ipu__pack_tag tag = {p->tpose ? IPU__PACK_SGEMM_B : IPU__PACK_SGEMM_A, 1,
-                             (uint32_t)u.isa, {(uint32_t)tile, IPU__SGEMM_KC, rows_per_block, 0}};
+                             (uint32_t)u.isa,
+                             {(uint32_t)tile, IPU__SGEMM_KC, rows_per_block, (uint32_t)p->f16}};
         if (p->wino) tag = (ipu__pack_tag){IPU__PACK_WINO, 1, (uint32_t)u.isa, {(uint32_t)tile}};
         const void *dst;
         st = ipu__vpacked(v, 1, &tag, (size_t)(nblk * (uint64_t)blk) * sizeof(float),

@@ -345,16 +345,18 @@ static void run_tposed(const ipu__conv_plan *p, const float *x, const float *bw,
  * pixels of row block r, as the float32 GEMM path computes them but through float32 staging:
  * per tile of output pixels and chunk of K, the patches are converted into rows of a float32
  * matrix (im2col, or x's own rows for 1x1 convolutions) packed once into B panels for all the
- * items' channels, the weights converted as the sgemm packs them, and the micro-kernel
- * accumulates into a float32 C tile from which the epilogue (bias, residual, activation)
- * stores y in half. Scratch: A and B panels in the first IPU__SCRATCH_BYTES, the patch rows and
- * the C tile after them. */
+ * items' channels, the weights converted and packed at load (else as the sgemm packs them),
+ * and the micro-kernel accumulates into a float32 C tile from which the epilogue (bias,
+ * residual, activation) stores y in half. Scratch: A and B panels in the first
+ * IPU__SCRATCH_BYTES, the patch rows and the C tile after them. */
 static void run_gemm_f16(const ipu__conv_plan *p, const uint16_t *x, const uint16_t *w,
-                         const void *bias, const void *res, uint16_t *y, int64_t n, int64_t g,
-                         int64_t mb, int64_t mb1, int64_t r, void *scratch) {
+                         const float *apre, const void *bias, const void *res, uint16_t *y,
+                         int64_t n, int64_t g, int64_t mb, int64_t mb1, int64_t r,
+                         void *scratch) {
     ipu__ukr u;
     ipu__sgemm_ukr(&u);
     const int mr = u.mr, nr = u.nr;
+    if (apre && u.mr != p->packed_mr) apre = NULL; /* packed for another micro-kernel */
     int64_t m0 = mb * IPU__MM_MB, m1 = mb1 * IPU__MM_MB < p->Cog ? mb1 * IPU__MM_MB : p->Cog;
     int64_t oh1 = (r + 1) * p->rows < p->OH ? (r + 1) * p->rows : p->OH;
     int64_t pix0 = r * p->rows * p->OW, pix1 = oh1 * p->OW, OHW = p->OH * p->OW;
@@ -371,23 +373,34 @@ static void run_gemm_f16(const ipu__conv_plan *p, const uint16_t *x, const uint1
         if (p->K == 0) memset(ct, 0, sizeof(float) * (size_t)(m * np)); /* no input channels */
         for (int64_t k0 = 0; k0 < p->K; k0 += IPU__SGEMM_KC) {
             int64_t kc = p->K - k0 < IPU__SGEMM_KC ? p->K - k0 : IPU__SGEMM_KC;
-            if (p->pointwise) /* 1x1, stride 1, no pads: x itself is the [K, H*W] matrix */
+            if (p->pointwise) { /* 1x1, stride 1, no pads: x's rows converted into panels */
                 for (int64_t kk = 0; kk < kc; kk++)
-                    ipu__cvt_f16_to_f32(x + xoff + (k0 + kk) * OHW + q0, col + kk * np,
-                                        (size_t)np);
-            else
+                    for (int64_t jr = 0; jr < np; jr += nr) {
+                        int64_t wd = np - jr < nr ? np - jr : nr;
+                        float *d = bp + jr * kc + kk * nr;
+                        ipu__cvt_f16_to_f32(x + xoff + (k0 + kk) * OHW + q0 + jr, d, (size_t)wd);
+                        if (wd < nr) memset(d + wd, 0, sizeof(float) * (size_t)(nr - wd));
+                    }
+            } else {
                 im2col(p, x, xoff, k0, kc, q0, np, col);
-            ipu__conv_pack_rows(col, NULL, np, kc, np, nr, bp);
+                ipu__conv_pack_rows(col, NULL, np, kc, np, nr, bp);
+            }
             for (int64_t s0 = 0; s0 < m; s0 += IPU__MM_MB) { /* one sub-block of A */
                 int64_t sm = m - s0 < IPU__MM_MB ? m - s0 : IPU__MM_MB;
-                ipu__sgemm_args a;
-                memset(&a, 0, sizeof a);
-                a.m = sm;
-                a.a = w + (co0 + s0) * p->K;
-                a.a_rs = p->K;
-                a.a_cs = 1;
-                a.a_f16 = 1;
-                ipu__sgemm_pack_a(&a, k0, kc, mr, ap);
+                int64_t mpad = (sm + mr - 1) / mr * mr, sub = (m0 + s0) / IPU__MM_MB;
+                const float *ak = ap;
+                if (apre) { /* converted and packed at load */
+                    ak = apre + (g * p->msub + sub) * p->packed_blk + mpad * k0;
+                } else {
+                    ipu__sgemm_args a;
+                    memset(&a, 0, sizeof a);
+                    a.m = sm;
+                    a.a = w + (co0 + s0) * p->K;
+                    a.a_rs = p->K;
+                    a.a_cs = 1;
+                    a.a_f16 = 1;
+                    ipu__sgemm_pack_a(&a, k0, kc, mr, ap);
+                }
                 for (int64_t jr = 0; jr < np; jr += nr) {
                     int64_t wd = np - jr < nr ? np - jr : nr;
                     const float *bpan = bp + jr * kc;
@@ -395,10 +408,10 @@ static void run_gemm_f16(const ipu__conv_plan *p, const uint16_t *x, const uint1
                         int64_t h = sm - ir < mr ? sm - ir : mr;
                         float *c = ct + (s0 + ir) * np + jr;
                         if (h < mr || wd < nr)
-                            u.part((int)h, (int)wd, kc, ap + ir * kc, bpan, NULL, c, np, k0 > 0,
+                            u.part((int)h, (int)wd, kc, ak + ir * kc, bpan, NULL, c, np, k0 > 0,
                                    NULL);
                         else
-                            u.fn(kc, ap + ir * kc, bpan, c, np, k0 > 0, NULL, 0);
+                            u.fn(kc, ak + ir * kc, bpan, c, np, k0 > 0, NULL, 0);
                     }
                 }
             }
@@ -589,7 +602,7 @@ ipu_status ipu__k_conv2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
             for (; it + 1 < e && mb1 < p->mblocks && (mb1 + 1 - mb) * IPU__MM_MB <= CONV_F16_MAX_M;
                  mb1++)
                 it++;
-            run_gemm_f16(p, x, w, bias, res, y, n, g, mb, mb1, r, scratch);
+            run_gemm_f16(p, x, w, apre, bias, res, y, n, g, mb, mb1, r, scratch);
         }
     }
     return IPU_OK;
