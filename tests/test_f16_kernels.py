@@ -71,6 +71,16 @@ CASES: dict[str, Callable[[], None]] = {
     "conv1x1": lambda: _check(
         "Conv", [_u((1, 16, 9, 11), 1)], const_inputs={1: _u((24, 16, 1, 1), 2)}
     ),
+    # SqueezeNet's shapes: where the float32 plan picks its small-map and Winograd paths
+    "conv1x1_fire": lambda: _check(
+        "Conv", [_u((1, 64, 13, 13), 1)], const_inputs={1: _u((256, 64, 1, 1), 2), 2: _u((256,), 3)}
+    ),
+    "conv3x3_fire": lambda: _check(
+        "Conv",
+        [_u((1, 64, 13, 13), 1)],
+        {"pads": [1, 1, 1, 1]},
+        const_inputs={1: _u((200, 64, 3, 3), 2)},
+    ),
     "conv_wide_row": lambda: _check(
         "Conv",
         [_u((1, 2, 3, 1200), 1)],

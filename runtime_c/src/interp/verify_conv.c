@@ -366,7 +366,7 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
     bool pack = (f32 || (p->f16 && y->numel > 0)) && !p->direct &&
                 w->loc == IPU_LOC_TENSOR_DATA && v->e->tensor_data;
     int64_t trows = 0;
-    if (pack && (wrows || pw)) {
+    if (f32 && pack && (wrows || pw)) { /* the float32-only paths */
         if (pw) { /* the small-map path reads x's channel planes in place */
             hq = p->H;
             wq = p->W;
