@@ -42,6 +42,11 @@ def _u(shape: tuple[int, ...], seed: int) -> np.ndarray:
     return arr(shape, F16, seed, low=-1, high=1)
 
 
+def _with_inf(x: np.ndarray) -> np.ndarray:
+    x[0, 5, 2, 7] = np.inf
+    return x
+
+
 CASES: dict[str, Callable[[], None]] = {
     "matmul_weight": lambda: _check(
         "MatMul", [_u((37, 300), 1)], const_inputs={1: _u((300, 70), 2)}
@@ -78,6 +83,13 @@ CASES: dict[str, Callable[[], None]] = {
     "conv3x3_fire": lambda: _check(
         "Conv",
         [_u((1, 64, 13, 13), 1)],
+        {"pads": [1, 1, 1, 1]},
+        const_inputs={1: _u((200, 64, 3, 3), 2)},
+    ),
+    # an infinity in the input: the Winograd blocks reading it fall back to direct sums
+    "conv3x3_fire_inf": lambda: _check(
+        "Conv",
+        [_with_inf(_u((1, 64, 13, 13), 1))],
         {"pads": [1, 1, 1, 1]},
         const_inputs={1: _u((200, 64, 3, 3), 2)},
     ),

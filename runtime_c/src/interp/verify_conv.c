@@ -212,7 +212,7 @@ static int64_t wino_rows(const ipu__ukr *u, int64_t Cig, int64_t Cog, int64_t OH
  * kernels read (kernels.h, ipu__conv_plan.packed): sub-block (g, mb) of IPU__MM_MB rows at
  * (g * mbl + mb) * blk, its K chunk k0 at + mpad * k0 (ipu__sgemm_pack_a's layout). */
 typedef struct conv_pack {
-    const void *w; /* float32 weights, or float16 ones (f16: pack_conv_weights only) */
+    const void *w; /* float32 weights, or float16 ones (f16: not pack_conv_weights_t) */
     int64_t G, Cog, K, mbl, blk;
     int mr; /* the micro-kernel's height (its width nr for pack_conv_weights_t) */
     int f16;
@@ -241,7 +241,7 @@ static void pack_conv_weights(const void *ctx, void *out) {
 /* The Winograd path's U (ipu__wino_pack_weights; one group). */
 static void pack_wino_weights(const void *ctx, void *out) {
     const conv_pack *c = ctx;
-    ipu__wino_pack_weights((const float *)c->w, c->Cog, c->K / 9, c->mr, out);
+    ipu__wino_pack_weights(c->w, c->f16, c->Cog, c->K / 9, c->mr, out);
 }
 
 /* The same weights for the small-map path: per group, w transposed to [K, Cog] in B panels of
@@ -385,7 +385,17 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
             hq = 2 * p->wtr + 2;
         }
     }
-    if (wrows || trows) { /* (a Winograd plan has wrows) */
+    /* float16: the Winograd path where the float32 plan could take it (its input rows
+     * converted per channel, winograd.c), else the float16 GEMM path */
+    if (p->f16 && pack && G == 1 && KH == 3 && KW == 3 && a[1] == 1 && a[2] == 1 && a[3] == 1 &&
+        a[4] == 1 && p->Cig >= 8) {
+        p->wtr = wino_rows(&u, p->Cig, p->Cog, oh, ow, a, &p->wnt, &p->wcb);
+        if (p->wtr) {
+            p->rows = 2 * p->wtr;
+            p->wino = 1;
+        }
+    }
+    if (wrows || trows) { /* (a float32 Winograd plan has wrows) */
         int64_t *ro = (int64_t *)(p + 1), ir[64], ic[64];
         int64_t nphr = used_phases(KH, a[3], a[1], ir), nphc = used_phases(KW, a[4], a[2], ic);
         int64_t plane = xcopy ? hq * wq : xd[2] * xd[3];
@@ -419,7 +429,7 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
     if (!p->window && !p->direct && !p->tpose && !p->wino)
         p->rows = (int64_t)ceil_div((uint64_t)oh, (uint64_t)p->rblocks);
     /* float32 paths: one B packing per pixel block for all channels, unless < 8 items */
-    if (!p->direct && !p->f16 && mbl > 0) {
+    if (!p->direct && (!p->f16 || p->wino) && mbl > 0) {
         uint64_t base = (uint64_t)p->N * (uint64_t)G * (uint64_t)p->rblocks;
         if (p->tpose || p->wino) {
             p->mu = p->tpose ? u.nr : u.mr;
@@ -445,7 +455,9 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
         ipu__pack_tag tag = {p->tpose ? IPU__PACK_SGEMM_B : IPU__PACK_SGEMM_A, 1,
                              (uint32_t)u.isa,
                              {(uint32_t)tile, IPU__SGEMM_KC, rows_per_block, (uint32_t)p->f16}};
-        if (p->wino) tag = (ipu__pack_tag){IPU__PACK_WINO, 1, (uint32_t)u.isa, {(uint32_t)tile}};
+        if (p->wino) /* geom[1]: from float16 */
+            tag = (ipu__pack_tag){IPU__PACK_WINO, 1, (uint32_t)u.isa,
+                                  {(uint32_t)tile, (uint32_t)p->f16}};
         const void *dst;
         st = ipu__vpacked(v, 1, &tag, (size_t)(nblk * (uint64_t)blk) * sizeof(float),
                           p->tpose  ? pack_conv_weights_t

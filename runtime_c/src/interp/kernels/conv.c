@@ -341,6 +341,11 @@ static void run_tposed(const ipu__conv_plan *p, const float *x, const float *bw,
     ((int64_t)((IPU__WORKER_SCRATCH_BYTES - IPU__SCRATCH_BYTES) / sizeof(float)) / \
          IPU__CONV_TILE - IPU__SGEMM_KC)
 
+static void gemm_f16_channels(const ipu__conv_plan *p, const uint16_t *x, const uint16_t *w,
+                              const float *apre, const void *bias, const void *res, uint16_t *y,
+                              int64_t n, int64_t g, int64_t m0, int64_t m1, int64_t r,
+                              void *scratch);
+
 /* float16 GEMM path: channel items [mb, mb1) (IPU__MM_MB output channels each) of group g,
  * pixels of row block r, as the float32 GEMM path computes them but through float32 staging:
  * per tile of output pixels and chunk of K, the patches are converted into rows of a float32
@@ -353,11 +358,25 @@ static void run_gemm_f16(const ipu__conv_plan *p, const uint16_t *x, const uint1
                          const float *apre, const void *bias, const void *res, uint16_t *y,
                          int64_t n, int64_t g, int64_t mb, int64_t mb1, int64_t r,
                          void *scratch) {
+    int64_t c0, c1; /* IPU__MM_MB-channel items (or a Winograd plan's, its blocks fallen back) */
+    ipu__conv_item_channels(p, mb, mb1, &c0, &c1);
+    /* as many channels at a time as the C tile holds (whole sub-blocks: the packed weights') */
+    const int64_t most = CONV_F16_MAX_M / IPU__MM_MB * IPU__MM_MB;
+    for (int64_t m0 = c0, m1; m0 < c1; m0 = m1) {
+        m1 = c1 - m0 < most ? c1 : m0 + most;
+        gemm_f16_channels(p, x, w, apre, bias, res, y, n, g, m0, m1, r, scratch);
+    }
+}
+
+/* run_gemm_f16 for output channels [m0, m1) of the group (at most CONV_F16_MAX_M). */
+static void gemm_f16_channels(const ipu__conv_plan *p, const uint16_t *x, const uint16_t *w,
+                              const float *apre, const void *bias, const void *res, uint16_t *y,
+                              int64_t n, int64_t g, int64_t m0, int64_t m1, int64_t r,
+                              void *scratch) {
     ipu__ukr u;
     ipu__sgemm_ukr(&u);
     const int mr = u.mr, nr = u.nr;
     if (apre && u.mr != p->packed_mr) apre = NULL; /* packed for another micro-kernel */
-    int64_t m0 = mb * IPU__MM_MB, m1 = mb1 * IPU__MM_MB < p->Cog ? mb1 * IPU__MM_MB : p->Cog;
     int64_t oh1 = (r + 1) * p->rows < p->OH ? (r + 1) * p->rows : p->OH;
     int64_t pix0 = r * p->rows * p->OW, pix1 = oh1 * p->OW, OHW = p->OH * p->OW;
     int64_t xoff = (n * p->C + g * p->Cig) * p->H * p->W, co0 = g * p->Cog + m0, m = m1 - m0;
@@ -570,9 +589,14 @@ ipu_status ipu__k_conv2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
         int64_t g = (int64_t)(rest % (uint64_t)p->G), n = (int64_t)(rest / (uint64_t)p->G);
         if (wino) { /* the following items of the same tiles: one run, the tiles once */
             int64_t mb1 = channel_run(p, mb, &it, e);
-            if (!ipu__conv_wino(p, x, apre, bias, res, y, n, mb, mb1, r, scratch))
-                for (; mb < mb1; mb++) /* an infinity or NaN in its input: direct sums */
-                    ipu__conv_run_window(p, x, w, NULL, bias, res, y, n, g, mb, r, scratch);
+            if (!ipu__conv_wino(p, x, apre, bias, res, y, n, mb, mb1, r, scratch)) {
+                /* an infinity or NaN in its input: direct sums */
+                if (p->f16)
+                    run_gemm_f16(p, x, w, NULL, bias, res, y, n, g, mb, mb1, r, scratch);
+                else
+                    for (; mb < mb1; mb++)
+                        ipu__conv_run_window(p, x, w, NULL, bias, res, y, n, g, mb, r, scratch);
+            }
         } else if (tposed) {
             /* the following items of the same pixels (one worker's share): their channels in
              * one run, the pixels packed once, as far as the C^T tile fits the scratch */
@@ -598,10 +622,11 @@ ipu_status ipu__k_conv2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
         else {
             /* the following items of the same pixels, as far as their C tile fits: the
              * patches converted and packed once for all of them */
-            int64_t mb1 = mb + 1;
-            for (; it + 1 < e && mb1 < p->mblocks && (mb1 + 1 - mb) * IPU__MM_MB <= CONV_F16_MAX_M;
-                 mb1++)
-                it++;
+            int64_t mb1 = mb + 1, c0, c1;
+            for (; it + 1 < e && mb1 < p->mblocks; mb1++, it++) {
+                ipu__conv_item_channels(p, mb, mb1 + 1, &c0, &c1);
+                if (c1 - c0 > CONV_F16_MAX_M) break;
+            }
             run_gemm_f16(p, x, w, apre, bias, res, y, n, g, mb, mb1, r, scratch);
         }
     }

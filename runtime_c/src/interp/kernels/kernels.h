@@ -303,12 +303,12 @@ static inline void ipu__conv_item_channels(const ipu__conv_plan *p, int64_t mb0,
 #define IPU__WINO_VS(wnt, rows) ((wnt) * (rows) + 16)
 /* winograd.c: U[xi][panel][ci][mr] = (G g G^T)[xi] of w[Co][Ci][3][3], Co zero-padded to whole
  * panels of mr rows (16 * ceil(Co / mr) * mr * Ci floats). */
-void ipu__wino_pack_weights(const float *w, int64_t Co, int64_t Ci, int mr, float *u);
+void ipu__wino_pack_weights(const void *w, int f16, int64_t Co, int64_t Ci, int mr, float *u);
 /* Channel items [mb0, mb1) of tile-row block r of image n (kernels.h, `wino`). False (nothing
  * written) if the input rows the block reads hold an infinity or a NaN: the transforms would
  * spread it over whole tiles (0 * inf), so the caller computes such blocks by direct sums. */
-bool ipu__conv_wino(const ipu__conv_plan *p, const float *x, const float *U, const void *bias,
-                    const void *res, float *y, int64_t n, int64_t mb0, int64_t mb1, int64_t r,
+bool ipu__conv_wino(const ipu__conv_plan *p, const void *x, const float *U, const void *bias,
+                    const void *res, void *y, int64_t n, int64_t mb0, int64_t mb1, int64_t r,
                     void *scratch);
 /* conv_epilogue.c: y rows from nrows rows of n floats (src row stride ss, dst row stride ds):
  * act(src + bias[co] + res[off + ...]); bias, res optional. */
