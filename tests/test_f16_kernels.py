@@ -47,6 +47,11 @@ def _with_inf(x: np.ndarray) -> np.ndarray:
     return x
 
 
+def _with_nan(x: np.ndarray) -> np.ndarray:
+    x[0, 1, 9, 4] = np.nan
+    return x
+
+
 CASES: dict[str, Callable[[], None]] = {
     "matmul_weight": lambda: _check(
         "MatMul", [_u((37, 300), 1)], const_inputs={1: _u((300, 70), 2)}
@@ -109,6 +114,9 @@ CASES: dict[str, Callable[[], None]] = {
         "MaxPool",
         [_u((2, 3, 19, 21), 1)],
         {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+    ),
+    "maxpool_nan": lambda: _check(
+        "MaxPool", [_with_nan(_u((1, 3, 27, 27), 1))], {"kernel_shape": [3, 3], "strides": [2, 2]}
     ),
     "avgpool": lambda: _check(
         "AveragePool", [_u((1, 5, 14, 14), 1)], {"kernel_shape": [2, 3], "strides": [1, 2]}

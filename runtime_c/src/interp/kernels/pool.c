@@ -293,7 +293,7 @@ __attribute__((target("avx2"))) static bool pool_max_rows(const ipu__pool_plan *
  * comparisons as max_tap (_mm512_max_ps(v, a) keeps a unless v > a), so the first of equal
  * values stays; a NaN anywhere returns false and the item goes the other paths. */
 static bool s2max_ok(const ipu__pool_plan *p) {
-    return !p->f16 && p->kind == 0 && p->KW == 3 && p->sw == 2 && p->dw == 1 && p->sh == 2 &&
+    return p->kind == 0 && p->KW == 3 && p->sw == 2 && p->dw == 1 && p->sh == 2 &&
            p->dh == 1 && p->pl >= 0 && p->pl <= 2 && p->W >= 1 && p->W < ((int64_t)1 << 30);
 }
 
@@ -586,6 +586,27 @@ static void item_range(const ipu__pool_plan *p, size_t it, int64_t *p0, int64_t 
     *oh1 = *oh0 + p->rows < p->OH ? *oh0 + p->rows : p->OH;
 }
 
+#if IPU_X86
+/* Float16 through pool_max_s2: each plane converted whole into float32 after the first
+ * IPU__SCRATCH_BYTES, its output rows computed there and stored in half. False (nothing
+ * or part of y written, all of it rewritten by the caller) if a plane and its output do not
+ * fit or a NaN was read. */
+static bool s2max_f16(const ipu__pool_plan *p, const void *x, void *y, int64_t p0, int64_t np,
+                      int64_t oh0, int64_t oh1, void *scratch) {
+    int64_t hw = p->H * p->W, ohw = p->OH * p->OW;
+    if (hw + ohw > (int64_t)((IPU__WORKER_SCRATCH_BYTES - IPU__SCRATCH_BYTES) / sizeof(float)))
+        return false;
+    float *xs = (float *)((char *)scratch + IPU__SCRATCH_BYTES), *ys = xs + hw;
+    for (int64_t plane = p0; plane < p0 + np; plane++) {
+        ipu__cvt_f16_to_f32((const uint16_t *)x + plane * hw, xs, (size_t)hw);
+        if (!pool_max_s2(p, xs, oh0, oh1, ys)) return false;
+        ipu__cvt_f32_to_f16(ys + oh0 * p->OW, (uint16_t *)y + plane * ohw + oh0 * p->OW,
+                            (size_t)((oh1 - oh0) * p->OW));
+    }
+    return true;
+}
+#endif
+
 /* Float16: the input rows [ih0, ih1) of a plane (xp) that output rows [oh0, oh1) read converted
  * into st in one bulk conversion, so that pool_row runs its float32 taps on them; *xoff becomes
  * the offset pool_row adds to reach them (-ih0 * W). False if they do not fit cap floats. */
@@ -653,7 +674,7 @@ ipu_status ipu__k_pool2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
                           np, mask, off, den);
                 continue;
             }
-            if (s2max) { /* plane by plane; with a NaN the item goes the other paths */
+            if (s2max && !p->f16) { /* plane by plane; with a NaN the item goes the other paths */
                 int64_t done = 0;
                 for (; done < np; done++)
                     if (!pool_max_s2(p, (const float *)x + (p0 + done) * p->H * p->W, oh0, oh1,
@@ -661,6 +682,7 @@ ipu_status ipu__k_pool2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
                         break;
                 if (done == np) continue;
             }
+            if (s2max && p->f16 && s2max_f16(p, x, y, p0, np, oh0, oh1, scratch)) continue;
 #endif
             if (win && np > 1) { /* whole small planes, folded together */
                 window(p, (const float *)x + p0 * p->H * p->W, oh1 - oh0, oh0, np, cw,
