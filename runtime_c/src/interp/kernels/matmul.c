@@ -124,7 +124,7 @@ static ipu_status mm_run(const ipu__frame *f, const ipu__instr *ins, size_t b, s
         batch_offsets(p, bi, &oa, &ob);
         /* float16: rows in chunks whose float32 tile fits (float32: one chunk, y itself) */
         int64_t rows = m1 - m0;
-        if (f16) {
+        if (f16 && rows * nc > tile_floats) { /* (one chunk: B's panels read once) */
             rows = tile_floats / nc > 1 ? tile_floats / nc : 1;
             if (rows > IPU__MM_MB) rows -= rows % IPU__MM_MB; /* whole micro-kernel heights */
         }
