@@ -110,6 +110,12 @@ CASES: dict[str, Callable[[], None]] = {
         {"group": 4, "pads": [1, 1, 1, 1]},
         const_inputs={1: _u((4, 1, 3, 3), 2)},
     ),
+    "depthwise_s2": lambda: _check(
+        "Conv",
+        [_u((1, 6, 15, 17), 1)],
+        {"group": 6, "strides": [2, 2], "pads": [1, 2, 1, 0]},
+        const_inputs={1: _u((6, 1, 3, 3), 2), 2: _u((6,), 3)},
+    ),
     "maxpool": lambda: _check(
         "MaxPool",
         [_u((2, 3, 19, 21), 1)],

@@ -515,6 +515,10 @@ static void run_direct(const ipu__conv_plan *p, const void *x, const void *w, co
                        const void *res, void *y, int64_t n, int64_t g, int64_t r, void *scratch) {
     float *row = scratch;     /* OW floats */
     float *wt = row + p->OW;  /* KH*KW floats */
+    /* float16: an input row as float32 after the first IPU__SCRATCH_BYTES */
+    float *xrow = (float *)((char *)scratch + IPU__SCRATCH_BYTES);
+    const int64_t xrow_max =
+        (int64_t)((IPU__WORKER_SCRATCH_BYTES - IPU__SCRATCH_BYTES) / sizeof(float));
     int64_t KK = p->KH * p->KW;
     for (int64_t i = 0; i < KK; i++) wt[i] = ipu__ld_f32(w, p->f16, g * KK + i);
     int64_t xoff = (n * p->C + g) * p->H * p->W;
@@ -527,17 +531,24 @@ static void run_direct(const ipu__conv_plan *p, const void *x, const void *w, co
             int64_t ih = oh * p->sh - p->pt + kh * p->dh;
             if (ih < 0 || ih >= p->H) continue;
             int64_t base = xoff + ih * p->W;
+            const void *xs = x; /* float16: the input row converted once for all its taps */
+            if (p->f16 && p->W <= xrow_max) {
+                ipu__cvt_f16_to_f32((const uint16_t *)x + base, xrow, (size_t)p->W);
+                xs = xrow;
+                base = 0;
+            }
+            bool half = xs == x && p->f16;
             for (int64_t kw = 0; kw < p->KW; kw++) {
                 float wv = wt[kh * p->KW + kw];
                 int64_t iw0 = kw * p->dw - p->pl, sw = p->sw; /* input column: ow*sw + iw0 */
                 int64_t lo = iw0 >= 0 ? 0 : (-iw0 + sw - 1) / sw;
                 int64_t hi = iw0 >= p->W ? 0 : (p->W - iw0 + sw - 1) / sw;
                 if (hi > p->OW) hi = p->OW;
-                if (p->f16) {
+                if (half) {
                     for (int64_t ow = lo; ow < hi; ow++)
                         row[ow] += ipu__ld_f32(x, 1, base + ow * sw + iw0) * wv;
                 } else if (lo < hi) { /* xr[ow*sw] is input column ow*sw + iw0 */
-                    const float *xr = (const float *)x + base + lo * sw + iw0;
+                    const float *xr = (const float *)xs + base + lo * sw + iw0;
                     float *rr = row + lo;
                     if (sw == 1)
                         for (int64_t t = 0; t < hi - lo; t++) rr[t] += xr[t] * wv;
