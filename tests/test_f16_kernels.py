@@ -124,6 +124,14 @@ CASES: dict[str, Callable[[], None]] = {
     "maxpool_nan": lambda: _check(
         "MaxPool", [_with_nan(_u((1, 3, 27, 27), 1))], {"kernel_shape": [3, 3], "strides": [2, 2]}
     ),
+    "maxpool_same": lambda: _check(
+        "MaxPool", [_u((2, 8, 14, 14), 1)], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}
+    ),
+    "avgpool_pad": lambda: _check(
+        "AveragePool",
+        [_u((1, 4, 9, 30), 1)],
+        {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "count_include_pad": 1},
+    ),
     "avgpool": lambda: _check(
         "AveragePool", [_u((1, 5, 14, 14), 1)], {"kernel_shape": [2, 3], "strides": [1, 2]}
     ),

@@ -586,6 +586,25 @@ static void item_range(const ipu__pool_plan *p, size_t it, int64_t *p0, int64_t 
     *oh1 = *oh0 + p->rows < p->OH ? *oh0 + p->rows : p->OH;
 }
 
+/* Float16 through the window path (p32: the plan as float32): the item's planes converted
+ * whole into float32 after the first IPU__SCRATCH_BYTES, pooled there, the output rows stored
+ * in half. False (nothing written) if they do not fit. */
+static bool window_f16(const ipu__pool_plan *p32, window_fn window, const void *x, void *y,
+                       int64_t p0, int64_t np, int64_t oh0, int64_t oh1, float *cw,
+                       void *scratch) {
+    int64_t hw = p32->H * p32->W, ohw = p32->OH * p32->OW;
+    if (np * (hw + ohw) > (int64_t)((IPU__WORKER_SCRATCH_BYTES - IPU__SCRATCH_BYTES) / 4))
+        return false;
+    float *xs = (float *)((char *)scratch + IPU__SCRATCH_BYTES), *ys = xs + np * hw;
+    ipu__cvt_f16_to_f32((const uint16_t *)x + p0 * hw, xs, (size_t)(np * hw));
+    window(p32, xs, oh1 - oh0, oh0, np, cw, ys, cw + p32->OW);
+    for (int64_t k = 0; k < np; k++)
+        ipu__cvt_f32_to_f16(ys + k * ohw + oh0 * p32->OW,
+                            (uint16_t *)y + (p0 + k) * ohw + oh0 * p32->OW,
+                            (size_t)((oh1 - oh0) * p32->OW));
+    return true;
+}
+
 #if IPU_X86
 /* Float16 through pool_max_s2: each plane converted whole into float32 after the first
  * IPU__SCRATCH_BYTES, its output rows computed there and stored in half. False (nothing
@@ -637,11 +656,12 @@ ipu_status ipu__k_pool2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
         p32.f16 = 0;
         int64_t hq, wq;
         const int64_t lim = (int64_t)1 << 24; /* keeps window_floats far from overflow */
-        bool win = !p->f16 && p->sh <= 64 && p->sw <= 64 && p->OW < lim && p->rows < lim &&
+        bool win_ok = p->sh <= 64 && p->sw <= 64 && p->OW < lim && p->rows < lim &&
                    p->planes < lim && (p->KH - 1) * p->dh < lim && (p->KW - 1) * p->dw < lim &&
                    p->rows >= (p->KH - 1) * p->dh / p->sh && /* halo copies <= the block */
                    2 * p->OW + window_floats(p, p->rows, p->planes, &hq, &wq) <=
                        (int64_t)(IPU__SCRATCH_BYTES / sizeof(float));
+        bool win = win_ok && !p->f16, win16 = win_ok && p->f16;
         window_fn window = pool_window_base;
 #if IPU_X86
         bool rows_first = false, same = false, s2max = false;
@@ -689,6 +709,7 @@ ipu_status ipu__k_pool2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
                        (float *)y + p0 * p->OH * p->OW, cw + p->OW);
                 continue;
             }
+            if (win16 && window_f16(&p32, window, x, y, p0, np, oh0, oh1, cw, scratch)) continue;
             for (int64_t plane = p0; plane < p0 + np; plane++) {
                 const float *xf = (const float *)x + plane * p->H * p->W;
                 float *yf = (float *)y + plane * p->OH * p->OW;
