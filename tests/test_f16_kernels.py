@@ -116,6 +116,9 @@ CASES: dict[str, Callable[[], None]] = {
         {"group": 6, "strides": [2, 2], "pads": [1, 2, 1, 0]},
         const_inputs={1: _u((6, 1, 3, 3), 2), 2: _u((6,), 3)},
     ),
+    "depthwise_3x1": lambda: _check(
+        "Conv", [_u((2, 5, 11, 9), 1)], {"group": 5}, const_inputs={1: _u((5, 1, 3, 1), 2)}
+    ),
     "maxpool": lambda: _check(
         "MaxPool",
         [_u((2, 3, 19, 21), 1)],

@@ -315,7 +315,10 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
     int64_t hq = 0, wq = 0, wrows = 0;
     bool pw = KH == 1 && KW == 1 && a[1] == 1 && a[2] == 1 && !a[5] && !a[6] && !a[7] && !a[8];
     bool f32 = y->desc.dtype == IPU_DTYPE_FLOAT32 && y->numel > 0;
-    if (f32 && !pw)
+    /* float16 depthwise convolutions take the float32 one's window plan (conv.c converts) */
+    bool dw16 = y->desc.dtype == IPU_DTYPE_FLOAT16 && y->numel > 0 && C / G == 1 && M / G == 1 &&
+                ((uint64_t)ow + (uint64_t)KH * (uint64_t)KW) * sizeof(float) <= IPU__SCRATCH_BYTES;
+    if ((f32 || dw16) && !pw)
         wrows = window_rows(xd[0], G, C / G, oh, ow, KH, KW, mbl, a, &xcopy, &hq, &wq);
     size_t roff = wrows || (f32 && pw) ? (size_t)((C / G) * KH * KW) * sizeof(int64_t) : 0;
     ipu__conv_plan *p;

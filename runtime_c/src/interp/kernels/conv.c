@@ -510,6 +510,37 @@ static bool run_direct_window(const ipu__conv_plan *p, const float *x, const flo
     return true;
 }
 
+/* run_direct_window for float16: the channel's plane converted whole after the first
+ * IPU__SCRATCH_BYTES (its weights after it), the window rows copied from there, the output rows
+ * stored in half after the epilogue. False if it does not fit. */
+static bool run_direct_window_f16(const ipu__conv_plan *p, const uint16_t *x, const uint16_t *w,
+                                  const void *bias, const void *res, uint16_t *y, int64_t n,
+                                  int64_t g, int64_t r, void *scratch) {
+    int64_t oh0 = r * p->rows, nrows = p->OH - oh0 < p->rows ? p->OH - oh0 : p->rows;
+    int64_t Wq = p->Wq, npix = nrows * Wq, KK = p->KH * p->KW, hw = p->H * p->W;
+    if (npix > IPU__CONV_WIN_C ||
+        hw + KK > (int64_t)((IPU__WORKER_SCRATCH_BYTES - IPU__SCRATCH_BYTES) / sizeof(float)))
+        return false;
+    float *acc = (float *)scratch + IPU__CONV_WIN_A;
+    float *xq = acc + IPU__CONV_WIN_C + IPU__CONV_WIN_B;
+    float *plane = (float *)((char *)scratch + IPU__SCRATCH_BYTES), *wk = plane + hw;
+    ipu__cvt_f16_to_f32(x + (n * p->C + g) * hw, plane, (size_t)hw);
+    ipu__cvt_f16_to_f32(w + g * KK, wk, (size_t)KK);
+    const float *src = plane + oh0 * p->W;
+    if (p->xcopy) {
+        ipu__conv_copy_window(p, plane, 0, oh0, nrows, 0, 1, xq);
+        src = xq;
+    }
+    dw_taps(src, p->rowoff, wk, KK, npix, acc);
+    int64_t off = ((n * p->M + g) * p->OH + oh0) * p->OW;
+    for (int64_t k = 0; k < nrows; k++) {
+        float *rr = acc + k * Wq;
+        ipu__conv_epilogue_to(p, rr, rr, p->OW, bias, g, res, off + k * p->OW);
+        ipu__cvt_f32_to_f16(rr, y + off + k * p->OW, (size_t)p->OW);
+    }
+    return true;
+}
+
 /* Depthwise: channel c = g of image n, output rows of block r. */
 static void run_direct(const ipu__conv_plan *p, const void *x, const void *w, const void *bias,
                        const void *res, void *y, int64_t n, int64_t g, int64_t r, void *scratch) {
@@ -619,7 +650,8 @@ ipu_status ipu__k_conv2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
             }
             run_tposed(p, x, apre, bias, res, y, n, g, mb, mb1, r, scratch);
         } else if (p->direct) {
-            if (!p->Wq || !run_direct_window(p, x, w, bias, res, y, n, g, r, scratch))
+            if (!p->Wq || !(p->f16 ? run_direct_window_f16(p, x, w, bias, res, y, n, g, r, scratch)
+                                   : run_direct_window(p, x, w, bias, res, y, n, g, r, scratch)))
                 run_direct(p, x, w, bias, res, y, n, g, r, scratch);
         }
         else if (p->window)
