@@ -426,6 +426,15 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
     if (!p->window && !p->direct && !p->f16 && p->rows == oh && oh >= 2 &&
         (uint64_t)p->N * (uint64_t)G * (uint64_t)mbl < 3 && oh * ow >= 128)
         p->rows = (oh + 1) / 2;
+    /* float16 GEMM path (one item per IPU__MM_MB channels): at least 8 items where the rows
+     * allow, so that two workers get even shares of a small map's few channel blocks */
+    if (p->f16 && !p->direct && !p->wino && mbl > 0) {
+        uint64_t base = (uint64_t)p->N * (uint64_t)G * (uint64_t)mbl;
+        uint64_t want = base >= 8 ? 1 : ceil_div(8, base);
+        if (want > (uint64_t)oh) want = (uint64_t)oh;
+        if (ceil_div((uint64_t)oh, (uint64_t)p->rows) < want)
+            p->rows = (int64_t)ceil_div((uint64_t)oh, want);
+    }
     p->rblocks = (int64_t)ceil_div((uint64_t)oh, (uint64_t)p->rows);
     /* GEMM paths: the rows only cut the work items, so cut them evenly (27 rows as 14 + 13, not
      * 18 + 9, which left a second worker idle for a third of the layer) */
