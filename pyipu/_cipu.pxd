@@ -1,5 +1,5 @@
 # Declarations mirroring runtime_c/include/ipu/*.h (the public C API).
-from libc.stdint cimport int64_t, uint32_t, uint64_t
+from libc.stdint cimport int64_t, uint16_t, uint32_t, uint64_t
 
 
 cdef extern from "ipu/ipu.h" nogil:
@@ -245,3 +245,8 @@ cdef extern from "ipu/ipu.h" nogil:
 
 # Internal to the core (kernels.h), for tests: force the sgemm micro-kernel ISA.
 cdef extern int ipu__sgemm_set_isa(int isa) nogil
+# Internal to the core (kernels.h), for tests: force the float16 conversion level, and the
+# bulk conversions themselves.
+cdef extern int ipu__f16_set_isa(int isa) nogil
+cdef extern void ipu__cvt_f16_to_f32(const uint16_t *src, float *dst, size_t n) nogil
+cdef extern void ipu__cvt_f32_to_f16(const float *src, uint16_t *dst, size_t n) nogil

@@ -110,6 +110,33 @@ def set_sgemm_isa(int isa):
     return ipu__sgemm_set_isa(isa)
 
 
+def set_f16_isa(int isa):
+    """Force the float16 <-> float32 conversion level for tests and benchmarks: 0 auto, 1
+    portable, 2 F16C, 3 AVX-512F (one the CPU lacks means auto). Returns the level now in use.
+    Process-wide."""
+    return ipu__f16_set_isa(isa)
+
+
+def f16_to_f32(const uint16_t[::1] src not None):
+    """float32 values of IEEE half bit patterns, through the kernels' bulk conversion."""
+    out = np.empty(src.shape[0], np.float32)
+    cdef float[::1] dst = out
+    if src.shape[0]:
+        with nogil:
+            ipu__cvt_f16_to_f32(&src[0], &dst[0], <size_t>src.shape[0])
+    return out
+
+
+def f32_to_f16(const float[::1] src not None):
+    """IEEE half bit patterns (uint16) of float32 values, through the kernels' bulk conversion."""
+    out = np.empty(src.shape[0], np.uint16)
+    cdef uint16_t[::1] dst = out
+    if src.shape[0]:
+        with nogil:
+            ipu__cvt_f32_to_f16(&src[0], &dst[0], <size_t>src.shape[0])
+    return out
+
+
 def write_container(blobs, compiler_hash=None):
     """Serialise [(type, id, name or None, bytes)] into a container image (bytes)."""
     cdef ipu_container_writer *w = NULL

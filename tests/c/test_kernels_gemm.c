@@ -91,16 +91,24 @@ static void test_plan_paths(void) {
             ti_free(h, &ti);
             h_free(h);
         }
-    /* float16 and integers keep the row-block path, nothing packed */
-    H *h = h_new(1 << 20);
-    uint32_t a = T(h, FLOAT16, 8, 40), b = T(h, FLOAT16, 40, 50), y = T(h, FLOAT16, 8, 50);
-    as_tensor_data(h, b);
-    TI ti;
-    ipu_status st = ti_make(h, &ti, IPU_OP_MATMUL, 2, (uint32_t[]){a, b}, y, 0, NULL);
-    const ipu__mm_plan *p = ti.ins.plan;
-    CHECK(st == IPU_OK && p->path == IPU__MM_ROWS && !p->packed, "f16 plan");
-    ti_free(h, &ti);
-    h_free(h);
+    /* float16 takes the packed path at every M (its weights packed as float32 at load),
+     * integers the row-block path, nothing packed */
+    for (int dt = 0; dt < 2; dt++) {
+        ipu_dtype d = dt ? IPU_DTYPE_INT32 : IPU_DTYPE_FLOAT16;
+        H *h = h_new(1 << 20);
+        uint32_t a = h_tensor(h, d, 2, (int64_t[]){2, 40});
+        uint32_t b = h_tensor(h, d, 2, (int64_t[]){40, 50});
+        uint32_t y = h_tensor(h, d, 2, (int64_t[]){2, 50});
+        as_tensor_data(h, b);
+        TI ti;
+        ipu_status st = ti_make(h, &ti, IPU_OP_MATMUL, 2, (uint32_t[]){a, b}, y, 0, NULL);
+        const ipu__mm_plan *p = ti.ins.plan;
+        CHECK(st == IPU_OK && p->path == (dt ? IPU__MM_ROWS : IPU__MM_PACKED) &&
+                  (p->packed != NULL) == !dt,
+              "%s plan", dt ? "i32" : "f16");
+        ti_free(h, &ti);
+        h_free(h);
+    }
 }
 
 /* MatMul row blocks are whole micro-kernel tiles (a block of 66 rows would make the 12-row

@@ -146,7 +146,7 @@ static void test_wino_pack(void) {
         float w[9] = {0}, u[16 * 6];
         w[tap] = 1.0f;
         memset(u, 0, sizeof u);
-        ipu__wino_pack_weights(w, 1, 1, 6, u);
+        ipu__wino_pack_weights(w, 0, 1, 1, 6, u);
         static const float G[4][3] = {{1, 0, 0}, {.5f, .5f, .5f}, {.5f, -.5f, .5f}, {0, 0, 1}};
         int bad = 0;
         for (int i = 0; i < 4; i++)

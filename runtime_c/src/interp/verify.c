@@ -164,7 +164,7 @@ static ipu_status plan_bcast(const vctx *v, const ipu__tensor *a, const ipu__ten
 
 typedef struct mm_pack {
     const ipu__mm_plan *plan;
-    const float *b;
+    const void *b;
     uint64_t nmat;
     int nr;
 } mm_pack;
@@ -174,7 +174,7 @@ static void pack_mm_weights(const void *ctx, void *out) {
     ipu__mm_pack_b(c->plan, c->b, c->nmat, c->nr, out);
 }
 
-/* The blocking of a MATMUL/GEMM plan, and its float32 B packed once when it is stored in the
+/* The blocking of a MATMUL/GEMM plan, and its B packed (as float32) once when it is stored in the
  * executable (used while the session does not bind another tensor in its place): mapped from
  * the PopEF's packed blob when it has it, else packed here (prepack.h). */
 static ipu_status mm_finish(const vctx *v, const ipu__mm_plan *t, const ipu__tensor *b,
@@ -189,13 +189,15 @@ static ipu_status mm_finish(const vctx *v, const ipu__mm_plan *t, const ipu__ten
     uint64_t kn = (uint64_t)p->K * (uint64_t)p->N, nmat = kn ? b->numel / kn : 0;
     size_t nf = 0;
     if (b->loc == IPU_LOC_TENSOR_DATA && v->e->tensor_data && p->hdr.work > 0 &&
-        b->desc.dtype == IPU_DTYPE_FLOAT32 && nmat * kn <= ((uint64_t)1 << 40))
+        b->desc.dtype == p->dtype && nmat * kn <= ((uint64_t)1 << 40))
         nf = ipu__mm_packed_floats(p, nmat, u.nr);
     if (nf) {
-        mm_pack mp = {p, (const float *)(v->e->tensor_data + b->offset), nmat, u.nr};
-        /* version 1 of ipu__mm_pack_b's bytes (ipu__sgemm_pack_b_all): bump it when they change */
+        mm_pack mp = {p, v->e->tensor_data + b->offset, nmat, u.nr};
+        /* version 1 of ipu__mm_pack_b's bytes (ipu__sgemm_pack_b_all): bump it when they change;
+         * geom[2]: packed from float16 */
         ipu__pack_tag tag = {IPU__PACK_SGEMM_B, 1, (uint32_t)u.isa,
-                             {(uint32_t)u.nr, IPU__SGEMM_KC, 0, 0}};
+                             {(uint32_t)u.nr, IPU__SGEMM_KC,
+                              (uint32_t)(p->dtype == IPU_DTYPE_FLOAT16), 0}};
         const void *dst;
         ipu_status st = ipu__vpacked(v, 1, &tag, nf * sizeof(float), pack_mm_weights, &mp, &dst);
         if (st == IPU_OK) {
@@ -209,7 +211,7 @@ static ipu_status mm_finish(const vctx *v, const ipu__mm_plan *t, const ipu__ten
             return st;
         }
     }
-    /* mm_run_f32 packs B once for a run of items of one column block (unless packed here) */
+    /* mm_run packs B once for a run of items of one column block (unless packed here) */
     p->hdr.contiguous = p->path == IPU__MM_PACKED && !p->packed && p->mblocks > 1;
     ins->plan = p;
     return IPU_OK;

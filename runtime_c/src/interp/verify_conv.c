@@ -212,9 +212,10 @@ static int64_t wino_rows(const ipu__ukr *u, int64_t Cig, int64_t Cog, int64_t OH
  * kernels read (kernels.h, ipu__conv_plan.packed): sub-block (g, mb) of IPU__MM_MB rows at
  * (g * mbl + mb) * blk, its K chunk k0 at + mpad * k0 (ipu__sgemm_pack_a's layout). */
 typedef struct conv_pack {
-    const float *w;
+    const void *w; /* float32 weights, or float16 ones (f16: not pack_conv_weights_t) */
     int64_t G, Cog, K, mbl, blk;
     int mr; /* the micro-kernel's height (its width nr for pack_conv_weights_t) */
+    int f16;
 } conv_pack;
 
 static void pack_conv_weights(const void *ctx, void *out) {
@@ -225,9 +226,10 @@ static void pack_conv_weights(const void *ctx, void *out) {
             ipu__sgemm_args a = {0};
             int64_t m0 = mb * IPU__MM_MB;
             a.m = c->Cog - m0 < IPU__MM_MB ? c->Cog - m0 : IPU__MM_MB;
-            a.a = c->w + (g * c->Cog + m0) * c->K;
+            a.a = (const char *)c->w + (size_t)((g * c->Cog + m0) * c->K) * (c->f16 ? 2 : 4);
             a.a_rs = c->K;
             a.a_cs = 1;
+            a.a_f16 = c->f16;
             int64_t mpad = (a.m + c->mr - 1) / c->mr * c->mr;
             float *b = dst + (g * c->mbl + mb) * c->blk;
             for (int64_t k0 = 0; k0 < c->K; k0 += IPU__SGEMM_KC)
@@ -239,7 +241,7 @@ static void pack_conv_weights(const void *ctx, void *out) {
 /* The Winograd path's U (ipu__wino_pack_weights; one group). */
 static void pack_wino_weights(const void *ctx, void *out) {
     const conv_pack *c = ctx;
-    ipu__wino_pack_weights(c->w, c->Cog, c->K / 9, c->mr, out);
+    ipu__wino_pack_weights(c->w, c->f16, c->Cog, c->K / 9, c->mr, out);
 }
 
 /* The same weights for the small-map path: per group, w transposed to [K, Cog] in B panels of
@@ -250,7 +252,7 @@ static void pack_conv_weights_t(const void *ctx, void *out) {
         ipu__sgemm_args b = {0};
         b.n = c->Cog;
         b.k = c->K;
-        b.b = c->w + g * c->Cog * c->K;
+        b.b = (const float *)c->w + g * c->Cog * c->K;
         b.b_rs = 1;
         b.b_cs = c->K;
         ipu__sgemm_pack_b_all(&b, c->mr, (float *)out + g * c->blk);
@@ -313,7 +315,10 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
     int64_t hq = 0, wq = 0, wrows = 0;
     bool pw = KH == 1 && KW == 1 && a[1] == 1 && a[2] == 1 && !a[5] && !a[6] && !a[7] && !a[8];
     bool f32 = y->desc.dtype == IPU_DTYPE_FLOAT32 && y->numel > 0;
-    if (f32 && !pw)
+    /* float16 depthwise convolutions take the float32 one's window plan (conv.c converts) */
+    bool dw16 = y->desc.dtype == IPU_DTYPE_FLOAT16 && y->numel > 0 && C / G == 1 && M / G == 1 &&
+                ((uint64_t)ow + (uint64_t)KH * (uint64_t)KW) * sizeof(float) <= IPU__SCRATCH_BYTES;
+    if ((f32 || dw16) && !pw)
         wrows = window_rows(xd[0], G, C / G, oh, ow, KH, KW, mbl, a, &xcopy, &hq, &wq);
     size_t roff = wrows || (f32 && pw) ? (size_t)((C / G) * KH * KW) * sizeof(int64_t) : 0;
     ipu__conv_plan *p;
@@ -350,8 +355,6 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
     p->P = avail / (2 * IPU__MM_MB + p->K);
     if (p->P > 512) p->P = 512;
     if (p->P < 16) p->P = 16;
-    p->KCH = avail / p->P - 2 * IPU__MM_MB;
-    if (p->KCH > p->K) p->KCH = p->K;
     p->msub = mbl;
     p->mu = IPU__MM_MB;
     if (p->direct) {
@@ -362,9 +365,11 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
         p->rows = (int64_t)ceil_div((uint64_t)p->P, (uint64_t)ow);
     }
     /* float32 weights stored in the executable: packed once, here, for the path that runs */
-    bool pack = f32 && !p->direct && w->loc == IPU_LOC_TENSOR_DATA && v->e->tensor_data;
+    /* float16 ones too, as float32, for the float16 GEMM path (the GEMM layout below) */
+    bool pack = (f32 || (p->f16 && y->numel > 0)) && !p->direct &&
+                w->loc == IPU_LOC_TENSOR_DATA && v->e->tensor_data;
     int64_t trows = 0;
-    if (pack && (wrows || pw)) {
+    if (f32 && pack && (wrows || pw)) { /* the float32-only paths */
         if (pw) { /* the small-map path reads x's channel planes in place */
             hq = p->H;
             wq = p->W;
@@ -383,7 +388,17 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
             hq = 2 * p->wtr + 2;
         }
     }
-    if (wrows || trows) { /* (a Winograd plan has wrows) */
+    /* float16: the Winograd path where the float32 plan could take it (its input rows
+     * converted per channel, winograd.c), else the float16 GEMM path */
+    if (p->f16 && pack && G == 1 && KH == 3 && KW == 3 && a[1] == 1 && a[2] == 1 && a[3] == 1 &&
+        a[4] == 1 && p->Cig >= 8) {
+        p->wtr = wino_rows(&u, p->Cig, p->Cog, oh, ow, a, &p->wnt, &p->wcb);
+        if (p->wtr) {
+            p->rows = 2 * p->wtr;
+            p->wino = 1;
+        }
+    }
+    if (wrows || trows) { /* (a float32 Winograd plan has wrows) */
         int64_t *ro = (int64_t *)(p + 1), ir[64], ic[64];
         int64_t nphr = used_phases(KH, a[3], a[1], ir), nphc = used_phases(KW, a[4], a[2], ic);
         int64_t plane = xcopy ? hq * wq : xd[2] * xd[3];
@@ -411,13 +426,22 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
     if (!p->window && !p->direct && !p->f16 && p->rows == oh && oh >= 2 &&
         (uint64_t)p->N * (uint64_t)G * (uint64_t)mbl < 3 && oh * ow >= 128)
         p->rows = (oh + 1) / 2;
+    /* float16 GEMM path (one item per IPU__MM_MB channels): at least 8 items where the rows
+     * allow, so that two workers get even shares of a small map's few channel blocks */
+    if (p->f16 && !p->direct && !p->wino && mbl > 0) {
+        uint64_t base = (uint64_t)p->N * (uint64_t)G * (uint64_t)mbl;
+        uint64_t want = base >= 8 ? 1 : ceil_div(8, base);
+        if (want > (uint64_t)oh) want = (uint64_t)oh;
+        if (ceil_div((uint64_t)oh, (uint64_t)p->rows) < want)
+            p->rows = (int64_t)ceil_div((uint64_t)oh, want);
+    }
     p->rblocks = (int64_t)ceil_div((uint64_t)oh, (uint64_t)p->rows);
     /* GEMM paths: the rows only cut the work items, so cut them evenly (27 rows as 14 + 13, not
      * 18 + 9, which left a second worker idle for a third of the layer) */
     if (!p->window && !p->direct && !p->tpose && !p->wino)
         p->rows = (int64_t)ceil_div((uint64_t)oh, (uint64_t)p->rblocks);
     /* float32 paths: one B packing per pixel block for all channels, unless < 8 items */
-    if (!p->direct && !p->f16 && mbl > 0) {
+    if (!p->direct && (!p->f16 || p->wino) && mbl > 0) {
         uint64_t base = (uint64_t)p->N * (uint64_t)G * (uint64_t)p->rblocks;
         if (p->tpose || p->wino) {
             p->mu = p->tpose ? u.nr : u.mr;
@@ -437,13 +461,15 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
                             : (IPU__MM_MB + u.mr - 1) / u.mr * u.mr * p->K;
     uint64_t nblk = (uint64_t)G * (uint64_t)(p->tpose || p->wino ? 1 : mbl);
     if (pack && nblk * (uint64_t)blk < ((uint64_t)1 << 32)) {
-        conv_pack cp = {(const float *)(v->e->tensor_data + w->offset), G, p->Cog, p->K, mbl,
-                        blk, tile};
+        conv_pack cp = {v->e->tensor_data + w->offset, G, p->Cog, p->K, mbl, blk, tile, p->f16};
         /* version 1 of the packing functions' bytes: bump it when they change */
         uint32_t rows_per_block = p->tpose ? 0 : (uint32_t)IPU__MM_MB;
         ipu__pack_tag tag = {p->tpose ? IPU__PACK_SGEMM_B : IPU__PACK_SGEMM_A, 1,
-                             (uint32_t)u.isa, {(uint32_t)tile, IPU__SGEMM_KC, rows_per_block, 0}};
-        if (p->wino) tag = (ipu__pack_tag){IPU__PACK_WINO, 1, (uint32_t)u.isa, {(uint32_t)tile}};
+                             (uint32_t)u.isa,
+                             {(uint32_t)tile, IPU__SGEMM_KC, rows_per_block, (uint32_t)p->f16}};
+        if (p->wino) /* geom[1]: from float16 */
+            tag = (ipu__pack_tag){IPU__PACK_WINO, 1, (uint32_t)u.isa,
+                                  {(uint32_t)tile, (uint32_t)p->f16}};
         const void *dst;
         st = ipu__vpacked(v, 1, &tag, (size_t)(nblk * (uint64_t)blk) * sizeof(float),
                           p->tpose  ? pack_conv_weights_t
@@ -467,8 +493,8 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
     p->hdr.fn = ipu__select_kernel(ins->op, y->desc.dtype);
     /* conv.c runs a worker's consecutive channel items of a pixel block in one piece on these
      * paths (B packed, tiles transformed once) */
-    p->hdr.contiguous = !p->f16 && !p->direct && p->mblocks > 1 && (p->tpose || p->wino ||
-                                                                    !p->window);
+    p->hdr.contiguous = !p->direct && p->mblocks > 1 && (p->f16 || p->tpose || p->wino ||
+                                                         !p->window);
     ins->plan = p;
     return IPU_OK;
 }

@@ -9,9 +9,9 @@
  * the epilogue (bias, residual, activation) writes y. float32 GEMM path (1x1 stride 1, or the
  * input rows of one chunk do not fit the scratch): for each tile of output pixels and each block
  * of IPU__SGEMM_KC rows of K = Cig*KH*KW, the input patches are unrolled straight into the packed
- * B panels, and the micro-kernel accumulates into y itself. float16 GEMM path: im2col into a
- * float [K, P] matrix and ipu__sgemm. Depthwise convolutions (one input and one output channel
- * per group) use a direct loop: in float32 over the window path's copied rows, one long pass
+ * B panels, and the micro-kernel accumulates into y itself. float16 GEMM path (every float16
+ * convolution but depthwise ones): the same through float32 staging (run_gemm_f16). Depthwise
+ * convolutions (one input and one output channel per group) use a direct loop: in float32 over the window path's copied rows, one long pass
  * per tap. Every output element is computed the same way whichever work item computes it, so
  * results do not depend on the split. The window path is in conv_window.c. */
 #include <stdbool.h>
@@ -19,6 +19,32 @@
 
 #include "conv_shared.h"
 
+
+/* d[t] = xr[iw + t * sw] for t < n, 0 outside [0, W): the row's span converted in blocks by
+ * the bulk conversion, then gathered (a half at a time would cost a scalar conversion each). */
+static void im2col_run_f16(const uint16_t *xr, int64_t W, int64_t iw, int64_t sw, int64_t n,
+                           float *d) {
+    enum { SPAN = 512 };
+    float buf[SPAN];
+    int64_t lo = iw >= 0 ? 0 : (-iw + sw - 1) / sw;    /* first tap inside the row */
+    int64_t hi = iw >= W ? 0 : (W - iw + sw - 1) / sw; /* past the last one */
+    if (lo > n) lo = n;
+    if (hi > n) hi = n;
+    if (hi < lo) hi = lo;
+    for (int64_t t = 0; t < lo; t++) d[t] = 0.0f;
+    for (int64_t t = hi; t < n; t++) d[t] = 0.0f;
+    for (int64_t t0 = lo; t0 < hi;) { /* taps [t0, t1) read columns within one SPAN block */
+        int64_t c0 = iw + t0 * sw, t1 = t0 + (SPAN - 1) / sw + 1;
+        if (t1 > hi) t1 = hi;
+        int64_t span = (t1 - 1 - t0) * sw + 1;
+        ipu__cvt_f16_to_f32(xr + c0, buf, (size_t)span);
+        if (sw == 1)
+            memcpy(d + t0, buf, sizeof(float) * (size_t)span);
+        else
+            for (int64_t t = t0; t < t1; t++) d[t] = buf[(t - t0) * sw];
+        t0 = t1;
+    }
+}
 
 /* col[kk][j] = x(patch row k0 + kk, output pixel p0 + j) of the image plane block at xoff. */
 static void im2col(const ipu__conv_plan *p, const void *x, int64_t xoff, int64_t k0, int64_t kc,
@@ -37,8 +63,11 @@ static void im2col(const ipu__conv_plan *p, const void *x, int64_t xoff, int64_t
                 memset(dst + j, 0, sizeof(float) * (size_t)n);
             } else {
                 int64_t row = base + ih * p->W, iw = ow * p->sw - p->pl + kw * p->dw;
-                for (int64_t t = 0; t < n; t++, iw += p->sw)
-                    dst[j + t] = (iw >= 0 && iw < p->W) ? ipu__ld_f32(x, p->f16, row + iw) : 0.0f;
+                if (p->f16)
+                    im2col_run_f16((const uint16_t *)x + row, p->W, iw, p->sw, n, dst + j);
+                else
+                    for (int64_t t = 0; t < n; t++, iw += p->sw)
+                        dst[j + t] = (iw >= 0 && iw < p->W) ? ((const float *)x)[row + iw] : 0.0f;
             }
             j += n;
             ow = 0;
@@ -307,49 +336,107 @@ static void run_tposed(const ipu__conv_plan *p, const float *x, const float *bw,
     ipu__conv_epilogue_t(p, y + yo, OHW, ct, mpad, np, m1 - m0, bias, co, res, yo);
 }
 
-static void run_gemm(const ipu__conv_plan *p, const void *x, const void *w, const void *bias,
-                     const void *res, void *y, int64_t n, int64_t g, int64_t mb, int64_t r,
-                     void *scratch) {
-    float *acc = (float *)((char *)scratch + IPU__CONV_SG_BYTES); /* [MB][P] */
-    float *tmp = acc + IPU__MM_MB * p->P;                        /* [MB][P] */
-    float *col = tmp + IPU__MM_MB * p->P;                        /* [KCH][P] */
-    int64_t m0 = mb * IPU__MM_MB, m1 = m0 + IPU__MM_MB < p->Cog ? m0 + IPU__MM_MB : p->Cog;
+/* Channel items of the float16 GEMM path whose float32 C tile fits its scratch (below). */
+#define CONV_F16_MAX_M \
+    ((int64_t)((IPU__WORKER_SCRATCH_BYTES - IPU__SCRATCH_BYTES) / sizeof(float)) / \
+         IPU__CONV_TILE - IPU__SGEMM_KC)
+
+static void gemm_f16_channels(const ipu__conv_plan *p, const uint16_t *x, const uint16_t *w,
+                              const float *apre, const void *bias, const void *res, uint16_t *y,
+                              int64_t n, int64_t g, int64_t m0, int64_t m1, int64_t r,
+                              void *scratch);
+
+/* float16 GEMM path: channel items [mb, mb1) (IPU__MM_MB output channels each) of group g,
+ * pixels of row block r, as the float32 GEMM path computes them but through float32 staging:
+ * per tile of output pixels and chunk of K, the patches are converted into rows of a float32
+ * matrix (im2col, or x's own rows for 1x1 convolutions) packed once into B panels for all the
+ * items' channels, the weights converted and packed at load (else as the sgemm packs them),
+ * and the micro-kernel accumulates into a float32 C tile from which the epilogue (bias,
+ * residual, activation) stores y in half. Scratch: A and B panels in the first
+ * IPU__SCRATCH_BYTES, the patch rows and the C tile after them. */
+static void run_gemm_f16(const ipu__conv_plan *p, const uint16_t *x, const uint16_t *w,
+                         const float *apre, const void *bias, const void *res, uint16_t *y,
+                         int64_t n, int64_t g, int64_t mb, int64_t mb1, int64_t r,
+                         void *scratch) {
+    int64_t c0, c1; /* IPU__MM_MB-channel items (or a Winograd plan's, its blocks fallen back) */
+    ipu__conv_item_channels(p, mb, mb1, &c0, &c1);
+    /* as many channels at a time as the C tile holds (whole sub-blocks: the packed weights') */
+    const int64_t most = CONV_F16_MAX_M / IPU__MM_MB * IPU__MM_MB;
+    for (int64_t m0 = c0, m1; m0 < c1; m0 = m1) {
+        m1 = c1 - m0 < most ? c1 : m0 + most;
+        gemm_f16_channels(p, x, w, apre, bias, res, y, n, g, m0, m1, r, scratch);
+    }
+}
+
+/* run_gemm_f16 for output channels [m0, m1) of the group (at most CONV_F16_MAX_M). */
+static void gemm_f16_channels(const ipu__conv_plan *p, const uint16_t *x, const uint16_t *w,
+                              const float *apre, const void *bias, const void *res, uint16_t *y,
+                              int64_t n, int64_t g, int64_t m0, int64_t m1, int64_t r,
+                              void *scratch) {
+    ipu__ukr u;
+    ipu__sgemm_ukr(&u);
+    const int mr = u.mr, nr = u.nr;
+    if (apre && u.mr != p->packed_mr) apre = NULL; /* packed for another micro-kernel */
     int64_t oh1 = (r + 1) * p->rows < p->OH ? (r + 1) * p->rows : p->OH;
     int64_t pix0 = r * p->rows * p->OW, pix1 = oh1 * p->OW, OHW = p->OH * p->OW;
     int64_t xoff = (n * p->C + g * p->Cig) * p->H * p->W, co0 = g * p->Cog + m0, m = m1 - m0;
-    size_t es = p->f16 ? 2 : 4;
-    for (int64_t q0 = pix0; q0 < pix1; q0 += p->P) {
-        int64_t np = pix1 - q0 < p->P ? pix1 - q0 : p->P;
-        if (p->K == 0) memset(acc, 0, sizeof(float) * (size_t)(m * np)); /* no input channels */
-        for (int64_t k0 = 0; k0 < p->K; k0 += p->KCH) {
-            int64_t kc = p->K - k0 < p->KCH ? p->K - k0 : p->KCH;
-            ipu__sgemm_args a;
-            if (p->pointwise) { /* 1x1, stride 1, no pads: x itself is the [K, H*W] matrix */
-                a.b = (const char *)x + (size_t)(xoff + k0 * OHW + q0) * es;
-                a.b_rs = OHW;
-                a.b_f16 = p->f16;
+    float *ap = scratch;
+    size_t ap_bytes = ((size_t)IPU__MM_MB * IPU__SGEMM_KC * sizeof(float) + 63) & ~(size_t)63;
+    float *bp = (float *)((char *)scratch + ap_bytes);
+    int64_t nt = (int64_t)((IPU__SCRATCH_BYTES - ap_bytes) / (IPU__SGEMM_KC * sizeof(float)));
+    nt = (nt < IPU__CONV_TILE ? nt : IPU__CONV_TILE) / nr * nr;
+    float *col = (float *)((char *)scratch + IPU__SCRATCH_BYTES); /* [KC][nt] */
+    float *ct = col + IPU__SGEMM_KC * nt;                           /* [MB][nt] */
+    for (int64_t q0 = pix0; q0 < pix1; q0 += nt) {
+        int64_t np = pix1 - q0 < nt ? pix1 - q0 : nt;
+        if (p->K == 0) memset(ct, 0, sizeof(float) * (size_t)(m * np)); /* no input channels */
+        for (int64_t k0 = 0; k0 < p->K; k0 += IPU__SGEMM_KC) {
+            int64_t kc = p->K - k0 < IPU__SGEMM_KC ? p->K - k0 : IPU__SGEMM_KC;
+            if (p->pointwise) { /* 1x1, stride 1, no pads: x's rows converted into panels */
+                for (int64_t kk = 0; kk < kc; kk++)
+                    for (int64_t jr = 0; jr < np; jr += nr) {
+                        int64_t wd = np - jr < nr ? np - jr : nr;
+                        float *d = bp + jr * kc + kk * nr;
+                        ipu__cvt_f16_to_f32(x + xoff + (k0 + kk) * OHW + q0 + jr, d, (size_t)wd);
+                        if (wd < nr) memset(d + wd, 0, sizeof(float) * (size_t)(nr - wd));
+                    }
             } else {
                 im2col(p, x, xoff, k0, kc, q0, np, col);
-                a.b = col;
-                a.b_rs = np;
-                a.b_f16 = 0;
+                ipu__conv_pack_rows(col, NULL, np, kc, np, nr, bp);
             }
-            a.m = m;
-            a.n = np;
-            a.k = kc;
-            a.a = (const char *)w + (size_t)(co0 * p->K + k0) * es;
-            a.a_rs = p->K;
-            a.a_cs = 1;
-            a.a_f16 = p->f16;
-            a.b_cs = 1;
-            a.c = k0 == 0 ? acc : tmp;
-            a.ldc = np;
-            ipu__sgemm(&a, scratch, IPU__CONV_SG_BYTES);
-            if (k0 > 0)
-                for (int64_t i = 0; i < m * np; i++) acc[i] += tmp[i];
+            for (int64_t s0 = 0; s0 < m; s0 += IPU__MM_MB) { /* one sub-block of A */
+                int64_t sm = m - s0 < IPU__MM_MB ? m - s0 : IPU__MM_MB;
+                int64_t mpad = (sm + mr - 1) / mr * mr, sub = (m0 + s0) / IPU__MM_MB;
+                const float *ak = ap;
+                if (apre) { /* converted and packed at load */
+                    ak = apre + (g * p->msub + sub) * p->packed_blk + mpad * k0;
+                } else {
+                    ipu__sgemm_args a;
+                    memset(&a, 0, sizeof a);
+                    a.m = sm;
+                    a.a = w + (co0 + s0) * p->K;
+                    a.a_rs = p->K;
+                    a.a_cs = 1;
+                    a.a_f16 = 1;
+                    ipu__sgemm_pack_a(&a, k0, kc, mr, ap);
+                }
+                for (int64_t jr = 0; jr < np; jr += nr) {
+                    int64_t wd = np - jr < nr ? np - jr : nr;
+                    const float *bpan = bp + jr * kc;
+                    for (int64_t ir = 0; ir < sm; ir += mr) {
+                        int64_t h = sm - ir < mr ? sm - ir : mr;
+                        float *c = ct + (s0 + ir) * np + jr;
+                        if (h < mr || wd < nr)
+                            u.part((int)h, (int)wd, kc, ak + ir * kc, bpan, NULL, c, np, k0 > 0,
+                                   NULL);
+                        else
+                            u.fn(kc, ak + ir * kc, bpan, c, np, k0 > 0, NULL, 0);
+                    }
+                }
+            }
         }
         for (int64_t i = 0; i < m; i++)
-            store_row(p, y, (n * p->M + co0 + i) * OHW + q0, acc + i * np, np, bias, res,
+            store_row(p, y, (n * p->M + co0 + i) * OHW + q0, ct + i * np, np, bias, res,
                       co0 + i);
     }
 }
@@ -423,11 +510,46 @@ static bool run_direct_window(const ipu__conv_plan *p, const float *x, const flo
     return true;
 }
 
+/* run_direct_window for float16: the channel's plane converted whole after the first
+ * IPU__SCRATCH_BYTES (its weights after it), the window rows copied from there, the output rows
+ * stored in half after the epilogue. False if it does not fit. */
+static bool run_direct_window_f16(const ipu__conv_plan *p, const uint16_t *x, const uint16_t *w,
+                                  const void *bias, const void *res, uint16_t *y, int64_t n,
+                                  int64_t g, int64_t r, void *scratch) {
+    int64_t oh0 = r * p->rows, nrows = p->OH - oh0 < p->rows ? p->OH - oh0 : p->rows;
+    int64_t Wq = p->Wq, npix = nrows * Wq, KK = p->KH * p->KW, hw = p->H * p->W;
+    if (npix > IPU__CONV_WIN_C ||
+        hw + KK > (int64_t)((IPU__WORKER_SCRATCH_BYTES - IPU__SCRATCH_BYTES) / sizeof(float)))
+        return false;
+    float *acc = (float *)scratch + IPU__CONV_WIN_A;
+    float *xq = acc + IPU__CONV_WIN_C + IPU__CONV_WIN_B;
+    float *plane = (float *)((char *)scratch + IPU__SCRATCH_BYTES), *wk = plane + hw;
+    ipu__cvt_f16_to_f32(x + (n * p->C + g) * hw, plane, (size_t)hw);
+    ipu__cvt_f16_to_f32(w + g * KK, wk, (size_t)KK);
+    const float *src = plane + oh0 * p->W;
+    if (p->xcopy) {
+        ipu__conv_copy_window(p, plane, 0, oh0, nrows, 0, 1, xq);
+        src = xq;
+    }
+    dw_taps(src, p->rowoff, wk, KK, npix, acc);
+    int64_t off = ((n * p->M + g) * p->OH + oh0) * p->OW;
+    for (int64_t k = 0; k < nrows; k++) {
+        float *rr = acc + k * Wq;
+        ipu__conv_epilogue_to(p, rr, rr, p->OW, bias, g, res, off + k * p->OW);
+        ipu__cvt_f32_to_f16(rr, y + off + k * p->OW, (size_t)p->OW);
+    }
+    return true;
+}
+
 /* Depthwise: channel c = g of image n, output rows of block r. */
 static void run_direct(const ipu__conv_plan *p, const void *x, const void *w, const void *bias,
                        const void *res, void *y, int64_t n, int64_t g, int64_t r, void *scratch) {
     float *row = scratch;     /* OW floats */
     float *wt = row + p->OW;  /* KH*KW floats */
+    /* float16: an input row as float32 after the first IPU__SCRATCH_BYTES */
+    float *xrow = (float *)((char *)scratch + IPU__SCRATCH_BYTES);
+    const int64_t xrow_max =
+        (int64_t)((IPU__WORKER_SCRATCH_BYTES - IPU__SCRATCH_BYTES) / sizeof(float));
     int64_t KK = p->KH * p->KW;
     for (int64_t i = 0; i < KK; i++) wt[i] = ipu__ld_f32(w, p->f16, g * KK + i);
     int64_t xoff = (n * p->C + g) * p->H * p->W;
@@ -440,17 +562,24 @@ static void run_direct(const ipu__conv_plan *p, const void *x, const void *w, co
             int64_t ih = oh * p->sh - p->pt + kh * p->dh;
             if (ih < 0 || ih >= p->H) continue;
             int64_t base = xoff + ih * p->W;
+            const void *xs = x; /* float16: the input row converted once for all its taps */
+            if (p->f16 && p->W <= xrow_max) {
+                ipu__cvt_f16_to_f32((const uint16_t *)x + base, xrow, (size_t)p->W);
+                xs = xrow;
+                base = 0;
+            }
+            bool half = xs == x && p->f16;
             for (int64_t kw = 0; kw < p->KW; kw++) {
                 float wv = wt[kh * p->KW + kw];
                 int64_t iw0 = kw * p->dw - p->pl, sw = p->sw; /* input column: ow*sw + iw0 */
                 int64_t lo = iw0 >= 0 ? 0 : (-iw0 + sw - 1) / sw;
                 int64_t hi = iw0 >= p->W ? 0 : (p->W - iw0 + sw - 1) / sw;
                 if (hi > p->OW) hi = p->OW;
-                if (p->f16) {
+                if (half) {
                     for (int64_t ow = lo; ow < hi; ow++)
                         row[ow] += ipu__ld_f32(x, 1, base + ow * sw + iw0) * wv;
                 } else if (lo < hi) { /* xr[ow*sw] is input column ow*sw + iw0 */
-                    const float *xr = (const float *)x + base + lo * sw + iw0;
+                    const float *xr = (const float *)xs + base + lo * sw + iw0;
                     float *rr = row + lo;
                     if (sw == 1)
                         for (int64_t t = 0; t < hi - lo; t++) rr[t] += xr[t] * wv;
@@ -502,9 +631,14 @@ ipu_status ipu__k_conv2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
         int64_t g = (int64_t)(rest % (uint64_t)p->G), n = (int64_t)(rest / (uint64_t)p->G);
         if (wino) { /* the following items of the same tiles: one run, the tiles once */
             int64_t mb1 = channel_run(p, mb, &it, e);
-            if (!ipu__conv_wino(p, x, apre, bias, res, y, n, mb, mb1, r, scratch))
-                for (; mb < mb1; mb++) /* an infinity or NaN in its input: direct sums */
-                    ipu__conv_run_window(p, x, w, NULL, bias, res, y, n, g, mb, r, scratch);
+            if (!ipu__conv_wino(p, x, apre, bias, res, y, n, mb, mb1, r, scratch)) {
+                /* an infinity or NaN in its input: direct sums */
+                if (p->f16)
+                    run_gemm_f16(p, x, w, NULL, bias, res, y, n, g, mb, mb1, r, scratch);
+                else
+                    for (; mb < mb1; mb++)
+                        ipu__conv_run_window(p, x, w, NULL, bias, res, y, n, g, mb, r, scratch);
+            }
         } else if (tposed) {
             /* the following items of the same pixels (one worker's share): their channels in
              * one run, the pixels packed once, as far as the C^T tile fits the scratch */
@@ -516,7 +650,8 @@ ipu_status ipu__k_conv2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
             }
             run_tposed(p, x, apre, bias, res, y, n, g, mb, mb1, r, scratch);
         } else if (p->direct) {
-            if (!p->Wq || !run_direct_window(p, x, w, bias, res, y, n, g, r, scratch))
+            if (!p->Wq || !(p->f16 ? run_direct_window_f16(p, x, w, bias, res, y, n, g, r, scratch)
+                                   : run_direct_window(p, x, w, bias, res, y, n, g, r, scratch)))
                 run_direct(p, x, w, bias, res, y, n, g, r, scratch);
         }
         else if (p->window)
@@ -527,8 +662,16 @@ ipu_status ipu__k_conv2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
             int64_t mb1 = channel_run(p, mb, &it, e);
             run_gemm_f32(p, x, w, apre, bias, res, y, n, g, mb, mb1, r, scratch);
         }
-        else
-            run_gemm(p, x, w, bias, res, y, n, g, mb, r, scratch);
+        else {
+            /* the following items of the same pixels, as far as their C tile fits: the
+             * patches converted and packed once for all of them */
+            int64_t mb1 = mb + 1, c0, c1;
+            for (; it + 1 < e && mb1 < p->mblocks; mb1++, it++) {
+                ipu__conv_item_channels(p, mb, mb1 + 1, &c0, &c1);
+                if (c1 - c0 > CONV_F16_MAX_M) break;
+            }
+            run_gemm_f16(p, x, w, apre, bias, res, y, n, g, mb, mb1, r, scratch);
+        }
     }
     return IPU_OK;
 }

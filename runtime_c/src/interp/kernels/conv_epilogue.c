@@ -16,8 +16,13 @@ static inline __attribute__((always_inline)) void epilogue_body(const ipu__conv_
                                                                 int64_t off) {
     float bv = bias ? ipu__ld_f32(bias, p->f16, co) : 0.0f;
     int relu = p->act == IPU__ACT_RELU;
-    if (res && p->f16) {
-        for (int64_t j = 0; j < n; j++) dst[j] = src[j] + bv + ipu__ld_f32(res, 1, off + j);
+    if (res && p->f16) { /* the half residual converted in blocks, added with the bias */
+        float rb[256];
+        for (int64_t j0 = 0; j0 < n; j0 += 256) {
+            int64_t c = n - j0 < 256 ? n - j0 : 256;
+            ipu__cvt_f16_to_f32((const uint16_t *)res + off + j0, rb, (size_t)c);
+            for (int64_t j = 0; j < c; j++) dst[j0 + j] = src[j0 + j] + bv + rb[j];
+        }
         src = dst;
         res = bias = NULL;
         bv = 0.0f;

@@ -6,58 +6,6 @@
 
 #include "kernels.h"
 
-#if IPU_X86
-#include <cpuid.h>
-#include <immintrin.h>
-#endif
-
-/* ---- fp16 bulk conversion ------------------------------------------------------------------ */
-
-#if IPU_X86
-__attribute__((target("avx,f16c"))) static void h2f_f16c(const uint16_t *s, float *d, size_t n) {
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i))));
-    for (; i < n; i++) d[i] = ipu__f16_to_f32(s[i]);
-}
-
-__attribute__((target("avx,f16c"))) static void f2h_f16c(const float *s, uint16_t *d, size_t n) {
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm_storeu_si128((__m128i *)(d + i),
-                         _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT));
-    for (; i < n; i++) d[i] = ipu__f32_to_f16(s[i]);
-}
-
-/* CPUID.1:ECX.F16C[bit 29] plus AVX enabled by the OS: clang 14 rejects
- * __builtin_cpu_supports("f16c"), so the bit is read directly (gcc and clang alike). */
-static int has_f16c(void) {
-    unsigned a, b, c, d;
-    return __builtin_cpu_supports("avx") && __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
-}
-
-#endif
-
-void ipu__cvt_f16_to_f32(const uint16_t *src, float *dst, size_t n) {
-#if IPU_X86
-    if (has_f16c()) {
-        h2f_f16c(src, dst, n);
-        return;
-    }
-#endif
-    for (size_t i = 0; i < n; i++) dst[i] = ipu__f16_to_f32(src[i]);
-}
-
-void ipu__cvt_f32_to_f16(const float *src, uint16_t *dst, size_t n) {
-#if IPU_X86
-    if (has_f16c()) {
-        f2h_f16c(src, dst, n);
-        return;
-    }
-#endif
-    for (size_t i = 0; i < n; i++) dst[i] = ipu__f32_to_f16(src[i]);
-}
-
 /* ---- broadcast iteration ------------------------------------------------------------------- */
 
 void ipu__bcast_run(const ipu__bcast_plan *p, const void *a, const void *b, void *y, uint64_t lo,

@@ -497,18 +497,28 @@ static void pack_b(const ipu__sgemm_args *g, int64_t k0, int64_t kc, int64_t j0,
         }
         return;
     }
+    if (g->b_cs == 1) { /* float16 (float32 above): each row converted in runs of whole panels */
+        enum { RUN = 1024 }; /* floats: a multiple of every nr */
+        float buf[RUN];
+        for (int64_t k = 0; k < kc; k++) {
+            const uint16_t *s = (const uint16_t *)g->b + (k0 + k) * g->b_rs + j0;
+            for (int64_t q0 = 0; q0 < nc; q0 += RUN) {
+                int64_t run = nc - q0 < RUN ? nc - q0 : RUN;
+                ipu__cvt_f16_to_f32(s + q0, buf, (size_t)run);
+                for (int64_t q = 0; q < run; q += nr) {
+                    int64_t w = run - q < nr ? run - q : nr;
+                    float *d = bp + (q0 + q) / nr * pstride + k * nr;
+                    memcpy(d, buf + q, sizeof(float) * (size_t)w);
+                    for (int64_t j = w; j < nr; j++) d[j] = 0.0f;
+                }
+            }
+        }
+        return;
+    }
     for (int64_t q = 0; q < nc; q += nr) {
         int64_t w = nc - q < nr ? nc - q : nr;
         float *dst = bp + q / nr * pstride;
         int64_t col = j0 + q;
-        if (g->b_cs == 1) { /* float16 (float32 above) */
-            for (int64_t k = 0; k < kc; k++) {
-                ipu__cvt_f16_to_f32((const uint16_t *)g->b + (k0 + k) * g->b_rs + col,
-                                    dst + k * nr, (size_t)w);
-                for (int64_t j = w; j < nr; j++) dst[k * nr + j] = 0.0f;
-            }
-            continue;
-        }
         if (w < nr)
             for (int64_t k = 0; k < kc; k++)
                 for (int64_t j = w; j < nr; j++) dst[k * nr + j] = 0.0f;
@@ -543,14 +553,22 @@ void ipu__sgemm_pack_b_all(const ipu__sgemm_args *g, int nr, float *dst) {
 
 /* Ap[p][k][0..mr) = A(i0+p*mr+i, k0+k), zero beyond m. */
 void ipu__sgemm_pack_a(const ipu__sgemm_args *g, int64_t k0, int64_t kc, int mr, float *ap) {
-    float tmp[KC];
+    float rows16[MAX_MR][KC]; /* float16 rows converted, then packed as float32 ones */
     int vec = vec_pack();
     for (int64_t p = 0; p < g->m; p += mr) {
         int64_t h = g->m - p < mr ? g->m - p : mr;
         float *dst = ap + p * kc;
-        if (g->a_cs == 1 && !g->a_f16) { /* row-major A: h rows side by side, zeros below */
+        if (g->a_cs == 1) { /* row-major A: h rows side by side, zeros below */
             const float *rows[MAX_MR];
-            for (int64_t i = 0; i < h; i++) rows[i] = (const float *)g->a + (p + i) * g->a_rs + k0;
+            for (int64_t i = 0; i < h; i++) {
+                if (g->a_f16) {
+                    ipu__cvt_f16_to_f32((const uint16_t *)g->a + (p + i) * g->a_rs + k0,
+                                        rows16[i], (size_t)kc);
+                    rows[i] = rows16[i];
+                } else {
+                    rows[i] = (const float *)g->a + (p + i) * g->a_rs + k0;
+                }
+            }
 #if IPU_X86
             if (vec && (mr == 6 || mr == 12)) {
                 pack_a_avx2(rows, h, mr, kc, dst);
@@ -564,27 +582,20 @@ void ipu__sgemm_pack_a(const ipu__sgemm_args *g, int64_t k0, int64_t kc, int mr,
         if (h < mr)
             for (int64_t k = 0; k < kc; k++)
                 for (int64_t i = h; i < mr; i++) dst[k * mr + i] = 0.0f;
-        if (g->a_rs == 1 && !g->a_f16) { /* transposed A: rows of Ap are contiguous */
+        if (g->a_rs == 1) { /* transposed A: rows of Ap are contiguous */
             for (int64_t k = 0; k < kc; k++)
-                memcpy(dst + k * mr, (const float *)g->a + (k0 + k) * g->a_cs + p,
-                       sizeof(float) * (size_t)h);
+                if (g->a_f16)
+                    ipu__cvt_f16_to_f32((const uint16_t *)g->a + (k0 + k) * g->a_cs + p,
+                                        dst + k * mr, (size_t)h);
+                else
+                    memcpy(dst + k * mr, (const float *)g->a + (k0 + k) * g->a_cs + p,
+                           sizeof(float) * (size_t)h);
             continue;
         }
         for (int64_t i = 0; i < h; i++) {
             int64_t base = (p + i) * g->a_rs + k0 * g->a_cs;
-            if (g->a_cs == 1) {
-                const float *s;
-                if (g->a_f16) {
-                    ipu__cvt_f16_to_f32((const uint16_t *)g->a + base, tmp, (size_t)kc);
-                    s = tmp;
-                } else {
-                    s = (const float *)g->a + base;
-                }
-                for (int64_t k = 0; k < kc; k++) dst[k * mr + i] = s[k];
-            } else {
-                for (int64_t k = 0; k < kc; k++)
-                    dst[k * mr + i] = ipu__ld_f32(g->a, g->a_f16, base + k * g->a_cs);
-            }
+            for (int64_t k = 0; k < kc; k++)
+                dst[k * mr + i] = ipu__ld_f32(g->a, g->a_f16, base + k * g->a_cs);
         }
     }
     (void)vec;

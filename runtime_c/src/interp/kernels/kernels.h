@@ -57,13 +57,13 @@ typedef struct ipu__affine_plan {
 } ipu__affine_plan;
 
 /* MATMUL and GEMM. `path` (chosen by ipu__mm_plan_blocks from the shapes and dtype):
- * - IPU__MM_ROWS (float16, integers): work item = (batch, block of IPU__MM_MB rows);
- * - IPU__MM_PACKED (float32): work item = (batch, block of nb columns, block of mb rows), rows
+ * - IPU__MM_ROWS (integers): work item = (batch, block of IPU__MM_MB rows);
+ * - IPU__MM_PACKED (float32, float16): work item = (batch, block of nb columns, block of mb rows), rows
  *   fastest, so that a worker's contiguous range of items shares its blocks of packed B;
  * - IPU__MM_GEMV (float32, M <= IPU__GEMV_MAX_M): work item = (batch, block of nb columns), B
  *   streamed once in its own layout.
- * A float32 B stored in the executable (TENSOR_DATA) on the PACKED path is packed once by the
- * verifier (ipu__mm_pack_b, inside this allocation), used while B is still that tensor. */
+ * A B stored in the executable (TENSOR_DATA) on the PACKED path is packed once by the verifier
+ * (ipu__mm_pack_b; float16 converted to float32 there), used while B is still that tensor. */
 enum { IPU__MM_ROWS = 0, IPU__MM_PACKED = 1, IPU__MM_GEMV = 2 };
 #define IPU__GEMV_MAX_M ((int64_t)4)
 typedef struct ipu__mm_plan {
@@ -92,10 +92,10 @@ typedef struct ipu__mm_plan {
 void ipu__mm_plan_blocks(ipu__mm_plan *p);
 /* matmul.c: float32 B packing for a PACKED plan: floats needed for `nmat` matrices of B for
  * micro-kernels of width nr (0 when the plan does not use packed B), and the packing itself
- * (b: B's elements, row-major matrices of B's own shape [.., K, N], or [N, K] with transB). The
+ * (b: B's elements, of the plan's dtype, row-major matrices of B's own shape [.., K, N], or [N, K] with transB). The
  * prepacked-weights hook can fill a buffer of that size and point `packed` at it. */
 size_t ipu__mm_packed_floats(const ipu__mm_plan *p, uint64_t nmat, int nr);
-void ipu__mm_pack_b(const ipu__mm_plan *p, const float *b, uint64_t nmat, int nr, float *dst);
+void ipu__mm_pack_b(const ipu__mm_plan *p, const void *b, uint64_t nmat, int nr, float *dst);
 
 /* COPY (bytes) and CAST (elements). */
 typedef struct ipu__flat_plan {
@@ -132,9 +132,10 @@ typedef struct ipu__red_plan {
  * channels); the float32 paths take all IPU__MM_MB-channel sub-blocks of a group per item (the
  * window path at most IPU__CONV_WIN_MPER) unless that leaves fewer than 8 items (for an even
  * split over workers); the small-map and Winograd paths share out their weight panels
- * (tpose_items in verify_conv.c). The float16 GEMM path
- * im2cols tiles of P output pixels x KCH rows of K = Cig*KH*KW into scratch (after the first
- * IPU__CONV_SG_BYTES, which ipu__sgemm uses); `direct`: depthwise (Cig = Cog = 1) loop. */
+ * (tpose_items in verify_conv.c). The GEMM paths' row blocks cover about P output pixels (P
+ * from K: the share of scratch left after IPU__CONV_SG_BYTES); the float16 GEMM path takes one
+ * IPU__MM_MB-channel block per item (conv.c, run_gemm_f16); `direct`: depthwise (Cig = Cog = 1)
+ * loop. */
 #define IPU__CONV_SG_BYTES ((size_t)192 << 10)
 #define IPU__CONV_TILE ((int64_t)256) /* float32 path: output pixels per packed B block */
 /* float32 window path scratch, in floats: [A chunk][C tile][B panels][xq] */
@@ -258,7 +259,7 @@ typedef struct ipu__conv_plan {
     int64_t packed_blk;
     int64_t N, C, H, W, M, OH, OW, KH, KW, G, Cig, Cog, K;
     int64_t sh, sw, dh, dw, pt, pl;
-    int64_t mblocks, rows, rblocks, P, KCH;
+    int64_t mblocks, rows, rblocks, P;
     /* IPU__MM_MB-row sub-blocks of Cog; the unit of the channel items (ipu__conv_item_channels:
      * IPU__MM_MB, or the small-map path's weight panels of packed_nr channels) */
     int64_t msub, mu;
@@ -302,12 +303,12 @@ static inline void ipu__conv_item_channels(const ipu__conv_plan *p, int64_t mb0,
 #define IPU__WINO_VS(wnt, rows) ((wnt) * (rows) + 16)
 /* winograd.c: U[xi][panel][ci][mr] = (G g G^T)[xi] of w[Co][Ci][3][3], Co zero-padded to whole
  * panels of mr rows (16 * ceil(Co / mr) * mr * Ci floats). */
-void ipu__wino_pack_weights(const float *w, int64_t Co, int64_t Ci, int mr, float *u);
+void ipu__wino_pack_weights(const void *w, int f16, int64_t Co, int64_t Ci, int mr, float *u);
 /* Channel items [mb0, mb1) of tile-row block r of image n (kernels.h, `wino`). False (nothing
  * written) if the input rows the block reads hold an infinity or a NaN: the transforms would
  * spread it over whole tiles (0 * inf), so the caller computes such blocks by direct sums. */
-bool ipu__conv_wino(const ipu__conv_plan *p, const float *x, const float *U, const void *bias,
-                    const void *res, float *y, int64_t n, int64_t mb0, int64_t mb1, int64_t r,
+bool ipu__conv_wino(const ipu__conv_plan *p, const void *x, const float *U, const void *bias,
+                    const void *res, void *y, int64_t n, int64_t mb0, int64_t mb1, int64_t r,
                     void *scratch);
 /* conv_epilogue.c: y rows from nrows rows of n floats (src row stride ss, dst row stride ds):
  * act(src + bias[co] + res[off + ...]); bias, res optional. */
@@ -566,9 +567,13 @@ typedef void (*ipu__inner_fn)(const void *a, int64_t sa, const void *b, int64_t 
 void ipu__bcast_run(const ipu__bcast_plan *p, const void *a, const void *b, void *y, uint64_t lo,
                     uint64_t hi, ipu__inner_fn fn);
 
-/* eltwise.c: bulk fp16 <-> fp32 conversion (F16C when available). */
+/* f16cvt.c: bulk fp16 <-> fp32 conversion, exact (round to nearest even), AVX-512F, F16C or
+ * portable. Every float16 kernel converts through these, a block of elements at a time. */
 void ipu__cvt_f16_to_f32(const uint16_t *src, float *dst, size_t n);
 void ipu__cvt_f32_to_f16(const float *src, uint16_t *dst, size_t n);
+/* Tests and benchmarks: force the conversion level (isa.h numbering: 1 portable, 2 F16C, 3
+ * AVX-512F; 0 or one the CPU lacks = automatic). Returns the level now in use. */
+int ipu__f16_set_isa(int isa);
 
 #include "elt_types.h" /* integer dtypes of the element-wise kernels */
 

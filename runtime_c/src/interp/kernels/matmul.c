@@ -2,13 +2,12 @@
  * float32 (kernels.h, ipu__mm_plan): blocks of columns x blocks of rows through the packed sgemm
  * (B packed once per block of columns and K-block within a call, or at load when it is a
  * weight), or, for at most IPU__GEMV_MAX_M rows, blocks of columns through the GEMV kernels.
- * float16: blocks of IPU__MM_MB rows through the sgemm (converted while packing, accumulated in
- * float32); integers: a simple wrap-around kernel. */
+ * float16 takes the float32 paths but GEMV (converted while packing, B packed as float32 at load
+ * when it is a weight, accumulated in float32); integers: a simple wrap-around kernel. */
+#include <stdbool.h>
 #include <string.h>
 
 #include "kernels.h"
-
-#define F16_NCH 512 /* output columns per fp16 chunk (float32 staging tile in scratch) */
 
 static void batch_offsets(const ipu__mm_plan *p, uint64_t bi, int64_t *oa, int64_t *ob) {
     int64_t a = 0, b = 0;
@@ -84,17 +83,25 @@ static void gemm_epilogue_row(const ipu__mm_plan *p, const void *c, int f16, int
         for (int64_t j = 0; j < n; j++) y[j] = ipu__relu_f32(y[j]);
 }
 
-static ipu_status mm_run_f32(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
-                          void *scratch) {
+/* float32 and float16 (f16: A, B, C and y in half, computed in float32: the operands converted
+ * as the sgemm packs them, B from its float32 copy packed at load when it is a weight, each
+ * block of rows accumulated in a float32 tile in scratch and converted as it is stored). */
+static ipu_status mm_run(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
+                         void *scratch, int f16) {
     const ipu__mm_plan *p = ins->plan;
-    float *y = f->ptr[ins->out[0]];
-    const float *A = f->ptr[ins->in[0]], *B = f->ptr[ins->in[1]];
+    void *y = f->ptr[ins->out[0]];
+    const void *A = f->ptr[ins->in[0]], *B = f->ptr[ins->in[1]];
     const void *c = p->has_c ? f->ptr[ins->in[2]] : NULL;
     const ipu__tensor *bt = &f->exe->tensors[ins->in[1]];
     const float *pre = p->packed && f->exe->tensor_data &&
                                (const void *)B == (const void *)(f->exe->tensor_data + bt->offset)
                            ? p->packed
                            : NULL; /* not if the session bound another B */
+    size_t es = f16 ? 2 : 4;
+    /* float16: the sgemm packs in the first IPU__SCRATCH_BYTES, the tile takes the rest */
+    size_t sg_bytes = f16 ? IPU__SCRATCH_BYTES : IPU__WORKER_SCRATCH_BYTES;
+    float *tile = (float *)((char *)scratch + IPU__SCRATCH_BYTES);
+    int64_t tile_floats = (int64_t)((IPU__WORKER_SCRATCH_BYTES - IPU__SCRATCH_BYTES) / 4);
     int64_t M = p->M, N = p->N, K = p->K;
     uint64_t per_batch = (uint64_t)p->mblocks * (uint64_t)p->nblocks;
     for (size_t it = b; it < e;) {
@@ -115,72 +122,56 @@ static ipu_status mm_run_f32(const ipu__frame *f, const ipu__instr *ins, size_t 
         int64_t j0 = nbk * p->nb, nc = N - j0 < nbj * p->nb ? N - j0 : nbj * p->nb;
         int64_t oa, ob;
         batch_offsets(p, bi, &oa, &ob);
-        mm_item r = {m0, m1, oa * M * K, ob * K * N, (int64_t)bi * M * N};
-        ipu__sgemm_args g = mm_args(p, &r, A, B, 0);
-        g.n = nc;
-        g.b = (const float *)g.b + j0 * g.b_cs;
-        g.c = y + r.y_off + m0 * N + j0;
-        if (p->path == IPU__MM_GEMV)
-            ipu__sgemv(&g, scratch, IPU__SCRATCH_BYTES);
-        else if (!pre || !ipu__sgemm_packed(&g, pre + ob * p->packed_mat + j0 * K, K * p->packed_nr,
-                                            p->packed_nr, scratch, IPU__SCRATCH_BYTES))
-            ipu__sgemm(&g, scratch, IPU__WORKER_SCRATCH_BYTES);
-        if (p->is_gemm && (p->has_c || p->alpha != 1.0f || p->act))
-            for (int64_t i = m0; i < m1; i++) {
-                float *row = y + i * N + j0;
-                gemm_epilogue_row(p, c, 0, i, j0, row, row, nc);
-            }
-        it = end;
-    }
-    return IPU_OK;
-}
-
-static ipu_status mm_run_f16(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
-                          void *scratch) {
-    const ipu__mm_plan *p = ins->plan;
-    uint16_t *y = f->ptr[ins->out[0]];
-    const void *c = p->has_c ? f->ptr[ins->in[2]] : NULL;
-    float *tile = scratch; /* IPU__MM_MB x F16_NCH floats */
-    size_t tile_bytes = sizeof(float) * (size_t)IPU__MM_MB * F16_NCH;
-    float rowbuf[F16_NCH];
-    for (size_t it = b; it < e; it++) {
-        mm_item r = item_of(p, it);
-        for (int64_t j0 = 0; j0 < p->N; j0 += F16_NCH) {
-            ipu__sgemm_args g = mm_args(p, &r, f->ptr[ins->in[0]], f->ptr[ins->in[1]], 1);
-            g.n = p->N - j0 < F16_NCH ? p->N - j0 : F16_NCH;
-            g.b = (const uint16_t *)g.b + j0 * g.b_cs;
-            g.c = tile;
-            g.ldc = F16_NCH;
-            ipu__sgemm(&g, (char *)scratch + tile_bytes, IPU__SCRATCH_BYTES - tile_bytes);
-            for (int64_t i = r.m0; i < r.m1; i++) {
-                const float *acc = tile + (i - r.m0) * F16_NCH;
-                uint16_t *dst = y + r.y_off + i * p->N + j0;
-                if (p->is_gemm) {
-                    gemm_epilogue_row(p, c, 1, i, j0, acc, rowbuf, g.n);
-                    acc = rowbuf;
-                }
-                ipu__cvt_f32_to_f16(acc, dst, (size_t)g.n);
-            }
+        /* float16: rows in chunks whose float32 tile fits (float32: one chunk, y itself) */
+        int64_t rows = m1 - m0;
+        if (f16 && rows * nc > tile_floats) { /* (one chunk: B's panels read once) */
+            rows = tile_floats / nc > 1 ? tile_floats / nc : 1;
+            if (rows > IPU__MM_MB) rows -= rows % IPU__MM_MB; /* whole micro-kernel heights */
         }
+        for (int64_t r0 = m0; r0 < m1; r0 += rows) {
+            int64_t r1 = m1 - r0 < rows ? m1 : r0 + rows;
+            mm_item r = {r0, r1, oa * M * K, ob * K * N, (int64_t)bi * M * N};
+            ipu__sgemm_args g = mm_args(p, &r, A, B, f16);
+            g.n = nc;
+            g.b = (const char *)g.b + (size_t)(j0 * g.b_cs) * es;
+            g.c = f16 ? tile : (float *)y + r.y_off + r0 * N + j0;
+            g.ldc = f16 ? nc : N;
+            if (p->path == IPU__MM_GEMV)
+                ipu__sgemv(&g, scratch, IPU__SCRATCH_BYTES);
+            else if (!pre ||
+                     !ipu__sgemm_packed(&g, pre + ob * p->packed_mat + j0 * K, K * p->packed_nr,
+                                        p->packed_nr, scratch, IPU__SCRATCH_BYTES))
+                ipu__sgemm(&g, scratch, sg_bytes);
+            bool ep = p->is_gemm && (p->has_c || p->alpha != 1.0f || p->act);
+            if (ep || f16)
+                for (int64_t i = r0; i < r1; i++) {
+                    float *row = g.c + (i - r0) * g.ldc;
+                    if (ep) gemm_epilogue_row(p, c, f16, i, j0, row, row, nc);
+                    if (f16)
+                        ipu__cvt_f32_to_f16(row, (uint16_t *)y + r.y_off + i * N + j0,
+                                            (size_t)nc);
+                }
+        }
+        it = end;
     }
     return IPU_OK;
 }
 
 ipu_status ipu__k_matmul_f32(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
                              void *scratch) {
-    return mm_run_f32(f, ins, b, e, scratch);
+    return mm_run(f, ins, b, e, scratch, 0);
 }
 ipu_status ipu__k_gemm_f32(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
                            void *scratch) {
-    return mm_run_f32(f, ins, b, e, scratch);
+    return mm_run(f, ins, b, e, scratch, 0);
 }
 ipu_status ipu__k_matmul_f16(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
                              void *scratch) {
-    return mm_run_f16(f, ins, b, e, scratch);
+    return mm_run(f, ins, b, e, scratch, 1);
 }
 ipu_status ipu__k_gemm_f16(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
                            void *scratch) {
-    return mm_run_f16(f, ins, b, e, scratch);
+    return mm_run(f, ins, b, e, scratch, 1);
 }
 
 /* Integer matmul, wrap-around arithmetic in unsigned types (i-k-j order, vectorisable). */
@@ -224,8 +215,9 @@ void ipu__mm_plan_blocks(ipu__mm_plan *p) {
     p->mblocks = cdiv(M, IPU__MM_MB);
     p->nb = N;
     p->nblocks = 1;
-    if (p->dtype == IPU_DTYPE_FLOAT32 && M > 0 && N > 0) {
-        if (M <= IPU__GEMV_MAX_M &&
+    bool f16 = p->dtype == IPU_DTYPE_FLOAT16;
+    if ((p->dtype == IPU_DTYPE_FLOAT32 || f16) && M > 0 && N > 0) {
+        if (!f16 && M <= IPU__GEMV_MAX_M &&
             (!p->trans_a || M == 1 || (uint64_t)(M * K) * 4 <= IPU__SCRATCH_BYTES)) {
             p->path = IPU__MM_GEMV;
             p->mb = M;
@@ -261,13 +253,15 @@ size_t ipu__mm_packed_floats(const ipu__mm_plan *p, uint64_t nmat, int nr) {
     return (size_t)nmat * ipu__sgemm_packed_b_floats(p->K, p->N, nr);
 }
 
-void ipu__mm_pack_b(const ipu__mm_plan *p, const float *b, uint64_t nmat, int nr, float *dst) {
+void ipu__mm_pack_b(const ipu__mm_plan *p, const void *b, uint64_t nmat, int nr, float *dst) {
     size_t per = ipu__sgemm_packed_b_floats(p->K, p->N, nr);
+    int f16 = p->dtype == IPU_DTYPE_FLOAT16;
     for (uint64_t i = 0; i < nmat; i++) {
         ipu__sgemm_args g = {0};
         g.k = p->K;
         g.n = p->N;
-        g.b = b + i * (uint64_t)(p->K * p->N);
+        g.b = (const char *)b + i * (uint64_t)(p->K * p->N) * (f16 ? 2 : 4);
+        g.b_f16 = f16;
         g.b_rs = p->trans_b ? 1 : p->N;
         g.b_cs = p->trans_b ? p->K : 1;
         ipu__sgemm_pack_b_all(&g, nr, dst + i * per);

@@ -293,7 +293,7 @@ __attribute__((target("avx2"))) static bool pool_max_rows(const ipu__pool_plan *
  * comparisons as max_tap (_mm512_max_ps(v, a) keeps a unless v > a), so the first of equal
  * values stays; a NaN anywhere returns false and the item goes the other paths. */
 static bool s2max_ok(const ipu__pool_plan *p) {
-    return !p->f16 && p->kind == 0 && p->KW == 3 && p->sw == 2 && p->dw == 1 && p->sh == 2 &&
+    return p->kind == 0 && p->KW == 3 && p->sw == 2 && p->dw == 1 && p->sh == 2 &&
            p->dh == 1 && p->pl >= 0 && p->pl <= 2 && p->W >= 1 && p->W < ((int64_t)1 << 30);
 }
 
@@ -586,6 +586,61 @@ static void item_range(const ipu__pool_plan *p, size_t it, int64_t *p0, int64_t 
     *oh1 = *oh0 + p->rows < p->OH ? *oh0 + p->rows : p->OH;
 }
 
+/* Float16 through the window path (p32: the plan as float32): the item's planes converted
+ * whole into float32 after the first IPU__SCRATCH_BYTES, pooled there, the output rows stored
+ * in half. False (nothing written) if they do not fit. */
+static bool window_f16(const ipu__pool_plan *p32, window_fn window, const void *x, void *y,
+                       int64_t p0, int64_t np, int64_t oh0, int64_t oh1, float *cw,
+                       void *scratch) {
+    int64_t hw = p32->H * p32->W, ohw = p32->OH * p32->OW;
+    if (np * (hw + ohw) > (int64_t)((IPU__WORKER_SCRATCH_BYTES - IPU__SCRATCH_BYTES) / 4))
+        return false;
+    float *xs = (float *)((char *)scratch + IPU__SCRATCH_BYTES), *ys = xs + np * hw;
+    ipu__cvt_f16_to_f32((const uint16_t *)x + p0 * hw, xs, (size_t)(np * hw));
+    window(p32, xs, oh1 - oh0, oh0, np, cw, ys, cw + p32->OW);
+    for (int64_t k = 0; k < np; k++)
+        ipu__cvt_f32_to_f16(ys + k * ohw + oh0 * p32->OW,
+                            (uint16_t *)y + (p0 + k) * ohw + oh0 * p32->OW,
+                            (size_t)((oh1 - oh0) * p32->OW));
+    return true;
+}
+
+#if IPU_X86
+/* Float16 through pool_max_s2: each plane converted whole into float32 after the first
+ * IPU__SCRATCH_BYTES, its output rows computed there and stored in half. False (nothing
+ * or part of y written, all of it rewritten by the caller) if a plane and its output do not
+ * fit or a NaN was read. */
+static bool s2max_f16(const ipu__pool_plan *p, const void *x, void *y, int64_t p0, int64_t np,
+                      int64_t oh0, int64_t oh1, void *scratch) {
+    int64_t hw = p->H * p->W, ohw = p->OH * p->OW;
+    if (hw + ohw > (int64_t)((IPU__WORKER_SCRATCH_BYTES - IPU__SCRATCH_BYTES) / sizeof(float)))
+        return false;
+    float *xs = (float *)((char *)scratch + IPU__SCRATCH_BYTES), *ys = xs + hw;
+    for (int64_t plane = p0; plane < p0 + np; plane++) {
+        ipu__cvt_f16_to_f32((const uint16_t *)x + plane * hw, xs, (size_t)hw);
+        if (!pool_max_s2(p, xs, oh0, oh1, ys)) return false;
+        ipu__cvt_f32_to_f16(ys + oh0 * p->OW, (uint16_t *)y + plane * ohw + oh0 * p->OW,
+                            (size_t)((oh1 - oh0) * p->OW));
+    }
+    return true;
+}
+#endif
+
+/* Float16: the input rows [ih0, ih1) of a plane (xp) that output rows [oh0, oh1) read converted
+ * into st in one bulk conversion, so that pool_row runs its float32 taps on them; *xoff becomes
+ * the offset pool_row adds to reach them (-ih0 * W). False if they do not fit cap floats. */
+static bool stage_f16(const ipu__pool_plan *p, const uint16_t *xp, int64_t oh0, int64_t oh1,
+                      float *st, int64_t cap, int64_t *xoff) {
+    int64_t ih0 = oh0 * p->sh - p->pt, ih1 = (oh1 - 1) * p->sh - p->pt + (p->KH - 1) * p->dh + 1;
+    if (ih0 < 0) ih0 = 0;
+    if (ih1 > p->H) ih1 = p->H;
+    if (ih1 < ih0) ih1 = ih0;
+    if ((ih1 - ih0) * p->W > cap) return false;
+    ipu__cvt_f16_to_f32(xp + ih0 * p->W, st, (size_t)((ih1 - ih0) * p->W));
+    *xoff = -ih0 * p->W;
+    return true;
+}
+
 ipu_status ipu__k_pool2d(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
                          void *scratch) {
     const ipu__pool_plan *p = ins->plan;
@@ -594,13 +649,19 @@ ipu_status ipu__k_pool2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
     if ((uint64_t)p->OW * 2 * sizeof(float) <= IPU__SCRATCH_BYTES) {
         float *acc = scratch, *cw = acc + p->OW;
         for (int64_t ow = 0; ow < p->OW; ow++) cw[ow] = (float)cols_inside(p, ow);
+        /* float16 rows staged as float32 after cw (the float32-only paths use that space) */
+        float *xstage = cw + p->OW;
+        int64_t cap = (int64_t)(IPU__SCRATCH_BYTES / sizeof(float)) - 2 * p->OW;
+        ipu__pool_plan p32 = *p;
+        p32.f16 = 0;
         int64_t hq, wq;
         const int64_t lim = (int64_t)1 << 24; /* keeps window_floats far from overflow */
-        bool win = !p->f16 && p->sh <= 64 && p->sw <= 64 && p->OW < lim && p->rows < lim &&
+        bool win_ok = p->sh <= 64 && p->sw <= 64 && p->OW < lim && p->rows < lim &&
                    p->planes < lim && (p->KH - 1) * p->dh < lim && (p->KW - 1) * p->dw < lim &&
                    p->rows >= (p->KH - 1) * p->dh / p->sh && /* halo copies <= the block */
                    2 * p->OW + window_floats(p, p->rows, p->planes, &hq, &wq) <=
                        (int64_t)(IPU__SCRATCH_BYTES / sizeof(float));
+        bool win = win_ok && !p->f16, win16 = win_ok && p->f16;
         window_fn window = pool_window_base;
 #if IPU_X86
         bool rows_first = false, same = false, s2max = false;
@@ -633,7 +694,7 @@ ipu_status ipu__k_pool2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
                           np, mask, off, den);
                 continue;
             }
-            if (s2max) { /* plane by plane; with a NaN the item goes the other paths */
+            if (s2max && !p->f16) { /* plane by plane; with a NaN the item goes the other paths */
                 int64_t done = 0;
                 for (; done < np; done++)
                     if (!pool_max_s2(p, (const float *)x + (p0 + done) * p->H * p->W, oh0, oh1,
@@ -641,12 +702,14 @@ ipu_status ipu__k_pool2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
                         break;
                 if (done == np) continue;
             }
+            if (s2max && p->f16 && s2max_f16(p, x, y, p0, np, oh0, oh1, scratch)) continue;
 #endif
             if (win && np > 1) { /* whole small planes, folded together */
                 window(p, (const float *)x + p0 * p->H * p->W, oh1 - oh0, oh0, np, cw,
                        (float *)y + p0 * p->OH * p->OW, cw + p->OW);
                 continue;
             }
+            if (win16 && window_f16(&p32, window, x, y, p0, np, oh0, oh1, cw, scratch)) continue;
             for (int64_t plane = p0; plane < p0 + np; plane++) {
                 const float *xf = (const float *)x + plane * p->H * p->W;
                 float *yf = (float *)y + plane * p->OH * p->OW;
@@ -657,8 +720,14 @@ ipu_status ipu__k_pool2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
                     window(p, xf, oh1 - oh0, oh0, 1, cw, yf, cw + p->OW);
                     continue;
                 }
+                const void *xs = x;
+                int64_t xoff = plane * p->H * p->W;
+                if (p->f16 && stage_f16(p, (const uint16_t *)x + xoff, oh0, oh1, xstage, cap,
+                                        &xoff)) { /* the rows the block reads, as float32 */
+                    xs = xstage;
+                }
                 for (int64_t oh = oh0; oh < oh1; oh++) {
-                    pool_row(p, x, plane * p->H * p->W, oh, acc, cw);
+                    pool_row(xs == x ? p : &p32, xs, xoff, oh, acc, cw);
                     int64_t o = (plane * p->OH + oh) * p->OW;
                     if (p->f16)
                         ipu__cvt_f32_to_f16(acc, (uint16_t *)y + o, (size_t)p->OW);

@@ -136,7 +136,8 @@ RED_KERNELS(reduce_mean, 1)
 
 static inline float nanmax(float m, float v) { return (v > m || v != v) ? v : m; }
 
-static ipu_status softmax(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e, int f16) {
+static ipu_status softmax(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e, int f16,
+                          float *scratch) {
     const ipu__red_plan *p = ins->plan;
     const void *x = f->ptr[ins->in[0]];
     void *y = f->ptr[ins->out[0]];
@@ -147,6 +148,13 @@ static ipu_status softmax(const ipu__frame *f, const ipu__instr *ins, size_t b, 
         int64_t base = r.o * L * p->inner + r.c0;
         if (p->inner == 1 && !f16) {
             ipu__vm_softmax_row((const float *)x + base, (float *)y + base, (size_t)L);
+            continue;
+        }
+        if (p->inner == 1 && L <= (int64_t)(IPU__SCRATCH_BYTES / sizeof(float))) {
+            /* float16 rows: converted, the float32 row kernel in place, stored in half */
+            ipu__cvt_f16_to_f32((const uint16_t *)x + base, scratch, (size_t)L);
+            ipu__vm_softmax_row(scratch, scratch, (size_t)L);
+            ipu__cvt_f32_to_f16(scratch, (uint16_t *)y + base, (size_t)L);
             continue;
         }
         if (p->inner == 1) {
@@ -193,11 +201,9 @@ static ipu_status softmax(const ipu__frame *f, const ipu__instr *ins, size_t b, 
 
 ipu_status ipu__k_softmax_f32(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
                               void *scratch) {
-    (void)scratch;
-    return softmax(f, ins, b, e, 0);
+    return softmax(f, ins, b, e, 0, scratch);
 }
 ipu_status ipu__k_softmax_f16(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
                               void *scratch) {
-    (void)scratch;
-    return softmax(f, ins, b, e, 1);
+    return softmax(f, ins, b, e, 1, scratch);
 }

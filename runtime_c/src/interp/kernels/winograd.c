@@ -1,5 +1,6 @@
-/* CONV2D float32 Winograd path (the plan's `wino`; kernels.h, docs/bytecode.md): 3x3 kernels,
- * stride 1, no dilation, one group. Each output tile of 2 x 2 pixels is computed from its
+/* CONV2D Winograd path (the plan's `wino`; kernels.h, docs/bytecode.md): 3x3 kernels, stride
+ * 1, no dilation, one group; float32, and float16 computed in float32 (each channel's input rows
+ * converted into scratch, the output rows stored in half after the epilogue). Each output tile of 2 x 2 pixels is computed from its
  * 4 x 4 input tile d as Y = A^T [U . V] A with V = B^T d B and the weights U = G g G^T (Lavin
  * and Gray's F(2x2, 3x3)): 16 products per input channel where the direct convolution takes
  * 36, so the 16 elementwise products become 16 GEMMs M[xi] = U[xi] V[xi] of output channels x
@@ -16,15 +17,20 @@
 #include <immintrin.h>
 #endif
 
-#include "kernels.h"
+#include "conv_shared.h"
 
 
-void ipu__wino_pack_weights(const float *w, int64_t Co, int64_t Ci, int mr, float *u) {
+void ipu__wino_pack_weights(const void *w, int f16, int64_t Co, int64_t Ci, int mr, float *u) {
     int64_t npan = (Co + mr - 1) / mr;
     size_t xs = (size_t)(npan * mr * Ci); /* floats per xi */
     for (int64_t co = 0; co < Co; co++)
         for (int64_t ci = 0; ci < Ci; ci++) {
-            const float *g = w + (co * Ci + ci) * 9;
+            float g16[9];
+            const float *g = (const float *)w + (co * Ci + ci) * 9;
+            if (f16) {
+                ipu__cvt_f16_to_f32((const uint16_t *)w + (co * Ci + ci) * 9, g16, 9);
+                g = g16;
+            }
             float t[4][3], v[16];
             for (int c = 0; c < 3; c++) { /* G g: rows of the kernel combined */
                 t[0][c] = g[c];
@@ -87,9 +93,10 @@ static inline __attribute__((always_inline)) void out_tf(const float *restrict m
  * a run of (th1 - th0 + 1) rows of TW floats, so that tile q's four input rows are at q and
  * q + TW of the even and odd runs; then the even and odd columns of one input row. */
 static inline __attribute__((always_inline)) void input_body(const ipu__conv_plan *p,
-                                                             const float *xc, int64_t ci,
-                                                             int64_t th0, int64_t th1, int nr,
-                                                             float *V, float *R) {
+                                                             const float *xc, int64_t row0,
+                                                             int64_t ci, int64_t th0,
+                                                             int64_t th1, int nr, float *V,
+                                                             float *R) {
     const int64_t TW = (p->OW + 1) / 2, ntr = th1 - th0, nt = ntr * TW;
     const int64_t run = (ntr + 1) * TW;
     const int64_t pstride = p->Cig * nr, xstride = IPU__WINO_VS(p->wnt, p->Cig);
@@ -102,7 +109,7 @@ static inline __attribute__((always_inline)) void input_body(const ipu__conv_pla
             for (int64_t t = 0; t < TW; t++) r0[t] = r1[t] = r2[t] = r3[t] = 0.0f;
             continue;
         }
-        ipu__split_row2(xc + ih * p->W, p->W, -p->pl, TW + 1, 0.0f, e, o);
+        ipu__split_row2(xc + (ih - row0) * p->W, p->W, -p->pl, TW + 1, 0.0f, e, o);
         col_tf(e, o, e + 1, o + 1, TW, r0, r1, r2, r3); /* the same form along the row */
     }
     /* B^T (d B): rows 0..3 of tile q are ev[q], od[q], ev[q + TW], od[q + TW] */
@@ -122,7 +129,7 @@ static inline __attribute__((always_inline)) void input_body(const ipu__conv_pla
  * tile (4 runs of nt floats), then the block's output rows (2 TW floats each). */
 static inline __attribute__((always_inline)) void output_body(
     const ipu__conv_plan *p, const float *m, int64_t mstride, int64_t th0, int64_t th1,
-    const void *bias, const void *res, float *y, int64_t n, int64_t co, float *buf) {
+    const void *bias, const void *res, void *y, int64_t n, int64_t co, float *buf) {
     const int64_t TW = (p->OW + 1) / 2, OW = p->OW, nt = (th1 - th0) * TW;
     float *y00 = buf, *y01 = y00 + nt, *y10 = y01 + nt, *y11 = y10 + nt, *rows = y11 + nt;
     out_tf(m, mstride, nt, y00, y01, y10, y11);
@@ -137,28 +144,36 @@ static inline __attribute__((always_inline)) void output_body(
     }
     int64_t oh = 2 * th0, nrows = p->OH - oh < 2 * (th1 - th0) ? p->OH - oh : 2 * (th1 - th0);
     int64_t off = ((n * p->M + co) * p->OH + oh) * OW;
-    ipu__conv_epilogue_rows(p, y + off, OW, rows, 2 * TW, nrows, OW, bias, co, res, off);
+    if (p->f16) /* float16: each row's epilogue in place, then stored in half */
+        for (int64_t k = 0; k < nrows; k++) {
+            float *rr = rows + k * 2 * TW;
+            ipu__conv_epilogue_to(p, rr, rr, OW, bias, co, res, off + k * OW);
+            ipu__cvt_f32_to_f16(rr, (uint16_t *)y + off + k * OW, (size_t)OW);
+        }
+    else
+        ipu__conv_epilogue_rows(p, (float *)y + off, OW, rows, 2 * TW, nrows, OW, bias, co, res,
+                                off);
 }
 
-static void input_base(const ipu__conv_plan *p, const float *xc, int64_t ci, int64_t th0,
-                       int64_t th1, int nr, float *V, float *R) {
-    input_body(p, xc, ci, th0, th1, nr, V, R);
+static void input_base(const ipu__conv_plan *p, const float *xc, int64_t row0, int64_t ci,
+                       int64_t th0, int64_t th1, int nr, float *V, float *R) {
+    input_body(p, xc, row0, ci, th0, th1, nr, V, R);
 }
 static void output_base(const ipu__conv_plan *p, const float *m, int64_t mstride, int64_t th0,
-                        int64_t th1, const void *bias, const void *res, float *y, int64_t n,
+                        int64_t th1, const void *bias, const void *res, void *y, int64_t n,
                         int64_t co, float *buf) {
     output_body(p, m, mstride, th0, th1, bias, res, y, n, co, buf);
 }
 #if IPU_X86
 __attribute__((target("avx2"))) static void input_avx2(const ipu__conv_plan *p, const float *xc,
-                                                       int64_t ci, int64_t th0, int64_t th1,
-                                                       int nr, float *V, float *R) {
-    input_body(p, xc, ci, th0, th1, nr, V, R);
+                                                       int64_t row0, int64_t ci, int64_t th0,
+                                                       int64_t th1, int nr, float *V, float *R) {
+    input_body(p, xc, row0, ci, th0, th1, nr, V, R);
 }
 __attribute__((target("avx2"))) static void output_avx2(const ipu__conv_plan *p, const float *m,
                                                         int64_t mstride, int64_t th0,
                                                         int64_t th1, const void *bias,
-                                                        const void *res, float *y, int64_t n,
+                                                        const void *res, void *y, int64_t n,
                                                         int64_t co, float *buf) {
     output_body(p, m, mstride, th0, th1, bias, res, y, n, co, buf);
 }
@@ -190,8 +205,8 @@ static bool finite(const float *s, int64_t n, bool avx2) {
     return finite_base(s, n);
 }
 
-bool ipu__conv_wino(const ipu__conv_plan *p, const float *x, const float *U, const void *bias,
-                    const void *res, float *y, int64_t n, int64_t mb0, int64_t mb1, int64_t r,
+bool ipu__conv_wino(const ipu__conv_plan *p, const void *x, const float *U, const void *bias,
+                    const void *res, void *y, int64_t n, int64_t mb0, int64_t mb1, int64_t r,
                     void *scratch) {
     ipu__ukr u;
     ipu__sgemm_ukr(&u);
@@ -211,17 +226,29 @@ bool ipu__conv_wino(const ipu__conv_plan *p, const float *x, const float *U, con
     int64_t ih0 = 2 * th0 - p->pt, ih1 = 2 * th1 - p->pt + 2;
     ih0 = ih0 < 0 ? 0 : ih0;
     ih1 = ih1 > p->H ? p->H : ih1;
-    for (int64_t ci = 0; ci < Ci && ih0 < ih1; ci++) {
-        const float *rows = x + ((n * p->C + ci) * p->H + ih0) * p->W;
+    for (int64_t ci = 0; ci < Ci && ih0 < ih1 && !p->f16; ci++) {
+        const float *rows = (const float *)x + ((n * p->C + ci) * p->H + ih0) * p->W;
         if (!finite(rows, (ih1 - ih0) * p->W, avx2)) return false;
     }
-    /* the input tiles, all channels; lanes past the last tile zero */
+    /* the input tiles, all channels; lanes past the last tile zero. float16: each channel's
+     * rows converted after the first IPU__SCRATCH_BYTES (checked there, before any output) */
+    float *stage = (float *)((char *)scratch + IPU__SCRATCH_BYTES);
     for (int64_t ci = 0; ci < Ci; ci++) {
-        const float *xc = x + (n * p->C + ci) * p->H * p->W;
+        const float *xc = (const float *)x + (n * p->C + ci) * p->H * p->W;
+        int64_t row0 = 0;
+        if (p->f16) {
+            if (ih0 < ih1) {
+                ipu__cvt_f16_to_f32((const uint16_t *)x + ((n * p->C + ci) * p->H + ih0) * p->W,
+                                    stage, (size_t)((ih1 - ih0) * p->W));
+                if (!finite(stage, (ih1 - ih0) * p->W, avx2)) return false;
+            }
+            xc = stage;
+            row0 = ih0;
+        }
         if (avx2)
-            input_avx2(p, xc, ci, th0, th1, nr, V, tmp);
+            input_avx2(p, xc, row0, ci, th0, th1, nr, V, tmp);
         else
-            input_base(p, xc, ci, th0, th1, nr, V, tmp);
+            input_base(p, xc, row0, ci, th0, th1, nr, V, tmp);
     }
     if (full < ntiles)
         for (int xi = 0; xi < 16; xi++)
