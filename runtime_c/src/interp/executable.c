@@ -432,7 +432,7 @@ ipu_status ipu_executable_create(const ipu_container *c, ipu_executable **out) {
             if ((st = ipu__verify_instr(e, pr->id, k == e->load_program, i, &pr->instr[i])))
                 goto fail;
     }
-    if ((st = ipu__verify_binds(e))) goto fail;
+    if ((st = ipu__verify_binds(e)) || (st = ipu__verify_stages(e))) goto fail;
     ipu__free(keys);
     *out = e;
     return IPU_OK;
