@@ -66,9 +66,9 @@ MAX_ARENA = 64 << 20  # larger arenas are verified but not run (the harness's me
 
 def mutate(ir: ModelIR, choose: Callable[[int], int], edits: int) -> ModelIR:
     """`ir` with `edits` semantic edits, as fuzz_semantic.c makes them: roles pointed at other
-    anchors or programs, directions and locations flipped, tensors aliased, instructions
-    dropped, swapped, moved, duplicated or given other operands, attributes or opcodes.
-    `choose(n)` picks a number in [0, n)."""
+    anchors or programs (index, Load, Main, stage), directions and locations flipped, tensors
+    aliased, instructions dropped, swapped, moved, duplicated or given other operands,
+    attributes or opcodes. `choose(n)` picks a number in [0, n)."""
     for _ in range(edits):
         ir = _edit(ir, choose)
     return ir
@@ -82,7 +82,13 @@ def _edit(ir: ModelIR, choose: Callable[[int], int]) -> ModelIR:
     tensors, anchors, programs = list(ir.tensors), list(ir.anchors), list(ir.programs)
     nt, na, np_ = len(tensors), len(anchors), len(programs)
     pid = programs[_pick(choose, np_)].id if np_ else 0
-    kind = choose(14)
+    kind = choose(15)
+    if kind == 14 and ir.stages:  # a stage's compute or copy program
+        stages = list(ir.stages)
+        k = choose(len(stages))
+        field = "copy_program" if choose(2) else "program"
+        stages[k] = dataclasses.replace(stages[k], **{field: pid})
+        return dataclasses.replace(ir, stages=tuple(stages))
     if kind == 0:
         index = NO_INDEX if choose(4) == 0 or not na else choose(na)
         return dataclasses.replace(ir, index_anchor=index)

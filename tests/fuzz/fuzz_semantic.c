@@ -4,8 +4,8 @@
  * together, so they cannot reach properties of the whole executable (which anchor a role names,
  * where its tensor lives, whether the Load program binds every weight before it is read). The
  * mutator (LLVMFuzzerCustomMutator) decodes a container into its blobs, edits METADATA fields,
- * anchors, tensors and program instructions as a compiler bug would (point a role at another
- * anchor, flip a direction or location, alias two tensors, drop, duplicate, swap or move
+ * anchors, tensors, stages and program instructions as a compiler bug would (point a role at
+ * another anchor or program, flip a direction or location, alias two tensors, drop, duplicate, swap or move
  * instructions, redirect an operand, change an attribute), and writes the result again with
  * the container writer, so every input has a valid checksum and reaches ipu_executable_create.
  *
@@ -148,7 +148,7 @@ static uint32_t fz_program_id(fz_image *m, fz_rng *r) {
 static void fz_mutate_meta(fz_image *m, fz_meta *v, fz_rng *r) {
     uint8_t *p = v->p;
     uint32_t na = v->num_anchors, nt = v->num_tensors;
-    switch (fz_rand(r, 9)) {
+    switch (fz_rand(r, 10)) {
         case 0: /* the index anchor: another anchor, or none */
             st32(p + 36, fz_rand(r, 4) ? fz_rand(r, na ? na : 1) : IPU_NO_INDEX);
             break;
@@ -194,6 +194,13 @@ static void fz_mutate_meta(fz_image *m, fz_meta *v, fz_rng *r) {
             const uint8_t *u = p + v->tensors + 96 * (size_t)fz_rand(r, nt);
             memmove(t + 8, u + 8, 4);
             memmove(t + 16, u + 16, 8);
+            break;
+        }
+        case 8: { /* a stage's compute or copy program (after the main programs) */
+            uint32_t ns = fz_ld_u32(p + 52);
+            if (!ns || ns > 4096) break;
+            size_t at = 56 + 4 * (size_t)v->num_subgraphs + 4 + 12 * (size_t)fz_rand(r, ns);
+            st32(p + at + (fz_rand(r, 2) ? 8 : 0), fz_program_id(m, r));
             break;
         }
         default: /* batches_per_step, within what the harness runs */
