@@ -76,8 +76,7 @@ static uint64_t key_hash(uint32_t type, uint32_t id, const char *name, size_t le
 static bool same_key(const wblob *b, uint32_t type, uint32_t id, const char *name, size_t len) {
     if (b->type != type) return false;
     if (type == IPU_BLOB_PROGRAM) return b->id == id;
-    return b->head_size - 4 >= len && ipu__ld_u32(b->head) == len &&
-           memcmp(b->head + 4, name, len) == 0;
+    return ipu__ld_u32(b->head) == len && memcmp(b->head + 4, name, len) == 0; /* head: len, name */
 }
 
 /* The blob with this key, or NULL. */
@@ -87,7 +86,7 @@ static const wblob *find_key(const ipu_container_writer *w, uint64_t h, uint32_t
     size_t mask = w->keys_cap - 1;
     for (size_t i = (size_t)h & mask; w->keys[i]; i = (i + 1) & mask) {
         const wblob *b = &w->blobs[w->keys[i] - 1];
-        if (b->key == h && same_key(b, type, id, name, len)) return b;
+        if (same_key(b, type, id, name, len)) return b;
     }
     return NULL;
 }
