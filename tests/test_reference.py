@@ -24,6 +24,7 @@ from pyipu.compiler.ir import (
     f64_bits,
 )
 from pyipu.enums import BinaryFn, DType, Op, UnaryFn
+from pyipu.errors import BadProgramError
 from pyipu.reference import run
 from pyipu.reference.numpy_interp import int_div, saturating_cast
 
@@ -286,8 +287,8 @@ def test_unbound_tensor_data_is_an_error() -> None:
         weights={"w": w},
     )
     unbound = ModelIR(**{**ir.__dict__, "programs": (Program(0, ()), ir.programs[1])})
-    with pytest.raises(RuntimeError, match="before the Load program"):
-        run(unbound, {"x": w})
+    with pytest.raises(BadProgramError, match="which the Load program does not BIND"):
+        run(unbound, {"x": w})  # the verifier refuses it before anything runs
 
 
 def test_scalar_outputs_stack_to_n() -> None:

@@ -11,6 +11,7 @@ import numpy as np
 
 from pyipu.compiler.ir import Instr
 from pyipu.enums import Op, ReduceFn
+from pyipu.errors import BadProgramError
 from pyipu.reference.numpy_interp import int_div, kernel
 
 
@@ -64,7 +65,7 @@ def _reduce_int(fn: int, x: np.ndarray) -> np.ndarray:
     elif fn == ReduceFn.L1:
         acc = np.abs(x.astype(np.int64)).astype(np.uint64).sum(axis=1, dtype=np.uint64)
     else:
-        raise ValueError(f"reduce function {ReduceFn(fn).name} does not take integers")
+        raise BadProgramError(f"reduce function {ReduceFn(fn).name} does not take integers")
     s = _wrap(acc, x.dtype)
     if fn == ReduceFn.MEAN:  # truncating toward zero
         return int_div(s, np.array(x.shape[1], np.int64))

@@ -3,6 +3,11 @@
 Memory is modelled as the device has it: one byte arena of `arena_size`, tensors are typed views
 at their offsets (so the compiler's storage sharing is exercised, not assumed), and TENSOR_DATA
 tensors are read-only views of the container's tensor data once the Load program has bound them.
+Before anything runs, `run` has the C verifier (`ipu_executable_create`) check the model: the
+reference relies on what it proves (operands in range, shapes, dtypes and attributes as
+docs/bytecode.md says, weights bound before they are read, anchor roles), so a malformed model
+raises its typed error (BadProgramError, CorruptFileError) rather than an IndexError or
+KeyError from the middle of a kernel.
 Each opcode is one small function computing its result from copies of its inputs; the result is
 then stored with the output's dtype. float16 is computed in float32 and rounded to nearest even
 on store; integers wrap.
@@ -25,6 +30,7 @@ from pyipu.compiler.ir import (
     np_dtype,
 )
 from pyipu.enums import ActFn, BinaryFn, DType, Op, UnaryFn
+from pyipu.errors import BadProgramError, DTypeError, InvalidArgumentError, OutOfMemoryError
 
 # A kernel gets the instruction, copies of its inputs and (a view of) its first output, and
 # returns the result, or one result per output for multi-output opcodes (TOPK).
@@ -436,7 +442,10 @@ class Machine:
 
     def __init__(self, model: ModelIR) -> None:
         self.model = model
-        self.arena = np.zeros(model.arena_size, dtype=np.uint8)
+        try:
+            self.arena = np.zeros(model.arena_size, dtype=np.uint8)
+        except MemoryError as e:
+            raise OutOfMemoryError(f"no memory for an arena of {model.arena_size} bytes") from e
         self.tensor_data = np.frombuffer(model.tensor_data_blob(), dtype=np.uint8)
         self.bound: set[int] = set()
 
@@ -444,7 +453,7 @@ class Machine:
         spec = self.model.tensors[t]
         if spec.location == Location.TENSOR_DATA:
             if t not in self.bound:
-                raise RuntimeError(f"tensor t{t} is read before the Load program binds it")
+                raise BadProgramError(f"tensor t{t} is read before the Load program binds it")
             mem = self.tensor_data
         else:
             mem = self.arena
@@ -481,21 +490,32 @@ class Machine:
                 self.run_program(stage.copy_program)
 
 
+def verify(model: ModelIR) -> None:
+    """Check `model` with the C verifier (the one the runtime loads files with); its typed
+    error (a pyipu.Error) if it rejects it."""
+    from pyipu import _core
+    from pyipu.compiler.serialize import encode_container
+
+    _core.Executable(_core.Container.from_bytes(encode_container(model, prepack=False)))
+
+
 def _select_subgraph(model: ModelIR, inputs: Mapping[str, np.ndarray], subgraph: int | None) -> int:
     if subgraph is not None:
         if not 0 <= subgraph < model.num_subgraphs:
-            raise ValueError(f"subgraph {subgraph} out of range (model has {model.num_subgraphs})")
+            raise InvalidArgumentError(
+                f"subgraph {subgraph} out of range (model has {model.num_subgraphs})"
+            )
         return subgraph
     if model.index_anchor != NO_INDEX:
         index_name = model.anchors[model.index_anchor].name
         if index_name in inputs:
             values = np.unique(np.asarray(inputs[index_name]).reshape(-1))
-            if len(values) != 1:
-                raise ValueError(f"{index_name!r} must select one subgraph, got {values}")
+            if len(values) != 1 or not np.issubdtype(values.dtype, np.integer):
+                raise InvalidArgumentError(f"{index_name!r} must select one subgraph, got {values}")
             return _select_subgraph(model, {}, int(values[0]))
     owners = {a.subgraph for a in model.anchors if a.name in inputs and a.subgraph != NO_INDEX}
     if len(owners) > 1:
-        raise ValueError(f"inputs belong to several subgraphs {sorted(owners)}")
+        raise InvalidArgumentError(f"inputs belong to several subgraphs {sorted(owners)}")
     return owners.pop() if owners else 0
 
 
@@ -503,7 +523,7 @@ def _batches(name: str, x: np.ndarray, shape: tuple[int, ...]) -> int:
     numel = math.prod(shape)
     stacked = x.shape[1:] == shape[1:] if shape else x.ndim <= 1
     if x.size == 0 or x.size % numel or not stacked:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"input {name!r} of shape {list(x.shape)} is not N batches of {list(shape)}"
         )
     return x.size // numel
@@ -516,8 +536,11 @@ def run(
 
     Returns output anchor name → N batches stacked along dim 0 (a 0-d output gives shape (N,),
     or () when N == 1). For a fused model the subgraph is `subgraph`, else the value of the
-    `index` input, else the one the given input names belong to.
+    `index` input, else the one the given input names belong to. Errors are pyipu.Error
+    subclasses: the verifier's for a malformed model (`verify`), InvalidArgumentError and
+    DTypeError for inputs that do not fit it, InvalidArgumentError for an index out of range.
     """
+    verify(model)
     sub = _select_subgraph(model, inputs, subgraph)
     index_name = model.anchors[model.index_anchor].name if model.index_anchor != NO_INDEX else None
     mine = [a for a in model.anchors if a.subgraph in (sub, NO_INDEX)]
@@ -527,12 +550,12 @@ def run(
     known = {a.name for a in feeds} | ({index_name} if index_name else set())
     extra = set(inputs) - known
     if extra:
-        raise ValueError(
+        raise InvalidArgumentError(
             f"unknown or non-feedable inputs {sorted(extra)}; expected {sorted(known)}"
         )
     missing = [a.name for a in feeds if a.name not in inputs]
     if missing:
-        raise ValueError(f"missing inputs {missing}")
+        raise InvalidArgumentError(f"missing inputs {missing}")
 
     arrays = {}
     counts = set()
@@ -540,13 +563,13 @@ def run(
         spec = model.tensors[a.tensor]
         x = np.asarray(inputs[a.name])
         if x.dtype != np_dtype(spec.dtype):
-            raise TypeError(
+            raise DTypeError(
                 f"input {a.name!r} has dtype {x.dtype}, expected {DType(spec.dtype).name.lower()}"
             )
         counts.add(_batches(a.name, x, spec.shape))
         arrays[a.name] = x.reshape(-1, *spec.shape)
     if len(counts) > 1:
-        raise ValueError(f"inputs carry different numbers of batches {sorted(counts)}")
+        raise InvalidArgumentError(f"inputs carry different numbers of batches {sorted(counts)}")
     n = counts.pop() if counts else 1
 
     machine = Machine(model)

@@ -132,8 +132,11 @@ static ipu_status build(int mut, ipu_container **cout, ipu_executable **eout, fl
         for (int k = 0; k < 6; k++) ipu__st_u32(meta + MA_OFF + 24 * i + 4 * k, an[i][k]);
     memcpy(meta + MS_OFF, "xyW", 3);
     prog_buf load = {0}, main = {0};
-    pb_add(&load, IPU_OP_BIND, 0, (uint32_t[]){1}, 1, 0, NULL);
-    pb_add(&load, IPU_OP_BIND, 0, (uint32_t[]){2}, 1, 0, NULL);
+    if (mut == 46) pb_add(&load, IPU_OP_EXPAND, 1, (uint32_t[]){2, 4}, 1, 0, NULL);
+    if (mut != 44) pb_add(&load, IPU_OP_BIND, 0, (uint32_t[]){1}, 1, 0, NULL);
+    if (mut != 44 && mut != 45) pb_add(&load, IPU_OP_BIND, 0, (uint32_t[]){2}, 1, 0, NULL);
+    if (mut == 47) pb_add(&load, IPU_OP_EXPAND, 1, (uint32_t[]){2, 4}, 1, 0, NULL);
+    if (load.n == 0) load.n = 8; /* no instructions: the header alone */
     pb_add(&main, IPU_OP_MATMUL, 2, (uint32_t[]){0, 1, 3}, 1, 0, NULL);
     pb_add(&main, IPU_OP_ADD, 2, (uint32_t[]){3, 2, 4}, 1, 0, NULL);
     pb_add(&main, IPU_OP_RELU, 1, (uint32_t[]){4, 5}, 1, 0, NULL);
@@ -155,6 +158,11 @@ static ipu_status build(int mut, ipu_container **cout, ipu_executable **eout, fl
         case 15: ipu__st_u64(meta + MT_OFF + 96 + 16, 1024); break;            /* beyond tensor data */
         case 16: ipu__st_u32(meta + 60, 1); break;                             /* padding */
         case 17: ipu__st_u32(meta + MA_OFF + 24 * 2 + 20, 0); break;           /* weight anchor flag */
+        /* roles (test_roles) */
+        case 40: ipu__st_u32(meta + 36, 2); break;                             /* index = weight */
+        case 41: ipu__st_u32(meta + MA_OFF + 24 * 2 + 8, 2); break;            /* output weight */
+        case 42: ipu__st_u32(meta + 36, 0); break;                             /* index f32[4,8] */
+        case 43: ipu__st_u32(meta + 56, 5); break;                             /* Main is Load */
         /* bad programs */
         case 20: ipu__st_u64(meta + MT_OFF + 96 + 32, 5); ipu__st_u64(meta + MT_OFF + 96 + 24, 320); break;
         case 21: main.b[8] = 99; break;                                        /* unknown opcode */
@@ -280,9 +288,39 @@ static void test_container(void) {
     }
 }
 
+/* Properties of the whole executable the runtime relies on: anchor roles and where they live,
+ * and every weight an instruction reads bound by the Load program before the read. */
+static void test_roles(void) {
+    static const struct {
+        int mut;
+        ipu_status want;
+        const char *msg;
+    } cases[] = {
+        {40, IPU_ERR_CORRUPT, "metadata: index_anchor 2 is a TENSOR_DATA anchor (a weight)"},
+        {41, IPU_ERR_CORRUPT, "metadata: anchor 2: a TENSOR_DATA anchor (a weight) must be an input"},
+        {42, IPU_ERR_CORRUPT, "metadata: index_anchor 0: tensor 0 is float32 with 32 elements, not one integer"},
+        {43, IPU_ERR_CORRUPT, "metadata: main program 5 of subgraph 0 is the Load program"},
+        {44, IPU_ERR_BAD_PROGRAM, "program 9 instruction 0 (matmul): input 1 reads TENSOR_DATA tensor 1, which the Load program does not BIND"},
+        {45, IPU_ERR_BAD_PROGRAM, "program 9 instruction 1 (add): input 1 reads TENSOR_DATA tensor 2, which the Load program does not BIND"},
+        {46, IPU_ERR_BAD_PROGRAM, "program 5 instruction 0 (expand): input 0 reads TENSOR_DATA tensor 2, which the Load program does not BIND before it"},
+        {47, IPU_OK, ""},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        ipu_container *c = NULL;
+        ipu_executable *e = NULL;
+        ipu_status st = build(cases[k].mut, &c, &e, NULL);
+        CHECK(st == cases[k].want && (st == IPU_OK) == (e != NULL) &&
+                  strstr(ipu_last_error_message(), cases[k].msg) != NULL,
+              "roles %d: got %s (%s)", cases[k].mut, ipu_status_name(st), ipu_last_error_message());
+        ipu_executable_destroy(e);
+        ipu_container_destroy(c);
+    }
+}
+
 int main(void) {
     test_verifier();
     test_container();
+    test_roles();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

@@ -83,6 +83,24 @@ static int test_stage_table(void) {
     bad = staged_model(1, 2);
     bad.st[0][0] = 2; /* stage 0 is not the Main program */
     CHECK(try_build(&bad) == IPU_ERR_CORRUPT);
+    /* pipelined stages run concurrently: no arena byte one writes may be used by another */
+    static const char want[] = "pipelined stages 0 and 1 run concurrently but both use arena "
+                               "byte 16384, which stage 0's program 1 writes";
+    bad = staged_model(1, 2);
+    bad.p[2].ins[0].ops[2] = 1; /* stage 1 writes H, which stage 0 writes */
+    CHECK(try_build(&bad) == IPU_ERR_BAD_PROGRAM && strstr(ipu_last_error_message(), want));
+    bad = staged_model(1, 2);
+    bad.p[2].ins[0].ops[0] = 1; /* stage 1 reads H while stage 0 writes it */
+    CHECK(try_build(&bad) == IPU_ERR_BAD_PROGRAM && strstr(ipu_last_error_message(), want));
+    bad = staged_model(1, 2);
+    bad.st[1][0] = 1; /* both stages run program 1, which writes H */
+    CHECK(try_build(&bad) == IPU_ERR_BAD_PROGRAM && strstr(ipu_last_error_message(), want));
+    m = staged_model(0, 2);
+    m.p[2].ins[0].ops[0] = 1; /* sequential stages: one after the other, allowed */
+    CHECK(try_build(&m) == IPU_OK);
+    m = staged_model(1, 2);
+    m.p[2].ins[0].ops[1] = 0; /* both stages read X: reads do not conflict */
+    CHECK(try_build(&m) == IPU_OK);
     return 0;
 }
 

@@ -354,6 +354,38 @@ def cases() -> dict[str, tuple[str, str, bytes]]:
         i.u32(ins(i, "op") + 16, t)  # MUL's output operand
 
     case("writes_tensor_data", BAD, r"writes TENSOR_DATA tensor", m)(write_weight)
+
+    # ---- roles the runtime relies on (docs/bytecode.md, "What the verifier proves"); the
+    # runtime crashed on the first two before the verifier refused them
+    def weight_anchor(i: Image) -> int:
+        flags = [struct.unpack_from("<I", i.b, i.anchor(a, "flags"))[0] for a in range(4)]
+        return flags.index(1)  # IPU_ANCHOR_TENSOR_DATA
+
+    def drop_binds(i: Image) -> None:
+        (load,) = struct.unpack_from("<I", i.b, i.meta + 32)
+        entry = next(k for k, e in enumerate(i.entries) if e[0] == 3 and e[1] == load)
+        i.u32(i.program(load), 0)  # no instructions: the blob is its 8-byte header
+        i.entry(entry, "size", 8)
+
+    case("index_anchor_weight", CORRUPT, r"index_anchor \d+ is a TENSOR_DATA anchor", m)(
+        lambda i: i.u32(i.meta + 36, weight_anchor(i))
+    )
+    case(
+        "index_anchor_float", CORRUPT, r"index_anchor 0: tensor 0 is float32 .*not one integer", m
+    )(lambda i: i.u32(i.meta + 36, 0))
+    case("output_weight_anchor", CORRUPT, r"a TENSOR_DATA anchor \(a weight\) must be an input", m)(
+        lambda i: i.u32(i.anchor(weight_anchor(i), "dir"), 2)
+    )
+    case("main_is_load", CORRUPT, r"main program 0 of subgraph 0 is the Load program", m)(
+        lambda i: i.u32(i.meta + 56, 0)
+    )
+    case(
+        "load_without_bind",
+        BAD,
+        r"program 1 instruction 0 \(mul\): input 1 reads TENSOR_DATA tensor \d+, which the "
+        r"Load program does not BIND",
+        m,
+    )(drop_binds)
     return out
 
 

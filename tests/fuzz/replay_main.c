@@ -1,5 +1,6 @@
 /* main() for the fuzz targets without libFuzzer: feed every file named on the command line
- * (directories: every regular file in them, sorted) to LLVMFuzzerTestOneInput once.
+ * (directories: every regular file in them, sorted) to LLVMFuzzerTestOneInput once
+ * (and, with --mutations=N, N outputs of the target's own mutator, below).
  * Used by meson test to replay the seed corpus and tests/fuzz/regressions/. Exits 1 when an
  * argument cannot be read or names no file at all, so a missing corpus cannot pass. */
 #include <dirent.h>
@@ -7,6 +8,25 @@
 #include <sys/stat.h>
 
 #include "fuzz_common.h"
+
+/* A target's structure-aware mutator, when it has one (fuzz_semantic.c). With --mutations=N
+ * each replayed file is also mutated N times (mutator seeds 1..N, each from the file) and every
+ * result is run: a deterministic, short version of the fuzzing run for meson test. */
+size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max_size, unsigned seed)
+    __attribute__((weak));
+static unsigned mutations;
+
+static void replay_mutations(const uint8_t *data, size_t size) {
+    enum { CAP = 1 << 16 };
+    if (!mutations || !LLVMFuzzerCustomMutator || size > CAP) return;
+    uint8_t *b = malloc(CAP);
+    if (!b) return;
+    for (unsigned k = 1; k <= mutations; k++) {
+        memcpy(b, data, size);
+        LLVMFuzzerTestOneInput(b, LLVMFuzzerCustomMutator(b, size, CAP, k));
+    }
+    free(b);
+}
 
 static int replay_file(const char *path) {
     FILE *f = fopen(path, "rb");
@@ -27,6 +47,7 @@ static int replay_file(const char *path) {
     int bad = ferror(f);
     fclose(f);
     if (!bad) LLVMFuzzerTestOneInput(buf ? buf : (const uint8_t *)"", n);
+    if (!bad && buf) replay_mutations(buf, n);
     free(buf);
     return bad ? -1 : 0;
 }
@@ -73,6 +94,10 @@ static long replay(const char *path) {
 int main(int argc, char **argv) {
     long total = 0;
     for (int i = 1; i < argc; i++) {
+        if (strncmp(argv[i], "--mutations=", 12) == 0) {
+            mutations = (unsigned)strtoul(argv[i] + 12, NULL, 10);
+            continue;
+        }
         long r = replay(argv[i]);
         if (r < 0) {
             fprintf(stderr, "%s: cannot read %s\n", argv[0], argv[i]);

@@ -19,7 +19,9 @@ export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 run_one() {
   local t=$1 work="$bin/work/$1" art="$bin/artifacts/$1"
   rm -rf "$work" && mkdir -p "$work" "$art"
-  cp "$root/tests/fuzz/corpus/$t"/* "$work/"
+  local seeds=$t
+  [ "$t" = semantic ] && seeds=container # it mutates whole containers
+  cp "$root/tests/fuzz/corpus/$seeds"/* "$work/"
   find "$root/tests/fuzz/regressions/$t" -type f ! -name '.*' -exec cp {} "$work/" \;
   local rc=0
   "$bin/fuzz_$t" "$work" -seed="$seed" -max_total_time="$secs" -runs="$runs" -timeout=10 \
@@ -37,5 +39,5 @@ run_one() {
 }
 export -f run_one
 export bin secs runs seed root
-printf '%s\n' container metadata bytecode |
+printf '%s\n' container metadata bytecode semantic |
   xargs -P "$jobs" -I{} bash -c 'run_one {}'

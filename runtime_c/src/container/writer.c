@@ -28,12 +28,18 @@ typedef struct wblob {
     size_t data_size;
     bool owned;
     size_t size; /* head_size + data_size: the blob as stored */
+    uint64_t key; /* hash of the PROGRAM id or OPAQUE name (key_hash) */
 } wblob;
 
 struct ipu_container_writer {
     wblob *blobs;
     uint32_t count;
     uint32_t cap;
+    /* PROGRAM ids and OPAQUE names must be unique: an open-addressing hash set of those blobs
+     * (blob index + 1, 0 = empty slot), so adding n blobs costs O(n), not a scan per blob */
+    uint32_t *keys;
+    size_t keys_cap; /* a power of two, at least twice the keyed blobs; 0 before the first */
+    uint32_t keyed;
     uint64_t compiler_hash;
     bool has_metadata;
     bool has_tensor_data;
@@ -55,11 +61,55 @@ void ipu_container_writer_destroy(ipu_container_writer *w) {
         if (w->blobs[i].owned) ipu__free((void *)w->blobs[i].data);
     }
     ipu__free(w->blobs);
+    ipu__free(w->keys);
     ipu__free(w);
 }
 
 void ipu_container_writer_set_compiler_hash(ipu_container_writer *w, uint64_t hash) {
     if (w) w->compiler_hash = hash;
+}
+
+static uint64_t key_hash(uint32_t type, uint32_t id, const char *name, size_t len) {
+    return type == IPU_BLOB_PROGRAM ? ipu_hash64(&id, sizeof id, 1) : ipu_hash64(name, len, 2);
+}
+
+static bool same_key(const wblob *b, uint32_t type, uint32_t id, const char *name, size_t len) {
+    if (b->type != type) return false;
+    if (type == IPU_BLOB_PROGRAM) return b->id == id;
+    return ipu__ld_u32(b->head) == len && memcmp(b->head + 4, name, len) == 0; /* head: len, name */
+}
+
+/* The blob with this key, or NULL. */
+static const wblob *find_key(const ipu_container_writer *w, uint64_t h, uint32_t type,
+                             uint32_t id, const char *name, size_t len) {
+    if (!w->keys_cap) return NULL;
+    size_t mask = w->keys_cap - 1;
+    for (size_t i = (size_t)h & mask; w->keys[i]; i = (i + 1) & mask) {
+        const wblob *b = &w->blobs[w->keys[i] - 1];
+        if (same_key(b, type, id, name, len)) return b;
+    }
+    return NULL;
+}
+
+static void put_key(uint32_t *keys, size_t cap, uint64_t h, uint32_t index) {
+    size_t i = (size_t)h & (cap - 1);
+    while (keys[i]) i = (i + 1) & (cap - 1);
+    keys[i] = index + 1;
+}
+
+/* Room for one more keyed blob (the set at most half full). Nothing changes on failure. */
+static ipu_status reserve_key(ipu_container_writer *w) {
+    if (2 * ((size_t)w->keyed + 1) <= w->keys_cap) return IPU_OK;
+    size_t cap = w->keys_cap ? 2 * w->keys_cap : 64;
+    uint32_t *keys = ipu__calloc(cap, sizeof *keys);
+    if (!keys) return ipu__fail(IPU_ERR_NOMEM, "container writer: out of memory");
+    for (uint32_t i = 0; i < w->count; i++)
+        if (w->blobs[i].type == IPU_BLOB_PROGRAM || w->blobs[i].type == IPU_BLOB_OPAQUE)
+            put_key(keys, cap, w->blobs[i].key, i);
+    ipu__free(w->keys);
+    w->keys = keys;
+    w->keys_cap = cap;
+    return IPU_OK;
 }
 
 static ipu_status add_blob(ipu_container_writer *w, ipu_blob_type type, uint32_t id,
@@ -82,11 +132,13 @@ static ipu_status add_blob(ipu_container_writer *w, ipu_blob_type type, uint32_t
         return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "container writer: second METADATA blob");
     if (t == IPU_BLOB_TENSOR_DATA && w->has_tensor_data)
         return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "container writer: second TENSOR_DATA blob");
-    if (t == IPU_BLOB_PROGRAM)
-        for (uint32_t i = 0; i < w->count; i++)
-            if (w->blobs[i].type == IPU_BLOB_PROGRAM && w->blobs[i].id == id)
-                return ipu__fail(IPU_ERR_INVALID_ARGUMENT,
-                                 "container writer: duplicate PROGRAM id %" PRIu32, id);
+    uint64_t key = 0;
+    if (t == IPU_BLOB_PROGRAM) {
+        key = key_hash(t, id, NULL, 0);
+        if (find_key(w, key, t, id, NULL, 0))
+            return ipu__fail(IPU_ERR_INVALID_ARGUMENT,
+                             "container writer: duplicate PROGRAM id %" PRIu32, id);
+    }
     size_t name_len = 0, hdr = 0;
     if (t == IPU_BLOB_OPAQUE) {
         if (!name)
@@ -99,12 +151,10 @@ static ipu_status add_blob(ipu_container_writer *w, ipu_blob_type type, uint32_t
         if (!ipu__utf8_valid((const uint8_t *)name, name_len))
             return ipu__fail(IPU_ERR_INVALID_ARGUMENT,
                              "container writer: OPAQUE name is not valid UTF-8");
-        for (uint32_t i = 0; i < w->count; i++)
-            if (w->blobs[i].head && w->blobs[i].head_size - 4 >= name_len &&
-                ipu__ld_u32(w->blobs[i].head) == name_len &&
-                memcmp(w->blobs[i].head + 4, name, name_len) == 0)
-                return ipu__fail(IPU_ERR_INVALID_ARGUMENT,
-                                 "container writer: duplicate OPAQUE name \"%s\"", name);
+        key = key_hash(t, 0, name, name_len);
+        if (find_key(w, key, t, 0, name, name_len))
+            return ipu__fail(IPU_ERR_INVALID_ARGUMENT,
+                             "container writer: duplicate OPAQUE name \"%s\"", name);
         hdr = (4 + name_len + 7) & ~(size_t)7;
     }
     if (size > SIZE_MAX - hdr)
@@ -116,6 +166,9 @@ static ipu_status add_blob(ipu_container_writer *w, ipu_blob_type type, uint32_t
         w->blobs = nb;
         w->cap = ncap;
     }
+    bool keyed = t == IPU_BLOB_PROGRAM || t == IPU_BLOB_OPAQUE;
+    ipu_status st = keyed ? reserve_key(w) : IPU_OK;
+    if (st != IPU_OK) return st;
     uint8_t *head = NULL, *own = NULL;
     if (hdr && !(head = ipu__calloc(1, hdr))) /* zero name padding */
         return ipu__fail(IPU_ERR_NOMEM, "container writer: out of memory");
@@ -129,8 +182,12 @@ static ipu_status add_blob(ipu_container_writer *w, ipu_blob_type type, uint32_t
         memcpy(head + 4, name, name_len);
     }
     if (own) memcpy(own, data, size);
+    if (keyed) {
+        put_key(w->keys, w->keys_cap, key, w->count);
+        w->keyed++;
+    }
     w->blobs[w->count++] = (wblob){t, t == IPU_BLOB_PROGRAM ? id : 0, head, hdr,
-                                   own ? own : data, size, own != NULL, hdr + size};
+                                   own ? own : data, size, own != NULL, hdr + size, key};
     if (t == IPU_BLOB_METADATA) w->has_metadata = true;
     if (t == IPU_BLOB_TENSOR_DATA) w->has_tensor_data = true;
     return IPU_OK;

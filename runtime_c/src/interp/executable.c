@@ -120,6 +120,10 @@ static ipu_status parse_anchor(ipu_executable *e, uint32_t i, const uint8_t *r,
                          sg, e->info.num_subgraphs);
     if (flags & ~(uint32_t)IPU_ANCHOR_TENSOR_DATA)
         return ipu__fail(IPU_ERR_CORRUPT, "metadata: anchor %u: unknown flags 0x%x", i, flags);
+    /* the session streams every other anchor through the arena; a weight is only read */
+    if ((flags & IPU_ANCHOR_TENSOR_DATA) && dir != IPU_DIR_INPUT)
+        return ipu__fail(IPU_ERR_CORRUPT, "metadata: anchor %u: a TENSOR_DATA anchor (a weight) "
+                         "must be an input", i);
     ipu_location want = (flags & IPU_ANCHOR_TENSOR_DATA) ? IPU_LOC_TENSOR_DATA : IPU_LOC_ARENA;
     if (e->tensors[tensor].loc != want)
         return ipu__fail(IPU_ERR_CORRUPT, "metadata: anchor %u: tensor %u must be in the %s", i,
@@ -133,6 +137,31 @@ static ipu_status parse_anchor(ipu_executable *e, uint32_t i, const uint8_t *r,
     a->subgraph = sg;
     a->flags = flags;
     return IPU_OK;
+}
+
+/* The runtime writes the selected subgraph id into the index anchor's tensor (session_main.c)
+ * and reads one element of its dtype from a request's buffer (request.c): it must be an input
+ * in the arena (a weight lives in the read-only mapping of the file) holding one integer. */
+static ipu_status check_index_anchor(const ipu_executable *e) {
+    uint32_t ia = e->info.index_anchor;
+    const ipu__anchor *a = &e->anchors[ia];
+    const ipu__tensor *t = &e->tensors[a->tensor];
+    if (a->direction != IPU_DIR_INPUT)
+        return ipu__fail(IPU_ERR_CORRUPT, "metadata: index_anchor %u is not an input", ia);
+    if (a->flags & IPU_ANCHOR_TENSOR_DATA)
+        return ipu__fail(IPU_ERR_CORRUPT, "metadata: index_anchor %u is a TENSOR_DATA anchor "
+                         "(a weight); the subgraph index must be an arena input", ia);
+    switch (t->desc.dtype) {
+        case IPU_DTYPE_INT8: case IPU_DTYPE_UINT8: case IPU_DTYPE_INT16: case IPU_DTYPE_UINT16:
+        case IPU_DTYPE_INT32: case IPU_DTYPE_UINT32: case IPU_DTYPE_INT64: case IPU_DTYPE_UINT64:
+            if (t->numel == 1) return IPU_OK;
+            break;
+        default: break;
+    }
+    return ipu__fail(IPU_ERR_CORRUPT, "metadata: index_anchor %u: tensor %u is %s with %llu "
+                     "elements, not one integer", ia, a->tensor,
+                     ipu_dtype_name(t->desc.dtype) ? ipu_dtype_name(t->desc.dtype) : "?",
+                     (unsigned long long)t->numel);
 }
 
 static ipu_status parse_metadata(ipu_executable *e, const ipu_container *c) {
@@ -236,9 +265,7 @@ static ipu_status parse_metadata(ipu_executable *e, const ipu_container *c) {
     for (uint32_t i = 0; i < in->num_anchors; i++)
         if ((st = parse_anchor(e, i, p + anch_at + (uint64_t)ANCHOR_REC * i, p + str_at, strings_size)))
             return st;
-    if (in->index_anchor != IPU_NO_INDEX && e->anchors[in->index_anchor].direction != IPU_DIR_INPUT)
-        return ipu__fail(IPU_ERR_CORRUPT, "metadata: index_anchor %u is not an input",
-                         in->index_anchor);
+    if (in->index_anchor != IPU_NO_INDEX && (st = check_index_anchor(e))) return st;
     if (in->num_anchors > 1) {
         ipu__anchor **order = ipu__malloc(sizeof(ipu__anchor *) * in->num_anchors);
         if (!order) return nomem();
@@ -392,6 +419,11 @@ ipu_status ipu_executable_create(const ipu_container *c, ipu_executable **out) {
                            id, s);
             goto fail;
         }
+        if (e->main_programs[s] == e->load_program) { /* BIND is for the Load program only */
+            st = ipu__fail(IPU_ERR_CORRUPT, "metadata: main program %u of subgraph %u is the "
+                           "Load program", id, s);
+            goto fail;
+        }
     }
     if ((st = resolve_stages(e, keys, np))) goto fail;
     for (uint32_t k = 0; k < np; k++) {
@@ -400,6 +432,7 @@ ipu_status ipu_executable_create(const ipu_container *c, ipu_executable **out) {
             if ((st = ipu__verify_instr(e, pr->id, k == e->load_program, i, &pr->instr[i])))
                 goto fail;
     }
+    if ((st = ipu__verify_binds(e)) || (st = ipu__verify_stages(e))) goto fail;
     ipu__free(keys);
     *out = e;
     return IPU_OK;

@@ -18,7 +18,8 @@
  *   4. exchange: the copy programs run in reverse stage order, so a value forwarded through
  *      several stages moves one stage per tick and no copy overwrites a buffer before it was
  *      passed on.
- * Stages own disjoint arena ranges (the compiler plans them so), inputs are read only by stage 0
+ * Stages own disjoint arena ranges (the compiler plans them so; the verifier proves that no
+ * compute program writes a byte another one uses, verify_flow.c), inputs are read only by stage 0
  * and outputs written only by the last stage: steps 2-4 never touch memory another stage uses in
  * the same phase. When the step stops taking input the pipeline drains (ticks continue until the
  * last loaded batch is stored), so every taken slot completes exactly once. */

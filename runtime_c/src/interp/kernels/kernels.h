@@ -435,6 +435,12 @@ ipu__kernel_fn ipu__select_kernel(ipu_opcode op, ipu_dtype dtype);
  * executables by hand. IPU_ERR_BAD_PROGRAM / IPU_ERR_NOMEM. */
 ipu_status ipu__verify_instr(const ipu_executable *e, uint32_t program_id, int is_load,
                              uint32_t index, ipu__instr *ins);
+/* verify_flow.c: after every instruction verified, every TENSOR_DATA tensor an instruction reads
+ * is bound by the Load program before the read. IPU_ERR_BAD_PROGRAM / IPU_ERR_NOMEM. */
+ipu_status ipu__verify_binds(const ipu_executable *e);
+/* verify_flow.c: the compute programs of a pipelined executable's stages, which run
+ * concurrently, write no arena byte another of them uses. IPU_ERR_BAD_PROGRAM / IPU_ERR_NOMEM. */
+ipu_status ipu__verify_stages(const ipu_executable *e);
 
 /* Kernels (ipu__k_<op>_<dtype>). */
 #define IPU__KDECL(name) \
