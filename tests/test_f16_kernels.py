@@ -1,8 +1,9 @@
 """float16 kernels (float16 in memory, float32 compute) against the NumPy reference at every
 combination of conversion level (portable, F16C, AVX-512F) and sgemm micro-kernel the CPU runs:
 MatMul/Gemm with weights packed as float32 at load and with activation operands (long rows,
-transposed A, columns past one packing run), convolutions through im2col (strides, pads,
-dilation, 1x1), pools over staged rows, element-wise and softmax."""
+transposed A, columns past one packing run), convolutions (the GEMM path through im2col, the
+window path on converted rows, Winograd, depthwise; strides, pads, dilation, groups, fused
+residual epilogues, infinities and NaNs), pools over staged rows, element-wise and softmax."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pytest
 from models import F16, arr, assert_matches_reference, compile_single_op, run_c
+from test_conv_epilogue import _block
 
 from pyipu import _core
+from pyipu.compiler import Compiler
 
 F16_LEVELS = [lvl for lvl in (1, 2, 3) if _core.set_f16_isa(lvl) == lvl]
 GEMM_LEVELS = [lvl for lvl in (1, 2, 3) if _core.set_sgemm_isa(lvl) == lvl]
@@ -98,6 +101,47 @@ CASES: dict[str, Callable[[], None]] = {
         {"pads": [1, 1, 1, 1]},
         const_inputs={1: _u((200, 64, 3, 3), 2)},
     ),
+    # the float32 window plan on rows converted from float16 (conv_window.c): the 7x7 stride-2
+    # stem (both column phases split at once), a stride-2 3x3 layer over several K chunks, C
+    # tiles and pixel tiles, padded 1x1 and dilated-stride layers (one column phase each)
+    "conv7x7_s2_stem": lambda: _check(
+        "Conv",
+        [_u((1, 3, 41, 46), 1)],
+        {"strides": [2, 2], "pads": [3, 3, 3, 3]},
+        const_inputs={1: _u((20, 3, 7, 7), 2), 2: _u((20,), 3)},
+    ),
+    "conv3x3_s2_chunks": lambda: _check(
+        "Conv",
+        [_u((1, 40, 45, 70), 1)],
+        {"strides": [2, 2], "pads": [1, 0, 1, 1]},
+        const_inputs={1: _u((150, 40, 3, 3), 2), 2: _u((150,), 3)},
+    ),
+    "conv3x3_s2_inf_nan": lambda: _check(
+        "Conv",
+        [_with_nan(_with_inf(_u((1, 8, 23, 29), 1)))],
+        {"strides": [2, 2], "pads": [1, 1, 1, 1]},
+        const_inputs={1: _u((12, 8, 3, 3), 2)},
+    ),
+    "conv1x1_padded": lambda: _check(
+        "Conv",
+        [_u((2, 10, 7, 9), 1)],
+        {"pads": [1, 2, 0, 1]},
+        const_inputs={1: _u((5, 10, 1, 1), 2)},
+    ),
+    "conv_s3_dilated": lambda: _check(
+        "Conv",
+        [_u((1, 6, 20, 31), 1)],
+        {"strides": [3, 3], "dilations": [2, 2], "pads": [2, 1, 0, 2]},
+        const_inputs={1: _u((9, 6, 3, 2), 2)},
+    ),
+    # weights bound at run time: packed from half in the work item
+    "conv3x3_s2_weight_input": lambda: _check(
+        "Conv", [_u((1, 8, 23, 29), 1), _u((70, 8, 3, 3), 2)], {"strides": [2, 2]}
+    ),
+    # KW = 1, stride 1, unpadded: no row copy, so the float16 GEMM path
+    "conv3x1": lambda: _check(
+        "Conv", [_u((1, 8, 12, 10), 1)], const_inputs={1: _u((16, 8, 3, 1), 2)}
+    ),
     "conv_wide_row": lambda: _check(
         "Conv",
         [_u((1, 2, 3, 1200), 1)],
@@ -148,3 +192,17 @@ CASES: dict[str, Callable[[], None]] = {
 @pytest.mark.parametrize("case", CASES)
 def test_f16_kernel(case: str, levels: tuple[int, int]) -> None:
     CASES[case]()
+
+
+@pytest.mark.parametrize("k,stride,hw", [(3, 2, 13), (7, 2, 20), (3, 1, 9), (1, 2, 11)])
+def test_f16_fused_residual(k: int, stride: int, hw: int, levels: tuple[int, int]) -> None:
+    """Conv → BatchNormalization → Add (half residual) → Relu as one instruction, on the window
+    (k > 1, stride 2), Winograd and GEMM paths, with an infinity and a NaN in the input."""
+    model = _block(F16, bn=True, residual=True, relu=True, bias=True, k=k, hw=hw, stride=stride)
+    exe = Compiler.compile(model)
+    x = arr((1, 8, hw, hw), F16, hw, low=-1, high=1)
+    x[0, 3, hw // 2, hw - 1] = np.nan
+    x[0, 5, 0, hw // 3] = np.inf
+    oh = (hw - 1) // stride + 1
+    feeds = {"x": x, "z": arr((1, 16, oh, oh), F16, 7, low=-1, high=1)}
+    assert_matches_reference(run_c(exe, feeds), exe.run_reference(feeds))

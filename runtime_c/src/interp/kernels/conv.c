@@ -9,8 +9,10 @@
  * the epilogue (bias, residual, activation) writes y. float32 GEMM path (1x1 stride 1, or the
  * input rows of one chunk do not fit the scratch): for each tile of output pixels and each block
  * of IPU__SGEMM_KC rows of K = Cig*KH*KW, the input patches are unrolled straight into the packed
- * B panels, and the micro-kernel accumulates into y itself. float16 GEMM path (every float16
- * convolution but depthwise ones): the same through float32 staging (run_gemm_f16). Depthwise
+ * B panels, and the micro-kernel accumulates into y itself. float16 convolutions take the
+ * window path too where it copies the rows and the kernel is larger than 1x1 (the copy converts
+ * them, the C tiles are stored in half after the epilogue), Winograd where float32 would, else
+ * the float16 GEMM path: the float32 one through float32 staging (run_gemm_f16). Depthwise
  * convolutions (one input and one output channel per group) use a direct loop: in float32 over the window path's copied rows, one long pass
  * per tap. Every output element is computed the same way whichever work item computes it, so
  * results do not depend on the split. The window path is in conv_window.c. */
@@ -299,7 +301,7 @@ static void run_tposed(const ipu__conv_plan *p, const float *x, const float *bw,
         int64_t base = 0;
         if (p->xcopy) {
             int64_t KK = p->KH * p->KW, ci0 = k0 / KK, ci1 = (k0 + kc - 1) / KK + 1;
-            ipu__conv_copy_window(p, x, xoff, oh0, nrows, ci0, ci1, xq);
+            ipu__conv_copy_window(p, x, xoff, oh0, nrows, ci0, ci1, xq, NULL);
             src = xq;
             base = ci0 * cstride;
         }
@@ -501,7 +503,7 @@ static bool run_direct_window(const ipu__conv_plan *p, const float *x, const flo
     int64_t xoff = (n * p->C + g) * p->H * p->W;
     const float *src = x + xoff + oh0 * p->W;
     if (p->xcopy) {
-        ipu__conv_copy_window(p, x, xoff, oh0, nrows, 0, 1, xq);
+        ipu__conv_copy_window(p, x, xoff, oh0, nrows, 0, 1, xq, NULL);
         src = xq;
     }
     dw_taps(src, p->rowoff, w + g * KK, KK, npix, acc);
@@ -528,7 +530,7 @@ static bool run_direct_window_f16(const ipu__conv_plan *p, const uint16_t *x, co
     ipu__cvt_f16_to_f32(w + g * KK, wk, (size_t)KK);
     const float *src = plane + oh0 * p->W;
     if (p->xcopy) {
-        ipu__conv_copy_window(p, plane, 0, oh0, nrows, 0, 1, xq);
+        ipu__conv_copy_window(p, plane, 0, oh0, nrows, 0, 1, xq, NULL);
         src = xq;
     }
     dw_taps(src, p->rowoff, wk, KK, npix, acc);

@@ -48,13 +48,14 @@ static inline void ipu__conv_pack_rows(const float *src, const int64_t *rowoff, 
     }
 }
 /* conv_window.c: xq <- the zero-padded input rows output rows [oh0, oh0 + nrows) read from
- * channels [ci0, ci1) of the group at xoff, as stride-phase planes (the comment there). */
-void ipu__conv_copy_window(const ipu__conv_plan *p, const float *x, int64_t xoff, int64_t oh0,
-                           int64_t nrows, int64_t ci0, int64_t ci1, float *xq);
+ * channels [ci0, ci1) of the group at xoff, as stride-phase planes (the comment there); x
+ * float32 (rb NULL) or float16 (its rows converted into rb, W floats). */
+void ipu__conv_copy_window(const ipu__conv_plan *p, const void *x, int64_t xoff, int64_t oh0,
+                           int64_t nrows, int64_t ci0, int64_t ci1, float *xq, float *rb);
 /* conv_window.c: one work item of the window path (channel item mb of group g, row block r of
- * image n); apre: the weights packed at load, or NULL. */
-void ipu__conv_run_window(const ipu__conv_plan *p, const float *x, const float *w,
-                          const float *apre, const void *bias, const void *res, float *y,
+ * image n), float32 or float16 (p->f16); apre: the weights packed at load, or NULL. */
+void ipu__conv_run_window(const ipu__conv_plan *p, const void *x, const void *w,
+                          const float *apre, const void *bias, const void *res, void *y,
                           int64_t n, int64_t g, int64_t mb, int64_t r, void *scratch);
 
 #endif

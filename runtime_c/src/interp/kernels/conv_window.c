@@ -5,13 +5,23 @@
 
 #include "conv_shared.h"
 
+/* The input row at x's element off as float32: x's own (rb NULL) or the half row converted
+ * into rb. */
+static inline __attribute__((always_inline)) const float *in_row(const void *x, int64_t off,
+                                                                 int64_t W, float *rb) {
+    if (!rb) return (const float *)x + off;
+    ipu__cvt_f16_to_f32((const uint16_t *)x + off, rb, (size_t)W);
+    return rb;
+}
+
 /* xq <- the zero-padded input rows that output rows [oh0, oh0 + nrows) read from channels
  * [ci0, ci1) of the group, as phase planes xq[ci - ci0][pa][pb][i][j] = xpad[(oh0 + i) * sh + a]
  * [j * sw + b] of Hq x Wq, pa / pb counting only the phases a / b some tap reads; then Wq zeros
- * (read by the dropped columns of the last plane). */
+ * (read by the dropped columns of the last plane). rb NULL: x is float32; else x is float16,
+ * each row converted into rb (W floats) once per column phase pass. */
 static inline __attribute__((always_inline)) void copy_window_body(
-    const ipu__conv_plan *p, const float *x, int64_t xoff, int64_t oh0, int64_t nrows, int64_t ci0,
-    int64_t ci1, float *xq) {
+    const ipu__conv_plan *p, const void *x, int64_t xoff, int64_t oh0, int64_t nrows, int64_t ci0,
+    int64_t ci1, float *xq, float *rb) {
     const int64_t Hq = p->Hq, Wq = p->Wq, sh = p->sh, sw = p->sw, W = p->W, HqWq = Hq * Wq;
     int64_t hrows = nrows + (p->KH - 1) * p->dh / sh;
     if (hrows > Hq) hrows = Hq;
@@ -21,11 +31,11 @@ static inline __attribute__((always_inline)) void copy_window_body(
         if (!ipu__phase_used(a, p->KH, p->dh, sh)) continue;
         for (int64_t ci = ci0; pair && ci < ci1; ci++) {
             float *d0 = xq + ((ci - ci0) * p->nphr + pa) * 2 * HqWq, *d1 = d0 + HqWq;
-            const float *xc = x + xoff + ci * p->H * W;
+            const int64_t xc = xoff + ci * p->H * W;
             for (int64_t i = 0; i < hrows; i++, d0 += Wq, d1 += Wq) {
                 int64_t ih = (oh0 + i) * sh + a - p->pt;
                 if (ih >= 0 && ih < p->H) {
-                    ipu__split_row2(xc + ih * W, W, -p->pl, Wq, 0.0f, d0, d1);
+                    ipu__split_row2(in_row(x, xc + ih * W, W, rb), W, -p->pl, Wq, 0.0f, d0, d1);
                 } else {
                     memset(d0, 0, sizeof(float) * (size_t)Wq);
                     memset(d1, 0, sizeof(float) * (size_t)Wq);
@@ -41,7 +51,7 @@ static inline __attribute__((always_inline)) void copy_window_body(
             if (lo > hi) lo = hi;
             for (int64_t ci = ci0; ci < ci1; ci++) {
                 float *plane = xq + (((ci - ci0) * p->nphr + pa) * p->nphc + pb) * HqWq;
-                const float *xc = x + xoff + ci * p->H * W + lo * sw + c0;
+                const int64_t xc = xoff + ci * p->H * W;
                 for (int64_t i = 0; i < hrows; i++) {
                     float *d = plane + i * Wq;
                     int64_t ih = (oh0 + i) * sh + a - p->pt;
@@ -49,7 +59,8 @@ static inline __attribute__((always_inline)) void copy_window_body(
                         memset(d, 0, sizeof(float) * (size_t)Wq);
                         continue;
                     }
-                    ipu__copy_row_phase(d, xc + ih * W, lo, hi, Wq, sw, 0.0f);
+                    ipu__copy_row_phase(d, in_row(x, xc + ih * W, W, rb) + lo * sw + c0, lo, hi,
+                                        Wq, sw, 0.0f);
                 }
             }
             pb++;
@@ -59,29 +70,30 @@ static inline __attribute__((always_inline)) void copy_window_body(
     memset(xq + (ci1 - ci0) * p->nphr * p->nphc * HqWq, 0, sizeof(float) * (size_t)Wq);
 }
 
-static void copy_window_base(const ipu__conv_plan *p, const float *x, int64_t xoff, int64_t oh0,
-                             int64_t nrows, int64_t ci0, int64_t ci1, float *xq) {
-    copy_window_body(p, x, xoff, oh0, nrows, ci0, ci1, xq);
+static void copy_window_base(const ipu__conv_plan *p, const void *x, int64_t xoff, int64_t oh0,
+                             int64_t nrows, int64_t ci0, int64_t ci1, float *xq, float *rb) {
+    copy_window_body(p, x, xoff, oh0, nrows, ci0, ci1, xq, rb);
 }
 
 #if IPU_X86
 __attribute__((target("avx2"))) static void copy_window_avx2(const ipu__conv_plan *p,
-                                                             const float *x, int64_t xoff,
+                                                             const void *x, int64_t xoff,
                                                              int64_t oh0, int64_t nrows,
-                                                             int64_t ci0, int64_t ci1, float *xq) {
-    copy_window_body(p, x, xoff, oh0, nrows, ci0, ci1, xq);
+                                                             int64_t ci0, int64_t ci1, float *xq,
+                                                             float *rb) {
+    copy_window_body(p, x, xoff, oh0, nrows, ci0, ci1, xq, rb);
 }
 #endif
 
-void ipu__conv_copy_window(const ipu__conv_plan *p, const float *x, int64_t xoff, int64_t oh0,
-                        int64_t nrows, int64_t ci0, int64_t ci1, float *xq) {
+void ipu__conv_copy_window(const ipu__conv_plan *p, const void *x, int64_t xoff, int64_t oh0,
+                           int64_t nrows, int64_t ci0, int64_t ci1, float *xq, float *rb) {
 #if IPU_X86
     if (__builtin_cpu_supports("avx2")) {
-        copy_window_avx2(p, x, xoff, oh0, nrows, ci0, ci1, xq);
+        copy_window_avx2(p, x, xoff, oh0, nrows, ci0, ci1, xq, rb);
         return;
     }
 #endif
-    copy_window_base(p, x, xoff, oh0, nrows, ci0, ci1, xq);
+    copy_window_base(p, x, xoff, oh0, nrows, ci0, ci1, xq, rb);
 }
 
 /* y's offset of extended pixel q (block-relative, a kept column) of channel co, block oh0. */
@@ -96,12 +108,13 @@ static inline int64_t y_at(const ipu__conv_plan *p, int64_t n, int64_t co, int64
  * place (jr < nfull) and its nr pixels are kept columns of one output row. */
 static inline bool tile_to_y(const ipu__conv_plan *p, int64_t q, int64_t jr, int64_t nfull,
                              int nr) {
-    return p->K > 0 && jr < nfull && q % p->Wq + nr <= p->OW;
+    return p->K > 0 && !p->f16 && jr < nfull && q % p->Wq + nr <= p->OW;
 }
 
 /* The epilogue from C tile row crow (extended pixel t0 at crow[0]) to the kept columns of
- * extended pixels [q0, q1) of channel co. */
-static void epilogue_kept(const ipu__conv_plan *p, float *y, const float *crow, int64_t t0,
+ * extended pixels [q0, q1) of channel co; float16: applied in place in crow, then stored in
+ * half. */
+static void epilogue_kept(const ipu__conv_plan *p, void *y, float *crow, int64_t t0,
                           int64_t q0, int64_t q1, int64_t n, int64_t oh0, const void *bias,
                           int64_t co, const void *res) {
     const int64_t Wq = p->Wq, OW = p->OW;
@@ -111,7 +124,13 @@ static void epilogue_kept(const ipu__conv_plan *p, float *y, const float *crow, 
         int64_t keep = rr * Wq + OW < end ? rr * Wq + OW : end;
         if (q < keep) {
             int64_t off = y_at(p, n, co, oh0, q);
-            ipu__conv_epilogue_to(p, y + off, crow + (q - t0), keep - q, bias, co, res, off);
+            float *c = crow + (q - t0);
+            if (p->f16) {
+                ipu__conv_epilogue_to(p, c, c, keep - q, bias, co, res, off);
+                ipu__cvt_f32_to_f16(c, (uint16_t *)y + off, (size_t)(keep - q));
+            } else {
+                ipu__conv_epilogue_to(p, (float *)y + off, c, keep - q, bias, co, res, off);
+            }
         }
         q = end;
     }
@@ -153,15 +172,16 @@ static void window_tiles_to_y(const ipu__conv_plan *p, const ipu__ukr *u, const 
  * whose pixels are kept columns of one output row is stored straight into y, the epilogue
  * fused into the last K chunk's store; the other tiles accumulate into one C tile per
  * sub-block, whose kept columns the epilogue then writes to y. */
-void ipu__conv_run_window(const ipu__conv_plan *p, const float *x, const float *w,
-                       const float *apre, const void *bias, const void *res, float *y, int64_t n,
-                       int64_t g, int64_t mb, int64_t r, void *scratch) {
+void ipu__conv_run_window(const ipu__conv_plan *p, const void *x, const void *w,
+                          const float *apre, const void *bias, const void *res, void *y,
+                          int64_t n, int64_t g, int64_t mb, int64_t r, void *scratch) {
     ipu__ukr u;
     ipu__sgemm_ukr(&u);
     const int mr = u.mr, nr = u.nr;
     if (apre && u.mr != p->packed_mr) apre = NULL; /* packed for another micro-kernel */
     float *ap = scratch, *cb = ap + IPU__CONV_WIN_A, *bp = cb + IPU__CONV_WIN_C;
     float *xq = bp + IPU__CONV_WIN_B;
+    float *rb = p->f16 ? (float *)((char *)scratch + IPU__SCRATCH_BYTES) : NULL; /* a row */
     const int64_t NT = IPU__CONV_TILE, Wq = p->Wq, OW = p->OW, OHW = p->OH * OW;
     const int64_t KK = p->KH * p->KW, cstride = p->nphr * p->nphc * p->Hq * Wq;
     int64_t oh0 = r * p->rows, nrows = p->OH - oh0 < p->rows ? p->OH - oh0 : p->rows;
@@ -176,7 +196,7 @@ void ipu__conv_run_window(const ipu__conv_plan *p, const float *x, const float *
      * (111 columns of 112 as 128) 0.50 -> 0.37 ms. Copied rows only (the copy ends in Wq >= nr
      * zeros, which a row's last tile may read), one pixel tile. */
     const int64_t cols = (OW + nr - 1) / nr * nr;
-    const bool aligned = u.rows && p->xcopy && Wq >= nr && Wq % nr && npix <= NT &&
+    const bool aligned = !p->f16 && u.rows && p->xcopy && Wq >= nr && Wq % nr && npix <= NT &&
                          (cols <= Wq || (p->K <= 64 && 5 * cols <= 6 * Wq));
     for (int64_t t0 = 0; t0 < npix; t0 += NT) {
         int64_t np = npix - t0 < NT ? npix - t0 : NT, npad = (np + nr - 1) / nr * nr;
@@ -188,11 +208,12 @@ void ipu__conv_run_window(const ipu__conv_plan *p, const float *x, const float *
                            sizeof(float) * (size_t)np);
         for (int64_t k0 = 0; k0 < p->K; k0 += IPU__SGEMM_KC) {
             int64_t kc = p->K - k0 < IPU__SGEMM_KC ? p->K - k0 : IPU__SGEMM_KC;
-            const float *src = x + xoff + oh0 * p->W + t0; /* B(kk, j) = src[off[kk] + j] */
+            /* B(kk, j) = src[off[kk] + j] (float16: always a copy, verify_conv.c) */
+            const float *src = p->f16 ? xq : (const float *)x + xoff + oh0 * p->W + t0;
             int64_t base = 0;
             if (p->xcopy) {
                 int64_t ci0 = k0 / KK, ci1 = (k0 + kc - 1) / KK + 1;
-                ipu__conv_copy_window(p, x, xoff, oh0, nrows, ci0, ci1, xq);
+                ipu__conv_copy_window(p, x, xoff, oh0, nrows, ci0, ci1, xq, rb);
                 src = xq + t0;
                 base = ci0 * cstride;
             }
@@ -211,13 +232,16 @@ void ipu__conv_run_window(const ipu__conv_plan *p, const float *x, const float *
                     ipu__sgemm_args a;
                     memset(&a, 0, sizeof a);
                     a.m = sm;
-                    a.a = w + (g * p->Cog + s0) * p->K;
+                    a.a = p->f16 ? (const void *)((const uint16_t *)w + (g * p->Cog + s0) * p->K)
+                                 : (const void *)((const float *)w + (g * p->Cog + s0) * p->K);
+                    a.a_f16 = p->f16;
                     a.a_rs = p->K;
                     a.a_cs = 1;
                     ipu__sgemm_pack_a(&a, k0, kc, mr, ap);
                 }
                 if (aligned) {
-                    window_tiles_to_y(p, &u, ak, src, off, kc, k0, sm, s0, nrows, bias, res, y,
+                    window_tiles_to_y(p, &u, ak, src, off, kc, k0, sm, s0, nrows, bias, res,
+                                      (float *)y,
                                       n, g, oh0);
                     continue;
                 }
@@ -228,13 +252,14 @@ void ipu__conv_run_window(const ipu__conv_plan *p, const float *x, const float *
                                  NULL, 0);
                         } else if (tile_to_y(p, t0 + jr, jr, nfull, nr)) {
                             int64_t co = g * p->Cog + s0 + ir, yo = y_at(p, n, co, oh0, t0 + jr);
+                            float *yf = (float *)y; /* (float32 only: tile_to_y) */
                             ipu__tile_ep ep = ipu__conv_tile_ep_at(p, bias, res, co, yo);
                             const ipu__tile_ep *e = k0 + kc == p->K ? &ep : NULL;
                             if (ir + mr <= sm)
-                                u.rows(kc, ak + ir * kc, src + jr, off, y + yo, OHW, k0 > 0, e);
+                                u.rows(kc, ak + ir * kc, src + jr, off, yf + yo, OHW, k0 > 0, e);
                             else /* the sub-block's last channels */
                                 u.part((int)(sm - ir), nr, kc, ak + ir * kc, src + jr, off,
-                                       y + yo, OHW, k0 > 0, e);
+                                       yf + yo, OHW, k0 > 0, e);
                         } else {
                             u.rows(kc, ak + ir * kc, src + jr, off, ct + ir * NT + jr, NT, k0 > 0,
                                    NULL);
@@ -244,19 +269,19 @@ void ipu__conv_run_window(const ipu__conv_plan *p, const float *x, const float *
         }
         for (int64_t s0 = m0; s0 < m1 && !(aligned && p->K > 0); s0 += IPU__MM_MB) {
             int64_t sm = m1 - s0 < IPU__MM_MB ? m1 - s0 : IPU__MM_MB;
-            const float *ct = cb + (s0 - m0) / IPU__MM_MB * IPU__CONV_WIN_CT;
+            float *ct = cb + (s0 - m0) / IPU__MM_MB * IPU__CONV_WIN_CT;
             for (int64_t i = 0; i < sm; i++) { /* kept columns, output row by output row */
                 int64_t co = g * p->Cog + s0 + i;
-                if (p->K > 0 && nfull > 0) { /* the panels not stored into y */
+                if (p->K > 0 && nfull > 0 && !p->f16) { /* the panels not stored into y */
                     for (int64_t jr = 0; jr < np; jr += nr)
                         if (!tile_to_y(p, t0 + jr, jr, nfull, nr))
                             epilogue_kept(p, y, ct + i * NT, t0, t0 + jr,
                                           jr + nr < np ? t0 + jr + nr : t0 + np, n, oh0, bias, co,
                                           res);
-                } else if (t0 % Wq == 0 && np % Wq == 0) { /* whole rows: one call */
+                } else if (!p->f16 && t0 % Wq == 0 && np % Wq == 0) { /* whole rows: one call */
                     int64_t off = y_at(p, n, co, oh0, t0);
-                    ipu__conv_epilogue_rows(p, y + off, OW, ct + i * NT, Wq, np / Wq, OW, bias,
-                                            co, res, off);
+                    ipu__conv_epilogue_rows(p, (float *)y + off, OW, ct + i * NT, Wq, np / Wq, OW,
+                                            bias, co, res, off);
                 } else {
                     epilogue_kept(p, y, ct + i * NT, t0, t0, t0 + np, n, oh0, bias, co, res);
                 }

@@ -134,7 +134,8 @@ typedef struct ipu__red_plan {
  * split over workers); the small-map and Winograd paths share out their weight panels
  * (tpose_items in verify_conv.c). The GEMM paths' row blocks cover about P output pixels (P
  * from K: the share of scratch left after IPU__CONV_SG_BYTES); the float16 GEMM path takes one
- * IPU__MM_MB-channel block per item (conv.c, run_gemm_f16); `direct`: depthwise (Cig = Cog = 1)
+ * IPU__MM_MB-channel block per item (conv.c, run_gemm_f16), the float16 window path as the
+ * float32 one; `direct`: depthwise (Cig = Cog = 1)
  * loop. */
 #define IPU__CONV_SG_BYTES ((size_t)192 << 10)
 #define IPU__CONV_TILE ((int64_t)256) /* float32 path: output pixels per packed B block */
