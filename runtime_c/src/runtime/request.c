@@ -572,6 +572,7 @@ static ipu_status run_inline(ipu_runtime *rt, const ipu_request_desc *d) {
     const ipu__frame f = {s->exe, s->tensor_ptr, NULL};
     s->poll = rt->poll; /* the device is parked: this thread alone runs programs now */
     s->poll_ud = rt->poll_ud;
+    s->poll_t0 = t_submit;
     ipu_status st = ipu__run_program(s, &f, s->exe->main_programs[0]);
     s->poll = NULL;
     if (s->trace) ipu__trace_record(s->trace, IPU_TRACE_COMPUTE, 0, t0);

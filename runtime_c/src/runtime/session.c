@@ -635,7 +635,8 @@ static ipu_status run_instructions(ipu_session *s, const ipu__frame *f, uint32_t
     char msg[IPU__MSG_BYTES] = "";
     const atomic_int *cancel = f->cancel;
     int (*poll)(void *) = s->poll;
-    uint64_t next_poll = poll ? ipu__now_ns() + IPU__POLL_NS : 0;
+    uint64_t next_poll = s->poll_t0 + IPU__POLL_NS;
+    bool ran = false; /* the clock is read between instructions only: none for a single one */
     for (uint32_t i = 0; i < prog->n_instr; i++) {
         const ipu__instr *ins = &prog->instr[i];
         if (ins->op == IPU_OP_BIND && ins->n_out == 1 && s->override[ins->out[0]]) continue;
@@ -644,7 +645,7 @@ static ipu_status run_instructions(ipu_session *s, const ipu__frame *f, uint32_t
         if (cancel && atomic_load_explicit(cancel, memory_order_relaxed))
             return ipu__fail(IPU_ERR_CANCELLED, "program %u cancelled before instruction %u",
                              prog->id, i);
-        if (poll) {
+        if (poll && ran) {
             uint64_t now = ipu__now_ns();
             if (now >= next_poll) {
                 next_poll = now + IPU__POLL_NS;
@@ -654,6 +655,7 @@ static ipu_status run_instructions(ipu_session *s, const ipu__frame *f, uint32_t
             }
         }
         ipu_status st = IPU_OK;
+        ran = true;
         if (alone || !split_over_pool(s, ins, work)) {
             st = ipu__instr_run(f, ins, 0, work, ipu__pool_scratch(s->pool, alone ? alone - 1 : 0));
             if (st != IPU_OK) snprintf(msg, sizeof msg, "%s", ipu_last_error_message());

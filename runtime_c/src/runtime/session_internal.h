@@ -199,6 +199,7 @@ struct ipu_session {
     const atomic_int *(*cancel_of)(const ipu_slot *sl);
     int (*poll)(void *); /* every IPU__POLL_NS (IPU_POLL_INTERVAL_NS of ipu_runtime.h) */
     void *poll_ud;
+    uint64_t poll_t0;    /* when the request started (the first poll is due IPU__POLL_NS on) */
 
     struct ipu_trace *trace; /* tracepoints (ipu_trace.h): set before run_main starts; NULL off */
 };
