@@ -12,6 +12,7 @@ cdef extern from "ipu/ipu.h" nogil:
 
     enum: IPU_OK
     enum: IPU_ERR_NOT_FOUND
+    enum: IPU_ERR_CANCELLED
     enum: IPU_MAX_DIMS
     enum: IPU_NO_INDEX
     enum: IPU_MAX_THREADS
@@ -211,6 +212,9 @@ cdef extern from "ipu/ipu.h" nogil:
     int ipu_request_is_done(const ipu_request *req)
     ipu_status ipu_request_status(const ipu_request *req)
     void ipu_request_release(ipu_request *req)
+    void ipu_request_cancel(ipu_request *req)
+    ctypedef int (*ipu_poll_fn)(void *user_data) noexcept nogil
+    ipu_status ipu_runtime_set_poll(ipu_runtime *rt, ipu_poll_fn fn, void *user_data)
     ctypedef struct ipu_runtime_stats:
         uint64_t requests_submitted, requests_completed, requests_failed
         uint64_t steps, iterations, padded_iterations, padded_rows

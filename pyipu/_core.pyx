@@ -421,6 +421,67 @@ cdef class Request:
         Returns True when completed successfully, False if the timeout expired first."""
         return _wait_request(self.r, timeout_ns(timeout), self.box)
 
+    def cancel(self):
+        """Ask the runtime to stop the request (ipu_request_cancel); returns at once. False if
+        it had already completed. It then completes with CancelledError unless it completes
+        first with another status."""
+        if ipu_request_is_done(self.r):
+            return False
+        ipu_request_cancel(self.r)
+        return True
+
+    def finish(self):
+        """Wait for the request to complete, as execute() does: an exception while waiting
+        (KeyboardInterrupt from Ctrl-C) cancels it and is raised once it has completed, so the
+        arrays are free again."""
+        try:
+            return _wait_request(self.r, <uint64_t>-1, self.box)
+        except BaseException:
+            _cancel_and_wait(self.r)
+            raise
+
+
+cdef void _cancel_and_wait(ipu_request *r) noexcept:
+    """Cancel a request and wait for it: bounded by one instruction (or one chunk of work
+    items) of the program running it."""
+    if not ipu_request_is_done(r):
+        ipu_request_cancel(r)
+        with nogil:
+            ipu_request_wait(r, <uint64_t>-1)
+
+
+# Ctrl-C during a request run inline (ipu_runtime_execute on the caller's thread, the GIL
+# released): the runtime calls _poll_signals between instructions every 20 ms
+# (IPU_POLL_INTERVAL_NS); a signal handler that raises there (KeyboardInterrupt) cancels the
+# request, and the exception is raised by the caller once execute returns IPU_ERR_CANCELLED.
+# Handlers run on the main thread only, so one slot suffices.
+cdef object _interrupt = None
+
+
+cdef int _poll_signals(void *user_data) noexcept nogil:
+    with gil:
+        return _check_signals()
+
+
+cdef int _check_signals() noexcept:
+    global _interrupt
+    try:
+        PyErr_CheckSignals()
+    except BaseException as e:
+        _interrupt = e
+        return 1
+    return 0
+
+
+cdef int _raise_interrupt() except -1:
+    """Raise what a signal handler raised during the inline request, if anything."""
+    global _interrupt
+    e = _interrupt
+    _interrupt = None
+    if e is not None:
+        raise e
+    return 0
+
 
 cpdef uint64_t timeout_ns(timeout) except? 0:
     """A timeout in seconds as the C calls take it: None or +inf is UINT64_MAX (forever), as
@@ -445,7 +506,7 @@ cdef bint _wait_request(ipu_request *r, uint64_t left, _ErrorBox box) except -1:
     """Request.wait for a raw request, `left` ns at most (UINT64_MAX: forever); the GIL is
     released while waiting."""
     cdef ipu_status s
-    cdef uint64_t slice_ns = 100_000_000  # wake to honour Ctrl-C
+    cdef uint64_t slice_ns = 50_000_000  # wake to honour Ctrl-C
     cdef uint64_t step
     while True:
         step = slice_ns if left > slice_ns else left
@@ -556,6 +617,7 @@ cdef class Runtime:
         with nogil:
             s = ipu_runtime_create(executable.e, &cfg, &self.rt)
         _check(s)
+        _check(ipu_runtime_set_poll(self.rt, _poll_signals, NULL))
 
     def set_stream_callback(self, uint32_t anchor, fn, dtype, shape, bint is_input):
         """Serve an anchor with fn(array) on the device thread (before the first submit)."""
@@ -803,14 +865,14 @@ cdef class FastPath:
             with nogil:
                 s = ipu_runtime_execute(self.runtime.rt, &desc, &req)
             if req == NULL:
+                if s == IPU_ERR_CANCELLED:
+                    _raise_interrupt()  # stopped by Ctrl-C: raise KeyboardInterrupt
                 _check(s)  # ran inline (or was refused): its final status
                 return True
             try:
                 _wait_request(req, <uint64_t>-1, self.runtime.box)
             finally:
-                if not ipu_request_is_done(req):  # interrupted: it still uses the arrays
-                    with nogil:
-                        ipu_request_wait(req, <uint64_t>-1)
+                _cancel_and_wait(req)  # interrupted: it still uses the arrays until it stops
                 ipu_request_release(req)
         finally:
             for i in range(self.n):

@@ -117,6 +117,12 @@ class ResetRequiredError(RecoverableError):
     status_name = "ERR_NEEDS_RESET"
 
 
+class CancelledError(Error):
+    """The request was cancelled (`Future.cancel()`, or Ctrl-C while `execute()` waited)."""
+
+    status_name = "ERR_CANCELLED"
+
+
 _BY_STATUS: dict[str, type[Error]] = {
     cls.status_name: cls
     for cls in (
@@ -138,6 +144,7 @@ _BY_STATUS: dict[str, type[Error]] = {
         AbortedError,
         InternalError,
         ResetRequiredError,
+        CancelledError,
     )
 }
 

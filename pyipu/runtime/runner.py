@@ -102,6 +102,12 @@ class Future:
     def done(self) -> bool:
         return self._request.done()
 
+    def cancel(self) -> bool:
+        """Ask the runtime to stop the request; returns at once (False: it had completed).
+        `wait()` then raises CancelledError unless the request completed first; its outputs
+        are unspecified and the arrays are free once `wait()` returns."""
+        return self._request.cancel()
+
 
 class Runner:
     """Loads a PopEF file or Executable onto a virtual IPU and runs requests from any thread.
@@ -227,7 +233,7 @@ class Runner:
         fast = self._fast
         if fast is not None and fast.execute(inputs, outputs):
             return
-        self._submit(inputs, outputs).wait()
+        self._submit(inputs, outputs).finish()
 
     def execute_async(
         self, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray]

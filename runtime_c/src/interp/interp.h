@@ -7,6 +7,8 @@
 #ifndef IPU_INTERP_H
 #define IPU_INTERP_H
 
+#include <stdatomic.h>
+
 #include "../common/ipu_internal.h"
 
 /* Per-worker scratch, 64-byte aligned: IPU__WORKER_SCRATCH_BYTES are allocated; kernels plan
@@ -67,10 +69,14 @@ struct ipu_executable {
 };
 
 /* Execution frame: base pointer of every tensor. ARENA tensors are set by the runtime
- * (arena + offset); TENSOR_DATA tensors are set by BIND instructions of the Load program. */
+ * (arena + offset); TENSOR_DATA tensors are set by BIND instructions of the Load program.
+ * cancel: NULL, or the flag of the request the program runs for (the runtime's
+ * ipu_request_cancel): once non-zero the program stops between instructions, and the workers
+ * between chunks of work items, with IPU_ERR_CANCELLED (a relaxed load each). */
 typedef struct ipu__frame {
     const ipu_executable *exe;
     void **ptr;
+    const atomic_int *cancel;
 } ipu__frame;
 
 /* Number of work items of `ins` (0 when the output is empty). */

@@ -37,6 +37,8 @@ static ipu_status request_new(const ipu_request_desc *desc, uint32_t subgraph,
     atomic_init(&req->refs, 1);
     atomic_init(&req->state, IPU__REQ_PENDING);
     atomic_init(&req->finished, 0);
+    atomic_init(&req->cancelled, 0);
+    atomic_init(&req->cut, 0);
     atomic_init(&req->remaining, 0);
     req->status = IPU_ERR_INVALID_STATE;
     req->subgraph = subgraph;
@@ -263,16 +265,32 @@ static ipu_status validate(const ipu_runtime *rt, const ipu_request_desc *d, uin
 
 /* Done callback of every slot of a request (runs on the device thread, or on the thread that
  * disconnects the session). */
+const atomic_int *ipu__request_cancel_flag(const ipu_slot *sl) {
+    return &((const ipu_request *)sl->user_data)->cancelled;
+}
+
+void ipu_request_cancel(ipu_request *req) {
+    if (req) atomic_store_explicit(&req->cancelled, 1, memory_order_relaxed);
+}
+
 static void slot_done(ipu_status st, void *ud) {
     ipu_request *req = ud;
     ipu_runtime *rt = req->rt;
-    if (st != IPU_OK) {
+    if (st != IPU_OK && st != IPU_ERR_CANCELLED) {
         char m[IPU__MSG_BYTES]; /* the session set the thread's last error to the message */
         snprintf(m, sizeof m, "%s", ipu_last_error_message());
         if (!ipu__closed(rt)) ipu__mark_failed(rt, st, m);
         ipu__request_complete(rt, req, st, m);
-    } else if (atomic_fetch_sub(&req->remaining, 1) == 1) {
-        ipu__request_complete(rt, req, IPU_OK, NULL);
+    } else {
+        /* A cancelled iteration fails its own slots only, and the request completes with its
+         * last slot (the device still reads its later input slots, quickly: their programs
+         * stop at the first instruction). */
+        if (st == IPU_ERR_CANCELLED) atomic_store_explicit(&req->cut, 1, memory_order_relaxed);
+        if (atomic_fetch_sub(&req->remaining, 1) == 1) {
+            bool cut = atomic_load_explicit(&req->cut, memory_order_relaxed);
+            ipu__request_complete(rt, req, cut ? IPU_ERR_CANCELLED : IPU_OK,
+                                  cut ? "the request was cancelled" : NULL);
+        }
     }
     ipu__request_unref(req);
 }
@@ -551,13 +569,21 @@ static ipu_status run_inline(ipu_runtime *rt, const ipu_request_desc *d) {
     }
     if (s->trace) ipu__trace_record(s->trace, IPU_TRACE_LOAD, 0, t0);
     t0 = ipu__trace_start(s);
-    const ipu__frame f = {s->exe, s->tensor_ptr};
+    const ipu__frame f = {s->exe, s->tensor_ptr, NULL};
+    s->poll = rt->poll; /* the device is parked: this thread alone runs programs now */
+    s->poll_ud = rt->poll_ud;
+    s->poll_t0 = t_submit;
     ipu_status st = ipu__run_program(s, &f, s->exe->main_programs[0]);
+    s->poll = NULL;
     if (s->trace) ipu__trace_record(s->trace, IPU_TRACE_COMPUTE, 0, t0);
     for (uint32_t a = 0; bound && a < rt->num_anchors; a++)
         if (rt->in_place[a]) s->tensor_ptr[s->anchors[a].tensor] = rt->in_place[a];
     if (bound) atomic_fetch_add_explicit(&rt->st_in_place, bound, memory_order_relaxed);
     t0 = ipu__trace_start(s);
+    if (st == IPU_ERR_CANCELLED) { /* the request's own end: the device stays healthy */
+        ipu__stats_record(rt, st, t_submit);
+        return st; /* the message is the program's */
+    }
     if (st != IPU_OK) {
         char m[IPU__MSG_BYTES];
         snprintf(m, sizeof m, "Main program of subgraph 0 failed: %.300s",

@@ -219,6 +219,7 @@ ipu_status ipu_runtime_create(const ipu_executable *exe, const ipu_runtime_confi
     if (rt->inline_ok && (st = plan_in_place(rt)) != IPU_OK) goto fail;
     rt->s->park_ok = rt->inline_ok;
     rt->s->par_steps = true; /* the device thread runs step after step: two may overlap */
+    rt->s->cancel_of = ipu__request_cancel_flag;
     rt->s->abort = &rt->health;
     rt->s->abort_status = &rt->fail_status;
     rt->s->abort_msg = rt->fail_msg;
@@ -240,6 +241,21 @@ ipu_status ipu_runtime_create(const ipu_executable *exe, const ipu_runtime_confi
     return IPU_OK;
 fail:
     ipu_runtime_destroy(rt);
+    return st;
+}
+
+ipu_status ipu_runtime_set_poll(ipu_runtime *rt, ipu_poll_fn fn, void *user_data) {
+    if (!rt) return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ipu_runtime_set_poll: rt is NULL");
+    ipu_status st = IPU_OK;
+    pthread_mutex_lock(&rt->submit_mu);
+    if (ipu__closed(rt))
+        st = ipu__fail(IPU_ERR_CLOSED, "ipu_runtime_set_poll: the runtime is closed");
+    else if (rt->submitted)
+        st = ipu__fail(IPU_ERR_INVALID_STATE, "ipu_runtime_set_poll: set it before the first "
+                       "submit or execute");
+    else
+        rt->poll = fn, rt->poll_ud = user_data;
+    pthread_mutex_unlock(&rt->submit_mu);
     return st;
 }
 

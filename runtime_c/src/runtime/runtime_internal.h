@@ -23,7 +23,9 @@
  * PENDING -> CLAIMED); otherwise `remaining` (slots not yet done) is decremented and the last one
  * completes it with IPU_OK. Input slots are done at the end of their iteration, output slots
  * once their rows are written, so a request completes after its last iteration's outputs and
- * output callbacks. The winner stores the status, publishes DONE, records stats, runs the user's
+ * output callbacks. IPU_ERR_CANCELLED (ipu_request_cancel: `cancelled` is the frame's cancel
+ * flag of the request's iterations) counts down like IPU_OK and sets `cut`: the last slot then
+ * completes the request with IPU_ERR_CANCELLED, and the runtime stays healthy. The winner stores the status, publishes DONE, records stats, runs the user's
  * done callback, then sets `finished` under the request mutex and broadcasts.
  *
  * Failures. A slot failing with an error (while not closed) or run_main returning one sets
@@ -66,6 +68,8 @@ struct ipu_request {
     atomic_uint_fast64_t refs;
     atomic_int state;                /* IPU__REQ_* */
     atomic_int finished;             /* set under mu after the done callback returned */
+    atomic_int cancelled;            /* ipu_request_cancel: its programs stop (frame cancel) */
+    atomic_int cut;                  /* a slot completed IPU_ERR_CANCELLED (request.c) */
     atomic_uint_fast64_t remaining;  /* slots not yet done */
     ipu_status status;               /* valid once state == DONE */
     uint32_t subgraph;
@@ -106,6 +110,8 @@ struct ipu_runtime {
     void **in_place;           /* inline_ok: per anchor, its tensor's arena pointer when inline
                                 * requests may use the caller's buffer instead (runtime.c) */
 
+    ipu_poll_fn poll;          /* ipu_runtime_set_poll: for inline requests (request.c) */
+    void *poll_ud;
     atomic_uint executing;     /* callers inside ipu_runtime_execute */
     atomic_uint_fast64_t crowded_ns; /* when a caller last found another one inside it */
 
@@ -147,6 +153,8 @@ static inline bool ipu__closed(const ipu_runtime *rt) {
  * calling thread. The caller must hold a reference. `msg` may be NULL. */
 bool ipu__request_complete(ipu_runtime *rt, ipu_request *req, ipu_status st, const char *msg);
 void ipu__request_unref(ipu_request *req);
+/* The cancel flag of the request a queued slot belongs to (the session's cancel_of). */
+const atomic_int *ipu__request_cancel_flag(const ipu_slot *sl);
 
 /* device.c */
 void *ipu__device_main(void *arg);

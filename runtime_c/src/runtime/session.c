@@ -605,6 +605,11 @@ typedef struct ipu__job {
 static void job_fn(void *ctx, size_t begin, size_t end, uint32_t ith) {
     const ipu__job *j = ctx;
     if (j->s->wstatus[ith] != IPU_OK) return; /* keep this worker's first failure */
+    if (j->f->cancel && atomic_load_explicit(j->f->cancel, memory_order_relaxed)) {
+        j->s->wstatus[ith] = IPU_ERR_CANCELLED; /* the rest of the chunks are skipped */
+        snprintf(j->s->wmsg[ith], IPU__MSG_BYTES, "the request was cancelled");
+        return;
+    }
     ipu_status st = ipu__instr_run(j->f, j->ins, begin, end, ipu__pool_scratch(j->s->pool, ith));
     if (st != IPU_OK) {
         j->s->wstatus[ith] = st;
@@ -628,12 +633,29 @@ static ipu_status run_instructions(ipu_session *s, const ipu__frame *f, uint32_t
     const ipu_executable *e = s->exe;
     const ipu__program *prog = &e->programs[index];
     char msg[IPU__MSG_BYTES] = "";
+    const atomic_int *cancel = f->cancel;
+    int (*poll)(void *) = s->poll;
+    uint64_t next_poll = s->poll_t0 + IPU__POLL_NS;
+    bool ran = false; /* the clock is read between instructions only: none for a single one */
     for (uint32_t i = 0; i < prog->n_instr; i++) {
         const ipu__instr *ins = &prog->instr[i];
         if (ins->op == IPU_OP_BIND && ins->n_out == 1 && s->override[ins->out[0]]) continue;
         size_t work = ipu__instr_work(e, ins);
         if (work == 0) continue;
+        if (cancel && atomic_load_explicit(cancel, memory_order_relaxed))
+            return ipu__fail(IPU_ERR_CANCELLED, "program %u cancelled before instruction %u",
+                             prog->id, i);
+        if (poll && ran) {
+            uint64_t now = ipu__now_ns();
+            if (now >= next_poll) {
+                next_poll = now + IPU__POLL_NS;
+                if (poll(s->poll_ud))
+                    return ipu__fail(IPU_ERR_CANCELLED, "program %u cancelled by the poll "
+                                     "hook before instruction %u", prog->id, i);
+            }
+        }
         ipu_status st = IPU_OK;
+        ran = true;
         if (alone || !split_over_pool(s, ins, work)) {
             st = ipu__instr_run(f, ins, 0, work, ipu__pool_scratch(s->pool, alone ? alone - 1 : 0));
             if (st != IPU_OK) snprintf(msg, sizeof msg, "%s", ipu_last_error_message());

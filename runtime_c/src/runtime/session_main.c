@@ -351,7 +351,9 @@ static void stage_load(ipu_session *s, ipu__iter *c, uint32_t it) {
 
 static void stage_compute(ipu_session *s, ipu__iter *c) {
     if (c->st != IPU_OK) return;
-    ipu__frame f = {s->exe, c->ptr};
+    ipu__frame f = {s->exe, c->ptr, NULL};
+    if (s->cancel_of && c->npending && !s->batching && !s->pl_on && !s->exe->info.num_stages)
+        f.cancel = s->cancel_of(&c->pending[0].sl);
     ipu_status ps = s->exe->info.num_stages
                         ? ipu__run_stages(s, &f)
                         : ipu__run_program_on(s, &f, s->exe->main_programs[c->sub], c->alone);
@@ -484,14 +486,15 @@ static int iteration(ipu_session *s, uint32_t it, uint32_t *done, ipu__iter **fa
         }
         return EV_CLOSED;
     }
-    if (c->st != IPU_OK) *failed = c;
+    if (c->st != IPU_OK && c->st != IPU_ERR_CANCELLED) *failed = c; /* cancelled: its own */
     if (c2) {
-        if (c->st != IPU_OK && c2->st == IPU_OK) { /* fails with the first, as if queued */
+        if (c->st != IPU_OK && c->st != IPU_ERR_CANCELLED && c2->st == IPU_OK) {
+            /* fails with the first, as if queued */
             c2->st = c->st;
             snprintf(c2->msg, sizeof c2->msg, "%s", c->msg);
         }
         if (!ipu__stage_store(s, c2)) return EV_CLOSED;
-        if (!*failed && c2->st != IPU_OK) *failed = c2;
+        if (!*failed && c2->st != IPU_OK && c2->st != IPU_ERR_CANCELLED) *failed = c2;
         if (it + 1 < s->bps) *done = 2;
         else s->par_extra_steps++;
     }
