@@ -41,6 +41,7 @@ def test_meson_test(repo, tmp_path):
         "test_vmath",
         "test_executable",
         "test_runtime",
+        "test_cancel",
         "test_session",
         "test_serving",
         "test_overlap",
