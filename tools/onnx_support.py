@@ -34,7 +34,7 @@ import onnx_suite  # noqa: E402
 
 from pyipu.compiler.functions import has_function  # noqa: E402
 
-ORT_ANCHOR = (1398, 1884)  # /work/shared/reference/perf-anchors.md §6 (ORT 1.31.1, CPU EP)
+ORT_ANCHOR = (1398, 1884)  # ORT 1.31.1, CPU EP, measured with its own allclose loop
 DOC = ROOT / "docs" / "onnx-support.md"
 
 
@@ -184,7 +184,7 @@ def write_doc(cases, results, known, registry, elapsed, ort) -> str:  # noqa: AN
         f"**pyipu passes {node['pass']} of {node_total} node tests "
         f"({100 * node['pass'] / max(node_total, 1):.1f} %)**; ONNX Runtime 1.31.1 passes "
         f"{ort_pass} of {ort_total} ({100 * ort_pass / ort_total:.1f} %, "
-        "/work/shared/reference/perf-anchors.md §6, its own allclose loop).",
+        "measured with its own allclose loop).",
     ]
     if ort is not None:
         ort_node = sum(1 for c in cases if c.kind == "node" and ort.get(c.name, ("",))[0] == "pass")
