@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pyipu._config import UINT32_MAX
 from pyipu.errors import InvalidArgumentError, UnsupportedError
 
 BATCHING_DIM_DISABLED = 0xFFFFFFFF
 NS_MAX = 9223372036854775807  # std::chrono::nanoseconds::max(): "never"
-UINT32_MAX = 2**32 - 1
 UINT64_MAX = 2**64 - 1
 # Largest value of the int fields the C runtime takes as uint32 (the rest are uint64).
 _UINT32_FIELDS = ("batching_dim", "ring_buffer_size_multiplier", "runner_type")
