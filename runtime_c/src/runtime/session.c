@@ -635,7 +635,7 @@ static ipu_status run_instructions(ipu_session *s, const ipu__frame *f, uint32_t
     char msg[IPU__MSG_BYTES] = "";
     const atomic_int *cancel = f->cancel;
     int (*poll)(void *) = s->poll;
-    uint64_t next_poll = s->poll_t0 + IPU__POLL_NS;
+    uint64_t next_poll = s->poll_t0 + IPU_POLL_INTERVAL_NS;
     bool ran = false; /* the clock is read between instructions only: none for a single one */
     for (uint32_t i = 0; i < prog->n_instr; i++) {
         const ipu__instr *ins = &prog->instr[i];
@@ -648,7 +648,7 @@ static ipu_status run_instructions(ipu_session *s, const ipu__frame *f, uint32_t
         if (poll && ran) {
             uint64_t now = ipu__now_ns();
             if (now >= next_poll) {
-                next_poll = now + IPU__POLL_NS;
+                next_poll = now + IPU_POLL_INTERVAL_NS;
                 if (poll(s->poll_ud))
                     return ipu__fail(IPU_ERR_CANCELLED, "program %u cancelled by the poll "
                                      "hook before instruction %u", prog->id, i);

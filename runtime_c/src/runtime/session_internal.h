@@ -32,8 +32,6 @@
 #include "../interp/interp.h"
 #include "threadpool.h"
 
-#define IPU__POLL_NS 20000000u
-
 #define IPU__MSG_BYTES 512
 /* An instruction runs on the device thread alone when its operands total fewer bytes than this
  * (waking the helpers costs more than the work) or when it has fewer than 2 work items. */
@@ -190,16 +188,17 @@ struct ipu_session {
     atomic_int compute_done;
 
     /* Cancellation of the program being run (ipu__run_program_on): poll (inline requests: the
-     * runtime's poll hook, NULL: none) is called between instructions every IPU__POLL_NS and
-     * cancels with a non-zero return; set by the thread running the program, before it runs.
+     * runtime's poll hook, NULL: none) is called between instructions every
+     * IPU_POLL_INTERVAL_NS and cancels with a non-zero return; set by the thread running the
+     * program, before it runs.
      * cancel_of: the cancel flag of a queued slot's owner (the runtime's requests; NULL: none).
      * The serial loop sets the frame's cancel to the flag of the first slot an iteration took
      * when the iteration belongs to one request: no dynamic batching, no overlap I/O, no stage
      * pipeline. A cancelled iteration fails its own slots only (IPU_ERR_CANCELLED). */
     const atomic_int *(*cancel_of)(const ipu_slot *sl);
-    int (*poll)(void *); /* every IPU__POLL_NS (IPU_POLL_INTERVAL_NS of ipu_runtime.h) */
+    int (*poll)(void *); /* every IPU_POLL_INTERVAL_NS (ipu_runtime.h) */
     void *poll_ud;
-    uint64_t poll_t0;    /* when the request started (the first poll is due IPU__POLL_NS on) */
+    uint64_t poll_t0;    /* when the request started (the first poll is due one interval on) */
 
     struct ipu_trace *trace; /* tracepoints (ipu_trace.h): set before run_main starts; NULL off */
 };
