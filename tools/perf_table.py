@@ -33,7 +33,7 @@ DOC = REPO / "docs" / "performance.md"
 BENCH_FILES = ["bench_vs_ort.py", "bench_gemm.py", "bench_footprint.py"]
 BEGIN = "<!-- RESULTS_BEGIN: written by tools/perf_table.py -->"
 END = "<!-- RESULTS_END -->"
-TARGET_SET = ["seed_overlap_io", *CNN_NAMES]  # the geometric-mean set
+TARGET_SET = ["seed_overlap_io", *CNN_NAMES]  # the geometric-mean target set
 
 
 def per_call(bench: dict[str, Any]) -> float:
@@ -267,7 +267,7 @@ def render(data: dict[str, Any], load: str = "not recorded") -> str:
         "",
         *models_table(ix, big),
         "",
-        "### The issue's targets",
+        "### Targets",
         "",
         *geomean_rows(ix),
         "",
