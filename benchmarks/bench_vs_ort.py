@@ -1,4 +1,4 @@
-"""pyipu against ONNX Runtime, side by side in one process at the same thread count (issue 6):
+"""pyipu against ONNX Runtime, side by side in one process at the same thread count:
 the seed overlap-I/O model, the nine light CNNs (random weights), an MLP, a BERT-base encoder
 layer and the two fusion seed models, at 1 and 2 threads; plus the seed fed by 3 callers.
 
@@ -128,7 +128,7 @@ def _feed(call: Any) -> None:
 @pytest.fixture(scope="module")
 def seed_callers():
     """The seed example's serving set-up on 2 cores: pyipu with one runner of 2 compute
-    threads, ORT with one session of intra_op 1 (its best 3-caller figure, perf-anchors §3);
+    threads, ORT with one session of intra_op 1 (its fastest 3-caller set-up on 2 cores);
     each caller owns its buffers."""
     proto = seed_overlap_io_model()
     x = np.random.default_rng(1).standard_normal((256, 256)).astype(np.float32)

@@ -7,7 +7,7 @@
 OpenBLAS limited to the same thread count (threadpoolctl); any other name is a model of
 benchmarks/zoo.py against ORT (IOBinding). The two engines alternate round by round; prints the
 medians and the throughput ratio (> 1: pyipu is faster) and the load average before and after.
-A quick diagnostic for docs/performance.md ("Matrix multiplication"), not a pytest benchmark:
+A quick diagnostic (docs/performance.md, "Other benchmarks"), not a pytest benchmark:
 `tools/perf_table.py --run` gives the tables.
 """
 

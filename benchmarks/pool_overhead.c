@@ -1,4 +1,4 @@
-/* Per-instruction dispatch cost of the worker pool (docs/performance.md, "Threading").
+/* Per-instruction dispatch cost of the worker pool (docs/threading.md).
  *
  *   cc -O2 -D_GNU_SOURCE -Iruntime_c/src -Iruntime_c/include -Iruntime_c/include/ipu \
  *      benchmarks/pool_overhead.c runtime_c/src/runtime/threadpool.c \
@@ -6,7 +6,7 @@
  *   /tmp/pool_overhead [runs]
  *
  * For 1 and 2 workers: the time of an ipu__pool_run_range over 8 empty work items (what the
- * session pays per parallel instruction on top of the work: posting, claims, the barrier), and
+ * device loop pays per parallel instruction on top of the work: posting, claims, the barrier), and
  * of 8 items of ~0.7 µs of arithmetic each, split by claims and by the plain ipu__pool_run. */
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-"""The side-by-side benchmark's models: issue 6's list, each an ONNX model plus its feeds.
+"""The side-by-side benchmark's models: each an ONNX model plus its feeds.
 
 The nine `light` CNNs get random weights (tests/light_models.py); the MLP and the BERT-base
 encoder layer are built here with onnx.helper.

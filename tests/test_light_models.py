@@ -2,8 +2,8 @@
 
 The suite's Real tests (tests/onnx_backend) check the shipped reference outputs, which are
 degenerate (every weight 0.02). Here every ConstantOfShape weight fill becomes a random tensor,
-and both the probabilities and the logits before the final Softmax are compared at the issue's
-tolerance, rtol 1e-3 / atol 1e-4.
+and both the probabilities and the logits before the final Softmax are compared at the
+required tolerance, rtol 1e-3 / atol 1e-4.
 """
 
 from __future__ import annotations

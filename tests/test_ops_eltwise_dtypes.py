@@ -163,7 +163,7 @@ def test_where_all_dtypes(dt: Any) -> None:
 
 
 @pytest.mark.parametrize("dt", [I16, U16, U64, I8, U32])
-def test_data_movement_new_dtypes(dt: Any) -> None:
+def test_data_movement_integer_dtypes(dt: Any) -> None:
     x, z = ints((2, 1, 3), dt, 1), ints((2, 4, 3), dt, 2)
     check_op("Expand", [x], opset=13, const_inputs={1: np.array([2, 4, 3], np.int64)})
     check_op("Concat", [x, z], {"axis": 1}, opset=13)
@@ -229,9 +229,9 @@ def test_castlike(src: Any, dst: Any) -> None:
     check_op("CastLike", [x, np.zeros((1,), dst)], opset=15)
 
 
-# ---------------------------------------------------------------- new UNARY functions
+# ------------------------------------------------ UNARY functions over their domains
 
-UNARY_NEW = {
+UNARY_DOMAINS = {
     "Tan": (-1.2, 1.2),
     "Asin": (-0.99, 0.99),
     "Acos": (-0.99, 0.99),
@@ -247,10 +247,10 @@ UNARY_NEW = {
 }
 
 
-@pytest.mark.parametrize("op", list(UNARY_NEW))
+@pytest.mark.parametrize("op", list(UNARY_DOMAINS))
 @pytest.mark.parametrize("dt", [F32, F16])
-def test_unary_new_float(op: str, dt: Any) -> None:
-    lo, hi = UNARY_NEW[op]
+def test_unary_float_functions(op: str, dt: Any) -> None:
+    lo, hi = UNARY_DOMAINS[op]
     check_op(op, [arr((3, 41), dt, 3, low=lo, high=hi)], opset=18, tol=3e-2 if dt == F16 else None)
 
 
@@ -269,7 +269,7 @@ def test_unary_new_float(op: str, dt: Any) -> None:
     ids=str,
 )
 @pytest.mark.parametrize("dt", [F32, F16])
-def test_unary_new_with_attributes(op: str, attrs: dict, opset: int, dt: Any) -> None:
+def test_unary_functions_with_attributes(op: str, attrs: dict, opset: int, dt: Any) -> None:
     check_op(
         op,
         [arr((4, 9), dt, 5, low=-4, high=4)],

@@ -5,7 +5,7 @@
 Both executables run in one process, in alternating rounds of 3 calls, so that a neighbour
 slowing the machine slows both. Each variant gets two runners, created and called in the order
 without, with, with, without: of two runners of one executable, the one created second measured
-3-5 % faster on the fifteenth session's machine, which would otherwise favour one variant.
+3-5 % faster on the development machine, which would otherwise favour one variant.
 Prints the median and minimum per-inference process CPU time and wall time of each variant and
 the throughput ratio with/without (CPU time is the steadier figure on a shared machine at 1
 thread; at 2 threads it is not latency), and checks the outputs agree. Models: those of the

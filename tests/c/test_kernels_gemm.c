@@ -6,7 +6,7 @@
  * The harness also runs every case split into uneven work ranges (results must be identical).
  *
  * `test_kernels_gemm --bench [seconds]` prints one-thread GFLOP/s of the GEMM instruction over
- * all its work items for the shapes of docs/performance.md ("Matrix multiplication"): CPU time
+ * all its work items for square, MLP, BERT, attention and batch-1 FC shapes: CPU time
  * of the best call, so that other processes sharing the machine count less. */
 #include "kernel_harness.h"
 

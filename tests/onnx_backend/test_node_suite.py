@@ -1,4 +1,4 @@
-"""ONNX backend conformance (issue 4): onnx.backend.test.BackendTest driven through pyipu.backend.
+"""ONNX backend conformance: onnx.backend.test.BackendTest driven through pyipu.backend.
 
 Node tests (generated in memory by onnx 1.23) plus the packaged simple, pytorch-converted,
 pytorch-operator and light ("Real" category) model tests. Exclusions (see onnx_suite.py):

@@ -100,8 +100,8 @@ void *ipu__aligned_alloc(size_t alignment, size_t n) {
 
 /* 2 MiB: an x86-64 huge page. Buffers of that size or more that the kernels stream (arena,
  * packed weights, the container image, scratch) start on one and ask for transparent huge
- * pages: fewer TLB misses (SqueezeNet's time no longer jumps by up to 25 % when ONNX Runtime
- * shares the process; docs/performance.md). Only with the system allocator: a user's
+ * pages: fewer TLB misses (without them SqueezeNet's time jumps by up to 25 % when ONNX Runtime
+ * shares the process; docs/kernels.md). Only with the system allocator: a user's
  * allocator decides about its own memory. */
 #define HUGE_PAGE ((size_t)2 << 20)
 

@@ -124,7 +124,7 @@ static int64_t tpose_items(int64_t Cog, int nr, uint64_t base) {
  * layer's weights stream from memory). Not for 1x1 convolutions of one group (`pw1`) with at most
  * two weight panels on planes of 1024 pixels or more: the small-map path then reads A's columns in
  * place, each from its own input plane (pages apart), which took ResNet-50's 256 -> 64 layers on
- * 56x56 maps 1.3-1.8x the GEMM path's time (docs/performance.md, sixteenth session). */
+ * 56x56 maps 1.3-1.8x the GEMM path's time (docs/kernels.md, "The paths"). */
 #define IPU__CONV_T_GAIN 0.95
 static int64_t tpose_rows(const ipu__ukr *u, int64_t Cig, int64_t Cog, int64_t OH, int64_t OW,
                           int64_t KH, int64_t KW, const int64_t *a, bool pw, bool pw1,

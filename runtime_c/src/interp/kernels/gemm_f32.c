@@ -375,7 +375,7 @@ static int forced_isa; /* 0 = auto; set by tests only */
  * which executes each 512-bit instruction as two 256-bit halves: zmm adds no FLOPs per cycle
  * there, while the 12 x 32 tile pads more at the edges and its 32 KB B panel fills the L1D.
  * The AVX2 kernel measured 9-19 % faster on every benchmark model and sgemm size on a Zen 4
- * (docs/performance.md, "Fifth session"). Cached: CPUID may trap to the hypervisor. */
+ * (docs/kernels.md, "The micro-kernels"). Cached: CPUID may trap to the hypervisor. */
 static int auto_isa(void) {
     static int cached; /* 0 until computed; racing threads store the same value */
     int isa = __atomic_load_n(&cached, __ATOMIC_RELAXED);

@@ -181,7 +181,7 @@ __attribute__((target("avx2"))) static void fold_avx2(float *acc, const float *c
  * ROWS_FIRST_OW outputs: each input row a block reads is reduced once to its OW column maxima,
  * then each output row is the maximum of its KH reduced rows (no phase copies; KH + KW maxima
  * per output instead of KH * KW). Narrower rows keep the window path, which measured faster
- * there (per-row costs; docs/performance.md, twelfth session). Rows of column maxima taken in
+ * there (per-row costs; docs/kernels.md, "Pooling"). Rows of column maxima taken in
  * kh order give the taps in (kh, kw) order: the first of equal values still wins, as in
  * max_tap. _mm256_max_ps(v, a) is max_tap but for a NaN v, so a block that reads a NaN returns
  * false and the window path redoes it. */
