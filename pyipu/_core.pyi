@@ -113,7 +113,7 @@ class Runtime:
 
 class FastPath:
     def __init__(
-        self, runtime: Runtime, anchors: list[tuple[str, int, Any, Sequence[int]]]
+        self, runtime: Runtime, anchors: list[tuple[str, int, np.dtype[Any], list[int]]]
     ) -> None: ...
     def execute(self, inputs: object, outputs: object) -> bool: ...
 
@@ -140,7 +140,7 @@ class Session:
         anchor: int,
         array: NDArray[Any],
         rows: int = 0,
-        callback: Callable[[BaseException | None], object] | None = None,
+        callback: Callable[[Exception | None], object] | None = None,
         timeout: float | None = None,
     ) -> None: ...
     def flush(self) -> None: ...

@@ -131,7 +131,7 @@ def _fold_bn_at(g: _Graph, prog: list[Instr], stages: list[int], i: int) -> int:
     w2 = (w.astype(np.float64) * scale.reshape(m, 1, 1, 1)).astype(npdt)
     b2 = (bias.astype(np.float64) * scale + shift).astype(npdt)
     name = b.tensors[out].name
-    inputs = (conv.inputs[0], _new_data(b, conv.inputs[1], w2, reads, name + ":w"))
+    inputs: tuple[int, ...] = (conv.inputs[0], _new_data(b, conv.inputs[1], w2, reads, name + ":w"))
     if len(conv.inputs) == 3:
         inputs += (_new_data(b, conv.inputs[2], b2, reads, name + ":b"),)
     else:

@@ -54,7 +54,8 @@ def _schema(node: NodeProto, opset: int) -> defs.OpSchema | None:
         schema = defs.get_schema(node.op_type, opset, "")
     except Exception:  # SchemaError: not a standard op
         return None
-    if schema.has_function or schema.has_context_dependent_function:
+    # onnx's type stub lacks these two OpSchema properties
+    if schema.has_function or schema.has_context_dependent_function:  # type: ignore[attr-defined]
         return None
     return schema
 
