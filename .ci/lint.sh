@@ -40,6 +40,10 @@ if ! "$clang_format" --version | grep -q "version $CLANG_FORMAT_VERSION"; then
 fi
 
 mapfile -t c_files < <(git ls-files '*.c' '*.h')
+if ! ((${#c_files[@]})); then
+  echo "lint: git lists no C sources (run it in a git checkout)" >&2
+  exit 1
+fi
 
 if [ "${1:-}" = --fix ]; then
   "$venv/bin/ruff" check --fix .
