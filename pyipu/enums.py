@@ -7,22 +7,46 @@ the extension, so C, Cython and Python cannot drift apart.
 
 from __future__ import annotations
 
-from enum import IntEnum
+from enum import EnumMeta, IntEnum
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
 from pyipu import _core
 
-Status = IntEnum("Status", _core.enum_table("status"))  # type: ignore[misc]
-DType = IntEnum("DType", [(n.upper(), v) for n, v in _core.enum_table("dtype")])  # type: ignore[misc]
-Op = IntEnum("Op", [(n.upper(), v) for n, v in _core.enum_table("op")])  # type: ignore[misc]
-# Function ids of the UNARY and BINARY opcodes (attribute 0), from ipu_fns.def.
-UnaryFn = IntEnum("UnaryFn", _core.enum_table("unary"))  # type: ignore[misc]
-BinaryFn = IntEnum("BinaryFn", _core.enum_table("binary"))  # type: ignore[misc]
-# Function ids of the REDUCE opcode (attribute 0), from ipu_fns.def.
-ReduceFn = IntEnum("ReduceFn", _core.enum_table("reduce"))  # type: ignore[misc]
-# Epilogue activations of CONV2D and GEMM (their `activation` attribute), from ipu_fns.def.
-ActFn = IntEnum("ActFn", _core.enum_table("act"))  # type: ignore[misc]
+_E = TypeVar("_E")
+
+if TYPE_CHECKING:
+    # The members exist only once the tables are read: to a type checker every member name of
+    # these enums is a member, so the tables are not repeated here.
+    class _TableEnum(EnumMeta):
+        def __getattr__(cls: type[_E], name: str) -> _E: ...
+
+    class Status(IntEnum, metaclass=_TableEnum): ...
+
+    class DType(IntEnum, metaclass=_TableEnum): ...
+
+    class Op(IntEnum, metaclass=_TableEnum): ...
+
+    class UnaryFn(IntEnum, metaclass=_TableEnum): ...
+
+    class BinaryFn(IntEnum, metaclass=_TableEnum): ...
+
+    class ReduceFn(IntEnum, metaclass=_TableEnum): ...
+
+    class ActFn(IntEnum, metaclass=_TableEnum): ...
+
+else:
+    Status = IntEnum("Status", _core.enum_table("status"))
+    DType = IntEnum("DType", [(n.upper(), v) for n, v in _core.enum_table("dtype")])
+    Op = IntEnum("Op", [(n.upper(), v) for n, v in _core.enum_table("op")])
+    # Function ids of the UNARY and BINARY opcodes (attribute 0), from ipu_fns.def.
+    UnaryFn = IntEnum("UnaryFn", _core.enum_table("unary"))
+    BinaryFn = IntEnum("BinaryFn", _core.enum_table("binary"))
+    # Function ids of the REDUCE opcode (attribute 0), from ipu_fns.def.
+    ReduceFn = IntEnum("ReduceFn", _core.enum_table("reduce"))
+    # Epilogue activations of CONV2D and GEMM (their `activation` attribute), from ipu_fns.def.
+    ActFn = IntEnum("ActFn", _core.enum_table("act"))
 
 _TO_NUMPY: dict[int, np.dtype] = {
     d.value: np.dtype(d.name.lower())

@@ -401,7 +401,7 @@ def test_encode_decode_round_trip(which: str) -> None:
     blobs = encode(ir)
     back = decode(pack_container(blobs))
     assert encode(back) == blobs
-    assert [a for a in back.anchors] == list(ir.anchors)
+    assert list(back.anchors) == list(ir.anchors)
     assert back.programs == ir.programs and back.main_programs == ir.main_programs
     assert back.arena_size == ir.arena_size and back.opaque == ir.opaque
 

@@ -148,9 +148,8 @@ def test_bad_requests_raise_the_usual_errors(exe, inputs, outputs, error, match)
     ones = np.ones((1, 2), np.float32)
     inputs = inputs if inputs is not None else {"X": ones, "Y": ones}
     outputs = outputs if outputs is not None else {"O": np.zeros(2, np.float32)}
-    with runtime.Runner(exe) as r:
-        with pytest.raises(error, match=match):
-            r.execute(inputs, outputs)
+    with runtime.Runner(exe) as r, pytest.raises(error, match=match):
+        r.execute(inputs, outputs)
 
 
 def test_read_only_output_is_refused(exe):

@@ -29,7 +29,7 @@ class PopefDescription:
     target: str
     # (direction "input"/"output", name, dtype, shape, nbytes, subgraph, has tensor data)
     anchors: list[tuple[str, str, str, list[int], int, int | None, bool]]
-    stages: list[tuple[int, int, int]]  # (program, IPU, copy program)
+    stages: list[tuple[int, int, int | None]]  # (program, IPU, copy program or None)
     load_program: int
     main_programs: list[int]
     # (program id, role, instructions as (op name, inputs, outputs, attrs))
@@ -65,10 +65,11 @@ def describe(path: str) -> PopefDescription:
     ]
     load_id, mains = exe.program_flow()
     roles = {load_id: "load"}
-    stages = [tuple(s) for s in exe.stages()]
+    stages = exe.stages()
     for k, (pid, _ipu, copy_id) in enumerate(stages):
         roles[pid] = f"stage {k}"
-        roles[copy_id] = f"copies of stage {k}"
+        if copy_id is not None:
+            roles[copy_id] = f"copies of stage {k}"
     programs = [
         (
             pid,
@@ -92,7 +93,7 @@ def describe(path: str) -> PopefDescription:
         info=dict(info),
         target=_TARGETS.get(info["ipu_version"], str(info["ipu_version"])),
         anchors=anchors,
-        stages=stages,  # type: ignore[arg-type]
+        stages=stages,
         load_program=load_id,
         main_programs=list(mains),
         programs=programs,

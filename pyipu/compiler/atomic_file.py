@@ -104,7 +104,7 @@ def _is_stale(name: str, st: os.stat_result, now: float, host: str) -> bool:
     return writer_host == host and rest.isdigit() and not _pid_alive(int(rest))
 
 
-def remove_stale_temps(directory: str | os.PathLike) -> int:
+def remove_stale_temps(directory: str | os.PathLike[str]) -> int:
     """Remove temporary files of writers that died (same host, pid gone) or that are older than
     STALE_AFTER_S. Returns how many were removed; errors (a racing remover) are ignored."""
     removed, now, host = 0, time.time(), _host()

@@ -237,9 +237,9 @@ class Compiler:
         """Compile and write the PopEF file (a path or a binary stream)."""
         exe = Compiler.compile(model, outputs, options)
         if hasattr(filename, "write"):
-            filename.write(exe.to_bytes())  # type: ignore[union-attr]
+            filename.write(exe.to_bytes())
         else:
-            exe.save(filename)  # type: ignore[arg-type]
+            exe.save(filename)
 
     @staticmethod
     def compile_and_get_summary_report(

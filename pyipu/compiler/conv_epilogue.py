@@ -131,7 +131,7 @@ def _fold_bn_at(g: _Graph, prog: list[Instr], stages: list[int], i: int) -> int:
     w2 = (w.astype(np.float64) * scale.reshape(m, 1, 1, 1)).astype(npdt)
     b2 = (bias.astype(np.float64) * scale + shift).astype(npdt)
     name = b.tensors[out].name
-    inputs = (conv.inputs[0], _new_data(b, conv.inputs[1], w2, reads, name + ":w"))
+    inputs: tuple[int, ...] = (conv.inputs[0], _new_data(b, conv.inputs[1], w2, reads, name + ":w"))
     if len(conv.inputs) == 3:
         inputs += (_new_data(b, conv.inputs[2], b2, reads, name + ":b"),)
     else:
@@ -202,9 +202,13 @@ def _fuse_at(g: _Graph, prog: list[Instr], stages: list[int], i: int) -> int:
         inputs, res = (*conv.inputs, z), 1
         ins_roots.add(b.root(z))
         k = _single_reader(g, prog, j, out[0])
-        if k is not None and stages[k] == stages[i] and prog[k].op == Op.RELU:
-            if b.tensors[prog[k].outputs[0]].shape == spec.shape:
-                act, last, removed, out = ACT_RELU, k, 2, prog[k].outputs
+        if (
+            k is not None
+            and stages[k] == stages[i]
+            and prog[k].op == Op.RELU
+            and b.tensors[prog[k].outputs[0]].shape == spec.shape
+        ):
+            act, last, removed, out = ACT_RELU, k, 2, prog[k].outputs
     else:
         return 0
     if _writes_any(b, prog, i + 1, last, ins_roots):

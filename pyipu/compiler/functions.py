@@ -9,13 +9,15 @@ lowers the body's nodes instead; their names get a per-node prefix so they canno
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import onnx
 import onnx.defs
 from onnx import AttributeProto, FunctionProto, NodeProto, TypeProto, helper
 
 
-def _schema(op_type: str, opset: int, domain: str = "") -> onnx.defs.OpSchema | None:
+def _schema(op_type: str, opset: int, domain: str = "") -> Any:
+    """The onnx.defs.OpSchema, or None; typed Any as onnx's stub lacks its function accessors."""
     try:
         return onnx.defs.get_schema(op_type, opset, domain)
     except onnx.defs.SchemaError:

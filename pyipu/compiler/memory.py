@@ -85,9 +85,9 @@ def lifetimes(b: GraphBuilder, pin_anchors: bool = False) -> dict[int, Lifetime]
         end = len(b.programs[a.subgraph]) if a.subgraph != NO_INDEX else 0
         events.setdefault(r, []).append(-1 if a.direction == Direction.INPUT else end)
     out: dict[int, Lifetime] = {}
-    for i, t in enumerate(b.tensors):
-        if t.base is None and t.kind == ARENA:
-            out[i] = Lifetime.of(t.subgraph, events.get(i))
+    for i, spec in enumerate(b.tensors):
+        if spec.base is None and spec.kind == ARENA:
+            out[i] = Lifetime.of(spec.subgraph, events.get(i))
     if pin_anchors:
         for a in b.anchors:
             r = b.root(a.tensor)

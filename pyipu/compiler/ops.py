@@ -250,15 +250,15 @@ def _binary_fn(fn: BinaryFn, dtypes: Callable[[int], frozenset[int]]) -> LowerFn
 
 _INTS = frozenset({DType.INT32, DType.INT64})
 register("Pow", 1)(_binary_fn(BinaryFn.POW, _since(12, _MM_DTYPES, FLOAT_DTYPES)))
-for _name, _fn in (("Less", BinaryFn.LESS), ("Greater", BinaryFn.GREATER)):
-    register(_name, 1)(_binary_fn(_fn, _since(9, NUMERIC_DTYPES, FLOAT_DTYPES)))
+for _name, _bfn in (("Less", BinaryFn.LESS), ("Greater", BinaryFn.GREATER)):
+    register(_name, 1)(_binary_fn(_bfn, _since(9, NUMERIC_DTYPES, FLOAT_DTYPES)))
 register("LessOrEqual", 12)(_binary_fn(BinaryFn.LESS_EQUAL, lambda _: NUMERIC_DTYPES))
 register("GreaterOrEqual", 12)(_binary_fn(BinaryFn.GREATER_EQUAL, lambda _: NUMERIC_DTYPES))
 register("Equal", 1)(
     _binary_fn(BinaryFn.EQUAL, _since(11, NUMERIC_DTYPES | BOOL_DTYPES, _INTS | BOOL_DTYPES))
 )
-for _name, _fn in (("And", BinaryFn.AND), ("Or", BinaryFn.OR), ("Xor", BinaryFn.XOR)):
-    register(_name, 1)(_binary_fn(_fn, lambda _: BOOL_DTYPES))
+for _name, _bfn in (("And", BinaryFn.AND), ("Or", BinaryFn.OR), ("Xor", BinaryFn.XOR)):
+    register(_name, 1)(_binary_fn(_bfn, lambda _: BOOL_DTYPES))
 
 
 def _variadic(op: Op, attrs: list[int], numeric_since: int | None) -> LowerFn:
@@ -332,8 +332,8 @@ def BitCast(n: Node) -> None:  # noqa: N802 - same bytes, another dtype of the s
     b = n.low.b
     x = n.input(0)
     name = n.outputs[0]
-    src = b.tensors[x]
-    t = b.add(name, dst, n.shape(0), n.low.subgraph, src.kind, base=b.root(x), offset=src.offset)
+    xt = b.tensors[x]
+    t = b.add(name, dst, n.shape(0), n.low.subgraph, xt.kind, base=b.root(x), offset=xt.offset)
     n.low.values[name] = t
 
 

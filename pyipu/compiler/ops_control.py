@@ -141,7 +141,7 @@ def Scan(n: Node) -> None:  # noqa: N802
     b = n.low.b
     name = n.outputs[0] or "scan"
     carried: list[Value] = [
-        n.low.constants.get(n.inputs[i], None) if n.inputs[i] in n.low.constants else n.input(i)
+        n.low.constants[n.inputs[i]] if n.inputs[i] in n.low.constants else n.input(i)
         for i in range(states)
     ]
     collected: list[list[Value]] = [[] for _ in range(k)]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import Any, Literal, NoReturn
 
 import numpy as np
 
@@ -202,7 +202,7 @@ def _pad_runtime_value(
     y = n.emit_temp(Op.REINDEX, [n.input(0), t], yshape, dt, [0, *_strides(src)], ":zeropad")
     outside = np.zeros(yshape, dtype=bool)
     for d, m in enumerate(maps):
-        idx = [None] * len(maps)
+        idx: list[slice | None] = [None] * len(maps)
         idx[d] = slice(None)
         outside |= (np.asarray(m) < 0)[tuple(idx)]
     mask = b.weight(n.outputs[0] + ":padmask", outside, n.low.subgraph)
@@ -211,7 +211,11 @@ def _pad_runtime_value(
 
 
 def _pad_maps(
-    n: Node, mode: str, src: Sequence[int], pads: list[int], axes: list[int] | None
+    n: Node,
+    mode: Literal["constant", "reflect", "edge", "wrap"],  # ONNX's names are numpy's
+    src: Sequence[int],
+    pads: list[int],
+    axes: list[int] | None,
 ) -> list[np.ndarray]:
     ax = _axes_list(n, axes, len(src), len(src))
     if len(pads) != 2 * len(ax):
@@ -401,7 +405,9 @@ def _resize_plan(
     """(scale per dim, output size per dim, roi [starts..., ends...] or None), as
     onnx.reference computes them (axes, sizes, keep_aspect_ratio_policy)."""
     r = len(src)
-    roi = scales = sizes = None
+    roi: list[float] | None = None
+    scales: np.ndarray | None = None
+    sizes: list[int] | None = None
     if n.op_type == "Upsample" or n.opset < 11:
         scales = n.attr("scales") if n.opset < 9 else n.const(1, "scales")
         scales = np.asarray(scales, np.float32).reshape(-1)
@@ -414,11 +420,14 @@ def _resize_plan(
             if scales is not None:
                 n.fail("only one of scales and sizes may be given")
             sizes = n.const_ints(3, "sizes")
-    if scales is None and sizes is None:
-        n.fail("one of scales and sizes is required")
+    if sizes is None:
+        if scales is None:
+            n.fail("one of scales and sizes is required")
+        count = len(scales)
+    else:
+        count = len(sizes)
     axes_attr = n.attr("axes") if n.opset >= 18 else None
     axes = _axes_list(n, axes_attr, r, r)
-    count = len(scales if sizes is None else sizes)
     if count != len(axes):
         n.shape_error(
             f"{'scales' if sizes is None else 'sizes'} has {count} values, expected {len(axes)}"
@@ -446,6 +455,7 @@ def _resize_plan(
             scale = [s if i in axes else 1.0 for i in range(r)]
             out = [int(s * src[i] + 0.5) if i in axes else src[i] for i in range(r)]
         return scale, out, roi
+    assert scales is not None  # no sizes: scales were required above
     full_s = [1.0] * r
     for i, a in enumerate(axes):
         if not 0 < scales[i] < math.inf:  # also rejects NaN

@@ -180,9 +180,10 @@ def _lower(n: Node) -> None:
                 )
         proj = []
         for g in range(gates):
-            bias = wb[g]
-            if bias is not None and not (lbr and g == 2):  # GRU lbr keeps Rbh inside the reset
-                bias = cell.tmp(Op.ADD, [bias, rb[g]], shape=(hidden,))
+            bias, rbias = wb[g], rb[g]
+            # GRU lbr keeps Rbh inside the reset
+            if bias is not None and rbias is not None and not (lbr and g == 2):
+                bias = cell.tmp(Op.ADD, [bias, rbias], shape=(hidden,))
             ins = [x2, w[g]] + ([bias] if bias is not None else [])
             p = cell.tmp(Op.GEMM, ins, [0, 1, f64_bits(1.0), f64_bits(1.0)], (seq * batch, hidden))
             proj.append(b.view(p, (seq, batch * hidden), f"{name}:proj{d}{g}"))
@@ -223,7 +224,8 @@ def _lower(n: Node) -> None:
                 # H = (1 - z) * hh + z * H = hh + z * (H - hh)
                 h = cell.tmp(Op.ADD, [hh, cell.tmp(Op.MUL, [z, cell.tmp(Op.SUB, [h, hh])])])
             else:
-                pre = [hr(g, h, step_in(g)) for g in range(4)]  # i, o, f, c
+                assert c is not None  # LSTM: the cell state
+                gate_in = [hr(g, h, step_in(g)) for g in range(4)]  # i, o, f, c
                 if peep is not None:
                     pv = [
                         b.view(
@@ -245,14 +247,14 @@ def _lower(n: Node) -> None:
                         )
                         for k in range(3)
                     ]
-                    pre[0] = cell.tmp(Op.ADD, [pre[0], cell.tmp(Op.MUL, [pv[0], c])])
-                    pre[2] = cell.tmp(Op.ADD, [pre[2], cell.tmp(Op.MUL, [pv[2], c])])
-                i_g, f_g = cell.act(d, 0, pre[0]), cell.act(d, 0, pre[2])
-                c_g = cell.act(d, 1, pre[3])
+                    gate_in[0] = cell.tmp(Op.ADD, [gate_in[0], cell.tmp(Op.MUL, [pv[0], c])])
+                    gate_in[2] = cell.tmp(Op.ADD, [gate_in[2], cell.tmp(Op.MUL, [pv[2], c])])
+                i_g, f_g = cell.act(d, 0, gate_in[0]), cell.act(d, 0, gate_in[2])
+                c_g = cell.act(d, 1, gate_in[3])
                 c = cell.tmp(Op.ADD, [cell.tmp(Op.MUL, [f_g, c]), cell.tmp(Op.MUL, [i_g, c_g])])
                 if peep is not None:
-                    pre[1] = cell.tmp(Op.ADD, [pre[1], cell.tmp(Op.MUL, [pv[1], c])])
-                o_g = cell.act(d, 0, pre[1])
+                    gate_in[1] = cell.tmp(Op.ADD, [gate_in[1], cell.tmp(Op.MUL, [pv[1], c])])
+                o_g = cell.act(d, 0, gate_in[1])
                 h = cell.tmp(Op.MUL, [o_g, cell.act(d, 2, c)])
             ys[t][d] = h
         finals_h.append(h)
@@ -275,7 +277,7 @@ def _stack(n: Node, parts: list[int], shape: tuple[int, ...], out: int, tag: str
 
 def _outputs(n, dt, ys, finals_h, finals_c, seq, dirs, batch, hidden, layout) -> None:  # noqa: ANN001, PLR0913
     b = n.low.b
-    results = []
+    results: list[tuple[int, int, tuple[int, ...], tuple[int, ...]]] = []
     if len(n.outputs) > 0 and n.outputs[0]:
         y = _stack(n, [h for row in ys for h in row], (seq * dirs, batch, hidden), 0, "Y")
         results.append((0, y, (seq, dirs, batch, hidden), (2, 0, 1, 3)))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pyipu.compiler.errors import CompileError, UnsupportedError
 from pyipu.compiler.ipu_model import allow_out_of_memory
@@ -190,7 +190,7 @@ class CompilerOptions:
     batches_per_step: int = 1
     partials_type: str = "half"
     available_memory_proportion: float = 0.6
-    num_io_tiles: int | str = 0
+    num_io_tiles: int | Literal["auto"] = 0
     enable_model_fusion: bool = False
     enable_prefetch_datastreams: bool = True
     stream_buffering_depth: int = 1

@@ -29,9 +29,9 @@ def _convert_graph(
 ) -> None:
     for vi in (*g.input, *g.output, *g.value_info):
         tt = vi.type.tensor_type
-        if vi.type.HasField("tensor_type") and tt.elem_type == TensorProto.FLOAT:
-            if vi.name not in keep:
-                tt.elem_type = TensorProto.FLOAT16
+        float32 = vi.type.HasField("tensor_type") and tt.elem_type == TensorProto.FLOAT
+        if float32 and vi.name not in keep:
+            tt.elem_type = TensorProto.FLOAT16
     for init in g.initializer:
         if init.name not in keep:
             _half_tensor(init)

@@ -376,9 +376,10 @@ def decode_blobs(blobs: list[Blob]) -> ModelIR:
         raise CorruptFileError(
             "a container needs exactly one METADATA and at most one TENSOR_DATA blob"
         )
-    meta = decode_metadata(metas[0][3], datas[0][3] if datas else b"")
+    # bytes() of a bytes payload is the same object: no copy unless a blob is a memoryview
+    meta = decode_metadata(bytes(metas[0][3]), bytes(datas[0][3]) if datas else b"")
     n = len(meta["tensors"])
-    programs = [decode_program(b[1], b[3], n) for b in blobs if b[0] == BLOB_PROGRAM]
+    programs = [decode_program(b[1], bytes(b[3]), n) for b in blobs if b[0] == BLOB_PROGRAM]
     ids = [p.id for p in programs]
     if len(set(ids)) != len(ids):
         raise CorruptFileError("duplicate program ids")
@@ -394,7 +395,9 @@ def decode_blobs(blobs: list[Blob]) -> ModelIR:
             if any(ins.op != Op.COPY for ins in prog.instrs):
                 raise CorruptFileError(f"metadata: copy program {pid} of stage {k} holds non-COPY")
     opaque = tuple(
-        (b[2] or "", b[3]) for b in blobs if b[0] == BLOB_OPAQUE and b[2] not in _DERIVED_BLOBS
+        (b[2] or "", bytes(b[3]))
+        for b in blobs
+        if b[0] == BLOB_OPAQUE and b[2] not in _DERIVED_BLOBS
     )
     return ModelIR(programs=tuple(programs), opaque=opaque, **meta)
 

@@ -212,8 +212,8 @@ def plan_stage_memory(b: GraphBuilder, plan: StagePlan) -> tuple[dict[int, int],
     base = 0
     for k in range(n):
         lives: dict[int, Lifetime] = {}
-        for i, t in enumerate(b.tensors):
-            if t.base is None and t.kind == ARENA and t.stage == k:
+        for i, spec in enumerate(b.tensors):
+            if spec.base is None and spec.kind == ARENA and spec.stage == k:
                 lives[i] = Lifetime.of(0, events.get(i))
         offs, size = place({r: b.tensors[r].nbytes for r in lives}, lives)
         offsets.update({r: base + o for r, o in offs.items()})

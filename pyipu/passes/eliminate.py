@@ -58,9 +58,9 @@ def _is_identity(node: NodeProto) -> bool:
 def _inference_dropout(g: GraphProto, node: NodeProto) -> bool:
     if node.op_type != "Dropout" or node.domain not in ("", "ai.onnx") or not node.input[0]:
         return False
-    if len(node.output) > 1 and node.output[1]:
-        if consumers(g).get(node.output[1]) or node.output[1] in {o.name for o in g.output}:
-            return False  # the mask is read: keep the node
+    mask = node.output[1] if len(node.output) > 1 else ""
+    if mask and (consumers(g).get(mask) or mask in {o.name for o in g.output}):
+        return False  # the mask is read: keep the node
     if len(node.input) < 3 or not node.input[2]:
         return True  # no training_mode input: inference
     mode = next((i for i in g.initializer if i.name == node.input[2]), None)

@@ -200,7 +200,7 @@ class LazyArrays(dict):
         return value
 
     def get(self, name: str, default: np.ndarray | None = None) -> np.ndarray | None:  # type: ignore[override]
-        return self[name] if name in self else default
+        return self[name] if name in self else default  # noqa: SIM401 (this is get)
 
 
 def make_cast(src: str, dst: str, to: int, name: str) -> NodeProto:

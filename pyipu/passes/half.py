@@ -46,9 +46,9 @@ class FloatToHalf(Pass):
         # outputs read only by other skipped nodes stay float32 too: no Cast pair between them
         for i in skip:
             for o in g.node[i].output:
-                if o and o not in outputs and readers.get(o):
-                    if all(n in skip for n, _ in readers[o]):
-                        keep.add(o)
+                read = o and o not in outputs and readers.get(o)
+                if read and all(n in skip for n, _ in readers[o]):
+                    keep.add(o)
         out = convert_to_fp16(onnx_model, keep=keep, skip_nodes=skip)
         _wrap_in_casts(out.graph, skip, keep, types)
         return out

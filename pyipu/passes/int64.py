@@ -54,7 +54,8 @@ def _schema(node: NodeProto, opset: int) -> defs.OpSchema | None:
         schema = defs.get_schema(node.op_type, opset, "")
     except Exception:  # SchemaError: not a standard op
         return None
-    if schema.has_function or schema.has_context_dependent_function:
+    # onnx's type stub lacks these two OpSchema properties
+    if schema.has_function or schema.has_context_dependent_function:  # type: ignore[attr-defined]
         return None
     return schema
 
@@ -198,9 +199,8 @@ def _retype(node: NodeProto, clamp: bool) -> None:
     """Cast/Constant/ConstantOfShape/EyeLike whose int64 result comes from an attribute."""
     label = node.name or node.output[0]
     for attr in node.attribute:
-        if node.op_type == "Cast" and attr.name == "to" and attr.i == TensorProto.INT64:
-            attr.i = TensorProto.INT32
-        elif node.op_type == "EyeLike" and attr.name == "dtype" and attr.i == TensorProto.INT64:
+        dtype_attr = (node.op_type, attr.name) in (("Cast", "to"), ("EyeLike", "dtype"))
+        if dtype_attr and attr.i == TensorProto.INT64:
             attr.i = TensorProto.INT32
         elif attr.name == "value" and attr.t.data_type == TensorProto.INT64:
             _tensor_to_int32(attr.t, clamp, label)

@@ -91,7 +91,7 @@ def scatter_elements(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndar
     axis, reduction = (int(a) for a in ins.attrs)
     data, idx, upd = xs
     w = wrap_indices(idx, data.shape[axis])
-    coords = list(np.indices(idx.shape, sparse=False))
+    coords: list[np.ndarray] = list(np.indices(idx.shape, sparse=False))
     coords[axis] = w
     flat = np.ravel_multi_index(tuple(c.reshape(-1) for c in coords), data.shape)
     return _scatter(data.copy(), flat, upd.reshape(-1), reduction)

@@ -129,6 +129,7 @@ def cumsum(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
     if reverse:
         x = x[:, ::-1, :]
     scan = np.cumprod if ins.op == Op.CUMPROD else np.cumsum
+    acc: np.ndarray
     if _float(x):
         acc = scan(x.astype(np.float64), axis=1)
     else:
@@ -147,12 +148,13 @@ def topk(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> tuple[np.ndarray, .
     x = _view(xs[0], outer, n, inner)
     # Order: values with NaN above +inf, largest (or smallest) first; ties: lower index first.
     # np.lexsort is stable and sorts by its last key first.
+    keys: tuple[np.ndarray, ...]
     if _float(x):
         nan = np.isnan(x)
         v = np.where(nan, 0, x).astype(np.float64)
         keys = (-v, ~nan) if largest else (v, nan)
     else:
-        v = x.astype(np.int64)
-        keys = (~v,) if largest else (v,)  # ~v reverses the order without overflow
+        vi = x.astype(np.int64)
+        keys = (~vi,) if largest else (vi,)  # ~vi reverses the order without overflow
     order = np.lexsort(keys, axis=1)[:, :k, :]
     return np.take_along_axis(x, order, axis=1), order.astype(np.int64)

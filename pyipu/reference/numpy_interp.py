@@ -425,7 +425,7 @@ def pool2d(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
     for kh in range(kh_):
         for kw in range(kw_):
             sl = (_window(kh, dh, sh, oh), _window(kw, dw, sw, ow))
-            v = xp[(..., *sl)]
+            v = xp[(...,) + sl]
             acc = np.maximum(acc, v) if kind == 0 else acc + v
             cnt += (inpad if cip else valid)[sl]
     if kind == 0:

@@ -49,7 +49,7 @@ def merge(traces: list[tuple[np.ndarray, int]]) -> Tracepoints:
     parts = []
     for replica, (events, _dropped) in enumerate(traces):
         part = np.empty(len(events), EVENT_DTYPE)
-        for name in events.dtype.names:
+        for name in events.dtype.names or ():
             part[name] = events[name]
         part["replica"] = replica
         parts.append(part)

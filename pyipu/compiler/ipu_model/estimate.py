@@ -139,7 +139,7 @@ def _keep_peak(
     parts_at = {k: np.zeros(groups.size, np.int64) for k in _DYNAMIC}
     gens = [live[k].chunks(positions, cols) for k in _DYNAMIC]
     for parts in zip(*gens, strict=True):
-        total = sum(parts)
+        total = sum(parts[1:], start=parts[0])  # an array, as every part is
         at = total.argmax(0)
         here = total[at, groups]
         better = here > best
@@ -202,7 +202,7 @@ def estimate(ir: ModelIR, settings: Settings | None = None) -> IPUModelReport:
     }
     shape = (ir.num_ipus, tpi)
     categories = {k: v.reshape(shape) for k, v in cats.items()}
-    memory = sum(categories.values()).reshape(shape)  # type: ignore[union-attr]
+    memory = sum(categories.values()).reshape(shape)
 
     clock = tgt.tile_clock_frequency
     if ir.stages:

@@ -265,14 +265,14 @@ def live_segments(ir: ModelIR, m: Mapping, tl: Timeline) -> dict[int, list[tuple
         for t in st.instr.outputs:
             events.setdefault(m.tensor_slot[t], []).append((pos, True, False))
     out: dict[int, list[tuple[int, int, bool]]] = {}
-    for s, ev in events.items():
+    for s, evs in events.items():
         if m.slots[s].category == WEIGHTS:
             continue
-        ev.sort()  # at one position, reads (False) come before writes (True)
+        evs.sort()  # at one position, reads (False) come before writes (True)
         segs: list[tuple[int, int, bool]] = []
         lo = hi = -1
         anchor = False
-        for pos, write, is_anchor in ev:
+        for pos, write, is_anchor in evs:
             if write:
                 if lo >= 0:
                     # An in-place instruction's read and write share the position: one value.

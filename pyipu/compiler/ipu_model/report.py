@@ -137,12 +137,12 @@ class IPUModelReport:
         for pid, c in self.program_cycles.items():
             lines.append(f"  program {pid}: {c}")
         lines.append("Top instructions (cycles = compute + exchange + sync):")
-        for c in sorted(self.instructions, key=lambda c: -c.cycles)[:top]:
-            passes = f" in {c.passes} passes" if c.passes > 1 else ""
+        for ic in sorted(self.instructions, key=lambda ic: -ic.cycles)[:top]:
+            passes = f" in {ic.passes} passes" if ic.passes > 1 else ""
             lines.append(
-                f"  program {c.program} #{c.index} {c.opcode.lower()} on {c.tiles} tiles"
-                f"{passes}: {c.cycles} = {c.compute_cycles} + {c.exchange_cycles} + "
-                f"{c.sync_cycles}"
+                f"  program {ic.program} #{ic.index} {ic.opcode.lower()} on {ic.tiles} tiles"
+                f"{passes}: {ic.cycles} = {ic.compute_cycles} + {ic.exchange_cycles} + "
+                f"{ic.sync_cycles}"
             )
         lines.append(
             f"Estimated: latency {self.latency_s * 1e3:.4f} ms per batch, throughput "
