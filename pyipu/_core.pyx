@@ -717,6 +717,11 @@ cdef class Runtime:
                     in_place_buffers=st.in_place_buffers)
 
 
+# The two files below are included, not compiled as cimported modules of their own: libipu is a
+# static library, so a second extension module would link a second copy of it, with its own
+# global state (the thread's last error, the log sink and level, the forced kernel ISAs, the
+# allocation counter), and FastPath reads Runtime's C fields in the request hot path.
+
 # --- FastPath: one-batch Runner.execute (pyipu/_fast_path.pxi) ----------------------------------
 
 include "_fast_path.pxi"

@@ -19,15 +19,10 @@ import numpy as np
 
 from pyipu import _config, _core
 from pyipu import _options as opt
+from pyipu._config import UINT32_MAX, check_int
 from pyipu.errors import ClosedError, InvalidArgumentError, InvalidStateError
 from pyipu.model_runtime.predicates import AnchorCallbackPolicy, Predicate, pred_streamed
-from pyipu.runtime.config import (
-    BATCHING_DIM_DISABLED,
-    UINT32_MAX,
-    DeviceWaitConfig,
-    c_settings,
-    check_int,
-)
+from pyipu.runtime.config import BATCHING_DIM_DISABLED, DeviceWaitConfig, c_settings
 from pyipu.runtime.descriptors import DataDesc, check_buffer
 from pyipu.runtime.runner import describe_anchors, load_executable
 

@@ -10,10 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyipu import _options as opt
-from pyipu._config import UINT32_MAX, check_int
+from pyipu._config import check_int
 from pyipu.errors import InvalidArgumentError, UnsupportedError
-
-__all__ = ["UINT32_MAX", "DeviceWaitConfig", "RunnerType", "RuntimeConfig", "check_int"]
 
 BATCHING_DIM_DISABLED = opt.NO_INDEX
 NS_MAX = opt.NS_MAX
