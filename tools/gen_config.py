@@ -16,12 +16,13 @@ import sys
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 TABLE = "pyipu/_options.py"
 
 
-def _load_table():  # noqa: ANN202 - the module is only known at run time
+def _load_table() -> Any:
     # By path: importing the pyipu package would need its extension built.
     spec = importlib.util.spec_from_file_location("_options", REPO / TABLE)
     assert spec is not None and spec.loader is not None
@@ -39,7 +40,7 @@ def _c_type(ctype: str) -> str:
     return "int" if ctype in (T.BOOL, T.INT) else ctype
 
 
-def _c_value(o) -> str:  # noqa: ANN001
+def _c_value(o: Any) -> str:
     if o.default in T.C_NAMES:
         return T.C_NAMES[o.default]
     value = int(o.default)
@@ -92,7 +93,7 @@ def cython_copy(layer: str, indent: int) -> list[str]:
     return lines
 
 
-def _py_annotation(o) -> str:  # noqa: ANN001
+def _py_annotation(o: Any) -> str:
     if o.ctype == T.OBJECT:
         return o.py_type
     kind = "bool" if o.ctype == T.BOOL else "int"
@@ -118,7 +119,7 @@ _LAYER_WORDS = {
 }
 
 
-def _doc_default(o) -> str:  # noqa: ANN001
+def _doc_default(o: Any) -> str:
     if o.doc_default:
         return o.doc_default
     value = o.python_default if set(o.layers) & {T.PY_RUNTIME, T.PY_SESSION} else o.default

@@ -78,7 +78,7 @@ typedef struct ipu_runtime_config {
     /* END GENERATED fields */
 } ipu_runtime_config;
 
-/* The defaults given with the fields above. */
+/* A config holding the default noted with each field above. */
 IPU_API ipu_runtime_config ipu_runtime_config_default(void);
 
 /* `exe` is borrowed and must outlive the runtime; `cfg` is copied (NULL = defaults). Runs the

@@ -96,7 +96,7 @@ typedef struct ipu_session_config {
  * whether the pipeline is in use (also 0 for a subgraph with queue-bound outputs but no
  * queue-bound input). */
 
-/* The defaults given with the fields above. */
+/* A config holding the default noted with each field above. */
 IPU_API ipu_session_config ipu_session_config_default(void);
 
 /* `exe` is borrowed and must outlive the session; `cfg` is copied (NULL = defaults). Allocates
