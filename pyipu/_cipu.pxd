@@ -127,6 +127,7 @@ cdef extern from "ipu/ipu.h" nogil:
     enum: IPU_BIND_CALLBACK
     enum: IPU_BIND_TENSOR_DATA
     ctypedef struct ipu_session_config:
+        # BEGIN GENERATED ipu_session_config: tools/gen_config.py from pyipu/_options.py
         uint32_t num_threads
         uint32_t ring_capacity
         uint64_t timeout_ns
@@ -134,6 +135,9 @@ cdef extern from "ipu/ipu.h" nogil:
         uint32_t batching_dim
         int flush_on_waiting_outputs
         int check_package_hash
+        int overlap_io
+        int pin_threads
+        # END GENERATED ipu_session_config
     ipu_session_config ipu_session_config_default()
     ipu_status ipu_session_create(const ipu_executable *exe, const ipu_session_config *cfg,
                                   ipu_session **out)
@@ -176,6 +180,7 @@ cdef extern from "ipu/ipu.h" nogil:
     ctypedef struct ipu_request:
         pass
     ctypedef struct ipu_runtime_config:
+        # BEGIN GENERATED ipu_runtime_config: tools/gen_config.py from pyipu/_options.py
         uint32_t num_threads
         uint32_t ring_buffer_size_multiplier
         uint64_t timeout_ns
@@ -186,7 +191,9 @@ cdef extern from "ipu/ipu.h" nogil:
         int check_package_hash
         int validate_io_params
         int thread_safe
+        int overlap_io
         int pin_threads
+        # END GENERATED ipu_runtime_config
     ipu_runtime_config ipu_runtime_config_default()
     ipu_status ipu_runtime_create(const ipu_executable *exe, const ipu_runtime_config *cfg,
                                   ipu_runtime **out)

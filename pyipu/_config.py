@@ -9,6 +9,16 @@ from pyipu.errors import InvalidArgumentError
 UINT32_MAX = 2**32 - 1
 
 
+def check_int(what: str, value: object, minimum: int, maximum: int) -> int:
+    """`value` if it is an int within [minimum, maximum] (the range of the C field it goes to),
+    else InvalidArgumentError naming `what`."""
+    if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= maximum:
+        raise InvalidArgumentError(
+            f"{what} must be an int from {minimum} to {maximum}, got {value!r}"
+        )
+    return value
+
+
 def _int_env(name: str, default: int, minimum: int, maximum: int) -> int:
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
@@ -25,9 +35,7 @@ def _int_env(name: str, default: int, minimum: int, maximum: int) -> int:
         raise InvalidArgumentError(
             f"{name} must be an integer from {minimum} to {maximum}, got {raw[:40]!r}"
         )
-    if not minimum <= value <= maximum:
-        raise InvalidArgumentError(f"{name} must be from {minimum} to {maximum}, got {value}")
-    return value
+    return check_int(name, value, minimum, maximum)
 
 
 def num_threads() -> int:

@@ -597,6 +597,7 @@ cdef class Runtime:
         # Keys left out keep the C defaults (ipu_runtime_config_default): one source of truth.
         cdef ipu_runtime_config cfg = ipu_runtime_config_default()
         cdef ipu_status s
+        # BEGIN GENERATED copy: tools/gen_config.py from pyipu/_options.py
         cfg.num_threads = config.get("num_threads", cfg.num_threads)
         cfg.ring_buffer_size_multiplier = config.get("ring_buffer_size_multiplier",
                                                      cfg.ring_buffer_size_multiplier)
@@ -609,7 +610,9 @@ cdef class Runtime:
         cfg.check_package_hash = config.get("check_package_hash", cfg.check_package_hash)
         cfg.validate_io_params = config.get("validate_io_params", cfg.validate_io_params)
         cfg.thread_safe = config.get("thread_safe", cfg.thread_safe)
+        cfg.overlap_io = config.get("overlap_io", cfg.overlap_io)
         cfg.pin_threads = config.get("pin_threads", cfg.pin_threads)
+        # END GENERATED copy
         self.executable = executable
         self.n_anchors = executable.info.num_anchors
         self.box = _ErrorBox()
@@ -713,6 +716,11 @@ cdef class Runtime:
                     concurrent_iterations=st.concurrent_iterations,
                     in_place_buffers=st.in_place_buffers)
 
+
+# The two files below are included, not compiled as cimported modules of their own: libipu is a
+# static library, so a second extension module would link a second copy of it, with its own
+# global state (the thread's last error, the log sink and level, the forced kernel ISAs, the
+# allocation counter), and FastPath reads Runtime's C fields in the request hot path.
 
 # --- FastPath: one-batch Runner.execute (pyipu/_fast_path.pxi) ----------------------------------
 

@@ -15,6 +15,7 @@ cdef class Session:
     def __init__(self, Executable executable not None, dict config):
         cdef ipu_session_config cfg = ipu_session_config_default()
         cdef ipu_status st
+        # BEGIN GENERATED copy: tools/gen_config.py from pyipu/_options.py
         cfg.num_threads = config.get("num_threads", cfg.num_threads)
         cfg.ring_capacity = config.get("ring_capacity", cfg.ring_capacity)
         cfg.timeout_ns = config.get("timeout_ns", cfg.timeout_ns)
@@ -23,6 +24,9 @@ cdef class Session:
         cfg.flush_on_waiting_outputs = config.get("flush_on_waiting_outputs",
                                                   cfg.flush_on_waiting_outputs)
         cfg.check_package_hash = config.get("check_package_hash", cfg.check_package_hash)
+        cfg.overlap_io = config.get("overlap_io", cfg.overlap_io)
+        cfg.pin_threads = config.get("pin_threads", cfg.pin_threads)
+        # END GENERATED copy
         self.executable = executable
         self.box = _ErrorBox()
         self.handlers = {}

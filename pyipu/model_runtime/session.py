@@ -18,15 +18,11 @@ from typing import Any
 import numpy as np
 
 from pyipu import _config, _core
+from pyipu import _options as opt
+from pyipu._config import UINT32_MAX, check_int
 from pyipu.errors import ClosedError, InvalidArgumentError, InvalidStateError
 from pyipu.model_runtime.predicates import AnchorCallbackPolicy, Predicate, pred_streamed
-from pyipu.runtime.config import (
-    BATCHING_DIM_DISABLED,
-    UINT32_MAX,
-    UINT64_MAX,
-    DeviceWaitConfig,
-    check_int,
-)
+from pyipu.runtime.config import BATCHING_DIM_DISABLED, DeviceWaitConfig, c_settings
 from pyipu.runtime.descriptors import DataDesc, check_buffer
 from pyipu.runtime.runner import describe_anchors, load_executable
 
@@ -35,12 +31,16 @@ _INPUT = 1
 
 @dataclass
 class SessionConfig:
-    """Model Runtime's SessionConfig, plus pyipu's num_threads and batching_dim."""
+    """Model Runtime's SessionConfig, plus pyipu's num_threads, batching_dim and pin_threads
+    (docs/runtime.md, "RuntimeConfig", lists them all)."""
 
+    # BEGIN GENERATED fields: tools/gen_config.py from pyipu/_options.py
     check_package_hash: bool = True
-    wait_config: DeviceWaitConfig | None = None  # virtual devices never need waiting
-    num_threads: int | None = None  # None: $PYIPU_NUM_THREADS or all cores
+    wait_config: DeviceWaitConfig | None = None
+    num_threads: int | None = None
     batching_dim: int = BATCHING_DIM_DISABLED
+    pin_threads: bool = True
+    # END GENERATED fields
 
 
 @dataclass(frozen=True)
@@ -96,19 +96,16 @@ class Session:
         if self._closed:
             raise ClosedError("the session is closed")
         if self._core is None:
-            threads = self.config.num_threads or _config.num_threads()
-            self._core = _core.Session(
-                self._exe,
-                {
-                    "num_threads": check_int("SessionConfig.num_threads", threads, 1, UINT32_MAX),
-                    "ring_capacity": check_int("capacity", ring_capacity, 0, UINT32_MAX),
-                    "timeout_ns": check_int("timeout_ns", timeout_ns, 0, UINT64_MAX),
-                    "batching_dim": check_int(
-                        "SessionConfig.batching_dim", self.config.batching_dim, 0, UINT32_MAX
-                    ),
-                    "check_package_hash": self.config.check_package_hash,
-                },
+            settings = c_settings(self.config, opt.PY_SESSION, opt.C_SESSION)
+            if settings["num_threads"] is None:
+                settings["num_threads"] = _config.num_threads()
+            settings["ring_capacity"] = check_int(
+                "capacity", ring_capacity, *opt.BY_NAME["ring_capacity"].limits
             )
+            settings["timeout_ns"] = check_int(
+                "timeout_ns", timeout_ns, *opt.BY_NAME["timeout_ns"].limits
+            )
+            self._core = _core.Session(self._exe, settings)
             for anchor in self._handlers:
                 self._bind_handler(self._core, anchor)
         return self._core

@@ -9,14 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pyipu._config import UINT32_MAX
+from pyipu import _options as opt
+from pyipu._config import check_int
 from pyipu.errors import InvalidArgumentError, UnsupportedError
 
-BATCHING_DIM_DISABLED = 0xFFFFFFFF
-NS_MAX = 9223372036854775807  # std::chrono::nanoseconds::max(): "never"
-UINT64_MAX = 2**64 - 1
-# Largest value of the int fields the C runtime takes as uint32 (the rest are uint64).
-_UINT32_FIELDS = ("batching_dim", "ring_buffer_size_multiplier", "runner_type")
+BATCHING_DIM_DISABLED = opt.NO_INDEX
+NS_MAX = opt.NS_MAX
+UINT64_MAX = opt.UINT64_MAX
 
 
 @dataclass
@@ -35,22 +34,8 @@ class RunnerType:
     ModelFusionRunner = 2
 
 
-# name -> (default, implemented)
-_FIELDS: dict[str, tuple[Any, bool]] = {
-    "timeout_ns": (10_000_000, True),
-    "validate_io_params": (True, True),
-    "thread_safe": (True, True),
-    "check_package_hash": (True, True),
-    "ring_buffer_size_multiplier": (2, True),
-    "batching_dim": (BATCHING_DIM_DISABLED, True),
-    "auto_reset": (False, True),
-    "flush_on_waiting_outputs": (False, True),
-    "batch_size_timeout_ns": (NS_MAX, True),
-    "is_batch_size_timeout_enabled": (False, True),
-    "data_parallel_timeout_ns": (NS_MAX, True),
-    "request_tracepoints_buffer_size": (1000, True),
-    "runner_type": (RunnerType.ModelRunner, True),
-}
+# The numeric fields (defaults and ranges in pyipu/_options.py); the OBJECT ones are set below.
+_FIELDS = {o.name: o for o in opt.options(opt.PY_RUNTIME) if o.ctype != opt.OBJECT}
 
 
 class RuntimeConfig:
@@ -65,12 +50,8 @@ class RuntimeConfig:
     """
 
     def __init__(self, **kwargs: Any) -> None:
-        object.__setattr__(self, "_values", {k: d for k, (d, _) in _FIELDS.items()})
-        object.__setattr__(
-            self,
-            "_extra",
-            {"num_threads": None, "record_tracepoints": False, "pin_threads": True},
-        )
+        values = {name: o.python_default for name, o in _FIELDS.items()}
+        object.__setattr__(self, "_values", values)
         self.device_wait_config = DeviceWaitConfig()
         self.replica_id_to_device: dict[int, Any] = {}
         self.flush_by_name = None
@@ -81,9 +62,6 @@ class RuntimeConfig:
         values = object.__getattribute__(self, "_values")
         if name in values:
             return values[name]
-        extra = object.__getattribute__(self, "_extra")
-        if name in extra:
-            return extra[name]
         raise AttributeError(f"RuntimeConfig has no field {name!r}")
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -94,29 +72,12 @@ class RuntimeConfig:
                 raise UnsupportedError("RuntimeConfig.flush_by_name is not supported yet")
             object.__setattr__(self, name, value)
             return
-        if name == "num_threads":
-            if value is not None:
-                check_int("RuntimeConfig.num_threads", value, 1, UINT32_MAX)
-            self._extra["num_threads"] = value
-            return
-        if name in ("record_tracepoints", "pin_threads"):
-            if not isinstance(value, (bool, int)):
-                raise InvalidArgumentError(f"{name} must be a bool, got {value!r}")
-            self._extra[name] = bool(value)
-            return
         if name not in _FIELDS:
             raise AttributeError(f"RuntimeConfig has no field {name!r}")
-        default, implemented = _FIELDS[name]
-        value = _validate(name, value)
-        if not implemented and value != default:
-            raise UnsupportedError(
-                f"RuntimeConfig.{name}={value!r} is not supported by this pyipu version "
-                f"(only the default {default!r} is)"
-            )
-        self._values[name] = value
+        self._values[name] = check_option("RuntimeConfig", name, value)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self._values, **self._extra}
+        return dict(self._values)
 
     def c_settings(self, replicas: int = 1) -> dict[str, Any]:
         """The settings the C runtime takes (ipu_runtime_config). Replicas waiting "in
@@ -132,17 +93,9 @@ class RuntimeConfig:
             ns = v["batch_size_timeout_ns"]
             batch_timeout = UINT64_MAX if ns >= NS_MAX else ns
         return {
+            **c_settings(self, opt.PY_RUNTIME, opt.C_RUNTIME),
             "timeout_ns": timeout,
             "batch_timeout_ns": batch_timeout,
-            "batching_dim": v["batching_dim"],
-            "flush_on_waiting_outputs": v["flush_on_waiting_outputs"],
-            "auto_reset": v["auto_reset"],
-            "check_package_hash": v["check_package_hash"],
-            "validate_io_params": v["validate_io_params"],
-            "thread_safe": v["thread_safe"],
-            "ring_buffer_size_multiplier": v["ring_buffer_size_multiplier"],
-            "num_threads": self._extra["num_threads"],
-            "pin_threads": int(self._extra["pin_threads"]),
         }
 
     def __repr__(self) -> str:
@@ -150,29 +103,32 @@ class RuntimeConfig:
         return f"RuntimeConfig({fields})"
 
 
-def check_int(what: str, value: Any, minimum: int, maximum: int) -> int:
-    """`value` if it is an int within [minimum, maximum] (the range of the C field it goes to),
-    else InvalidArgumentError naming `what`."""
-    if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= maximum:
-        raise InvalidArgumentError(
-            f"{what} must be an int from {minimum} to {maximum}, got {value!r}"
-        )
-    return value
-
-
-def _validate(name: str, value: Any) -> Any:
-    default = _FIELDS[name][0]
-    if isinstance(default, bool):
+def check_option(owner: str, name: str, value: Any) -> Any:
+    """`value` for option `name` of `owner` (a layer of pyipu/_options.py) if it is of the
+    option's type and within its range (a bool for a flag), else InvalidArgumentError; a value
+    pyipu does not implement raises UnsupportedError."""
+    o = opt.BY_NAME[name]
+    what = f"{owner}.{name}"
+    if value is None and o.python_default is None:
+        return None
+    if o.ctype == opt.BOOL:
         if not isinstance(value, (bool, int)):
-            raise InvalidArgumentError(f"RuntimeConfig.{name} must be a bool, got {value!r}")
+            raise InvalidArgumentError(f"{what} must be a bool, got {value!r}")
         return bool(value)
-    maximum = UINT32_MAX if name in _UINT32_FIELDS else UINT64_MAX
-    check_int(f"RuntimeConfig.{name}", value, 0, maximum)
-    if name == "ring_buffer_size_multiplier" and value < 1:
-        raise InvalidArgumentError("RuntimeConfig.ring_buffer_size_multiplier must be >= 1")
-    runners = (RunnerType.ModelRunner, RunnerType.ModelFusionRunner)
-    if name == "runner_type" and value not in runners:
+    check_int(what, value, *o.limits)
+    if o.choices and value not in o.choices:
         raise UnsupportedError(
-            f"RuntimeConfig.runner_type={value!r}: only ModelRunner and ModelFusionRunner exist"
+            f"{what}={value!r} is not supported by this pyipu version (only {list(o.choices)})"
         )
     return value
+
+
+def c_settings(config: Any, layer: str, c_layer: str) -> dict[str, Any]:
+    """The fields of `config` (a `layer` object) that go unchanged to the C struct `c_layer`,
+    checked; flags as C ints."""
+    out = {}
+    for o in opt.options(layer):
+        if c_layer in o.layers:
+            value = check_option(layer, o.name, getattr(config, o.name))
+            out[o.name] = int(value) if o.ctype == opt.BOOL else value
+    return out

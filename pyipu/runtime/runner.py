@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from pyipu import _config, _core
+from pyipu._config import UINT32_MAX
 from pyipu.enums import DType
 from pyipu.errors import (
     ClosedError,
@@ -23,7 +24,7 @@ from pyipu.errors import (
     ShapeError,
     UnsupportedError,
 )
-from pyipu.runtime.config import BATCHING_DIM_DISABLED, UINT32_MAX, RuntimeConfig
+from pyipu.runtime.config import BATCHING_DIM_DISABLED, RuntimeConfig
 from pyipu.runtime.descriptors import DataDesc, check_buffer
 from pyipu.runtime.tracepoints import Tracepoints, merge
 

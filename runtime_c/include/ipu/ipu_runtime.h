@@ -51,25 +51,34 @@ typedef struct ipu_runtime ipu_runtime;
 typedef struct ipu_request ipu_request;
 
 typedef struct ipu_runtime_config {
-    uint32_t num_threads;                 /* compute workers incl. the device thread; 0 = CPUs */
+    /* BEGIN GENERATED fields: tools/gen_config.py from pyipu/_options.py */
+    uint32_t num_threads;                 /* compute workers incl. the thread running the
+                                             programs; 0 = usable CPUs (default 0) */
     uint32_t ring_buffer_size_multiplier; /* ring capacity = multiplier * batches_per_step slots
-                                             (x rows per batch with dynamic batching) */
-    uint64_t timeout_ns;                  /* idle wait before padding a started step; 0 = never */
-    uint64_t batch_timeout_ns;            /* wait to complete a partial batch; 0 = timeout_ns */
-    uint32_t batching_dim;                /* IPU_NO_INDEX = requests are whole batches */
-    int flush_on_waiting_outputs;         /* pad only while a request waits for outputs */
-    int auto_reset;                       /* after a failure, reload and keep serving */
-    int check_package_hash;               /* refuse containers from another compiler version */
-    int validate_io_params;               /* require every anchor of the model in each request */
-    int thread_safe;                      /* PopRT's option; submits are always serialised */
-    int overlap_io;                       /* ipu_session_config.overlap_io: -1 = num_io_tiles */
-    int pin_threads;                      /* ipu_session_config.pin_threads, and the device
-                                             thread too (default 1) */
+                                             (x rows per batch with dynamic batching) (default 2) */
+    uint64_t timeout_ns;                  /* wait for the next input of a started step before
+                                             padding it; 0 = forever (default 10000000) */
+    uint64_t batch_timeout_ns;            /* wait to complete a partial batch; 0 = same as
+                                             timeout_ns (default 0) */
+    uint32_t batching_dim;                /* IPU_NO_INDEX = disabled (slots and requests are
+                                             whole batches) (default IPU_NO_INDEX) */
+    int flush_on_waiting_outputs;         /* pad only while an output slot is queued (default 0) */
+    int auto_reset;                       /* after a failure, reload and keep serving (default 0) */
+    int check_package_hash;               /* IPU_ERR_HASH_MISMATCH for a container from another
+                                             compiler version (default 1) */
+    int validate_io_params;               /* require every anchor of the model in each request
+                                             (default 1) */
+    int thread_safe;                      /* PopRT's option; submits are always serialised
+                                             (default 1) */
+    int overlap_io;                       /* -1: on when the executable has num_io_tiles > 0; 0
+                                             off; 1 on (default -1) */
+    int pin_threads;                      /* each compute helper (and a runtime's device thread)
+                                             on its own CPU, when the process may use at least
+                                             num_threads CPUs (default 1) */
+    /* END GENERATED fields */
 } ipu_runtime_config;
 
-/* num_threads 0, multiplier 2, timeout 10 ms, batch timeout 0, batching off, flush 0,
- * auto_reset 0, check_package_hash 1, validate 1, thread_safe 1,
- * overlap_io -1. */
+/* A config holding the default noted with each field above. */
 IPU_API ipu_runtime_config ipu_runtime_config_default(void);
 
 /* `exe` is borrowed and must outlive the runtime; `cfg` is copied (NULL = defaults). Runs the

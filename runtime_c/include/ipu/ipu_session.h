@@ -64,16 +64,25 @@ typedef enum ipu_binding {
 #define IPU_MAX_THREADS 256u
 
 typedef struct ipu_session_config {
-    uint32_t num_threads;         /* compute workers incl. the calling thread; 0 = usable CPUs */
-    uint32_t ring_capacity;       /* slots per anchor ring; 0 = 2 * batches_per_step */
-    uint64_t timeout_ns;          /* wait for the next input of a started step; 0 = forever */
-    uint64_t batch_timeout_ns;    /* wait to complete a partial batch; 0 = same as timeout_ns */
-    uint32_t batching_dim;        /* IPU_NO_INDEX = disabled (slots are whole batches) */
-    int flush_on_waiting_outputs; /* pad only while an output slot is queued */
-    int check_package_hash;       /* IPU_ERR_HASH_MISMATCH for another compiler's container */
-    int overlap_io;               /* -1: on when the executable has num_io_tiles > 0; 0 off; 1 on */
-    int pin_threads;              /* 1: each compute helper thread on its own CPU (when the
-                                     process may use at least num_threads CPUs); default 0 */
+    /* BEGIN GENERATED fields: tools/gen_config.py from pyipu/_options.py */
+    uint32_t num_threads;         /* compute workers incl. the thread running the programs; 0 =
+                                     usable CPUs (default 0) */
+    uint32_t ring_capacity;       /* slots per anchor ring; 0 = 2 * batches_per_step (default 0) */
+    uint64_t timeout_ns;          /* wait for the next input of a started step before padding it;
+                                     0 = forever (default 10000000) */
+    uint64_t batch_timeout_ns;    /* wait to complete a partial batch; 0 = same as timeout_ns
+                                     (default 0) */
+    uint32_t batching_dim;        /* IPU_NO_INDEX = disabled (slots and requests are whole
+                                     batches) (default IPU_NO_INDEX) */
+    int flush_on_waiting_outputs; /* pad only while an output slot is queued (default 0) */
+    int check_package_hash;       /* IPU_ERR_HASH_MISMATCH for a container from another compiler
+                                     version (default 1) */
+    int overlap_io;               /* -1: on when the executable has num_io_tiles > 0; 0 off; 1 on
+                                     (default -1) */
+    int pin_threads;              /* each compute helper (and a runtime's device thread) on its
+                                     own CPU, when the process may use at least num_threads CPUs
+                                     (default 1) */
+    /* END GENERATED fields */
 } ipu_session_config;
 
 /* Overlap I/O. With overlap_io on, run_main runs a step as a Load/Compute/Store pipeline: an I/O
@@ -85,10 +94,9 @@ typedef struct ipu_session_config {
  * loaded still runs before run_main returns the error. Executables whose memory plan places a
  * tensor partially over a streamed anchor (or over two) run serially: stats.overlap_io says
  * whether the pipeline is in use (also 0 for a subgraph with queue-bound outputs but no
- * queue-bound input).
- *
- * num_threads 0, ring_capacity 0, timeout 10 ms, batch timeout 0, batching off, check hash,
- * overlap_io -1. */
+ * queue-bound input). */
+
+/* A config holding the default noted with each field above. */
 IPU_API ipu_session_config ipu_session_config_default(void);
 
 /* `exe` is borrowed and must outlive the session; `cfg` is copied (NULL = defaults). Allocates

@@ -10,16 +10,20 @@
 ipu_runtime_config ipu_runtime_config_default(void) {
     ipu_runtime_config c;
     memset(&c, 0, sizeof c);
-    c.num_threads = 0;
-    c.ring_buffer_size_multiplier = 2;
+    /* BEGIN GENERATED defaults: tools/gen_config.py from pyipu/_options.py */
+    c.num_threads = 0u;
+    c.ring_buffer_size_multiplier = 2u;
     c.timeout_ns = 10000000u;
-    c.batch_timeout_ns = 0;
+    c.batch_timeout_ns = 0u;
     c.batching_dim = IPU_NO_INDEX;
+    c.flush_on_waiting_outputs = 0;
+    c.auto_reset = 0;
     c.check_package_hash = 1;
     c.validate_io_params = 1;
     c.thread_safe = 1;
     c.overlap_io = -1;
     c.pin_threads = 1;
+    /* END GENERATED defaults */
     return c;
 }
 
@@ -196,15 +200,17 @@ ipu_status ipu_runtime_create(const ipu_executable *exe, const ipu_runtime_confi
         break;
     }
     ipu_session_config sc = ipu_session_config_default();
+    /* BEGIN GENERATED session: tools/gen_config.py from pyipu/_options.py */
     sc.num_threads = rt->cfg.num_threads;
-    sc.pin_threads = rt->cfg.pin_threads;
-    sc.ring_capacity = (uint32_t)(cap < 2 ? 2 : cap);
     sc.timeout_ns = rt->cfg.timeout_ns;
     sc.batch_timeout_ns = rt->cfg.batch_timeout_ns;
     sc.batching_dim = rt->cfg.batching_dim;
     sc.flush_on_waiting_outputs = rt->cfg.flush_on_waiting_outputs;
     sc.check_package_hash = rt->cfg.check_package_hash;
     sc.overlap_io = rt->cfg.overlap_io;
+    sc.pin_threads = rt->cfg.pin_threads;
+    /* END GENERATED session */
+    sc.ring_capacity = (uint32_t)(cap < 2 ? 2 : cap);
     st = ipu_session_create(exe, &sc, &rt->s);
     if (st != IPU_OK) {
         char m[IPU__MSG_BYTES];

@@ -14,10 +14,17 @@ _Thread_local int ipu__tl_in_callback;
 ipu_session_config ipu_session_config_default(void) {
     ipu_session_config c;
     memset(&c, 0, sizeof c);
+    /* BEGIN GENERATED defaults: tools/gen_config.py from pyipu/_options.py */
+    c.num_threads = 0u;
+    c.ring_capacity = 0u;
     c.timeout_ns = 10000000u;
+    c.batch_timeout_ns = 0u;
     c.batching_dim = IPU_NO_INDEX;
+    c.flush_on_waiting_outputs = 0;
     c.check_package_hash = 1;
     c.overlap_io = -1;
+    c.pin_threads = 1;
+    /* END GENERATED defaults */
     return c;
 }
 
