@@ -510,8 +510,9 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
     return IPU_OK;
 }
 
-ipu_status ipu__verify_pool2d(const vctx *v, const ipu__tensor *x, const ipu__tensor *y,
-                         ipu__instr *ins) {
+ipu_status ipu__verify_pool2d(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                              ipu__instr *ins) {
+    const ipu__tensor *x = in[0];
     static const char *const pos[] = {"kernel_h", "kernel_w", "stride_h", "stride_w"};
     static const char *const pads[] = {"pad_top", "pad_left", "pad_bottom", "pad_right"};
     static const char *const dil[] = {"dil_h", "dil_w"};

@@ -39,10 +39,10 @@ static ipu_status flag(const vctx *v, uint32_t i, const char *name) {
     return IPU_OK;
 }
 
-ipu_status ipu__verify_reduce(const vctx *v, const ipu__tensor *x, ipu__instr *ins) {
+ipu_status ipu__verify_reduce(const vctx *v, const ipu__tensor *const *inputs,
+                              const ipu__tensor *y, ipu__instr *ins) {
     char s1[160], s2[160];
-    const ipu_executable *e = v->e;
-    const ipu__tensor *y = &e->tensors[ins->out[0]];
+    const ipu__tensor *x = inputs[0];
     const int64_t *a = ins->attr;
     ipu_opcode op = ins->op;
     ipu_dtype dt = x->desc.dtype;
@@ -94,7 +94,7 @@ ipu_status ipu__verify_reduce(const vctx *v, const ipu__tensor *x, ipu__instr *i
             p->reverse = (int)a[4];
             break;
         case IPU_OP_TOPK: {
-            const ipu__tensor *yi = &e->tensors[ins->out[1]];
+            const ipu__tensor *yi = &v->e->tensors[ins->out[1]];
             uint64_t k = (uint64_t)a[3], okn;
             if (!is_ordered(dt)) st = bad(v, "dtype %s is not supported", dt_str(dt));
             else if (yi->desc.dtype != IPU_DTYPE_INT64)

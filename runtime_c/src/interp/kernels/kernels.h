@@ -443,51 +443,23 @@ ipu_status ipu__verify_binds(const ipu_executable *e);
  * concurrently, write no arena byte another of them uses. IPU_ERR_BAD_PROGRAM / IPU_ERR_NOMEM. */
 ipu_status ipu__verify_stages(const ipu_executable *e);
 
-/* Kernels (ipu__k_<op>_<dtype>). */
+/* Kernels (ipu__k_<kernel>[_<dtype>]), declared from ipu_ops.def's kstyle and kernel columns
+ * (an opcode sharing another's kernel declares it again: harmless). */
 #define IPU__KDECL(name) \
     ipu_status name(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e, void *scratch)
-IPU__KDECL(ipu__k_bind);
-IPU__KDECL(ipu__k_copy);
-IPU__KDECL(ipu__k_expand);
-IPU__KDECL(ipu__k_concat);
-IPU__KDECL(ipu__k_transpose);
-IPU__KDECL(ipu__k_cast);
-#define IPU__K4(op) \
-    IPU__KDECL(ipu__k_##op##_f32); IPU__KDECL(ipu__k_##op##_f16); \
-    IPU__KDECL(ipu__k_##op##_i32); IPU__KDECL(ipu__k_##op##_i64)
-IPU__K4(add);
-IPU__K4(sub);
-IPU__K4(mul);
-IPU__K4(div);
-IPU__K4(relu);
-IPU__K4(matmul);
-IPU__K4(reduce_sum);
-IPU__K4(reduce_mean);
-IPU__KDECL(ipu__k_gemm_f32);
-IPU__KDECL(ipu__k_gemm_f16);
-IPU__KDECL(ipu__k_softmax_f32);
-IPU__KDECL(ipu__k_softmax_f16);
-IPU__K4(unary);
-IPU__KDECL(ipu__k_unary_b8);
-IPU__K4(binary);
-IPU__KDECL(ipu__k_binary_b8);
-IPU__KDECL(ipu__k_where);
-IPU__KDECL(ipu__k_conv2d);
-IPU__KDECL(ipu__k_pool2d);
-IPU__KDECL(ipu__k_gather); /* gather.c: GATHER and GATHER_ND, all dtypes */
-IPU__KDECL(ipu__k_gather_elements);
-IPU__KDECL(ipu__k_scatter_elements);
-IPU__KDECL(ipu__k_scatter_nd);
-IPU__KDECL(ipu__k_reduce);
-IPU__KDECL(ipu__k_arg_reduce);
-IPU__KDECL(ipu__k_cumsum);
-IPU__KDECL(ipu__k_topk);
-IPU__KDECL(ipu__k_log_softmax);
-IPU__KDECL(ipu__k_hardmax);
-IPU__KDECL(ipu__k_reindex);
-IPU__KDECL(ipu__k_interp);
-IPU__KDECL(ipu__k_scale_shift);
-#undef IPU__K4
+#define IPU__KDECL_ONE(k) IPU__KDECL(ipu__k_##k);
+#define IPU__KDECL_ONE_F(k) IPU__KDECL(ipu__k_##k);
+#define IPU__KDECL_F(k) IPU__KDECL(ipu__k_##k##_f32); IPU__KDECL(ipu__k_##k##_f16);
+#define IPU__KDECL_D4(k) \
+    IPU__KDECL_F(k) IPU__KDECL(ipu__k_##k##_i32); IPU__KDECL(ipu__k_##k##_i64);
+#define IPU__KDECL_ALL(k) \
+    IPU__KDECL_D4(k) IPU__KDECL(ipu__k_##k##_i8); IPU__KDECL(ipu__k_##k##_u8); \
+    IPU__KDECL(ipu__k_##k##_i16); IPU__KDECL(ipu__k_##k##_u16); \
+    IPU__KDECL(ipu__k_##k##_u32); IPU__KDECL(ipu__k_##k##_u64);
+#define IPU__KDECL_ALL_B(k) IPU__KDECL_ALL(k) IPU__KDECL(ipu__k_##k##_b8);
+#define IPU_OP(NAME, value, str, mi, ma, no, na, na2, dt, inp, fl, plan, ks, k) IPU__KDECL_##ks(k)
+#include "ipu/ipu_ops.def"
+#undef IPU_OP
 
 /* gemm_f32.c: C[m x n] (row stride ldc, float32) = op(A)[m x k] * op(B)[k x n].
  * Element (i, p) of A is at a + i*a_rs + p*a_cs (likewise B); a_f16/b_f16: operands are IEEE
