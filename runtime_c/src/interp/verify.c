@@ -1,12 +1,14 @@
 /* Instruction verifier: checks one instruction against docs/bytecode.md (operand counts from
  * ipu_ops.def, tensor indices, dtypes, shapes, attributes, no writes to TENSOR_DATA tensors, no
- * output/input overlap) and builds the kernel plan (kernels/kernels.h). */
+ * output/input overlap) and builds the kernel plan (kernels/eltwise.h, matmul.h, reduce.h). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "interp.h"
-#include "kernels/kernels.h"
+#include "kernels/eltwise.h"
+#include "kernels/matmul.h"
+#include "kernels/reduce.h"
 #include "verify_internal.h"
 
 ipu_status (ipu__vbad)(const vctx *v, const char *fmt, ...) {

@@ -1,4 +1,4 @@
-/* Internal to the verifier (verify.c, verify_conv.c): the context of the instruction being
+/* Internal to the verifier (verify*.c): the context of the instruction being
  * verified and the helpers that report on it. */
 #ifndef IPU_VERIFY_INTERNAL_H
 #define IPU_VERIFY_INTERNAL_H

@@ -1,11 +1,11 @@
 /* Verifier for the reduction family (docs/bytecode.md): REDUCE, ARG_REDUCE, CUMSUM, TOPK,
  * LOG_SOFTMAX and HARDMAX. Every one views x as [outer, n, inner]; the plan is an
- * ipu__rfam_plan (kernels/kernels.h). verify.c has already checked operand counts, tensor
+ * ipu__rfam_plan (kernels/reduce.h). verify_ops.c has already checked operand counts, tensor
  * indices, output locations and overlaps, attribute counts and that out[0] has x's dtype
  * (except ARG_REDUCE). */
 #include <string.h>
 
-#include "kernels/kernels.h"
+#include "kernels/reduce.h"
 #include "verify_internal.h"
 
 static uint64_t ceil_div(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }

@@ -5,7 +5,7 @@
  * wrap-around arithmetic is done in (at least `unsigned int`, so nothing promotes to a signed
  * int and overflows); S: 1 if signed; C: the type integer CLIP bounds are compared in (int64 for
  * signed types, uint64 for unsigned: docs/bytecode.md); MIN, MAX: T's range.
- * Included by kernels.h (needs the function enums); ipu_ops.def's ALL kernel style declares
+ * Included by eltwise.h (needs the function enums); ipu_ops.def's ALL kernel style declares
  * the kernels of these types. */
 #ifndef IPU_ELT_TYPES_H
 #define IPU_ELT_TYPES_H
