@@ -352,10 +352,10 @@ ipu_status ipu__verify_concat(const vctx *v, const ipu__tensor *const *in, const
     return IPU_OK;
 }
 
-/* REDUCE_SUM, REDUCE_MEAN, SOFTMAX: attrs outer, reduce (axis_len), inner. */
-ipu_status ipu__verify_red(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
-                           ipu__instr *ins) {
-    const ipu__tensor *x = in[0];
+/* REDUCE_SUM, REDUCE_MEAN (y [outer, inner]) and SOFTMAX (`softmax`: y of x's shape): attrs
+ * outer, reduce (axis_len), inner. */
+static ipu_status plan_red(const vctx *v, const ipu__tensor *x, const ipu__tensor *y,
+                           ipu__instr *ins, bool softmax) {
     for (int i = 0; i < 3; i++)
         if (ins->attr[i] < 0) return bad(v, "attribute %d is negative (%lld)", i, (long long)ins->attr[i]);
     uint64_t o = (uint64_t)ins->attr[0], r = (uint64_t)ins->attr[1], n = (uint64_t)ins->attr[2];
@@ -363,7 +363,6 @@ ipu_status ipu__verify_red(const vctx *v, const ipu__tensor *const *in, const ip
     if (!ipu__mul_u64(o, n, &on) || !ipu__mul_u64(on, r, &orn))
         return bad(v, "attributes %llu x %llu x %llu overflow", (unsigned long long)o,
                    (unsigned long long)r, (unsigned long long)n);
-    bool softmax = ins->op == IPU_OP_SOFTMAX;
     if (orn != x->numel)
         return bad(v, "outer*%s*inner = %llu != input numel %llu", softmax ? "axis_len" : "reduce",
                    (unsigned long long)orn, (unsigned long long)x->numel);
@@ -385,6 +384,16 @@ ipu_status ipu__verify_red(const vctx *v, const ipu__tensor *const *in, const ip
     p->hdr.fn = ipu__select_kernel(ins->op, y->desc.dtype);
     ins->plan = p;
     return IPU_OK;
+}
+
+ipu_status ipu__verify_red(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                           ipu__instr *ins) {
+    return plan_red(v, in[0], y, ins, false);
+}
+
+ipu_status ipu__verify_softmax(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                               ipu__instr *ins) {
+    return plan_red(v, in[0], y, ins, true);
 }
 
 ipu_status ipu__verify_transpose(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
@@ -529,31 +538,12 @@ static bool binary_dtype_ok(int fn, ipu_dtype dt) {
     }
 }
 
-/* BINARY (attr fn) and WHERE (cond, x, z): broadcast every input to y; dtype rules. */
-ipu_status ipu__verify_nary(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
-                            ipu__instr *ins) {
+/* BINARY and WHERE, once their dtypes are checked: every input broadcast to y; the plan's fn
+ * is `fn`, its kernel chosen for dtype dt. */
+static ipu_status plan_nary(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                            ipu__instr *ins, int fn, ipu_dtype dt) {
     char s1[160], s2[160];
     uint32_t n = ins->n_in, nd = y->desc.ndim;
-    ipu_dtype dt = in[n - 1]->desc.dtype;
-    int fn = 0;
-    if (ins->op == IPU_OP_BINARY) {
-        if (ins->attr[0] < 0 || ins->attr[0] >= IPU__BIN_COUNT)
-            return bad(v, "unknown binary function %lld", (long long)ins->attr[0]);
-        fn = (int)ins->attr[0];
-        if (!binary_dtype_ok(fn, dt))
-            return bad(v, "binary function %d does not take dtype %s", fn, dt_str(dt));
-        ipu_dtype want = ipu__bin_is_cmp(fn) ? IPU_DTYPE_BOOL : dt;
-        if (in[0]->desc.dtype != dt || y->desc.dtype != want)
-            return bad(v, "dtypes %s, %s -> %s, expected %s, %s -> %s", dt_str(in[0]->desc.dtype),
-                       dt_str(dt), dt_str(y->desc.dtype), dt_str(dt), dt_str(dt), dt_str(want));
-    } else {
-        if (in[0]->desc.dtype != IPU_DTYPE_BOOL || in[1]->desc.dtype != dt ||
-            y->desc.dtype != dt || !is_castable(dt))
-            return bad(v, "dtypes (%s, %s, %s) -> %s, expected (bool, T, T) -> T",
-                       dt_str(in[0]->desc.dtype), dt_str(in[1]->desc.dtype), dt_str(dt),
-                       dt_str(y->desc.dtype));
-        fn = (int)ipu_dtype_size(dt);
-    }
     /* y must be exactly the broadcast of the inputs' shapes */
     uint32_t maxnd = 0;
     for (uint32_t k = 0; k < n; k++)
@@ -610,6 +600,34 @@ ipu_status ipu__verify_nary(const vctx *v, const ipu__tensor *const *in, const i
     p->hdr.fn = ipu__select_kernel(ins->op, dt);
     ins->plan = p;
     return IPU_OK;
+}
+
+/* BINARY: attr fn; a and b of one dtype, y of it too or bool (comparisons). */
+ipu_status ipu__verify_binary(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                              ipu__instr *ins) {
+    ipu_dtype dt = in[1]->desc.dtype;
+    if (ins->attr[0] < 0 || ins->attr[0] >= IPU__BIN_COUNT)
+        return bad(v, "unknown binary function %lld", (long long)ins->attr[0]);
+    int fn = (int)ins->attr[0];
+    if (!binary_dtype_ok(fn, dt))
+        return bad(v, "binary function %d does not take dtype %s", fn, dt_str(dt));
+    ipu_dtype want = ipu__bin_is_cmp(fn) ? IPU_DTYPE_BOOL : dt;
+    if (in[0]->desc.dtype != dt || y->desc.dtype != want)
+        return bad(v, "dtypes %s, %s -> %s, expected %s, %s -> %s", dt_str(in[0]->desc.dtype),
+                   dt_str(dt), dt_str(y->desc.dtype), dt_str(dt), dt_str(dt), dt_str(want));
+    return plan_nary(v, in, y, ins, fn, dt);
+}
+
+/* WHERE (cond, x, z): cond bool, x, z and y of one dtype; the plan's fn is its element size. */
+ipu_status ipu__verify_where(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                             ipu__instr *ins) {
+    ipu_dtype dt = in[2]->desc.dtype;
+    if (in[0]->desc.dtype != IPU_DTYPE_BOOL || in[1]->desc.dtype != dt || y->desc.dtype != dt ||
+        !is_castable(dt))
+        return bad(v, "dtypes (%s, %s, %s) -> %s, expected (bool, T, T) -> T",
+                   dt_str(in[0]->desc.dtype), dt_str(in[1]->desc.dtype), dt_str(dt),
+                   dt_str(y->desc.dtype));
+    return plan_nary(v, in, y, ins, (int)ipu_dtype_size(dt), dt);
 }
 
 /* BIND: the generic rules (ipu_ops.def's LOAD flag) are all there is; one work item. */
