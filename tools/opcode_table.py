@@ -34,7 +34,11 @@ DTYPE = {
     "FLOAT": "f32, f16",
 }
 INPUTS = {"SAME": "= output", "MIXED": "plan checks"}
-FLAGS = {"NONE": "", "LOAD": "Load program only; writes TENSOR_DATA", "ALIAS": "may alias x exactly"}
+FLAGS = {
+    "NONE": "",
+    "LOAD": "Load program only; writes TENSOR_DATA",
+    "ALIAS": "may alias x exactly",
+}
 KSTYLE = {
     "ONE": "`{k}`",
     "ONE_F": "`{k}` (float)",

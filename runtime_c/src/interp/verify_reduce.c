@@ -136,7 +136,7 @@ ipu_status ipu__verify_arg_reduce(const vctx *v, const ipu__tensor *const *in,
     return rfam_end(&r, st, OUT_REDUCED);
 }
 
-/* CUMSUM, CUMPROD: attrs outer, n, inner, exclusive, reverse. */
+/* Cumulative scans along the middle axis: attrs outer, n, inner, exclusive, reverse. */
 ipu_status ipu__verify_cumulative(const vctx *v, const ipu__tensor *const *in,
                                   const ipu__tensor *y, ipu__instr *ins) {
     rfam r;

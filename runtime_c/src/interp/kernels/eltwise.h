@@ -1,6 +1,5 @@
-/* Element-wise and data-movement family (eltwise.c, unary.c, binary.c, data.c; verify.c):
- * the plans of ADD..DIV, RELU, EXPAND, SCALE_SHIFT, COPY, CAST, CONCAT, TRANSPOSE, UNARY,
- * BINARY and WHERE. */
+/* Element-wise and data-movement family (eltwise.c, unary.c, binary.c, data.c; verify.c): its
+ * plans (ipu_ops.def says which plan function, hence which plan, each opcode gets). */
 #ifndef IPU_ELTWISE_H
 #define IPU_ELTWISE_H
 

@@ -1,6 +1,5 @@
-/* Reduction family (reduce.c, reduce2.c; verify.c, verify_reduce.c): the plans of
- * REDUCE_SUM, REDUCE_MEAN, SOFTMAX and of REDUCE, ARG_REDUCE, CUMSUM, CUMPROD, TOPK,
- * LOG_SOFTMAX, HARDMAX. */
+/* Reduction family (reduce.c, reduce2.c; verify.c, verify_reduce.c): the plans of the opcodes
+ * that view x as [outer, n, inner] (ipu_ops.def says which plan each one gets). */
 #ifndef IPU_REDUCE_H
 #define IPU_REDUCE_H
 
@@ -21,7 +20,7 @@ typedef enum ipu__reduce_fn {
     IPU__RED_COUNT
 } ipu__reduce_fn;
 
-/* REDUCE, ARG_REDUCE, CUMSUM, TOPK, LOG_SOFTMAX, HARDMAX (reduce2.c, verify_reduce.c): x as
+/* The plan of verify_reduce.c's plan functions (kernels in reduce2.c): x as
  * [outer, n, inner]; work item = (outer, block of IPU__RED_IB inner columns), except TOPK:
  * (outer, one inner column). `dtype` is x's. */
 typedef struct ipu__rfam_plan {
