@@ -28,12 +28,12 @@ COLUMNS = (
 ROW = re.compile(r"^IPU_OP\((.*)\)\s*$")
 
 DTYPE = {
-    "ANY": "plan checks",
+    "ANY": "(semantics)",
     "ARITH": "numeric",
     "NUMERIC": "f32, f16, i32, i64",
     "FLOAT": "f32, f16",
 }
-INPUTS = {"SAME": "= output", "MIXED": "plan checks"}
+INPUTS = {"SAME": "= output", "MIXED": "(semantics)"}
 FLAGS = {
     "NONE": "",
     "LOAD": "Load program only; writes TENSOR_DATA",
@@ -67,7 +67,7 @@ def _attrs(r: dict[str, str]) -> str:
     if a == "IPU__NA_NDIM":
         return "rank of input 0"
     if a == "IPU__NA_ANY":
-        return "plan checks"
+        return "(semantics)"
     return a if a == alt else f"{a} or {alt}"
 
 
