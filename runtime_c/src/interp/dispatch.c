@@ -1,5 +1,6 @@
-/* Opcode -> kernel, from ipu_ops.def's kstyle and kernel columns. The verifier stores the selected kernel and the number of work items in each
- * instruction's plan; ipu__instr_work/ipu__instr_run read them. */
+/* Opcode -> kernel, from ipu_ops.def's kstyle and kernel columns. The verifier stores the
+ * selected kernel and the number of work items in each instruction's plan;
+ * ipu__instr_work/ipu__instr_run read them. */
 #include "interp.h"
 #include "kernels/kernels.h"
 

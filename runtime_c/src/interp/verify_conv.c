@@ -115,7 +115,7 @@ static int64_t tpose_items(int64_t Cog, int nr, uint64_t base) {
     return c;
 }
 
-/* Small-map path (kernels/conv.h, `tpose`): output rows per work item, or 0 where it would not compute
+/* Small-map path (conv.h, `tpose`): output rows per work item, or 0 where it would not compute
  * at least IPU__CONV_T_GAIN fewer padded products than the window path (rows `wrows`, extended
  * rows of Wq pixels) or, for 1x1 stride-1 convolutions (`pw`), the GEMM path (rows `grows`).
  * Products count pixels times channels, each padded to what the micro-kernel computes (whole

@@ -49,9 +49,9 @@ static inline ipu_status ipu__vact(const vctx *v, int64_t act) {
  * y: its first output. */
 typedef ipu_status (*ipu__verify_fn)(const vctx *v, const ipu__tensor *const *in,
                                      const ipu__tensor *y, ipu__instr *ins);
-#define IPU_OP(NAME, value, str, mi, ma, no, na, na2, dt, inp, fl, plan, ks, k)               \
-    ipu_status ipu__verify_##plan(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y, \
-                                  ipu__instr *ins);
+#define IPU_OP(NAME, value, str, mi, ma, no, na, na2, dt, inp, fl, plan, ks, k)          \
+    ipu_status ipu__verify_##plan(const vctx *v, const ipu__tensor *const *in,                \
+                                  const ipu__tensor *y, ipu__instr *ins);
 #include "ipu/ipu_ops.def"
 #undef IPU_OP
 

@@ -143,7 +143,8 @@ ipu_status ipu__verify_cumulative(const vctx *v, const ipu__tensor *const *in,
     ipu_status st = rfam_begin(&r, v, in, y, ins, 0);
     if (st) return st;
     ipu_dtype dt = r.x->desc.dtype;
-    if (!is_arith(dt) && dt != IPU_DTYPE_UINT32) st = bad(v, "dtype %s is not supported", dt_str(dt));
+    if (!is_arith(dt) && dt != IPU_DTYPE_UINT32)
+        st = bad(v, "dtype %s is not supported", dt_str(dt));
     if (!st) st = flag(v, 3, "exclusive");
     if (!st) st = flag(v, 4, "reverse");
     r.p->exclusive = (int)ins->attr[3];
