@@ -644,15 +644,17 @@ def Size(n: Node) -> None:  # noqa: N802
     n.set_const(np.array(_prod(n.shape(0)), dtype=np.int64))
 
 
-# The other op families register themselves on import (they need `register` defined above).
-from pyipu.compiler import (  # noqa: E402, F401
-    ops_control,
-    ops_data,
-    ops_einsum,
-    ops_eltwise,
-    ops_gather,
-    ops_nn,
-    ops_reduce,
-    ops_rnn,
-    ops_signal,
-)
+def _import_families() -> None:
+    """Import every pyipu/compiler/ops_*.py: each op family registers its lowerings on import
+    (they need `register`, defined above), so a new family module needs no list entry here."""
+    import importlib
+    import pkgutil
+
+    import pyipu.compiler as pkg
+
+    for mod in sorted(m.name for m in pkgutil.iter_modules(pkg.__path__)):
+        if mod.startswith("ops_"):
+            importlib.import_module(f"{pkg.__name__}.{mod}")
+
+
+_import_families()

@@ -45,7 +45,7 @@ typedef enum ipu_dtype {
 
 typedef enum ipu_opcode {
     IPU_OP_INVALID = 0,
-#define IPU_OP(name, value, str, min_in, max_in, n_out) IPU_OP_##name = value,
+#define IPU_OP(name, value, ...) IPU_OP_##name = value,
 #include "ipu_ops.def"
 #undef IPU_OP
 } ipu_opcode;

@@ -57,7 +57,7 @@ const char *ipu_dtype_name(ipu_dtype t) {
 
 const char *ipu_opcode_name(ipu_opcode op) {
     switch (op) {
-#define IPU_OP(name, value, str, min_in, max_in, n_out) \
+#define IPU_OP(name, value, str, min_in, max_in, n_out, ...) \
     case IPU_OP_##name:                                 \
         return str;
 #include "ipu/ipu_ops.def"
@@ -72,7 +72,7 @@ ipu_status ipu_opcode_arity(ipu_opcode op, uint32_t *min_in_out, uint32_t *max_i
     if (!min_in_out || !max_in_out || !n_out_out)
         return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ipu_opcode_arity: NULL output pointer");
     switch (op) {
-#define IPU_OP(name, value, str, min_in, max_in, n_out) \
+#define IPU_OP(name, value, str, min_in, max_in, n_out, ...) \
     case IPU_OP_##name:                                 \
         *min_in_out = min_in;                           \
         *max_in_out = max_in;                           \

@@ -1,12 +1,14 @@
 /* Instruction verifier: checks one instruction against docs/bytecode.md (operand counts from
  * ipu_ops.def, tensor indices, dtypes, shapes, attributes, no writes to TENSOR_DATA tensors, no
- * output/input overlap) and builds the kernel plan (kernels/kernels.h). */
+ * output/input overlap) and builds the kernel plan (kernels/eltwise.h, matmul.h, reduce.h). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "interp.h"
-#include "kernels/kernels.h"
+#include "kernels/eltwise.h"
+#include "kernels/matmul.h"
+#include "kernels/reduce.h"
 #include "verify_internal.h"
 
 ipu_status (ipu__vbad)(const vctx *v, const char *fmt, ...) {
@@ -39,10 +41,6 @@ static const char *dt_str(ipu_dtype t) {
     return s ? s : "?";
 }
 
-static bool is_numeric(ipu_dtype t) {
-    return t == IPU_DTYPE_FLOAT32 || t == IPU_DTYPE_FLOAT16 || t == IPU_DTYPE_INT32 ||
-           t == IPU_DTYPE_INT64;
-}
 static bool is_float(ipu_dtype t) { return t == IPU_DTYPE_FLOAT32 || t == IPU_DTYPE_FLOAT16; }
 static bool is_uint(ipu_dtype t) {
     return t == IPU_DTYPE_UINT8 || t == IPU_DTYPE_UINT16 || t == IPU_DTYPE_UINT32 ||
@@ -217,8 +215,10 @@ static ipu_status mm_finish(const vctx *v, const ipu__mm_plan *t, const ipu__ten
     return IPU_OK;
 }
 
-static ipu_status v_matmul(const vctx *v, const ipu__tensor *a, const ipu__tensor *b,
-                           const ipu__tensor *y, ipu__instr *ins) {
+/* MATMUL: a[..., M, K] @ b[..., K, N], batch dims broadcast. */
+ipu_status ipu__verify_matmul(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                              ipu__instr *ins) {
+    const ipu__tensor *a = in[0], *b = in[1];
     char s1[160], s2[160], s3[160];
     if (a->desc.ndim < 2 || b->desc.ndim < 2)
         return bad(v, "operands must have ndim >= 2: a%s b%s", shape_str(s1, sizeof s1, a),
@@ -252,8 +252,8 @@ static ipu_status v_matmul(const vctx *v, const ipu__tensor *a, const ipu__tenso
     return mm_finish(v, p, b, ins);
 }
 
-static ipu_status v_gemm(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
-                         ipu__instr *ins) {
+ipu_status ipu__verify_gemm(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                            ipu__instr *ins) {
     char s1[160], s2[160], s3[160];
     const ipu__tensor *a = in[0], *b = in[1], *c = ins->n_in == 3 ? in[2] : NULL;
     if (a->desc.ndim != 2 || b->desc.ndim != 2)
@@ -307,8 +307,8 @@ static ipu_status v_gemm(const vctx *v, const ipu__tensor *const *in, const ipu_
     return mm_finish(v, p, b, ins);
 }
 
-static ipu_status v_concat(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
-                           ipu__instr *ins) {
+ipu_status ipu__verify_concat(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                              ipu__instr *ins) {
     char s1[160], s2[160];
     uint32_t nd = y->desc.ndim;
     int64_t axis = ins->attr[0];
@@ -352,8 +352,10 @@ static ipu_status v_concat(const vctx *v, const ipu__tensor *const *in, const ip
     return IPU_OK;
 }
 
-static ipu_status v_red(const vctx *v, const ipu__tensor *x, const ipu__tensor *y,
-                        ipu__instr *ins) {
+/* REDUCE_SUM, REDUCE_MEAN (y [outer, inner]) and SOFTMAX (`softmax`: y of x's shape): attrs
+ * outer, reduce (axis_len), inner. */
+static ipu_status plan_red(const vctx *v, const ipu__tensor *x, const ipu__tensor *y,
+                           ipu__instr *ins, bool softmax) {
     for (int i = 0; i < 3; i++)
         if (ins->attr[i] < 0) return bad(v, "attribute %d is negative (%lld)", i, (long long)ins->attr[i]);
     uint64_t o = (uint64_t)ins->attr[0], r = (uint64_t)ins->attr[1], n = (uint64_t)ins->attr[2];
@@ -361,7 +363,6 @@ static ipu_status v_red(const vctx *v, const ipu__tensor *x, const ipu__tensor *
     if (!ipu__mul_u64(o, n, &on) || !ipu__mul_u64(on, r, &orn))
         return bad(v, "attributes %llu x %llu x %llu overflow", (unsigned long long)o,
                    (unsigned long long)r, (unsigned long long)n);
-    bool softmax = ins->op == IPU_OP_SOFTMAX;
     if (orn != x->numel)
         return bad(v, "outer*%s*inner = %llu != input numel %llu", softmax ? "axis_len" : "reduce",
                    (unsigned long long)orn, (unsigned long long)x->numel);
@@ -385,8 +386,19 @@ static ipu_status v_red(const vctx *v, const ipu__tensor *x, const ipu__tensor *
     return IPU_OK;
 }
 
-static ipu_status v_transpose(const vctx *v, const ipu__tensor *x, const ipu__tensor *y,
-                              ipu__instr *ins) {
+ipu_status ipu__verify_red(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                           ipu__instr *ins) {
+    return plan_red(v, in[0], y, ins, false);
+}
+
+ipu_status ipu__verify_softmax(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                               ipu__instr *ins) {
+    return plan_red(v, in[0], y, ins, true);
+}
+
+ipu_status ipu__verify_transpose(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                                 ipu__instr *ins) {
+    const ipu__tensor *x = in[0];
     char s1[160], s2[160];
     uint32_t nd = x->desc.ndim;
     if (y->desc.ndim != nd) return bad(v, "output has %u dims, input %u", y->desc.ndim, nd);
@@ -437,8 +449,8 @@ static ipu_status plan_flat(ipu__instr *ins, uint64_t count, uint64_t block, ipu
 }
 
 /* SCALE_SHIFT: attrs axis, activation; scale and shift have x.dims[axis] elements. */
-static ipu_status v_scale_shift(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
-                                ipu__instr *ins) {
+ipu_status ipu__verify_scale_shift(const vctx *v, const ipu__tensor *const *in,
+                                   const ipu__tensor *y, ipu__instr *ins) {
     char s1[160], s2[160];
     const ipu__tensor *x = in[0];
     int64_t axis = ins->attr[0], act = ins->attr[1];
@@ -483,8 +495,9 @@ static bool unary_dtype_ok(int64_t fn, ipu_dtype dt) {
     }
 }
 
-static ipu_status v_unary(const vctx *v, const ipu__tensor *x, const ipu__tensor *y,
-                          ipu__instr *ins) {
+ipu_status ipu__verify_unary(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                             ipu__instr *ins) {
+    const ipu__tensor *x = in[0];
     char s1[160], s2[160];
     int64_t fn = ins->attr[0];
     ipu_dtype dt = x->desc.dtype;
@@ -525,31 +538,12 @@ static bool binary_dtype_ok(int fn, ipu_dtype dt) {
     }
 }
 
-/* BINARY (attr fn) and WHERE (cond, x, z): broadcast every input to y; dtype rules. */
-static ipu_status v_nary(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
-                         ipu__instr *ins) {
+/* BINARY and WHERE, once their dtypes are checked: every input broadcast to y; the plan's fn
+ * is `fn`, its kernel chosen for dtype dt. */
+static ipu_status plan_nary(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                            ipu__instr *ins, int fn, ipu_dtype dt) {
     char s1[160], s2[160];
     uint32_t n = ins->n_in, nd = y->desc.ndim;
-    ipu_dtype dt = in[n - 1]->desc.dtype;
-    int fn = 0;
-    if (ins->op == IPU_OP_BINARY) {
-        if (ins->attr[0] < 0 || ins->attr[0] >= IPU__BIN_COUNT)
-            return bad(v, "unknown binary function %lld", (long long)ins->attr[0]);
-        fn = (int)ins->attr[0];
-        if (!binary_dtype_ok(fn, dt))
-            return bad(v, "binary function %d does not take dtype %s", fn, dt_str(dt));
-        ipu_dtype want = ipu__bin_is_cmp(fn) ? IPU_DTYPE_BOOL : dt;
-        if (in[0]->desc.dtype != dt || y->desc.dtype != want)
-            return bad(v, "dtypes %s, %s -> %s, expected %s, %s -> %s", dt_str(in[0]->desc.dtype),
-                       dt_str(dt), dt_str(y->desc.dtype), dt_str(dt), dt_str(dt), dt_str(want));
-    } else {
-        if (in[0]->desc.dtype != IPU_DTYPE_BOOL || in[1]->desc.dtype != dt ||
-            y->desc.dtype != dt || !is_castable(dt))
-            return bad(v, "dtypes (%s, %s, %s) -> %s, expected (bool, T, T) -> T",
-                       dt_str(in[0]->desc.dtype), dt_str(in[1]->desc.dtype), dt_str(dt),
-                       dt_str(y->desc.dtype));
-        fn = (int)ipu_dtype_size(dt);
-    }
     /* y must be exactly the broadcast of the inputs' shapes */
     uint32_t maxnd = 0;
     for (uint32_t k = 0; k < n; k++)
@@ -608,187 +602,95 @@ static ipu_status v_nary(const vctx *v, const ipu__tensor *const *in, const ipu_
     return IPU_OK;
 }
 
-static bool overlaps(const ipu__tensor *a, const ipu__tensor *b) {
-    if (a->loc != IPU_LOC_ARENA || b->loc != IPU_LOC_ARENA) return false;
-    if (a->desc.nbytes == 0 || b->desc.nbytes == 0) return false;
-    return a->offset < b->offset + b->desc.nbytes && b->offset < a->offset + a->desc.nbytes;
+/* BINARY: attr fn; a and b of one dtype, y of it too or bool (comparisons). */
+ipu_status ipu__verify_binary(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                              ipu__instr *ins) {
+    ipu_dtype dt = in[1]->desc.dtype;
+    if (ins->attr[0] < 0 || ins->attr[0] >= IPU__BIN_COUNT)
+        return bad(v, "unknown binary function %lld", (long long)ins->attr[0]);
+    int fn = (int)ins->attr[0];
+    if (!binary_dtype_ok(fn, dt))
+        return bad(v, "binary function %d does not take dtype %s", fn, dt_str(dt));
+    ipu_dtype want = ipu__bin_is_cmp(fn) ? IPU_DTYPE_BOOL : dt;
+    if (in[0]->desc.dtype != dt || y->desc.dtype != want)
+        return bad(v, "dtypes %s, %s -> %s, expected %s, %s -> %s", dt_str(in[0]->desc.dtype),
+                   dt_str(dt), dt_str(y->desc.dtype), dt_str(dt), dt_str(dt), dt_str(want));
+    return plan_nary(v, in, y, ins, fn, dt);
 }
 
-ipu_status ipu__verify_instr(const ipu_executable *e, uint32_t program_id, int is_load,
-                             uint32_t index, ipu__instr *ins) {
-    vctx vc = {e, ins, program_id, index, ipu_opcode_name(ins->op)}, *v = &vc;
-    ipu__free(ins->plan);
-    ins->plan = NULL;
-    uint32_t min_in = 0, max_in = 0, n_out = 0;
-    switch (ins->op) {
-#define IPU_OP(name, value, str, mi, ma, no) \
-    case IPU_OP_##name:                      \
-        min_in = mi;                         \
-        max_in = ma;                         \
-        n_out = no;                          \
-        break;
-#include "ipu/ipu_ops.def"
-#undef IPU_OP
-        default:
-            vc.opname = "?";
-            return bad(v, "unknown opcode %u", (unsigned)ins->op);
-    }
-    if (ins->n_in < min_in || ins->n_in > max_in)
-        return bad(v, "%u inputs, expected %u..%u", ins->n_in, min_in, max_in);
-    if (ins->n_out != n_out) return bad(v, "%u outputs, expected %u", ins->n_out, n_out);
-    uint32_t nt = e->info.num_tensors;
-    const ipu__tensor *in[255];
-    for (uint32_t i = 0; i < ins->n_in; i++) {
-        if (ins->in[i] >= nt)
-            return bad(v, "input %u: tensor index %u out of range (%u tensors)", i, ins->in[i], nt);
-        in[i] = &e->tensors[ins->in[i]];
-    }
-    for (uint32_t o = 0; o < ins->n_out; o++)
-        if (ins->out[o] >= nt)
-            return bad(v, "output %u: tensor index %u out of range (%u tensors)", o, ins->out[o],
-                       nt);
-    const ipu__tensor *y = &e->tensors[ins->out[0]];
-    ipu_opcode op = ins->op;
-    if (op == IPU_OP_BIND) {
-        if (!is_load) return bad(v, "BIND outside the Load program");
-        if (y->loc != IPU_LOC_TENSOR_DATA)
-            return bad(v, "tensor %u is not a TENSOR_DATA tensor", ins->out[0]);
-    }
-    /* multi-output opcodes (TOPK): every output in the arena, disjoint from the inputs and
-     * from each other */
-    for (uint32_t o = 0; o < ins->n_out; o++) {
-        const ipu__tensor *yo = &e->tensors[ins->out[o]];
-        if (op != IPU_OP_BIND && yo->loc != IPU_LOC_ARENA)
-            return bad(v, "writes TENSOR_DATA tensor %u", ins->out[o]);
-        for (uint32_t i = 0; i < ins->n_in; i++) {
-            if (!overlaps(in[i], yo)) continue;
-            if (op == IPU_OP_COPY && in[i]->offset == yo->offset &&
-                in[i]->desc.nbytes == yo->desc.nbytes)
-                continue;
-            return bad(v, "output tensor %u overlaps input %u (tensor %u)", ins->out[o], i,
-                       ins->in[i]);
-        }
-        for (uint32_t q = 0; q < o; q++)
-            if (ins->out[q] == ins->out[o] || overlaps(&e->tensors[ins->out[q]], yo))
-                return bad(v, "outputs %u and %u overlap", q, o);
-    }
-    uint32_t want_attr = 0;
-    switch (op) {
-        case IPU_OP_GEMM: want_attr = ins->n_attr == 5 ? 5 : 4; break; /* + activation */
-        case IPU_OP_CONCAT: want_attr = 1; break;
-        case IPU_OP_REDUCE_SUM: case IPU_OP_REDUCE_MEAN: case IPU_OP_SOFTMAX: want_attr = 3; break;
-        case IPU_OP_TRANSPOSE: want_attr = in[0]->desc.ndim; break;
-        case IPU_OP_UNARY: want_attr = 3; break;
-        case IPU_OP_BINARY: want_attr = 1; break;
-        case IPU_OP_CONV2D: want_attr = ins->n_attr == 11 ? 11 : 9; break; /* + epilogue */
-        case IPU_OP_POOL2D: want_attr = 12; break;
-        case IPU_OP_SCALE_SHIFT: want_attr = 2; break;
-        case IPU_OP_GATHER: want_attr = 3; break;
-        case IPU_OP_GATHER_ELEMENTS: case IPU_OP_GATHER_ND: want_attr = 1; break;
-        case IPU_OP_SCATTER_ND: want_attr = 1; break;
-        case IPU_OP_SCATTER_ELEMENTS: want_attr = 2; break;
-        case IPU_OP_REDUCE: want_attr = 4; break;
-        case IPU_OP_ARG_REDUCE: want_attr = 5; break;
-        case IPU_OP_CUMSUM: case IPU_OP_CUMPROD: want_attr = 5; break;
-        case IPU_OP_TOPK: want_attr = 6; break;
-        case IPU_OP_LOG_SOFTMAX: want_attr = 3; break;
-        case IPU_OP_HARDMAX: want_attr = 3; break;
-        case IPU_OP_REINDEX: case IPU_OP_INTERP: want_attr = ins->n_attr; break; /* verify_data.c */
-        default: break;
-    }
-    if (ins->n_attr != want_attr) return bad(v, "%u attributes, expected %u", ins->n_attr, want_attr);
-    /* dtype rules */
-    ipu_dtype dt = y->desc.dtype;
-    switch (op) {
-        case IPU_OP_ADD: case IPU_OP_SUB: case IPU_OP_MUL: case IPU_OP_DIV: case IPU_OP_RELU:
-            if (!is_arith(dt)) return bad(v, "dtype %s is not numeric", dt_str(dt));
-            break;
-        case IPU_OP_MATMUL: case IPU_OP_REDUCE_SUM: case IPU_OP_REDUCE_MEAN:
-            if (!is_numeric(dt)) return bad(v, "dtype %s is not numeric", dt_str(dt));
-            break;
-        case IPU_OP_GEMM: case IPU_OP_SOFTMAX: case IPU_OP_CONV2D: case IPU_OP_POOL2D:
-        case IPU_OP_SCALE_SHIFT:
-            if (!is_float(dt)) return bad(v, "dtype %s is not float32/float16", dt_str(dt));
-            break;
-        default: break;
-    }
-    if (op != IPU_OP_CAST && op != IPU_OP_COPY && op != IPU_OP_CONCAT && op != IPU_OP_BINARY &&
-        op != IPU_OP_WHERE && op != IPU_OP_UNARY && op != IPU_OP_ARG_REDUCE &&
-        op != IPU_OP_REINDEX && op != IPU_OP_INTERP && !ipu__is_gather_op(op))
-        for (uint32_t i = 0; i < ins->n_in; i++)
-            if (in[i]->desc.dtype != dt)
-                return bad(v, "input %u has dtype %s, output %s", i, dt_str(in[i]->desc.dtype),
-                           dt_str(dt));
+/* WHERE (cond, x, z): cond bool, x, z and y of one dtype; the plan's fn is its element size. */
+ipu_status ipu__verify_where(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                             ipu__instr *ins) {
+    ipu_dtype dt = in[2]->desc.dtype;
+    if (in[0]->desc.dtype != IPU_DTYPE_BOOL || in[1]->desc.dtype != dt || y->desc.dtype != dt ||
+        !is_castable(dt))
+        return bad(v, "dtypes (%s, %s, %s) -> %s, expected (bool, T, T) -> T",
+                   dt_str(in[0]->desc.dtype), dt_str(in[1]->desc.dtype), dt_str(dt),
+                   dt_str(y->desc.dtype));
+    return plan_nary(v, in, y, ins, (int)ipu_dtype_size(dt), dt);
+}
+
+/* BIND: the generic rules (ipu_ops.def's LOAD flag) are all there is; one work item. */
+ipu_status ipu__verify_bind(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                            ipu__instr *ins) {
+    (void)v;
+    (void)in;
+    ipu__plan *p = alloc_plan(sizeof *p);
+    if (!p) return plan_nomem();
+    p->work = 1;
+    p->fn = ipu__select_kernel(ins->op, y->desc.dtype);
+    ins->plan = p;
+    return IPU_OK;
+}
+
+ipu_status ipu__verify_copy(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                            ipu__instr *ins) {
+    if (in[0]->desc.nbytes != y->desc.nbytes)
+        return bad(v, "input has %llu bytes, output %llu", (unsigned long long)in[0]->desc.nbytes,
+                   (unsigned long long)y->desc.nbytes);
+    return plan_flat(ins, y->desc.nbytes, IPU__COPY_BLOCK, y->desc.dtype, y->desc.dtype);
+}
+
+/* ADD, SUB, MUL, DIV: a and b broadcast to y. */
+ipu_status ipu__verify_bcast(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                             ipu__instr *ins) {
+    ipu_status st = check_bcast(v, in[0], in[1], y, 0, "shapes");
+    if (st) return st;
+    return plan_bcast(v, in[0], in[1], y, ins);
+}
+
+ipu_status ipu__verify_relu(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                            ipu__instr *ins) {
     char s1[160], s2[160];
-    switch (op) {
-        case IPU_OP_BIND: {
-            ipu__plan *p;
-            p = alloc_plan(sizeof *p);
-            if (!p) return plan_nomem();
-            p->work = 1;
-            p->fn = ipu__select_kernel(op, dt);
-            ins->plan = p;
-            return IPU_OK;
-        }
-        case IPU_OP_COPY:
-            if (in[0]->desc.nbytes != y->desc.nbytes)
-                return bad(v, "input has %llu bytes, output %llu",
-                           (unsigned long long)in[0]->desc.nbytes,
-                           (unsigned long long)y->desc.nbytes);
-            return plan_flat(ins, y->desc.nbytes, IPU__COPY_BLOCK, dt, dt);
-        case IPU_OP_ADD: case IPU_OP_SUB: case IPU_OP_MUL: case IPU_OP_DIV: {
-            ipu_status st = check_bcast(v, in[0], in[1], y, 0, "shapes");
-            if (st) return st;
-            return plan_bcast(v, in[0], in[1], y, ins);
-        }
-        case IPU_OP_RELU:
-            if (!same_shape(in[0], y))
-                return bad(v, "output y%s differs from input x%s", shape_str(s1, sizeof s1, y),
-                           shape_str(s2, sizeof s2, in[0]));
-            return plan_bcast(v, in[0], NULL, y, ins);
-        case IPU_OP_EXPAND: {
-            const ipu__tensor *x = in[0];
-            bool ok = x->desc.ndim <= y->desc.ndim;
-            for (uint32_t i = 0; ok && i < x->desc.ndim; i++) {
-                int64_t dx = x->desc.dims[x->desc.ndim - 1 - i];
-                ok = dx == 1 || dx == y->desc.dims[y->desc.ndim - 1 - i];
-            }
-            if (!ok)
-                return bad(v, "x%s does not broadcast to y%s", shape_str(s1, sizeof s1, x),
-                           shape_str(s2, sizeof s2, y));
-            return plan_bcast(v, x, NULL, y, ins);
-        }
-        case IPU_OP_MATMUL: return v_matmul(v, in[0], in[1], y, ins);
-        case IPU_OP_GEMM: return v_gemm(v, in, y, ins);
-        case IPU_OP_CONCAT: return v_concat(v, in, y, ins);
-        case IPU_OP_REDUCE_SUM: case IPU_OP_REDUCE_MEAN: case IPU_OP_SOFTMAX:
-            return v_red(v, in[0], y, ins);
-        case IPU_OP_CAST:
-            if (!is_castable(in[0]->desc.dtype) || !is_castable(dt))
-                return bad(v, "unsupported cast %s -> %s", dt_str(in[0]->desc.dtype), dt_str(dt));
-            if (!same_shape(in[0], y))
-                return bad(v, "output y%s differs from input x%s", shape_str(s1, sizeof s1, y),
-                           shape_str(s2, sizeof s2, in[0]));
-            return plan_flat(ins, y->numel, IPU__ELT_BLOCK, in[0]->desc.dtype, dt);
-        case IPU_OP_TRANSPOSE: return v_transpose(v, in[0], y, ins);
-        case IPU_OP_UNARY: return v_unary(v, in[0], y, ins);
-        case IPU_OP_BINARY: case IPU_OP_WHERE: return v_nary(v, in, y, ins);
-        case IPU_OP_CONV2D: return ipu__verify_conv2d(v, in, y, ins);
-        case IPU_OP_POOL2D: return ipu__verify_pool2d(v, in[0], y, ins);
-        case IPU_OP_GATHER: return ipu__verify_gather(v, in, y, ins);
-        case IPU_OP_GATHER_ELEMENTS: return ipu__verify_gather_elements(v, in, y, ins);
-        case IPU_OP_GATHER_ND: return ipu__verify_gather_nd(v, in, y, ins);
-        case IPU_OP_SCATTER_ELEMENTS: return ipu__verify_scatter_elements(v, in, y, ins);
-        case IPU_OP_SCATTER_ND: return ipu__verify_scatter_nd(v, in, y, ins);
-        case IPU_OP_REDUCE: return ipu__verify_reduce(v, in[0], ins);
-        case IPU_OP_ARG_REDUCE: return ipu__verify_reduce(v, in[0], ins);
-        case IPU_OP_CUMSUM: case IPU_OP_CUMPROD: return ipu__verify_reduce(v, in[0], ins);
-        case IPU_OP_TOPK: return ipu__verify_reduce(v, in[0], ins);
-        case IPU_OP_LOG_SOFTMAX: return ipu__verify_reduce(v, in[0], ins);
-        case IPU_OP_HARDMAX: return ipu__verify_reduce(v, in[0], ins);
-        case IPU_OP_REINDEX: return ipu__verify_reindex(v, in, y, ins);
-        case IPU_OP_INTERP: return ipu__verify_interp(v, in, y, ins);
-        case IPU_OP_SCALE_SHIFT: return v_scale_shift(v, in, y, ins);
-        default: return bad(v, "unhandled opcode");
+    if (!same_shape(in[0], y))
+        return bad(v, "output y%s differs from input x%s", shape_str(s1, sizeof s1, y),
+                   shape_str(s2, sizeof s2, in[0]));
+    return plan_bcast(v, in[0], NULL, y, ins);
+}
+
+ipu_status ipu__verify_expand(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                              ipu__instr *ins) {
+    char s1[160], s2[160];
+    const ipu__tensor *x = in[0];
+    bool ok = x->desc.ndim <= y->desc.ndim;
+    for (uint32_t i = 0; ok && i < x->desc.ndim; i++) {
+        int64_t dx = x->desc.dims[x->desc.ndim - 1 - i];
+        ok = dx == 1 || dx == y->desc.dims[y->desc.ndim - 1 - i];
     }
+    if (!ok)
+        return bad(v, "x%s does not broadcast to y%s", shape_str(s1, sizeof s1, x),
+                   shape_str(s2, sizeof s2, y));
+    return plan_bcast(v, x, NULL, y, ins);
+}
+
+ipu_status ipu__verify_cast(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                            ipu__instr *ins) {
+    char s1[160], s2[160];
+    ipu_dtype dt = y->desc.dtype;
+    if (!is_castable(in[0]->desc.dtype) || !is_castable(dt))
+        return bad(v, "unsupported cast %s -> %s", dt_str(in[0]->desc.dtype), dt_str(dt));
+    if (!same_shape(in[0], y))
+        return bad(v, "output y%s differs from input x%s", shape_str(s1, sizeof s1, y),
+                   shape_str(s2, sizeof s2, in[0]));
+    return plan_flat(ins, y->numel, IPU__ELT_BLOCK, in[0]->desc.dtype, dt);
 }

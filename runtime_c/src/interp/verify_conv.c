@@ -1,6 +1,7 @@
 /* Verifier for CONV2D and POOL2D (docs/bytecode.md): attributes, shapes and the kernel plans
- * (kernels/kernels.h). Split from verify.c, which dispatches here. */
-#include "kernels/kernels.h"
+ * (kernels/conv.h, kernels/pool.h). ipu_ops.def names these plan functions. */
+#include "kernels/conv.h"
+#include "kernels/pool.h"
 #include "verify_internal.h"
 
 static uint64_t ceil_div(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
@@ -55,7 +56,7 @@ static uint64_t window_floats(int64_t Cig, int64_t KH, int64_t KW, const int64_t
     return plane * (uint64_t)(rows + (KH - 1) * a[3] / a[1]) + (uint64_t)Wq;
 }
 
-/* float32 window path (kernels.h, conv.c): output rows per work item, 0 if the input rows of
+/* float32 window path (kernels/conv.h, conv.c): output rows per work item, 0 if the input rows of
  * one output row, for the channels of one K chunk, do not fit the scratch. Aims at one tile of
  * IPU__CONV_TILE extended pixels per item, then at >= 8 items (an even split over workers).
  * Sets *xcopy, *hq, *wq. */
@@ -114,7 +115,7 @@ static int64_t tpose_items(int64_t Cog, int nr, uint64_t base) {
     return c;
 }
 
-/* Small-map path (kernels.h, `tpose`): output rows per work item, or 0 where it would not compute
+/* Small-map path (conv.h, `tpose`): output rows per work item, or 0 where it would not compute
  * at least IPU__CONV_T_GAIN fewer padded products than the window path (rows `wrows`, extended
  * rows of Wq pixels) or, for 1x1 stride-1 convolutions (`pw`), the GEMM path (rows `grows`).
  * Products count pixels times channels, each padded to what the micro-kernel computes (whole
@@ -157,7 +158,7 @@ static int64_t tpose_rows(const ipu__ukr *u, int64_t Cig, int64_t Cog, int64_t O
     return (double)t < IPU__CONV_T_GAIN * (double)now ? rows : 0;
 }
 
-/* Winograd path (kernels.h, `wino`): tile rows per work item, 0 where it would not be at least
+/* Winograd path (kernels/conv.h, `wino`): tile rows per work item, 0 where it would not be at least
  * 10 % cheaper than the direct paths or its buffers (or the window path's, for the same rows)
  * do not fit the scratch. Cost in multiply-adds: the 16 GEMMs with tiles padded to the
  * micro-kernel's width, against 9 per output pixel; weights that do not stay in cache cost
@@ -209,7 +210,7 @@ static int64_t wino_rows(const ipu__ukr *u, int64_t Cig, int64_t Cog, int64_t OH
 }
 
 /* The float32 conv weights w[G * Cog, K] packed for micro-kernels of height mr, the layout the
- * kernels read (kernels.h, ipu__conv_plan.packed): sub-block (g, mb) of IPU__MM_MB rows at
+ * kernels read (kernels/conv.h, ipu__conv_plan.packed): sub-block (g, mb) of IPU__MM_MB rows at
  * (g * mbl + mb) * blk, its K chunk k0 at + mpad * k0 (ipu__sgemm_pack_a's layout). */
 typedef struct conv_pack {
     const void *w; /* float32 weights, or float16 ones (f16: not pack_conv_weights_t) */
@@ -510,8 +511,9 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
     return IPU_OK;
 }
 
-ipu_status ipu__verify_pool2d(const vctx *v, const ipu__tensor *x, const ipu__tensor *y,
-                         ipu__instr *ins) {
+ipu_status ipu__verify_pool2d(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                              ipu__instr *ins) {
+    const ipu__tensor *x = in[0];
     static const char *const pos[] = {"kernel_h", "kernel_w", "stride_h", "stride_w"};
     static const char *const pads[] = {"pad_top", "pad_left", "pad_bottom", "pad_right"};
     static const char *const dil[] = {"dil_h", "dil_w"};

@@ -1,11 +1,11 @@
 /* Verifier for REINDEX and INTERP (docs/bytecode.md). Their index and weight tables are
  * TENSOR_DATA tensors, so their contents are known here: every entry is checked once and copied
- * into the plan (kernels/kernels.h), which is all the kernels (kernels/reindex.c) read. */
+ * into the plan (kernels/reindex.h), which is all the kernels (kernels/reindex.c) read. */
 #include <float.h>
 #include <math.h>
 #include <string.h>
 
-#include "kernels/kernels.h"
+#include "kernels/reindex.h"
 #include "verify_internal.h"
 
 #define MAX_TAPS ((int64_t)1 << 16)

@@ -1,7 +1,7 @@
 /* Verifier for GATHER, GATHER_ELEMENTS, GATHER_ND, SCATTER_ELEMENTS and SCATTER_ND
  * (docs/bytecode.md): dtypes, shapes, attributes and the kernel plans (kernels/gather.h). After
- * this, only the index values remain to be checked, which the kernels do. Split from verify.c,
- * which dispatches here. */
+ * this, only the index values remain to be checked, which the kernels do. ipu_ops.def names these
+ * plan functions. */
 #include "kernels/gather.h"
 #include "verify_internal.h"
 

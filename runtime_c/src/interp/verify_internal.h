@@ -1,4 +1,4 @@
-/* Internal to the verifier (verify.c, verify_conv.c): the context of the instruction being
+/* Internal to the verifier (verify*.c): the context of the instruction being
  * verified and the helpers that report on it. */
 #ifndef IPU_VERIFY_INTERNAL_H
 #define IPU_VERIFY_INTERNAL_H
@@ -44,31 +44,15 @@ static inline ipu_status ipu__vact(const vctx *v, int64_t act) {
     return bad(v, "activation must be one of %sgot %lld", table, (long long)act);
 }
 
-ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
-                              ipu__instr *ins);
-ipu_status ipu__verify_pool2d(const vctx *v, const ipu__tensor *x, const ipu__tensor *y,
-                              ipu__instr *ins);
-/* verify_reduce.c: REDUCE, ARG_REDUCE, CUMSUM, TOPK, LOG_SOFTMAX, HARDMAX. */
-ipu_status ipu__verify_reduce(const vctx *v, const ipu__tensor *x, ipu__instr *ins);
-
-/* verify_gather.c: GATHER, GATHER_ELEMENTS, GATHER_ND, SCATTER_ELEMENTS, SCATTER_ND (their
- * indices are int32/int64 whatever the data dtype: exempt from the same-dtype rule). */
-static inline bool ipu__is_gather_op(ipu_opcode op) {
-    return op == IPU_OP_GATHER || op == IPU_OP_GATHER_ELEMENTS || op == IPU_OP_GATHER_ND ||
-           op == IPU_OP_SCATTER_ELEMENTS || op == IPU_OP_SCATTER_ND;
-}
-#define IPU__VGATHER(name)                                                                  \
-    ipu_status name(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y, \
-                    ipu__instr *ins)
-IPU__VGATHER(ipu__verify_gather);
-IPU__VGATHER(ipu__verify_gather_elements);
-IPU__VGATHER(ipu__verify_gather_nd);
-IPU__VGATHER(ipu__verify_scatter_elements);
-IPU__VGATHER(ipu__verify_scatter_nd);
-#undef IPU__VGATHER
-ipu_status ipu__verify_reindex(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
-                               ipu__instr *ins);
-ipu_status ipu__verify_interp(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
-                              ipu__instr *ins);
+/* The plan function of every opcode (ipu_ops.def's `plan` column): checks what the generic
+ * rules (verify_ops.c) leave to it and sets ins->plan. in[]: the instruction's input tensors,
+ * y: its first output. */
+typedef ipu_status (*ipu__verify_fn)(const vctx *v, const ipu__tensor *const *in,
+                                     const ipu__tensor *y, ipu__instr *ins);
+#define IPU_OP(NAME, value, str, mi, ma, no, na, na2, dt, inp, fl, plan, ks, k)          \
+    ipu_status ipu__verify_##plan(const vctx *v, const ipu__tensor *const *in,                \
+                                  const ipu__tensor *y, ipu__instr *ins);
+#include "ipu/ipu_ops.def"
+#undef IPU_OP
 
 #endif

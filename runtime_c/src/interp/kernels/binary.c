@@ -5,7 +5,7 @@
 #include <math.h>
 #include <stdbool.h>
 
-#include "kernels.h"
+#include "eltwise.h"
 
 /* Inner run: n elements; in[k] points at input k's first element, s[k] is 0 or 1. */
 typedef void (*nary_inner)(const void *const *in, const int64_t *s, void *y, size_t n, int fn);

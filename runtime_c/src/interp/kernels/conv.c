@@ -237,7 +237,7 @@ static void run_gemm_f32(const ipu__conv_plan *p, const float *x, const float *w
     }
 }
 
-/* ---- float32 small-map path (the plan's `tpose`; kernels.h) ------------------------------ */
+/* ---- float32 small-map path (the plan's `tpose`; conv.h) ------------------------------ */
 
 /* Are the mr pixels at extended offsets q[0..mr) consecutive (one run of an input row)? */
 static inline bool pixel_run(const int64_t *q, int mr) { return q[mr - 1] - q[0] == mr - 1; }
@@ -489,7 +489,7 @@ static void dw_taps(const float *src, const int64_t *rowoff, const float *wk, in
     dw_taps_base(src, rowoff, wk, kk, n, acc);
 }
 
-/* Depthwise float32 with the window plan (kernels.h): the padded input rows of the block are
+/* Depthwise float32 with the window plan (conv.h): the padded input rows of the block are
  * copied by stride phase, then each tap is one long pass acc[q] += w * xq[rowoff[k] + q] over
  * the extended pixels; the epilogue writes the kept columns. False if acc does not fit. */
 static bool run_direct_window(const ipu__conv_plan *p, const float *x, const float *w,

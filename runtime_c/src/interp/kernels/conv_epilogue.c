@@ -4,7 +4,7 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "kernels.h"
+#include "conv.h"
 #include "tr8.h"
 
 /* dst[j] = act(src[j] + bias[co] + res[off + j]) for j < n (bias, res optional; dst may be

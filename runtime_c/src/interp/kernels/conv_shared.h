@@ -3,7 +3,7 @@
 #define IPU_CONV_SHARED_H
 #include <string.h>
 
-#include "kernels.h"
+#include "conv.h"
 
 /* The epilogue of one row of n sums (src) into dst (may be src); conv_epilogue.c's. */
 static inline void ipu__conv_epilogue_to(const ipu__conv_plan *p, float *dst, const float *src,

@@ -4,7 +4,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "kernels.h"
+#include "eltwise.h"
 
 ipu_status ipu__k_bind(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
                        void *scratch) {

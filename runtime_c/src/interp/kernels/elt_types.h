@@ -5,7 +5,8 @@
  * wrap-around arithmetic is done in (at least `unsigned int`, so nothing promotes to a signed
  * int and overflows); S: 1 if signed; C: the type integer CLIP bounds are compared in (int64 for
  * signed types, uint64 for unsigned: docs/bytecode.md); MIN, MAX: T's range.
- * Included by kernels.h (needs IPU__KDECL and the function enums). */
+ * Included by eltwise.h (needs the function enums); ipu_ops.def's ALL kernel style declares
+ * the kernels of these types. */
 #ifndef IPU_ELT_TYPES_H
 #define IPU_ELT_TYPES_H
 
@@ -20,14 +21,6 @@
     X(u32, UINT32, uint32_t, uint32_t, 0, uint64_t, 0, UINT32_MAX)         \
     X(i64, INT64, int64_t, uint64_t, 1, int64_t, INT64_MIN, INT64_MAX)     \
     X(u64, UINT64, uint64_t, uint64_t, 0, uint64_t, 0, UINT64_MAX)
-
-/* Kernels of the integer types (i32/i64 are also declared by IPU__K4 in kernels.h). */
-#define IPU__KDECL_INT(sfx, D, T, W, S, C, MIN, MAX)                                           \
-    IPU__KDECL(ipu__k_add_##sfx); IPU__KDECL(ipu__k_sub_##sfx); IPU__KDECL(ipu__k_mul_##sfx); \
-    IPU__KDECL(ipu__k_div_##sfx); IPU__KDECL(ipu__k_relu_##sfx);                              \
-    IPU__KDECL(ipu__k_unary_##sfx); IPU__KDECL(ipu__k_binary_##sfx);
-IPU__INT_TYPES(IPU__KDECL_INT)
-#undef IPU__KDECL_INT
 
 /* BINARY functions whose output is bool. */
 static inline int ipu__bin_is_cmp(int fn) {

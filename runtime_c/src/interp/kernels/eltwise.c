@@ -4,7 +4,7 @@
  * output elements. */
 #include <string.h>
 
-#include "kernels.h"
+#include "eltwise.h"
 
 /* ---- broadcast iteration ------------------------------------------------------------------- */
 

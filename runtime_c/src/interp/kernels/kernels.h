@@ -1,7 +1,8 @@
-/* Internal: per-instruction plans built by the verifier (executable.c) and the kernels that
- * consume them. Every plan is ONE allocation (freed with ipu__free) that starts with an
- * ipu__plan header holding the number of work items and the kernel selected for the
- * instruction (by ipu__select_kernel in dispatch.c). */
+/* Internal: what every kernel family shares. The verifier builds a plan per instruction, which
+ * its kernels consume: ONE allocation (freed with ipu__free) that starts with an ipu__plan
+ * header holding the number of work items and the kernel selected for the instruction (by
+ * ipu__select_kernel in dispatch.c). Each family's plan struct lives in the family's header,
+ * with its kernels: eltwise.h, matmul.h, reduce.h, conv.h, pool.h, gather.h, reindex.h. */
 #ifndef IPU_KERNELS_H
 #define IPU_KERNELS_H
 
@@ -36,118 +37,6 @@ typedef struct ipu__plan {
 #define IPU__RED_IB ((int64_t)256) /* inner columns per reduce/softmax work item */
 #define IPU__MM_MB ((int64_t)96)   /* matmul rows per work item */
 
-/* ADD/SUB/MUL/DIV, RELU (nin = 1) and EXPAND (nin = 1): flat output ranges, collapsed
- * broadcast strides in elements (0 = broadcast). */
-typedef struct ipu__bcast_plan {
-    ipu__plan hdr;
-    uint64_t numel;
-    uint32_t ndim; /* collapsed, >= 1 */
-    uint32_t esize;
-    int64_t shape[IPU_MAX_DIMS];
-    int64_t sa[IPU_MAX_DIMS], sb[IPU_MAX_DIMS];
-} ipu__bcast_plan;
-
-/* SCALE_SHIFT: x viewed as [outer, c, inner] (c = x.dims[axis]); y = act(x * scale[ch] +
- * shift[ch]). Work item = IPU__ELT_BLOCK output elements. */
-typedef struct ipu__affine_plan {
-    ipu__plan hdr;
-    ipu_dtype dtype;
-    uint64_t numel, c, inner;
-    int relu;
-} ipu__affine_plan;
-
-/* MATMUL and GEMM. `path` (chosen by ipu__mm_plan_blocks from the shapes and dtype):
- * - IPU__MM_ROWS (integers): work item = (batch, block of IPU__MM_MB rows);
- * - IPU__MM_PACKED (float32, float16): work item = (batch, block of nb columns, block of mb rows), rows
- *   fastest, so that a worker's contiguous range of items shares its blocks of packed B;
- * - IPU__MM_GEMV (float32, M <= IPU__GEMV_MAX_M): work item = (batch, block of nb columns), B
- *   streamed once in its own layout.
- * A B stored in the executable (TENSOR_DATA) on the PACKED path is packed once by the verifier
- * (ipu__mm_pack_b; float16 converted to float32 there), used while B is still that tensor. */
-enum { IPU__MM_ROWS = 0, IPU__MM_PACKED = 1, IPU__MM_GEMV = 2 };
-#define IPU__GEMV_MAX_M ((int64_t)4)
-typedef struct ipu__mm_plan {
-    ipu__plan hdr;
-    ipu_dtype dtype;
-    int64_t M, N, K, mblocks;
-    uint64_t batch;
-    uint32_t bdim;
-    int64_t bshape[IPU_MAX_DIMS], abs[IPU_MAX_DIMS], bbs[IPU_MAX_DIMS]; /* batch strides, in matrices */
-    /* GEMM only */
-    int is_gemm, trans_a, trans_b, has_c;
-    int act; /* ipu__act_fn: applied after alpha * op(A) op(B) + beta * C */
-    float alpha, beta;
-    int64_t c_rs, c_cs;
-    int path;
-    int64_t mb, nb, nblocks; /* rows per M block, columns per N block (PACKED and GEMV) */
-    /* B packed at load: matrix i of B at packed + i * packed_mat floats, panels of width
-     * packed_nr (ipu__sgemm_pack_b_all layout); NULL if not packed */
-    const float *packed;
-    int packed_nr;
-    int64_t packed_mat;
-} ipu__mm_plan;
-
-/* matmul.c: fill path, mb, nb, nblocks, mblocks and hdr.work of a plan whose dtype, M, N, K,
- * batch and trans_a are set. */
-void ipu__mm_plan_blocks(ipu__mm_plan *p);
-/* matmul.c: float32 B packing for a PACKED plan: floats needed for `nmat` matrices of B for
- * micro-kernels of width nr (0 when the plan does not use packed B), and the packing itself
- * (b: B's elements, of the plan's dtype, row-major matrices of B's own shape [.., K, N], or [N, K] with transB). The
- * prepacked-weights hook can fill a buffer of that size and point `packed` at it. */
-size_t ipu__mm_packed_floats(const ipu__mm_plan *p, uint64_t nmat, int nr);
-void ipu__mm_pack_b(const ipu__mm_plan *p, const void *b, uint64_t nmat, int nr, float *dst);
-
-/* COPY (bytes) and CAST (elements). */
-typedef struct ipu__flat_plan {
-    ipu__plan hdr;
-    uint64_t count; /* bytes for COPY, elements for CAST */
-    ipu_dtype src, dst;
-} ipu__flat_plan;
-
-/* CONCAT: work item = (outer row, input). */
-typedef struct ipu__concat_plan {
-    ipu__plan hdr;
-    uint64_t outer, yrow; /* bytes per outer row of y */
-    uint32_t n_in;
-    uint64_t row[]; /* [2*n_in]: bytes per outer row of input i, then its offset in y's row */
-} ipu__concat_plan;
-
-/* TRANSPOSE: collapsed output shape, strides into x (elements). */
-typedef struct ipu__transpose_plan {
-    ipu__plan hdr;
-    uint64_t numel;
-    uint32_t ndim, esize;
-    int64_t shape[IPU_MAX_DIMS], xs[IPU_MAX_DIMS];
-} ipu__transpose_plan;
-
-/* REDUCE_SUM/REDUCE_MEAN/SOFTMAX: x as [outer, red, inner]; work = outer * ceil(inner/IB). */
-typedef struct ipu__red_plan {
-    ipu__plan hdr;
-    ipu_dtype dtype;
-    int64_t outer, red, inner, nib;
-} ipu__red_plan;
-
-/* CONV2D: x[N,C,H,W] * w[M,C/G,KH,KW] (+ bias[M]) -> y[N,M,OH,OW]. Work item = (n, group,
- * block of `rows` output rows, channel item: one of mblocks shares of the group's output
- * channels); the float32 paths take all IPU__MM_MB-channel sub-blocks of a group per item (the
- * window path at most IPU__CONV_WIN_MPER) unless that leaves fewer than 8 items (for an even
- * split over workers); the small-map and Winograd paths share out their weight panels
- * (tpose_items in verify_conv.c). The GEMM paths' row blocks cover about P output pixels (P
- * from K: the share of scratch left after IPU__CONV_SG_BYTES); the float16 GEMM path takes one
- * IPU__MM_MB-channel block per item (conv.c, run_gemm_f16), the float16 window path as the
- * float32 one; `direct`: depthwise (Cig = Cog = 1)
- * loop. */
-#define IPU__CONV_SG_BYTES ((size_t)192 << 10)
-#define IPU__CONV_TILE ((int64_t)256) /* float32 path: output pixels per packed B block */
-/* float32 window path scratch, in floats: [A chunk][C tile][B panels][xq] */
-#define IPU__CONV_WIN_A (IPU__MM_MB * IPU__SGEMM_KC)
-#define IPU__CONV_WIN_MPER 4 /* sub-blocks per work item at most: C tiles of them all */
-#define IPU__CONV_WIN_CT ((IPU__MM_MB + IPU__SGEMM_MAX_MR) * IPU__CONV_TILE) /* one C tile */
-#define IPU__CONV_WIN_C (IPU__CONV_WIN_MPER * IPU__CONV_WIN_CT)
-#define IPU__CONV_WIN_B (IPU__SGEMM_KC * IPU__CONV_TILE)
-#define IPU__CONV_WIN_XQ \
-    ((int64_t)(IPU__SCRATCH_BYTES / sizeof(float)) - IPU__CONV_WIN_A - IPU__CONV_WIN_C - \
-     IPU__CONV_WIN_B)
 /* Epilogue activation of CONV2D and GEMM (their `activation` attribute), from ipu_fns.def. */
 typedef enum ipu__act_fn {
 #define IPU_ACT(name, value) IPU__ACT_##name = value,
@@ -245,187 +134,6 @@ static inline __attribute__((always_inline)) void ipu__copy_row_phase(float *res
     for (int64_t j = hi; j < Wq; j++) d[j] = pad;
 }
 
-typedef struct ipu__conv_plan {
-    ipu__plan hdr;
-    int f16, has_bias, direct, pointwise; /* pointwise: 1x1, stride 1, no pads: no im2col */
-    int act, has_res; /* epilogue: y = act(conv + bias + residual) */
-    /* float32 weights in TENSOR_DATA, packed at load (NULL if not packed). Used only while w is
-     * still that TENSOR_DATA tensor. Without `tpose`, for micro-kernels of height packed_mr:
-     * sub-block (g, sb) starts at (g * msub + sb) * packed_blk, its K-chunk k0 at + mpad * k0
-     * (ipu__sgemm_pack_a layout, mpad = its rows rounded up to packed_mr). With `tpose`
-     * (packed_mr 0), w transposed to [K, Cog] per group in B panels of width packed_nr
-     * (ipu__sgemm_pack_b_all layout), group g at g * packed_blk. */
-    const float *packed;
-    int packed_mr, packed_nr;
-    int64_t packed_blk;
-    int64_t N, C, H, W, M, OH, OW, KH, KW, G, Cig, Cog, K;
-    int64_t sh, sw, dh, dw, pt, pl;
-    int64_t mblocks, rows, rblocks, P;
-    /* IPU__MM_MB-row sub-blocks of Cog; the unit of the channel items (ipu__conv_item_channels:
-     * IPU__MM_MB, or the small-map path's weight panels of packed_nr channels) */
-    int64_t msub, mu;
-    /* float32 window path (`window`; conv.c): for each K chunk a work item copies the
-     * zero-padded input rows it reads, of the chunk's channels, into scratch (`xcopy`; else it
-     * reads x itself), as nphr x nphc planes (the stride phases some tap reads) of Hq rows x Wq
-     * columns per channel, so that patch row k of extended pixel q' = r*Wq + ow (ow < Wq;
-     * columns ow >= OW are computed and dropped) is xq[rowoff[k] + q'] (offsets from channel 0). */
-    int window, xcopy;
-    int64_t Hq, Wq, nphr, nphc;
-    const int64_t *rowoff; /* [K], inside this allocation */
-    /* float32 small-map path (`tpose`; conv.c), chosen where it pads less than the paths above:
-     * the output pixels of a row block (at most IPU__CONV_T_PIX) are the micro-kernel's rows and
-     * the output channels its columns, so neither the Wq - OW extra columns nor a partial panel
-     * of pixels is computed. Reads x like the window path (rowoff; for 1x1 stride-1 convolutions
-     * Wq = W and no copy) and needs the weights packed (`packed`); else the paths above run. */
-    int tpose;
-    /* float32 Winograd path (`wino`; winograd.c), for 3x3 stride-1 convolutions with one group:
-     * `packed` holds U = G g G^T (ipu__wino_pack_weights, for micro-kernels of height
-     * packed_mr); a work item is a block of wtr tile rows (rows = 2 * wtr output rows) of
-     * (OW + 1) / 2 tiles, at most wnt (a multiple of the micro-kernel's width) in all, and a
-     * channel item (mu = packed_mr). Its scratch: V (16 x Cig x wnt floats), M (16 x wcb x
-     * wnt, wcb output channels at a time, a multiple of packed_mr), then row buffers. The
-     * window path is planned for the same items and runs if the session binds other weights. */
-    int wino;
-    int64_t wtr, wnt, wcb;
-} ipu__conv_plan;
-#define IPU__CONV_T_PIX ((int64_t)240) /* small-map path: output pixels per work item at most */
-
-/* Output channels [*m0, *m1) of the group's channel items [mb0, mb1): the Cog / mu units
- * (rounded up) dealt out in order, the items' shares differing by at most one unit. */
-static inline void ipu__conv_item_channels(const ipu__conv_plan *p, int64_t mb0, int64_t mb1,
-                                           int64_t *m0, int64_t *m1) {
-    int64_t units = (p->Cog + p->mu - 1) / p->mu, end = mb1 * units / p->mblocks * p->mu;
-    *m0 = mb0 * units / p->mblocks * p->mu;
-    *m1 = end < p->Cog ? end : p->Cog;
-}
-
-/* Floats per xi of the Winograd path's V and M (wnt tiles x rows): one cache line more than
- * their size, so that the 16 runs a transform reads or writes fall in different cache sets. */
-#define IPU__WINO_VS(wnt, rows) ((wnt) * (rows) + 16)
-/* winograd.c: U[xi][panel][ci][mr] = (G g G^T)[xi] of w[Co][Ci][3][3], Co zero-padded to whole
- * panels of mr rows (16 * ceil(Co / mr) * mr * Ci floats). */
-void ipu__wino_pack_weights(const void *w, int f16, int64_t Co, int64_t Ci, int mr, float *u);
-/* Channel items [mb0, mb1) of tile-row block r of image n (kernels.h, `wino`). False (nothing
- * written) if the input rows the block reads hold an infinity or a NaN: the transforms would
- * spread it over whole tiles (0 * inf), so the caller computes such blocks by direct sums. */
-bool ipu__conv_wino(const ipu__conv_plan *p, const void *x, const float *U, const void *bias,
-                    const void *res, void *y, int64_t n, int64_t mb0, int64_t mb1, int64_t r,
-                    void *scratch);
-/* conv_epilogue.c: y rows from nrows rows of n floats (src row stride ss, dst row stride ds):
- * act(src + bias[co] + res[off + ...]); bias, res optional. */
-void ipu__conv_epilogue_rows(const ipu__conv_plan *p, float *dst, int64_t ds, const float *src,
-                             int64_t ss, int64_t nrows, int64_t n, const void *bias, int64_t co,
-                             const void *res, int64_t off);
-/* The same from C^T (the small-map path's tile): row c of dst (channel co + c, c < nch, at dst
- * + c * ds, residual at off + c * ds) from column c of ct, pixel i at ct[i * ldc + c], i < np;
- * ct's rows hold nch rounded up to 8 columns. */
-void ipu__conv_epilogue_t(const ipu__conv_plan *p, float *dst, int64_t ds, const float *ct,
-                          int64_t ldc, int64_t np, int64_t nch, const void *bias, int64_t co,
-                          const void *res, int64_t off);
-
-/* POOL2D: x[N,C,H,W] -> y[N,C,OH,OW]; work item = (plane n*C + c, block of `rows` rows). */
-typedef struct ipu__pool_plan {
-    ipu__plan hdr;
-    int f16, kind, cip;
-    int64_t H, W, OH, OW, KH, KW, sh, sw, dh, dw, pt, pl, pb, pr;
-    int64_t rows, rblocks;
-    /* work item = `planes` consecutive whole planes (rblocks 1; small planes: the window path
-     * folds them in one pass) or one block of `rows` output rows of a plane */
-    int64_t planes, nplanes;
-} ipu__pool_plan;
-
-/* REINDEX (verify_data.c, reindex.c): y[i] = pad if any table entry is -1, else x at the sum of
- * the per-dim byte offsets. off[] holds, for dim d, entries [start[d], start[d] + dims[d]): the
- * byte offset of index i_d into x, or -1. The last dim is described by `nseg` segments
- * {first y index, length, byte offset of the first source element or -1 (pad)}: each segment is
- * a pad run or a run of consecutive source elements (one memcpy). Work item = one row of the
- * last dim. */
-typedef struct ipu__reindex_plan {
-    ipu__plan hdr;
-    uint32_t ndim, esize;
-    int64_t dims[IPU_MAX_DIMS], start[IPU_MAX_DIMS];
-    uint8_t pad[8];
-    int64_t nseg;
-    int64_t *seg;  /* [3 * nseg], inside this allocation */
-    int64_t off[]; /* sum of dims, then the segments */
-} ipu__reindex_plan;
-
-/* INTERP (verify_data.c, reindex.c): y[i] = sum over tap combinations of the product of the
- * per-dim weights times x at the sum of the per-dim element offsets. Dim d's taps for index i_d
- * are entries [start[d] + i_d * taps[d], + taps[d]) of off[] (element offsets) and w[];
- * ext[ext_start[d] + i_d] != 0 marks an extrapolated index (y = extrap). The outer dims' tap
- * combinations of a row (at most `combos`) are expanded in scratch. Work item = one row of the
- * last dim. */
-typedef struct ipu__interp_plan {
-    ipu__plan hdr;
-    int f16;
-    uint32_t ndim;
-    float extrap;
-    int64_t combos;
-    int64_t dims[IPU_MAX_DIMS], taps[IPU_MAX_DIMS], start[IPU_MAX_DIMS], ext_start[IPU_MAX_DIMS];
-    float *w;     /* inside this allocation */
-    uint8_t *ext; /* inside this allocation */
-    int64_t off[];
-} ipu__interp_plan;
-
-/* UNARY attr 0 and BINARY attr 0 (docs/bytecode.md; same values as UnaryFn/BinaryFn in
- * pyipu/compiler/ir.py). */
-/* Function ids of UNARY and BINARY (attribute 0), from ipu/ipu_fns.def. */
-typedef enum ipu__unary_fn {
-#define IPU_UNARY(name, value) IPU__UN_##name = value,
-#include "ipu/ipu_fns.def"
-#undef IPU_UNARY
-    IPU__UN_COUNT
-} ipu__unary_fn;
-typedef enum ipu__binary_fn {
-#define IPU_BINARY(name, value) IPU__BIN_##name = value,
-#include "ipu/ipu_fns.def"
-#undef IPU_BINARY
-    IPU__BIN_COUNT
-} ipu__binary_fn;
-
-/* UNARY: flat element ranges (input and output have the same shape). */
-typedef struct ipu__unary_plan {
-    ipu__plan hdr;
-    uint64_t numel;
-    int fn;
-    float p0, p1;     /* float parameters (alpha, beta, clip bounds) */
-    int64_t i0, i1;   /* CLIP bounds for integer dtypes */
-} ipu__unary_plan;
-
-/* BINARY (n_in = 2) and WHERE (n_in = 3): flat output ranges, collapsed broadcast strides of
- * every input in elements (0 = broadcast); element sizes may differ between inputs and y. */
-typedef struct ipu__nary_plan {
-    ipu__plan hdr;
-    uint64_t numel;
-    int fn;
-    uint32_t ndim, n_in;
-    uint32_t ies[3], yes;
-    int64_t shape[IPU_MAX_DIMS];
-    int64_t st[3][IPU_MAX_DIMS];
-} ipu__nary_plan;
-
-/* REDUCE attr 0, from ipu/ipu_fns.def. */
-typedef enum ipu__reduce_fn {
-#define IPU_REDUCE(name, value) IPU__RED_##name = value,
-#include "ipu/ipu_fns.def"
-#undef IPU_REDUCE
-    IPU__RED_COUNT
-} ipu__reduce_fn;
-
-/* REDUCE, ARG_REDUCE, CUMSUM, TOPK, LOG_SOFTMAX, HARDMAX (reduce2.c, verify_reduce.c): x as
- * [outer, n, inner]; work item = (outer, block of IPU__RED_IB inner columns), except TOPK:
- * (outer, one inner column). `dtype` is x's. */
-typedef struct ipu__rfam_plan {
-    ipu__plan hdr;
-    ipu_dtype dtype;
-    int fn;                     /* REDUCE function */
-    int is_min, last;           /* ARG_REDUCE */
-    int exclusive, reverse;     /* CUMSUM */
-    int largest;                /* TOPK */
-    int64_t outer, n, inner, nib, k;
-} ipu__rfam_plan;
-
 /* dispatch.c: the kernel for an opcode and (first input's / output's) dtype, NULL if none.
  * For CAST the kernel is dtype-generic. */
 ipu__kernel_fn ipu__select_kernel(ipu_opcode op, ipu_dtype dtype);
@@ -443,51 +151,23 @@ ipu_status ipu__verify_binds(const ipu_executable *e);
  * concurrently, write no arena byte another of them uses. IPU_ERR_BAD_PROGRAM / IPU_ERR_NOMEM. */
 ipu_status ipu__verify_stages(const ipu_executable *e);
 
-/* Kernels (ipu__k_<op>_<dtype>). */
+/* Kernels (ipu__k_<kernel>[_<dtype>]), declared from ipu_ops.def's kstyle and kernel columns
+ * (an opcode sharing another's kernel declares it again: harmless). */
 #define IPU__KDECL(name) \
     ipu_status name(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e, void *scratch)
-IPU__KDECL(ipu__k_bind);
-IPU__KDECL(ipu__k_copy);
-IPU__KDECL(ipu__k_expand);
-IPU__KDECL(ipu__k_concat);
-IPU__KDECL(ipu__k_transpose);
-IPU__KDECL(ipu__k_cast);
-#define IPU__K4(op) \
-    IPU__KDECL(ipu__k_##op##_f32); IPU__KDECL(ipu__k_##op##_f16); \
-    IPU__KDECL(ipu__k_##op##_i32); IPU__KDECL(ipu__k_##op##_i64)
-IPU__K4(add);
-IPU__K4(sub);
-IPU__K4(mul);
-IPU__K4(div);
-IPU__K4(relu);
-IPU__K4(matmul);
-IPU__K4(reduce_sum);
-IPU__K4(reduce_mean);
-IPU__KDECL(ipu__k_gemm_f32);
-IPU__KDECL(ipu__k_gemm_f16);
-IPU__KDECL(ipu__k_softmax_f32);
-IPU__KDECL(ipu__k_softmax_f16);
-IPU__K4(unary);
-IPU__KDECL(ipu__k_unary_b8);
-IPU__K4(binary);
-IPU__KDECL(ipu__k_binary_b8);
-IPU__KDECL(ipu__k_where);
-IPU__KDECL(ipu__k_conv2d);
-IPU__KDECL(ipu__k_pool2d);
-IPU__KDECL(ipu__k_gather); /* gather.c: GATHER and GATHER_ND, all dtypes */
-IPU__KDECL(ipu__k_gather_elements);
-IPU__KDECL(ipu__k_scatter_elements);
-IPU__KDECL(ipu__k_scatter_nd);
-IPU__KDECL(ipu__k_reduce);
-IPU__KDECL(ipu__k_arg_reduce);
-IPU__KDECL(ipu__k_cumsum);
-IPU__KDECL(ipu__k_topk);
-IPU__KDECL(ipu__k_log_softmax);
-IPU__KDECL(ipu__k_hardmax);
-IPU__KDECL(ipu__k_reindex);
-IPU__KDECL(ipu__k_interp);
-IPU__KDECL(ipu__k_scale_shift);
-#undef IPU__K4
+#define IPU__KDECL_ONE(k) IPU__KDECL(ipu__k_##k);
+#define IPU__KDECL_ONE_F(k) IPU__KDECL(ipu__k_##k);
+#define IPU__KDECL_F(k) IPU__KDECL(ipu__k_##k##_f32); IPU__KDECL(ipu__k_##k##_f16);
+#define IPU__KDECL_D4(k) \
+    IPU__KDECL_F(k) IPU__KDECL(ipu__k_##k##_i32); IPU__KDECL(ipu__k_##k##_i64);
+#define IPU__KDECL_ALL(k) \
+    IPU__KDECL_D4(k) IPU__KDECL(ipu__k_##k##_i8); IPU__KDECL(ipu__k_##k##_u8); \
+    IPU__KDECL(ipu__k_##k##_i16); IPU__KDECL(ipu__k_##k##_u16); \
+    IPU__KDECL(ipu__k_##k##_u32); IPU__KDECL(ipu__k_##k##_u64);
+#define IPU__KDECL_ALL_B(k) IPU__KDECL_ALL(k) IPU__KDECL(ipu__k_##k##_b8);
+#define IPU_OP(NAME, value, str, mi, ma, no, na, na2, dt, inp, fl, plan, ks, k) IPU__KDECL_##ks(k)
+#include "ipu/ipu_ops.def"
+#undef IPU_OP
 
 /* gemm_f32.c: C[m x n] (row stride ldc, float32) = op(A)[m x k] * op(B)[k x n].
  * Element (i, p) of A is at a + i*a_rs + p*a_cs (likewise B); a_f16/b_f16: operands are IEEE
@@ -563,16 +243,10 @@ void ipu__sgemm_pack_b_all(const ipu__sgemm_args *g, int nr, float *dst);
  * in use has another width than nr. */
 int ipu__sgemm_packed(const ipu__sgemm_args *g, const float *bp, int64_t bstride, int nr,
                       void *scratch, size_t scratch_bytes);
+#define IPU__GEMV_MAX_M ((int64_t)4)
 /* C = op(A) op(B) for small m (<= IPU__GEMV_MAX_M), float32, B with b_cs == 1 or b_rs == 1,
  * streamed once without packing. A with a_cs != 1 is copied into scratch (m * k floats). */
 void ipu__sgemv(const ipu__sgemm_args *g, void *scratch, size_t scratch_bytes);
-
-/* eltwise.c: run `fn` over output elements [lo, hi) of a broadcast plan. fn gets element
- * pointers and inner strides (0 or 1 elements) of a and b (b NULL for unary plans). */
-typedef void (*ipu__inner_fn)(const void *a, int64_t sa, const void *b, int64_t sb, void *y,
-                              size_t n, uint32_t esize);
-void ipu__bcast_run(const ipu__bcast_plan *p, const void *a, const void *b, void *y, uint64_t lo,
-                    uint64_t hi, ipu__inner_fn fn);
 
 /* f16cvt.c: bulk fp16 <-> fp32 conversion, exact (round to nearest even), AVX-512F, F16C or
  * portable. Every float16 kernel converts through these, a block of elements at a time. */
@@ -581,7 +255,5 @@ void ipu__cvt_f32_to_f16(const float *src, uint16_t *dst, size_t n);
 /* Tests and benchmarks: force the conversion level (isa.h numbering: 1 portable, 2 F16C, 3
  * AVX-512F; 0 or one the CPU lacks = automatic). Returns the level now in use. */
 int ipu__f16_set_isa(int isa);
-
-#include "elt_types.h" /* integer dtypes of the element-wise kernels */
 
 #endif

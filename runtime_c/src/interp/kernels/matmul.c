@@ -1,5 +1,5 @@
 /* MATMUL (numpy matmul with batch broadcasting) and GEMM (alpha * op(A) op(B) + beta * C).
- * float32 (kernels.h, ipu__mm_plan): blocks of columns x blocks of rows through the packed sgemm
+ * float32 (matmul.h, ipu__mm_plan): blocks of columns x blocks of rows through the packed sgemm
  * (B packed once per block of columns and K-block within a call, or at load when it is a
  * weight), or, for at most IPU__GEMV_MAX_M rows, blocks of columns through the GEMV kernels.
  * float16 takes the float32 paths but GEMV (converted while packing, B packed as float32 at load
@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "kernels.h"
+#include "matmul.h"
 
 static void batch_offsets(const ipu__mm_plan *p, uint64_t bi, int64_t *oa, int64_t *ob) {
     int64_t a = 0, b = 0;

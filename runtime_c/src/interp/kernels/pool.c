@@ -15,7 +15,7 @@
 #include <immintrin.h>
 #endif
 
-#include "kernels.h"
+#include "pool.h"
 
 
 /* The running max after tap v (docs/bytecode.md): v replaces acc only if greater, so of equal

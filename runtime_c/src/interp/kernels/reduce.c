@@ -5,7 +5,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "kernels.h"
+#include "reduce.h"
 #include "vmath.h"
 
 #define IB IPU__RED_IB

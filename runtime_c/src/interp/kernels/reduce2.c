@@ -12,7 +12,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "kernels.h"
+#include "reduce.h"
 
 #define IB IPU__RED_IB
 

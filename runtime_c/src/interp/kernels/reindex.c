@@ -4,7 +4,7 @@
  * dim, whose outer indices select one entry (REINDEX) or tap set (INTERP) per outer dim. */
 #include <string.h>
 
-#include "kernels.h"
+#include "reindex.h"
 
 /* n copies of the es-byte element at v. */
 static void fill(char *dst, const uint8_t *v, int64_t n, uint32_t es) {

@@ -6,7 +6,7 @@
  * function. */
 #include <math.h>
 
-#include "kernels.h"
+#include "eltwise.h"
 #include "vmath.h"
 
 static void elt_range(const ipu__unary_plan *p, size_t b, size_t e, uint64_t *lo, uint64_t *hi) {

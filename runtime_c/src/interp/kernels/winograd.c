@@ -1,4 +1,4 @@
-/* CONV2D Winograd path (the plan's `wino`; kernels.h, docs/bytecode.md): 3x3 kernels, stride
+/* CONV2D Winograd path (the plan's `wino`; conv.h, docs/bytecode.md): 3x3 kernels, stride
  * 1, no dilation, one group; float32, and float16 computed in float32 (each channel's input rows
  * converted into scratch, the output rows stored in half after the epilogue). Each output tile of 2 x 2 pixels is computed from its
  * 4 x 4 input tile d as Y = A^T [U . V] A with V = B^T d B and the weights U = G g G^T (Lavin
