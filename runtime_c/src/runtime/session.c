@@ -625,9 +625,9 @@ static bool stop_now(ipu_session *s, const ipu__frame *f, ipu__poller *p) {
 ipu_status ipu__instr_run_pieces(ipu_session *s, const ipu__frame *f, const ipu__instr *ins,
                                  size_t begin, size_t end, void *scratch, ipu__poller *poll) {
     size_t n = end - begin;
-    /* Small work runs in one piece: no clock reads, and no extra kernel call (a contiguous
-     * kernel packs its operands once per call). */
-    if (n < 2 || (!f->ncancel && !s->poll) || ipu__instr_bytes(s->exe, ins) < IPU__PAR_MIN_BYTES)
+    /* Small work runs in one piece: no clock reads, no extra kernel call. */
+    if (n < 2 || (!f->ncancel && !s->poll) ||
+        ipu__instr_bytes(s->exe, ins) < IPU__PIECE_MIN_BYTES)
         return ipu__instr_run(f, ins, begin, end, scratch);
     /* A probe of 1/16 of the items times the kernel; the rest runs in pieces of about
      * IPU__PIECE_NS (in one when it is shorter than that). */
