@@ -617,8 +617,10 @@ static bool poll_cancels(ipu_session *s, ipu__poller *p) {
     return true;
 }
 
+/* poll_cut counts only during the run of the hook that set it (inline: s->poll is set). */
 static bool stop_now(ipu_session *s, const ipu__frame *f, ipu__poller *p) {
-    return frame_cancelled(f) || atomic_load_explicit(&s->poll_cut, memory_order_relaxed) ||
+    return frame_cancelled(f) ||
+           (s->poll && atomic_load_explicit(&s->poll_cut, memory_order_relaxed)) ||
            (p && poll_cancels(s, p));
 }
 
