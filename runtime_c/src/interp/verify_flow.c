@@ -1,6 +1,6 @@
 /* Whole-executable proofs that no single instruction's check can give (docs/bytecode.md, "What
  * the verifier proves"): weights bound before they are read, and pipelined stages that do not
- * share written arena bytes (below).
+ * share written arena bytes and keep to their streamed anchors (below).
  *
  * Kernels read a TENSOR_DATA tensor through the frame pointer a BIND of the Load program sets
  * (or the session's copy of an overridden weight, which replaces that BIND); until then the
