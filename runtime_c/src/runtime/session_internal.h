@@ -304,9 +304,9 @@ uint64_t ipu__instr_bytes(const ipu_executable *e, const ipu__instr *ins);
  * instruction is not small, in pieces of about IPU__PIECE_NS each, stopping between two with
  * IPU_ERR_CANCELLED once f is cancelled or poll_cut is set. poll: the poll hook's state when
  * the calling thread runs the program (it calls the hook when due), else NULL. A piece lasts
- * one poll interval: shorter pieces cost a contiguous kernel (MatMul) one packing of its
- * operands each (5 ms pieces: a [1024, 1024] MatMul about 15 % slower). */
-#define IPU__PIECE_NS IPU_POLL_INTERVAL_NS
+ * half a poll interval: every piece costs a contiguous kernel (MatMul) one more packing of its
+ * operands. */
+#define IPU__PIECE_NS (IPU_POLL_INTERVAL_NS / 2)
 /* Instructions with fewer operand bytes run in one piece: they take a few ms at most (a
  * [256, 256] MatMul, 0.75 MiB, takes 0.25 ms), and a probe piece costs a contiguous kernel a
  * second packing of its operands (+14% for a [128, 128] MatMul). */
