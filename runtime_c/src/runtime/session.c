@@ -631,9 +631,10 @@ ipu_status ipu__instr_run_pieces(ipu_session *s, const ipu__frame *f, const ipu_
     if (n < 2 || (!f->ncancel && !s->poll) ||
         ipu__instr_bytes(s->exe, ins) < IPU__PIECE_MIN_BYTES)
         return ipu__instr_run(f, ins, begin, end, scratch);
-    /* A probe of 1/16 of the items times the kernel; the rest runs in pieces of about
-     * IPU__PIECE_NS (in one when it is shorter than that). */
-    size_t piece = n / 16 ? n / 16 : 1;
+    /* A probe of 1/256 of the items times the kernel (small: a huge instruction's probe is not
+     * interruptible); the rest runs in pieces of about IPU__PIECE_NS at the rate measured by
+     * the piece before (in one when it is shorter than that). */
+    size_t piece = n / 256 ? n / 256 : 1;
     uint64_t t = ipu__now_ns();
     for (size_t b = begin; b < end;) {
         size_t e = end - b > piece ? b + piece : end;
