@@ -220,6 +220,7 @@ cdef extern from "ipu/ipu.h" nogil:
     ipu_status ipu_request_status(const ipu_request *req)
     void ipu_request_release(ipu_request *req)
     void ipu_request_cancel(ipu_request *req)
+    enum: IPU_POLL_INTERVAL_NS
     ctypedef int (*ipu_poll_fn)(void *user_data) noexcept nogil
     ipu_status ipu_runtime_set_poll(ipu_runtime *rt, ipu_poll_fn fn, void *user_data)
     ctypedef struct ipu_runtime_stats:

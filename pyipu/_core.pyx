@@ -506,7 +506,7 @@ cdef bint _wait_request(ipu_request *r, uint64_t left, _ErrorBox box) except -1:
     """Request.wait for a raw request, `left` ns at most (UINT64_MAX: forever); the GIL is
     released while waiting."""
     cdef ipu_status s
-    cdef uint64_t slice_ns = 50_000_000  # wake to honour Ctrl-C
+    cdef uint64_t slice_ns = IPU_POLL_INTERVAL_NS  # wake to honour Ctrl-C, as inline
     cdef uint64_t step
     while True:
         step = slice_ns if left > slice_ns else left

@@ -265,3 +265,27 @@ def test_a_served_entry_keeps_its_bytes_when_the_file_is_replaced(tmp_path):
     entry.unlink()
     os.symlink(tmp_path / "elsewhere", entry)  # what was mapped is still what it reads
     assert hit.to_bytes() == first.to_bytes()
+
+
+_KILLED_SAVE = """
+import os, signal, sys
+sys.path.insert(0, sys.argv[2])
+from models import fusion_model0
+from pyipu.compiler import Compiler
+exe = Compiler.compile(fusion_model0(), None)
+os.fsync = lambda fd: os.kill(os.getpid(), signal.SIGKILL)  # dies with the temp file written
+exe.save(sys.argv[1])
+"""
+
+
+def test_a_save_after_a_killed_save_removes_its_temporary_file(tmp_path):
+    target = tmp_path / "model.popef"
+    here = str(Path(__file__).resolve().parent)
+    child = subprocess.run([sys.executable, "-P", "-c", _KILLED_SAVE, str(target), here])
+    assert child.returncode == -9
+    (left,) = _temps(tmp_path)
+    assert left.startswith(atomic_file.TEMP_PREFIX) and not target.exists()
+    exe = Compiler.compile(fusion_model0(), None)
+    exe.save(target)
+    assert _temps(tmp_path) == []
+    np.testing.assert_array_equal(run_c(Executable.open(target), {"X": X, "Y": Y})["O"], [11, 22])

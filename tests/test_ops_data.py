@@ -182,6 +182,13 @@ def test_pad_errors() -> None:
         compile_single_op("Pad", [x], opset=13, const_inputs={1: np.zeros(3, I64)})
     with pytest.raises(UnsupportedDTypeError):
         compile_single_op("Pad", [arr((2, 3), I64)], {"pads": [0, 0, 1, 1]}, opset=2)
+    # reflect: at most dim - 1 per side (x has 3 values along axis 1, 2 along axis 0)
+    check_op("Pad", [x], {"mode": "reflect"}, opset=13, const_inputs={1: np.array([1, 2, 1, 2])})
+    for pads in ([0, 3, 0, 0], [0, 0, 0, 3], [2, 0, 0, 0], [0, -1, 0, 2]):
+        with pytest.raises(ShapeError, match="reflect"):
+            compile_single_op(
+                "Pad", [x], {"mode": "reflect"}, opset=13, const_inputs={1: np.array(pads)}
+            )
 
 
 @pytest.mark.parametrize("dt", [F32, I64, np.uint8])

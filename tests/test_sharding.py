@@ -280,6 +280,50 @@ def test_c_parser_rejects_bad_stage_tables() -> None:
         load(missing)
 
 
+def _with_operand(ir, stage: int, tensor: int, output: bool):
+    """ir with the first operand of stage `stage`'s compute program that has `tensor`'s shape
+    replaced by `tensor` (an output operand when `output`)."""
+    import dataclasses
+
+    want = ir.tensors[tensor]
+    prog = ir.program(ir.stages[stage].program)
+    instrs = list(prog.instrs)
+    for i, ins in enumerate(instrs):
+        ops = list(ins.outputs if output else ins.inputs)
+        for q, t in enumerate(ops):
+            spec = ir.tensors[t]
+            if t != tensor and (spec.shape, spec.dtype) == (want.shape, want.dtype):
+                ops[q] = tensor
+                field = "outputs" if output else "inputs"
+                instrs[i] = dataclasses.replace(ins, **{field: tuple(ops)})
+                progs = tuple(
+                    dataclasses.replace(p, instrs=tuple(instrs)) if p.id == prog.id else p
+                    for p in ir.programs
+                )
+                return dataclasses.replace(ir, programs=progs)
+    raise AssertionError("no operand of that shape")
+
+
+def test_c_verifier_keeps_streamed_anchors_to_the_first_and_last_stage() -> None:
+    """A tick loads the next batch into the inputs and stores the last stage's batch from the
+    outputs: another stage using their bytes would see another batch's rows."""
+    from pyipu.compiler.serialize import encode_container
+
+    ir = compile_sharded(True, 3).program
+
+    def load(bad) -> None:
+        pyipu._core.Executable(pyipu._core.Container.from_bytes(encode_container(bad)))
+
+    load(ir)
+    x, z = ir.anchor("x").tensor, ir.anchor("z").tensor
+    with pytest.raises(pyipu.Error, match="stage 1: .* reads bytes of input anchor 'x'"):
+        load(_with_operand(ir, 1, x, output=False))
+    with pytest.raises(pyipu.Error, match="stage 0: .* writes bytes of output anchor 'z'"):
+        load(_with_operand(ir, 0, z, output=True))
+    sequential = compile_sharded(False, 3).program  # stages run one after the other: allowed
+    load(_with_operand(sequential, 1, sequential.anchor("x").tensor, output=False))
+
+
 # ---------------------------------------------------------------- results
 
 

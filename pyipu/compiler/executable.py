@@ -13,11 +13,12 @@ import os
 import stat
 import weakref
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from pyipu.compiler.atomic_file import write_atomic
+from pyipu.compiler.atomic_file import remove_stale_temps, write_atomic
 from pyipu.compiler.ipu_model import NOT_FIT_LABEL, IPUModelReport, Settings, estimate
 from pyipu.compiler.ir import Direction, ModelIR
 from pyipu.compiler.serialize import decode, encode_container
@@ -108,7 +109,9 @@ class Executable:
         return self._bytes
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write the PopEF file atomically (new temporary file, fsync, rename; atomic_file.py)."""
+        """Write the PopEF file atomically (new temporary file, fsync, rename; atomic_file.py).
+        Temporary files that dead writers (a killed save) left in the directory go first."""
+        remove_stale_temps(Path(path).parent)
         write_atomic(path, self.to_bytes())
 
     def run_reference(

@@ -228,6 +228,13 @@ def _pad_maps(
         if keep.size == 0:
             n.fail(f"pads {pads} leave nothing of axis {a}")
         widths = (max(b, 0), max(e, 0))
+        if mode == "reflect" and max(widths) >= keep.size:
+            # One reflection reaches keep.size - 1 values (ONNX Runtime's bound; numpy would
+            # reflect again and again).
+            n.shape_error(
+                f"mode 'reflect' pads {list(widths)} of axis {a} exceed {keep.size - 1}, the "
+                f"widest reflection of its {keep.size} values"
+            )
         if mode == "constant":
             maps[a] = np.pad(keep, widths, constant_values=-1)
         else:

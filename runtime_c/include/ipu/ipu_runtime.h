@@ -165,17 +165,19 @@ IPU_API ipu_status ipu_request_wait(ipu_request *req, uint64_t timeout_ns);
 /* Ask a pending request to stop: it completes, exactly once, with IPU_ERR_CANCELLED unless it
  * has already completed (or completes first with another status). A request still queued is
  * cancelled when its iteration starts; a running one between two of its program's
- * instructions (and between the work-item chunks the workers claim). Its outputs are then
- * unspecified; the runtime stays healthy and serves the next request. Any thread holding a
- * reference; never blocks (wait for the request to know when its buffers are free: the
- * device still reads its remaining input slots, stopping each iteration at once, and it
- * completes with its last slot). With dynamic batching (an iteration may hold several
- * requests' rows), overlap I/O or a stage pipeline the flag is not checked: the request runs to
- * its end and completes with its own status. No-op on NULL. */
+ * instructions, and inside a large instruction between pieces of its work items (about 5 ms
+ * each). Its outputs are then unspecified; the runtime stays healthy and serves the next
+ * request. Any thread holding a reference; never blocks (wait for the request to know when
+ * its buffers are free: the device still reads its remaining input slots, stopping each
+ * iteration at once, and it completes with its last slot). This holds on every path (serial,
+ * concurrent iterations, dynamic batching, overlap I/O, stage pipeline); with dynamic batching
+ * an iteration stops only once every request with rows in it is cancelled, so a request
+ * sharing an iteration with another one may still complete with IPU_OK. No-op on NULL. */
 IPU_API void ipu_request_cancel(ipu_request *req);
 /* Poll hook for inline execution: while ipu_runtime_execute runs a request on the calling
  * thread, `fn(user_data)` is called on that thread between two instructions of the Main
- * program, at most every IPU_POLL_INTERVAL_NS (the first time after that long). A non-zero
+ * program and between pieces of a large instruction's work, at most every
+ * IPU_POLL_INTERVAL_NS (the first time after that long). A non-zero
  * return cancels the request: ipu_runtime_execute returns IPU_ERR_CANCELLED (outputs
  * unspecified, the runtime stays healthy). This lets a caller notice a signal (Python's
  * Ctrl-C) while its thread runs a long request. fn NULL removes the hook. Set it before the

@@ -70,13 +70,15 @@ struct ipu_executable {
 
 /* Execution frame: base pointer of every tensor. ARENA tensors are set by the runtime
  * (arena + offset); TENSOR_DATA tensors are set by BIND instructions of the Load program.
- * cancel: NULL, or the flag of the request the program runs for (the runtime's
- * ipu_request_cancel): once non-zero the program stops between instructions, and the workers
- * between chunks of work items, with IPU_ERR_CANCELLED (a relaxed load each). */
+ * cancel[0..ncancel): the flags of the requests the program runs for (the runtime's
+ * ipu_request_cancel; none: not cancellable). Once every one is non-zero the program stops
+ * between instructions, and between pieces of an instruction's work items, with
+ * IPU_ERR_CANCELLED (relaxed loads). */
 typedef struct ipu__frame {
     const ipu_executable *exe;
     void **ptr;
-    const atomic_int *cancel;
+    const atomic_int *const *cancel;
+    uint32_t ncancel;
 } ipu__frame;
 
 /* Number of work items of `ins` (0 when the output is empty). */

@@ -1,6 +1,6 @@
 /* Whole-executable proofs that no single instruction's check can give (docs/bytecode.md, "What
  * the verifier proves"): weights bound before they are read, and pipelined stages that do not
- * share written arena bytes (below).
+ * share written arena bytes and keep to their streamed anchors (below).
  *
  * Kernels read a TENSOR_DATA tensor through the frame pointer a BIND of the Load program sets
  * (or the session's copy of an overridden weight, which replaces that BIND); until then the
@@ -106,9 +106,62 @@ static ipu_status stage_conflict(const ipu_executable *e, const flow_span *sp, s
                      e->programs[e->stages[w].program].id);
 }
 
+/* ---- pipelined stages and the streamed anchors ----------------------------------------------
+ * A tick loads batch T into the input anchors before the stages compute and stores the batch
+ * leaving the last stage from the output anchors before the copies run (session_stages.c). So
+ * the bytes of a streamed input anchor hold stage 0's batch and may be used by stage 0 only, and
+ * those of an output anchor hold the last stage's batch and may be used by the last stage only;
+ * another stage would read or write another batch's rows. A stage's compute program and the
+ * inputs of its copy program belong to it, the outputs of its copy program to the next stage. */
+
+static ipu_status check_anchor_use(const ipu_executable *e, const ipu__program *pr, bool copy,
+                                   uint32_t k) {
+    const uint32_t last = e->info.num_stages - 1;
+    for (uint32_t i = 0; i < pr->n_instr; i++) {
+        const ipu__instr *ins = &pr->instr[i];
+        for (uint32_t q = 0; q < ins->n_in + ins->n_out; q++) {
+            bool out = q >= ins->n_in;
+            uint32_t owner = copy && out ? k + 1 : k;
+            const ipu__tensor *t = &e->tensors[out ? ins->out[q - ins->n_in] : ins->in[q]];
+            if (t->loc != IPU_LOC_ARENA || t->desc.nbytes == 0) continue;
+            for (uint32_t a = 0; a < e->info.num_anchors; a++) {
+                const ipu__anchor *A = &e->anchors[a];
+                const ipu__tensor *at = &e->tensors[A->tensor];
+                bool input = A->direction == IPU_DIR_INPUT;
+                if ((A->flags & IPU_ANCHOR_TENSOR_DATA) || at->loc != IPU_LOC_ARENA ||
+                    owner == (input ? 0 : last) || a == e->info.index_anchor)
+                    continue;
+                if (t->offset >= at->offset + at->desc.nbytes ||
+                    at->offset >= t->offset + t->desc.nbytes)
+                    continue;
+                const char *name = ipu_opcode_name(ins->op);
+                return ipu__fail(IPU_ERR_BAD_PROGRAM,
+                                 "pipelined stage %u: program %u instruction %u (%s) %s bytes of "
+                                 "%s anchor '%s', which only stage %u may use (it holds that "
+                                 "stage's batch)", owner, pr->id, i, name ? name : "?",
+                                 out ? "writes" : "reads", input ? "input" : "output", A->name,
+                                 input ? 0 : last);
+            }
+        }
+    }
+    return IPU_OK;
+}
+
+static ipu_status check_stage_anchors(const ipu_executable *e) {
+    ipu_status st = IPU_OK;
+    for (uint32_t k = 0; k < e->info.num_stages && st == IPU_OK; k++) {
+        st = check_anchor_use(e, &e->programs[e->stages[k].program], false, k);
+        if (st == IPU_OK && e->stages[k].copy != IPU_NO_INDEX)
+            st = check_anchor_use(e, &e->programs[e->stages[k].copy], true, k);
+    }
+    return st;
+}
+
 ipu_status ipu__verify_stages(const ipu_executable *e) {
     uint32_t ns = e->info.num_stages;
     if (!e->info.pipelined || ns < 2) return IPU_OK;
+    ipu_status ast = check_stage_anchors(e);
+    if (ast != IPU_OK) return ast;
     size_t n = 0;
     for (uint32_t k = 0; k < ns; k++) {
         const ipu__program *pr = &e->programs[e->stages[k].program];

@@ -23,8 +23,8 @@
  * PENDING -> CLAIMED); otherwise `remaining` (slots not yet done) is decremented and the last one
  * completes it with IPU_OK. Input slots are done at the end of their iteration, output slots
  * once their rows are written, so a request completes after its last iteration's outputs and
- * output callbacks. IPU_ERR_CANCELLED (ipu_request_cancel: `cancelled` is the frame's cancel
- * flag of the request's iterations) counts down like IPU_OK and sets `cut`: the last slot then
+ * output callbacks. IPU_ERR_CANCELLED (ipu_request_cancel: `cancelled` is one of the frame's
+ * cancel flags of the request's iterations) counts down like IPU_OK and sets `cut`: the last slot then
  * completes the request with IPU_ERR_CANCELLED, and the runtime stays healthy. The winner stores the status, publishes DONE, records stats, runs the user's
  * done callback, then sets `finished` under the request mutex and broadcasts.
  *

@@ -114,6 +114,7 @@ ipu_status ipu_session_create(const ipu_executable *exe, const ipu_session_confi
     s->index_anchor = IPU_NO_INDEX;
     atomic_init(&s->stopped, false);
     atomic_init(&s->park, IPU__PARK_RUNNING);
+    atomic_init(&s->poll_cut, 0);
     const ipu_executable_info *info = &exe->info;
     if (s->cfg.check_package_hash) {
         uint64_t have = ipu_container_compiler_hash(exe->container), want = ipu_compiler_hash();
@@ -211,10 +212,12 @@ ipu_status ipu_session_create(const ipu_executable *exe, const ipu_session_confi
     for (uint32_t k = 0; k < s->n_iters; k++) {
         s->iters[k].pending = ipu__calloc(s->pending_cap, sizeof *s->iters[k].pending);
         s->iters[k].part = ipu__calloc(na ? na : 1, sizeof *s->iters[k].part);
+        s->iters[k].cut = ipu__calloc(s->pending_cap + na, sizeof *s->iters[k].cut);
         s->iters[k].ptr = s->tensor_ptr;
     }
     bool ok = s->pops != NULL;
-    for (uint32_t k = 0; k < s->n_iters; k++) ok = ok && s->iters[k].pending && s->iters[k].part;
+    for (uint32_t k = 0; k < s->n_iters; k++)
+        ok = ok && s->iters[k].pending && s->iters[k].part && s->iters[k].cut;
     if (!ok) {
         st = ipu__fail(IPU_ERR_NOMEM, "session: cannot allocate the slot tables");
         goto fail;
@@ -258,6 +261,7 @@ void ipu_session_destroy(ipu_session *s) {
     for (uint32_t k = 0; s->iters && k < s->n_iters; k++) {
         ipu__free(s->iters[k].pending);
         ipu__free(s->iters[k].part);
+        ipu__free(s->iters[k].cut);
     }
     ipu__free(s->iters);
     ipu__free(s->pops);
@@ -603,22 +607,76 @@ ipu_status ipu_session_run_load(ipu_session *s) {
 
 /* ---- program execution ------------------------------------------------------------------- */
 
+/* Every request of the frame is cancelled (none: never). */
+static bool frame_cancelled(const ipu__frame *f) {
+    for (uint32_t k = 0; k < f->ncancel; k++)
+        if (!atomic_load_explicit(f->cancel[k], memory_order_relaxed)) return false;
+    return f->ncancel > 0;
+}
+
+/* The poll hook is due and cancels (the thread running the program only); sets poll_cut. */
+static bool poll_cancels(ipu_session *s, ipu__poller *p) {
+    uint64_t now = ipu__now_ns();
+    if (now < p->next) return false;
+    p->next = now + IPU_POLL_INTERVAL_NS;
+    if (!p->fn(p->ud)) return false;
+    atomic_store_explicit(&s->poll_cut, 1, memory_order_relaxed);
+    return true;
+}
+
+/* poll_cut counts only during the run of the hook that set it (inline: s->poll is set). */
+static bool stop_now(ipu_session *s, const ipu__frame *f, ipu__poller *p) {
+    return frame_cancelled(f) ||
+           (s->poll && atomic_load_explicit(&s->poll_cut, memory_order_relaxed)) ||
+           (p && poll_cancels(s, p));
+}
+
+ipu_status ipu__instr_run_pieces(ipu_session *s, const ipu__frame *f, const ipu__instr *ins,
+                                 size_t begin, size_t end, void *scratch, ipu__poller *poll) {
+    size_t n = end - begin;
+    /* Small work runs in one piece: no clock reads, no extra kernel call. */
+    if (n < 2 || (!f->ncancel && !s->poll) ||
+        ipu__instr_bytes(s->exe, ins) < IPU__PIECE_MIN_BYTES)
+        return ipu__instr_run(f, ins, begin, end, scratch);
+    /* A probe of 1/256 of the items times the kernel (small: a huge instruction's probe is not
+     * interruptible); the rest runs in pieces of about IPU__PIECE_NS at the rate measured by
+     * the piece before (in one when it is shorter than that). */
+    size_t piece = n / 256 ? n / 256 : 1;
+    uint64_t t = ipu__now_ns();
+    for (size_t b = begin; b < end;) {
+        size_t e = end - b > piece ? b + piece : end;
+        ipu_status st = ipu__instr_run(f, ins, b, e, scratch);
+        if (st != IPU_OK) return st;
+        if (e == end) break;
+        if (stop_now(s, f, poll))
+            return ipu__fail(IPU_ERR_CANCELLED, "cancelled after work item %zu of [%zu, %zu)",
+                             e, begin, end);
+        uint64_t now = ipu__now_ns();
+        double per = (double)(now - t) / (double)(e - b); /* ns per item */
+        double want = per > 0 ? IPU__PIECE_NS / per : (double)(end - e);
+        piece = want >= (double)(end - e) ? end - e : want < 1 ? 1 : (size_t)want;
+        t = now;
+        b = e;
+    }
+    return IPU_OK;
+}
+
 typedef struct ipu__job {
     ipu_session *s;
     const ipu__frame *f;
     const ipu__instr *ins;
+    ipu__poller *poll; /* worker 0 (the thread running the program) calls the hook */
 } ipu__job;
 
 static void job_fn(void *ctx, size_t begin, size_t end, uint32_t ith) {
     const ipu__job *j = ctx;
     if (j->s->wstatus[ith] != IPU_OK) return; /* keep this worker's first failure */
-    if (j->f->cancel && atomic_load_explicit(j->f->cancel, memory_order_relaxed)) {
-        j->s->wstatus[ith] = IPU_ERR_CANCELLED; /* the rest of the chunks are skipped */
-        snprintf(j->s->wmsg[ith], IPU__MSG_BYTES, "the request was cancelled");
-        return;
-    }
-    ipu_status st = ipu__instr_run(j->f, j->ins, begin, end, ipu__pool_scratch(j->s->pool, ith));
-    if (st != IPU_OK) {
+    ipu__poller *poll = ith == 0 ? j->poll : NULL;
+    ipu_status st = stop_now(j->s, j->f, poll)
+                        ? ipu__fail(IPU_ERR_CANCELLED, "the request was cancelled")
+                        : ipu__instr_run_pieces(j->s, j->f, j->ins, begin, end,
+                                                ipu__pool_scratch(j->s->pool, ith), poll);
+    if (st != IPU_OK) { /* the rest of the chunks are skipped */
         j->s->wstatus[ith] = st;
         snprintf(j->s->wmsg[ith], IPU__MSG_BYTES, "%s", ipu_last_error_message());
     }
@@ -640,35 +698,30 @@ static ipu_status run_instructions(ipu_session *s, const ipu__frame *f, uint32_t
     const ipu_executable *e = s->exe;
     const ipu__program *prog = &e->programs[index];
     char msg[IPU__MSG_BYTES] = "";
-    const atomic_int *cancel = f->cancel;
-    int (*poll)(void *) = s->poll;
-    uint64_t next_poll = s->poll_t0 + IPU_POLL_INTERVAL_NS;
+    ipu__poller poller = {s->poll, s->poll_ud, s->poll_t0 + IPU_POLL_INTERVAL_NS};
+    ipu__poller *poll = s->poll ? &poller : NULL;
+    if (poll) atomic_store_explicit(&s->poll_cut, 0, memory_order_relaxed);
     bool ran = false; /* the clock is read between instructions only: none for a single one */
     for (uint32_t i = 0; i < prog->n_instr; i++) {
         const ipu__instr *ins = &prog->instr[i];
         if (ins->op == IPU_OP_BIND && ins->n_out == 1 && s->override[ins->out[0]]) continue;
         size_t work = ipu__instr_work(e, ins);
         if (work == 0) continue;
-        if (cancel && atomic_load_explicit(cancel, memory_order_relaxed))
+        if (frame_cancelled(f))
             return ipu__fail(IPU_ERR_CANCELLED, "program %u cancelled before instruction %u",
                              prog->id, i);
-        if (poll && ran) {
-            uint64_t now = ipu__now_ns();
-            if (now >= next_poll) {
-                next_poll = now + IPU_POLL_INTERVAL_NS;
-                if (poll(s->poll_ud))
-                    return ipu__fail(IPU_ERR_CANCELLED, "program %u cancelled by the poll "
-                                     "hook before instruction %u", prog->id, i);
-            }
-        }
+        if (poll && ran && poll_cancels(s, poll))
+            return ipu__fail(IPU_ERR_CANCELLED, "program %u cancelled by the poll hook before "
+                             "instruction %u", prog->id, i);
         ipu_status st = IPU_OK;
         ran = true;
         if (alone || !split_over_pool(s, ins, work)) {
-            st = ipu__instr_run(f, ins, 0, work, ipu__pool_scratch(s->pool, alone ? alone - 1 : 0));
+            st = ipu__instr_run_pieces(s, f, ins, 0, work,
+                                       ipu__pool_scratch(s->pool, alone ? alone - 1 : 0), poll);
             if (st != IPU_OK) snprintf(msg, sizeof msg, "%s", ipu_last_error_message());
         } else {
             for (uint32_t w = 0; w < s->nth; w++) s->wstatus[w] = IPU_OK;
-            ipu__job job = {s, f, ins};
+            ipu__job job = {s, f, ins, poll};
             ipu__pool_run_range(s->pool, work, ipu__instr_contiguous(ins), job_fn, &job);
             for (uint32_t w = 0; w < s->nth && st == IPU_OK; w++) {
                 if (s->wstatus[w] != IPU_OK) {

@@ -65,6 +65,10 @@ typedef struct ipu__iter {
     ipu_status st;            /* first failure of the iteration */
     bool (*idle)(struct ipu_session *s); /* load: called while waiting for input; true = did work */
     uint32_t alone;           /* compute: 0 = split over the pool, w + 1 = serially on worker w */
+    /* The cancel flags of the requests whose rows the iteration carries (cancel_of of its
+     * slots, taken and partially taken; collected by the load stage): the frame's cancel. */
+    const atomic_int **cut;   /* [pending_cap + num_anchors] */
+    uint32_t ncut;
     char msg[IPU__MSG_BYTES]; /* message of the failure / of a CLOSED completion */
 } ipu__iter;
 /* Load results (ipu__iter.ev). */
@@ -188,17 +192,21 @@ struct ipu_session {
     atomic_int compute_done;
 
     /* Cancellation of the program being run (ipu__run_program_on): poll (inline requests: the
-     * runtime's poll hook, NULL: none) is called between instructions every
-     * IPU_POLL_INTERVAL_NS and cancels with a non-zero return; set by the thread running the
-     * program, before it runs.
+     * runtime's poll hook, NULL: none) is called by the thread running the program, between
+     * instructions and between pieces of an instruction's work, every IPU_POLL_INTERVAL_NS,
+     * and cancels with a non-zero return (poll_cut is then set: the pool's workers stop too);
+     * set by the thread running the program, before it runs.
      * cancel_of: the cancel flag of a queued slot's owner (the runtime's requests; NULL: none).
-     * The serial loop sets the frame's cancel to the flag of the first slot an iteration took
-     * when the iteration belongs to one request: no dynamic batching, no overlap I/O, no stage
-     * pipeline. A cancelled iteration fails its own slots only (IPU_ERR_CANCELLED). */
+     * Every iteration (serial loop, concurrent pair, overlap I/O, stage pipeline) runs with the
+     * flags of the requests whose rows it carries as its frame's cancel: it stops once all of
+     * them are cancelled (with dynamic batching, rows of a request still wanted keep it
+     * running). A cancelled iteration fails its own slots only (IPU_ERR_CANCELLED) and never
+     * ends the step. */
     const atomic_int *(*cancel_of)(const ipu_slot *sl);
     int (*poll)(void *); /* every IPU_POLL_INTERVAL_NS (ipu_runtime.h) */
     void *poll_ud;
     uint64_t poll_t0;    /* when the request started (the first poll is due one interval on) */
+    atomic_int poll_cut; /* the poll hook cancelled the program being run */
 
     struct ipu_trace *trace; /* tracepoints (ipu_trace.h): set before run_main starts; NULL off */
 };
@@ -292,6 +300,25 @@ static inline bool ipu__aborted(const ipu_session *s) {
 void ipu__session_disconnect_msg(ipu_session *s, ipu_status st, const char *msg);
 /* Bytes of an instruction's operands (small instructions run on one worker). */
 uint64_t ipu__instr_bytes(const ipu_executable *e, const ipu__instr *ins);
+/* Run work items [begin, end) of ins over frame f with `scratch`; when f is cancellable and the
+ * instruction is not small, in pieces of about IPU__PIECE_NS each, stopping between two with
+ * IPU_ERR_CANCELLED once f is cancelled or poll_cut is set. poll: the poll hook's state when
+ * the calling thread runs the program (it calls the hook when due), else NULL. A piece lasts
+ * half a poll interval: every piece costs a contiguous kernel (MatMul) one more packing of its
+ * operands. */
+#define IPU__PIECE_NS (IPU_POLL_INTERVAL_NS / 2)
+/* Instructions with fewer operand bytes run in one piece: they take a few ms at most (a
+ * [256, 256] MatMul, 0.75 MiB, takes 0.25 ms), and a probe piece costs a contiguous kernel a
+ * second packing of its operands (+14% for a [128, 128] MatMul). */
+#define IPU__PIECE_MIN_BYTES ((uint64_t)1 << 20)
+typedef struct ipu__poller {
+    int (*fn)(void *);
+    void *ud;
+    uint64_t next; /* when the hook is due */
+} ipu__poller;
+IPU_NODISCARD ipu_status ipu__instr_run_pieces(ipu_session *s, const ipu__frame *f,
+                                               const ipu__instr *ins, size_t begin, size_t end,
+                                               void *scratch, ipu__poller *poll);
 /* Run program programs[index] over frame f on the pool; the calling thread is worker 0. */
 IPU_NODISCARD ipu_status ipu__run_program(ipu_session *s, const ipu__frame *f, uint32_t index);
 /* alone = 0: as ipu__run_program; w + 1: every instruction serially on worker w (its scratch). */

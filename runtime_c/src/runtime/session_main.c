@@ -288,8 +288,25 @@ static void finish_inputs(ipu_session *s, ipu__iter *c, ipu_status st) {
     }
 }
 
+/* The cancel flags of the requests whose rows c carries: its taken slots and the partially
+ * taken front slots (still at the front: the next load has not started). */
+static void add_cancel(ipu_session *s, ipu__iter *c, const ipu_slot *sl) {
+    const atomic_int *flag = s->cancel_of(sl);
+    if (c->ncut == 0 || c->cut[c->ncut - 1] != flag) c->cut[c->ncut++] = flag;
+}
+
+static void collect_cancel(ipu_session *s, ipu__iter *c) {
+    c->ncut = 0;
+    if (!s->cancel_of) return;
+    for (size_t i = 0; i < c->npending; i++) add_cancel(s, c, &c->pending[i].sl);
+    for (uint32_t a = 0; a < s->num_anchors; a++)
+        if (c->part[a] && ipu_ring_front(s->rings[a]))
+            add_cancel(s, c, ipu_ring_front(s->rings[a]));
+}
+
 static void stage_load(ipu_session *s, ipu__iter *c, uint32_t it) {
     c->st = IPU_OK;
+    c->ncut = 0;
     c->sub = 0;
     c->filled = 0;
     c->ev = EV_READY;
@@ -347,13 +364,12 @@ static void stage_load(ipu_session *s, ipu__iter *c, uint32_t it) {
         else if (s->binds[a].kind == IPU_BIND_CALLBACK)
             call_stream(s, c, a);
     }
+    collect_cancel(s, c);
 }
 
 static void stage_compute(ipu_session *s, ipu__iter *c) {
     if (c->st != IPU_OK) return;
-    ipu__frame f = {s->exe, c->ptr, NULL};
-    if (s->cancel_of && c->npending && !s->batching && !s->pl_on && !s->exe->info.num_stages)
-        f.cancel = s->cancel_of(&c->pending[0].sl);
+    const ipu__frame f = {s->exe, c->ptr, c->cut, c->ncut};
     ipu_status ps = s->exe->info.num_stages
                         ? ipu__run_stages(s, &f)
                         : ipu__run_program_on(s, &f, s->exe->main_programs[c->sub], c->alone);

@@ -193,8 +193,9 @@ static unsigned post(ipu_session *s, int store, int load, uint32_t it, int early
     return d;
 }
 
+/* A failure ends the step; a cancelled iteration failed its own requests only. */
 static void note(ipu__iter *c, ipu_status *fail, char *msg) {
-    if (c->st == IPU_OK || *fail != IPU_OK) return;
+    if (c->st == IPU_OK || c->st == IPU_ERR_CANCELLED || *fail != IPU_OK) return;
     *fail = c->st;
     memcpy(msg, c->msg, IPU__MSG_BYTES);
 }

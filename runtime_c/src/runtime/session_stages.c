@@ -127,7 +127,8 @@ static void run_slot(ipu_session *s, uint32_t j, uint32_t ith, uint32_t rank, ui
                      ipu__gbar *bar) {
     const ipu_executable *e = s->exe;
     const ipu__program *prog = &e->programs[e->stages[s->pp_act[j]].program];
-    ipu__frame f = {e, s->pp_iter[j]->ptr, NULL};
+    const ipu__iter *c = s->pp_iter[j];
+    const ipu__frame f = {e, c->ptr, c->cut, c->ncut};
     void *scratch = ipu__pool_scratch(s->pool, ith);
     for (uint32_t i = 0; i < prog->n_instr; i++) {
         const ipu__instr *ins = &prog->instr[i];
@@ -136,8 +137,20 @@ static void run_slot(ipu_session *s, uint32_t j, uint32_t ith, uint32_t rank, ui
         bool alone = m == 1 || work < 2 || ipu__instr_bytes(e, ins) < IPU__PAR_MIN_BYTES;
         size_t begin = 0, end = rank == 0 ? work : 0;
         if (!alone) ipu__split_work(work, rank, m, &begin, &end);
-        if (begin < end) {
-            ipu_status st = ipu__instr_run(&f, ins, begin, end, scratch);
+        /* Cancelled: the batch stops here (a member that still sees the flag clear runs its
+         * part; every member leaves after the barrier). */
+        bool cut = true;
+        for (uint32_t k = 0; k < c->ncut && cut; k++)
+            cut = atomic_load_explicit(c->cut[k], memory_order_relaxed) != 0;
+        if (c->ncut && cut) {
+            unsigned none = UINT32_MAX;
+            if (atomic_compare_exchange_strong(&s->pp_fail_at[j], &none, i)) {
+                s->pp_st[j] = IPU_ERR_CANCELLED;
+                snprintf(s->pp_msg[j], IPU__MSG_BYTES, "program %u cancelled before "
+                         "instruction %u", prog->id, i);
+            }
+        } else if (begin < end) {
+            ipu_status st = ipu__instr_run_pieces(s, &f, ins, begin, end, scratch, NULL);
             unsigned none = UINT32_MAX;
             if (st != IPU_OK && atomic_compare_exchange_strong(&s->pp_fail_at[j], &none, i)) {
                 const char *name = ipu_opcode_name(ins->op);
@@ -253,7 +266,8 @@ ipu_status ipu__stages_run_main(ipu_session *s, ipu_step_result *r) {
         if (T >= S - 1 && T - (S - 1) == stored && stored < loaded) {
             ipu__iter *c = &s->iters[stored % S];
             if (!ipu__stage_store(s, c)) closed = true;
-            if (c->st != IPU_OK && fail == IPU_OK) {
+            /* a cancelled batch failed its own requests only */
+            if (c->st != IPU_OK && c->st != IPU_ERR_CANCELLED && fail == IPU_OK) {
                 fail = c->st;
                 memcpy(msg, c->msg, IPU__MSG_BYTES);
             }
@@ -265,7 +279,7 @@ ipu_status ipu__stages_run_main(ipu_session *s, ipu_step_result *r) {
                 continue;
             ipu__iter *c = &s->iters[(T - k) % S];
             if (c->st != IPU_OK) continue;
-            ipu__frame f = {e, c->ptr, NULL};
+            const ipu__frame f = {e, c->ptr, c->cut, c->ncut};
             ipu_status st = ipu__run_program(s, &f, e->stages[k].copy);
             if (st != IPU_OK) {
                 char what[64];
