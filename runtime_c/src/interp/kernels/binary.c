@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdbool.h>
 
+#include "isa.h"
 #include "kernels.h"
 
 /* Inner run: n elements; in[k] points at input k's first element, s[k] is 0 or 1. */
@@ -128,7 +129,7 @@ __attribute__((target("avx2"))) static bool pow_fast_avx2(const float *x, float 
 
 static bool pow_fast(const float *x, float z, float *y, size_t n) {
 #if defined(__x86_64__) || defined(__i386__)
-    if (__builtin_cpu_supports("avx2")) return pow_fast_avx2(x, z, y, n);
+    if (ipu__isa() >= IPU__ISA_AVX2) return pow_fast_avx2(x, z, y, n);
 #endif
     return pow_fast_body(x, z, y, n, 0);
 }
