@@ -7,10 +7,12 @@ import platform
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 from proc_cpuinfo import first_cpu
 
-from pyipu import _core
+from pyipu import _config, _core
+from pyipu.errors import InvalidArgumentError
 
 
 def cpu() -> tuple[str, int, set[str]]:
@@ -56,3 +58,35 @@ def test_auto_is_the_best_level_except_avx2_sgemm_on_zen4() -> None:
 def test_portable_is_always_available() -> None:
     assert _core.set_isa(1) == 1
     assert _core.sgemm_isa() == 1
+
+
+def test_pyipu_isa_forces_the_level_for_a_runner(monkeypatch: pytest.MonkeyPatch) -> None:
+    from models import run_c, scale_model
+
+    from pyipu.compiler import Compiler
+
+    exe = Compiler.compile(scale_model())
+    feeds = {"X": np.arange(12, dtype=np.float32).reshape(4, 3)}
+    assert _core.set_isa(0) == _core.isa_best()
+    monkeypatch.setenv("PYIPU_ISA", "portable")
+    np.testing.assert_array_equal(run_c(exe, feeds)["Y"], 2 * feeds["X"] + 1)
+    assert _core.sgemm_isa() == 1
+    monkeypatch.setenv("PYIPU_ISA", "")  # empty: the level is left as it is
+    run_c(exe, feeds)
+    assert _core.sgemm_isa() == 1
+
+
+@pytest.mark.parametrize("value", ["AVX2", "sse", "3", " portable x"])
+def test_pyipu_isa_rejects_unknown_names(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("PYIPU_ISA", value)
+    with pytest.raises(InvalidArgumentError, match="PYIPU_ISA"):
+        _config.apply_isa()
+
+
+def test_pyipu_isa_rejects_a_level_the_cpu_lacks(monkeypatch: pytest.MonkeyPatch) -> None:
+    names = {level: name for name, level in _core.ISA_LEVELS.items()}
+    if _core.isa_best() == max(names):
+        pytest.skip("this CPU runs every level")
+    monkeypatch.setenv("PYIPU_ISA", names[_core.isa_best() + 1])
+    with pytest.raises(InvalidArgumentError, match="does not run"):
+        _config.apply_isa()
