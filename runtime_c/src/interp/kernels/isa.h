@@ -12,8 +12,9 @@ enum {
     IPU__ISA_MAX = IPU__ISA_AVX512
 };
 
-/* The level in use, 0 until the first probe. Read through ipu__isa(). */
-extern int ipu__isa_now;
+/* The level in use, 0 until the first probe. Read through ipu__isa(). Hidden: a direct load,
+ * not one through the GOT. */
+extern int ipu__isa_now __attribute__((visibility("hidden")));
 
 /* Probes the CPU once (cached: CPUID may trap to a hypervisor) and returns the level in use. */
 int ipu__isa_probe(void);
