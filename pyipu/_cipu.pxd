@@ -255,10 +255,12 @@ cdef extern from "ipu/ipu.h" nogil:
     ipu_status ipu_runtime_set_trace(ipu_runtime *rt, ipu_trace *t)
 
 
-# Internal to the core (kernels.h), for tests: force the sgemm micro-kernel ISA.
-cdef extern int ipu__sgemm_set_isa(int isa) nogil
-# Internal to the core (kernels.h), for tests: force the float16 conversion level, and the
-# bulk conversions themselves.
-cdef extern int ipu__f16_set_isa(int isa) nogil
+# Internal to the core (kernels/isa.h): the CPU's instruction-set levels and the one switch
+# forcing a level for every kernel family; the sgemm micro-kernel's level in use (kernels.h).
+cdef extern int ipu__isa_force(int level) nogil
+cdef extern int ipu__isa_best() nogil
+cdef extern const char *ipu__isa_name(int level) nogil
+cdef extern int ipu__sgemm_isa() nogil
+# Internal to the core (kernels.h), for tests: the bulk float16 conversions.
 cdef extern void ipu__cvt_f16_to_f32(const uint16_t *src, float *dst, size_t n) nogil
 cdef extern void ipu__cvt_f32_to_f16(const float *src, uint16_t *dst, size_t n) nogil

@@ -81,3 +81,19 @@ def default_cache_dir() -> str:
     if home == "~" or not os.path.isabs(home):
         raise RuntimeError("no home directory to put the engine cache in (set PYIPU_CACHE_DIR)")
     return os.path.join(home, ".cache", "pyipu")
+
+
+def apply_isa() -> None:
+    """PYIPU_ISA forces one instruction-set level (a name of _core.ISA_LEVELS) for every kernel;
+    unset or empty leaves the level as it is (the best the CPU runs unless a test forced one)."""
+    raw = os.environ.get("PYIPU_ISA", "").strip()
+    if not raw:
+        return
+    from pyipu import _core  # imported late: _config loads without it
+
+    levels = _core.ISA_LEVELS
+    if raw not in levels:
+        raise InvalidArgumentError(f"PYIPU_ISA must be one of {sorted(levels)}, got {raw[:40]!r}")
+    if levels[raw] > _core.isa_best():
+        raise InvalidArgumentError(f"PYIPU_ISA={raw}: this CPU does not run that instruction set")
+    _core.set_isa(levels[raw])

@@ -103,18 +103,35 @@ cdef int _check(ipu_status s) except -1:
     raise _errors.from_status(ipu_status_name(s).decode(), s, detail or ipu_status_str(s).decode())
 
 
-def set_sgemm_isa(int isa):
-    """Force the sgemm micro-kernel ISA for tests and benchmarks: 0 auto (the best the CPU runs,
-    but AVX2 on AMD Zen 4), 1 portable, 2 AVX2+FMA, 3 AVX-512 (one the CPU lacks means auto).
-    Returns the ISA now in use. Process-wide."""
-    return ipu__sgemm_set_isa(isa)
+cdef dict _isa_levels():
+    levels = {}
+    cdef int i = 1
+    while ipu__isa_name(i) != NULL:
+        levels[ipu__isa_name(i).decode()] = i
+        i += 1
+    return levels
 
 
-def set_f16_isa(int isa):
-    """Force the float16 <-> float32 conversion level for tests and benchmarks: 0 auto, 1
-    portable, 2 F16C, 3 AVX-512F (one the CPU lacks means auto). Returns the level now in use.
-    Process-wide."""
-    return ipu__f16_set_isa(isa)
+# Instruction-set level names and numbers ({"portable": 1, ...}), from kernels/isa.h.
+ISA_LEVELS = _isa_levels()
+
+
+def set_isa(int level):
+    """Force one instruction-set level (ISA_LEVELS) for every kernel family, process-wide; 0, or
+    a level this CPU does not run, means automatic (the best it runs). Returns the level now in
+    use. Set it between runs: for tests, benchmarks and PYIPU_ISA."""
+    return ipu__isa_force(level)
+
+
+def isa_best():
+    """The best instruction-set level (ISA_LEVELS) this CPU runs."""
+    return ipu__isa_best()
+
+
+def sgemm_isa():
+    """The sgemm micro-kernel's level under the level in use (AVX2 on AMD Zen 4 when automatic);
+    packed weight layouts are tagged with it."""
+    return ipu__sgemm_isa()
 
 
 def f16_to_f32(const uint16_t[::1] src not None):

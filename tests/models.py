@@ -159,6 +159,24 @@ def assert_matches_reference(
             np.testing.assert_array_equal(g, r, err_msg=f"{what} vs reference: {name}")
 
 
+def assert_parity(got: dict[str, np.ndarray], ref: dict[str, np.ndarray]) -> None:
+    """assert_matches_reference for float outputs with infinities: the same NaNs and infinities
+    as the reference, finite values within rounding of the largest finite magnitude (an infinity
+    must not widen the tolerance)."""
+    assert set(got) == set(ref)
+    for name, r in ref.items():
+        g = got[name]
+        assert g.dtype == r.dtype and g.shape == r.shape, (name, g.dtype, g.shape, r.shape)
+        np.testing.assert_array_equal(np.isnan(g), np.isnan(r), err_msg=f"{name}: NaNs")
+        inf = np.isinf(r)
+        np.testing.assert_array_equal(g[inf], r[inf], err_msg=f"{name}: infinities")
+        fin = np.isfinite(r)
+        g32, r32 = g[fin].astype(np.float32), r[fin].astype(np.float32)
+        tol = 2e-3 if r.dtype == np.float16 else 1e-5
+        scale = max(1.0, float(np.abs(r32).max(initial=0)))
+        np.testing.assert_allclose(g32, r32, rtol=tol, atol=tol * scale, err_msg=name)
+
+
 def run_ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     import onnxruntime as ort
 

@@ -4,22 +4,9 @@ float32 values that probe the rounding: ties to even, subnormals, overflow, inf 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
-import pytest
 
 from pyipu import _core
-
-LEVELS = [lvl for lvl in (1, 2, 3) if _core.set_f16_isa(lvl) == lvl]
-_core.set_f16_isa(0)
-
-
-@pytest.fixture(params=LEVELS, ids=[f"isa{lvl}" for lvl in LEVELS])
-def level(request: pytest.FixtureRequest) -> Iterator[int]:
-    assert _core.set_f16_isa(request.param) == request.param
-    yield request.param
-    _core.set_f16_isa(0)
 
 
 def _same_f32(got: np.ndarray, want: np.ndarray) -> None:
@@ -29,7 +16,7 @@ def _same_f32(got: np.ndarray, want: np.ndarray) -> None:
     np.testing.assert_array_equal(got.view(np.uint32)[~nan], want.view(np.uint32)[~nan])
 
 
-def test_every_half_to_float(level: int) -> None:
+def test_every_half_to_float(isa_level: int) -> None:
     halves = np.arange(1 << 16, dtype=np.uint16)
     # odd lengths exercise the vector loops' tails
     for n in (1 << 16, 65533, 17, 15, 7, 1):
@@ -70,7 +57,7 @@ def _probe_floats() -> np.ndarray:
     return np.concatenate([finite, mid, near, special, bits]).astype(np.float32)
 
 
-def test_floats_to_half_round_to_nearest_even(level: int) -> None:
+def test_floats_to_half_round_to_nearest_even(isa_level: int) -> None:
     x = _probe_floats()
     with np.errstate(over="ignore", invalid="ignore"):
         want = x.astype(np.float16)

@@ -1,5 +1,6 @@
 """float16 kernels (float16 in memory, float32 compute) against the NumPy reference at every
-combination of conversion level (portable, F16C, AVX-512F) and sgemm micro-kernel the CPU runs:
+instruction-set level the CPU runs (conversions portable, F16C or AVX-512F, with the sgemm
+micro-kernel and the other kernels of the same level; the `isa_level` fixture):
 MatMul/Gemm with weights packed as float32 at load and with activation operands (long rows,
 transposed A, columns past one packing run), convolutions (the GEMM path through im2col, the
 window path on converted rows, Winograd, depthwise; strides, pads, dilation, groups, fused
@@ -7,38 +8,19 @@ residual epilogues, infinities and NaNs), pools over staged rows, element-wise a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import numpy as np
 import pytest
-from models import F16, arr, assert_matches_reference, compile_single_op, run_c
+from models import F16, arr, assert_parity, compile_single_op, run_c
 from test_conv_epilogue import _block
 
-from pyipu import _core
 from pyipu.compiler import Compiler
-
-F16_LEVELS = [lvl for lvl in (1, 2, 3) if _core.set_f16_isa(lvl) == lvl]
-GEMM_LEVELS = [lvl for lvl in (1, 2, 3) if _core.set_sgemm_isa(lvl) == lvl]
-_core.set_f16_isa(0)
-_core.set_sgemm_isa(0)
-# every conversion level with the best micro-kernel, every micro-kernel with the best level
-LEVELS = sorted(
-    {(f, GEMM_LEVELS[-1]) for f in F16_LEVELS} | {(F16_LEVELS[-1], g) for g in GEMM_LEVELS}
-)
-
-
-@pytest.fixture(params=LEVELS, ids=[f"cvt{f}-gemm{g}" for f, g in LEVELS])
-def levels(request: pytest.FixtureRequest) -> Iterator[tuple[int, int]]:
-    f, g = request.param
-    assert _core.set_f16_isa(f) == f and _core.set_sgemm_isa(g) == g
-    yield f, g
-    _core.set_f16_isa(0)
-    _core.set_sgemm_isa(0)
 
 
 def _check(op: str, inputs: list[np.ndarray], attrs: dict | None = None, **kw: object) -> None:
     exe, feeds, _ = compile_single_op(op, inputs, attrs, opset=17, **kw)
-    assert_matches_reference(run_c(exe, feeds), exe.run_reference(feeds))
+    assert_parity(run_c(exe, feeds), exe.run_reference(feeds))
 
 
 def _u(shape: tuple[int, ...], seed: int) -> np.ndarray:
@@ -190,12 +172,12 @@ CASES: dict[str, Callable[[], None]] = {
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_f16_kernel(case: str, levels: tuple[int, int]) -> None:
+def test_f16_kernel(case: str, isa_level: int) -> None:
     CASES[case]()
 
 
 @pytest.mark.parametrize("k,stride,hw", [(3, 2, 13), (7, 2, 20), (3, 1, 9), (1, 2, 11)])
-def test_f16_fused_residual(k: int, stride: int, hw: int, levels: tuple[int, int]) -> None:
+def test_f16_fused_residual(k: int, stride: int, hw: int, isa_level: int) -> None:
     """Conv → BatchNormalization → Add (half residual) → Relu as one instruction, on the window
     (k > 1, stride 2), Winograd and GEMM paths, with an infinity and a NaN in the input."""
     model = _block(F16, bn=True, residual=True, relu=True, bias=True, k=k, hw=hw, stride=stride)
@@ -205,4 +187,4 @@ def test_f16_fused_residual(k: int, stride: int, hw: int, levels: tuple[int, int
     x[0, 5, 0, hw // 3] = np.inf
     oh = (hw - 1) // stride + 1
     feeds = {"x": x, "z": arr((1, 16, oh, oh), F16, 7, low=-1, high=1)}
-    assert_matches_reference(run_c(exe, feeds), exe.run_reference(feeds))
+    assert_parity(run_c(exe, feeds), exe.run_reference(feeds))

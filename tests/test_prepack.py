@@ -70,7 +70,13 @@ def exe() -> Executable:
 @pytest.fixture(autouse=True)
 def auto_isa() -> Iterator[None]:
     yield
-    _core.set_sgemm_isa(0)
+    _core.set_isa(0)
+
+
+def auto_sgemm_isa() -> int:
+    """The sgemm micro-kernel's level once no level is forced."""
+    _core.set_isa(0)
+    return _core.sgemm_isa()
 
 
 def counts(data: bytes) -> tuple[int, int]:
@@ -168,11 +174,11 @@ def test_decoded_program_drops_the_blob_and_reencodes_the_same_file(exe: Executa
 
 
 def test_packed_for_another_isa_is_packed_at_load(exe: Executable) -> None:
-    if _core.set_sgemm_isa(0) == 1:
+    if auto_sgemm_isa() == 1:
         pytest.skip("only the portable micro-kernel on this CPU")
-    _core.set_sgemm_isa(1)  # the portable micro-kernel tags its layout ISA 1
+    _core.set_isa(1)  # the portable micro-kernel tags its layout ISA 1
     portable = encode_container(exe.program)
-    _core.set_sgemm_isa(0)
+    _core.set_isa(0)
     assert counts(portable) == (0, 2)
     native = exe.to_bytes()
     np.testing.assert_array_equal(run(portable), run(native))
@@ -181,7 +187,7 @@ def test_packed_for_another_isa_is_packed_at_load(exe: Executable) -> None:
 def test_file_packed_for_avx512_is_packed_at_load_on_another_cpu(exe: Executable) -> None:
     """Tags say ISA 3 (AVX-512, micro-kernel height 12): unless this CPU runs that micro-kernel,
     nothing matches and the weights are packed at load."""
-    if _core.set_sgemm_isa(0) == 3:
+    if auto_sgemm_isa() == 3:
         pytest.skip("this CPU runs the AVX-512 micro-kernel")
 
     def avx512(p: bytearray) -> bytearray:
@@ -321,7 +327,7 @@ def test_matmul_and_gemm_weights_are_carried_packed() -> None:
     assert counts(encode_container(fc.program, prepack=False)) == (0, 2)
     got = run_c(Executable.from_bytes(data), feeds)["y"]
     assert_matches_reference({"y": got}, fc.run_reference(feeds))
-    _core.set_sgemm_isa(1)  # portable micro-kernel: other panel width, packed at load
+    _core.set_isa(1)  # portable micro-kernel: other panel width, packed at load
     assert counts(data) == (0, 2)
     portable = run_c(Executable.from_bytes(data), feeds)["y"]
     assert_matches_reference({"y": portable}, fc.run_reference(feeds))
@@ -359,7 +365,7 @@ def test_small_map_convolutions_carry_transposed_weights() -> None:
     exe = Compiler.compile(_small_map_model())
     data = exe.to_bytes()
     assert counts(data) == (2, 0)
-    if _core.set_sgemm_isa(0) in (2, 3):  # AVX2 / AVX-512 (the portable kernel may not pick it)
+    if auto_sgemm_isa() in (2, 3):  # AVX2 / AVX-512 (the portable kernel may not pick it)
         (payload,) = [b[3] for b in split_container(data) if b[2] == PACKED_BLOB]
         n = struct.unpack_from("<I", payload, 12)[0]
         assert [field(bytearray(payload), e, 12, "<I") for e in range(n)] == [2, 2]
@@ -393,7 +399,7 @@ def test_winograd_convolutions_carry_transformed_weights() -> None:
     data = exe.to_bytes()
     feeds = {"x": arr((1, 32, 14, 14), F32, 23, low=-1, high=1)}
     assert counts(data) == (1, 0)
-    if _core.set_sgemm_isa(0) == 2:  # the AVX2 tile (the others may keep it direct)
+    if auto_sgemm_isa() == 2:  # the AVX2 tile (the others may keep it direct)
         (payload,) = [b[3] for b in split_container(data) if b[2] == PACKED_BLOB]
         assert field(bytearray(payload), 0, 12, "<I") == 3
         assert field(bytearray(payload), 0, 56, "<Q") == 16 * 66 * 32 * 4  # 11 panels of 6

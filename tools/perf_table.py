@@ -218,10 +218,10 @@ def footprint_rows(benches: list[dict[str, Any]]) -> list[str]:
 
 
 def micro_kernel() -> str:
-    """The sgemm micro-kernel pyipu picks on this CPU."""
+    """The sgemm micro-kernel in use: pyipu's pick for this CPU unless PYIPU_ISA forces one."""
     from pyipu import _core
 
-    return {1: "portable", 2: "AVX2+FMA", 3: "AVX-512"}.get(_core.set_sgemm_isa(0), "?")
+    return {1: "portable", 2: "AVX2+FMA", 3: "AVX-512"}.get(_core.sgemm_isa(), "?")
 
 
 def machine(data: dict[str, Any], load: str) -> list[str]:

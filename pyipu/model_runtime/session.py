@@ -55,6 +55,7 @@ class Session:
     def __init__(self, popef: Any, config: SessionConfig | None = None, device: Any = None):
         self.config = config or SessionConfig()
         self.device = device
+        _config.apply_isa()  # before loading: weights are packed for the level in use
         self._exe = load_executable(popef)
         self._info = self._exe.get_info()
         self._anchors, self._directions = describe_anchors(self._exe)

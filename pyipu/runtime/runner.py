@@ -124,6 +124,7 @@ class Runner:
             raise InvalidArgumentError(
                 f"config must be a RuntimeConfig, got {type(self.config).__name__}"
             )
+        _config.apply_isa()  # before loading: weights are packed for the level in use
         executable = load_executable(popef)
         self._info = executable.get_info()
         replicas = int(self._info["replication_factor"])

@@ -14,6 +14,7 @@
 #include "interp/kernels/conv.h"
 #include "interp/kernels/eltwise.h"
 #include "interp/kernels/gather.h"
+#include "interp/kernels/isa.h"
 #include "interp/kernels/matmul.h"
 #include "interp/kernels/pool.h"
 #include "interp/kernels/reduce.h"
@@ -33,6 +34,13 @@ static int passed, failed;
             printf("\n");                                        \
         }                                                        \
     } while (0)
+
+/* Forces ISA level `isa` (isa.h, 0 = automatic) for every kernel family; returns the level of
+ * the sgemm micro-kernel now in use (the plans' panel widths follow it). */
+static inline int force_isa(int isa) {
+    ipu__isa_force(isa);
+    return ipu__sgemm_isa();
+}
 
 static uint64_t rng = 0x9e3779b97f4a7c15ULL;
 static inline uint32_t rnd(void) {

@@ -10,7 +10,7 @@
  * 7x7 or 14x14 map with stored weights, on every micro-kernel; with few channels the pixels
  * are split instead (tpose_rows), so the count is of all items. */
 static void test_conv_small_map_items(int isa) {
-    int used = ipu__sgemm_set_isa(isa);
+    int used = force_isa(isa);
     ipu__ukr u;
     ipu__sgemm_ukr(&u);
     int tposed = 0;
@@ -58,7 +58,7 @@ static void test_conv_small_map_items(int isa) {
     }
     CHECK(tposed >= 5, "small map items, isa %d: only %d cases took the small-map path", used,
           tposed);
-    ipu__sgemm_set_isa(0);
+    force_isa(0);
 }
 
 /* Small-map path, one block of pixels whose channels would make two unequal items (5 weight
@@ -66,7 +66,7 @@ static void test_conv_small_map_items(int isa) {
  * channels (verify_conv.c tpose_rows). Inception v2's shapes; the rule is the AVX-512 kernel's
  * (nr 32, mq 4), the other kernels' panels split evenly here. */
 static void test_conv_small_map_pixel_halves(int isa) {
-    int used = ipu__sgemm_set_isa(isa);
+    int used = force_isa(isa);
     ipu__ukr u;
     ipu__sgemm_ukr(&u);
     /* C, H (= W), K, Cog */
@@ -83,14 +83,14 @@ static void test_conv_small_map_pixel_halves(int isa) {
         ti_free(h, &ti);
         h_free(h);
     }
-    ipu__sgemm_set_isa(0);
+    force_isa(0);
 }
 
 /* The GEMM path's row blocks only cut the work items: they are cut evenly, ceil(OH / blocks)
  * rows each (27 rows as 14 + 13: at 18 + 9 a second worker idled for a third of the layer).
  * Pointwise layers of SqueezeNet's sizes, with stored weights, on every micro-kernel. */
 static void test_conv_gemm_row_blocks(int isa) {
-    int used = ipu__sgemm_set_isa(isa);
+    int used = force_isa(isa);
     /* C, H (= W), Cog */
     static const int64_t cases[][3] = {{256, 27, 32}, {128, 27, 32}, {32, 27, 128},
                                        {64, 55, 16},  {128, 55, 16}, {16, 55, 64}};
@@ -111,7 +111,7 @@ static void test_conv_gemm_row_blocks(int isa) {
         h_free(h);
     }
     CHECK(gemm >= 4, "gemm rows, isa %d: only %d cases took the GEMM path", used, gemm);
-    ipu__sgemm_set_isa(0);
+    force_isa(0);
 }
 
 int main(void) {

@@ -161,7 +161,7 @@ static void test_matmul_f32(int isa) {
         {{3, 5, 1, 300}, {3, 5, 300, 70}},
         {{4, 2, 1, 9, 53}, {3, 3, 53, 800}},
     };
-    int used = ipu__sgemm_set_isa(isa);
+    int used = force_isa(isa);
     size_t ncases = sizeof cases / sizeof cases[0];
     for (size_t ci = 0; ci < 2 * ncases; ci++) {
         size_t c = ci % ncases;
@@ -181,7 +181,7 @@ static void test_matmul_f32(int isa) {
         free(want);
         h_free(h);
     }
-    ipu__sgemm_set_isa(0);
+    force_isa(0);
 }
 
 /* CONV2D float32 on every micro-kernel (forced ISA) against a double-precision direct loop:
@@ -229,7 +229,7 @@ static void test_conv_f32(int isa) {
         {{1, 12, 9, 61}, {14, 12, 5, 5}, {1, 1, 1, 1, 1, 2, 2, 2, 2}},
         {{1, 12, 9, 61}, {14, 12, 5, 5}, {1, 1, 1, 1, 1, 2, 2, 2, 2}},
     };
-    int used = ipu__sgemm_set_isa(isa);
+    int used = force_isa(isa);
     size_t ncases = sizeof cases / sizeof cases[0];
     for (size_t ci = 0; ci < 2 * ncases; ci++) {
         size_t c = ci % ncases;
@@ -275,7 +275,7 @@ static void test_conv_f32(int isa) {
         free(want);
         h_free(h);
     }
-    ipu__sgemm_set_isa(0);
+    force_isa(0);
 }
 
 /* The micro-kernel's rows variant (B row k read in place at b + off[k], any alignment) and its
@@ -284,7 +284,7 @@ static void test_conv_f32(int isa) {
  * micro-kernel that has the variants. */
 static void test_ukr_rows(void) {
     for (int isa = 1; isa <= 3; isa++) {
-        int used = ipu__sgemm_set_isa(isa);
+        int used = force_isa(isa);
         ipu__ukr u;
         ipu__sgemm_ukr(&u);
         if (!u.rows || used != isa) continue;
@@ -328,7 +328,7 @@ static void test_ukr_rows(void) {
         free(bp);
         free(src);
     }
-    ipu__sgemm_set_isa(0);
+    force_isa(0);
 }
 
 static void test_matmul_other(void) {
@@ -660,9 +660,9 @@ static void bench_ukr(void) {
 
 static void bench(void) {
     void *scratch = aligned_alloc(64, IPU__WORKER_SCRATCH_BYTES);
-    printf("sgemm micro-kernel by default: isa %d\n", ipu__sgemm_set_isa(0));
+    printf("sgemm micro-kernel by default: isa %d\n", force_isa(0));
     for (int isa = 3; isa >= 1; isa--) {
-        int used = ipu__sgemm_set_isa(isa);
+        int used = force_isa(isa);
         if (used != isa) continue;
         bench_ukr();
         for (int64_t n = 64; n <= 1024; n *= 2) {
@@ -690,7 +690,7 @@ static void bench(void) {
             free(c);
         }
     }
-    ipu__sgemm_set_isa(0);
+    force_isa(0);
     /* the demo shape through the MATMUL kernel: 16 x 256^3 */
     H *h = h_new(16 << 20);
     uint32_t a = T(h, FLOAT32, 16, 256, 256), b = T(h, FLOAT32, 16, 256, 256), y = T(h, FLOAT32, 16, 256, 256);

@@ -41,7 +41,7 @@ static void test_gemm_paths(int isa) {
         {130, 70, 300}, {130, 800, 97}, {200, 37, 1}, {1, 1, 1}, {6, 16, 256}, {2, 9, 0},
         {20, 2000, 260}, /* one call for all blocks of columns: B packed into 2 MB of scratch */
     };
-    int used = ipu__sgemm_set_isa(isa);
+    int used = force_isa(isa);
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
         for (int ta = 0; ta < 2; ta++)
             for (int tb = 0; tb < 2; tb++)
@@ -69,7 +69,7 @@ static void test_gemm_paths(int isa) {
                           used, (long long)M, (long long)N, (long long)K, ta, tb, cmode, cst, err);
                     h_free(h);
                 }
-    ipu__sgemm_set_isa(0);
+    force_isa(0);
 }
 
 /* The plan: GEMV for M <= 4, packed otherwise; B packed at load only when it is TENSOR_DATA. */
@@ -114,7 +114,7 @@ static void test_plan_paths(void) {
 /* MatMul row blocks are whole micro-kernel tiles (a block of 66 rows would make the 12-row
  * AVX-512 kernel compute 72), as even as that allows, and cover every row. */
 static void test_matmul_row_blocks(int isa) {
-    int used = ipu__sgemm_set_isa(isa);
+    int used = force_isa(isa);
     ipu__ukr u;
     ipu__sgemm_ukr(&u);
     static const int64_t ms[] = {128, 256, 1000, 97};
@@ -133,7 +133,7 @@ static void test_matmul_row_blocks(int isa) {
         ti_free(h, &ti);
         h_free(h);
     }
-    ipu__sgemm_set_isa(0);
+    force_isa(0);
 }
 
 /* 1x1 convolutions of one group with at most two weight panels of output channels on planes of
@@ -141,7 +141,7 @@ static void test_matmul_row_blocks(int isa) {
  * read A's columns from planes pages apart), where the padded products alone would pick the
  * small-map path (these shapes do on every micro-kernel). */
 static void test_conv_pointwise_large_planes(int isa) {
-    int used = ipu__sgemm_set_isa(isa);
+    int used = force_isa(isa);
     ipu__ukr u;
     ipu__sgemm_ukr(&u);
     static const int64_t cases[][3] = {{256, 56, 2}, {64, 32, 2}, {128, 40, 1}}; /* C, H, M/nr */
@@ -155,14 +155,14 @@ static void test_conv_pointwise_large_planes(int isa) {
         ti_free(h, &ti);
         h_free(h);
     }
-    ipu__sgemm_set_isa(0);
+    force_isa(0);
 }
 
 /* The edge-tile kernel against the full one: every h x w corner, accumulating or not, with
  * each epilogue; bit for bit (same operations per element), nothing outside the corner read
  * into the result or written (guards around it; rows of A past h hold values, not zeros). */
 static void test_ukr_part(int isa) {
-    int used = ipu__sgemm_set_isa(isa);
+    int used = force_isa(isa);
     ipu__ukr u;
     ipu__sgemm_ukr(&u);
     enum { KC = 37, LD = IPU__SGEMM_MAX_NR + 5, ROWS = IPU__SGEMM_MAX_MR + 2 };
@@ -201,14 +201,14 @@ static void test_ukr_part(int isa) {
                 if (memcmp(c, c0, sizeof c)) bad++;
             }
     CHECK(!bad, "ukr part isa %d: %d of %d corners differ from the full tile", used, bad, cases);
-    ipu__sgemm_set_isa(0);
+    force_isa(0);
 }
 
 /* The full tile with a prefetch stream (fewer, as many and more lines than k steps) computes
  * what it does without one, bit for bit; ipu__prefetch_share splits a panel's lines over the
  * tiles without gaps or overlaps (each tile a share, the last ending at the panel's end). */
 static void test_ukr_prefetch_stream(int isa) {
-    int used = ipu__sgemm_set_isa(isa);
+    int used = force_isa(isa);
     ipu__ukr u;
     ipu__sgemm_ukr(&u);
     enum { KC = 40 };
@@ -243,7 +243,7 @@ static void test_ukr_prefetch_stream(int isa) {
         CHECK(ok && seen == lines && done == lines, "prefetch shares of %lld lines over %lld",
               (long long)lines, (long long)calls);
     }
-    ipu__sgemm_set_isa(0);
+    force_isa(0);
 }
 
 /* B packed at load, then (1) the session binds another B: the kernel must read that one; (2) the
@@ -262,13 +262,13 @@ static void test_packed_b_not_used(void) {
     memcpy(&at[2], &one, 8);
     memcpy(&at[3], &zero, 8);
     for (int mode = 0; mode < 2; mode++) {
-        ipu__sgemm_set_isa(mode == 1 ? 2 : 0);
+        force_isa(mode == 1 ? 2 : 0);
         TI ti;
         ipu_status st = ti_make(h, &ti, IPU_OP_GEMM, 2, (uint32_t[]){a, b}, y, 4, at);
         CHECK(st == IPU_OK && ((const ipu__mm_plan *)ti.ins.plan)->packed, "packed plan");
         void *saved = h->ptr[b];
         if (mode == 0) h->ptr[b] = h->ptr[b2]; /* what BIND of a user buffer does */
-        else ipu__sgemm_set_isa(1);             /* portable kernel: other panel width */
+        else force_isa(1);             /* portable kernel: other panel width */
         ipu__frame f = {&h->e, h->ptr, NULL, 0};
         CHECK(ipu__instr_run(&f, &ti.ins, 0, ipu__instr_work(&h->e, &ti.ins), h->scratch) == IPU_OK,
               "run");
@@ -278,7 +278,7 @@ static void test_packed_b_not_used(void) {
         h->ptr[b] = saved;
         ti_free(h, &ti);
     }
-    ipu__sgemm_set_isa(0);
+    force_isa(0);
     h_free(h);
 }
 

@@ -49,7 +49,7 @@ static void ref_conv3(const wcase *c, const float *x, const float *w, const floa
 #define TOL 5e-4
 
 static void test_wino(int isa) {
-    int used = ipu__sgemm_set_isa(isa), nwino = 0;
+    int used = force_isa(isa), nwino = 0;
     ipu__ukr u;
     ipu__sgemm_ukr(&u);
     for (size_t k = 0; k < sizeof CASES / sizeof CASES[0]; k++) {
@@ -98,21 +98,21 @@ static void test_wino(int isa) {
         /* the plan run by another micro-kernel (a test forcing the ISA after loading): the
          * Winograd path where its panels fit (portable 6 x 8 after AVX2 6 x 16), else direct */
         for (int other = 1; other <= 3; other++) {
-            if (ipu__sgemm_set_isa(other) == used) continue;
+            if (force_isa(other) == used) continue;
             memset(h->ptr[y], 0xA5, h->t[y].desc.nbytes);
             CHECK(ipu__instr_run(&f, &ti.ins, 0, work, h->scratch) == IPU_OK, "other isa run");
             err = max_rel_err(h->ptr[y], want, ny);
             CHECK(err < TOL, "case %zu planned for isa %d, run on %d: rel err %g", k, used, other,
                   err);
         }
-        ipu__sgemm_set_isa(isa);
+        force_isa(isa);
         ti_free(h, &ti);
         free(want);
         h_free(h);
     }
     /* the 32-wide AVX-512 tile pads small maps too much for some of them */
     CHECK(nwino >= (u.nr == 16 ? 6 : 2), "isa %d: %d cases took the Winograd path", used, nwino);
-    ipu__sgemm_set_isa(0);
+    force_isa(0);
 }
 
 /* 3x3 convolutions the Winograd plan must leave to the direct paths. */

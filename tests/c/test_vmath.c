@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "float_ulps.h"
+#include "interp/kernels/isa.h"
 #include "interp/kernels/vmath.h"
 
 static int failures;
@@ -109,7 +110,7 @@ int main(int argc, char **argv) {
     uint32_t stride = argc > 1 ? (uint32_t)strtoul(argv[1], NULL, 10) : 4093u;
     if (stride == 0) stride = 1;
     for (int isa = 1; isa <= 2; isa++) {
-        if (ipu__vm_set_isa(isa) != isa) continue; /* no AVX2 here */
+        if (ipu__isa_force(isa) != isa) continue; /* no AVX2 here */
         float we = 0, wx = 0;
         int64_t ee = sweep(ipu__vm_erf, erf, stride, &we);
         int64_t ex = sweep(ipu__vm_exp, exp, stride, &wx);
@@ -124,7 +125,7 @@ int main(int argc, char **argv) {
         check_gelu();
         check_softmax();
     }
-    ipu__vm_set_isa(0);
+    ipu__isa_force(0);
     if (failures) printf("%d failure(s)\n", failures);
     else printf("all vmath tests passed\n");
     return failures != 0;

@@ -6,6 +6,7 @@
 #include <stdbool.h>
 
 #include "eltwise.h"
+#include "isa.h"
 
 /* Inner run: n elements; in[k] points at input k's first element, s[k] is 0 or 1. */
 typedef void (*nary_inner)(const void *const *in, const int64_t *s, void *y, size_t n, int fn);
@@ -128,7 +129,7 @@ __attribute__((target("avx2"))) static bool pow_fast_avx2(const float *x, float 
 
 static bool pow_fast(const float *x, float z, float *y, size_t n) {
 #if defined(__x86_64__) || defined(__i386__)
-    if (__builtin_cpu_supports("avx2")) return pow_fast_avx2(x, z, y, n);
+    if (ipu__isa() >= IPU__ISA_AVX2) return pow_fast_avx2(x, z, y, n);
 #endif
     return pow_fast_body(x, z, y, n, 0);
 }

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "conv_shared.h"
+#include "isa.h"
 
 
 /* d[t] = xr[iw + t * sw] for t < n, 0 outside [0, W): the row's span converted in blocks by
@@ -481,7 +482,7 @@ __attribute__((target("avx2"))) static void dw_taps_avx2(const float *src, const
 static void dw_taps(const float *src, const int64_t *rowoff, const float *wk, int64_t kk,
                     int64_t n, float *acc) {
 #if IPU_X86
-    if (__builtin_cpu_supports("avx2")) {
+    if (ipu__isa() >= IPU__ISA_AVX2) {
         dw_taps_avx2(src, rowoff, wk, kk, n, acc);
         return;
     }

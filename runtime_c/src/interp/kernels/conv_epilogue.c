@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "conv.h"
+#include "isa.h"
 #include "tr8.h"
 
 /* dst[j] = act(src[j] + bias[co] + res[off + j]) for j < n (bias, res optional; dst may be
@@ -179,7 +180,7 @@ void ipu__conv_epilogue_rows(const ipu__conv_plan *p, float *dst, int64_t ds, co
                              int64_t ss, int64_t nrows, int64_t n, const void *bias, int64_t co,
                              const void *res, int64_t off) {
 #if IPU_X86
-    if (__builtin_cpu_supports("avx2")) {
+    if (ipu__isa() >= IPU__ISA_AVX2) {
         epilogue_avx2(p, dst, ds, src, ss, nrows, n, bias, co, res, off);
         return;
     }
@@ -191,7 +192,7 @@ void ipu__conv_epilogue_t(const ipu__conv_plan *p, float *dst, int64_t ds, const
                           int64_t ldc, int64_t np, int64_t nch, const void *bias, int64_t co,
                           const void *res, int64_t off) {
 #if IPU_X86
-    if (__builtin_cpu_supports("avx2")) {
+    if (ipu__isa() >= IPU__ISA_AVX2) {
         epilogue_t_avx2(p, dst, ds, ct, ldc, np, nch, bias, co, res, off);
         return;
     }

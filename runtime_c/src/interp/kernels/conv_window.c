@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "conv_shared.h"
+#include "isa.h"
 
 /* The input row at x's element off as float32: x's own (rb NULL) or the half row converted
  * into rb. */
@@ -88,7 +89,7 @@ __attribute__((target("avx2"))) static void copy_window_avx2(const ipu__conv_pla
 void ipu__conv_copy_window(const ipu__conv_plan *p, const void *x, int64_t xoff, int64_t oh0,
                            int64_t nrows, int64_t ci0, int64_t ci1, float *xq, float *rb) {
 #if IPU_X86
-    if (__builtin_cpu_supports("avx2")) {
+    if (ipu__isa() >= IPU__ISA_AVX2) {
         copy_window_avx2(p, x, xoff, oh0, nrows, ci0, ci1, xq, rb);
         return;
     }

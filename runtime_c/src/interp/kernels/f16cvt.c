@@ -1,9 +1,9 @@
 /* Bulk IEEE half <-> single conversion, the one place every float16 kernel converts through
  * (float16 in memory, float32 compute). Three builds of the same conversion, all exact (round
  * to nearest even, subnormals, inf and NaN as IEEE 754 and numpy's float16 have them): AVX-512F
- * (16 lanes), F16C (8 lanes) and the portable bit manipulation of common/f16.c. The level is
- * chosen once per process from isa.h's and cached: the F16C bit needs CPUID, which a hypervisor
- * traps (tens of microseconds a call here), and kernels convert a few hundred elements a call. */
+ * (16 lanes), F16C (8 lanes) and the portable bit manipulation of common/f16.c, chosen by the
+ * level in use (isa.h: level 2 includes F16C), cached there: kernels convert a few hundred
+ * elements a call. */
 #include <string.h>
 
 #include "kernels.h"
@@ -11,7 +11,6 @@
 #include "isa.h"
 
 #if IPU_X86
-#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -58,42 +57,13 @@ __attribute__((target("avx,f16c"))) static void f2h_f16c(const float *s, uint16_
                          _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT));
     for (; i < n; i++) d[i] = ipu__f32_to_f16(s[i]);
 }
-
-/* CPUID.1:ECX.F16C[bit 29] (AVX enabled by the OS is part of level 2): clang 14 rejects
- * __builtin_cpu_supports("f16c"), so the bit is read directly (gcc and clang alike). */
-static int has_f16c(void) {
-    unsigned a, b, c, d;
-    return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29));
-}
 #endif
-
-/* The best level here: isa.h's, where level 2 also needs F16C (every AVX2 CPU has it, but a
- * hypervisor may hide it). Cached: see the top of the file. */
-static int best_isa(void) {
-    static int cached; /* 0 until computed; racing threads store the same value */
-    int isa = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-    if (!isa) {
-        isa = ipu__cpu_isa();
-#if IPU_X86
-        if (isa == 2 && !has_f16c()) isa = 1;
-#endif
-        __atomic_store_n(&cached, isa, __ATOMIC_RELAXED);
-    }
-    return isa;
-}
-
-static int forced_isa; /* 0 = auto; set by tests only */
-
-int ipu__f16_set_isa(int isa) {
-    ipu__isa_force(&forced_isa, isa, best_isa());
-    return ipu__isa_current(&forced_isa, best_isa());
-}
 
 void ipu__cvt_f16_to_f32(const uint16_t *src, float *dst, size_t n) {
 #if IPU_X86
-    switch (ipu__isa_current(&forced_isa, best_isa())) {
-        case 3: h2f_avx512(src, dst, n); return;
-        case 2: h2f_f16c(src, dst, n); return;
+    switch (ipu__isa()) {
+        case IPU__ISA_AVX512: h2f_avx512(src, dst, n); return;
+        case IPU__ISA_AVX2: h2f_f16c(src, dst, n); return;
         default: break;
     }
 #endif
@@ -102,9 +72,9 @@ void ipu__cvt_f16_to_f32(const uint16_t *src, float *dst, size_t n) {
 
 void ipu__cvt_f32_to_f16(const float *src, uint16_t *dst, size_t n) {
 #if IPU_X86
-    switch (ipu__isa_current(&forced_isa, best_isa())) {
-        case 3: f2h_avx512(src, dst, n); return;
-        case 2: f2h_f16c(src, dst, n); return;
+    switch (ipu__isa()) {
+        case IPU__ISA_AVX512: f2h_avx512(src, dst, n); return;
+        case IPU__ISA_AVX2: f2h_f16c(src, dst, n); return;
         default: break;
     }
 #endif

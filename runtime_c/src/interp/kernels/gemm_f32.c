@@ -7,7 +7,7 @@
  * they need rounded up to 4 (AVX-512) or 2 (AVX2) and stores the tile's h x w corner masked
  * (part).
  * Micro-kernels: AVX-512 (12 x 32), AVX2+FMA (6 x 16) and portable C (6 x 8), chosen at run
- * time from the CPU's features (auto_isa: AVX2 on AMD Zen 4); packing uses AVX2 copies and 8 x 8
+ * time from the level in use (sgemm_isa: AVX2 on AMD Zen 4); packing uses AVX2 copies and 8 x 8
  * transposes where the AVX2 or AVX-512 kernel runs. Packing buffers live in the caller's
  * scratch. fp16 operands are converted to float32 while packing. For at most a few rows of A,
  * ipu__sgemv (gemv_f32.c) streams B once without packing. */
@@ -369,30 +369,22 @@ static const ukr_desc UKRS[4] = {
 #endif
 };
 
-static int forced_isa; /* 0 = auto; set by tests only */
-
-/* The level used unless forced: the best this CPU runs, except AVX2 on AMD family 19h (Zen 4),
- * which executes each 512-bit instruction as two 256-bit halves: zmm adds no FLOPs per cycle
- * there, while the 12 x 32 tile pads more at the edges and its 32 KB B panel fills the L1D.
- * The AVX2 kernel measured 9-19 % faster on every benchmark model and sgemm size on a Zen 4
- * (docs/kernels.md, "The micro-kernels"). Cached: CPUID may trap to the hypervisor. */
-static int auto_isa(void) {
-    static int cached; /* 0 until computed; racing threads store the same value */
-    int isa = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-    if (!isa) {
-        isa = ipu__cpu_isa();
-        if (isa == 3 && ipu__amd_family() == 0x19) isa = 2;
-        __atomic_store_n(&cached, isa, __ATOMIC_RELAXED);
-    }
+/* The sgemm family's choice of micro-kernel (gemv_f32.c and the convolutions follow it through
+ * ipu__sgemm_ukr): the level in use (isa.h), except AVX2 on AMD family 19h (Zen 4) unless a
+ * level is forced. Zen 4 executes each 512-bit instruction as two 256-bit halves: zmm adds no
+ * FLOPs per cycle there, while the 12 x 32 tile pads more at the edges and its 32 KB B panel
+ * fills the L1D. The AVX2 kernel measured 9-19 % faster on every benchmark model and sgemm size
+ * on a Zen 4 (docs/kernels.md, "The micro-kernels"). */
+static int sgemm_isa(void) {
+    int isa = ipu__isa();
+    if (isa == IPU__ISA_AVX512 && !ipu__isa_forced() && ipu__isa_amd_family() == 0x19)
+        return IPU__ISA_AVX2;
     return isa;
 }
 
-int ipu__sgemm_set_isa(int isa) {
-    ipu__isa_force(&forced_isa, isa, ipu__cpu_isa());
-    return ipu__isa_current(&forced_isa, auto_isa());
-}
+int ipu__sgemm_isa(void) { return sgemm_isa(); }
 
-static const ukr_desc *select_ukr(void) { return &UKRS[ipu__isa_current(&forced_isa, auto_isa())]; }
+static const ukr_desc *select_ukr(void) { return &UKRS[sgemm_isa()]; }
 
 void ipu__sgemm_ukr(ipu__ukr *u) {
     const ukr_desc *d = select_ukr();

@@ -1,47 +1,46 @@
-/* CPU instruction-set levels as the kernels number them (1 portable, 2 AVX2 + FMA,
- * 3 AVX-512F), and the test-only switch that forces one the CPU runs (gemm_f32.c, vmath.c). */
+/* CPU instruction-set levels: the one probe of the CPU's features (isa.c) and the one
+ * process-wide switch forcing a level, which every kernel family's choice of code reads.
+ * Each level implies the ones below it, so a kernel asks `ipu__isa() >= IPU__ISA_AVX2`. */
 #ifndef IPU_KERNELS_ISA_H
 #define IPU_KERNELS_ISA_H
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#endif
+enum {
+    IPU__ISA_AUTO = 0,     /* ipu__isa_force: automatic (the best level) again */
+    IPU__ISA_PORTABLE = 1, /* plain C, any CPU */
+    IPU__ISA_AVX2 = 2,     /* AVX2 + FMA + F16C */
+    IPU__ISA_AVX512 = 3,   /* the above + AVX-512F */
+    IPU__ISA_MAX = IPU__ISA_AVX512
+};
+
+/* The level in use, 0 until the first probe. Read through ipu__isa(). Hidden: a direct load,
+ * not one through the GOT. */
+extern int ipu__isa_now __attribute__((visibility("hidden")));
+
+/* Probes the CPU once (cached: CPUID may trap to a hypervisor) and returns the level in use. */
+int ipu__isa_probe(void);
+
+/* The level in use: the forced one, else the best this CPU runs. One relaxed load after the
+ * first call: cheap enough for every kernel call. */
+static inline int ipu__isa(void) {
+    int level = __atomic_load_n(&ipu__isa_now, __ATOMIC_RELAXED);
+    return level ? level : ipu__isa_probe();
+}
 
 /* The best level this CPU runs. */
-static inline int ipu__cpu_isa(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    if (__builtin_cpu_supports("avx512f")) return 3;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return 2;
-#endif
-    return 1;
-}
+int ipu__isa_best(void);
 
-/* The CPU family as AMD numbers it (base + extended family), 0 on other CPUs. Executes CPUID,
- * which a hypervisor may trap: callers cache the answer. */
-static inline unsigned ipu__amd_family(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    unsigned a, b, c, d;
-    if (!__get_cpuid(0, &a, &b, &c, &d) || b != 0x68747541u /* "Auth"enticAMD */) return 0;
-    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
-    unsigned family = (a >> 8) & 0xfu;
-    return family == 0xfu ? family + ((a >> 20) & 0xffu) : family;
-#else
-    return 0;
-#endif
-}
+/* The forced level, 0 when automatic. */
+int ipu__isa_forced(void);
 
-/* Force level `isa` (0 or out of 1..best: automatic again) into *forced; returns the level
- * now in use when automatic means `best`. Relaxed atomics: tests switch it between runs. */
-static inline int ipu__isa_force(int *forced, int isa, int best) {
-    if (isa < 0 || isa > best) isa = 0;
-    __atomic_store_n(forced, isa, __ATOMIC_RELAXED);
-    return isa ? isa : best;
-}
+/* Forces `level` for every kernel family (0, or a level this CPU does not run: automatic
+ * again); returns the level now in use. For tests, benchmarks and PYIPU_ISA: set it between
+ * runs, not while a kernel runs (a plan made under one level may expect its layouts). */
+int ipu__isa_force(int level);
 
-/* The level in use: the forced one, else best. */
-static inline int ipu__isa_current(const int *forced, int best) {
-    int isa = __atomic_load_n(forced, __ATOMIC_RELAXED);
-    return isa ? isa : best;
-}
+/* "portable", "avx2", "avx512" for levels 1..IPU__ISA_MAX, else NULL. */
+const char *ipu__isa_name(int level);
+
+/* The CPU family as AMD numbers it (base + extended family), 0 on other CPUs (cached). */
+unsigned ipu__isa_amd_family(void);
 
 #endif

@@ -183,10 +183,9 @@ typedef struct ipu__sgemm_args {
     int64_t ldc;
 } ipu__sgemm_args;
 void ipu__sgemm(const ipu__sgemm_args *g, void *scratch, size_t scratch_bytes);
-/* Micro-kernel ISA: 0 = auto (default: the best the CPU runs, but AVX2 on AMD Zen 4; see
- * gemm_f32.c), 1 = portable, 2 = AVX2+FMA, 3 = AVX-512. A forced ISA the CPU lacks falls back to
- * auto. Returns the ISA now in use. For tests and benchmarks. */
-int ipu__sgemm_set_isa(int isa);
+/* The micro-kernel's level (isa.h numbering) under the level in use: that level, except AVX2
+ * on AMD Zen 4 when none is forced (gemm_f32.c). */
+int ipu__sgemm_isa(void);
 /* The pieces of ipu__sgemm, for drivers that pack B themselves (conv.c). The micro-kernel
  * computes C[mr x nr] (row stride ldc; += when acc) from kc steps of an A panel (Ap[k][mr],
  * ipu__sgemm_pack_a: rows [0, g->m) of A, columns [k0, k0 + kc), zero-padded to a multiple of
@@ -229,7 +228,7 @@ typedef struct ipu__ukr {
     ipu__ukr_rows_fn arows;
     int mr, nr;
     int mq;  /* part computes the rows it stores rounded up to a multiple of mq */
-    int isa; /* as ipu__sgemm_set_isa numbers them: tags packed layouts (prepack.h) */
+    int isa; /* isa.h's level: tags packed layouts (prepack.h) */
 } ipu__ukr;
 void ipu__sgemm_ukr(ipu__ukr *u);
 void ipu__sgemm_pack_a(const ipu__sgemm_args *g, int64_t k0, int64_t kc, int mr, float *ap);
@@ -252,8 +251,5 @@ void ipu__sgemv(const ipu__sgemm_args *g, void *scratch, size_t scratch_bytes);
  * portable. Every float16 kernel converts through these, a block of elements at a time. */
 void ipu__cvt_f16_to_f32(const uint16_t *src, float *dst, size_t n);
 void ipu__cvt_f32_to_f16(const float *src, uint16_t *dst, size_t n);
-/* Tests and benchmarks: force the conversion level (isa.h numbering: 1 portable, 2 F16C, 3
- * AVX-512F; 0 or one the CPU lacks = automatic). Returns the level now in use. */
-int ipu__f16_set_isa(int isa);
 
 #endif

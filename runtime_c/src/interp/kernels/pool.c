@@ -15,6 +15,7 @@
 #include <immintrin.h>
 #endif
 
+#include "isa.h"
 #include "pool.h"
 
 
@@ -664,11 +665,13 @@ ipu_status ipu__k_pool2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
         bool win = win_ok && !p->f16, win16 = win_ok && p->f16;
         window_fn window = pool_window_base;
 #if IPU_X86
+        /* the pool family's choice of code: AVX2 windows, AVX-512 3 x 3 stride-2 max */
+        const int isa = ipu__isa();
         bool rows_first = false, same = false, s2max = false;
         int32_t *mask = NULL;
         int64_t *off = NULL;
         float *den = NULL;
-        if (__builtin_cpu_supports("avx2")) {
+        if (isa >= IPU__ISA_AVX2) {
             same = same_ok(p) && 2 * p->OW + same_floats(p) <=
                                      (int64_t)(IPU__SCRATCH_BYTES / sizeof(float));
             if (same) {
@@ -678,7 +681,7 @@ ipu_status ipu__k_pool2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
                 same_setup(p, cw, mask, off, den);
             }
             window = pool_window_avx2;
-            s2max = __builtin_cpu_supports("avx512f") && s2max_ok(p);
+            s2max = isa >= IPU__ISA_AVX512 && s2max_ok(p);
             rows_first = win && p->kind == 0 && p->sw == 2 && p->dw == 1 &&
                          p->OW >= ROWS_FIRST_OW && p->KH <= FOLD_TAPS &&
                          max_rows_bytes(p, p->rows) + 2 * p->OW * sizeof(float) <=

@@ -1,6 +1,6 @@
 /* Vectorised float32 exp, erf, GELU (erf form) and softmax rows for the element-wise kernels
  * (libm's scalar expf/erff cost 5-20 ns per element). One algorithm (vmath_body.h), compiled
- * for AVX2 + FMA and portably; the AVX2 build is chosen at run time. */
+ * for AVX2 + FMA and portably; the AVX2 build is chosen at run time (use_avx2). */
 #include "vmath.h"
 
 #include "isa.h"
@@ -39,13 +39,8 @@ typedef int32_t v8i __attribute__((vector_size(32)));
 #include "vmath_body.h"
 #endif
 
-static int forced_isa; /* 0 = auto; set by tests only */
-
-static int best_isa(void) { return ipu__cpu_isa() >= 2 ? 2 : 1; } /* no AVX-512 build */
-
-int ipu__vm_set_isa(int isa) { return ipu__isa_force(&forced_isa, isa, best_isa()); }
-
-static bool use_avx2(void) { return ipu__isa_current(&forced_isa, best_isa()) == 2; }
+/* The vmath family's choice: the AVX2 build at level 2 and above (no AVX-512 build). */
+static bool use_avx2(void) { return ipu__isa() >= IPU__ISA_AVX2; }
 
 #if VM_X86
 #define VM_DISPATCH(name, ...)                                                                  \

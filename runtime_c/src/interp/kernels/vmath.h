@@ -12,7 +12,5 @@ void ipu__vm_erf(const float *x, float *y, size_t n);
 void ipu__vm_gelu_erf(const float *x, float *y, size_t n);
 /* One contiguous softmax row: exp(x - max(x)) / sum; a NaN anywhere makes the row NaN. */
 void ipu__vm_softmax_row(const float *x, float *y, size_t n);
-/* Tests: force the portable (1) or AVX2 (2) code, 0 = automatic. Returns the one in use. */
-int ipu__vm_set_isa(int isa);
 
 #endif

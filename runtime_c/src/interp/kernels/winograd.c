@@ -18,6 +18,7 @@
 #endif
 
 #include "conv_shared.h"
+#include "isa.h"
 
 
 void ipu__wino_pack_weights(const void *w, int f16, int64_t Co, int64_t Ci, int mr, float *u) {
@@ -212,7 +213,7 @@ bool ipu__conv_wino(const ipu__conv_plan *p, const void *x, const float *U, cons
     ipu__sgemm_ukr(&u);
     const int mr = u.mr, nr = u.nr;
 #if IPU_X86
-    const bool avx2 = __builtin_cpu_supports("avx2");
+    const bool avx2 = ipu__isa() >= IPU__ISA_AVX2;
 #else
     const bool avx2 = false;
 #endif
