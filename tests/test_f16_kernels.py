@@ -94,6 +94,13 @@ CASES: dict[str, Callable[[], None]] = {
         {"pads": [1, 1, 1, 1]},
         const_inputs={1: _u((200, 64, 3, 3), 2)},
     ),
+    # K over several chunks (the float32 C tile accumulates, the last chunk stores half) and
+    # edge tiles of pixels and channels
+    "conv1x1_k_chunks": lambda: _check(
+        "Conv",
+        [_u((1, 600, 7, 11), 1)],
+        const_inputs={1: _u((45, 600, 1, 1), 2), 2: _u((45,), 3)},
+    ),
     # an infinity in the input: the Winograd blocks reading it fall back to direct sums
     "conv3x3_fire_inf": lambda: _check(
         "Conv",
@@ -115,6 +122,13 @@ CASES: dict[str, Callable[[], None]] = {
         [_u((1, 40, 45, 70), 1)],
         {"strides": [2, 2], "pads": [1, 0, 1, 1]},
         const_inputs={1: _u((150, 40, 3, 3), 2), 2: _u((150,), 3)},
+    ),
+    # output rows as whole micro-kernel tiles (33 extended columns for 32 kept ones)
+    "conv3x3_s2_row_tiles": lambda: _check(
+        "Conv",
+        [_u((1, 3, 65, 65), 1)],
+        {"strides": [2, 2]},
+        const_inputs={1: _u((20, 3, 3, 3), 2), 2: _u((20,), 3)},
     ),
     "conv3x3_s2_inf_nan": lambda: _check(
         "Conv",

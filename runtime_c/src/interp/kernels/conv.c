@@ -353,8 +353,9 @@ static void gemm_f16_channels(const ipu__conv_plan *p, const uint16_t *x, const 
  * per tile of output pixels and chunk of K, the patches are converted into rows of a float32
  * matrix (im2col, or x's own rows for 1x1 convolutions) packed once into B panels for all the
  * items' channels, the weights converted and packed at load (else as the sgemm packs them),
- * and the micro-kernel accumulates into a float32 C tile from which the epilogue (bias,
- * residual, activation) stores y in half. Scratch: A and B panels in the first
+ * and the micro-kernel accumulates into a float32 C tile; its store of the last K chunk applies
+ * the epilogue (bias, residual, activation) and stores y in half (ipu__ukr.half; else the
+ * epilogue and the conversion run on the C tile after it). Scratch: A and B panels in the first
  * IPU__SCRATCH_BYTES, the patch rows and the C tile after them. */
 static void run_gemm_f16(const ipu__conv_plan *p, const uint16_t *x, const uint16_t *w,
                          const float *apre, const void *bias, const void *res, uint16_t *y,
@@ -422,22 +423,32 @@ static void gemm_f16_channels(const ipu__conv_plan *p, const uint16_t *x, const 
                     a.a_f16 = 1;
                     ipu__sgemm_pack_a(&a, k0, kc, mr, ap);
                 }
+                /* the last K chunk stores y in half, the epilogue fused (u.half) */
+                const bool fused = u.half && k0 + kc == p->K;
+                float bsub[IPU__MM_MB];
+                if (fused && bias)
+                    ipu__cvt_f16_to_f32((const uint16_t *)bias + co0 + s0, bsub, (size_t)sm);
                 for (int64_t jr = 0; jr < np; jr += nr) {
                     int64_t wd = np - jr < nr ? np - jr : nr;
                     const float *bpan = bp + jr * kc;
                     for (int64_t ir = 0; ir < sm; ir += mr) {
                         int64_t h = sm - ir < mr ? sm - ir : mr;
                         float *c = ct + (s0 + ir) * np + jr;
+                        int64_t yo = (n * p->M + co0 + s0 + ir) * OHW + q0 + jr;
+                        ipu__tile_ep ep =
+                            ipu__conv_tile_ep_y(p, bias, bsub + ir, res, co0 + s0 + ir, yo, y);
                         if (h < mr || wd < nr)
                             u.part((int)h, (int)wd, kc, ak + ir * kc, bpan, NULL, c, np, k0 > 0,
-                                   NULL);
+                                   fused ? &ep : NULL);
+                        else if (fused)
+                            u.ep(kc, ak + ir * kc, bpan, c, np, k0 > 0, &ep);
                         else
                             u.fn(kc, ak + ir * kc, bpan, c, np, k0 > 0, NULL, 0);
                     }
                 }
             }
         }
-        for (int64_t i = 0; i < m; i++)
+        for (int64_t i = 0; i < m && !(u.half && p->K > 0); i++)
             store_row(p, y, (n * p->M + co0 + i) * OHW + q0, ct + i * np, np, bias, res,
                       co0 + i);
     }

@@ -89,6 +89,8 @@ int ipu__f16_set_isa(int isa) {
     return ipu__isa_current(&forced_isa, best_isa());
 }
 
+int ipu__f16_isa(void) { return ipu__isa_current(&forced_isa, best_isa()); }
+
 void ipu__cvt_f16_to_f32(const uint16_t *src, float *dst, size_t n) {
 #if IPU_X86
     switch (ipu__isa_current(&forced_isa, best_isa())) {
