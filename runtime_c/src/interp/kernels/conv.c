@@ -237,7 +237,7 @@ static void run_gemm_f32(const ipu__conv_plan *p, const float *x, const float *w
     }
 }
 
-/* ---- float32 small-map path (the plan's `tpose`; kernels.h) ------------------------------ */
+/* ---- small-map path (the plan's `tpose`; kernels.h) -------------------------------------- */
 
 /* Are the mr pixels at extended offsets q[0..mr) consecutive (one run of an input row)? */
 static inline bool pixel_run(const int64_t *q, int mr) { return q[mr - 1] - q[0] == mr - 1; }
@@ -272,9 +272,12 @@ static void pack_pixels(const float *src, const int64_t *off, int64_t kc, const 
  * [m0, m1) of group g, the np output pixels of the row block. Per K chunk
  * the chunk's input rows are copied as in the window path (xcopy), the pixels packed into A
  * panels, and the micro-kernel accumulates C^T[pixel][channel] in scratch against the
- * pre-packed weight panels bw; the epilogue then writes y from C^T (8 x 8 transposes). */
-static void run_tposed(const ipu__conv_plan *p, const float *x, const float *bw, const void *bias,
-                       const void *res, float *y, int64_t n, int64_t g, int64_t mb0, int64_t mb1,
+ * pre-packed weight panels bw; the epilogue then writes y from C^T (8 x 8 transposes).
+ * float16: the copy converts the rows (a row at a time into rb, the scratch after
+ * IPU__SCRATCH_BYTES); without a copy (1x1 stride-1 layers) each K chunk's rows of the block's
+ * pixels are converted into xq; the epilogue stores y in half. */
+static void run_tposed(const ipu__conv_plan *p, const void *x, const float *bw, const void *bias,
+                       const void *res, void *y, int64_t n, int64_t g, int64_t mb0, int64_t mb1,
                        int64_t r, void *scratch) {
     ipu__ukr u;
     ipu__sgemm_ukr(&u);
@@ -297,15 +300,23 @@ static void run_tposed(const ipu__conv_plan *p, const float *x, const float *bw,
     const float *bg = bw + g * p->packed_blk + m0 * K; /* panel (m0 + j) / nr at + j * K */
     for (int64_t k0 = 0; k0 < K; k0 += IPU__SGEMM_KC) {
         int64_t kc = K - k0 < IPU__SGEMM_KC ? K - k0 : IPU__SGEMM_KC;
-        const float *src = x + xoff + oh0 * p->W; /* B(k, pixel i) = src[off[k] + q[i]] */
+        /* B(k, pixel i) = src[off[k] + q[i]] */
+        const float *src = p->f16 ? xq : (const float *)x + xoff + oh0 * p->W;
         int64_t base = 0;
         if (p->xcopy) {
             int64_t KK = p->KH * p->KW, ci0 = k0 / KK, ci1 = (k0 + kc - 1) / KK + 1;
-            ipu__conv_copy_window(p, x, xoff, oh0, nrows, ci0, ci1, xq, NULL);
+            float *rb = p->f16 ? (float *)((char *)scratch + IPU__SCRATCH_BYTES) : NULL;
+            ipu__conv_copy_window(p, x, xoff, oh0, nrows, ci0, ci1, xq, rb);
             src = xq;
             base = ci0 * cstride;
         }
         for (int64_t kk = 0; kk < kc; kk++) off[kk] = p->rowoff[k0 + kk] - base;
+        if (p->f16 && !p->xcopy) /* 1x1 stride 1: chunk row kk at xq + kk * np (q[i] = i) */
+            for (int64_t kk = 0; kk < kc; kk++) {
+                ipu__cvt_f16_to_f32((const uint16_t *)x + xoff + off[kk] + oh0 * p->W,
+                                    xq + kk * np, (size_t)np);
+                off[kk] = kk * np;
+            }
         /* With at most two weight panels an A panel is read once or twice: a run of mr
          * pixels is then read in place where the micro-kernel can (u.arows), else its panel
          * is packed (row ends, the last panel's repeated pads). More panels re-read it often
@@ -335,7 +346,11 @@ static void run_tposed(const ipu__conv_plan *p, const float *x, const float *bw,
         }
     }
     int64_t co = g * p->Cog + m0, yo = (n * p->M + co) * OHW + oh0 * OW; /* y's row block */
-    ipu__conv_epilogue_t(p, y + yo, OHW, ct, mpad, np, m1 - m0, bias, co, res, yo);
+    if (p->f16)
+        ipu__conv_epilogue_t_f16(p, (uint16_t *)y + yo, OHW, ct, mpad, np, m1 - m0, bias, co, res,
+                                 yo);
+    else
+        ipu__conv_epilogue_t(p, (float *)y + yo, OHW, ct, mpad, np, m1 - m0, bias, co, res, yo);
 }
 
 /* Channel items of the float16 GEMM path whose float32 C tile fits its scratch (below). */

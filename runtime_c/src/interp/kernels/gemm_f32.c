@@ -172,27 +172,34 @@ __attribute__((target("avx512f"))) static void ukr_avx512_arows(int64_t kc, cons
 }
 
 /* Edge tiles: 4, 8 or 12 rows computed (A's panel is zero-padded), h rows and w columns
- * stored. ep->yh: every variant stores half (ipu__tile_ep). */
+ * stored; ep->yh: stored in half, as by every variant (ipu__tile_ep). A body per case of the
+ * arguments its k loop and store test (rows computed, B packed or read in place, float32 or
+ * half store): a run-time test of off in the k loop made an edge tile cost four full ones. */
+#define IPU__PART_BODY(BODY, MV)                                                               \
+    do {                                                                                      \
+        if (ep && ep->yh) {                                                                   \
+            if (off)                                                                          \
+                BODY(kc, ap, NULL, b, off, c, ldc, acc, ep, MV, h, w, NULL, 0, 1);            \
+            else                                                                              \
+                BODY(kc, ap, NULL, b, NULL, c, ldc, acc, ep, MV, h, w, NULL, 0, 1);           \
+        } else if (off) {                                                                     \
+            BODY(kc, ap, NULL, b, off, c, ldc, acc, ep, MV, h, w, NULL, 0, 0);                \
+        } else {                                                                              \
+            BODY(kc, ap, NULL, b, NULL, c, ldc, acc, ep, MV, h, w, NULL, 0, 0);               \
+        }                                                                                     \
+    } while (0)
+
 __attribute__((target("avx512f"))) static void ukr_avx512_part(int h, int w, int64_t kc,
                                                                const float *ap, const float *b,
                                                                const int64_t *off, float *c,
                                                                int64_t ldc, int acc,
                                                                const ipu__tile_ep *ep) {
     if (h <= 4)
-        if (ep && ep->yh)
-        ukr_avx512_body(kc, ap, NULL, b, off, c, ldc, acc, ep, 4, h, w, NULL, 0, 1);
-    else
-        ukr_avx512_body(kc, ap, NULL, b, off, c, ldc, acc, ep, 4, h, w, NULL, 0, 0);
+        IPU__PART_BODY(ukr_avx512_body, 4);
     else if (h <= 8)
-        if (ep && ep->yh)
-        ukr_avx512_body(kc, ap, NULL, b, off, c, ldc, acc, ep, 8, h, w, NULL, 0, 1);
+        IPU__PART_BODY(ukr_avx512_body, 8);
     else
-        ukr_avx512_body(kc, ap, NULL, b, off, c, ldc, acc, ep, 8, h, w, NULL, 0, 0);
-    else
-        if (ep && ep->yh)
-        ukr_avx512_body(kc, ap, NULL, b, off, c, ldc, acc, ep, MR512, h, w, NULL, 0, 1);
-    else
-        ukr_avx512_body(kc, ap, NULL, b, off, c, ldc, acc, ep, MR512, h, w, NULL, 0, 0);
+        IPU__PART_BODY(ukr_avx512_body, MR512);
 }
 
 #define MR256 6
@@ -331,26 +338,19 @@ __attribute__((target("avx2,fma,f16c"))) static void ukr_avx2_arows(int64_t kc, 
 
 /* Edge tiles: 2, 4 or 6 rows computed, h rows and w columns stored (as ukr_avx512_part). */
 __attribute__((target("avx2,fma,f16c"))) static void ukr_avx2_part(int h, int w, int64_t kc,
-                                                              const float *ap, const float *b,
-                                                              const int64_t *off, float *c,
-                                                              int64_t ldc, int acc,
-                                                              const ipu__tile_ep *ep) {
+                                                                   const float *ap,
+                                                                   const float *b,
+                                                                   const int64_t *off, float *c,
+                                                                   int64_t ldc, int acc,
+                                                                   const ipu__tile_ep *ep) {
     if (h <= 2)
-        if (ep && ep->yh)
-        ukr_avx2_body(kc, ap, NULL, b, off, c, ldc, acc, ep, 2, h, w, NULL, 0, 1);
-    else
-        ukr_avx2_body(kc, ap, NULL, b, off, c, ldc, acc, ep, 2, h, w, NULL, 0, 0);
+        IPU__PART_BODY(ukr_avx2_body, 2);
     else if (h <= 4)
-        if (ep && ep->yh)
-        ukr_avx2_body(kc, ap, NULL, b, off, c, ldc, acc, ep, 4, h, w, NULL, 0, 1);
+        IPU__PART_BODY(ukr_avx2_body, 4);
     else
-        ukr_avx2_body(kc, ap, NULL, b, off, c, ldc, acc, ep, 4, h, w, NULL, 0, 0);
-    else
-        if (ep && ep->yh)
-        ukr_avx2_body(kc, ap, NULL, b, off, c, ldc, acc, ep, MR256, h, w, NULL, 0, 1);
-    else
-        ukr_avx2_body(kc, ap, NULL, b, off, c, ldc, acc, ep, MR256, h, w, NULL, 0, 0);
+        IPU__PART_BODY(ukr_avx2_body, MR256);
 }
+#undef IPU__PART_BODY
 
 #endif
 

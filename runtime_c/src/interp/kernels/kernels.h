@@ -322,6 +322,11 @@ void ipu__conv_epilogue_rows(const ipu__conv_plan *p, float *dst, int64_t ds, co
 void ipu__conv_epilogue_t(const ipu__conv_plan *p, float *dst, int64_t ds, const float *ct,
                           int64_t ldc, int64_t np, int64_t nch, const void *bias, int64_t co,
                           const void *res, int64_t off);
+/* The same for float16 (bias, residual and dst in half): 8 channels at a time transposed as
+ * above into float32 rows, the epilogue finished on them, each value converted once. */
+void ipu__conv_epilogue_t_f16(const ipu__conv_plan *p, uint16_t *dst, int64_t ds,
+                              const float *ct, int64_t ldc, int64_t np, int64_t nch,
+                              const void *bias, int64_t co, const void *res, int64_t off);
 
 /* POOL2D: x[N,C,H,W] -> y[N,C,OH,OW]; work item = (plane n*C + c, block of `rows` rows). */
 typedef struct ipu__pool_plan {
