@@ -10,9 +10,11 @@
  * input rows of one chunk do not fit the scratch): for each tile of output pixels and each block
  * of IPU__SGEMM_KC rows of K = Cig*KH*KW, the input patches are unrolled straight into the packed
  * B panels, and the micro-kernel accumulates into y itself. float16 convolutions take the
- * window path too where it copies the rows and the kernel is larger than 1x1 (the copy converts
- * them, the C tiles are stored in half after the epilogue), Winograd where float32 would, else
- * the float16 GEMM path: the float32 one through float32 staging (run_gemm_f16). Depthwise
+ * small-map and Winograd paths where float32 would, the window path where it copies the rows
+ * and the kernel is larger than 1x1 (the copy converts them), else the float16 GEMM path: the
+ * float32 one through float32 staging (run_gemm_f16). Their tiles accumulate in float32; where
+ * the micro-kernel stores half (ipu__ukr.half) the last K chunk's store applies the epilogue
+ * and writes y in half, else the epilogue and the conversion run on the C tile. Depthwise
  * convolutions (one input and one output channel per group) use a direct loop: in float32 over the window path's copied rows, one long pass
  * per tap. Every output element is computed the same way whichever work item computes it, so
  * results do not depend on the split. The window path is in conv_window.c. */

@@ -9,7 +9,9 @@
  * Micro-kernels: AVX-512 (12 x 32), AVX2+FMA (6 x 16) and portable C (6 x 8), chosen at run
  * time from the CPU's features (auto_isa: AVX2 on AMD Zen 4); packing uses AVX2 copies and 8 x 8
  * transposes where the AVX2 or AVX-512 kernel runs. Packing buffers live in the caller's
- * scratch. fp16 operands are converted to float32 while packing. For at most a few rows of A,
+ * scratch. fp16 operands are converted to float32 while packing; the AVX-512 and AVX2 kernels
+ * with an epilogue can store their tile in half (ipu__tile_ep.yh: vcvtps2ph, round to nearest
+ * even, each value converted once after the epilogue). For at most a few rows of A,
  * ipu__sgemv (gemv_f32.c) streams B once without packing. */
 #include <string.h>
 

@@ -272,7 +272,8 @@ typedef struct ipu__conv_plan {
     int window, xcopy;
     int64_t Hq, Wq, nphr, nphc;
     const int64_t *rowoff; /* [K], inside this allocation */
-    /* float32 small-map path (`tpose`; conv.c), chosen where it pads less than the paths above:
+    /* small-map path (`tpose`; conv.c; float32 and float16), chosen where it pads less than
+     * the paths above:
      * the output pixels of a row block (at most IPU__CONV_T_PIX) are the micro-kernel's rows and
      * the output channels its columns, so neither the Wq - OW extra columns nor a partial panel
      * of pixels is computed. Reads x like the window path (rowoff; for 1x1 stride-1 convolutions
