@@ -3,8 +3,9 @@ instruction-set level the CPU runs (conversions portable, F16C or AVX-512F, with
 micro-kernel and the other kernels of the same level; the `isa_level` fixture):
 MatMul/Gemm with weights packed as float32 at load and with activation operands (long rows,
 transposed A, columns past one packing run), convolutions (the GEMM path through im2col, the
-window path on converted rows, Winograd, depthwise; strides, pads, dilation, groups, fused
-residual epilogues, infinities and NaNs), pools over staged rows, element-wise and softmax."""
+window path on converted rows, the small-map path, Winograd, depthwise; strides, pads,
+dilation, groups, fused residual epilogues, infinities and NaNs), pools over staged rows,
+element-wise and softmax."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 from models import F16, arr, assert_parity, compile_single_op, run_c
+from onnx import TensorProto, helper, numpy_helper
 from test_conv_epilogue import _block
 
 from pyipu.compiler import Compiler
@@ -76,6 +78,26 @@ CASES: dict[str, Callable[[], None]] = {
         {"pads": [1, 1, 1, 1]},
         const_inputs={1: _u((200, 64, 3, 3), 2)},
     ),
+    # K over several chunks (the float32 C tile accumulates, the last chunk stores half) and
+    # edge tiles of pixels and channels
+    "conv1x1_k_chunks": lambda: _check(
+        "Conv",
+        [_u((1, 600, 7, 11), 1)],
+        const_inputs={1: _u((45, 600, 1, 1), 2), 2: _u((45,), 3)},
+    ),
+    # the small-map path (pixels as the micro-kernel's rows): 1x1 over several K chunks, and
+    # a stride-2 3x3 layer on copied rows
+    "conv1x1_small_map": lambda: _check(
+        "Conv",
+        [_u((1, 520, 14, 14), 1)],
+        const_inputs={1: _u((70, 520, 1, 1), 2), 2: _u((70,), 3)},
+    ),
+    "conv3x3_s2_small_map": lambda: _check(
+        "Conv",
+        [_u((1, 40, 28, 28), 1)],
+        {"strides": [2, 2], "pads": [1, 1, 1, 1]},
+        const_inputs={1: _u((48, 40, 3, 3), 2), 2: _u((48,), 3)},
+    ),
     # an infinity in the input: the Winograd blocks reading it fall back to direct sums
     "conv3x3_fire_inf": lambda: _check(
         "Conv",
@@ -97,6 +119,13 @@ CASES: dict[str, Callable[[], None]] = {
         [_u((1, 40, 45, 70), 1)],
         {"strides": [2, 2], "pads": [1, 0, 1, 1]},
         const_inputs={1: _u((150, 40, 3, 3), 2), 2: _u((150,), 3)},
+    ),
+    # output rows as whole micro-kernel tiles (33 extended columns for 32 kept ones)
+    "conv3x3_s2_row_tiles": lambda: _check(
+        "Conv",
+        [_u((1, 3, 65, 65), 1)],
+        {"strides": [2, 2]},
+        const_inputs={1: _u((20, 3, 3, 3), 2), 2: _u((20,), 3)},
     ),
     "conv3x3_s2_inf_nan": lambda: _check(
         "Conv",
@@ -176,10 +205,13 @@ def test_f16_kernel(case: str, isa_level: int) -> None:
     CASES[case]()
 
 
-@pytest.mark.parametrize("k,stride,hw", [(3, 2, 13), (7, 2, 20), (3, 1, 9), (1, 2, 11)])
+@pytest.mark.parametrize(
+    "k,stride,hw", [(3, 2, 13), (7, 2, 20), (3, 1, 9), (1, 2, 11), (1, 1, 13), (3, 2, 29)]
+)
 def test_f16_fused_residual(k: int, stride: int, hw: int, isa_level: int) -> None:
     """Conv → BatchNormalization → Add (half residual) → Relu as one instruction, on the window
-    (k > 1, stride 2), Winograd and GEMM paths, with an infinity and a NaN in the input."""
+    and small-map (k > 1, stride 2), Winograd, GEMM and small-map 1x1 paths, with an infinity
+    and a NaN in the input."""
     model = _block(F16, bn=True, residual=True, relu=True, bias=True, k=k, hw=hw, stride=stride)
     exe = Compiler.compile(model)
     x = arr((1, 8, hw, hw), F16, hw, low=-1, high=1)
@@ -187,4 +219,41 @@ def test_f16_fused_residual(k: int, stride: int, hw: int, isa_level: int) -> Non
     x[0, 5, 0, hw // 3] = np.inf
     oh = (hw - 1) // stride + 1
     feeds = {"x": x, "z": arr((1, 16, oh, oh), F16, 7, low=-1, high=1)}
+    assert_parity(run_c(exe, feeds), exe.run_reference(feeds))
+
+
+@pytest.mark.parametrize(
+    "c,m,k,stride,hw",
+    # ResNet-50-like shapes on the small-map path at every micro-kernel (1x1 over two K chunks,
+    # 3x3 stride 2 on copied rows), one on the GEMM path, one on the window path
+    [(256, 256, 1, 1, 14), (64, 64, 3, 2, 56), (64, 16, 1, 1, 40), (3, 20, 3, 2, 65)],
+)
+def test_f16_residual_relu_finite(
+    c: int, m: int, k: int, stride: int, hw: int, isa_level: int
+) -> None:
+    """Conv (bias) → Add (half residual) → Relu as one instruction on finite data, so that
+    every element is compared within the tolerance."""
+    oh = (hw + 2 * (k // 2) - k) // stride + 1
+    inits = [
+        numpy_helper.from_array(arr((m, c, k, k), F16, 1, low=-0.2, high=0.2), "w"),
+        numpy_helper.from_array(arr((m,), F16, 2, low=-1, high=1), "b"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[k // 2] * 4, strides=[stride] * 2),
+        helper.make_node("Add", ["c", "z"], ["a"]),
+        helper.make_node("Relu", ["a"], ["y"]),
+    ]
+    h = TensorProto.FLOAT16
+    ins = [
+        helper.make_tensor_value_info("x", h, [1, c, hw, hw]),
+        helper.make_tensor_value_info("z", h, [1, m, oh, oh]),
+    ]
+    g = helper.make_graph(nodes, "res", ins, [helper.make_tensor_value_info("y", h, None)], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    exe = Compiler.compile(model)
+    feeds = {
+        "x": arr((1, c, hw, hw), F16, 3, low=-1, high=1),
+        "z": arr((1, m, oh, oh), F16, 4, low=-1, high=1),
+    }
     assert_parity(run_c(exe, feeds), exe.run_reference(feeds))

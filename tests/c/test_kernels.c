@@ -310,7 +310,7 @@ static void test_ukr_rows(void) {
         /* v & 1: accumulate; v & 2: bias, residual and Relu; v & 4: arows instead of rows */
         for (int v = 0; v < 8; v++) {
             int acc = v & 1;
-            ipu__tile_ep ep = {bias, res, 40, 1}, *e = v & 2 ? &ep : NULL;
+            ipu__tile_ep ep = {bias, res, 40, 1, NULL, 0, NULL}, *e = v & 2 ? &ep : NULL;
             if ((v & 4) && !u.arows) continue;
             for (size_t i = 0; i < sizeof c0 / 4; i++) c0[i] = c1[i] = rndf();
             if (e)

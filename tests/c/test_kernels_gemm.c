@@ -2,7 +2,7 @@
  * packed sgemm (B packed per call, or at load when B is TENSOR_DATA), the GEMV path (M <= 4),
  * transA / transB, alpha / beta and C broadcasts, a session binding another B in place of the
  * packed weight, and a packed weight met by another ISA at run time (batched MatMul with a
- * constant B: test_kernels.c).
+ * constant B: test_kernels.c); the micro-kernels' float16 store.
  * The harness also runs every case split into uneven work ranges (results must be identical).
  *
  * `test_kernels_gemm --bench [seconds]` prints one-thread GFLOP/s of the GEMM instruction over
@@ -182,7 +182,7 @@ static void test_ukr_part(int isa) {
             for (int mode = 0; mode < 8; mode++) { /* bit 0 acc, 1 bias + residual, 2 ReLU */
                 int acc = mode & 1;
                 ipu__tile_ep ep = {mode & 2 ? bias : NULL, mode & 2 ? res + LD + 1 : NULL, LD,
-                                   mode >> 2};
+                                   mode >> 2, NULL, 0, NULL};
                 for (int i = 0; i < ROWS * LD; i++) c0[i] = c[i] = (float)(i % 7) - 3.0f;
                 u.part(h, w, KC, ap, bp, NULL, c + LD + 1, LD, acc, mode & 6 ? &ep : NULL);
                 for (int i = 0; i < h; i++)
@@ -248,6 +248,84 @@ static void test_ukr_prefetch_stream(int isa) {
 
 /* B packed at load, then (1) the session binds another B: the kernel must read that one; (2) the
  * micro-kernel in use differs from the one B was packed for: packed per call instead. */
+/* The half store (ipu__tile_ep.yh) of every micro-kernel that has one: each variant (ep,
+ * rows, arows, part at several edge sizes), with and without accumulation, bias, a half
+ * residual and Relu, stores exactly ipu__f32_to_f16 of what the same variant stores in float32
+ * (the residual given as the same values in float32), and nothing outside its h x w corner. */
+static void test_ukr_half(void) {
+    for (int isa = 2; isa <= 3; isa++) {
+        int used = force_isa(isa);
+        ipu__ukr u;
+        ipu__sgemm_ukr(&u);
+        if (used != isa) continue;
+        CHECK(u.half, "ukr isa %d: no half store", isa);
+        enum { KC = 37, SRC = 4096, LD = 40 };
+        float *a = aligned_alloc(64, sizeof(float) * KC * IPU__SGEMM_MAX_MR);
+        float *bp = aligned_alloc(64, sizeof(float) * KC * IPU__SGEMM_MAX_NR);
+        float *src = malloc(sizeof(float) * SRC);
+        float c0[IPU__SGEMM_MAX_MR * LD], c1[sizeof c0 / 4], cin[sizeof c0 / 4];
+        float bias[IPU__SGEMM_MAX_MR];
+        float res[IPU__SGEMM_MAX_MR * LD];
+        uint16_t yh[IPU__SGEMM_MAX_MR * LD], resh[IPU__SGEMM_MAX_MR * LD];
+        int64_t off[KC], aoff[KC];
+        for (int i = 0; i < SRC; i++) src[i] = rndf();
+        for (int k = 0; k < KC; k++) {
+            off[k] = (int64_t)((k * 97 + 13) % (SRC - u.nr));
+            aoff[k] = (int64_t)((k * 89 + 7) % (SRC - u.mr));
+            memcpy(bp + k * u.nr, src + off[k], sizeof(float) * (size_t)u.nr);
+            memcpy(a + k * u.mr, src + aoff[k], sizeof(float) * (size_t)u.mr);
+        }
+        for (int i = 0; i < u.mr; i++) bias[i] = rndf() / 7.0f; /* not exact in half */
+        for (size_t i = 0; i < sizeof res / 4; i++) {
+            resh[i] = ipu__f32_to_f16(rndf() * 3.1f);
+            res[i] = ipu__f16_to_f32(resh[i]);
+        }
+        const int hw[][2] = {{0, 0}, {1, 1}, {3, 5}, {5, 17}, {7, 31}, {11, 16}, {2, 32}};
+        /* kind: 0 ep, 1 rows, 2 arows, 3.. part at hw[kind - 3] (0, 0: a whole tile) */
+        for (int kind = 0; kind < 3 + (int)(sizeof hw / sizeof hw[0]); kind++)
+            for (int v = 0; v < 8; v++) { /* v & 1: acc; v & 2: residual; v & 4: bias, Relu */
+                int acc = v & 1, h = u.mr, w = u.nr;
+                if (kind >= 3 && hw[kind - 3][0]) {
+                    h = hw[kind - 3][0] < u.mr ? hw[kind - 3][0] : u.mr;
+                    w = hw[kind - 3][1] < u.nr ? hw[kind - 3][1] : u.nr;
+                }
+                ipu__tile_ep ef = {v & 4 ? bias : NULL, v & 2 ? res : NULL, LD, v & 4 ? 1 : 0,
+                                   NULL, 0, NULL};
+                ipu__tile_ep eh = ef;
+                eh.res = NULL;
+                eh.resh = v & 2 ? resh : NULL;
+                eh.yh = yh;
+                eh.ldy = LD;
+                for (size_t i = 0; i < sizeof c0 / 4; i++) c0[i] = c1[i] = cin[i] = rndf();
+                for (size_t i = 0; i < sizeof yh / 2; i++) yh[i] = 0xABCD;
+                const ipu__tile_ep *es[2] = {&ef, &eh};
+                float *cs[2] = {c0, c1};
+                for (int o = 0; o < 2; o++) {
+                    if (kind == 0) u.ep(KC, a, bp, cs[o], LD, acc, es[o]);
+                    else if (kind == 1) u.rows(KC, a, src, off, cs[o], LD, acc, es[o]);
+                    else if (kind == 2) u.arows(KC, src, bp, aoff, cs[o], LD, acc, es[o]);
+                    else u.part(h, w, KC, a, bp, NULL, cs[o], LD, acc, es[o]);
+                }
+                int bad = memcmp(c1, cin, sizeof cin) != 0; /* C: only read */
+                for (int i = 0; i < IPU__SGEMM_MAX_MR; i++)
+                    for (int j = 0; j < LD; j++) {
+                        uint16_t want = i < h && j < w ? ipu__f32_to_f16(c0[i * LD + j]) : 0xABCD;
+                        bad += yh[i * LD + j] != want;
+                    }
+                CHECK(bad == 0, "ukr half isa %d kind %d case %d: %d wrong", isa, kind, v, bad);
+            }
+        free(a);
+        free(bp);
+        free(src);
+    }
+    /* the portable level: no half store */
+    force_isa(1);
+    ipu__ukr u;
+    ipu__sgemm_ukr(&u);
+    CHECK(!u.half, "half store at the portable level");
+    force_isa(0);
+}
+
 static void test_packed_b_not_used(void) {
     int64_t M = 50, N = 70, K = 300;
     H *h = h_new(4 << 20);
@@ -348,6 +426,7 @@ int main(int argc, char **argv) {
         test_ukr_prefetch_stream(isa);
     }
     test_plan_paths();
+    test_ukr_half();
     test_packed_b_not_used();
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;

@@ -213,7 +213,7 @@ static int64_t wino_rows(const ipu__ukr *u, int64_t Cig, int64_t Cog, int64_t OH
  * kernels read (kernels/conv.h, ipu__conv_plan.packed): sub-block (g, mb) of IPU__MM_MB rows at
  * (g * mbl + mb) * blk, its K chunk k0 at + mpad * k0 (ipu__sgemm_pack_a's layout). */
 typedef struct conv_pack {
-    const void *w; /* float32 weights, or float16 ones (f16: not pack_conv_weights_t) */
+    const void *w; /* float32 weights, or float16 ones (f16) */
     int64_t G, Cog, K, mbl, blk;
     int mr; /* the micro-kernel's height (its width nr for pack_conv_weights_t) */
     int f16;
@@ -253,7 +253,8 @@ static void pack_conv_weights_t(const void *ctx, void *out) {
         ipu__sgemm_args b = {0};
         b.n = c->Cog;
         b.k = c->K;
-        b.b = (const float *)c->w + g * c->Cog * c->K;
+        b.b = (const char *)c->w + (size_t)(g * c->Cog * c->K) * (c->f16 ? 2 : 4);
+        b.b_f16 = c->f16;
         b.b_rs = 1;
         b.b_cs = c->K;
         ipu__sgemm_pack_b_all(&b, c->mr, (float *)out + g * c->blk);
@@ -331,7 +332,7 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
                            IPU__WORKER_SCRATCH_BYTES - IPU__SCRATCH_BYTES))
             wrows = 0;
     }
-    size_t roff = wrows || (f32 && pw) ? (size_t)((C / G) * KH * KW) * sizeof(int64_t) : 0;
+    size_t roff = wrows || ((f32 || f16) && pw) ? (size_t)((C / G) * KH * KW) * sizeof(int64_t) : 0;
     ipu__conv_plan *p;
     if (!(p = alloc_plan(sizeof *p + roff))) return plan_nomem(); /* then rowoff[K] */
     p->f16 = y->desc.dtype == IPU_DTYPE_FLOAT16;
@@ -380,7 +381,7 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
     bool pack = (f32 || (p->f16 && y->numel > 0)) && !p->direct &&
                 w->loc == IPU_LOC_TENSOR_DATA && v->e->tensor_data;
     int64_t trows = 0;
-    if (f32 && pack && (wrows || pw)) { /* the float32-only paths */
+    if ((f32 || f16) && pack && (wrows || pw)) { /* the small-map and Winograd paths */
         if (pw) { /* the small-map path reads x's channel planes in place */
             hq = p->H;
             wq = p->W;
@@ -392,7 +393,7 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
          * whose 16 GEMMs would be mostly the micro-kernel's loads and stores */
         bool wshape = G == 1 && KH == 3 && KW == 3 && a[1] == 1 && a[2] == 1 && a[3] == 1 &&
                       a[4] == 1 && p->Cig >= 8;
-        if (wshape && wrows)
+        if (wshape && wrows && f32) /* (float16's below) */
             p->wtr = wino_rows(&u, p->Cig, p->Cog, oh, ow, a, &p->wnt, &p->wcb);
         if (p->wtr) {
             trows = 0;
@@ -407,7 +408,7 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
         if (p->wtr) {
             p->rows = 2 * p->wtr;
             p->wino = 1;
-            wrows = 0; /* (no window plan: winograd.c converts the rows itself) */
+            wrows = trows = 0; /* (no window plan: winograd.c converts the rows itself) */
         }
     }
     if (wrows || trows) { /* (a float32 Winograd plan has wrows) */
@@ -440,7 +441,7 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
         p->rows = (oh + 1) / 2;
     /* float16 GEMM path (one item per IPU__MM_MB channels): at least 8 items where the rows
      * allow, so that two workers get even shares of a small map's few channel blocks */
-    if (p->f16 && !p->direct && !p->wino && !p->window && mbl > 0) {
+    if (p->f16 && !p->direct && !p->wino && !p->window && !p->tpose && mbl > 0) {
         uint64_t base = (uint64_t)p->N * (uint64_t)G * (uint64_t)mbl;
         uint64_t want = base >= 8 ? 1 : ceil_div(8, base);
         if (want > (uint64_t)oh) want = (uint64_t)oh;
@@ -453,7 +454,7 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
     if (!p->window && !p->direct && !p->tpose && !p->wino)
         p->rows = (int64_t)ceil_div((uint64_t)oh, (uint64_t)p->rblocks);
     /* float32 paths: one B packing per pixel block for all channels, unless < 8 items */
-    if (!p->direct && (!p->f16 || p->wino || p->window) && mbl > 0) {
+    if (!p->direct && (!p->f16 || p->wino || p->window || p->tpose) && mbl > 0) {
         uint64_t base = (uint64_t)p->N * (uint64_t)G * (uint64_t)p->rblocks;
         if (p->tpose || p->wino) {
             p->mu = p->tpose ? u.nr : u.mr;

@@ -10,9 +10,11 @@
  * input rows of one chunk do not fit the scratch): for each tile of output pixels and each block
  * of IPU__SGEMM_KC rows of K = Cig*KH*KW, the input patches are unrolled straight into the packed
  * B panels, and the micro-kernel accumulates into y itself. float16 convolutions take the
- * window path too where it copies the rows and the kernel is larger than 1x1 (the copy converts
- * them, the C tiles are stored in half after the epilogue), Winograd where float32 would, else
- * the float16 GEMM path: the float32 one through float32 staging (run_gemm_f16). Depthwise
+ * small-map and Winograd paths where float32 would, the window path where it copies the rows
+ * and the kernel is larger than 1x1 (the copy converts them), else the float16 GEMM path: the
+ * float32 one through float32 staging (run_gemm_f16). Their tiles accumulate in float32; where
+ * the micro-kernel stores half (ipu__ukr.half) the last K chunk's store applies the epilogue
+ * and writes y in half, else the epilogue and the conversion run on the C tile. Depthwise
  * convolutions (one input and one output channel per group) use a direct loop: in float32 over the window path's copied rows, one long pass
  * per tap. Every output element is computed the same way whichever work item computes it, so
  * results do not depend on the split. The window path is in conv_window.c. */
@@ -238,7 +240,7 @@ static void run_gemm_f32(const ipu__conv_plan *p, const float *x, const float *w
     }
 }
 
-/* ---- float32 small-map path (the plan's `tpose`; conv.h) ------------------------------ */
+/* ---- small-map path (the plan's `tpose`; conv.h) -------------------------------------- */
 
 /* Are the mr pixels at extended offsets q[0..mr) consecutive (one run of an input row)? */
 static inline bool pixel_run(const int64_t *q, int mr) { return q[mr - 1] - q[0] == mr - 1; }
@@ -273,9 +275,12 @@ static void pack_pixels(const float *src, const int64_t *off, int64_t kc, const 
  * [m0, m1) of group g, the np output pixels of the row block. Per K chunk
  * the chunk's input rows are copied as in the window path (xcopy), the pixels packed into A
  * panels, and the micro-kernel accumulates C^T[pixel][channel] in scratch against the
- * pre-packed weight panels bw; the epilogue then writes y from C^T (8 x 8 transposes). */
-static void run_tposed(const ipu__conv_plan *p, const float *x, const float *bw, const void *bias,
-                       const void *res, float *y, int64_t n, int64_t g, int64_t mb0, int64_t mb1,
+ * pre-packed weight panels bw; the epilogue then writes y from C^T (8 x 8 transposes).
+ * float16: the copy converts the rows (a row at a time into rb, the scratch after
+ * IPU__SCRATCH_BYTES); without a copy (1x1 stride-1 layers) each K chunk's rows of the block's
+ * pixels are converted into xq; the epilogue stores y in half. */
+static void run_tposed(const ipu__conv_plan *p, const void *x, const float *bw, const void *bias,
+                       const void *res, void *y, int64_t n, int64_t g, int64_t mb0, int64_t mb1,
                        int64_t r, void *scratch) {
     ipu__ukr u;
     ipu__sgemm_ukr(&u);
@@ -298,15 +303,23 @@ static void run_tposed(const ipu__conv_plan *p, const float *x, const float *bw,
     const float *bg = bw + g * p->packed_blk + m0 * K; /* panel (m0 + j) / nr at + j * K */
     for (int64_t k0 = 0; k0 < K; k0 += IPU__SGEMM_KC) {
         int64_t kc = K - k0 < IPU__SGEMM_KC ? K - k0 : IPU__SGEMM_KC;
-        const float *src = x + xoff + oh0 * p->W; /* B(k, pixel i) = src[off[k] + q[i]] */
+        /* B(k, pixel i) = src[off[k] + q[i]] */
+        const float *src = p->f16 ? xq : (const float *)x + xoff + oh0 * p->W;
         int64_t base = 0;
         if (p->xcopy) {
             int64_t KK = p->KH * p->KW, ci0 = k0 / KK, ci1 = (k0 + kc - 1) / KK + 1;
-            ipu__conv_copy_window(p, x, xoff, oh0, nrows, ci0, ci1, xq, NULL);
+            float *rb = p->f16 ? (float *)((char *)scratch + IPU__SCRATCH_BYTES) : NULL;
+            ipu__conv_copy_window(p, x, xoff, oh0, nrows, ci0, ci1, xq, rb);
             src = xq;
             base = ci0 * cstride;
         }
         for (int64_t kk = 0; kk < kc; kk++) off[kk] = p->rowoff[k0 + kk] - base;
+        if (p->f16 && !p->xcopy) /* 1x1 stride 1: chunk row kk at xq + kk * np (q[i] = i) */
+            for (int64_t kk = 0; kk < kc; kk++) {
+                ipu__cvt_f16_to_f32((const uint16_t *)x + xoff + off[kk] + oh0 * p->W,
+                                    xq + kk * np, (size_t)np);
+                off[kk] = kk * np;
+            }
         /* With at most two weight panels an A panel is read once or twice: a run of mr
          * pixels is then read in place where the micro-kernel can (u.arows), else its panel
          * is packed (row ends, the last panel's repeated pads). More panels re-read it often
@@ -336,7 +349,11 @@ static void run_tposed(const ipu__conv_plan *p, const float *x, const float *bw,
         }
     }
     int64_t co = g * p->Cog + m0, yo = (n * p->M + co) * OHW + oh0 * OW; /* y's row block */
-    ipu__conv_epilogue_t(p, y + yo, OHW, ct, mpad, np, m1 - m0, bias, co, res, yo);
+    if (p->f16)
+        ipu__conv_epilogue_t_f16(p, (uint16_t *)y + yo, OHW, ct, mpad, np, m1 - m0, bias, co, res,
+                                 yo);
+    else
+        ipu__conv_epilogue_t(p, (float *)y + yo, OHW, ct, mpad, np, m1 - m0, bias, co, res, yo);
 }
 
 /* Channel items of the float16 GEMM path whose float32 C tile fits its scratch (below). */
@@ -354,8 +371,9 @@ static void gemm_f16_channels(const ipu__conv_plan *p, const uint16_t *x, const 
  * per tile of output pixels and chunk of K, the patches are converted into rows of a float32
  * matrix (im2col, or x's own rows for 1x1 convolutions) packed once into B panels for all the
  * items' channels, the weights converted and packed at load (else as the sgemm packs them),
- * and the micro-kernel accumulates into a float32 C tile from which the epilogue (bias,
- * residual, activation) stores y in half. Scratch: A and B panels in the first
+ * and the micro-kernel accumulates into a float32 C tile; its store of the last K chunk applies
+ * the epilogue (bias, residual, activation) and stores y in half (ipu__ukr.half; else the
+ * epilogue and the conversion run on the C tile after it). Scratch: A and B panels in the first
  * IPU__SCRATCH_BYTES, the patch rows and the C tile after them. */
 static void run_gemm_f16(const ipu__conv_plan *p, const uint16_t *x, const uint16_t *w,
                          const float *apre, const void *bias, const void *res, uint16_t *y,
@@ -423,22 +441,32 @@ static void gemm_f16_channels(const ipu__conv_plan *p, const uint16_t *x, const 
                     a.a_f16 = 1;
                     ipu__sgemm_pack_a(&a, k0, kc, mr, ap);
                 }
+                /* the last K chunk stores y in half, the epilogue fused (u.half) */
+                const bool fused = u.half && k0 + kc == p->K;
+                float bsub[IPU__MM_MB];
+                if (fused && bias)
+                    ipu__cvt_f16_to_f32((const uint16_t *)bias + co0 + s0, bsub, (size_t)sm);
                 for (int64_t jr = 0; jr < np; jr += nr) {
                     int64_t wd = np - jr < nr ? np - jr : nr;
                     const float *bpan = bp + jr * kc;
                     for (int64_t ir = 0; ir < sm; ir += mr) {
                         int64_t h = sm - ir < mr ? sm - ir : mr;
                         float *c = ct + (s0 + ir) * np + jr;
+                        int64_t yo = (n * p->M + co0 + s0 + ir) * OHW + q0 + jr;
+                        ipu__tile_ep ep =
+                            ipu__conv_tile_ep_y(p, bias, bsub + ir, res, co0 + s0 + ir, yo, y);
                         if (h < mr || wd < nr)
                             u.part((int)h, (int)wd, kc, ak + ir * kc, bpan, NULL, c, np, k0 > 0,
-                                   NULL);
+                                   fused ? &ep : NULL);
+                        else if (fused)
+                            u.ep(kc, ak + ir * kc, bpan, c, np, k0 > 0, &ep);
                         else
                             u.fn(kc, ak + ir * kc, bpan, c, np, k0 > 0, NULL, 0);
                     }
                 }
             }
         }
-        for (int64_t i = 0; i < m; i++)
+        for (int64_t i = 0; i < m && !(u.half && p->K > 0); i++)
             store_row(p, y, (n * p->M + co0 + i) * OHW + q0, ct + i * np, np, bias, res,
                       co0 + i);
     }

@@ -53,7 +53,8 @@ typedef struct ipu__conv_plan {
     int window, xcopy;
     int64_t Hq, Wq, nphr, nphc;
     const int64_t *rowoff; /* [K], inside this allocation */
-    /* float32 small-map path (`tpose`; conv.c), chosen where it pads less than the paths above:
+    /* small-map path (`tpose`; conv.c; float32 and float16), chosen where it pads less than
+     * the paths above:
      * the output pixels of a row block (at most IPU__CONV_T_PIX) are the micro-kernel's rows and
      * the output channels its columns, so neither the Wq - OW extra columns nor a partial panel
      * of pixels is computed. Reads x like the window path (rowoff; for 1x1 stride-1 convolutions
@@ -103,5 +104,10 @@ void ipu__conv_epilogue_rows(const ipu__conv_plan *p, float *dst, int64_t ds, co
 void ipu__conv_epilogue_t(const ipu__conv_plan *p, float *dst, int64_t ds, const float *ct,
                           int64_t ldc, int64_t np, int64_t nch, const void *bias, int64_t co,
                           const void *res, int64_t off);
+/* The same for float16 (bias, residual and dst in half): 8 channels at a time transposed as
+ * above into float32 rows, the epilogue finished on them, each value converted once. */
+void ipu__conv_epilogue_t_f16(const ipu__conv_plan *p, uint16_t *dst, int64_t ds,
+                              const float *ct, int64_t ldc, int64_t np, int64_t nch,
+                              const void *bias, int64_t co, const void *res, int64_t off);
 
 #endif

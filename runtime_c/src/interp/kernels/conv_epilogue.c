@@ -199,3 +199,27 @@ void ipu__conv_epilogue_t(const ipu__conv_plan *p, float *dst, int64_t ds, const
 #endif
     epilogue_t_base(p, dst, ds, ct, ldc, np, nch, bias, co, res, off);
 }
+
+void ipu__conv_epilogue_t_f16(const ipu__conv_plan *p, uint16_t *dst, int64_t ds,
+                              const float *ct, int64_t ldc, int64_t np, int64_t nch,
+                              const void *bias, int64_t co, const void *res, int64_t off) {
+    enum { PIX = IPU__CONV_T_PIX + IPU__SGEMM_MAX_MR };
+    float rows[8 * PIX], b8[8];
+    /* the transpose with the bias only (a float32 plan); the residual and the activation on
+     * the rows, in epilogue_body's order */
+    ipu__conv_plan q = *p;
+    q.f16 = 0;
+    q.act = IPU__ACT_NONE;
+    for (int64_t c0 = 0; c0 < nch; c0 += 8) {
+        int64_t w = nch - c0 < 8 ? nch - c0 : 8;
+        if (bias) ipu__cvt_f16_to_f32((const uint16_t *)bias + co + c0, b8, (size_t)w);
+        ipu__conv_epilogue_t(&q, rows, PIX, ct + c0, ldc, np, w, bias ? b8 : NULL, 0, NULL, 0);
+        for (int64_t c = 0; c < w; c++) {
+            float *row = rows + c * PIX;
+            int64_t o = off + (c0 + c) * ds;
+            if (res || p->act != IPU__ACT_NONE)
+                ipu__conv_epilogue_rows(p, row, np, row, np, 1, np, NULL, co + c0 + c, res, o);
+            ipu__cvt_f32_to_f16(row, dst + (c0 + c) * ds, (size_t)np);
+        }
+    }
+}

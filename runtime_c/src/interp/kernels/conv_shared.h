@@ -17,7 +17,19 @@ static inline ipu__tile_ep ipu__conv_tile_ep_at(const ipu__conv_plan *p, const v
                                                 const void *res, int64_t co, int64_t off) {
     ipu__tile_ep ep = {bias ? (const float *)bias + co : NULL,
                        res ? (const float *)res + off : NULL, p->OH * p->OW,
-                       p->act == IPU__ACT_RELU};
+                       p->act == IPU__ACT_RELU, NULL, 0, NULL};
+    return ep;
+}
+/* The fused epilogue of a tile whose first row is channel co at y's offset off, stored into y:
+ * float32 as ipu__conv_tile_ep_at; float16 stored in half (ipu__ukr.half), the biases of the
+ * tile's rows read from bco (channel co's, converted to float32; NULL: no bias). */
+static inline ipu__tile_ep ipu__conv_tile_ep_y(const ipu__conv_plan *p, const void *bias,
+                                               const float *bco, const void *res, int64_t co,
+                                               int64_t off, void *y) {
+    if (!p->f16) return ipu__conv_tile_ep_at(p, bias, res, co, off);
+    ipu__tile_ep ep = {bias ? bco : NULL, NULL, p->OH * p->OW, p->act == IPU__ACT_RELU,
+                       (uint16_t *)y + off, p->OH * p->OW,
+                       res ? (const uint16_t *)res + off : NULL};
     return ep;
 }
 /* B panels of kc patch rows x np extended pixels: Bp[j / nr][kk][j % nr] =

@@ -106,10 +106,12 @@ static inline int64_t y_at(const ipu__conv_plan *p, int64_t n, int64_t co, int64
 
 /* Does the micro-kernel store the tile of panel jr (extended pixel q = t0 + jr) straight into
  * y (a whole tile or, at a sub-block's last rows, its real channels)? When the panel is read in
- * place (jr < nfull) and its nr pixels are kept columns of one output row. */
-static inline bool tile_to_y(const ipu__conv_plan *p, int64_t q, int64_t jr, int64_t nfull,
-                             int nr) {
-    return p->K > 0 && !p->f16 && jr < nfull && q % p->Wq + nr <= p->OW;
+ * place (jr < nfull) and its nr pixels are kept columns of one output row; float16 where the
+ * micro-kernel stores half (u->half: the K chunks accumulate in the C tile, the last one's store
+ * goes to y). */
+static inline bool tile_to_y(const ipu__conv_plan *p, const ipu__ukr *u, int64_t q, int64_t jr,
+                             int64_t nfull) {
+    return p->K > 0 && (!p->f16 || u->half) && jr < nfull && q % p->Wq + u->nr <= p->OW;
 }
 
 /* The epilogue from C tile row crow (extended pixel t0 at crow[0]) to the kept columns of
@@ -140,13 +142,15 @@ static void epilogue_kept(const ipu__conv_plan *p, void *y, float *crow, int64_t
 /* The window path's tiles of one sub-block (rows s0 + [0, sm) of A, packed at ak) for K
  * chunk k0 when output rows are whole tiles ("aligned" in ipu__conv_run_window): tiles start
  * at each output row's first column and go straight into y, the row's last one its kept
- * columns only (u.part, masked), so no C tile and no second pass; B's rows are read in place
- * from src (extended pixels of the block's rows), up to nr - 1 floats past a row's kept
- * columns. */
+ * columns only (u.part, masked), so no second pass; B's rows are read in place from src
+ * (extended pixels of the block's rows), up to nr - 1 floats past a row's kept columns.
+ * float16: the K chunks accumulate in the sub-block's C tile ct (at the tile's extended
+ * pixels), the last one stores y in half; bf: the item's biases converted (from channel m0). */
 static void window_tiles_to_y(const ipu__conv_plan *p, const ipu__ukr *u, const float *ak,
                               const float *src, const int64_t *off, int64_t kc, int64_t k0,
                               int64_t sm, int64_t s0, int64_t nrows, const void *bias,
-                              const void *res, float *y, int64_t n, int64_t g, int64_t oh0) {
+                              const float *bf, const void *res, void *y, float *ct, int64_t n,
+                              int64_t g, int64_t oh0) {
     const int mr = u->mr, nr = u->nr;
     const int64_t OW = p->OW, OHW = p->OH * OW;
     for (int64_t rr = 0; rr < nrows; rr++)
@@ -155,13 +159,15 @@ static void window_tiles_to_y(const ipu__conv_plan *p, const ipu__ukr *u, const 
             for (int64_t ir = 0; ir < sm; ir += mr) {
                 int h = sm - ir < mr ? (int)(sm - ir) : mr;
                 int64_t co = g * p->Cog + s0 + ir, yo = y_at(p, n, co, oh0, rr * p->Wq + c);
-                ipu__tile_ep ep = ipu__conv_tile_ep_at(p, bias, res, co, yo);
+                ipu__tile_ep ep = ipu__conv_tile_ep_y(p, bias, bf + ir, res, co, yo, y);
                 const ipu__tile_ep *e = k0 + kc == p->K ? &ep : NULL;
                 const float *b = src + rr * p->Wq + c;
+                float *cc = p->f16 ? ct + ir * IPU__CONV_TILE + rr * p->Wq + c : (float *)y + yo;
+                int64_t ldc = p->f16 ? IPU__CONV_TILE : OHW;
                 if (h == mr && w == nr)
-                    u->rows(kc, ak + ir * kc, b, off, y + yo, OHW, k0 > 0, e);
+                    u->rows(kc, ak + ir * kc, b, off, cc, ldc, k0 > 0, e);
                 else
-                    u->part(h, w, kc, ak + ir * kc, b, off, y + yo, OHW, k0 > 0, e);
+                    u->part(h, w, kc, ak + ir * kc, b, off, cc, ldc, k0 > 0, e);
             }
         }
 }
@@ -190,6 +196,9 @@ void ipu__conv_run_window(const ipu__conv_plan *p, const void *x, const void *w,
     int64_t m0, m1;
     ipu__conv_item_channels(p, mb, mb + 1, &m0, &m1);
     int64_t npix = nrows * Wq;
+    float bf[IPU__CONV_WIN_MPER * IPU__MM_MB]; /* float16: the channels' biases, converted */
+    if (p->f16 && u.half && bias)
+        ipu__cvt_f16_to_f32((const uint16_t *)bias + g * p->Cog + m0, bf, (size_t)(m1 - m0));
     int64_t off[IPU__SGEMM_KC]; /* B row offsets of the K chunk from src */
     /* Output rows as whole tiles (window_tiles_to_y) where tiles would otherwise cross row
      * ends, if that computes no more columns or, for a few input rows per output (K <= 64,
@@ -197,8 +206,8 @@ void ipu__conv_run_window(const ipu__conv_plan *p, const void *x, const void *w,
      * (111 columns of 112 as 128) 0.50 -> 0.37 ms. Copied rows only (the copy ends in Wq >= nr
      * zeros, which a row's last tile may read), one pixel tile. */
     const int64_t cols = (OW + nr - 1) / nr * nr;
-    const bool aligned = !p->f16 && u.rows && p->xcopy && Wq >= nr && Wq % nr && npix <= NT &&
-                         (cols <= Wq || (p->K <= 64 && 5 * cols <= 6 * Wq));
+    const bool aligned = (!p->f16 || u.half) && u.rows && p->xcopy && Wq >= nr && Wq % nr &&
+                         npix <= NT && (cols <= Wq || (p->K <= 64 && 5 * cols <= 6 * Wq));
     for (int64_t t0 = 0; t0 < npix; t0 += NT) {
         int64_t np = npix - t0 < NT ? npix - t0 : NT, npad = (np + nr - 1) / nr * nr;
         int64_t nfull = u.rows ? np / nr * nr : 0;
@@ -241,9 +250,8 @@ void ipu__conv_run_window(const ipu__conv_plan *p, const void *x, const void *w,
                     ipu__sgemm_pack_a(&a, k0, kc, mr, ap);
                 }
                 if (aligned) {
-                    window_tiles_to_y(p, &u, ak, src, off, kc, k0, sm, s0, nrows, bias, res,
-                                      (float *)y,
-                                      n, g, oh0);
+                    window_tiles_to_y(p, &u, ak, src, off, kc, k0, sm, s0, nrows, bias,
+                                      bf + (s0 - m0), res, y, ct, n, g, oh0);
                     continue;
                 }
                 for (int64_t jr = 0; jr < npad; jr += nr)
@@ -251,16 +259,19 @@ void ipu__conv_run_window(const ipu__conv_plan *p, const void *x, const void *w,
                         if (jr >= nfull) {
                             u.fn(kc, ak + ir * kc, bp + jr * kc, ct + ir * NT + jr, NT, k0 > 0,
                                  NULL, 0);
-                        } else if (tile_to_y(p, t0 + jr, jr, nfull, nr)) {
+                        } else if (tile_to_y(p, &u, t0 + jr, jr, nfull)) {
                             int64_t co = g * p->Cog + s0 + ir, yo = y_at(p, n, co, oh0, t0 + jr);
-                            float *yf = (float *)y; /* (float32 only: tile_to_y) */
-                            ipu__tile_ep ep = ipu__conv_tile_ep_at(p, bias, res, co, yo);
+                            ipu__tile_ep ep =
+                                ipu__conv_tile_ep_y(p, bias, bf + (s0 - m0) + ir, res, co, yo, y);
                             const ipu__tile_ep *e = k0 + kc == p->K ? &ep : NULL;
+                            /* float32 accumulates in y, float16 in the C tile */
+                            float *c = p->f16 ? ct + ir * NT + jr : (float *)y + yo;
+                            int64_t ldc = p->f16 ? NT : OHW;
                             if (ir + mr <= sm)
-                                u.rows(kc, ak + ir * kc, src + jr, off, yf + yo, OHW, k0 > 0, e);
+                                u.rows(kc, ak + ir * kc, src + jr, off, c, ldc, k0 > 0, e);
                             else /* the sub-block's last channels */
-                                u.part((int)(sm - ir), nr, kc, ak + ir * kc, src + jr, off,
-                                       yf + yo, OHW, k0 > 0, e);
+                                u.part((int)(sm - ir), nr, kc, ak + ir * kc, src + jr, off, c,
+                                       ldc, k0 > 0, e);
                         } else {
                             u.rows(kc, ak + ir * kc, src + jr, off, ct + ir * NT + jr, NT, k0 > 0,
                                    NULL);
@@ -273,9 +284,9 @@ void ipu__conv_run_window(const ipu__conv_plan *p, const void *x, const void *w,
             float *ct = cb + (s0 - m0) / IPU__MM_MB * IPU__CONV_WIN_CT;
             for (int64_t i = 0; i < sm; i++) { /* kept columns, output row by output row */
                 int64_t co = g * p->Cog + s0 + i;
-                if (p->K > 0 && nfull > 0 && !p->f16) { /* the panels not stored into y */
+                if (p->K > 0 && nfull > 0 && (!p->f16 || u.half)) { /* panels not in y */
                     for (int64_t jr = 0; jr < np; jr += nr)
-                        if (!tile_to_y(p, t0 + jr, jr, nfull, nr))
+                        if (!tile_to_y(p, &u, t0 + jr, jr, nfull))
                             epilogue_kept(p, y, ct + i * NT, t0, t0 + jr,
                                           jr + nr < np ? t0 + jr + nr : t0 + np, n, oh0, bias, co,
                                           res);

@@ -9,7 +9,9 @@
  * Micro-kernels: AVX-512 (12 x 32), AVX2+FMA (6 x 16) and portable C (6 x 8), chosen at run
  * time from the level in use (sgemm_isa: AVX2 on AMD Zen 4); packing uses AVX2 copies and 8 x 8
  * transposes where the AVX2 or AVX-512 kernel runs. Packing buffers live in the caller's
- * scratch. fp16 operands are converted to float32 while packing. For at most a few rows of A,
+ * scratch. fp16 operands are converted to float32 while packing; the AVX-512 and AVX2 kernels
+ * with an epilogue can store their tile in half (ipu__tile_ep.yh: vcvtps2ph, round to nearest
+ * even, each value converted once after the epilogue). For at most a few rows of A,
  * ipu__sgemv (gemv_f32.c) streams B once without packing. */
 #include <string.h>
 
@@ -46,7 +48,8 @@ static inline __attribute__((always_inline)) void prefetch_row128(const float *p
 __attribute__((target("avx512f"))) static inline __attribute__((always_inline)) void
 ukr_avx512_body(int64_t kc, const float *ap, const int64_t *aoff, const float *bp,
                 const int64_t *off, float *c, int64_t ldc, int acc, const ipu__tile_ep *ep,
-                const int mv, const int h, const int w, const float *pf, int64_t pfn) {
+                const int mv, const int h, const int w, const float *pf, int64_t pfn,
+                const int half) {
     __m512 c0[MR512], c1[MR512];
     const int64_t pfs = pfn ? (kc > pfn ? kc / pfn : 1) : 0; /* iterations per line fetched */
     int64_t pfc = pfs, pfj = 0;
@@ -60,8 +63,9 @@ ukr_avx512_body(int64_t kc, const float *ap, const int64_t *aoff, const float *b
 #pragma GCC unroll 16
     for (int i = 0; i < mv; i++) {
         c0[i] = c1[i] = _mm512_setzero_ps();
-        prefetch_row128(c + i * ldc, mid);
-        if (ep && ep->res) prefetch_row128(ep->res + i * ep->ldr, mid);
+        if (!half || acc) prefetch_row128(c + i * ldc, mid); /* (half: C is read only) */
+        if (half && ep->resh) _mm_prefetch((const char *)(ep->resh + i * ep->ldr), _MM_HINT_T0);
+        if (!half && ep && ep->res) prefetch_row128(ep->res + i * ep->ldr, mid);
     }
     for (int64_t k = 0; k < kc; k++) {
         const float *b = off ? bp + off[k] : bp + 32 * k;
@@ -97,16 +101,30 @@ ukr_avx512_body(int64_t kc, const float *ap, const int64_t *aoff, const float *b
             c0[i] = _mm512_add_ps(c0[i], b);
             c1[i] = _mm512_add_ps(c1[i], b);
         }
-        if (ep && ep->res) {
+        if (!half && ep && ep->res) {
             c0[i] = _mm512_add_ps(c0[i], LD512(ep->res + i * ep->ldr, m0));
             c1[i] = _mm512_add_ps(c1[i], LD512(ep->res + i * ep->ldr + 16, m1));
+        }
+        if (half && ep->resh) { /* (no 16-bit masked loads in AVX-512F: edges staged) */
+            const uint16_t *q = ep->resh + i * ep->ldr;
+            uint16_t t[32] = {0};
+            if (w < 32) q = memcpy(t, q, sizeof *q * (size_t)w);
+            c0[i] = _mm512_add_ps(c0[i], _mm512_cvtph_ps(_mm256_loadu_si256((const void *)q)));
+            c1[i] = _mm512_add_ps(c1[i],
+                                  _mm512_cvtph_ps(_mm256_loadu_si256((const void *)(q + 16))));
         }
         if (ep && ep->relu) { /* v if v > 0 or NaN, else +0 */
             __m512 z = _mm512_setzero_ps();
             c0[i] = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(c0[i], z, _CMP_NLE_UQ), c0[i]);
             c1[i] = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(c1[i], z, _CMP_NLE_UQ), c1[i]);
         }
-        if (w == 32) {
+        if (half) { /* round to nearest even, as f16cvt.c's (edges staged, as above) */
+            uint16_t t[32], *d = w == 32 ? ep->yh + i * ep->ldy : t;
+            _mm256_storeu_si256((void *)d, _mm512_cvtps_ph(c0[i], _MM_FROUND_TO_NEAREST_INT));
+            _mm256_storeu_si256((void *)(d + 16),
+                                _mm512_cvtps_ph(c1[i], _MM_FROUND_TO_NEAREST_INT));
+            if (w < 32) memcpy(ep->yh + i * ep->ldy, t, sizeof *t * (size_t)w);
+        } else if (w == 32) {
             _mm512_storeu_ps(r, c0[i]);
             _mm512_storeu_ps(r + 16, c1[i]);
         } else {
@@ -120,14 +138,17 @@ ukr_avx512_body(int64_t kc, const float *ap, const int64_t *aoff, const float *b
 __attribute__((target("avx512f"))) static void ukr_avx512(int64_t kc, const float *ap,
                                                           const float *bp, float *c, int64_t ldc,
                                                           int acc, const float *pf, int64_t pfn) {
-    ukr_avx512_body(kc, ap, NULL, bp, NULL, c, ldc, acc, NULL, MR512, MR512, 32, pf, pfn);
+    ukr_avx512_body(kc, ap, NULL, bp, NULL, c, ldc, acc, NULL, MR512, MR512, 32, pf, pfn, 0);
 }
 
 __attribute__((target("avx512f"))) static void ukr_avx512_ep(int64_t kc, const float *ap,
                                                              const float *bp, float *c,
                                                              int64_t ldc, int acc,
                                                              const ipu__tile_ep *ep) {
-    ukr_avx512_body(kc, ap, NULL, bp, NULL, c, ldc, acc, ep, MR512, MR512, 32, NULL, 0);
+    if (ep && ep->yh)
+        ukr_avx512_body(kc, ap, NULL, bp, NULL, c, ldc, acc, ep, MR512, MR512, 32, NULL, 0, 1);
+    else
+        ukr_avx512_body(kc, ap, NULL, bp, NULL, c, ldc, acc, ep, MR512, MR512, 32, NULL, 0, 0);
 }
 
 __attribute__((target("avx512f"))) static void ukr_avx512_rows(int64_t kc, const float *ap,
@@ -135,7 +156,10 @@ __attribute__((target("avx512f"))) static void ukr_avx512_rows(int64_t kc, const
                                                                const int64_t *off, float *c,
                                                                int64_t ldc, int acc,
                                                                const ipu__tile_ep *ep) {
-    ukr_avx512_body(kc, ap, NULL, b, off, c, ldc, acc, ep, MR512, MR512, 32, NULL, 0);
+    if (ep && ep->yh)
+        ukr_avx512_body(kc, ap, NULL, b, off, c, ldc, acc, ep, MR512, MR512, 32, NULL, 0, 1);
+    else
+        ukr_avx512_body(kc, ap, NULL, b, off, c, ldc, acc, ep, MR512, MR512, 32, NULL, 0, 0);
 }
 
 __attribute__((target("avx512f"))) static void ukr_avx512_arows(int64_t kc, const float *a,
@@ -143,32 +167,54 @@ __attribute__((target("avx512f"))) static void ukr_avx512_arows(int64_t kc, cons
                                                                 const int64_t *aoff, float *c,
                                                                 int64_t ldc, int acc,
                                                                 const ipu__tile_ep *ep) {
-    ukr_avx512_body(kc, a, aoff, bp, NULL, c, ldc, acc, ep, MR512, MR512, 32, NULL, 0);
+    if (ep && ep->yh)
+        ukr_avx512_body(kc, a, aoff, bp, NULL, c, ldc, acc, ep, MR512, MR512, 32, NULL, 0, 1);
+    else
+        ukr_avx512_body(kc, a, aoff, bp, NULL, c, ldc, acc, ep, MR512, MR512, 32, NULL, 0, 0);
 }
 
 /* Edge tiles: 4, 8 or 12 rows computed (A's panel is zero-padded), h rows and w columns
- * stored. */
+ * stored; ep->yh: stored in half, as by every variant (ipu__tile_ep). A body per case of the
+ * arguments its k loop and store test (rows computed, B packed or read in place, float32 or
+ * half store): a run-time test of off in the k loop made an edge tile cost four full ones. */
+#define IPU__PART_BODY(BODY, MV)                                                               \
+    do {                                                                                      \
+        if (ep && ep->yh) {                                                                   \
+            if (off)                                                                          \
+                BODY(kc, ap, NULL, b, off, c, ldc, acc, ep, MV, h, w, NULL, 0, 1);            \
+            else                                                                              \
+                BODY(kc, ap, NULL, b, NULL, c, ldc, acc, ep, MV, h, w, NULL, 0, 1);           \
+        } else if (off) {                                                                     \
+            BODY(kc, ap, NULL, b, off, c, ldc, acc, ep, MV, h, w, NULL, 0, 0);                \
+        } else {                                                                              \
+            BODY(kc, ap, NULL, b, NULL, c, ldc, acc, ep, MV, h, w, NULL, 0, 0);               \
+        }                                                                                     \
+    } while (0)
+
 __attribute__((target("avx512f"))) static void ukr_avx512_part(int h, int w, int64_t kc,
                                                                const float *ap, const float *b,
                                                                const int64_t *off, float *c,
                                                                int64_t ldc, int acc,
                                                                const ipu__tile_ep *ep) {
     if (h <= 4)
-        ukr_avx512_body(kc, ap, NULL, b, off, c, ldc, acc, ep, 4, h, w, NULL, 0);
+        IPU__PART_BODY(ukr_avx512_body, 4);
     else if (h <= 8)
-        ukr_avx512_body(kc, ap, NULL, b, off, c, ldc, acc, ep, 8, h, w, NULL, 0);
+        IPU__PART_BODY(ukr_avx512_body, 8);
     else
-        ukr_avx512_body(kc, ap, NULL, b, off, c, ldc, acc, ep, MR512, h, w, NULL, 0);
+        IPU__PART_BODY(ukr_avx512_body, MR512);
 }
 
 #define MR256 6
+/* (target f16c: the half store of ipu__tile_ep.yh, taken only where ipu__ukr.half says the CPU
+ * has F16C) */
 /* B row k: bp + 16 k (packed panel, aligned) or, with off, bp + off[k] (rows read in place).
  * A column k: ap + 6 k (packed panel) or, with aoff, ap + aoff[k] (6 consecutive floats read in
  * place). mv, h and w as ukr_avx512_body's (6 rows, 16 columns). */
-__attribute__((target("avx2,fma"))) static inline __attribute__((always_inline)) void
+__attribute__((target("avx2,fma,f16c"))) static inline __attribute__((always_inline)) void
 ukr_avx2_body(int64_t kc, const float *ap, const int64_t *aoff, const float *bp,
               const int64_t *off, float *c, int64_t ldc, int acc, const ipu__tile_ep *ep,
-              const int mv, const int h, const int w, const float *pf, int64_t pfn) {
+              const int mv, const int h, const int w, const float *pf, int64_t pfn,
+              const int half) {
     __m256 c0[MR256], c1[MR256];
     const int64_t pfs = pfn ? (kc > pfn ? kc / pfn : 1) : 0; /* as ukr_avx512_body's */
     int64_t pfc = pfs, pfj = 0;
@@ -178,9 +224,12 @@ ukr_avx2_body(int64_t kc, const float *ap, const int64_t *aoff, const float *bp,
 #pragma GCC unroll 8
     for (int i = 0; i < mv; i++) {
         c0[i] = c1[i] = _mm256_setzero_ps();
-        _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0); /* C's tile is read at the end */
-        _mm_prefetch((const char *)(c + i * ldc + 15), _MM_HINT_T0);
-        if (ep && ep->res) { /* as ukr_avx512_body's */
+        if (!half || acc) { /* C's tile is read at the end */
+            _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
+            _mm_prefetch((const char *)(c + i * ldc + 15), _MM_HINT_T0);
+        }
+        if (half && ep->resh) _mm_prefetch((const char *)(ep->resh + i * ep->ldr), _MM_HINT_T0);
+        if (!half && ep && ep->res) { /* as ukr_avx512_body's */
             _mm_prefetch((const char *)(ep->res + i * ep->ldr), _MM_HINT_T0);
             _mm_prefetch((const char *)(ep->res + i * ep->ldr + 15), _MM_HINT_T0);
         }
@@ -219,16 +268,28 @@ ukr_avx2_body(int64_t kc, const float *ap, const int64_t *aoff, const float *bp,
             c0[i] = _mm256_add_ps(c0[i], b);
             c1[i] = _mm256_add_ps(c1[i], b);
         }
-        if (ep && ep->res) {
+        if (!half && ep && ep->res) {
             c0[i] = _mm256_add_ps(c0[i], LD256(ep->res + i * ep->ldr, m0));
             c1[i] = _mm256_add_ps(c1[i], LD256(ep->res + i * ep->ldr + 8, m1));
+        }
+        if (half && ep->resh) { /* (edges staged: no 16-bit masked loads) */
+            const uint16_t *q = ep->resh + i * ep->ldr;
+            uint16_t t[16] = {0};
+            if (w < 16) q = memcpy(t, q, sizeof *q * (size_t)w);
+            c0[i] = _mm256_add_ps(c0[i], _mm256_cvtph_ps(_mm_loadu_si128((const void *)q)));
+            c1[i] = _mm256_add_ps(c1[i], _mm256_cvtph_ps(_mm_loadu_si128((const void *)(q + 8))));
         }
         if (ep && ep->relu) { /* v if v > 0 or NaN, else +0 */
             __m256 z = _mm256_setzero_ps();
             c0[i] = _mm256_and_ps(c0[i], _mm256_cmp_ps(c0[i], z, _CMP_NLE_UQ));
             c1[i] = _mm256_and_ps(c1[i], _mm256_cmp_ps(c1[i], z, _CMP_NLE_UQ));
         }
-        if (w == 16) {
+        if (half) { /* round to nearest even, as f16cvt.c's (edges staged, as above) */
+            uint16_t t[16], *d = w == 16 ? ep->yh + i * ep->ldy : t;
+            _mm_storeu_si128((void *)d, _mm256_cvtps_ph(c0[i], _MM_FROUND_TO_NEAREST_INT));
+            _mm_storeu_si128((void *)(d + 8), _mm256_cvtps_ph(c1[i], _MM_FROUND_TO_NEAREST_INT));
+            if (w < 16) memcpy(ep->yh + i * ep->ldy, t, sizeof *t * (size_t)w);
+        } else if (w == 16) {
             _mm256_storeu_ps(r, c0[i]);
             _mm256_storeu_ps(r + 8, c1[i]);
         } else {
@@ -239,48 +300,59 @@ ukr_avx2_body(int64_t kc, const float *ap, const int64_t *aoff, const float *bp,
 #undef LD256
 }
 
-__attribute__((target("avx2,fma"))) static void ukr_avx2(int64_t kc, const float *ap,
+__attribute__((target("avx2,fma,f16c"))) static void ukr_avx2(int64_t kc, const float *ap,
                                                          const float *bp, float *c, int64_t ldc,
                                                          int acc, const float *pf, int64_t pfn) {
-    ukr_avx2_body(kc, ap, NULL, bp, NULL, c, ldc, acc, NULL, MR256, MR256, 16, pf, pfn);
+    ukr_avx2_body(kc, ap, NULL, bp, NULL, c, ldc, acc, NULL, MR256, MR256, 16, pf, pfn, 0);
 }
 
-__attribute__((target("avx2,fma"))) static void ukr_avx2_ep(int64_t kc, const float *ap,
+__attribute__((target("avx2,fma,f16c"))) static void ukr_avx2_ep(int64_t kc, const float *ap,
                                                             const float *bp, float *c,
                                                             int64_t ldc, int acc,
                                                             const ipu__tile_ep *ep) {
-    ukr_avx2_body(kc, ap, NULL, bp, NULL, c, ldc, acc, ep, MR256, MR256, 16, NULL, 0);
+    if (ep && ep->yh)
+        ukr_avx2_body(kc, ap, NULL, bp, NULL, c, ldc, acc, ep, MR256, MR256, 16, NULL, 0, 1);
+    else
+        ukr_avx2_body(kc, ap, NULL, bp, NULL, c, ldc, acc, ep, MR256, MR256, 16, NULL, 0, 0);
 }
 
-__attribute__((target("avx2,fma"))) static void ukr_avx2_rows(int64_t kc, const float *ap,
+__attribute__((target("avx2,fma,f16c"))) static void ukr_avx2_rows(int64_t kc, const float *ap,
                                                               const float *b,
                                                               const int64_t *off, float *c,
                                                               int64_t ldc, int acc,
                                                               const ipu__tile_ep *ep) {
-    ukr_avx2_body(kc, ap, NULL, b, off, c, ldc, acc, ep, MR256, MR256, 16, NULL, 0);
+    if (ep && ep->yh)
+        ukr_avx2_body(kc, ap, NULL, b, off, c, ldc, acc, ep, MR256, MR256, 16, NULL, 0, 1);
+    else
+        ukr_avx2_body(kc, ap, NULL, b, off, c, ldc, acc, ep, MR256, MR256, 16, NULL, 0, 0);
 }
 
-__attribute__((target("avx2,fma"))) static void ukr_avx2_arows(int64_t kc, const float *a,
+__attribute__((target("avx2,fma,f16c"))) static void ukr_avx2_arows(int64_t kc, const float *a,
                                                                const float *bp,
                                                                const int64_t *aoff, float *c,
                                                                int64_t ldc, int acc,
                                                                const ipu__tile_ep *ep) {
-    ukr_avx2_body(kc, a, aoff, bp, NULL, c, ldc, acc, ep, MR256, MR256, 16, NULL, 0);
+    if (ep && ep->yh)
+        ukr_avx2_body(kc, a, aoff, bp, NULL, c, ldc, acc, ep, MR256, MR256, 16, NULL, 0, 1);
+    else
+        ukr_avx2_body(kc, a, aoff, bp, NULL, c, ldc, acc, ep, MR256, MR256, 16, NULL, 0, 0);
 }
 
 /* Edge tiles: 2, 4 or 6 rows computed, h rows and w columns stored (as ukr_avx512_part). */
-__attribute__((target("avx2,fma"))) static void ukr_avx2_part(int h, int w, int64_t kc,
-                                                              const float *ap, const float *b,
-                                                              const int64_t *off, float *c,
-                                                              int64_t ldc, int acc,
-                                                              const ipu__tile_ep *ep) {
+__attribute__((target("avx2,fma,f16c"))) static void ukr_avx2_part(int h, int w, int64_t kc,
+                                                                   const float *ap,
+                                                                   const float *b,
+                                                                   const int64_t *off, float *c,
+                                                                   int64_t ldc, int acc,
+                                                                   const ipu__tile_ep *ep) {
     if (h <= 2)
-        ukr_avx2_body(kc, ap, NULL, b, off, c, ldc, acc, ep, 2, h, w, NULL, 0);
+        IPU__PART_BODY(ukr_avx2_body, 2);
     else if (h <= 4)
-        ukr_avx2_body(kc, ap, NULL, b, off, c, ldc, acc, ep, 4, h, w, NULL, 0);
+        IPU__PART_BODY(ukr_avx2_body, 4);
     else
-        ukr_avx2_body(kc, ap, NULL, b, off, c, ldc, acc, ep, MR256, h, w, NULL, 0);
+        IPU__PART_BODY(ukr_avx2_body, MR256);
 }
+#undef IPU__PART_BODY
 
 #endif
 
@@ -397,6 +469,9 @@ void ipu__sgemm_ukr(ipu__ukr *u) {
     u->nr = d->nr;
     u->mq = d->mq;
     u->isa = d->isa;
+    /* the fused half store converts with the micro-kernel's own instructions: AVX-512F's, or
+     * F16C's, which level 2 includes (isa.h) */
+    u->half = d->isa >= IPU__ISA_AVX2;
 }
 
 /* ---- packing -------------------------------------------------------------------------------- */

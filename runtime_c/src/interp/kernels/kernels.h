@@ -203,6 +203,13 @@ typedef struct ipu__tile_ep {
     const float *res;  /* the residual at the tile's position, rows ldr apart, or NULL */
     int64_t ldr;
     int relu;
+    /* float16 store (micro-kernels with ipu__ukr.half only): yh non-NULL stores the tile in
+     * half at yh (rows ldy apart, each value converted once, round to nearest even) instead of
+     * at C, which is then only read (acc); the residual is read in half from resh (rows ldr
+     * apart) instead of res. */
+    uint16_t *yh;
+    int64_t ldy;
+    const uint16_t *resh;
 } ipu__tile_ep;
 /* The same tile with B row k read in place at b + off[k] (nr floats, any alignment): for
  * drivers whose B rows are already contiguous runs (conv.c's window path); ep (or NULL) as
@@ -228,6 +235,7 @@ typedef struct ipu__ukr {
     ipu__ukr_rows_fn arows;
     int mr, nr;
     int mq;  /* part computes the rows it stores rounded up to a multiple of mq */
+    int half; /* ep, part, rows and arows store float16 (ipu__tile_ep.yh) */
     int isa; /* isa.h's level: tags packed layouts (prepack.h) */
 } ipu__ukr;
 void ipu__sgemm_ukr(ipu__ukr *u);
