@@ -1,6 +1,6 @@
-/* Session: lifecycle, bindings, the Load program, enqueue, stop/flush/disconnect, stats and
- * program execution over the worker pool. The Main step is in session_main.c; the shared state
- * and the wake-up protocol are described in session_internal.h. */
+/* Session: lifecycle, bindings, the Load program, enqueue, stop/flush/disconnect and stats.
+ * Programs run in session_exec.c, the Main step in session_main.c; the shared state and the
+ * wake-up protocol are described in session_internal.h. */
 #include <errno.h>
 #include <sched.h>
 #include <stdio.h>
@@ -67,8 +67,10 @@ static ipu_status set_geometry(ipu_session *s, uint32_t a) {
     if (!s->batching || a == s->index_anchor || A->has_tensor_data) return IPU_OK;
     uint32_t d = s->cfg.batching_dim;
     if (d >= A->desc.ndim || A->desc.dims[d] <= 0)
-        return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "session: batching_dim %u is not a non-empty "
-                         "dimension of anchor '%s' (%u dims)", d, A->name, A->desc.ndim);
+        return ipu__fail(IPU_ERR_INVALID_ARGUMENT,
+                         "session: batching_dim %u is not a non-empty "
+                         "dimension of anchor '%s' (%u dims)",
+                         d, A->name, A->desc.ndim);
     uint64_t R = (uint64_t)A->desc.dims[d], outer = 1;
     if (R > UINT32_MAX)
         return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "session: anchor '%s' has too many rows",
@@ -76,30 +78,14 @@ static ipu_status set_geometry(ipu_session *s, uint32_t a) {
     for (uint32_t i = 0; i < d; i++) outer *= (uint64_t)A->desc.dims[i];
     if (s->batch_rows == 0) s->batch_rows = R;
     if (R != s->batch_rows)
-        return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "session: anchor '%s' has %llu rows along "
-                         "batching_dim %u but other anchors have %llu", A->name,
-                         (unsigned long long)R, d, (unsigned long long)s->batch_rows);
+        return ipu__fail(IPU_ERR_INVALID_ARGUMENT,
+                         "session: anchor '%s' has %llu rows along "
+                         "batching_dim %u but other anchors have %llu",
+                         A->name, (unsigned long long)R, d, (unsigned long long)s->batch_rows);
     g->rows = R;
     g->outer = outer;
     g->inner = outer && R ? A->desc.nbytes / (outer * R) : 0;
     return IPU_OK;
-}
-
-/* Is instruction ins (work items) split over the pool when a program runs on all workers? */
-static bool split_over_pool(const ipu_session *s, const ipu__instr *ins, size_t work) {
-    return s->nth > 1 && work >= 2 && ipu__instr_bytes(s->exe, ins) >= IPU__PAR_MIN_BYTES;
-}
-
-/* Some Main program splits an instruction over the pool: requests pre-wake its helpers. */
-static bool main_splits(const ipu_session *s) {
-    const ipu_executable *e = s->exe;
-    for (uint32_t m = 0; m < s->num_subgraphs; m++) {
-        const ipu__program *prog = &e->programs[e->main_programs[m]];
-        for (uint32_t i = 0; i < prog->n_instr; i++)
-            if (split_over_pool(s, &prog->instr[i], ipu__instr_work(e, &prog->instr[i])))
-                return true;
-    }
-    return false;
 }
 
 ipu_status ipu_session_create(const ipu_executable *exe, const ipu_session_config *cfg,
@@ -119,11 +105,11 @@ ipu_status ipu_session_create(const ipu_executable *exe, const ipu_session_confi
     if (s->cfg.check_package_hash) {
         uint64_t have = ipu_container_compiler_hash(exe->container), want = ipu_compiler_hash();
         if (have != want) {
-            st = ipu__fail(IPU_ERR_HASH_MISMATCH, "session: package hash 0x%016llx of the "
+            st = ipu__fail(IPU_ERR_HASH_MISMATCH,
+                           "session: package hash 0x%016llx of the "
                            "container differs from runtime hash 0x%016llx (%s); recompile the "
                            "model with this version or set check_package_hash=0",
-                           (unsigned long long)have, (unsigned long long)want,
-                           IPU_VERSION_STRING);
+                           (unsigned long long)have, (unsigned long long)want, IPU_VERSION_STRING);
             goto fail;
         }
     }
@@ -140,14 +126,18 @@ ipu_status ipu_session_create(const ipu_executable *exe, const ipu_session_confi
         s->index_anchor = info->index_anchor;
     s->batching = s->cfg.batching_dim != IPU_NO_INDEX;
     if (s->batching && (s->index_anchor != IPU_NO_INDEX || s->num_subgraphs > 1)) {
-        st = ipu__fail(IPU_ERR_INVALID_ARGUMENT, "session: dynamic batching (batching_dim %u) "
-                       "is not supported for fused models", s->cfg.batching_dim);
+        st = ipu__fail(IPU_ERR_INVALID_ARGUMENT,
+                       "session: dynamic batching (batching_dim %u) "
+                       "is not supported for fused models",
+                       s->cfg.batching_dim);
         goto fail;
     }
     uint64_t cap = s->cfg.ring_capacity ? s->cfg.ring_capacity : 2 * (uint64_t)s->bps;
     if (cap > ((uint64_t)1 << 24)) {
-        st = ipu__fail(IPU_ERR_INVALID_ARGUMENT, "session: ring capacity %llu is too large "
-                       "(max 2^24 slots)", (unsigned long long)cap);
+        st = ipu__fail(IPU_ERR_INVALID_ARGUMENT,
+                       "session: ring capacity %llu is too large "
+                       "(max 2^24 slots)",
+                       (unsigned long long)cap);
         goto fail;
     }
     if (info->arena_size > SIZE_MAX - 64) {
@@ -168,16 +158,20 @@ ipu_status ipu_session_create(const ipu_executable *exe, const ipu_session_confi
     s->wstore = ipu__calloc(na, sizeof *s->wstore);
     s->wstatus = ipu__calloc(s->nth, sizeof *s->wstatus);
     s->wmsg = ipu__calloc(s->nth, sizeof *s->wmsg);
-    if (!s->arena || !s->tensor_ptr || !s->override || (na && (!s->anchors || !s->binds ||
-        !s->geom || !s->rings || !s->consumed || !s->front_err || !s->wstore)) ||
+    if (!s->arena || !s->tensor_ptr || !s->override ||
+        (na && (!s->anchors || !s->binds || !s->geom || !s->rings || !s->consumed ||
+                !s->front_err || !s->wstore)) ||
         !s->wstatus || !s->wmsg) {
-        st = ipu__fail(IPU_ERR_NOMEM, "session: cannot allocate the device arena (%llu bytes) "
-                       "and tables", (unsigned long long)info->arena_size);
+        st = ipu__fail(IPU_ERR_NOMEM,
+                       "session: cannot allocate the device arena (%llu bytes) "
+                       "and tables",
+                       (unsigned long long)info->arena_size);
         goto fail;
     }
     memset(s->arena, 0, (size_t)info->arena_size);
     for (uint32_t t = 0; t < info->num_tensors; t++)
-        if (exe->tensors[t].loc == IPU_LOC_ARENA) s->tensor_ptr[t] = s->arena + exe->tensors[t].offset;
+        if (exe->tensors[t].loc == IPU_LOC_ARENA)
+            s->tensor_ptr[t] = s->arena + exe->tensors[t].offset;
     s->frame.exe = exe;
     s->frame.ptr = s->tensor_ptr;
 
@@ -190,8 +184,10 @@ ipu_status ipu_session_create(const ipu_executable *exe, const ipu_session_confi
         s->anchors[a].has_tensor_data = weight;
         s->binds[a].kind = weight ? IPU_BIND_TENSOR_DATA : IPU_BIND_QUEUE;
         if (!weight && a != s->index_anchor && exe->tensors[A->tensor].loc != IPU_LOC_ARENA) {
-            st = ipu__fail(IPU_ERR_INVALID_ARGUMENT, "session: streamed anchor '%s' is not "
-                           "backed by device memory", A->name);
+            st = ipu__fail(IPU_ERR_INVALID_ARGUMENT,
+                           "session: streamed anchor '%s' is not "
+                           "backed by device memory",
+                           A->name);
             goto fail;
         }
         st = set_geometry(s, a);
@@ -231,7 +227,7 @@ ipu_status ipu_session_create(const ipu_executable *exe, const ipu_session_confi
     if (st != IPU_OK) goto fail;
     s->par_ok = s->nth >= 2 && info->num_stages == 0 && s->index_anchor == IPU_NO_INDEX &&
                 s->num_subgraphs == 1 && !s->batching;
-    s->prewake = main_splits(s);
+    s->prewake = ipu__main_splits(s);
     *out = s;
     return IPU_OK;
 fail:
@@ -243,7 +239,8 @@ void ipu_session_destroy(ipu_session *s) {
     if (!s) return;
     if (s->sync_ready) {
         ipu_session_stop(s);
-        ipu__session_disconnect_msg(s, IPU_ERR_CLOSED, "session destroyed before the slot was "
+        ipu__session_disconnect_msg(s, IPU_ERR_CLOSED,
+                                    "session destroyed before the slot was "
                                     "served");
     }
     ipu__pipeline_destroy(s);
@@ -287,8 +284,10 @@ void ipu_session_destroy(ipu_session *s) {
 static ipu_status check_anchor(const ipu_session *s, uint32_t a, const char *fn) {
     if (!s) return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "%s: session is NULL", fn);
     if (a >= s->num_anchors)
-        return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "%s: anchor %u out of range (model has %u "
-                         "anchors)", fn, a, s->num_anchors);
+        return ipu__fail(IPU_ERR_INVALID_ARGUMENT,
+                         "%s: anchor %u out of range (model has %u "
+                         "anchors)",
+                         fn, a, s->num_anchors);
     return IPU_OK;
 }
 
@@ -298,23 +297,31 @@ ipu_status ipu_session_bind(ipu_session *s, uint32_t a, ipu_binding b, ipu_strea
     if (st != IPU_OK) return st;
     const ipu_anchor_info *A = &s->anchors[a];
     if (s->loaded)
-        return ipu__fail(IPU_ERR_INVALID_STATE, "ipu_session_bind: anchor '%s': bindings are "
-                         "fixed once the Load program has run", A->name);
+        return ipu__fail(IPU_ERR_INVALID_STATE,
+                         "ipu_session_bind: anchor '%s': bindings are "
+                         "fixed once the Load program has run",
+                         A->name);
     if (b != IPU_BIND_QUEUE && b != IPU_BIND_EMPTY && b != IPU_BIND_CALLBACK &&
         b != IPU_BIND_TENSOR_DATA)
         return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ipu_session_bind: unknown binding %d", (int)b);
     if (b == IPU_BIND_TENSOR_DATA && !A->has_tensor_data)
-        return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ipu_session_bind: anchor '%s' has no tensor "
-                         "data in the container", A->name);
+        return ipu__fail(IPU_ERR_INVALID_ARGUMENT,
+                         "ipu_session_bind: anchor '%s' has no tensor "
+                         "data in the container",
+                         A->name);
     if (b == IPU_BIND_CALLBACK && !fn)
-        return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ipu_session_bind: anchor '%s': CALLBACK "
-                         "needs a stream callback", A->name);
+        return ipu__fail(IPU_ERR_INVALID_ARGUMENT,
+                         "ipu_session_bind: anchor '%s': CALLBACK "
+                         "needs a stream callback",
+                         A->name);
     if (A->has_tensor_data && b != IPU_BIND_TENSOR_DATA && !s->wstore[a] &&
         s->exe->tensors[A->tensor].loc != IPU_LOC_ARENA) {
         s->wstore[a] = ipu__aligned_alloc(64, A->desc.nbytes ? (size_t)A->desc.nbytes : 1);
         if (!s->wstore[a])
-            return ipu__fail(IPU_ERR_NOMEM, "ipu_session_bind: cannot allocate %llu bytes for "
-                             "weight '%s'", (unsigned long long)A->desc.nbytes, A->name);
+            return ipu__fail(IPU_ERR_NOMEM,
+                             "ipu_session_bind: cannot allocate %llu bytes for "
+                             "weight '%s'",
+                             (unsigned long long)A->desc.nbytes, A->name);
     }
     s->binds[a] = (ipu__bind){b, b == IPU_BIND_CALLBACK ? fn : NULL,
                               b == IPU_BIND_CALLBACK ? user_data : NULL};
@@ -384,7 +391,7 @@ bool ipu__claim_device(ipu_session *s) {
 
 void ipu__release_device(ipu_session *s) {
     atomic_store(&s->park, IPU__PARK_PARKED); /* seq_cst: before the load of dev_waiting */
-    if (atomic_load(&s->dev_waiting) == 2) { /* asleep in ipu__unpark, not parked idle */
+    if (atomic_load(&s->dev_waiting) == 2) {  /* asleep in ipu__unpark, not parked idle */
         pthread_mutex_lock(&s->mu);
         pthread_cond_broadcast(&s->data_cv);
         pthread_mutex_unlock(&s->mu);
@@ -425,8 +432,10 @@ ipu_status ipu__session_enqueue(ipu_session *s, uint32_t a, const ipu_slot *slot
     const ipu_anchor_info *A = &s->anchors[a];
     if (!slot) return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ipu_session_enqueue: slot is NULL");
     if (s->binds[a].kind != IPU_BIND_QUEUE)
-        return ipu__fail(IPU_ERR_INVALID_STATE, "ipu_session_enqueue: anchor '%s' is not bound "
-                         "to a queue", A->name);
+        return ipu__fail(IPU_ERR_INVALID_STATE,
+                         "ipu_session_enqueue: anchor '%s' is not bound "
+                         "to a queue",
+                         A->name);
     ipu_slot sl = *slot;
     const ipu__geom *g = &s->geom[a];
     bool batched = s->batching && a != s->index_anchor && !A->has_tensor_data;
@@ -434,9 +443,10 @@ ipu_status ipu__session_enqueue(ipu_session *s, uint32_t a, const ipu_slot *slot
     uint64_t want;
     if (!ipu__mul_u64(g->outer * g->inner, sl.rows, &want)) want = UINT64_MAX;
     if (sl.nbytes != want)
-        return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ipu_session_enqueue: anchor '%s': slot has "
-                         "%llu bytes, expected %llu (%u rows)", A->name,
-                         (unsigned long long)sl.nbytes, (unsigned long long)want, sl.rows);
+        return ipu__fail(IPU_ERR_INVALID_ARGUMENT,
+                         "ipu_session_enqueue: anchor '%s': slot has "
+                         "%llu bytes, expected %llu (%u rows)",
+                         A->name, (unsigned long long)sl.nbytes, (unsigned long long)want, sl.rows);
     if (!sl.data && sl.nbytes)
         return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ipu_session_enqueue: slot data is NULL");
     uint64_t deadline = 0;
@@ -449,15 +459,16 @@ ipu_status ipu__session_enqueue(ipu_session *s, uint32_t a, const ipu_slot *slot
     for (unsigned i = 0;; i++) {
         uint_fast64_t seq = atomic_load(&s->pop_seq);
         if (ipu__stopped(s)) return ipu__fail(IPU_ERR_CLOSED, "session stopped");
-        if (abort && atomic_load(abort))
-            return ipu__fail(IPU_ERR_ABORTED, "enqueue aborted");
+        if (abort && atomic_load(abort)) return ipu__fail(IPU_ERR_ABORTED, "enqueue aborted");
         if (ipu_ring_try_push(s->rings[a], &sl)) {
             ipu__wake_device(s);
             return IPU_OK;
         }
         if (deadline && ipu__now_ns() >= deadline)
-            return ipu__fail(IPU_ERR_TIMEOUT, "ipu_session_enqueue: the queue of anchor '%s' "
-                             "stayed full for %llu ns", A->name, (unsigned long long)timeout_ns);
+            return ipu__fail(IPU_ERR_TIMEOUT,
+                             "ipu_session_enqueue: the queue of anchor '%s' "
+                             "stayed full for %llu ns",
+                             A->name, (unsigned long long)timeout_ns);
         if (spinning && !ipu__spin_expired(i, &t0)) continue;
         spinning = false;
         pthread_mutex_lock(&s->mu);
@@ -565,8 +576,10 @@ static ipu_status fill_weight(ipu_session *s, uint32_t a, void *dst) {
     }
     /* not abortable: Load runs again (auto_reset) while the producers are still aborted */
     if (ipu__wait_front(s, a, false) != IPU__FRONT_READY)
-        return ipu__fail(IPU_ERR_CLOSED, "session stopped while the Load program waited for "
-                         "weight '%s'", A->name);
+        return ipu__fail(IPU_ERR_CLOSED,
+                         "session stopped while the Load program waited for "
+                         "weight '%s'",
+                         A->name);
     ipu_slot sl;
     ipu__session_pop(s, a, &sl);
     memcpy(dst, sl.data, n);
@@ -603,170 +616,4 @@ ipu_status ipu_session_run_load(ipu_session *s) {
     }
     ipu__pipeline_after_load(s);
     return IPU_OK;
-}
-
-/* ---- program execution ------------------------------------------------------------------- */
-
-/* Every request of the frame is cancelled (none: never). */
-static bool frame_cancelled(const ipu__frame *f) {
-    for (uint32_t k = 0; k < f->ncancel; k++)
-        if (!atomic_load_explicit(f->cancel[k], memory_order_relaxed)) return false;
-    return f->ncancel > 0;
-}
-
-/* The poll hook is due and cancels (the thread running the program only); sets poll_cut. */
-static bool poll_cancels(ipu_session *s, ipu__poller *p) {
-    uint64_t now = ipu__now_ns();
-    if (now < p->next) return false;
-    p->next = now + IPU_POLL_INTERVAL_NS;
-    if (!p->fn(p->ud)) return false;
-    atomic_store_explicit(&s->poll_cut, 1, memory_order_relaxed);
-    return true;
-}
-
-/* poll_cut counts only during the run of the hook that set it (inline: s->poll is set). */
-static bool stop_now(ipu_session *s, const ipu__frame *f, ipu__poller *p) {
-    return frame_cancelled(f) ||
-           (s->poll && atomic_load_explicit(&s->poll_cut, memory_order_relaxed)) ||
-           (p && poll_cancels(s, p));
-}
-
-ipu_status ipu__instr_run_pieces(ipu_session *s, const ipu__frame *f, const ipu__instr *ins,
-                                 size_t begin, size_t end, void *scratch, ipu__poller *poll) {
-    size_t n = end - begin;
-    /* Small work runs in one piece: no clock reads, no extra kernel call. */
-    if (n < 2 || (!f->ncancel && !s->poll) ||
-        ipu__instr_bytes(s->exe, ins) < IPU__PIECE_MIN_BYTES)
-        return ipu__instr_run(f, ins, begin, end, scratch);
-    /* A probe of 1/256 of the items times the kernel (small: a huge instruction's probe is not
-     * interruptible); the rest runs in pieces of about IPU__PIECE_NS at the rate measured by
-     * the piece before (in one when it is shorter than that). */
-    size_t piece = n / 256 ? n / 256 : 1;
-    uint64_t t = ipu__now_ns();
-    for (size_t b = begin; b < end;) {
-        size_t e = end - b > piece ? b + piece : end;
-        ipu_status st = ipu__instr_run(f, ins, b, e, scratch);
-        if (st != IPU_OK) return st;
-        if (e == end) break;
-        if (stop_now(s, f, poll))
-            return ipu__fail(IPU_ERR_CANCELLED, "cancelled after work item %zu of [%zu, %zu)",
-                             e, begin, end);
-        uint64_t now = ipu__now_ns();
-        double per = (double)(now - t) / (double)(e - b); /* ns per item */
-        double want = per > 0 ? IPU__PIECE_NS / per : (double)(end - e);
-        piece = want >= (double)(end - e) ? end - e : want < 1 ? 1 : (size_t)want;
-        t = now;
-        b = e;
-    }
-    return IPU_OK;
-}
-
-typedef struct ipu__job {
-    ipu_session *s;
-    const ipu__frame *f;
-    const ipu__instr *ins;
-    ipu__poller *poll; /* worker 0 (the thread running the program) calls the hook */
-} ipu__job;
-
-static void job_fn(void *ctx, size_t begin, size_t end, uint32_t ith) {
-    const ipu__job *j = ctx;
-    if (j->s->wstatus[ith] != IPU_OK) return; /* keep this worker's first failure */
-    ipu__poller *poll = ith == 0 ? j->poll : NULL;
-    ipu_status st = stop_now(j->s, j->f, poll)
-                        ? ipu__fail(IPU_ERR_CANCELLED, "the request was cancelled")
-                        : ipu__instr_run_pieces(j->s, j->f, j->ins, begin, end,
-                                                ipu__pool_scratch(j->s->pool, ith), poll);
-    if (st != IPU_OK) { /* the rest of the chunks are skipped */
-        j->s->wstatus[ith] = st;
-        snprintf(j->s->wmsg[ith], IPU__MSG_BYTES, "%s", ipu_last_error_message());
-    }
-}
-
-uint64_t ipu__instr_bytes(const ipu_executable *e, const ipu__instr *ins) {
-    uint64_t total = 0;
-    for (uint32_t i = 0; i < ins->n_in; i++) total += e->tensors[ins->in[i]].desc.nbytes;
-    for (uint32_t i = 0; i < ins->n_out; i++) total += e->tensors[ins->out[i]].desc.nbytes;
-    return total;
-}
-
-ipu_status ipu__run_program(ipu_session *s, const ipu__frame *f, uint32_t index) {
-    return ipu__run_program_on(s, f, index, 0);
-}
-
-static ipu_status run_instructions(ipu_session *s, const ipu__frame *f, uint32_t index,
-                                   uint32_t alone) {
-    const ipu_executable *e = s->exe;
-    const ipu__program *prog = &e->programs[index];
-    char msg[IPU__MSG_BYTES] = "";
-    ipu__poller poller = {s->poll, s->poll_ud, s->poll_t0 + IPU_POLL_INTERVAL_NS};
-    ipu__poller *poll = s->poll ? &poller : NULL;
-    if (poll) atomic_store_explicit(&s->poll_cut, 0, memory_order_relaxed);
-    bool ran = false; /* the clock is read between instructions only: none for a single one */
-    for (uint32_t i = 0; i < prog->n_instr; i++) {
-        const ipu__instr *ins = &prog->instr[i];
-        if (ins->op == IPU_OP_BIND && ins->n_out == 1 && s->override[ins->out[0]]) continue;
-        size_t work = ipu__instr_work(e, ins);
-        if (work == 0) continue;
-        if (frame_cancelled(f))
-            return ipu__fail(IPU_ERR_CANCELLED, "program %u cancelled before instruction %u",
-                             prog->id, i);
-        if (poll && ran && poll_cancels(s, poll))
-            return ipu__fail(IPU_ERR_CANCELLED, "program %u cancelled by the poll hook before "
-                             "instruction %u", prog->id, i);
-        ipu_status st = IPU_OK;
-        ran = true;
-        if (alone || !split_over_pool(s, ins, work)) {
-            st = ipu__instr_run_pieces(s, f, ins, 0, work,
-                                       ipu__pool_scratch(s->pool, alone ? alone - 1 : 0), poll);
-            if (st != IPU_OK) snprintf(msg, sizeof msg, "%s", ipu_last_error_message());
-        } else {
-            for (uint32_t w = 0; w < s->nth; w++) s->wstatus[w] = IPU_OK;
-            ipu__job job = {s, f, ins, poll};
-            ipu__pool_run_range(s->pool, work, ipu__instr_contiguous(ins), job_fn, &job);
-            for (uint32_t w = 0; w < s->nth && st == IPU_OK; w++) {
-                if (s->wstatus[w] != IPU_OK) {
-                    st = s->wstatus[w];
-                    memcpy(msg, s->wmsg[w], sizeof msg);
-                }
-            }
-        }
-        if (st != IPU_OK) {
-            const char *name = ipu_opcode_name(ins->op);
-            return ipu__fail(st, "program %u, instruction %u (%s): %s", prog->id, i,
-                             name ? name : "?", msg);
-        }
-    }
-    return IPU_OK;
-}
-
-ipu_status ipu__run_program_on(ipu_session *s, const ipu__frame *f, uint32_t index,
-                               uint32_t alone) {
-    bool hold = !alone && s->nth > 1; /* helpers keep polling between this program's runs */
-    if (hold) ipu__pool_hold(s->pool, true);
-    ipu_status st = run_instructions(s, f, index, alone);
-    if (hold) ipu__pool_hold(s->pool, false);
-    return st;
-}
-
-void ipu__store_index(void *p, const ipu_tensor_desc *d, uint32_t v) {
-    memset(p, 0, (size_t)d->nbytes);
-    switch (d->dtype) {
-        case IPU_DTYPE_FLOAT32: { float f = (float)v; if (d->nbytes >= 4) memcpy(p, &f, 4); break; }
-        case IPU_DTYPE_FLOAT64: { double f = v; if (d->nbytes >= 8) memcpy(p, &f, 8); break; }
-        case IPU_DTYPE_FLOAT16:
-            if (d->nbytes >= 2) { uint16_t h = ipu__f32_to_f16((float)v); memcpy(p, &h, 2); }
-            break;
-        case IPU_DTYPE_INT64: case IPU_DTYPE_UINT64:
-            if (d->nbytes >= 8) ipu__st_u64(p, v);
-            break;
-        case IPU_DTYPE_INT16: case IPU_DTYPE_UINT16:
-            if (d->nbytes >= 2) { uint8_t *b = p; b[0] = (uint8_t)v; b[1] = (uint8_t)(v >> 8); }
-            break;
-        case IPU_DTYPE_INT8: case IPU_DTYPE_UINT8: case IPU_DTYPE_BOOL:
-            if (d->nbytes >= 1) *(uint8_t *)p = (uint8_t)v;
-            break;
-        default:
-            if (d->nbytes >= 4) ipu__st_u32(p, v);
-            break;
-    }
 }

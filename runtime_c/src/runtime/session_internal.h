@@ -47,7 +47,7 @@ typedef struct ipu__pend {
     ipu_slot sl;
     ipu_status err; /* IPU_OK: gets the iteration's status */
     uint32_t anchor;
-    uint64_t id;    /* pops[anchor] when it was popped (its identity) */
+    uint64_t id; /* pops[anchor] when it was popped (its identity) */
 } ipu__pend;
 
 /* One iteration in flight (session_main.c stages). The serial loop uses iters[0] over the arena;
@@ -55,19 +55,19 @@ typedef struct ipu__pend {
  * front slot this iteration took only some rows of (0: none): a failure of the iteration marks
  * that slot failed wherever it is by then (still the front, or taken by the next iteration). */
 typedef struct ipu__iter {
-    void **ptr;               /* [num_tensors] tensor base pointers (the frame) */
-    ipu__pend *pending;       /* input slots taken (done deferred to the store stage) */
+    void **ptr;         /* [num_tensors] tensor base pointers (the frame) */
+    ipu__pend *pending; /* input slots taken (done deferred to the store stage) */
     size_t npending;
-    uint64_t *part;           /* [num_anchors] */
-    uint32_t sub;             /* subgraph */
-    uint64_t filled;          /* rows gathered */
-    int ev;                   /* load result (EV_* of session_main.c; 0 = ready) */
-    ipu_status st;            /* first failure of the iteration */
+    uint64_t *part;                      /* [num_anchors] */
+    uint32_t sub;                        /* subgraph */
+    uint64_t filled;                     /* rows gathered */
+    int ev;                              /* load result (EV_* of session_main.c; 0 = ready) */
+    ipu_status st;                       /* first failure of the iteration */
     bool (*idle)(struct ipu_session *s); /* load: called while waiting for input; true = did work */
-    uint32_t alone;           /* compute: 0 = split over the pool, w + 1 = serially on worker w */
+    uint32_t alone; /* compute: 0 = split over the pool, w + 1 = serially on worker w */
     /* The cancel flags of the requests whose rows the iteration carries (cancel_of of its
      * slots, taken and partially taken; collected by the load stage): the frame's cancel. */
-    const atomic_int **cut;   /* [pending_cap + num_anchors] */
+    const atomic_int **cut; /* [pending_cap + num_anchors] */
     uint32_t ncut;
     char msg[IPU__MSG_BYTES]; /* message of the failure / of a CLOSED completion */
 } ipu__iter;
@@ -93,7 +93,7 @@ struct ipu_session {
     uint32_t nth, bps, num_anchors, num_subgraphs;
     uint32_t index_anchor; /* IPU_NO_INDEX unless fused */
     bool batching;
-    bool loaded;           /* run_load has been called: bindings are frozen */
+    bool loaded; /* run_load has been called: bindings are frozen */
 
     uint8_t *arena;
     void **tensor_ptr; /* [num_tensors] */
@@ -107,11 +107,11 @@ struct ipu_session {
     uint8_t **wstore;         /* [num_anchors] storage of weights not bound to TENSOR_DATA */
     uint8_t *override;        /* [num_tensors] 1: skip BIND of this tensor in Load */
 
-    uint64_t *pops;           /* [num_anchors] slots popped so far (slot identities) */
-    ipu__iter *iters;         /* [n_iters]: 2, or one per stage of a pipelined executable */
+    uint64_t *pops;   /* [num_anchors] slots popped so far (slot identities) */
+    ipu__iter *iters; /* [n_iters]: 2, or one per stage of a pipelined executable */
     uint32_t n_iters;
     size_t pending_cap;
-    uint64_t batch_rows;      /* R shared by every streamed anchor (1 without batching) */
+    uint64_t batch_rows; /* R shared by every streamed anchor (1 without batching) */
 
     ipu__pool *pool;
     ipu_status *wstatus;          /* [nth] per-worker kernel status of the current instr */
@@ -119,8 +119,8 @@ struct ipu_session {
     char dev_msg[IPU__MSG_BYTES]; /* message of the current failure (device thread) */
 
     int sync_ready;
-    pthread_mutex_t mu;     /* sleep/wake only */
-    pthread_cond_t data_cv; /* the device waits for slots (CLOCK_MONOTONIC) */
+    pthread_mutex_t mu;      /* sleep/wake only */
+    pthread_cond_t data_cv;  /* the device waits for slots (CLOCK_MONOTONIC) */
     pthread_cond_t space_cv; /* producers wait for ring space (CLOCK_MONOTONIC) */
 
     _Alignas(64) atomic_uint_fast64_t push_seq;
@@ -175,17 +175,17 @@ struct ipu_session {
      * (the I/O thread runs). Tensor t inside staged anchor pl_anchor[t] >= 0 lives at
      * pl_set[k] + pl_soff[anchor] + (offset(t) - offset(anchor)) in set k. */
     bool pl_on, io_started, io_sync;
-    int32_t *pl_anchor;     /* [num_tensors] */
-    uint64_t *pl_soff;      /* [num_anchors] UINT64_MAX: not staged */
+    int32_t *pl_anchor; /* [num_tensors] */
+    uint64_t *pl_soff;  /* [num_anchors] UINT64_MAX: not staged */
     uint8_t *pl_set[2];
     uint64_t pl_set_bytes;
-    void **pl_ptr[2];       /* [num_tensors] */
+    void **pl_ptr[2]; /* [num_tensors] */
     pthread_t io_thread;
     pthread_mutex_t io_mu;
     pthread_cond_t io_cv;
     int io_store, io_load, io_early; /* job: set indices or -1 (written before job_seq++) */
     uint32_t io_load_it;
-    bool io_quit, io_closed;         /* io_closed: a store found the session stopped */
+    bool io_quit, io_closed; /* io_closed: a store found the session stopped */
     int io_early_done;
     _Alignas(64) atomic_uint job_seq;
     atomic_uint done_seq;
@@ -272,9 +272,8 @@ void ipu__release_device(ipu_session *s);
 /* session.c */
 /* Like ipu_session_enqueue; additionally returns IPU_ERR_ABORTED (without queueing) once
  * *abort != 0 (re-checked after every ipu__wake_producers). abort may be NULL. */
-IPU_NODISCARD ipu_status ipu__session_enqueue(ipu_session *s, uint32_t anchor,
-                                              const ipu_slot *slot, uint64_t timeout_ns,
-                                              const atomic_int *abort);
+IPU_NODISCARD ipu_status ipu__session_enqueue(ipu_session *s, uint32_t anchor, const ipu_slot *slot,
+                                              uint64_t timeout_ns, const atomic_int *abort);
 /* Change the binding of a non-weight anchor to QUEUE or CALLBACK even after Load. Only while no
  * thread is inside run_main (the runtime calls it before its device thread starts). */
 IPU_NODISCARD ipu_status ipu__session_rebind(ipu_session *s, uint32_t anchor, ipu_binding b,
@@ -300,6 +299,8 @@ static inline bool ipu__aborted(const ipu_session *s) {
 void ipu__session_disconnect_msg(ipu_session *s, ipu_status st, const char *msg);
 /* Bytes of an instruction's operands (small instructions run on one worker). */
 uint64_t ipu__instr_bytes(const ipu_executable *e, const ipu__instr *ins);
+/* Some Main program splits an instruction over the pool: requests pre-wake its helpers. */
+bool ipu__main_splits(const ipu_session *s);
 /* Run work items [begin, end) of ins over frame f with `scratch`; when f is cancellable and the
  * instruction is not small, in pieces of about IPU__PIECE_NS each, stopping between two with
  * IPU_ERR_CANCELLED once f is cancelled or poll_cut is set. poll: the poll hook's state when
@@ -337,7 +338,7 @@ bool ipu__stage_store(ipu_session *s, ipu__iter *c);
 /* Decide overlap I/O from the layout and cfg.overlap_io, allocate the staging sets, start the
  * I/O thread. */
 IPU_NODISCARD ipu_status ipu__pipeline_create(ipu_session *s);
-void ipu__pipeline_destroy(ipu_session *s); /* joins the I/O thread; frees */
+void ipu__pipeline_destroy(ipu_session *s);    /* joins the I/O thread; frees */
 void ipu__pipeline_after_load(ipu_session *s); /* copy the anchor ranges into both sets */
 /* Whether this run_main can use the pipeline (pl_on and no subgraph takes its rows from
  * output slots); one step through it. */
