@@ -47,9 +47,10 @@ int main(int argc, char **argv) {
             uint64_t t2 = ipu__now_ns();
             for (int i = 0; i < runs / 10; i++) ipu__pool_run(p, work_plain, &per);
             uint64_t t3 = ipu__now_ns();
-            printf("%u worker(s): empty %.0f ns, 8 items by claims %.0f ns, by plain split %.0f ns\n",
-                   nth, (double)(t1 - t0) / runs, (double)(t2 - t1) / (runs / 10),
-                   (double)(t3 - t2) / (runs / 10));
+            printf(
+                "%u worker(s): empty %.0f ns, 8 items by claims %.0f ns, by plain split %.0f ns\n",
+                nth, (double)(t1 - t0) / runs, (double)(t2 - t1) / (runs / 10),
+                (double)(t3 - t2) / (runs / 10));
         }
         ipu__pool_destroy(p);
     }

@@ -21,21 +21,21 @@
 
 /* Every call returns an ipu_status; the details of a failure are in ipu_last_error_message()
  * of the calling thread. */
-#define TRY(call)                                                                       \
-    do {                                                                                \
-        ipu_status st_ = (call);                                                        \
-        if (st_ != IPU_OK) {                                                            \
-            fprintf(stderr, "%s failed: %s: %s\n", #call, ipu_status_name(st_),         \
-                    ipu_last_error_message());                                          \
-            goto done;                                                                  \
-        }                                                                               \
+#define TRY(call)                                                               \
+    do {                                                                        \
+        ipu_status st_ = (call);                                                \
+        if (st_ != IPU_OK) {                                                    \
+            fprintf(stderr, "%s failed: %s: %s\n", #call, ipu_status_name(st_), \
+                    ipu_last_error_message());                                  \
+            goto done;                                                          \
+        }                                                                       \
     } while (0)
 
 enum { REQUESTS_PER_THREAD = 2000, BATCHES = 4, ELEMS = 6 /* 2 x 3 */ };
 
 typedef struct worker {
     ipu_runtime *rt;
-    uint32_t x, y, z;  /* anchor indices */
+    uint32_t x, y, z; /* anchor indices */
     uint32_t num_anchors;
     int id, errors;
 } worker;
@@ -57,10 +57,10 @@ static void *worker_main(void *arg) {
         }
         ipu_request_desc desc = {
             .num_batches = BATCHES,
-            .inputs = inputs,       /* indexed by anchor; NULL = not given */
+            .inputs = inputs, /* indexed by anchor; NULL = not given */
             .outputs = outputs,
             .subgraph = IPU_NO_INDEX, /* not a fused model */
-            .done = NULL,           /* optional completion callback (runs on the device thread) */
+            .done = NULL,             /* optional completion callback (runs on the device thread) */
             .user_data = NULL,
         };
         ipu_request *req = NULL;
@@ -160,9 +160,9 @@ int main(int argc, char **argv) {
     ipu_runtime_stats s;
     ipu_runtime_get_stats(rt, &s);
     printf("%llu requests (%llu batches) in %.3f s: %.0f requests/s, %.0f batches/s, "
-           "%u compute threads\n", (unsigned long long)s.requests_completed,
-           (unsigned long long)s.iterations, dt, (double)s.requests_completed / dt,
-           (double)s.iterations / dt, s.num_threads);
+           "%u compute threads\n",
+           (unsigned long long)s.requests_completed, (unsigned long long)s.iterations, dt,
+           (double)s.requests_completed / dt, (double)s.iterations / dt, s.num_threads);
     ok = s.requests_completed == 2 * REQUESTS_PER_THREAD && s.requests_failed == 0;
 
 done:

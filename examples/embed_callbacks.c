@@ -24,14 +24,13 @@
 
 #include "ipu/ipu.h"
 
-#define TRY(call)                                                                       \
-    do {                                                                                \
-        ipu_status st_ = (call);                                                        \
-        if (st_ != IPU_OK) {                                                            \
-            printf("%s failed: %s: %s\n", #call, ipu_status_name(st_),                  \
-                   ipu_last_error_message());                                           \
-            goto done;                                                                  \
-        }                                                                               \
+#define TRY(call)                                                                                 \
+    do {                                                                                          \
+        ipu_status st_ = (call);                                                                  \
+        if (st_ != IPU_OK) {                                                                      \
+            printf("%s failed: %s: %s\n", #call, ipu_status_name(st_), ipu_last_error_message()); \
+            goto done;                                                                            \
+        }                                                                                         \
     } while (0)
 
 enum { THREADS = 2, REQUESTS = 300, BATCHES = 2, ELEMS = 6 /* 2 x 3 */ };
@@ -111,7 +110,9 @@ static void *worker_main(void *arg) {
     outputs[w->z] = z;
     for (int r = 0; r < REQUESTS; r++) {
         for (int i = 0; i < BATCHES * ELEMS; i++) z[i] = -1.0f;
-        ipu_request_desc desc = {.num_batches = BATCHES, .inputs = inputs, .outputs = outputs,
+        ipu_request_desc desc = {.num_batches = BATCHES,
+                                 .inputs = inputs,
+                                 .outputs = outputs,
                                  .subgraph = IPU_NO_INDEX};
         ipu_request *req = NULL;
         ipu_status st = ipu_runtime_submit(w->rt, &desc, &req);
@@ -185,8 +186,7 @@ int main(int argc, char **argv) {
     worker w[THREADS];
     int started = 0;
     for (int i = 0; i < THREADS; i++) {
-        w[i] = (worker){.rt = rt, .z = z, .num_anchors = info.num_anchors, .id = i,
-                        .seen = seen};
+        w[i] = (worker){.rt = rt, .z = z, .num_anchors = info.num_anchors, .id = i, .seen = seen};
         if (pthread_create(&th[i], NULL, worker_main, &w[i]) != 0) break;
         started++;
     }
@@ -198,8 +198,8 @@ int main(int argc, char **argv) {
     int all_once = 1;
     for (int n = 0; n < TOTAL; n++) all_once &= seen[n] == 1;
     printf("%d batches from %d threads; X callback %u calls, Y callback %u calls; every "
-           "iteration served once: %s\n", TOTAL, THREADS, feed.calls_x, feed.calls_y,
-           all_once ? "yes" : "no");
+           "iteration served once: %s\n",
+           TOTAL, THREADS, feed.calls_x, feed.calls_y, all_once ? "yes" : "no");
     ok = all_once && feed.calls_x == TOTAL && feed.calls_y == TOTAL;
 
 done:

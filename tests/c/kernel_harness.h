@@ -23,16 +23,16 @@
 
 static int passed, failed;
 
-#define CHECK(cond, ...)                                         \
-    do {                                                         \
-        if (cond) {                                              \
-            passed++;                                            \
-        } else {                                                 \
-            failed++;                                            \
+#define CHECK(cond, ...)                                              \
+    do {                                                              \
+        if (cond) {                                                   \
+            passed++;                                                 \
+        } else {                                                      \
+            failed++;                                                 \
             printf("%s:%d: FAILED: %s: ", __FILE__, __LINE__, #cond); \
-            printf(__VA_ARGS__);                                 \
-            printf("\n");                                        \
-        }                                                        \
+            printf(__VA_ARGS__);                                      \
+            printf("\n");                                             \
+        }                                                             \
     } while (0)
 
 /* Forces ISA level `isa` (isa.h, 0 = automatic) for every kernel family; returns the level of
@@ -113,7 +113,7 @@ typedef struct TI {
 } TI;
 
 static inline ipu_status ti_make(H *h, TI *ti, ipu_opcode op, uint32_t nin, const uint32_t *in,
-                          uint32_t out, uint32_t nattr, const int64_t *attr) {
+                                 uint32_t out, uint32_t nattr, const int64_t *attr) {
     memset(ti, 0, sizeof *ti);
     ti->ins.op = op;
     ti->ins.n_in = nin;
@@ -141,7 +141,7 @@ static inline void ti_free(H *h, TI *ti) {
 /* Verify, run over [0, work), then again in uneven sub-ranges (reverse order); the outputs must
  * be identical. Returns the output pointer (results of the full run). */
 static inline void *run(H *h, ipu_opcode op, uint32_t nin, const uint32_t *in, uint32_t out,
-                 uint32_t nattr, const int64_t *attr) {
+                        uint32_t nattr, const int64_t *attr) {
     TI ti;
     ipu_status st = ti_make(h, &ti, op, nin, in, out, nattr, attr);
     CHECK(st == IPU_OK, "verify %s: %s", ipu_opcode_name(op), ipu_last_error_message());
@@ -174,8 +174,8 @@ static inline void *run(H *h, ipu_opcode op, uint32_t nin, const uint32_t *in, u
     return h->ptr[out];
 }
 
-static inline ipu_status verify_only(H *h, ipu_opcode op, uint32_t nin, const uint32_t *in, uint32_t out,
-                              uint32_t nattr, const int64_t *attr) {
+static inline ipu_status verify_only(H *h, ipu_opcode op, uint32_t nin, const uint32_t *in,
+                                     uint32_t out, uint32_t nattr, const int64_t *attr) {
     TI ti;
     ipu_status st = ti_make(h, &ti, op, nin, in, out, nattr, attr);
     ti_free(h, &ti);
@@ -213,7 +213,8 @@ static inline uint32_t h_matmul_out(H *h, uint32_t a, uint32_t b) {
     int64_t yd[IPU_MAX_DIMS];
     uint32_t an = ta->desc.ndim - 2, bn = tb->desc.ndim - 2, nb = an > bn ? an : bn;
     for (uint32_t i = 0; i < nb; i++) {
-        int64_t da = i < an ? ta->desc.dims[an - 1 - i] : 1, db = i < bn ? tb->desc.dims[bn - 1 - i] : 1;
+        int64_t da = i < an ? ta->desc.dims[an - 1 - i] : 1,
+                db = i < bn ? tb->desc.dims[bn - 1 - i] : 1;
         yd[nb - 1 - i] = da == 1 ? db : da;
     }
     yd[nb] = ta->desc.dims[an];

@@ -12,21 +12,26 @@
 
 static int g_pass, g_fail;
 
-#define CHECK(cond)                                                                          \
-    do {                                                                                     \
-        if (!(cond)) {                                                                       \
-            fprintf(stderr, "  %s:%d: CHECK failed: %s\n  last error: %s\n", __FILE__,       \
-                    __LINE__, #cond, ipu_last_error_message());                              \
-            return 1;                                                                        \
-        }                                                                                    \
+#define CHECK(cond)                                                                              \
+    do {                                                                                         \
+        if (!(cond)) {                                                                           \
+            fprintf(stderr, "  %s:%d: CHECK failed: %s\n  last error: %s\n", __FILE__, __LINE__, \
+                    #cond, ipu_last_error_message());                                            \
+            return 1;                                                                            \
+        }                                                                                        \
     } while (0)
 #define CHECK_OK(expr) CHECK((expr) == IPU_OK)
-#define RUN(fn)                                                 \
-    do {                                                        \
-        int r_ = fn();                                          \
-        if (r_) { g_fail++; printf("FAIL %s\n", #fn); }         \
-        else { g_pass++; printf("ok   %s\n", #fn); }            \
-        fflush(stdout);                                         \
+#define RUN(fn)                       \
+    do {                              \
+        int r_ = fn();                \
+        if (r_) {                     \
+            g_fail++;                 \
+            printf("FAIL %s\n", #fn); \
+        } else {                      \
+            g_pass++;                 \
+            printf("ok   %s\n", #fn); \
+        }                             \
+        fflush(stdout);               \
     } while (0)
 
 static inline void sleep_ms(int ms) {

@@ -11,10 +11,25 @@
 
 #define M_UNUSED __attribute__((unused)) /* not every test uses every helper */
 
-typedef struct { uint32_t dtype, loc; uint64_t offset; uint32_t ndim; int64_t dims[8]; } m_tensor;
-typedef struct { const char *name; uint32_t dir, tensor, subgraph, flags; } m_anchor;
-typedef struct { uint16_t op; uint8_t nin, nout; uint32_t ops[8]; } m_instr;
-typedef struct { uint32_t id, n; m_instr ins[4]; } m_prog;
+typedef struct {
+    uint32_t dtype, loc;
+    uint64_t offset;
+    uint32_t ndim;
+    int64_t dims[8];
+} m_tensor;
+typedef struct {
+    const char *name;
+    uint32_t dir, tensor, subgraph, flags;
+} m_anchor;
+typedef struct {
+    uint16_t op;
+    uint8_t nin, nout;
+    uint32_t ops[8];
+} m_instr;
+typedef struct {
+    uint32_t id, n;
+    m_instr ins[4];
+} m_prog;
 typedef struct {
     uint32_t bps, nsub, load, index_anchor;
     uint32_t main[4];
@@ -27,20 +42,24 @@ typedef struct {
     size_t tdsize;
     int set_hash;
     uint64_t hash;
-    uint32_t io_tiles; /* num_io_tiles (0 by default) */
-    uint32_t num_ipus; /* 0: 1 */
+    uint32_t io_tiles;      /* num_io_tiles (0 by default) */
+    uint32_t num_ipus;      /* 0: 1 */
     uint32_t nst, st_flags; /* stage table (manual sharding): count, flags */
     uint32_t st[4][3];      /* program id, ipu, copy program id */
     uint16_t nattr[4][4];   /* attributes of instruction [i] of program p[k]: [k][i] */
     int64_t attr[4][4][4];
 } m_model;
 
-static M_UNUSED void put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); } /* tests run little-endian */
+static M_UNUSED void put32(uint8_t *p, uint32_t v) {
+    memcpy(p, &v, 4);
+} /* tests run little-endian */
 static M_UNUSED void put64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
 
 static M_UNUSED uint64_t tensor_nbytes(const m_tensor *t) {
     uint64_t n = t->dtype == IPU_DTYPE_UINT32 || t->dtype == IPU_DTYPE_FLOAT32 ||
-                 t->dtype == IPU_DTYPE_INT32 ? 4 : 1;
+                         t->dtype == IPU_DTYPE_INT32
+                     ? 4
+                     : 1;
     for (uint32_t d = 0; d < t->ndim; d++) n *= (uint64_t)t->dims[d];
     return n;
 }
@@ -48,11 +67,19 @@ static M_UNUSED uint64_t tensor_nbytes(const m_tensor *t) {
 static M_UNUSED size_t encode_metadata(const m_model *m, uint8_t *buf) {
     size_t strings = 0;
     for (uint32_t i = 0; i < m->na; i++) strings += strlen(m->a[i].name);
-    put32(buf + 0, 2); put32(buf + 4, m->num_ipus ? m->num_ipus : 1); put32(buf + 8, 1);
+    put32(buf + 0, 2);
+    put32(buf + 4, m->num_ipus ? m->num_ipus : 1);
+    put32(buf + 8, 1);
     put32(buf + 12, m->bps);
-    put32(buf + 16, m->io_tiles); put32(buf + 20, m->nt); put32(buf + 24, m->na);
-    put32(buf + 28, m->nsub); put32(buf + 32, m->load); put32(buf + 36, m->index_anchor);
-    put64(buf + 40, m->arena); put32(buf + 48, (uint32_t)strings); put32(buf + 52, m->nst);
+    put32(buf + 16, m->io_tiles);
+    put32(buf + 20, m->nt);
+    put32(buf + 24, m->na);
+    put32(buf + 28, m->nsub);
+    put32(buf + 32, m->load);
+    put32(buf + 36, m->index_anchor);
+    put64(buf + 40, m->arena);
+    put32(buf + 48, (uint32_t)strings);
+    put32(buf + 52, m->nst);
     size_t o = 56;
     for (uint32_t s = 0; s < m->nsub; s++, o += 4) put32(buf + o, m->main[s]);
     if (m->nst) {
@@ -64,8 +91,11 @@ static M_UNUSED size_t encode_metadata(const m_model *m, uint8_t *buf) {
     o = (o + 7) & ~(size_t)7;
     for (uint32_t i = 0; i < m->nt; i++, o += 96) {
         const m_tensor *t = &m->t[i];
-        put32(buf + o, t->dtype); put32(buf + o + 4, t->ndim); put32(buf + o + 8, t->loc);
-        put32(buf + o + 12, 0); put64(buf + o + 16, t->offset);
+        put32(buf + o, t->dtype);
+        put32(buf + o + 4, t->ndim);
+        put32(buf + o + 8, t->loc);
+        put32(buf + o + 12, 0);
+        put64(buf + o + 16, t->offset);
         put64(buf + o + 24, tensor_nbytes(t));
         for (int d = 0; d < 8; d++) put64(buf + o + 32 + 8 * (size_t)d, (uint64_t)t->dims[d]);
     }
@@ -73,8 +103,11 @@ static M_UNUSED size_t encode_metadata(const m_model *m, uint8_t *buf) {
     for (uint32_t i = 0; i < m->na; i++, o += 24) {
         const m_anchor *a = &m->a[i];
         uint32_t len = (uint32_t)strlen(a->name);
-        put32(buf + o, soff); put32(buf + o + 4, len); put32(buf + o + 8, a->dir);
-        put32(buf + o + 12, a->tensor); put32(buf + o + 16, a->subgraph);
+        put32(buf + o, soff);
+        put32(buf + o + 4, len);
+        put32(buf + o + 8, a->dir);
+        put32(buf + o + 12, a->tensor);
+        put32(buf + o + 16, a->subgraph);
         put32(buf + o + 20, a->flags);
         soff += len;
     }
@@ -89,17 +122,24 @@ static M_UNUSED size_t encode_metadata(const m_model *m, uint8_t *buf) {
 
 static M_UNUSED size_t encode_program(const m_model *m, uint32_t pi, uint8_t *buf) {
     const m_prog *p = &m->p[pi];
-    put32(buf, p->n); put32(buf + 4, 0);
+    put32(buf, p->n);
+    put32(buf + 4, 0);
     size_t o = 8;
     for (uint32_t i = 0; i < p->n; i++) {
         const m_instr *in = &p->ins[i];
         uint16_t op = in->op, zero = 0, nattr = m->nattr[pi][i];
-        memcpy(buf + o, &op, 2); buf[o + 2] = in->nin; buf[o + 3] = in->nout;
-        memcpy(buf + o + 4, &nattr, 2); memcpy(buf + o + 6, &zero, 2);
+        memcpy(buf + o, &op, 2);
+        buf[o + 2] = in->nin;
+        buf[o + 3] = in->nout;
+        memcpy(buf + o + 4, &nattr, 2);
+        memcpy(buf + o + 6, &zero, 2);
         o += 8;
         uint32_t nops = (uint32_t)in->nin + in->nout;
         for (uint32_t k = 0; k < nops; k++, o += 4) put32(buf + o, in->ops[k]);
-        if (nops % 2) { put32(buf + o, 0); o += 4; }
+        if (nops % 2) {
+            put32(buf + o, 0);
+            o += 4;
+        }
         for (uint32_t k = 0; k < nattr; k++, o += 8) put64(buf + o, (uint64_t)m->attr[pi][i][k]);
     }
     return o;
@@ -121,7 +161,10 @@ static M_UNUSED ipu_status model_writer(const m_model *m, ipu_container_writer *
     if (st == IPU_OK && m->tdata)
         st = ipu_container_writer_add_blob(w, IPU_BLOB_TENSOR_DATA, 0, NULL, m->tdata, m->tdsize);
     if (m->set_hash) ipu_container_writer_set_compiler_hash(w, m->hash);
-    if (st) { ipu_container_writer_destroy(w); return st; }
+    if (st) {
+        ipu_container_writer_destroy(w);
+        return st;
+    }
     *out = w;
     return IPU_OK;
 }
@@ -139,23 +182,39 @@ static M_UNUSED ipu_status build(const m_model *m, ipu_container **c_out, ipu_ex
     ipu_free(data);
     if (st) return st;
     st = ipu_executable_create(*c_out, e_out);
-    if (st) { ipu_container_destroy(*c_out); *c_out = NULL; }
+    if (st) {
+        ipu_container_destroy(*c_out);
+        *c_out = NULL;
+    }
     return st;
 }
 
-enum { F32 = IPU_DTYPE_FLOAT32, U32 = IPU_DTYPE_UINT32, I32 = IPU_DTYPE_INT32,
-       ARENA = IPU_LOC_ARENA, TDATA = IPU_LOC_TENSOR_DATA, IN = IPU_DIR_INPUT, OUT = IPU_DIR_OUTPUT,
-       ALL = (int)IPU_NO_INDEX };
+enum {
+    F32 = IPU_DTYPE_FLOAT32,
+    U32 = IPU_DTYPE_UINT32,
+    I32 = IPU_DTYPE_INT32,
+    ARENA = IPU_LOC_ARENA,
+    TDATA = IPU_LOC_TENSOR_DATA,
+    IN = IPU_DIR_INPUT,
+    OUT = IPU_DIR_OUTPUT,
+    ALL = (int)IPU_NO_INDEX
+};
 
 /* Z = X + Y, float32[rows, cols]. */
 static M_UNUSED m_model add_model(int64_t rows, int64_t cols, uint32_t bps) {
     m_model m;
     memset(&m, 0, sizeof m);
     uint64_t nb = ((uint64_t)(rows * cols * 4) + 63) & ~(uint64_t)63;
-    m.bps = bps; m.nsub = 1; m.load = 0; m.index_anchor = IPU_NO_INDEX; m.main[0] = 1;
-    m.arena = 3 * nb; m.nt = 3; m.na = 3; m.np = 2;
-    for (uint32_t i = 0; i < 3; i++)
-        m.t[i] = (m_tensor){F32, ARENA, i * nb, 2, {rows, cols}};
+    m.bps = bps;
+    m.nsub = 1;
+    m.load = 0;
+    m.index_anchor = IPU_NO_INDEX;
+    m.main[0] = 1;
+    m.arena = 3 * nb;
+    m.nt = 3;
+    m.na = 3;
+    m.np = 2;
+    for (uint32_t i = 0; i < 3; i++) m.t[i] = (m_tensor){F32, ARENA, i * nb, 2, {rows, cols}};
     m.a[0] = (m_anchor){"X", IN, 0, IPU_NO_INDEX, 0};
     m.a[1] = (m_anchor){"Y", IN, 1, IPU_NO_INDEX, 0};
     m.a[2] = (m_anchor){"Z", OUT, 2, IPU_NO_INDEX, 0};
@@ -168,8 +227,16 @@ static M_UNUSED m_model add_model(int64_t rows, int64_t cols, uint32_t bps) {
 static M_UNUSED m_model fused_model(void) {
     m_model m;
     memset(&m, 0, sizeof m);
-    m.bps = 1; m.nsub = 2; m.load = 0; m.index_anchor = 0; m.main[0] = 1; m.main[1] = 2;
-    m.arena = 6 * 64; m.nt = 6; m.na = 6; m.np = 3;
+    m.bps = 1;
+    m.nsub = 2;
+    m.load = 0;
+    m.index_anchor = 0;
+    m.main[0] = 1;
+    m.main[1] = 2;
+    m.arena = 6 * 64;
+    m.nt = 6;
+    m.na = 6;
+    m.np = 3;
     m.t[0] = (m_tensor){U32, ARENA, 0, 1, {1}};
     for (uint32_t i = 1; i < 6; i++) m.t[i] = (m_tensor){F32, ARENA, 64 * i, 2, {2, 3}};
     m.a[0] = (m_anchor){"index", IN, 0, IPU_NO_INDEX, 0};
@@ -184,7 +251,11 @@ static M_UNUSED m_model fused_model(void) {
     return m;
 }
 
-typedef struct { ipu_container *c; ipu_executable *e; ipu_runtime *rt; } fixture;
+typedef struct {
+    ipu_container *c;
+    ipu_executable *e;
+    ipu_runtime *rt;
+} fixture;
 
 static M_UNUSED ipu_status fx_open(fixture *f, const m_model *m, const ipu_runtime_config *cfg) {
     memset(f, 0, sizeof *f);
@@ -207,16 +278,23 @@ static M_UNUSED ipu_runtime_config cfg_threads(uint32_t nth) {
 
 /* Submit Z = X + Y for N batches of `n` floats each. */
 static M_UNUSED ipu_status submit_add(ipu_runtime *rt, uint32_t N, const float *x, const float *y,
-                             float *z, ipu_request_done_fn done, void *ud, ipu_request **out) {
+                                      float *z, ipu_request_done_fn done, void *ud,
+                                      ipu_request **out) {
     const void *ins[3] = {x, y, NULL};
     void *outs[3] = {NULL, NULL, z};
-    ipu_request_desc d = {.num_batches = N, .inputs = ins, .outputs = outs,
-                          .subgraph = IPU_NO_INDEX, .done = done, .user_data = ud};
+    ipu_request_desc d = {.num_batches = N,
+                          .inputs = ins,
+                          .outputs = outs,
+                          .subgraph = IPU_NO_INDEX,
+                          .done = done,
+                          .user_data = ud};
     return ipu_runtime_submit(rt, &d, out);
 }
 
 static M_UNUSED uint32_t rng_next(uint32_t *s) {
-    *s ^= *s << 13; *s ^= *s >> 17; *s ^= *s << 5;
+    *s ^= *s << 13;
+    *s ^= *s >> 17;
+    *s ^= *s << 5;
     return *s;
 }
 

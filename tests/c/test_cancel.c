@@ -8,9 +8,9 @@
 /* ipu_request_cancel: Y is served by a stream callback that can hold the device (a gate) and
  * cancel a request from inside its iteration. Every request completes exactly once. */
 typedef struct {
-    atomic_int gate;             /* 1: the callback waits until it is 0 */
+    atomic_int gate; /* 1: the callback waits until it is 0 */
     atomic_int calls;
-    int cancel_at;               /* call number at which it cancels `victim` (-1: never) */
+    int cancel_at; /* call number at which it cancels `victim` (-1: never) */
     ipu_request *victim;
 } cancel_ctx;
 
@@ -34,8 +34,12 @@ static ipu_status submit_x(ipu_runtime *rt, uint32_t N, const float *x, float *z
                            ipu_request **out) {
     const void *ins[3] = {x, NULL, NULL};
     void *outs[3] = {NULL, NULL, z};
-    ipu_request_desc d = {.num_batches = N, .inputs = ins, .outputs = outs,
-                          .subgraph = IPU_NO_INDEX, .done = cancel_done, .user_data = ud};
+    ipu_request_desc d = {.num_batches = N,
+                          .inputs = ins,
+                          .outputs = outs,
+                          .subgraph = IPU_NO_INDEX,
+                          .done = cancel_done,
+                          .user_data = ud};
     return ipu_runtime_submit(rt, &d, out);
 }
 
@@ -55,7 +59,10 @@ static int test_cancel(void) {
         CHECK(x && z);
         for (size_t i = 0; i < (size_t)N * B; i++) x[i] = (float)(i % 101);
         atomic_int da, db, dc, dd;
-        atomic_init(&da, 0); atomic_init(&db, 0); atomic_init(&dc, 0); atomic_init(&dd, 0);
+        atomic_init(&da, 0);
+        atomic_init(&db, 0);
+        atomic_init(&dc, 0);
+        atomic_init(&dd, 0);
         ipu_request *a, *b, *c, *d;
         /* before start: a holds the device (gate), b is queued behind it and cancelled */
         CHECK_OK(submit_x(f.rt, 1, x, z, &da, &a));
@@ -90,13 +97,16 @@ static int test_cancel(void) {
         ipu_runtime_stats st;
         ipu_runtime_get_stats(f.rt, &st);
         CHECK(st.requests_submitted == 4 && st.requests_completed == 2 && st.requests_failed == 2);
-        ipu_request_release(a); ipu_request_release(b);
-        ipu_request_release(c); ipu_request_release(d);
+        ipu_request_release(a);
+        ipu_request_release(b);
+        ipu_request_release(c);
+        ipu_request_release(d);
         fx_close(&f);
         /* exactly once each, with the right status */
         CHECK(atomic_load(&da) == 1 && atomic_load(&db) == 100);
         CHECK(atomic_load(&dc) == 100 && atomic_load(&dd) == 1);
-        free(x); free(z);
+        free(x);
+        free(z);
     }
     return 0;
 }
@@ -121,7 +131,9 @@ static int test_poll_cancel(void) {
     for (int i = 0; i < 16; i++) x[i] = (float)i, y[i] = 2.0f, z[i] = 0;
     const void *ins[3] = {x, y, NULL};
     void *outs[3] = {NULL, NULL, z};
-    ipu_request_desc d = {.num_batches = 1, .inputs = ins, .outputs = outs,
+    ipu_request_desc d = {.num_batches = 1,
+                          .inputs = ins,
+                          .outputs = outs,
                           .subgraph = IPU_NO_INDEX};
     ipu_request *r = NULL;
     /* a one-instruction program finishes before the first poll is due */

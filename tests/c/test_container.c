@@ -18,14 +18,14 @@
 
 static int passed, failed;
 
-#define CHECK(cond)                                                                   \
-    do {                                                                              \
-        if (cond) {                                                                   \
-            passed++;                                                                 \
-        } else {                                                                      \
-            failed++;                                                                 \
-            fprintf(stderr, "%s:%d: FAILED: %s\n", __FILE__, __LINE__, #cond);        \
-        }                                                                             \
+#define CHECK(cond)                                                            \
+    do {                                                                       \
+        if (cond) {                                                            \
+            passed++;                                                          \
+        } else {                                                               \
+            failed++;                                                          \
+            fprintf(stderr, "%s:%d: FAILED: %s\n", __FILE__, __LINE__, #cond); \
+        }                                                                      \
     } while (0)
 
 /* ---- fixture ---- */
@@ -45,8 +45,12 @@ static const spec SPECS[] = {
     {IPU_BLOB_PROGRAM, 0, NULL, 40, 3},
     {IPU_BLOB_PROGRAM, 7, NULL, 24, 4},
     {IPU_BLOB_OPAQUE, 0, "config.json", 17, 5},
-    {IPU_BLOB_OPAQUE, 0, "\xc3\xbc" "n\xc3\xaf" "c\xc3\xb8" "d\xc3\xa9 \xe2\x9c\x93 \xf0\x9f\x98\x80", 0,
-     6},
+    {IPU_BLOB_OPAQUE, 0,
+     "\xc3\xbc"
+     "n\xc3\xaf"
+     "c\xc3\xb8"
+     "d\xc3\xa9 \xe2\x9c\x93 \xf0\x9f\x98\x80",
+     0, 6},
     {IPU_BLOB_PROGRAM, 1, NULL, 0, 7},
     {IPU_BLOB_OPAQUE, 0, "x", 5, 8},
 };
@@ -220,8 +224,8 @@ static void test_minimal(void) {
     c = NULL;
     CHECK(ipu_container_open_memory(data, size, &c) == IPU_OK);
     ipu_blob_info b;
-    CHECK(c && ipu_container_find_blob(c, IPU_BLOB_TENSOR_DATA, 0, &b) == IPU_OK &&
-          b.size == big && memcmp(b.data, t, big) == 0);
+    CHECK(c && ipu_container_find_blob(c, IPU_BLOB_TENSOR_DATA, 0, &b) == IPU_OK && b.size == big &&
+          memcmp(b.data, t, big) == 0);
     ipu_container_destroy(c);
     free(data);
     free(t);
@@ -337,8 +341,12 @@ static void run_edit(const char *label, edit_fn edit, int fix, ipu_status want,
     free(img);
 }
 
-#define EDIT(fn_name, body) \
-    static void fn_name(uint8_t *img, size_t size) { (void)img; (void)size; body; }
+#define EDIT(fn_name, body)                          \
+    static void fn_name(uint8_t *img, size_t size) { \
+        (void)img;                                   \
+        (void)size;                                  \
+        body;                                        \
+    }
 
 EDIT(e_magic, img[0] = 'X')
 EDIT(e_magic_nul, img[7] = 'Z')
@@ -362,8 +370,8 @@ EDIT(e_id_meta, ipu__st_u32(entry(img, B_META) + 4, 1))
 EDIT(e_entry_reserved, ipu__st_u64(entry(img, B_PROG7) + 24, 1ull << 63))
 EDIT(e_off_past, ipu__st_u64(entry(img, B_TDATA) + 8, ((uint64_t)size + 127) & ~(uint64_t)63))
 EDIT(e_off_wrap, ipu__st_u64(entry(img, B_TDATA) + 8, UINT64_MAX - 63))
-EDIT(e_size_wrap, ipu__st_u64(entry(img, B_TDATA) + 16,
-                              UINT64_MAX - ipu__ld_u64(entry(img, B_TDATA) + 8) + 1))
+EDIT(e_size_wrap,
+     ipu__st_u64(entry(img, B_TDATA) + 16, UINT64_MAX - ipu__ld_u64(entry(img, B_TDATA) + 8) + 1))
 EDIT(e_size_huge, ipu__st_u64(entry(img, B_TDATA) + 16, UINT64_MAX))
 EDIT(e_size_past, ipu__st_u64(entry(img, B_TDATA) + 16,
                               (uint64_t)size - ipu__ld_u64(entry(img, B_TDATA) + 8) + 1))
@@ -371,8 +379,9 @@ EDIT(e_misaligned, ipu__st_u64(entry(img, B_TDATA) + 8, ipu__ld_u64(entry(img, B
 EDIT(e_off_zero, ipu__st_u64(entry(img, B_META) + 8, 0))
 EDIT(e_off_in_table, ipu__st_u64(entry(img, B_META) + 8, 256)) /* table ends at 320 */
 EDIT(e_overlap_same, ipu__st_u64(entry(img, B_PROG0) + 8, ipu__ld_u64(entry(img, B_TDATA) + 8)))
-EDIT(e_overlap_grow, ipu__st_u64(entry(img, B_META) + 16, ipu__ld_u64(entry(img, B_TDATA) + 8) -
-                                                                ipu__ld_u64(entry(img, B_META) + 8) + 1))
+EDIT(e_overlap_grow,
+     ipu__st_u64(entry(img, B_META) + 16,
+                 ipu__ld_u64(entry(img, B_TDATA) + 8) - ipu__ld_u64(entry(img, B_META) + 8) + 1))
 EDIT(e_two_meta, ipu__st_u32(entry(img, B_TDATA), IPU_BLOB_METADATA))
 EDIT(e_two_tdata, ipu__st_u32(entry(img, B_PROG0), IPU_BLOB_TENSOR_DATA))
 EDIT(e_no_meta, ipu__st_u32(entry(img, B_META), IPU_BLOB_PROGRAM);

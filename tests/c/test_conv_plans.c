@@ -15,9 +15,9 @@ static void test_conv_small_map_items(int isa) {
     ipu__sgemm_ukr(&u);
     int tposed = 0;
     /* C, H (= W), stride, Cog */
-    static const int64_t cases[][4] = {{64, 14, 1, 128}, {64, 14, 1, 160}, {128, 14, 1, 224},
+    static const int64_t cases[][4] = {{64, 14, 1, 128},  {64, 14, 1, 160}, {128, 14, 1, 224},
                                        {128, 14, 1, 256}, {256, 7, 1, 320}, {512, 7, 1, 512},
-                                       {64, 14, 2, 520}, {32, 7, 1, 2048}, {32, 7, 1, 40}};
+                                       {64, 14, 2, 520},  {32, 7, 1, 2048}, {32, 7, 1, 40}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         int64_t C = cases[c][0], HW = cases[c][1], s = cases[c][2], Cog = cases[c][3];
         int64_t OHW = (HW - 1) / s + 1;
@@ -48,8 +48,7 @@ static void test_conv_small_map_items(int isa) {
             lo = panels < lo ? panels : lo;
             hi = panels > hi ? panels : hi;
         }
-        CHECK(at == Cog && hi - lo <= 1 &&
-                  hi * u.nr <= IPU__CONV_WIN_MPER * IPU__MM_MB &&
+        CHECK(at == Cog && hi - lo <= 1 && hi * u.nr <= IPU__CONV_WIN_MPER * IPU__MM_MB &&
                   (items >= 8 || items % 2 == 0 || Cog <= u.nr),
               "small map %zu, isa %d (%lld channels): %lld items of %lld to %lld panels", c, used,
               (long long)Cog, (long long)items, (long long)lo, (long long)hi);
@@ -77,8 +76,8 @@ static void test_conv_small_map_pixel_halves(int isa) {
         TI ti;
         const ipu__conv_plan *p = h_conv_plan(&h, &ti, cases[c][0], HW, cases[c][2], cases[c][3]);
         CHECK(p && p->tpose && p->rblocks == 2 && p->rows == (HW + 1) / 2 && p->mblocks == 1,
-              "pixel halves %zu, isa %d: tpose %d, %lld row blocks of %lld, %lld channel items",
-              c, used, p ? p->tpose : -1, p ? (long long)p->rblocks : -1LL,
+              "pixel halves %zu, isa %d: tpose %d, %lld row blocks of %lld, %lld channel items", c,
+              used, p ? p->tpose : -1, p ? (long long)p->rblocks : -1LL,
               p ? (long long)p->rows : -1LL, p ? (long long)p->mblocks : -1LL);
         ti_free(h, &ti);
         h_free(h);

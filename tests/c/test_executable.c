@@ -6,13 +6,15 @@
 
 static void expect_bad(ipu_status st, const char *needle) {
     CHECK(st == IPU_ERR_BAD_PROGRAM && strstr(ipu_last_error_message(), needle),
-          "want BAD_PROGRAM with \"%s\", got %s: %s", needle, ipu_status_name(st), ipu_last_error_message());
+          "want BAD_PROGRAM with \"%s\", got %s: %s", needle, ipu_status_name(st),
+          ipu_last_error_message());
 }
 
 static void test_verifier(void) {
     H *h = h_new(1 << 20);
     uint32_t a = T(h, FLOAT32, 2, 3, 4), b = T(h, FLOAT32, 2, 5, 6), y = T(h, FLOAT32, 2, 3, 6);
-    uint32_t bi = T(h, INT32, 2, 4, 6), bj = T(h, INT32, 2, 4, 6), v = T(h, FLOAT32, 3), w = T(h, FLOAT32, 4);
+    uint32_t bi = T(h, INT32, 2, 4, 6), bj = T(h, INT32, 2, 4, 6), v = T(h, FLOAT32, 3),
+             w = T(h, FLOAT32, 4);
     uint32_t g1 = T(h, FLOAT32, 3, 4), g2 = T(h, FLOAT32, 5, 6), gy = T(h, FLOAT32, 3, 6);
     expect_bad(verify_only(h, IPU_OP_MATMUL, 2, (uint32_t[]){a, b}, y, 0, NULL),
                "program 7 instruction 3 (matmul): inner dims differ: a[...,K=4] vs b[K=5,...]");
@@ -20,54 +22,111 @@ static void test_verifier(void) {
     expect_bad(verify_only(h, IPU_OP_ADD, 2, (uint32_t[]){a, b}, y, 0, NULL), "do not broadcast");
     expect_bad(verify_only(h, IPU_OP_ADD, 2, (uint32_t[]){v, w}, y, 0, NULL), "do not broadcast");
     expect_bad(verify_only(h, IPU_OP_ADD, 2, (uint32_t[]){a, v}, a, 0, NULL), "overlaps");
-    expect_bad(verify_only(h, IPU_OP_ADD, 1, (uint32_t[]){a}, y, 0, NULL), "1 inputs, expected 2..2");
+    expect_bad(verify_only(h, IPU_OP_ADD, 1, (uint32_t[]){a}, y, 0, NULL),
+               "1 inputs, expected 2..2");
     expect_bad(verify_only(h, IPU_OP_ADD, 2, (uint32_t[]){a, 99}, y, 0, NULL), "out of range");
     expect_bad(verify_only(h, (ipu_opcode)99, 1, (uint32_t[]){a}, y, 0, NULL), "unknown opcode 99");
-    expect_bad(verify_only(h, IPU_OP_RELU, 1, (uint32_t[]){a}, y, 1, (int64_t[]){0}), "1 attributes, expected 0");
-    expect_bad(verify_only(h, IPU_OP_TRANSPOSE, 1, (uint32_t[]){a}, y, 3, (int64_t[]){0, 0, 1}), "permutation");
-    expect_bad(verify_only(h, IPU_OP_CONCAT, 1, (uint32_t[]){a}, y, 1, (int64_t[]){3}), "axis 3 out of range");
-    expect_bad(verify_only(h, IPU_OP_REDUCE_SUM, 1, (uint32_t[]){a}, v, 3, (int64_t[]){3, 4, 2}), "numel");
-    expect_bad(verify_only(h, IPU_OP_SOFTMAX, 1, (uint32_t[]){bi}, bj, 3, (int64_t[]){1, 24, 1}), "not float32/float16");
-    expect_bad(verify_only(h, IPU_OP_GEMM, 2, (uint32_t[]){g1, g2}, gy, 4, (int64_t[]){1, 0, 0, 0}), "inner dims differ");
-    expect_bad(verify_only(h, IPU_OP_GEMM, 2, (uint32_t[]){g1, g2}, gy, 4, (int64_t[]){2, 0, 0, 0}), "transA must be 0 or 1");
+    expect_bad(verify_only(h, IPU_OP_RELU, 1, (uint32_t[]){a}, y, 1, (int64_t[]){0}),
+               "1 attributes, expected 0");
+    expect_bad(verify_only(h, IPU_OP_TRANSPOSE, 1, (uint32_t[]){a}, y, 3, (int64_t[]){0, 0, 1}),
+               "permutation");
+    expect_bad(verify_only(h, IPU_OP_CONCAT, 1, (uint32_t[]){a}, y, 1, (int64_t[]){3}),
+               "axis 3 out of range");
+    expect_bad(verify_only(h, IPU_OP_REDUCE_SUM, 1, (uint32_t[]){a}, v, 3, (int64_t[]){3, 4, 2}),
+               "numel");
+    expect_bad(verify_only(h, IPU_OP_SOFTMAX, 1, (uint32_t[]){bi}, bj, 3, (int64_t[]){1, 24, 1}),
+               "not float32/float16");
+    expect_bad(verify_only(h, IPU_OP_GEMM, 2, (uint32_t[]){g1, g2}, gy, 4, (int64_t[]){1, 0, 0, 0}),
+               "inner dims differ");
+    expect_bad(verify_only(h, IPU_OP_GEMM, 2, (uint32_t[]){g1, g2}, gy, 4, (int64_t[]){2, 0, 0, 0}),
+               "transA must be 0 or 1");
     expect_bad(verify_only(h, IPU_OP_EXPAND, 1, (uint32_t[]){w}, y, 0, NULL), "does not broadcast");
     expect_bad(verify_only(h, IPU_OP_COPY, 1, (uint32_t[]){a}, y, 0, NULL), "bytes");
     expect_bad(verify_only(h, IPU_OP_BIND, 0, NULL, y, 0, NULL), "BIND outside the Load program");
     /* UNARY / BINARY / WHERE */
     uint32_t bb = T(h, BOOL, 2, 4, 6), bc = T(h, BOOL, 2, 4, 6), cy = T(h, INT32, 2, 4, 6);
-    expect_bad(verify_only(h, IPU_OP_UNARY, 1, (uint32_t[]){bi}, bj, 3, (int64_t[]){99, 0, 0}), "unknown unary function 99");
-    expect_bad(verify_only(h, IPU_OP_UNARY, 1, (uint32_t[]){bi}, bj, 3, (int64_t[]){IPU__UN_EXP, 0, 0}), "does not take dtype int32");
-    expect_bad(verify_only(h, IPU_OP_UNARY, 1, (uint32_t[]){bi}, bj, 1, (int64_t[]){IPU__UN_NEG}), "1 attributes, expected 3");
-    expect_bad(verify_only(h, IPU_OP_UNARY, 1, (uint32_t[]){bi}, bb, 3, (int64_t[]){IPU__UN_NEG, 0, 0}), "dtype");
-    expect_bad(verify_only(h, IPU_OP_BINARY, 2, (uint32_t[]){bi, bj}, cy, 1, (int64_t[]){IPU__BIN_LESS}), "expected int32, int32 -> bool");
-    expect_bad(verify_only(h, IPU_OP_BINARY, 2, (uint32_t[]){bi, bj}, cy, 1, (int64_t[]){IPU__BIN_AND}), "does not take dtype int32");
+    expect_bad(verify_only(h, IPU_OP_UNARY, 1, (uint32_t[]){bi}, bj, 3, (int64_t[]){99, 0, 0}),
+               "unknown unary function 99");
+    expect_bad(verify_only(h, IPU_OP_UNARY, 1, (uint32_t[]){bi}, bj, 3,
+                           (int64_t[]){IPU__UN_EXP, 0, 0}),
+               "does not take dtype int32");
+    expect_bad(verify_only(h, IPU_OP_UNARY, 1, (uint32_t[]){bi}, bj, 1, (int64_t[]){IPU__UN_NEG}),
+               "1 attributes, expected 3");
+    expect_bad(verify_only(h, IPU_OP_UNARY, 1, (uint32_t[]){bi}, bb, 3,
+                           (int64_t[]){IPU__UN_NEG, 0, 0}),
+               "dtype");
+    expect_bad(verify_only(h, IPU_OP_BINARY, 2, (uint32_t[]){bi, bj}, cy, 1,
+                           (int64_t[]){IPU__BIN_LESS}),
+               "expected int32, int32 -> bool");
+    expect_bad(verify_only(h, IPU_OP_BINARY, 2, (uint32_t[]){bi, bj}, cy, 1,
+                           (int64_t[]){IPU__BIN_AND}),
+               "does not take dtype int32");
     /* element-wise functions of the integer / classification kinds */
     uint32_t vb = T(h, BOOL, 3), v2 = T(h, FLOAT32, 3), vb2 = T(h, BOOL, 3);
-    expect_bad(verify_only(h, IPU_OP_BINARY, 2, (uint32_t[]){v, v}, v2, 1, (int64_t[]){IPU__BIN_BITWISE_AND}), "binary function 15 does not take dtype float32");
-    expect_bad(verify_only(h, IPU_OP_BINARY, 2, (uint32_t[]){vb, vb}, vb2, 1, (int64_t[]){IPU__BIN_BITSHIFT_LEFT}), "does not take dtype bool");
-    expect_bad(verify_only(h, IPU_OP_UNARY, 1, (uint32_t[]){v}, v2, 3, (int64_t[]){IPU__UN_ISNAN, 0, 0}), "output dtype float32, expected bool");
-    expect_bad(verify_only(h, IPU_OP_UNARY, 1, (uint32_t[]){v}, v2, 3, (int64_t[]){IPU__UN_BITWISE_NOT, 0, 0}), "does not take dtype float32");
-    CHECK(verify_only(h, IPU_OP_UNARY, 1, (uint32_t[]){v}, vb, 3, (int64_t[]){IPU__UN_ISINF, 0, 0}) == IPU_OK, "isinf ok");
-    CHECK(verify_only(h, IPU_OP_BINARY, 2, (uint32_t[]){bi, bj}, cy, 1, (int64_t[]){IPU__BIN_POW}) == IPU_OK, "int pow ok");
-    CHECK(verify_only(h, IPU_OP_BINARY, 2, (uint32_t[]){v, v}, v2, 1, (int64_t[]){IPU__BIN_MOD}) == IPU_OK, "float mod ok");
-    expect_bad(verify_only(h, IPU_OP_BINARY, 2, (uint32_t[]){bi, bj}, cy, 1, (int64_t[]){IPU__BIN_COUNT}), "unknown binary function");
-    expect_bad(verify_only(h, IPU_OP_BINARY, 2, (uint32_t[]){a, v}, y, 1, (int64_t[]){IPU__BIN_MIN}), "not the broadcast");
-    expect_bad(verify_only(h, IPU_OP_WHERE, 3, (uint32_t[]){bi, bj, bj}, cy, 0, NULL), "expected (bool, T, T) -> T");
-    expect_bad(verify_only(h, IPU_OP_WHERE, 3, (uint32_t[]){v, w, w}, y, 0, NULL), "expected (bool, T, T) -> T");
-    CHECK(verify_only(h, IPU_OP_WHERE, 3, (uint32_t[]){bb, bi, bj}, cy, 0, NULL) == IPU_OK, "where ok");
-    CHECK(verify_only(h, IPU_OP_BINARY, 2, (uint32_t[]){bi, bj}, bc, 1, (int64_t[]){IPU__BIN_EQUAL}) == IPU_OK, "equal ok");
+    expect_bad(verify_only(h, IPU_OP_BINARY, 2, (uint32_t[]){v, v}, v2, 1,
+                           (int64_t[]){IPU__BIN_BITWISE_AND}),
+               "binary function 15 does not take dtype float32");
+    expect_bad(verify_only(h, IPU_OP_BINARY, 2, (uint32_t[]){vb, vb}, vb2, 1,
+                           (int64_t[]){IPU__BIN_BITSHIFT_LEFT}),
+               "does not take dtype bool");
+    expect_bad(verify_only(h, IPU_OP_UNARY, 1, (uint32_t[]){v}, v2, 3,
+                           (int64_t[]){IPU__UN_ISNAN, 0, 0}),
+               "output dtype float32, expected bool");
+    expect_bad(verify_only(h, IPU_OP_UNARY, 1, (uint32_t[]){v}, v2, 3,
+                           (int64_t[]){IPU__UN_BITWISE_NOT, 0, 0}),
+               "does not take dtype float32");
+    CHECK(verify_only(h, IPU_OP_UNARY, 1, (uint32_t[]){v}, vb, 3,
+                      (int64_t[]){IPU__UN_ISINF, 0, 0}) == IPU_OK,
+          "isinf ok");
+    CHECK(verify_only(h, IPU_OP_BINARY, 2, (uint32_t[]){bi, bj}, cy, 1,
+                      (int64_t[]){IPU__BIN_POW}) == IPU_OK,
+          "int pow ok");
+    CHECK(verify_only(h, IPU_OP_BINARY, 2, (uint32_t[]){v, v}, v2, 1, (int64_t[]){IPU__BIN_MOD}) ==
+              IPU_OK,
+          "float mod ok");
+    expect_bad(verify_only(h, IPU_OP_BINARY, 2, (uint32_t[]){bi, bj}, cy, 1,
+                           (int64_t[]){IPU__BIN_COUNT}),
+               "unknown binary function");
+    expect_bad(verify_only(h, IPU_OP_BINARY, 2, (uint32_t[]){a, v}, y, 1,
+                           (int64_t[]){IPU__BIN_MIN}),
+               "not the broadcast");
+    expect_bad(verify_only(h, IPU_OP_WHERE, 3, (uint32_t[]){bi, bj, bj}, cy, 0, NULL),
+               "expected (bool, T, T) -> T");
+    expect_bad(verify_only(h, IPU_OP_WHERE, 3, (uint32_t[]){v, w, w}, y, 0, NULL),
+               "expected (bool, T, T) -> T");
+    CHECK(verify_only(h, IPU_OP_WHERE, 3, (uint32_t[]){bb, bi, bj}, cy, 0, NULL) == IPU_OK,
+          "where ok");
+    CHECK(verify_only(h, IPU_OP_BINARY, 2, (uint32_t[]){bi, bj}, bc, 1,
+                      (int64_t[]){IPU__BIN_EQUAL}) == IPU_OK,
+          "equal ok");
     /* SCALE_SHIFT: x[2,3,4] with per-channel vectors along axis 1 (v: 3 elements) */
     uint32_t ay = T(h, FLOAT32, 2, 3, 4), s4 = T(h, FLOAT32, 4);
-    CHECK(verify_only(h, IPU_OP_SCALE_SHIFT, 3, (uint32_t[]){a, v, v2}, ay, 2, (int64_t[]){1, 1}) == IPU_OK, "scale_shift ok");
-    CHECK(verify_only(h, IPU_OP_SCALE_SHIFT, 3, (uint32_t[]){a, s4, s4}, ay, 2, (int64_t[]){2, 0}) == IPU_OK, "last axis ok");
-    expect_bad(verify_only(h, IPU_OP_SCALE_SHIFT, 3, (uint32_t[]){a, v, v2}, ay, 2, (int64_t[]){3, 0}), "axis 3 outside [0, 3)");
-    expect_bad(verify_only(h, IPU_OP_SCALE_SHIFT, 3, (uint32_t[]){a, v, v2}, ay, 2, (int64_t[]){1, 2}), "activation must be one of 0 (NONE), 1 (RELU), got 2");
-    expect_bad(verify_only(h, IPU_OP_SCALE_SHIFT, 3, (uint32_t[]){a, v, s4}, ay, 2, (int64_t[]){1, 0}), "shift has 4 elements, expected x.dims[1] = 3");
-    expect_bad(verify_only(h, IPU_OP_SCALE_SHIFT, 3, (uint32_t[]){a, v, v2}, y, 2, (int64_t[]){1, 0}), "differs from input");
-    expect_bad(verify_only(h, IPU_OP_SCALE_SHIFT, 3, (uint32_t[]){bi, bj, bj}, cy, 2, (int64_t[]){1, 0}), "not float32/float16");
-    expect_bad(verify_only(h, IPU_OP_SCALE_SHIFT, 3, (uint32_t[]){a, v, v2}, ay, 1, (int64_t[]){1}), "1 attributes, expected 2");
+    CHECK(verify_only(h, IPU_OP_SCALE_SHIFT, 3, (uint32_t[]){a, v, v2}, ay, 2, (int64_t[]){1, 1}) ==
+              IPU_OK,
+          "scale_shift ok");
+    CHECK(verify_only(h, IPU_OP_SCALE_SHIFT, 3, (uint32_t[]){a, s4, s4}, ay, 2,
+                      (int64_t[]){2, 0}) == IPU_OK,
+          "last axis ok");
+    expect_bad(verify_only(h, IPU_OP_SCALE_SHIFT, 3, (uint32_t[]){a, v, v2}, ay, 2,
+                           (int64_t[]){3, 0}),
+               "axis 3 outside [0, 3)");
+    expect_bad(verify_only(h, IPU_OP_SCALE_SHIFT, 3, (uint32_t[]){a, v, v2}, ay, 2,
+                           (int64_t[]){1, 2}),
+               "activation must be one of 0 (NONE), 1 (RELU), got 2");
+    expect_bad(verify_only(h, IPU_OP_SCALE_SHIFT, 3, (uint32_t[]){a, v, s4}, ay, 2,
+                           (int64_t[]){1, 0}),
+               "shift has 4 elements, expected x.dims[1] = 3");
+    expect_bad(verify_only(h, IPU_OP_SCALE_SHIFT, 3, (uint32_t[]){a, v, v2}, y, 2,
+                           (int64_t[]){1, 0}),
+               "differs from input");
+    expect_bad(verify_only(h, IPU_OP_SCALE_SHIFT, 3, (uint32_t[]){bi, bj, bj}, cy, 2,
+                           (int64_t[]){1, 0}),
+               "not float32/float16");
+    expect_bad(verify_only(h, IPU_OP_SCALE_SHIFT, 3, (uint32_t[]){a, v, v2}, ay, 1, (int64_t[]){1}),
+               "1 attributes, expected 2");
     h->t[w].loc = IPU_LOC_TENSOR_DATA;
-    expect_bad(verify_only(h, IPU_OP_RELU, 1, (uint32_t[]){v}, w, 0, NULL), "writes TENSOR_DATA tensor");
+    expect_bad(verify_only(h, IPU_OP_RELU, 1, (uint32_t[]){v}, w, 0, NULL),
+               "writes TENSOR_DATA tensor");
     /* COPY onto identical storage is allowed (no-op) */
     CHECK(verify_only(h, IPU_OP_COPY, 1, (uint32_t[]){a}, a, 0, NULL) == IPU_OK, "copy in place");
     h_free(h);
@@ -115,8 +174,13 @@ static ipu_status build(int mut, ipu_container **cout, ipu_executable **eout, fl
     ipu__st_u64(meta + 40, 1024);
     ipu__st_u32(meta + 48, 3); /* strings "xyW" */
     ipu__st_u32(meta + 56, 9);
-    struct { uint32_t loc; uint64_t off; uint32_t nd; int64_t d0, d1; } ts[6] = {
-        {1, 0, 2, 4, 8}, {2, 0, 2, 8, 16}, {2, 512, 1, 16, 0}, {1, 128, 2, 4, 16}, {1, 384, 2, 4, 16}, {1, 640, 2, 4, 16}};
+    struct {
+        uint32_t loc;
+        uint64_t off;
+        uint32_t nd;
+        int64_t d0, d1;
+    } ts[6] = {{1, 0, 2, 4, 8},    {2, 0, 2, 8, 16},   {2, 512, 1, 16, 0},
+               {1, 128, 2, 4, 16}, {1, 384, 2, 4, 16}, {1, 640, 2, 4, 16}};
     for (int i = 0; i < 6; i++) {
         uint8_t *t = meta + MT_OFF + 96 * i;
         ipu__st_u32(t, IPU_DTYPE_FLOAT32);
@@ -127,7 +191,9 @@ static ipu_status build(int mut, ipu_container **cout, ipu_executable **eout, fl
         ipu__st_u64(t + 32, (uint64_t)ts[i].d0);
         if (ts[i].nd == 2) ipu__st_u64(t + 40, (uint64_t)ts[i].d1);
     }
-    uint32_t an[3][6] = {{0, 1, 1, 0, IPU_NO_INDEX, 0}, {1, 1, 2, 5, 0, 0}, {2, 1, 1, 1, IPU_NO_INDEX, 1}};
+    uint32_t an[3][6] = {{0, 1, 1, 0, IPU_NO_INDEX, 0},
+                         {1, 1, 2, 5, 0, 0},
+                         {2, 1, 1, 1, IPU_NO_INDEX, 1}};
     for (int i = 0; i < 3; i++)
         for (int k = 0; k < 6; k++) ipu__st_u32(meta + MA_OFF + 24 * i + 4 * k, an[i][k]);
     memcpy(meta + MS_OFF, "xyW", 3);
@@ -141,37 +207,44 @@ static ipu_status build(int mut, ipu_container **cout, ipu_executable **eout, fl
     pb_add(&main, IPU_OP_ADD, 2, (uint32_t[]){3, 2, 4}, 1, 0, NULL);
     pb_add(&main, IPU_OP_RELU, 1, (uint32_t[]){4, 5}, 1, 0, NULL);
     switch (mut) {
-        case 1: ipu__st_u32(meta, 3); break;                                   /* ipu_version */
-        case 2: ipu__st_u32(meta + MT_OFF + 96 * 3 + 4, 9); break;             /* ndim 9 */
-        case 3: ipu__st_u64(meta + MT_OFF + 96 * 3 + 24, 260); break;          /* nbytes */
-        case 4: ipu__st_u64(meta + MT_OFF + 96 * 3 + 16, 160); break;          /* unaligned */
-        case 5: ipu__st_u64(meta + MT_OFF + 96 * 5 + 16, 832); break;          /* beyond arena */
-        case 6: memcpy(meta + MS_OFF, "xxW", 3); break;                        /* duplicate name */
-        case 7: ipu__st_u32(meta + MA_OFF + 4, 0); break;                      /* empty name */
-        case 8: ipu__st_u32(meta + MA_OFF + 12, 6); break;                     /* anchor tensor */
-        case 9: msize += 8; break;                                             /* trailing bytes */
-        case 10: ipu__st_u32(meta + 52, 1); break;                             /* reserved */
-        case 11: ipu__st_u32(meta + 56, 4); break;                             /* main program id */
-        case 12: ipu__st_u32(meta + 36, 3); break;                             /* index_anchor */
+        case 1: ipu__st_u32(meta, 3); break;                          /* ipu_version */
+        case 2: ipu__st_u32(meta + MT_OFF + 96 * 3 + 4, 9); break;    /* ndim 9 */
+        case 3: ipu__st_u64(meta + MT_OFF + 96 * 3 + 24, 260); break; /* nbytes */
+        case 4: ipu__st_u64(meta + MT_OFF + 96 * 3 + 16, 160); break; /* unaligned */
+        case 5: ipu__st_u64(meta + MT_OFF + 96 * 5 + 16, 832); break; /* beyond arena */
+        case 6: memcpy(meta + MS_OFF, "xxW", 3); break;               /* duplicate name */
+        case 7: ipu__st_u32(meta + MA_OFF + 4, 0); break;             /* empty name */
+        case 8: ipu__st_u32(meta + MA_OFF + 12, 6); break;            /* anchor tensor */
+        case 9: msize += 8; break;                                    /* trailing bytes */
+        case 10: ipu__st_u32(meta + 52, 1); break;                    /* reserved */
+        case 11: ipu__st_u32(meta + 56, 4); break;                    /* main program id */
+        case 12: ipu__st_u32(meta + 36, 3); break;                    /* index_anchor */
         case 13: ipu__st_u64(meta + MT_OFF + 96 * 3 + 32, (uint64_t)-4); break; /* negative dim */
-        case 14: ipu__st_u32(meta + MA_OFF + 16, 1); break;                    /* anchor subgraph */
-        case 15: ipu__st_u64(meta + MT_OFF + 96 + 16, 1024); break;            /* beyond tensor data */
-        case 16: ipu__st_u32(meta + 60, 1); break;                             /* padding */
-        case 17: ipu__st_u32(meta + MA_OFF + 24 * 2 + 20, 0); break;           /* weight anchor flag */
+        case 14: ipu__st_u32(meta + MA_OFF + 16, 1); break;         /* anchor subgraph */
+        case 15: ipu__st_u64(meta + MT_OFF + 96 + 16, 1024); break; /* beyond tensor data */
+        case 16: ipu__st_u32(meta + 60, 1); break;                  /* padding */
+        case 17:
+            ipu__st_u32(meta + MA_OFF + 24 * 2 + 20, 0);
+            break; /* weight anchor flag */
         /* roles (test_roles) */
-        case 40: ipu__st_u32(meta + 36, 2); break;                             /* index = weight */
-        case 41: ipu__st_u32(meta + MA_OFF + 24 * 2 + 8, 2); break;            /* output weight */
-        case 42: ipu__st_u32(meta + 36, 0); break;                             /* index f32[4,8] */
-        case 43: ipu__st_u32(meta + 56, 5); break;                             /* Main is Load */
+        case 40: ipu__st_u32(meta + 36, 2); break;                  /* index = weight */
+        case 41: ipu__st_u32(meta + MA_OFF + 24 * 2 + 8, 2); break; /* output weight */
+        case 42: ipu__st_u32(meta + 36, 0); break;                  /* index f32[4,8] */
+        case 43:
+            ipu__st_u32(meta + 56, 5);
+            break; /* Main is Load */
         /* bad programs */
-        case 20: ipu__st_u64(meta + MT_OFF + 96 + 32, 5); ipu__st_u64(meta + MT_OFF + 96 + 24, 320); break;
-        case 21: main.b[8] = 99; break;                                        /* unknown opcode */
-        case 22: main.n -= 8; break;                                           /* truncated */
+        case 20:
+            ipu__st_u64(meta + MT_OFF + 96 + 32, 5);
+            ipu__st_u64(meta + MT_OFF + 96 + 24, 320);
+            break;
+        case 21: main.b[8] = 99; break; /* unknown opcode */
+        case 22: main.n -= 8; break;    /* truncated */
         case 23: pb_add(&main, IPU_OP_BIND, 0, (uint32_t[]){1}, 1, 0, NULL); break;
         case 24: pb_add(&main, IPU_OP_RELU, 1, (uint32_t[]){4, 1}, 1, 0, NULL); break;
         case 25: pb_add(&main, IPU_OP_RELU, 1, (uint32_t[]){4, 6}, 1, 0, NULL); break;
-        case 26: main.b[14] = 1; break;                                        /* reserved */
-        case 27: ipu__st_u32(main.b, 9); break;                                /* count too big */
+        case 26: main.b[14] = 1; break;         /* reserved */
+        case 27: ipu__st_u32(main.b, 9); break; /* count too big */
         default: break;
     }
     float tdata[160];
@@ -224,7 +297,8 @@ static void test_container(void) {
         ipu_executable_info info;
         ipu_executable_get_info(e, &info);
         CHECK(info.num_tensors == 6 && info.num_anchors == 3 && info.num_programs == 2 &&
-                  info.batches_per_step == 4 && info.arena_size == 1024 && info.index_anchor == IPU_NO_INDEX,
+                  info.batches_per_step == 4 && info.arena_size == 1024 &&
+                  info.index_anchor == IPU_NO_INDEX,
               "info");
         CHECK(ipu_executable_load_program(e) == 5, "load program id");
         uint32_t id = 0, ai = 0;
@@ -235,22 +309,27 @@ static void test_container(void) {
         ipu_anchor_info an;
         CHECK(ipu_executable_anchor(e, 1, &an) == IPU_OK && strcmp(an.name, "y") == 0 &&
                   an.direction == IPU_DIR_OUTPUT && an.tensor == 5 && an.subgraph == 0 &&
-                  !an.has_tensor_data && an.desc.ndim == 2 && an.desc.dims[1] == 16 && an.desc.nbytes == 256,
+                  !an.has_tensor_data && an.desc.ndim == 2 && an.desc.dims[1] == 16 &&
+                  an.desc.nbytes == 256,
               "anchor info");
         CHECK(ipu_executable_anchor(e, 2, &an) == IPU_OK && an.has_tensor_data, "weight anchor");
         ipu_tensor_desc td;
-        CHECK(ipu_executable_tensor(e, 2, &td) == IPU_OK && td.ndim == 1 && td.dims[0] == 16, "tensor");
+        CHECK(ipu_executable_tensor(e, 2, &td) == IPU_OK && td.ndim == 1 && td.dims[0] == 16,
+              "tensor");
         ipu_program_info pi;
         ipu_instruction_info ii;
-        CHECK(ipu_executable_program(e, 0, &pi) == IPU_OK && pi.id == 9 && pi.num_instructions == 3, "program");
+        CHECK(ipu_executable_program(e, 0, &pi) == IPU_OK && pi.id == 9 && pi.num_instructions == 3,
+              "program");
         CHECK(ipu_executable_instruction(e, 0, 1, &ii) == IPU_OK && ii.opcode == IPU_OP_ADD &&
-                  ii.num_inputs == 2 && ii.inputs[1] == 2 && ii.outputs[0] == 4, "instruction");
+                  ii.num_inputs == 2 && ii.inputs[1] == 2 && ii.outputs[0] == 4,
+              "instruction");
         CHECK(ipu_executable_instruction(e, 0, 3, &ii) == IPU_ERR_NOT_FOUND, "instruction range");
         /* execute Load then Main */
         uint8_t *arena = aligned_alloc(64, 1024);
         void *scratch = aligned_alloc(64, IPU__WORKER_SCRATCH_BYTES);
         void *ptr[6];
-        for (int t = 0; t < 6; t++) ptr[t] = e->tensors[t].loc == IPU_LOC_ARENA ? arena + e->tensors[t].offset : NULL;
+        for (int t = 0; t < 6; t++)
+            ptr[t] = e->tensors[t].loc == IPU_LOC_ARENA ? arena + e->tensors[t].offset : NULL;
         float *x = ptr[0];
         for (int i = 0; i < 32; i++) x[i] = rndf();
         run_program(e, e->load_program, ptr, scratch);
@@ -279,10 +358,15 @@ static void test_container(void) {
         e = NULL;
         st = build(mut, &c, &e, wd);
         ipu_status want = mut < 20 ? IPU_ERR_CORRUPT : IPU_ERR_BAD_PROGRAM;
-        CHECK(st == want && e == NULL, "mutation %d: got %s (%s)", mut, ipu_status_name(st), ipu_last_error_message());
+        CHECK(st == want && e == NULL, "mutation %d: got %s (%s)", mut, ipu_status_name(st),
+              ipu_last_error_message());
         if (mut == 20)
-            CHECK(strstr(ipu_last_error_message(), "program 9 instruction 0 (matmul): inner dims differ: a[...,K=8] vs b[K=5,...]") != NULL,
-                  "message: %s", ipu_last_error_message());
+            CHECK(
+                strstr(
+                    ipu_last_error_message(),
+                    "program 9 instruction 0 (matmul): inner dims differ: a[...,K=8] vs b[K=5,...]") !=
+                    NULL,
+                "message: %s", ipu_last_error_message());
         ipu_executable_destroy(e);
         ipu_container_destroy(c);
     }
@@ -297,12 +381,17 @@ static void test_roles(void) {
         const char *msg;
     } cases[] = {
         {40, IPU_ERR_CORRUPT, "metadata: index_anchor 2 is a TENSOR_DATA anchor (a weight)"},
-        {41, IPU_ERR_CORRUPT, "metadata: anchor 2: a TENSOR_DATA anchor (a weight) must be an input"},
-        {42, IPU_ERR_CORRUPT, "metadata: index_anchor 0: tensor 0 is float32 with 32 elements, not one integer"},
+        {41, IPU_ERR_CORRUPT,
+         "metadata: anchor 2: a TENSOR_DATA anchor (a weight) must be an input"},
+        {42, IPU_ERR_CORRUPT,
+         "metadata: index_anchor 0: tensor 0 is float32 with 32 elements, not one integer"},
         {43, IPU_ERR_CORRUPT, "metadata: main program 5 of subgraph 0 is the Load program"},
-        {44, IPU_ERR_BAD_PROGRAM, "program 9 instruction 0 (matmul): input 1 reads TENSOR_DATA tensor 1, which the Load program does not BIND"},
-        {45, IPU_ERR_BAD_PROGRAM, "program 9 instruction 1 (add): input 1 reads TENSOR_DATA tensor 2, which the Load program does not BIND"},
-        {46, IPU_ERR_BAD_PROGRAM, "program 5 instruction 0 (expand): input 0 reads TENSOR_DATA tensor 2, which the Load program does not BIND before it"},
+        {44, IPU_ERR_BAD_PROGRAM,
+         "program 9 instruction 0 (matmul): input 1 reads TENSOR_DATA tensor 1, which the Load program does not BIND"},
+        {45, IPU_ERR_BAD_PROGRAM,
+         "program 9 instruction 1 (add): input 1 reads TENSOR_DATA tensor 2, which the Load program does not BIND"},
+        {46, IPU_ERR_BAD_PROGRAM,
+         "program 5 instruction 0 (expand): input 0 reads TENSOR_DATA tensor 2, which the Load program does not BIND before it"},
         {47, IPU_OK, ""},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {

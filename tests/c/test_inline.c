@@ -7,11 +7,13 @@
 
 #include "runtime_harness.h"
 
-static ipu_status execute_add(ipu_runtime *rt, uint32_t N, const float *x, const float *y,
-                              float *z, ipu_request **out) {
+static ipu_status execute_add(ipu_runtime *rt, uint32_t N, const float *x, const float *y, float *z,
+                              ipu_request **out) {
     const void *ins[3] = {x, y, NULL};
     void *outs[3] = {NULL, NULL, z};
-    ipu_request_desc d = {.num_batches = N, .inputs = ins, .outputs = outs,
+    ipu_request_desc d = {.num_batches = N,
+                          .inputs = ins,
+                          .outputs = outs,
                           .subgraph = IPU_NO_INDEX};
     return ipu_runtime_execute(rt, &d, out);
 }
@@ -61,7 +63,9 @@ static int test_small_request_runs_inline(void) {
     /* Validation errors are the submit's. */
     const void *ins[3] = {x, NULL, NULL};
     void *outs[3] = {NULL, NULL, z};
-    ipu_request_desc d = {.num_batches = 1, .inputs = ins, .outputs = outs,
+    ipu_request_desc d = {.num_batches = 1,
+                          .inputs = ins,
+                          .outputs = outs,
                           .subgraph = IPU_NO_INDEX};
     ipu_request *r = NULL;
     CHECK(ipu_runtime_execute(f.rt, &d, &r) == IPU_ERR_INVALID_ARGUMENT && r == NULL);
@@ -132,7 +136,10 @@ static int test_inline_with_a_concurrent_submitter(void) {
     const int n = 3000;
     for (int k = 0; k < n; k++) {
         float x[6], y[6], z[6];
-        for (int i = 0; i < 6; i++) { x[i] = (float)k; y[i] = (float)i; }
+        for (int i = 0; i < 6; i++) {
+            x[i] = (float)k;
+            y[i] = (float)i;
+        }
         int inlined;
         if (run_add(f.rt, 1, x, y, z, &inlined) != IPU_OK) bad++;
         inline_runs += inlined;
@@ -412,10 +419,10 @@ static int test_in_place_reused_storage(void) {
     enum { C = 16, N = 2 * C };
     m_model m = add_model(2, C, 1);
     m.nt = 8;
-    m.t[3] = (m_tensor){F32, ARENA, 0, 2, {1, C}};       /* X's row 0 */
-    m.t[4] = (m_tensor){F32, ARENA, 64, 2, {1, C}};      /* X's row 1 */
-    m.t[5] = m.t[0];                                     /* X's bytes, read as one tensor */
-    m.t[6] = (m_tensor){F32, ARENA, 128, 2, {1, C}};     /* Y's row 0 */
+    m.t[3] = (m_tensor){F32, ARENA, 0, 2, {1, C}};        /* X's row 0 */
+    m.t[4] = (m_tensor){F32, ARENA, 64, 2, {1, C}};       /* X's row 1 */
+    m.t[5] = m.t[0];                                      /* X's bytes, read as one tensor */
+    m.t[6] = (m_tensor){F32, ARENA, 128, 2, {1, C}};      /* Y's row 0 */
     m.t[7] = (m_tensor){F32, ARENA, 128 + 64, 2, {1, C}}; /* Y's row 1 */
     ipu_runtime_config cfg = cfg_threads(1);
     float x[N], y[N];
@@ -426,7 +433,7 @@ static int test_in_place_reused_storage(void) {
         ins[m.p[1].n++] = (m_instr){IPU_OP_ADD, 2, 1, {0, 1, 2}}; /* Z = X + Y: X's last use */
         ins[m.p[1].n++] = (m_instr){IPU_OP_ADD, 2, 1, {6, 6, 3}}; /* row 0 = 2 Y0 */
         if (covered) ins[m.p[1].n++] = (m_instr){IPU_OP_ADD, 2, 1, {7, 7, 4}}; /* row 1 */
-        ins[m.p[1].n++] = (m_instr){IPU_OP_ADD, 2, 1, {5, 1, 2}}; /* Z = view + Y */
+        ins[m.p[1].n++] = (m_instr){IPU_OP_ADD, 2, 1, {5, 1, 2}};              /* Z = view + Y */
         fixture f;
         CHECK_OK(fx_open(&f, &m, &cfg));
         float xc[N], z[N] = {0};

@@ -19,29 +19,31 @@ static float fop(int op, float a, float b) {
 static void test_binary_f32(void) {
     static const int64_t shapes[][3][4] = {
         /* {ndim a, dims...}, {b}, {y} ; dims padded */
-        {{3, 2, 3, 4}, {2, 3, 1}, {3, 2, 3, 4}},
-        {{2, 100, 1000}, {1, 1000}, {2, 100, 1000}},
-        {{1, 1}, {2, 300, 200}, {2, 300, 200}},
-        {{3, 7, 1, 5}, {3, 1, 9, 1}, {3, 7, 9, 5}},
-        {{2, 40000, 1}, {2, 1, 3}, {2, 40000, 3}},
-        {{0}, {0}, {0}},
+        {{3, 2, 3, 4}, {2, 3, 1}, {3, 2, 3, 4}},   {{2, 100, 1000}, {1, 1000}, {2, 100, 1000}},
+        {{1, 1}, {2, 300, 200}, {2, 300, 200}},    {{3, 7, 1, 5}, {3, 1, 9, 1}, {3, 7, 9, 5}},
+        {{2, 40000, 1}, {2, 1, 3}, {2, 40000, 3}}, {{0}, {0}, {0}},
     };
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         for (int op = IPU_OP_ADD; op <= IPU_OP_DIV; op++) {
             H *h = h_new(8 << 20);
-            uint32_t a = h_tensor(h, IPU_DTYPE_FLOAT32, (uint32_t)shapes[s][0][0], &shapes[s][0][1]);
-            uint32_t b = h_tensor(h, IPU_DTYPE_FLOAT32, (uint32_t)shapes[s][1][0], &shapes[s][1][1]);
-            uint32_t y = h_tensor(h, IPU_DTYPE_FLOAT32, (uint32_t)shapes[s][2][0], &shapes[s][2][1]);
+            uint32_t a = h_tensor(h, IPU_DTYPE_FLOAT32, (uint32_t)shapes[s][0][0],
+                                  &shapes[s][0][1]);
+            uint32_t b = h_tensor(h, IPU_DTYPE_FLOAT32, (uint32_t)shapes[s][1][0],
+                                  &shapes[s][1][1]);
+            uint32_t y = h_tensor(h, IPU_DTYPE_FLOAT32, (uint32_t)shapes[s][2][0],
+                                  &shapes[s][2][1]);
             fill_f32(h, a);
             fill_f32(h, b);
             const float *r = run(h, (ipu_opcode)op, 2, (uint32_t[]){a, b}, y, 0, NULL);
             const float *pa = h->ptr[a], *pb = h->ptr[b];
             uint64_t bad = 0;
             for (uint64_t i = 0; i < h->t[y].numel; i++) {
-                float want = fop(op, pa[bidx(&h->t[a], &h->t[y], i)], pb[bidx(&h->t[b], &h->t[y], i)]);
+                float want = fop(op, pa[bidx(&h->t[a], &h->t[y], i)],
+                                 pb[bidx(&h->t[b], &h->t[y], i)]);
                 if (memcmp(&want, &r[i], 4) != 0) bad++;
             }
-            CHECK(bad == 0, "binary f32 op %d shape %zu: %llu mismatches", op, s, (unsigned long long)bad);
+            CHECK(bad == 0, "binary f32 op %d shape %zu: %llu mismatches", op, s,
+                  (unsigned long long)bad);
             h_free(h);
         }
     }
@@ -57,7 +59,8 @@ static void test_binary_f16_int(void) {
         const uint16_t *pa = h->ptr[a], *pb = h->ptr[b];
         int bad = 0;
         for (int i = 0; i < 1500; i++) {
-            uint16_t want = ipu__f32_to_f16(fop(op, ipu__f16_to_f32(pa[i]), ipu__f16_to_f32(pb[i % 300])));
+            uint16_t want = ipu__f32_to_f16(
+                fop(op, ipu__f16_to_f32(pa[i]), ipu__f16_to_f32(pb[i % 300])));
             bad += want != r[i] && !(isnan(ipu__f16_to_f32(want)) && isnan(ipu__f16_to_f32(r[i])));
         }
         CHECK(bad == 0, "binary f16 op %d: %d mismatches", op, bad);
@@ -72,7 +75,8 @@ static void test_binary_f16_int(void) {
     *(int32_t *)h->ptr[s] = 3;
     const int32_t *r = run(h, IPU_OP_DIV, 2, (uint32_t[]){a, b}, y, 0, NULL);
     int32_t want_div[6] = {3, -3, INT32_MIN, 0, INT32_MAX / 2, 2};
-    CHECK(memcmp(r, want_div, sizeof want_div) == 0, "int32 div %d %d %d %d %d %d", r[0], r[1], r[2], r[3], r[4], r[5]);
+    CHECK(memcmp(r, want_div, sizeof want_div) == 0, "int32 div %d %d %d %d %d %d", r[0], r[1],
+          r[2], r[3], r[4], r[5]);
     r = run(h, IPU_OP_MUL, 2, (uint32_t[]){a, b}, y, 0, NULL);
     CHECK(r[2] == INT32_MIN && r[4] == -2, "int32 mul wraps: %d %d", r[2], r[4]);
     r = run(h, IPU_OP_ADD, 2, (uint32_t[]){s, a}, y, 0, NULL);
@@ -125,10 +129,11 @@ static void test_relu(void) {
 /* ---- matmul / gemm ------------------------------------------------------------------------ */
 
 /* y[b..., M, N] reference with batch broadcasting (a, b as float arrays) */
-static void ref_matmul(const ipu__tensor *ta, const float *a, const ipu__tensor *tb,
-                       const float *b, const ipu__tensor *ty, double *y) {
+static void ref_matmul(const ipu__tensor *ta, const float *a, const ipu__tensor *tb, const float *b,
+                       const ipu__tensor *ty, double *y) {
     uint32_t yn = ty->desc.ndim;
-    int64_t M = ty->desc.dims[yn - 2], N = ty->desc.dims[yn - 1], K = ta->desc.dims[ta->desc.ndim - 1];
+    int64_t M = ty->desc.dims[yn - 2], N = ty->desc.dims[yn - 1],
+            K = ta->desc.dims[ta->desc.ndim - 1];
     uint64_t batch = ty->numel / (uint64_t)(M * N != 0 ? M * N : 1);
     ipu__tensor ya = *ty, yb = *ty, sa = *ta, sb = *tb;
     /* broadcast over batch dims only: view batch as tensors */
@@ -205,7 +210,9 @@ static void test_conv_f32(int isa) {
         {{1, 300, 2, 460}, {3, 300, 1, 1}, {1, 2, 2, 1, 1, 0, 0, 0, 0}},
         {{1, 9, 5, 6}, {10, 9, 1, 1}, {1, 1, 1, 1, 1, 0, 0, 0, 0}},
         {{1, 8, 15, 16}, {10, 8, 1, 1}, {1, 1, 1, 1, 1, 0, 0, 0, 0}}, /* 1x1: two pixel blocks */
-        {{1, 2, 1, 3}, {2, 2, 2, 1}, {1, 1, 1, 5000000, 1, 2500000, 0, 2500000, 0}}, /* huge dilation */
+        {{1, 2, 1, 3},
+         {2, 2, 2, 1},
+         {1, 1, 1, 5000000, 1, 2500000, 0, 2500000, 0}}, /* huge dilation */
         /* small maps (tpose when packed): K chunks, > 4 sub-blocks, groups, strides, row blocks */
         {{1, 300, 7, 7}, {520, 300, 1, 1}, {1, 1, 1, 1, 1, 0, 0, 0, 0}},
         {{2, 40, 7, 7}, {70, 40, 3, 3}, {1, 1, 1, 1, 1, 1, 1, 1, 1}},
@@ -235,11 +242,13 @@ static void test_conv_f32(int isa) {
         size_t c = ci % ncases;
         int cst = ci >= ncases;
         const int64_t *xd = cases[c][0], *wd = cases[c][1], *a = cases[c][2];
-        int64_t G = a[0], N = xd[0], C = xd[1], IH = xd[2], IW = xd[3], M = wd[0], KH = wd[2], KW = wd[3];
+        int64_t G = a[0], N = xd[0], C = xd[1], IH = xd[2], IW = xd[3], M = wd[0], KH = wd[2],
+                KW = wd[3];
         int64_t OH = (IH + a[5] + a[7] - a[3] * (KH - 1) - 1) / a[1] + 1;
         int64_t OW = (IW + a[6] + a[8] - a[4] * (KW - 1) - 1) / a[2] + 1;
         H *h = h_new(16 << 20);
-        uint32_t x = h_tensor(h, IPU_DTYPE_FLOAT32, 4, xd), w = h_tensor(h, IPU_DTYPE_FLOAT32, 4, wd);
+        uint32_t x = h_tensor(h, IPU_DTYPE_FLOAT32, 4, xd),
+                 w = h_tensor(h, IPU_DTYPE_FLOAT32, 4, wd);
         uint32_t b = T(h, FLOAT32, M), y = T(h, FLOAT32, N, M, OH, OW);
         uint32_t z = T(h, FLOAT32, N, M, OH, OW);
         fill_f32(h, x);
@@ -261,9 +270,11 @@ static void test_conv_f32(int isa) {
                         for (int64_t ci = 0; ci < Cg; ci++)
                             for (int64_t kh = 0; kh < KH; kh++)
                                 for (int64_t kw = 0; kw < KW; kw++) {
-                                    int64_t ih = oh * a[1] - a[5] + kh * a[3], iw = ow * a[2] - a[6] + kw * a[4];
+                                    int64_t ih = oh * a[1] - a[5] + kh * a[3],
+                                            iw = ow * a[2] - a[6] + kw * a[4];
                                     if (ih < 0 || ih >= IH || iw < 0 || iw >= IW) continue;
-                                    s += (double)xp[((n * C + m / Mg * Cg + ci) * IH + ih) * IW + iw] *
+                                    s += (double)
+                                             xp[((n * C + m / Mg * Cg + ci) * IH + ih) * IW + iw] *
                                          wp[((m * Cg + ci) * KH + kh) * KW + kw];
                                 }
                         int64_t o = ((n * M + m) * OH + oh) * OW + ow;
@@ -334,7 +345,8 @@ static void test_ukr_rows(void) {
 static void test_matmul_other(void) {
     /* float16: accumulate in float32, round once */
     H *h = h_new(1 << 20);
-    uint32_t a = T(h, FLOAT16, 3, 20, 40), b = T(h, FLOAT16, 40, 600), y = T(h, FLOAT16, 3, 20, 600);
+    uint32_t a = T(h, FLOAT16, 3, 20, 40), b = T(h, FLOAT16, 40, 600),
+             y = T(h, FLOAT16, 3, 20, 600);
     fill_f16(h, a);
     fill_f16(h, b);
     const uint16_t *r = run(h, IPU_OP_MATMUL, 2, (uint32_t[]){a, b}, y, 0, NULL);
@@ -345,7 +357,8 @@ static void test_matmul_other(void) {
             for (int j = 0; j < 600; j++) {
                 double s = 0;
                 for (int k = 0; k < 40; k++)
-                    s += (double)ipu__f16_to_f32(pa[bi * 800 + i * 40 + k]) * ipu__f16_to_f32(pb[k * 600 + j]);
+                    s += (double)ipu__f16_to_f32(pa[bi * 800 + i * 40 + k]) *
+                         ipu__f16_to_f32(pb[k * 600 + j]);
                 double e = fabs(ipu__f16_to_f32(r[bi * 12000 + i * 600 + j]) - s) / (1 + fabs(s));
                 if (e > worst) worst = e;
             }
@@ -362,7 +375,8 @@ static void test_matmul_other(void) {
         for (int i = 0; i < 30; i++)
             for (int j = 0; j < 9; j++) {
                 uint32_t s = 0;
-                for (int k = 0; k < 17; k++) s += (uint32_t)xa[q * 510 + i * 17 + k] * (uint32_t)xb[k * 9 + j];
+                for (int k = 0; k < 17; k++)
+                    s += (uint32_t)xa[q * 510 + i * 17 + k] * (uint32_t)xb[k * 9 + j];
                 bad += (int32_t)s != ri[q * 270 + i * 9 + j];
             }
     CHECK(bad == 0, "matmul i32: %d mismatches", bad);
@@ -380,9 +394,10 @@ static void test_gemm(void) {
                     int64_t ad[2] = {ta ? K : M, ta ? M : K}, bd[2] = {tb ? N : K, tb ? K : N};
                     int64_t cd[2][2] = {{M, N}, {N, 0}}, cm1[2] = {M, 1};
                     uint32_t a = h_tensor(h, dt, 2, ad), b = h_tensor(h, dt, 2, bd);
-                    uint32_t c = cmode == 0 ? h_tensor(h, dt, 2, cd[0])
+                    uint32_t c = cmode == 0   ? h_tensor(h, dt, 2, cd[0])
                                  : cmode == 1 ? h_tensor(h, dt, 1, cd[1])
-                                 : cmode == 2 ? h_tensor(h, dt, 2, cm1) : 0;
+                                 : cmode == 2 ? h_tensor(h, dt, 2, cm1)
+                                              : 0;
                     uint32_t y = h_tensor(h, dt, 2, (int64_t[]){M, N});
                     (f16 ? fill_f16 : fill_f32)(h, a);
                     (f16 ? fill_f16 : fill_f32)(h, b);
@@ -391,14 +406,18 @@ static void test_gemm(void) {
                     int64_t at[4] = {ta, tb, 0, 0};
                     memcpy(&at[2], &alpha, 8);
                     memcpy(&at[3], &beta, 8);
-                    const void *r = run(h, IPU_OP_GEMM, cmode < 3 ? 3 : 2, (uint32_t[]){a, b, c}, y, 4, at);
-#define LD(t, i) (f16 ? (double)ipu__f16_to_f32(((const uint16_t *)h->ptr[t])[i]) : (double)((const float *)h->ptr[t])[i])
+                    const void *r = run(h, IPU_OP_GEMM, cmode < 3 ? 3 : 2, (uint32_t[]){a, b, c}, y,
+                                        4, at);
+#define LD(t, i)                                                     \
+    (f16 ? (double)ipu__f16_to_f32(((const uint16_t *)h->ptr[t])[i]) \
+         : (double)((const float *)h->ptr[t])[i])
                     double worst = 0;
                     for (int64_t i = 0; i < M; i++)
                         for (int64_t j = 0; j < N; j++) {
                             double s = 0;
                             for (int64_t k = 0; k < K; k++)
-                                s += LD(a, ta ? k * M + i : i * K + k) * LD(b, tb ? j * K + k : k * N + j);
+                                s += LD(a, ta ? k * M + i : i * K + k) *
+                                     LD(b, tb ? j * K + k : k * N + j);
                             s *= alpha;
                             if (cmode < 3)
                                 s += beta * LD(c, cmode == 0 ? i * N + j : cmode == 1 ? j : i);
@@ -408,7 +427,8 @@ static void test_gemm(void) {
                             if (!(e <= worst)) worst = e;
                         }
 #undef LD
-                    CHECK(worst < (f16 ? 2e-3 : 1e-4), "gemm ta %d tb %d c %d f16 %d: err %g", ta, tb, cmode, f16, worst);
+                    CHECK(worst < (f16 ? 2e-3 : 1e-4), "gemm ta %d tb %d c %d f16 %d: err %g", ta,
+                          tb, cmode, f16, worst);
                     h_free(h);
                 }
 }
@@ -427,7 +447,8 @@ static void test_data(void) {
     fill_bytes(h, ex);
     const uint16_t *re = run(h, IPU_OP_EXPAND, 1, &ex, ey, 0, NULL);
     int bad = 0;
-    for (uint64_t i = 0; i < 120; i++) bad += re[i] != ((uint16_t *)h->ptr[ex])[bidx(&h->t[ex], &h->t[ey], i)];
+    for (uint64_t i = 0; i < 120; i++)
+        bad += re[i] != ((uint16_t *)h->ptr[ex])[bidx(&h->t[ex], &h->t[ey], i)];
     CHECK(bad == 0, "expand int16");
     uint32_t sx = T0(h, FLOAT64), sy = T(h, FLOAT64, 50000);
     *(double *)h->ptr[sx] = 2.5;
@@ -443,7 +464,8 @@ static void test_data(void) {
     for (int o = 0; o < 4; o++)
         for (int k = 0; k < 7; k++)
             for (int i = 0; i < 3; i++) {
-                float w = k < 2 ? ((float *)h->ptr[c0])[o * 6 + k * 3 + i] : ((float *)h->ptr[c2])[o * 15 + (k - 2) * 3 + i];
+                float w = k < 2 ? ((float *)h->ptr[c0])[o * 6 + k * 3 + i]
+                                : ((float *)h->ptr[c2])[o * 15 + (k - 2) * 3 + i];
                 bad += rc[o * 21 + k * 3 + i] != w;
             }
     CHECK(bad == 0, "concat");
@@ -482,9 +504,11 @@ static void test_cast(void) {
     uint32_t xf = T(h, FLOAT32, 10);
     memcpy(h->ptr[xf], fv, sizeof fv);
     uint32_t yi32 = T(h, INT32, 10), yu8 = T(h, UINT8, 10), yi8 = T(h, INT8, 10);
-    uint32_t yu32 = T(h, UINT32, 10), yi64 = T(h, INT64, 10), yb = T(h, BOOL, 10), yh = T(h, FLOAT16, 10);
+    uint32_t yu32 = T(h, UINT32, 10), yi64 = T(h, INT64, 10), yb = T(h, BOOL, 10),
+             yh = T(h, FLOAT16, 10);
     const int32_t *r32 = run(h, IPU_OP_CAST, 1, &xf, yi32, 0, NULL);
-    CHECK(r32[0] == 1 && r32[1] == -1 && r32[2] == 0 && r32[3] == INT32_MAX && r32[4] == INT32_MIN && r32[9] == -129,
+    CHECK(r32[0] == 1 && r32[1] == -1 && r32[2] == 0 && r32[3] == INT32_MAX &&
+              r32[4] == INT32_MIN && r32[9] == -129,
           "f32->i32 %d %d %d %d %d", r32[0], r32[1], r32[2], r32[3], r32[4]);
     const uint8_t *ru8 = run(h, IPU_OP_CAST, 1, &xf, yu8, 0, NULL);
     CHECK(ru8[0] == 1 && ru8[1] == 0 && ru8[2] == 0 && ru8[5] == 255 && ru8[6] == 0, "f32->u8");
@@ -497,10 +521,13 @@ static void test_cast(void) {
     const uint8_t *rb = run(h, IPU_OP_CAST, 1, &xf, yb, 0, NULL);
     CHECK(rb[0] == 1 && rb[2] == 1 && rb[6] == 1, "f32->bool (NaN is true)");
     const uint16_t *rh = run(h, IPU_OP_CAST, 1, &xf, yh, 0, NULL);
-    CHECK(rh[0] == ipu__f32_to_f16(1.9f) && rh[7] == 0x7c00 && (rh[2] & 0x7c00) == 0x7c00 && (rh[2] & 0x3ff), "f32->f16");
+    CHECK(rh[0] == ipu__f32_to_f16(1.9f) && rh[7] == 0x7c00 && (rh[2] & 0x7c00) == 0x7c00 &&
+              (rh[2] & 0x3ff),
+          "f32->f16");
     /* int -> others: wrap, bool */
     int64_t iv[6] = {-1, 256, 70000, (int64_t)1 << 40, 0, -129};
-    uint32_t xi = T(h, INT64, 6), oi8 = T(h, INT8, 6), ou32 = T(h, UINT32, 6), of = T(h, FLOAT32, 6), ob = T(h, BOOL, 6);
+    uint32_t xi = T(h, INT64, 6), oi8 = T(h, INT8, 6), ou32 = T(h, UINT32, 6),
+             of = T(h, FLOAT32, 6), ob = T(h, BOOL, 6);
     uint32_t oh = T(h, FLOAT16, 6);
     memcpy(h->ptr[xi], iv, sizeof iv);
     const int8_t *a8 = run(h, IPU_OP_CAST, 1, &xi, oi8, 0, NULL);
@@ -552,7 +579,8 @@ static void test_reduce(void) {
                     int32_t si = 0;
                     for (int64_t j = 0; j < rr; j++) {
                         s += ((float *)h->ptr[x])[(a * rr + j) * n + k];
-                        si = (int32_t)((uint32_t)si + (uint32_t)((int32_t *)h->ptr[xi])[(a * rr + j) * n + k]);
+                        si = (int32_t)((uint32_t)si +
+                                       (uint32_t)((int32_t *)h->ptr[xi])[(a * rr + j) * n + k]);
                     }
                     if (mean) {
                         s = rr ? s / (double)rr : NAN;
@@ -563,7 +591,8 @@ static void test_reduce(void) {
                     if (e > worst) worst = e;
                     bad += ri[a * n + k] != si;
                 }
-            CHECK(worst < 1e-5 && bad == 0, "reduce cfg %zu mean %d: err %g, int bad %d", c, mean, worst, bad);
+            CHECK(worst < 1e-5 && bad == 0, "reduce cfg %zu mean %d: err %g, int bad %d", c, mean,
+                  worst, bad);
             h_free(h);
         }
     }
@@ -589,13 +618,15 @@ static void test_softmax(void) {
             (f16 ? fill_f16 : fill_f32)(h, x);
             if (!f16) ((float *)h->ptr[x])[0] = 80.0f; /* large values must not overflow */
             const void *r = run(h, IPU_OP_SOFTMAX, 1, &x, y, 3, cfg[c]);
-#define LD(p, i) (f16 ? (double)ipu__f16_to_f32(((const uint16_t *)(p))[i]) : (double)((const float *)(p))[i])
+#define LD(p, i) \
+    (f16 ? (double)ipu__f16_to_f32(((const uint16_t *)(p))[i]) : (double)((const float *)(p))[i])
             double worst = 0;
             for (int64_t a = 0; a < o; a++)
                 for (int64_t k = 0; k < n; k++) {
                     double m = -INFINITY, s = 0;
                     for (int64_t j = 0; j < L; j++) m = fmax(m, LD(h->ptr[x], (a * L + j) * n + k));
-                    for (int64_t j = 0; j < L; j++) s += exp(LD(h->ptr[x], (a * L + j) * n + k) - m);
+                    for (int64_t j = 0; j < L; j++)
+                        s += exp(LD(h->ptr[x], (a * L + j) * n + k) - m);
                     for (int64_t j = 0; j < L; j++) {
                         int64_t i = (a * L + j) * n + k;
                         double e = fabs(LD(r, i) - exp(LD(h->ptr[x], i) - m) / s);
@@ -666,7 +697,8 @@ static void bench(void) {
         if (used != isa) continue;
         bench_ukr();
         for (int64_t n = 64; n <= 1024; n *= 2) {
-            float *a = aligned_alloc(64, (size_t)(n * n * 4)), *b = aligned_alloc(64, (size_t)(n * n * 4));
+            float *a = aligned_alloc(64, (size_t)(n * n * 4)),
+                  *b = aligned_alloc(64, (size_t)(n * n * 4));
             float *c = aligned_alloc(64, (size_t)(n * n * 4));
             for (int64_t i = 0; i < n * n; i++) a[i] = rndf(), b[i] = rndf();
             /* same path as the MATMUL kernel: row blocks of IPU__MM_MB */
@@ -676,14 +708,28 @@ static void bench(void) {
                 double t0 = now();
                 for (int r = 0; r < reps; r++)
                     for (int64_t m0 = 0; m0 < n; m0 += IPU__MM_MB) {
-                        ipu__sgemm_args g = {n - m0 < IPU__MM_MB ? n - m0 : IPU__MM_MB, n, n, a + m0 * n, n, 1,
-                                             b, n, 1, 0, 0, c + m0 * n, n};
+                        ipu__sgemm_args g = {n - m0 < IPU__MM_MB ? n - m0 : IPU__MM_MB,
+                                             n,
+                                             n,
+                                             a + m0 * n,
+                                             n,
+                                             1,
+                                             b,
+                                             n,
+                                             1,
+                                             0,
+                                             0,
+                                             c + m0 * n,
+                                             n};
                         ipu__sgemm(&g, scratch, IPU__SCRATCH_BYTES);
                     }
                 double t = (now() - t0) / reps;
                 if (t < best) best = t;
             }
-            printf("sgemm isa %s n=%4lld: %7.1f GFLOP/s\n", isa == 3 ? "avx512  " : isa == 2 ? "avx2+fma" : "portable",
+            printf("sgemm isa %s n=%4lld: %7.1f GFLOP/s\n",
+                   isa == 3   ? "avx512  "
+                   : isa == 2 ? "avx2+fma"
+                              : "portable",
                    (long long)n, 2.0 * (double)(n * n * n) / best * 1e-9);
             free(a);
             free(b);
@@ -693,7 +739,8 @@ static void bench(void) {
     force_isa(0);
     /* the demo shape through the MATMUL kernel: 16 x 256^3 */
     H *h = h_new(16 << 20);
-    uint32_t a = T(h, FLOAT32, 16, 256, 256), b = T(h, FLOAT32, 16, 256, 256), y = T(h, FLOAT32, 16, 256, 256);
+    uint32_t a = T(h, FLOAT32, 16, 256, 256), b = T(h, FLOAT32, 16, 256, 256),
+             y = T(h, FLOAT32, 16, 256, 256);
     fill_f32(h, a);
     fill_f32(h, b);
     TI ti;

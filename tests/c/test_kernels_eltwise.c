@@ -5,10 +5,8 @@
 
 static const int64_t shapes[][3][4] = {
     /* {ndim, dims...} of a (cond for WHERE), b, y */
-    {{3, 2, 3, 4}, {2, 3, 1}, {3, 2, 3, 4}},
-    {{2, 100, 1000}, {1, 1000}, {2, 100, 1000}},
-    {{1, 1}, {2, 300, 200}, {2, 300, 200}},
-    {{3, 7, 1, 5}, {3, 1, 9, 1}, {3, 7, 9, 5}},
+    {{3, 2, 3, 4}, {2, 3, 1}, {3, 2, 3, 4}},   {{2, 100, 1000}, {1, 1000}, {2, 100, 1000}},
+    {{1, 1}, {2, 300, 200}, {2, 300, 200}},    {{3, 7, 1, 5}, {3, 1, 9, 1}, {3, 7, 9, 5}},
     {{2, 40000, 1}, {2, 1, 3}, {2, 40000, 3}},
 };
 #define NSHAPES (sizeof shapes / sizeof shapes[0])
@@ -18,8 +16,10 @@ static void test_binary(void) {
         for (int fn = IPU__BIN_POW; fn <= IPU__BIN_GREATER_EQUAL; fn++) {
             H *h = h_new(8 << 20);
             int cmp = fn >= IPU__BIN_EQUAL;
-            uint32_t a = h_tensor(h, IPU_DTYPE_FLOAT32, (uint32_t)shapes[s][0][0], &shapes[s][0][1]);
-            uint32_t b = h_tensor(h, IPU_DTYPE_FLOAT32, (uint32_t)shapes[s][1][0], &shapes[s][1][1]);
+            uint32_t a = h_tensor(h, IPU_DTYPE_FLOAT32, (uint32_t)shapes[s][0][0],
+                                  &shapes[s][0][1]);
+            uint32_t b = h_tensor(h, IPU_DTYPE_FLOAT32, (uint32_t)shapes[s][1][0],
+                                  &shapes[s][1][1]);
             uint32_t y = h_tensor(h, cmp ? IPU_DTYPE_BOOL : IPU_DTYPE_FLOAT32,
                                   (uint32_t)shapes[s][2][0], &shapes[s][2][1]);
             fill_f32(h, a);
@@ -31,18 +31,19 @@ static void test_binary(void) {
             uint64_t bad = 0;
             for (uint64_t i = 0; i < h->t[y].numel; i++) {
                 float x = pa[bidx(&h->t[a], &h->t[y], i)], z = pb[bidx(&h->t[b], &h->t[y], i)];
-                float want = fn == IPU__BIN_POW   ? powf(x, z)
-                             : fn == IPU__BIN_MIN ? fminf(x, z)
-                             : fn == IPU__BIN_MAX ? fmaxf(x, z)
-                             : fn == IPU__BIN_EQUAL ? (float)(x == z)
-                             : fn == IPU__BIN_LESS ? (float)(x < z)
-                             : fn == IPU__BIN_GREATER ? (float)(x > z)
+                float want = fn == IPU__BIN_POW          ? powf(x, z)
+                             : fn == IPU__BIN_MIN        ? fminf(x, z)
+                             : fn == IPU__BIN_MAX        ? fmaxf(x, z)
+                             : fn == IPU__BIN_EQUAL      ? (float)(x == z)
+                             : fn == IPU__BIN_LESS       ? (float)(x < z)
+                             : fn == IPU__BIN_GREATER    ? (float)(x > z)
                              : fn == IPU__BIN_LESS_EQUAL ? (float)(x <= z)
                                                          : (float)(x >= z);
                 float got = cmp ? (float)((const uint8_t *)r)[i] : ((const float *)r)[i];
                 if (want != got && !(want != want && got != got)) bad++; /* -0 == +0 */
             }
-            CHECK(bad == 0, "binary fn %d shape %zu: %llu mismatches", fn, s, (unsigned long long)bad);
+            CHECK(bad == 0, "binary fn %d shape %zu: %llu mismatches", fn, s,
+                  (unsigned long long)bad);
             h_free(h);
         }
     }
@@ -55,8 +56,8 @@ static void test_binary(void) {
  * tail) give the same bits. */
 static void test_pow_fast(void) {
     static const float zs[] = {2.0f, 0.5f, 0.75f};
-    static const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -1.0f, -2.5f,
-                                    1e-45f, 1e-40f, 3.4e38f, 1.0f, 0.25f, 7.0f};
+    static const float special[] = {0.0f,   -0.0f,  INFINITY, -INFINITY, NAN,   -1.0f, -2.5f,
+                                    1e-45f, 1e-40f, 3.4e38f,  1.0f,      0.25f, 7.0f};
     enum { N = 4099 };
     for (size_t zi = 0; zi < sizeof zs / sizeof zs[0]; zi++) {
         H *h = h_new(1 << 20);
@@ -99,10 +100,12 @@ static void test_where(void) {
             uint64_t bad = 0;
             for (uint64_t i = 0; i < h->t[y].numel; i++) {
                 uint32_t src = pc[bidx(&h->t[c], &h->t[y], i)] ? x : z;
-                const uint8_t *want = (const uint8_t *)h->ptr[src] + bidx(&h->t[src], &h->t[y], i) * es;
+                const uint8_t *want = (const uint8_t *)h->ptr[src] +
+                                      bidx(&h->t[src], &h->t[y], i) * es;
                 if (memcmp(want, r + i * es, es) != 0) bad++;
             }
-            CHECK(bad == 0, "where shape %zu esize %zu: %llu mismatches", s, es, (unsigned long long)bad);
+            CHECK(bad == 0, "where shape %zu esize %zu: %llu mismatches", s, es,
+                  (unsigned long long)bad);
             h_free(h);
         }
     }
@@ -116,21 +119,28 @@ static void test_unary(void) {
     fill_f32(h, x);
     fill_f16(h, xh);
     const float *px = h->ptr[x];
-    const float *r = run(h, IPU_OP_UNARY, 1, (uint32_t[]){x}, y, 3, (int64_t[]){IPU__UN_TANH, 0, 0});
+    const float *r = run(h, IPU_OP_UNARY, 1, (uint32_t[]){x}, y, 3,
+                         (int64_t[]){IPU__UN_TANH, 0, 0});
     uint64_t bad = 0;
     for (int64_t i = 0; i < n; i++) bad += tanhf(px[i]) != r[i];
     CHECK(bad == 0, "unary tanh: %llu mismatches", (unsigned long long)bad);
-    const uint16_t *rh = run(h, IPU_OP_UNARY, 1, (uint32_t[]){xh}, yh, 3, (int64_t[]){IPU__UN_EXP, 0, 0});
+    const uint16_t *rh = run(h, IPU_OP_UNARY, 1, (uint32_t[]){xh}, yh, 3,
+                             (int64_t[]){IPU__UN_EXP, 0, 0});
     const uint16_t *pxh = h->ptr[xh];
     bad = 0;
     for (int64_t i = 0; i < n; i++) bad += ipu__f32_to_f16(expf(ipu__f16_to_f32(pxh[i]))) != rh[i];
     CHECK(bad == 0, "unary exp f16: %llu mismatches", (unsigned long long)bad);
     /* integers: NEG/ABS wrap at INT_MIN; CLIP with int64 bounds */
     int64_t four = 4;
-    uint32_t xi = h_tensor(h, IPU_DTYPE_INT32, 1, &four), yi = h_tensor(h, IPU_DTYPE_INT32, 1, &four);
+    uint32_t xi = h_tensor(h, IPU_DTYPE_INT32, 1, &four),
+             yi = h_tensor(h, IPU_DTYPE_INT32, 1, &four);
     int32_t *pi = h->ptr[xi];
-    pi[0] = INT32_MIN; pi[1] = -7; pi[2] = 0; pi[3] = 9;
-    const int32_t *ri = run(h, IPU_OP_UNARY, 1, (uint32_t[]){xi}, yi, 3, (int64_t[]){IPU__UN_ABS, 0, 0});
+    pi[0] = INT32_MIN;
+    pi[1] = -7;
+    pi[2] = 0;
+    pi[3] = 9;
+    const int32_t *ri = run(h, IPU_OP_UNARY, 1, (uint32_t[]){xi}, yi, 3,
+                            (int64_t[]){IPU__UN_ABS, 0, 0});
     CHECK(ri[0] == INT32_MIN && ri[1] == 7 && ri[2] == 0 && ri[3] == 9, "abs i32");
     ri = run(h, IPU_OP_UNARY, 1, (uint32_t[]){xi}, yi, 3, (int64_t[]){IPU__UN_CLIP, -5, INT64_MAX});
     CHECK(ri[0] == -5 && ri[1] == -5 && ri[2] == 0 && ri[3] == 9, "clip i32");

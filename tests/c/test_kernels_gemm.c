@@ -37,9 +37,9 @@ typedef struct gcase {
 
 static void test_gemm_paths(int isa) {
     static const gcase cases[] = {
-        {1, 800, 300}, {1, 70, 520}, {3, 70, 300}, {4, 33, 17},  {5, 800, 300}, {7, 70, 520},
-        {130, 70, 300}, {130, 800, 97}, {200, 37, 1}, {1, 1, 1}, {6, 16, 256}, {2, 9, 0},
-        {20, 2000, 260}, /* one call for all blocks of columns: B packed into 2 MB of scratch */
+        {1, 800, 300}, {1, 70, 520},   {3, 70, 300},    {4, 33, 17},  {5, 800, 300},
+        {7, 70, 520},  {130, 70, 300}, {130, 800, 97},  {200, 37, 1}, {1, 1, 1},
+        {6, 16, 256},  {2, 9, 0},      {20, 2000, 260}, /* one call for all blocks of columns: B packed into 2 MB of scratch */
     };
     int used = force_isa(isa);
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
@@ -53,7 +53,9 @@ static void test_gemm_paths(int isa) {
                     int64_t cd[3][2] = {{M, N}, {N, 0}, {M, 1}};
                     uint32_t a = h_tensor(h, IPU_DTYPE_FLOAT32, 2, ad);
                     uint32_t b = h_tensor(h, IPU_DTYPE_FLOAT32, 2, bd);
-                    uint32_t c = cmode < 3 ? h_tensor(h, IPU_DTYPE_FLOAT32, cmode == 1 ? 1 : 2, cd[cmode]) : 0;
+                    uint32_t c = cmode < 3
+                                     ? h_tensor(h, IPU_DTYPE_FLOAT32, cmode == 1 ? 1 : 2, cd[cmode])
+                                     : 0;
                     uint32_t y = h_tensor(h, IPU_DTYPE_FLOAT32, 2, (int64_t[]){M, N});
                     fill_f32(h, a);
                     fill_f32(h, b);
@@ -64,8 +66,10 @@ static void test_gemm_paths(int isa) {
                     memcpy(&at[3], &BETA, 8);
                     uint32_t ins[3] = {a, b, c};
                     const float *r = run(h, IPU_OP_GEMM, cmode < 3 ? 3 : 2, ins, y, 4, at);
-                    double err = gemm_err(h, a, ALPHA, cmode < 3, c, cmode, r, h->ptr[b], M, N, K, ta, tb);
-                    CHECK(err < 1e-4, "gemm isa %d M %lld N %lld K %lld ta %d tb %d c %d const %d: err %g",
+                    double err = gemm_err(h, a, ALPHA, cmode < 3, c, cmode, r, h->ptr[b], M, N, K,
+                                          ta, tb);
+                    CHECK(err < 1e-4,
+                          "gemm isa %d M %lld N %lld K %lld ta %d tb %d c %d const %d: err %g",
                           used, (long long)M, (long long)N, (long long)K, ta, tb, cmode, cst, err);
                     h_free(h);
                 }
@@ -78,7 +82,8 @@ static void test_plan_paths(void) {
     for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
         for (int cst = 0; cst < 2; cst++) {
             H *h = h_new(4 << 20);
-            uint32_t a = T(h, FLOAT32, ms[i], 40), b = T(h, FLOAT32, 40, 1000), y = T(h, FLOAT32, ms[i], 1000);
+            uint32_t a = T(h, FLOAT32, ms[i], 40), b = T(h, FLOAT32, 40, 1000),
+                     y = T(h, FLOAT32, ms[i], 1000);
             if (cst) as_tensor_data(h, b);
             TI ti;
             ipu_status st = ti_make(h, &ti, IPU_OP_MATMUL, 2, (uint32_t[]){a, b}, y, 0, NULL);
@@ -181,8 +186,13 @@ static void test_ukr_part(int isa) {
         for (int w = 1; w <= u.nr; w++)
             for (int mode = 0; mode < 8; mode++) { /* bit 0 acc, 1 bias + residual, 2 ReLU */
                 int acc = mode & 1;
-                ipu__tile_ep ep = {mode & 2 ? bias : NULL, mode & 2 ? res + LD + 1 : NULL, LD,
-                                   mode >> 2, NULL, 0, NULL};
+                ipu__tile_ep ep = {mode & 2 ? bias : NULL,
+                                   mode & 2 ? res + LD + 1 : NULL,
+                                   LD,
+                                   mode >> 2,
+                                   NULL,
+                                   0,
+                                   NULL};
                 for (int i = 0; i < ROWS * LD; i++) c0[i] = c[i] = (float)(i % 7) - 3.0f;
                 u.part(h, w, KC, ap, bp, NULL, c + LD + 1, LD, acc, mode & 6 ? &ep : NULL);
                 for (int i = 0; i < h; i++)
@@ -289,8 +299,8 @@ static void test_ukr_half(void) {
                     h = hw[kind - 3][0] < u.mr ? hw[kind - 3][0] : u.mr;
                     w = hw[kind - 3][1] < u.nr ? hw[kind - 3][1] : u.nr;
                 }
-                ipu__tile_ep ef = {v & 4 ? bias : NULL, v & 2 ? res : NULL, LD, v & 4 ? 1 : 0,
-                                   NULL, 0, NULL};
+                ipu__tile_ep ef = {
+                    v & 4 ? bias : NULL, v & 2 ? res : NULL, LD, v & 4 ? 1 : 0, NULL, 0, NULL};
                 ipu__tile_ep eh = ef;
                 eh.res = NULL;
                 eh.resh = v & 2 ? resh : NULL;
@@ -301,10 +311,14 @@ static void test_ukr_half(void) {
                 const ipu__tile_ep *es[2] = {&ef, &eh};
                 float *cs[2] = {c0, c1};
                 for (int o = 0; o < 2; o++) {
-                    if (kind == 0) u.ep(KC, a, bp, cs[o], LD, acc, es[o]);
-                    else if (kind == 1) u.rows(KC, a, src, off, cs[o], LD, acc, es[o]);
-                    else if (kind == 2) u.arows(KC, src, bp, aoff, cs[o], LD, acc, es[o]);
-                    else u.part(h, w, KC, a, bp, NULL, cs[o], LD, acc, es[o]);
+                    if (kind == 0)
+                        u.ep(KC, a, bp, cs[o], LD, acc, es[o]);
+                    else if (kind == 1)
+                        u.rows(KC, a, src, off, cs[o], LD, acc, es[o]);
+                    else if (kind == 2)
+                        u.arows(KC, src, bp, aoff, cs[o], LD, acc, es[o]);
+                    else
+                        u.part(h, w, KC, a, bp, NULL, cs[o], LD, acc, es[o]);
                 }
                 int bad = memcmp(c1, cin, sizeof cin) != 0; /* C: only read */
                 for (int i = 0; i < IPU__SGEMM_MAX_MR; i++)
@@ -345,8 +359,10 @@ static void test_packed_b_not_used(void) {
         ipu_status st = ti_make(h, &ti, IPU_OP_GEMM, 2, (uint32_t[]){a, b}, y, 4, at);
         CHECK(st == IPU_OK && ((const ipu__mm_plan *)ti.ins.plan)->packed, "packed plan");
         void *saved = h->ptr[b];
-        if (mode == 0) h->ptr[b] = h->ptr[b2]; /* what BIND of a user buffer does */
-        else force_isa(1);             /* portable kernel: other panel width */
+        if (mode == 0)
+            h->ptr[b] = h->ptr[b2]; /* what BIND of a user buffer does */
+        else
+            force_isa(1); /* portable kernel: other panel width */
         ipu__frame f = {&h->e, h->ptr, NULL, 0};
         CHECK(ipu__instr_run(&f, &ti.ins, 0, ipu__instr_work(&h->e, &ti.ins), h->scratch) == IPU_OK,
               "run");
@@ -371,11 +387,11 @@ static double cpu_now(void) {
 static void bench(double seconds) {
     /* M, N, K, B in the executable, transB */
     static const int64_t shapes[][5] = {
-        {64, 64, 64, 0, 0},       {128, 128, 128, 0, 0},    {256, 256, 256, 0, 0},
-        {512, 512, 512, 0, 0},    {1024, 1024, 1024, 0, 0}, {2048, 2048, 2048, 0, 0},
-        {128, 4096, 1024, 1, 0},  {128, 1024, 4096, 1, 0},  {128, 2304, 768, 1, 0},
-        {128, 768, 3072, 1, 0},   {1, 4096, 9216, 1, 1},    {1, 4096, 4096, 1, 1},
-        {1, 1000, 4096, 1, 1},    {1, 4096, 4096, 1, 0},
+        {64, 64, 64, 0, 0},      {128, 128, 128, 0, 0},    {256, 256, 256, 0, 0},
+        {512, 512, 512, 0, 0},   {1024, 1024, 1024, 0, 0}, {2048, 2048, 2048, 0, 0},
+        {128, 4096, 1024, 1, 0}, {128, 1024, 4096, 1, 0},  {128, 2304, 768, 1, 0},
+        {128, 768, 3072, 1, 0},  {1, 4096, 9216, 1, 1},    {1, 4096, 4096, 1, 1},
+        {1, 1000, 4096, 1, 1},   {1, 4096, 4096, 1, 0},
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
         int64_t M = shapes[i][0], N = shapes[i][1], K = shapes[i][2];

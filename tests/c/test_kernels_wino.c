@@ -15,12 +15,12 @@ typedef struct wcase {
 } wcase;
 
 static const wcase CASES[] = {
-    {1, 16, 7, 7, 20, 1, 1, 1, 1, 1, 0, 1},     /* one block, 2 x 2 tiles half outside */
-    {1, 32, 9, 11, 13, 0, 1, 2, 0, 1, 1, 0},    /* asymmetric pads, 13 channels, residual */
-    {2, 24, 40, 40, 30, 1, 1, 1, 1, 0, 1, 1},   /* two images, several blocks of tile rows */
-    {1, 300, 12, 10, 16, 1, 1, 1, 1, 1, 0, 0},  /* K chunks (300 input channels) */
-    {1, 64, 56, 56, 64, 1, 1, 1, 1, 1, 1, 1},   /* ResNet-50's first stage */
-    {1, 8, 5, 6, 100, 2, 2, 2, 2, 1, 0, 1},     /* pads of 2: whole tiles of zeros */
+    {1, 16, 7, 7, 20, 1, 1, 1, 1, 1, 0, 1},    /* one block, 2 x 2 tiles half outside */
+    {1, 32, 9, 11, 13, 0, 1, 2, 0, 1, 1, 0},   /* asymmetric pads, 13 channels, residual */
+    {2, 24, 40, 40, 30, 1, 1, 1, 1, 0, 1, 1},  /* two images, several blocks of tile rows */
+    {1, 300, 12, 10, 16, 1, 1, 1, 1, 1, 0, 0}, /* K chunks (300 input channels) */
+    {1, 64, 56, 56, 64, 1, 1, 1, 1, 1, 1, 1},  /* ResNet-50's first stage */
+    {1, 8, 5, 6, 100, 2, 2, 2, 2, 1, 0, 1},    /* pads of 2: whole tiles of zeros */
 };
 
 /* y = act(conv(x, w) + bias + res) in float64 (3x3, stride 1) */
@@ -56,8 +56,9 @@ static void test_wino(int isa) {
         const wcase *c = &CASES[k];
         int64_t OH = c->H + c->pt + c->pb - 2, OW = c->W + c->pl + c->pr - 2;
         uint64_t ny = (uint64_t)(c->N * c->M * OH * OW);
-        H *h = h_for(4 * (uint64_t)(c->N * c->C * c->H * c->W + 2 * c->M * c->C * 9 + c->M +
-                                    2 * ny) + 6 * 4096);
+        H *h = h_for(
+            4 * (uint64_t)(c->N * c->C * c->H * c->W + 2 * c->M * c->C * 9 + c->M + 2 * ny) +
+            6 * 4096);
         uint32_t x = T(h, FLOAT32, c->N, c->C, c->H, c->W), w = T(h, FLOAT32, c->M, c->C, 3, 3);
         uint32_t w2 = T(h, FLOAT32, c->M, c->C, 3, 3), b = T(h, FLOAT32, c->M);
         uint32_t r = T(h, FLOAT32, c->N, c->M, OH, OW), y = T(h, FLOAT32, c->N, c->M, OH, OW);
@@ -71,8 +72,8 @@ static void test_wino(int isa) {
         if (c->res) in[nin++] = r;
         int64_t attr[11] = {1, 1, 1, 1, 1, c->pt, c->pl, c->pb, c->pr, c->relu, c->res};
         double *want = malloc(sizeof(double) * ny);
-        ref_conv3(c, h->ptr[x], h->ptr[w], c->bias ? h->ptr[b] : NULL,
-                  c->res ? h->ptr[r] : NULL, OH, OW, want);
+        ref_conv3(c, h->ptr[x], h->ptr[w], c->bias ? h->ptr[b] : NULL, c->res ? h->ptr[r] : NULL,
+                  OH, OW, want);
         TI ti;
         CHECK(ti_make(h, &ti, IPU_OP_CONV2D, nin, in, y, 11, attr) == IPU_OK, "wino %zu: %s", k,
               ipu_last_error_message());

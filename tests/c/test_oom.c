@@ -25,12 +25,12 @@
 /* ---- the failing allocator ---- */
 
 typedef struct {
-    atomic_ulong calls;  /* allocation calls since the last arm() */
+    atomic_ulong calls;   /* allocation calls since the last arm() */
     atomic_ulong fail_at; /* 0: never fail */
     atomic_int persistent;
-    atomic_ulong fired;  /* failures injected since the last arm() */
-    atomic_ulong any;    /* failures injected in the current scenario run */
-    atomic_long live;    /* blocks handed out and not yet freed */
+    atomic_ulong fired; /* failures injected since the last arm() */
+    atomic_ulong any;   /* failures injected in the current scenario run */
+    atomic_long live;   /* blocks handed out and not yet freed */
 } failing;
 
 static failing F;
@@ -85,8 +85,8 @@ static void f_aligned_free(void *p, void *ud) {
     atomic_fetch_sub(&F.live, 1);
     free(p);
 }
-static const ipu_allocator failing_aligned_allocator = {f_malloc, f_realloc, f_free, f_aligned,
-                                                        f_aligned_free, NULL};
+static const ipu_allocator failing_aligned_allocator = {f_malloc,  f_realloc,      f_free,
+                                                        f_aligned, f_aligned_free, NULL};
 
 static void arm(unsigned long k, int persistent) {
     atomic_store(&F.fail_at, 0);
@@ -138,8 +138,8 @@ static int loop(const char *name, scenario_fn fn) {
             }
             long live = atomic_load(&F.live);
             if (live != 0 || ipu_allocated_blocks() != 0) {
-                fprintf(stderr, "  %s, k=%lu (%s): %ld block(s) leaked (library count %zu)\n",
-                        name, k, persistent ? "from" : "once", live, ipu_allocated_blocks());
+                fprintf(stderr, "  %s, k=%lu (%s): %ld block(s) leaked (library count %zu)\n", name,
+                        k, persistent ? "from" : "once", live, ipu_allocated_blocks());
                 return 1;
             }
             if (open_fds() != fds) {
@@ -157,15 +157,15 @@ static int loop(const char *name, scenario_fn fn) {
 
 /* The status of a call that ran with the allocator armed: IPU_OK when no failure was injected,
  * IPU_ERR_NOMEM with a message otherwise. */
-#define CHECK_NOMEM(st)                                                                        \
-    do {                                                                                       \
-        ipu_status st_ = (st);                                                                 \
-        if (atomic_load(&F.fired)) {                                                           \
-            CHECK(st_ == IPU_ERR_NOMEM);                                                       \
-            CHECK(ipu_last_error_message()[0] != '\0');                                        \
-        } else {                                                                               \
-            CHECK(st_ == IPU_OK);                                                              \
-        }                                                                                      \
+#define CHECK_NOMEM(st)                                 \
+    do {                                                \
+        ipu_status st_ = (st);                          \
+        if (atomic_load(&F.fired)) {                    \
+            CHECK(st_ == IPU_ERR_NOMEM);                \
+            CHECK(ipu_last_error_message()[0] != '\0'); \
+        } else {                                        \
+            CHECK(st_ == IPU_OK);                       \
+        }                                               \
     } while (0)
 
 /* ---- helpers (run with the allocator disarmed) ---- */
@@ -241,8 +241,10 @@ static int s_writer(unsigned long k, int persistent) {
                                            i == 0 ? NULL : name, meta, sizeof meta);
         disarm();
         CHECK_NOMEM(st);
-        if (st == IPU_OK) added++;
-        else if (i == 0) break;
+        if (st == IPU_OK)
+            added++;
+        else if (i == 0)
+            break;
     }
     void *img = NULL;
     size_t size = 0;
@@ -321,7 +323,9 @@ static int open_container(unsigned long k, int persistent, int from_file) {
     ipu_container_destroy(c);
     return 0;
 }
-static int s_open_memory(unsigned long k, int persistent) { return open_container(k, persistent, 0); }
+static int s_open_memory(unsigned long k, int persistent) {
+    return open_container(k, persistent, 0);
+}
 static int s_open_file(unsigned long k, int persistent) { return open_container(k, persistent, 1); }
 
 static int s_executable(unsigned long k, int persistent) {
@@ -360,10 +364,14 @@ static int serve_any(ipu_runtime *rt, const ipu_executable *e) {
         CHECK(A.desc.nbytes <= sizeof buf[a]);
         memset(buf[a], 0, sizeof buf[a]);
         if (A.has_tensor_data) continue;
-        if (A.direction == IPU_DIR_INPUT) ins[a] = buf[a];
-        else outs[a] = buf[a];
+        if (A.direction == IPU_DIR_INPUT)
+            ins[a] = buf[a];
+        else
+            outs[a] = buf[a];
     }
-    ipu_request_desc d = {.num_batches = 1, .inputs = ins, .outputs = outs,
+    ipu_request_desc d = {.num_batches = 1,
+                          .inputs = ins,
+                          .outputs = outs,
                           .subgraph = IPU_NO_INDEX};
     if (g_cfg.batching_dim == 0) { /* dynamic batching: one whole batch of rows */
         ipu_anchor_info A;
@@ -389,8 +397,9 @@ static int s_runtime_create(unsigned long k, int persistent) {
     int fired = atomic_load(&F.fired) != 0;
     disarm();
     int r = st != (fired ? IPU_ERR_NOMEM : IPU_OK) || (st == IPU_OK) != (rt != NULL);
-    if (r) fprintf(stderr, "  runtime_create: %s: %s\n", ipu_status_name(st),
-                   ipu_last_error_message());
+    if (r)
+        fprintf(stderr, "  runtime_create: %s: %s\n", ipu_status_name(st),
+                ipu_last_error_message());
     if (!r && rt) r = serve_any(rt, e);
     ipu_runtime_destroy(rt); /* clean up first: a leak would hide the real failure */
     ipu_executable_destroy(e);
@@ -456,7 +465,10 @@ static int s_submit(unsigned long k, int persistent) {
     ipu_runtime_config cfg = cfg_threads(2);
     m_model m = add_model(2, 3, 2);
     CHECK_OK(fx_open(&f, &m, &cfg));
-    if (serve_add(f.rt, 3, 1.0f)) { fx_close(&f); return 1; } /* device thread up */
+    if (serve_add(f.rt, 3, 1.0f)) {
+        fx_close(&f);
+        return 1;
+    } /* device thread up */
     float x[6] = {1, 2, 3, 4, 5, 6}, y[6] = {6, 5, 4, 3, 2, 1}, z[6] = {0};
     ipu_request *req = NULL;
     arm(k, persistent);
@@ -469,8 +481,10 @@ static int s_submit(unsigned long k, int persistent) {
      * IPU_ERR_NOMEM (the runtime then needs a reset), or hits a documented fallback (no second
      * arena: iterations run one at a time) and the request succeeds. */
     int r = 0;
-    if (st != IPU_OK) r |= st != IPU_ERR_NOMEM || !fired || req != NULL;
-    else if (done != IPU_OK) r |= done != IPU_ERR_NOMEM || !fired;
+    if (st != IPU_OK)
+        r |= st != IPU_ERR_NOMEM || !fired || req != NULL;
+    else if (done != IPU_OK)
+        r |= done != IPU_ERR_NOMEM || !fired;
     if (done == IPU_OK)
         for (int i = 0; i < 6; i++) r |= z[i] != 7.0f;
     if (st == IPU_OK && done != IPU_OK && ipu_runtime_reset(f.rt) != IPU_OK) r = 1;
@@ -489,7 +503,9 @@ static int s_execute(unsigned long k, int persistent) {
     float x[6] = {1, 2, 3, 4, 5, 6}, y[6] = {1, 1, 1, 1, 1, 1}, z[6] = {0};
     const void *ins[3] = {x, y, NULL};
     void *outs[3] = {NULL, NULL, z};
-    ipu_request_desc d = {.num_batches = 1, .inputs = ins, .outputs = outs,
+    ipu_request_desc d = {.num_batches = 1,
+                          .inputs = ins,
+                          .outputs = outs,
                           .subgraph = IPU_NO_INDEX};
     ipu_request *req = NULL;
     arm(k, persistent);
@@ -498,8 +514,10 @@ static int s_execute(unsigned long k, int persistent) {
     disarm();
     ipu_request_release(req);
     int r = 0;
-    if (atomic_load(&F.fired)) r |= st != IPU_ERR_NOMEM && st != IPU_OK;
-    else r |= st != IPU_OK;
+    if (atomic_load(&F.fired))
+        r |= st != IPU_ERR_NOMEM && st != IPU_OK;
+    else
+        r |= st != IPU_OK;
     if (st == IPU_OK)
         for (int i = 0; i < 6; i++) r |= z[i] != x[i] + 1.0f;
     if (st != IPU_OK) { /* a failure inline is handled as the device would: reset */
@@ -540,7 +558,10 @@ static int test_allocator_api(void) {
     return 0;
 }
 
-typedef struct { int calls, errors, bad_level; char last[512]; } log_sink;
+typedef struct {
+    int calls, errors, bad_level;
+    char last[512];
+} log_sink;
 static void sink_fn(ipu_log_level level, const char *msg, void *ud) {
     log_sink *s = ud;
     s->calls++;
@@ -568,8 +589,8 @@ static int test_log_callback(void) {
     ipu_set_log_callback(NULL, NULL, IPU_LOG_DEBUG); /* off */
     CHECK(ipu_container_open("/nonexistent/x.popef", &c) == IPU_ERR_IO);
     CHECK(sink.calls == 3 && sink.bad_level == 0 && sink.errors == 0);
-    CHECK(ipu_log_level_name(IPU_LOG_WARNING) && !strcmp(ipu_log_level_name(IPU_LOG_WARNING),
-                                                         "warning"));
+    CHECK(ipu_log_level_name(IPU_LOG_WARNING) &&
+          !strcmp(ipu_log_level_name(IPU_LOG_WARNING), "warning"));
     CHECK(ipu_log_level_name((ipu_log_level)99) == NULL);
     return 0;
 }

@@ -13,15 +13,21 @@
 
 #include "runtime_harness.h"
 
-
-typedef struct { atomic_int calls; ipu_status st; } rec;
+typedef struct {
+    atomic_int calls;
+    ipu_status st;
+} rec;
 static void rec_done(ipu_status st, void *ud) {
     rec *r = ud;
     r->st = st;
     atomic_fetch_add(&r->calls, 1);
 }
 
-typedef struct { ipu_container *c; ipu_executable *e; ipu_session *s; } sfix;
+typedef struct {
+    ipu_container *c;
+    ipu_executable *e;
+    ipu_session *s;
+} sfix;
 
 static ipu_status open_s(sfix *f, const m_model *m, int overlap, uint32_t bdim) {
     memset(f, 0, sizeof *f);
@@ -120,7 +126,10 @@ static int run_fused(int overlap, float *z0, float *z1) {
     memset(r, 0, sizeof r);
     for (int i = 0; i < N; i++) {
         idx[i] = (uint32_t)(i * 7 % 3 == 1);
-        for (int j = 0; j < 6; j++) { x[i][j] = (float)(i + j); y[i][j] = (float)(2 * i - j); }
+        for (int j = 0; j < 6; j++) {
+            x[i][j] = (float)(i + j);
+            y[i][j] = (float)(2 * i - j);
+        }
         uint32_t s = idx[i];
         ipu_slot si = {&idx[i], 4, 0, rec_done, &r[i][0]};
         ipu_slot sx = {x[i], 24, 0, rec_done, &r[i][1]};
@@ -132,7 +141,8 @@ static int run_fused(int overlap, float *z0, float *z1) {
         CHECK_OK(ipu_session_enqueue(f.s, s ? 5 : 4, &sz, 0));
     }
     ipu_step_result res;
-    for (uint32_t done = 0; done < N; done += res.iterations) CHECK_OK(ipu_session_run_main(f.s, &res));
+    for (uint32_t done = 0; done < N; done += res.iterations)
+        CHECK_OK(ipu_session_run_main(f.s, &res));
     for (int i = 0; i < N; i++) {
         for (int k = 0; k < 4; k++) CHECK(atomic_load(&r[i][k].calls) == 1 && r[i][k].st == IPU_OK);
         for (int j = 0; j < 6; j++) {
@@ -167,8 +177,12 @@ static int test_partial_overlap_falls_back(void) {
     ipu_session_get_stats(f.s, &st);
     CHECK(st.overlap_io == 0);
     static float x[32], y[32], z[32];
-    for (int i = 0; i < 32; i++) { x[i] = (float)i; y[i] = 1; }
-    ipu_slot sx = {x, 128, 0, NULL, NULL}, sy = {y, 128, 0, NULL, NULL}, sz = {z, 128, 0, NULL, NULL};
+    for (int i = 0; i < 32; i++) {
+        x[i] = (float)i;
+        y[i] = 1;
+    }
+    ipu_slot sx = {x, 128, 0, NULL, NULL}, sy = {y, 128, 0, NULL, NULL},
+             sz = {z, 128, 0, NULL, NULL};
     CHECK_OK(ipu_session_enqueue(f.s, 0, &sx, 0));
     CHECK_OK(ipu_session_enqueue(f.s, 1, &sy, 0));
     CHECK_OK(ipu_session_enqueue(f.s, 2, &sz, 0));
@@ -181,7 +195,10 @@ static int test_partial_overlap_falls_back(void) {
     return 0;
 }
 
-typedef struct { ipu_session *s; atomic_int ret; } dev_arg;
+typedef struct {
+    ipu_session *s;
+    atomic_int ret;
+} dev_arg;
 static void *dev_loop(void *p) {
     dev_arg *d = p;
     ipu_step_result r;
@@ -248,7 +265,10 @@ static int run_rt(int overlap, float *z) {
     static float x[REQ][NB * 16], y[REQ][NB * 16];
     ipu_request *rq[REQ];
     for (int q = 0; q < REQ; q++) {
-        for (int i = 0; i < NB * 16; i++) { x[q][i] = (float)(q * 100 + i); y[q][i] = (float)i / 2; }
+        for (int i = 0; i < NB * 16; i++) {
+            x[q][i] = (float)(q * 100 + i);
+            y[q][i] = (float)i / 2;
+        }
         CHECK_OK(submit_add(f.rt, NB, x[q], y[q], z + q * NB * 16, NULL, NULL, &rq[q]));
     }
     for (int q = 0; q < REQ; q++) {

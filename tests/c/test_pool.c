@@ -11,8 +11,8 @@
 
 typedef struct {
     pthread_mutex_t mu;
-    int runs[MAX_ITEMS];   /* times each item ran */
-    int chunks, longest;   /* calls, items in the largest call */
+    int runs[MAX_ITEMS]; /* times each item ran */
+    int chunks, longest; /* calls, items in the largest call */
 } record;
 
 static void note(void *ctx, size_t b, size_t e, uint32_t ith) { /* any worker */

@@ -18,14 +18,14 @@
 
 static int passed, failed;
 
-#define CHECK(cond)                                                                   \
-    do {                                                                              \
-        if (cond) {                                                                   \
-            passed++;                                                                 \
-        } else {                                                                      \
-            failed++;                                                                 \
-            fprintf(stderr, "%s:%d: FAILED: %s\n", __FILE__, __LINE__, #cond);        \
-        }                                                                             \
+#define CHECK(cond)                                                            \
+    do {                                                                       \
+        if (cond) {                                                            \
+            passed++;                                                          \
+        } else {                                                               \
+            failed++;                                                          \
+            fprintf(stderr, "%s:%d: FAILED: %s\n", __FILE__, __LINE__, #cond); \
+        }                                                                      \
     } while (0)
 
 static void test_create_args(void) {
@@ -227,8 +227,10 @@ static size_t parse_caps(const char *s, size_t *caps, size_t max) {
         if (end == s || c == 0 || c > ((size_t)1 << 20) || k == max) return 0;
         caps[k++] = (size_t)c;
         s = end;
-        if (*s == ',') s++;
-        else if (*s) return 0;
+        if (*s == ',')
+            s++;
+        else if (*s)
+            return 0;
     }
     return k;
 }

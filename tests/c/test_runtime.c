@@ -18,7 +18,6 @@
 
 #include "runtime_harness.h"
 
-
 /* ---- tests -------------------------------------------------------------------------------- */
 
 static int test_single_request(void) {
@@ -55,7 +54,11 @@ static int test_batches(void) {
     CHECK_OK(fx_open(&f, &m, NULL));
     enum { N = 7 };
     float x[N * 6], y[N * 6], z[N * 6];
-    for (int i = 0; i < N * 6; i++) { x[i] = (float)i; y[i] = (float)(1000 - 3 * i); z[i] = -1; }
+    for (int i = 0; i < N * 6; i++) {
+        x[i] = (float)i;
+        y[i] = (float)(1000 - 3 * i);
+        z[i] = -1;
+    }
     ipu_status seen = IPU_ERR_INTERNAL;
     atomic_store(&g_done_calls, 0);
     ipu_request *r;
@@ -83,13 +86,19 @@ static int test_large_parallel(void) {
         size_t n = 2 * 256 * 1024;
         float *x = malloc(n * 4), *y = malloc(n * 4), *z = malloc(n * 4);
         CHECK(x && y && z);
-        for (size_t i = 0; i < n; i++) { x[i] = (float)(i % 977); y[i] = (float)(i % 13); z[i] = 0; }
+        for (size_t i = 0; i < n; i++) {
+            x[i] = (float)(i % 977);
+            y[i] = (float)(i % 13);
+            z[i] = 0;
+        }
         ipu_request *r;
         CHECK_OK(submit_add(f.rt, 2, x, y, z, NULL, NULL, &r));
         CHECK_OK(ipu_request_wait(r, UINT64_MAX));
         for (size_t i = 0; i < n; i++) CHECK(z[i] == x[i] + y[i]);
         ipu_request_release(r);
-        free(x); free(y); free(z);
+        free(x);
+        free(y);
+        free(z);
         fx_close(&f);
     }
     return 0;
@@ -104,8 +113,10 @@ typedef struct {
 
 static void stress_done(ipu_request *req, ipu_status st, void *ud) {
     (void)req;
-    if (st == IPU_OK) atomic_fetch_add((atomic_int *)ud, 1);
-    else atomic_fetch_add((atomic_int *)ud, 1000);
+    if (st == IPU_OK)
+        atomic_fetch_add((atomic_int *)ud, 1);
+    else
+        atomic_fetch_add((atomic_int *)ud, 1000);
 }
 
 static void *stress_thread(void *p) {
@@ -128,7 +139,10 @@ static void *stress_thread(void *p) {
         /* the done callback ran before wait returned */
         if (atomic_load(&a->done_count[i]) != 1) a->errors++;
         for (uint32_t k = 0; k < N * 6; k++)
-            if (z[k] != x[k] + y[k]) { a->errors++; break; }
+            if (z[k] != x[k] + y[k]) {
+                a->errors++;
+                break;
+            }
         ipu_request_release(r);
         if (rng_next(&a->seed) % 16 == 0) sched_yield();
     }
@@ -170,7 +184,10 @@ static int test_padding(void) {
     cfg.timeout_ns = 20000000; /* 20 ms */
     CHECK_OK(fx_open(&f, &m, &cfg));
     float x[5 * 6], y[5 * 6], z[5 * 6];
-    for (int i = 0; i < 30; i++) { x[i] = (float)i; y[i] = 1; }
+    for (int i = 0; i < 30; i++) {
+        x[i] = (float)i;
+        y[i] = 1;
+    }
     ipu_request *r;
     CHECK_OK(submit_add(f.rt, 1, x, y, z, NULL, NULL, &r));
     CHECK_OK(ipu_request_wait(r, UINT64_MAX)); /* outputs do not wait for the step to fill */
@@ -263,8 +280,10 @@ static int test_fused(void) {
         for (int i = 0; i < R; i++) {
             const void *ins[6] = {NULL, x0, x1, y, NULL, NULL};
             void *outs[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
-            if (i % 2) ins[1] = NULL, outs[5] = zs[i];
-            else ins[2] = NULL, outs[4] = zs[i];
+            if (i % 2)
+                ins[1] = NULL, outs[5] = zs[i];
+            else
+                ins[2] = NULL, outs[4] = zs[i];
             CHECK_OK(submit_fused(f.rt, ins, outs, IPU_NO_INDEX, &rs[i]));
         }
         for (int i = 0; i < R; i++) {
@@ -304,7 +323,9 @@ static int test_validation(void) {
     {
         const void *ins[3] = {x, y, z}; /* output given as an input */
         void *outs[3] = {NULL, NULL, z};
-        ipu_request_desc d = {.num_batches = 1, .inputs = ins, .outputs = outs,
+        ipu_request_desc d = {.num_batches = 1,
+                              .inputs = ins,
+                              .outputs = outs,
                               .subgraph = IPU_NO_INDEX};
         CHECK(ipu_runtime_submit(f.rt, &d, &r) == IPU_ERR_INVALID_ARGUMENT);
         d.inputs = NULL;
@@ -357,7 +378,10 @@ typedef struct {
     ipu_status status[4096];
 } close_arg;
 
-typedef struct { close_arg *a; int i; } close_ref;
+typedef struct {
+    close_arg *a;
+    int i;
+} close_ref;
 
 static void close_done2(ipu_request *req, ipu_status st, void *ud) {
     (void)req;
@@ -377,7 +401,10 @@ static void *close_thread(void *p) {
     for (int i = 0; i < 4096; i++) {
         uint32_t N = 1 + rng_next(&a->seed) % 16;
         float *b = malloc((size_t)N * CLOSE_ELEMS * 4 * 3);
-        if (!b) { a->errors++; break; }
+        if (!b) {
+            a->errors++;
+            break;
+        }
         for (size_t k = 0; k < (size_t)N * CLOSE_ELEMS; k++) {
             b[k] = (float)(k % 101);
             b[(size_t)N * CLOSE_ELEMS + k] = 2;
@@ -387,8 +414,15 @@ static void *close_thread(void *p) {
         ipu_request *r = NULL;
         ipu_status st = submit_add(a->rt, N, b, b + (size_t)N * CLOSE_ELEMS,
                                    b + (size_t)2 * N * CLOSE_ELEMS, close_done2, &refs[i], &r);
-        if (st == IPU_ERR_CLOSED) { free(b); break; }
-        if (st != IPU_OK) { a->errors++; free(b); break; }
+        if (st == IPU_ERR_CLOSED) {
+            free(b);
+            break;
+        }
+        if (st != IPU_OK) {
+            a->errors++;
+            free(b);
+            break;
+        }
         a->reqs[i] = r;
         a->bufs[i] = b;
         a->ns[i] = N;
@@ -429,7 +463,8 @@ static int test_close_in_flight(void) {
                 CHECK(st == IPU_OK || st == IPU_ERR_CLOSED);
                 if (st == IPU_OK) {
                     size_t n = (size_t)a->ns[i] * CLOSE_ELEMS;
-                    for (size_t k = 0; k < n; k++) CHECK(a->bufs[i][2 * n + k] == a->bufs[i][k] + 2);
+                    for (size_t k = 0; k < n; k++)
+                        CHECK(a->bufs[i][2 * n + k] == a->bufs[i][k] + 2);
                     total_ok++;
                 } else {
                     total_closed++;
@@ -467,8 +502,8 @@ static int test_submit_after_close(void) {
 }
 
 static atomic_int g_cb_calls;
-static atomic_int g_cb_fail_at;   /* fail on this call number (1-based), 0 = never */
-static atomic_int g_cb_block;     /* while set, the callback spins */
+static atomic_int g_cb_fail_at; /* fail on this call number (1-based), 0 = never */
+static atomic_int g_cb_block;   /* while set, the callback spins */
 
 static ipu_status fill_y(void *buf, size_t nbytes, const ipu_anchor_info *a, void *ud) {
     (void)a;
@@ -584,9 +619,13 @@ static int test_weights(void) {
     return 0;
 }
 
-typedef struct { ipu_runtime *rt; ipu_status st; } resubmit_ctx;
+typedef struct {
+    ipu_runtime *rt;
+    ipu_status st;
+} resubmit_ctx;
 static void resubmit_done(ipu_request *req, ipu_status st, void *ud) {
-    (void)req; (void)st;
+    (void)req;
+    (void)st;
     resubmit_ctx *c = ud;
     static float b[6];
     ipu_request *r2 = NULL;
@@ -636,7 +675,8 @@ static int test_idle_cpu(void) {
     double used = cpu_seconds() - t0;
     printf("     (idle: %.1f ms CPU in 300 ms)\n", used * 1e3);
     CHECK(used < 0.015);
-    free(x); free(z);
+    free(x);
+    free(z);
     fx_close(&f);
     return 0;
 }
@@ -677,8 +717,10 @@ static int test_overlapping_buffers(void) {
                     const void *ins[3] = {x, y, NULL};
                     void *outs[3] = {NULL, NULL, z};
                     ipu_request_desc d = {.num_batches = batching ? 1 : nb,
-                                          .num_rows = batching ? 2 * nb : 0, .inputs = ins,
-                                          .outputs = outs, .subgraph = IPU_NO_INDEX};
+                                          .num_rows = batching ? 2 * nb : 0,
+                                          .inputs = ins,
+                                          .outputs = outs,
+                                          .subgraph = IPU_NO_INDEX};
                     ipu_request *r;
                     CHECK_OK(ipu_runtime_submit(f.rt, &d, &r));
                     CHECK_OK(ipu_request_wait(r, UINT64_MAX));
@@ -706,7 +748,9 @@ static int test_huge_timeouts(void) {
         float x[6] = {1, 2, 3, 4, 5, 6}, y[6] = {1, 1, 1, 1, 1, 1}, z[6] = {0};
         const void *ins[3] = {x, y, NULL};
         void *outs[3] = {NULL, NULL, z};
-        ipu_request_desc d = {.num_rows = 1, .inputs = ins, .outputs = outs,
+        ipu_request_desc d = {.num_rows = 1,
+                              .inputs = ins,
+                              .outputs = outs,
                               .subgraph = IPU_NO_INDEX};
         ipu_request *r1, *r2;
         CHECK_OK(ipu_runtime_submit(f.rt, &d, &r1));

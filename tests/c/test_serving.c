@@ -17,14 +17,17 @@
 
 #include "runtime_harness.h"
 
-
 /* Z = X + Y with `rows` rows along the batching dimension. */
 static ipu_status submit_rows(ipu_runtime *rt, uint64_t rows, const float *x, const float *y,
                               float *z, ipu_request_done_fn done, void *ud, ipu_request **out) {
     const void *ins[3] = {x, y, NULL};
     void *outs[3] = {NULL, NULL, z};
-    ipu_request_desc d = {.num_rows = rows, .inputs = ins, .outputs = outs,
-                          .subgraph = IPU_NO_INDEX, .done = done, .user_data = ud};
+    ipu_request_desc d = {.num_rows = rows,
+                          .inputs = ins,
+                          .outputs = outs,
+                          .subgraph = IPU_NO_INDEX,
+                          .done = done,
+                          .user_data = ud};
     return ipu_runtime_submit(rt, &d, out);
 }
 
@@ -70,7 +73,10 @@ static int test_batching_sizes(void) {
     float xs[R][3], zs[R][3];
     ipu_request *rs[R];
     for (int i = 0; i < R; i++) {
-        for (int k = 0; k < 3; k++) { xs[i][k] = (float)(10 * i + k); zs[i][k] = -1; }
+        for (int k = 0; k < 3; k++) {
+            xs[i][k] = (float)(10 * i + k);
+            zs[i][k] = -1;
+        }
         CHECK_OK(submit_rows(f.rt, 1, xs[i], xs[i], zs[i], NULL, NULL, &rs[i]));
     }
     for (int i = 0; i < R; i++) {
@@ -99,7 +105,10 @@ static int test_batching_dim1(void) {
         x[i] = malloc(2 * sizes[i] * 4);
         z[i] = malloc(2 * sizes[i] * 4);
         CHECK(x[i] && z[i]);
-        for (uint32_t k = 0; k < 2 * sizes[i]; k++) { x[i][k] = (float)(100 * i + k); z[i][k] = -1; }
+        for (uint32_t k = 0; k < 2 * sizes[i]; k++) {
+            x[i][k] = (float)(100 * i + k);
+            z[i][k] = -1;
+        }
         CHECK_OK(submit_rows(f.rt, sizes[i], x[i], x[i], z[i], NULL, NULL, &r[i]));
     }
     for (int i = 0; i < NS; i++) {
@@ -163,7 +172,12 @@ static ipu_status blocking_y(void *buf, size_t nbytes, const ipu_anchor_info *a,
     return IPU_OK;
 }
 
-typedef struct { atomic_int calls; ipu_status st; ipu_status close_st; ipu_runtime *rt; } dctx;
+typedef struct {
+    atomic_int calls;
+    ipu_status st;
+    ipu_status close_st;
+    ipu_runtime *rt;
+} dctx;
 static void fail_done(ipu_request *req, ipu_status st, void *ud) {
     (void)req;
     dctx *d = ud;
@@ -233,13 +247,20 @@ static int test_failure_propagation(void) {
     return failure_round(1);
 }
 
-typedef struct { ipu_runtime *rt; atomic_int stop; int errors; } busy_arg;
+typedef struct {
+    ipu_runtime *rt;
+    atomic_int stop;
+    int errors;
+} busy_arg;
 static void *busy_thread(void *p) {
     busy_arg *a = p;
     float x[6] = {1, 2, 3, 4, 5, 6}, z[6];
     while (!atomic_load(&a->stop)) {
         ipu_request *r;
-        if (submit_add(a->rt, 1, x, x, z, NULL, NULL, &r) != IPU_OK) { a->errors++; break; }
+        if (submit_add(a->rt, 1, x, x, z, NULL, NULL, &r) != IPU_OK) {
+            a->errors++;
+            break;
+        }
         if (ipu_request_wait(r, UINT64_MAX) != IPU_OK) a->errors++;
         ipu_request_release(r);
     }
@@ -287,7 +308,10 @@ typedef struct {
     atomic_int done[ST_MAX];
     ipu_status status[ST_MAX];
 } st_arg;
-typedef struct { st_arg *a; int i; } st_ref;
+typedef struct {
+    st_arg *a;
+    int i;
+} st_ref;
 static st_ref g_st_refs[ST_THREADS][ST_MAX];
 
 static void st_done(ipu_request *req, ipu_status st, void *ud) {
@@ -303,15 +327,29 @@ static void *st_thread(void *p) {
         uint32_t n = 1 + rng_next(&a->seed) % (a->batching ? 10 : 4);
         size_t elems = a->batching ? (size_t)n * 3 : (size_t)n * ST_ELEMS;
         float *b = malloc(elems * 4 * 2);
-        if (!b) { a->errors++; break; }
-        for (size_t k = 0; k < elems; k++) { b[k] = (float)(k % 97 + a->tid); b[elems + k] = -1; }
+        if (!b) {
+            a->errors++;
+            break;
+        }
+        for (size_t k = 0; k < elems; k++) {
+            b[k] = (float)(k % 97 + a->tid);
+            b[elems + k] = -1;
+        }
         g_st_refs[a->tid][i] = (st_ref){a, i};
         ipu_request *r = NULL;
-        ipu_status st = a->batching
-            ? submit_rows(a->rt, n, b, b, b + elems, st_done, &g_st_refs[a->tid][i], &r)
-            : submit_add(a->rt, n, b, b, b + elems, st_done, &g_st_refs[a->tid][i], &r);
-        if (st == IPU_ERR_CLOSED) { free(b); break; }
-        if (st != IPU_OK) { a->errors++; free(b); break; }
+        ipu_status st = a->batching ? submit_rows(a->rt, n, b, b, b + elems, st_done,
+                                                  &g_st_refs[a->tid][i], &r)
+                                    : submit_add(a->rt, n, b, b, b + elems, st_done,
+                                                 &g_st_refs[a->tid][i], &r);
+        if (st == IPU_ERR_CLOSED) {
+            free(b);
+            break;
+        }
+        if (st != IPU_OK) {
+            a->errors++;
+            free(b);
+            break;
+        }
         a->reqs[i] = r;
         a->bufs[i] = b;
         a->sizes[i] = (uint32_t)elems;

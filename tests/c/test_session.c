@@ -21,8 +21,11 @@ static uint64_t now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-
-typedef struct { ipu_container *c; ipu_executable *e; ipu_session *s; } sfix;
+typedef struct {
+    ipu_container *c;
+    ipu_executable *e;
+    ipu_session *s;
+} sfix;
 
 static ipu_status sf_open(sfix *f, const m_model *m, const ipu_session_config *cfg) {
     memset(f, 0, sizeof *f);
@@ -44,7 +47,10 @@ static ipu_session_config scfg(uint32_t nth) {
 }
 
 /* Slot done recorder: counts calls and keeps the last status. */
-typedef struct { atomic_int calls; ipu_status st; } rec;
+typedef struct {
+    atomic_int calls;
+    ipu_status st;
+} rec;
 static void rec_done(ipu_status st, void *ud) {
     rec *r = ud;
     r->st = st;
@@ -74,7 +80,8 @@ static int test_bindings(void) {
     m_model m = add_model(2, 3, 1);
     ipu_session_config c = scfg(1);
     CHECK_OK(sf_open(&f, &m, &c));
-    CHECK(ipu_session_binding(f.s, 0) == IPU_BIND_QUEUE && ipu_session_binding(f.s, 2) == IPU_BIND_QUEUE);
+    CHECK(ipu_session_binding(f.s, 0) == IPU_BIND_QUEUE &&
+          ipu_session_binding(f.s, 2) == IPU_BIND_QUEUE);
     float v = 100;
     CHECK(ipu_session_bind(f.s, 0, IPU_BIND_TENSOR_DATA, NULL, NULL) == IPU_ERR_INVALID_ARGUMENT);
     CHECK(ipu_session_bind(f.s, 0, IPU_BIND_CALLBACK, NULL, NULL) == IPU_ERR_INVALID_ARGUMENT);
@@ -185,7 +192,11 @@ static int test_weight_sources(void) {
     return 0;
 }
 
-typedef struct { ipu_session *s; ipu_status st; ipu_step_result r; } main_arg;
+typedef struct {
+    ipu_session *s;
+    ipu_status st;
+    ipu_step_result r;
+} main_arg;
 static void *main_thread(void *p) {
     main_arg *a = p;
     a->st = ipu_session_run_main(a->s, &a->r);
@@ -272,7 +283,11 @@ static int test_stop_and_enqueue_timeout(void) {
     return 0;
 }
 
-typedef struct { ipu_session *s; ipu_slot sl; ipu_status st; } enq_arg;
+typedef struct {
+    ipu_session *s;
+    ipu_slot sl;
+    ipu_status st;
+} enq_arg;
 static void *enq_thread(void *p) {
     enq_arg *a = p;
     a->st = ipu_session_enqueue(a->s, 0, &a->sl, UINT64_MAX);
@@ -382,18 +397,30 @@ static int test_batching_strided(void) {
     CHECK_OK(sf_open(&f, &m, &c));
     CHECK_OK(ipu_session_run_load(f.s));
     float xa[2 * 3], xb[2 * 2], za[2 * 3], zb[2 * 2];
-    for (int i = 0; i < 6; i++) { xa[i] = (float)(i + 1); za[i] = -1; }
-    for (int i = 0; i < 4; i++) { xb[i] = (float)(100 + i); zb[i] = -1; }
+    for (int i = 0; i < 6; i++) {
+        xa[i] = (float)(i + 1);
+        za[i] = -1;
+    }
+    for (int i = 0; i < 4; i++) {
+        xb[i] = (float)(100 + i);
+        zb[i] = -1;
+    }
     rec rza = {0}, rzb = {0};
     ipu_slot bad = slot(xa, 4 * 6, 2, NULL);
     CHECK(ipu_session_enqueue(f.s, 0, &bad, 0) == IPU_ERR_INVALID_ARGUMENT); /* 2 rows = 16 B */
     ipu_slot s;
-    s = slot(xa, sizeof xa, 3, NULL); CHECK_OK(ipu_session_enqueue(f.s, 0, &s, 0));
-    s = slot(xa, sizeof xa, 3, NULL); CHECK_OK(ipu_session_enqueue(f.s, 1, &s, 0));
-    s = slot(za, sizeof za, 3, &rza); CHECK_OK(ipu_session_enqueue(f.s, 2, &s, 0));
-    s = slot(xb, sizeof xb, 2, NULL); CHECK_OK(ipu_session_enqueue(f.s, 0, &s, 0));
-    s = slot(xb, sizeof xb, 2, NULL); CHECK_OK(ipu_session_enqueue(f.s, 1, &s, 0));
-    s = slot(zb, sizeof zb, 2, &rzb); CHECK_OK(ipu_session_enqueue(f.s, 2, &s, 0));
+    s = slot(xa, sizeof xa, 3, NULL);
+    CHECK_OK(ipu_session_enqueue(f.s, 0, &s, 0));
+    s = slot(xa, sizeof xa, 3, NULL);
+    CHECK_OK(ipu_session_enqueue(f.s, 1, &s, 0));
+    s = slot(za, sizeof za, 3, &rza);
+    CHECK_OK(ipu_session_enqueue(f.s, 2, &s, 0));
+    s = slot(xb, sizeof xb, 2, NULL);
+    CHECK_OK(ipu_session_enqueue(f.s, 0, &s, 0));
+    s = slot(xb, sizeof xb, 2, NULL);
+    CHECK_OK(ipu_session_enqueue(f.s, 1, &s, 0));
+    s = slot(zb, sizeof zb, 2, &rzb);
+    CHECK_OK(ipu_session_enqueue(f.s, 2, &s, 0));
     uint64_t t0 = now_ns();
     ipu_step_result r;
     CHECK_OK(ipu_session_run_main(f.s, &r));
@@ -408,9 +435,12 @@ static int test_batching_strided(void) {
     /* rows == 0: one whole batch */
     float xw[8], zw[8];
     for (int i = 0; i < 8; i++) xw[i] = (float)i;
-    s = slot(xw, sizeof xw, 0, NULL); CHECK_OK(ipu_session_enqueue(f.s, 0, &s, 0));
-    s = slot(xw, sizeof xw, 0, NULL); CHECK_OK(ipu_session_enqueue(f.s, 1, &s, 0));
-    s = slot(zw, sizeof zw, 0, NULL); CHECK_OK(ipu_session_enqueue(f.s, 2, &s, 0));
+    s = slot(xw, sizeof xw, 0, NULL);
+    CHECK_OK(ipu_session_enqueue(f.s, 0, &s, 0));
+    s = slot(xw, sizeof xw, 0, NULL);
+    CHECK_OK(ipu_session_enqueue(f.s, 1, &s, 0));
+    s = slot(zw, sizeof zw, 0, NULL);
+    CHECK_OK(ipu_session_enqueue(f.s, 2, &s, 0));
     ipu_session_flush(f.s); /* nothing in progress yet: ignored */
     main_arg a = {f.s, IPU_ERR_INTERNAL, {0, 0}};
     pthread_t th;

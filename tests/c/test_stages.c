@@ -21,8 +21,16 @@ static m_model staged_model(int pipelined, uint32_t bps) {
     m_model m;
     memset(&m, 0, sizeof m);
     uint64_t nb = ROWS * COLS * 4;
-    m.bps = bps; m.nsub = 1; m.load = 0; m.index_anchor = IPU_NO_INDEX; m.main[0] = 1;
-    m.arena = 5 * nb; m.nt = 5; m.na = 2; m.np = 4; m.num_ipus = 2;
+    m.bps = bps;
+    m.nsub = 1;
+    m.load = 0;
+    m.index_anchor = IPU_NO_INDEX;
+    m.main[0] = 1;
+    m.arena = 5 * nb;
+    m.nt = 5;
+    m.na = 2;
+    m.np = 4;
+    m.num_ipus = 2;
     for (uint32_t i = 0; i < 5; i++) m.t[i] = (m_tensor){F32, ARENA, i * nb, 2, {ROWS, COLS}};
     m.a[0] = (m_anchor){"X", IN, 0, IPU_NO_INDEX, 0};
     m.a[1] = (m_anchor){"Z", OUT, 4, IPU_NO_INDEX, 0};
@@ -32,8 +40,12 @@ static m_model staged_model(int pipelined, uint32_t bps) {
     m.p[3] = (m_prog){3, 2, {{IPU_OP_COPY, 1, 1, {1, 2}}, {IPU_OP_COPY, 1, 1, {0, 3}}}};
     m.nst = 2;
     m.st_flags = pipelined ? IPU_STAGES_PIPELINED : 0;
-    m.st[0][0] = 1; m.st[0][1] = 0; m.st[0][2] = 3;
-    m.st[1][0] = 2; m.st[1][1] = 1; m.st[1][2] = IPU_NO_INDEX;
+    m.st[0][0] = 1;
+    m.st[0][1] = 0;
+    m.st[0][2] = 3;
+    m.st[1][0] = 2;
+    m.st[1][1] = 1;
+    m.st[1][2] = IPU_NO_INDEX;
     return m;
 }
 
@@ -108,7 +120,8 @@ static int test_stage_table(void) {
     bad = staged_model(1, 2);
     bad.p[1].ins[0].ops[2] = 4; /* stage 0 writes Z, which the store takes from stage 1 */
     CHECK(try_build(&bad) == IPU_ERR_BAD_PROGRAM &&
-          strstr(ipu_last_error_message(), "pipelined stage 0: program 1 instruction 0 (add) "
+          strstr(ipu_last_error_message(),
+                 "pipelined stage 0: program 1 instruction 0 (add) "
                  "writes bytes of output anchor 'Z', which only stage 1 may use"));
     return 0;
 }
@@ -130,7 +143,9 @@ static int run_staged(int pipelined, uint32_t nth, uint32_t bps, uint32_t nb_bat
     for (int q = 0; q < REQ; q++) {
         const void *ins[2] = {x + q * per, NULL};
         void *outs[2] = {NULL, z + q * per};
-        ipu_request_desc d = {.num_batches = nb_batches / REQ, .inputs = ins, .outputs = outs,
+        ipu_request_desc d = {.num_batches = nb_batches / REQ,
+                              .inputs = ins,
+                              .outputs = outs,
                               .subgraph = IPU_NO_INDEX};
         CHECK_OK(ipu_runtime_submit(f.rt, &d, &rq[q]));
     }
@@ -172,14 +187,21 @@ static m_model gather_model(void) {
     m_model m;
     memset(&m, 0, sizeof m);
     uint64_t nb = ROWS * COLS * 4;
-    m.bps = 4; m.nsub = 1; m.load = 0; m.index_anchor = IPU_NO_INDEX; m.main[0] = 1;
-    m.nt = 6; m.na = 3; m.np = 4; m.num_ipus = 2;
-    m.t[0] = (m_tensor){F32, ARENA, 0, 2, {ROWS, COLS}};          /* X */
-    m.t[1] = (m_tensor){I32, ARENA, nb, 1, {2}};                  /* I */
-    m.t[2] = (m_tensor){F32, ARENA, nb + 64, 2, {ROWS, COLS}};    /* H */
+    m.bps = 4;
+    m.nsub = 1;
+    m.load = 0;
+    m.index_anchor = IPU_NO_INDEX;
+    m.main[0] = 1;
+    m.nt = 6;
+    m.na = 3;
+    m.np = 4;
+    m.num_ipus = 2;
+    m.t[0] = (m_tensor){F32, ARENA, 0, 2, {ROWS, COLS}};           /* X */
+    m.t[1] = (m_tensor){I32, ARENA, nb, 1, {2}};                   /* I */
+    m.t[2] = (m_tensor){F32, ARENA, nb + 64, 2, {ROWS, COLS}};     /* H */
     m.t[3] = (m_tensor){F32, ARENA, 2 * nb + 64, 2, {ROWS, COLS}}; /* H1 */
-    m.t[4] = (m_tensor){I32, ARENA, 3 * nb + 64, 1, {2}};         /* I1 */
-    m.t[5] = (m_tensor){F32, ARENA, 3 * nb + 128, 2, {2, COLS}};  /* Y */
+    m.t[4] = (m_tensor){I32, ARENA, 3 * nb + 64, 1, {2}};          /* I1 */
+    m.t[5] = (m_tensor){F32, ARENA, 3 * nb + 128, 2, {2, COLS}};   /* Y */
     m.arena = 3 * nb + 128 + 2 * COLS * 4;
     m.a[0] = (m_anchor){"X", IN, 0, IPU_NO_INDEX, 0};
     m.a[1] = (m_anchor){"I", IN, 1, IPU_NO_INDEX, 0};
@@ -188,12 +210,18 @@ static m_model gather_model(void) {
     m.p[1] = (m_prog){1, 1, {{IPU_OP_ADD, 2, 1, {0, 0, 2}}}};
     m.p[2] = (m_prog){2, 1, {{IPU_OP_GATHER, 2, 1, {3, 4, 5}}}};
     m.nattr[2][0] = 3;
-    m.attr[2][0][0] = 1; m.attr[2][0][1] = ROWS; m.attr[2][0][2] = COLS;
+    m.attr[2][0][0] = 1;
+    m.attr[2][0][1] = ROWS;
+    m.attr[2][0][2] = COLS;
     m.p[3] = (m_prog){3, 2, {{IPU_OP_COPY, 1, 1, {2, 3}}, {IPU_OP_COPY, 1, 1, {1, 4}}}};
     m.nst = 2;
     m.st_flags = IPU_STAGES_PIPELINED;
-    m.st[0][0] = 1; m.st[0][1] = 0; m.st[0][2] = 3;
-    m.st[1][0] = 2; m.st[1][1] = 1; m.st[1][2] = IPU_NO_INDEX;
+    m.st[0][0] = 1;
+    m.st[0][1] = 0;
+    m.st[0][2] = 3;
+    m.st[1][0] = 2;
+    m.st[1][1] = 1;
+    m.st[1][2] = IPU_NO_INDEX;
     return m;
 }
 
@@ -213,7 +241,9 @@ static int test_failing_stage(void) {
         idx[q][1] = 2;
         const void *ins[3] = {x, idx[q], NULL};
         void *outs[3] = {NULL, NULL, y[q]};
-        ipu_request_desc d = {.num_batches = 1, .inputs = ins, .outputs = outs,
+        ipu_request_desc d = {.num_batches = 1,
+                              .inputs = ins,
+                              .outputs = outs,
                               .subgraph = IPU_NO_INDEX};
         CHECK_OK(ipu_runtime_submit(f.rt, &d, &rq[q]));
     }
@@ -245,7 +275,9 @@ static int test_failing_stage(void) {
 
 /* ---- stop / destroy while batches are in the pipeline --------------------------------------- */
 
-typedef struct { atomic_int calls; } rec;
+typedef struct {
+    atomic_int calls;
+} rec;
 static void rec_done(ipu_status st, void *ud) {
     (void)st;
     atomic_fetch_add(&((rec *)ud)->calls, 1);
@@ -255,7 +287,10 @@ static void req_done(ipu_request *rq, ipu_status st, void *ud) {
     rec_done(st, ud);
 }
 
-typedef struct { ipu_session *s; atomic_int ret; } dev_t_;
+typedef struct {
+    ipu_session *s;
+    atomic_int ret;
+} dev_t_;
 static void *dev_loop(void *p) {
     dev_t_ *d = p;
     ipu_status st;
@@ -327,8 +362,12 @@ static int test_destroy_with_requests(void) {
     for (int q = 0; q < REQ; q++) {
         const void *ins[2] = {x, NULL};
         void *outs[2] = {NULL, z + (size_t)q * n};
-        ipu_request_desc d = {.num_batches = 1, .inputs = ins, .outputs = outs,
-                              .subgraph = IPU_NO_INDEX, .done = req_done, .user_data = &r[q]};
+        ipu_request_desc d = {.num_batches = 1,
+                              .inputs = ins,
+                              .outputs = outs,
+                              .subgraph = IPU_NO_INDEX,
+                              .done = req_done,
+                              .user_data = &r[q]};
         CHECK_OK(ipu_runtime_submit(f.rt, &d, &rq[q]));
     }
     fx_close(&f);

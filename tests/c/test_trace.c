@@ -12,7 +12,11 @@
 #define ROWS 2
 #define COLS 3
 
-typedef struct { ipu_container *c; ipu_executable *e; ipu_runtime *rt; } fix;
+typedef struct {
+    ipu_container *c;
+    ipu_executable *e;
+    ipu_runtime *rt;
+} fix;
 
 static ipu_status open_rt(fix *f, uint32_t bps, uint32_t io_tiles, int overlap) {
     memset(f, 0, sizeof *f);
@@ -39,7 +43,9 @@ static int run_requests(ipu_runtime *rt, int n) {
     for (int i = 0; i < n; i++) {
         const void *ins[3] = {x, y, NULL};
         void *outs[3] = {NULL, NULL, z};
-        ipu_request_desc d = {.num_batches = 1, .inputs = ins, .outputs = outs,
+        ipu_request_desc d = {.num_batches = 1,
+                              .inputs = ins,
+                              .outputs = outs,
                               .subgraph = IPU_NO_INDEX};
         ipu_request *r;
         CHECK_OK(ipu_runtime_submit(rt, &d, &r));
@@ -133,7 +139,9 @@ static int test_overlap_io(void) {
     for (int i = 0; i < 9; i++) {
         const void *ins[3] = {x, y, NULL};
         void *outs[3] = {NULL, NULL, z[i]};
-        ipu_request_desc d = {.num_batches = 1, .inputs = ins, .outputs = outs,
+        ipu_request_desc d = {.num_batches = 1,
+                              .inputs = ins,
+                              .outputs = outs,
                               .subgraph = IPU_NO_INDEX};
         CHECK_OK(ipu_runtime_submit(f.rt, &d, &r[i]));
     }
@@ -171,7 +179,7 @@ static int test_bounded(void) {
     CHECK_OK(ipu_trace_read(t, ev, 8, &n, &dropped));
     CHECK(n == 4 && dropped == 15 - 4);
     for (size_t i = 0; i < n; i++) CHECK(ev[i].seq == 11 + i); /* the most recent, in order */
-    CHECK_OK(ipu_trace_read(t, ev, 2, &n, &dropped)); /* a short array: the newest two */
+    CHECK_OK(ipu_trace_read(t, ev, 2, &n, &dropped));          /* a short array: the newest two */
     CHECK(n == 2 && ev[0].seq == 13 && ev[1].seq == 14);
     ipu_trace_clear(t);
     CHECK_OK(ipu_trace_read(t, ev, 8, &n, &dropped));

@@ -12,14 +12,14 @@
 #include "interp/kernels/vmath.h"
 
 static int failures;
-#define CHECK(cond, ...)                                                                       \
-    do {                                                                                       \
-        if (!(cond)) {                                                                         \
-            failures++;                                                                        \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                        \
-            printf(__VA_ARGS__);                                                               \
-            printf("\n");                                                                      \
-        }                                                                                      \
+#define CHECK(cond, ...)                                \
+    do {                                                \
+        if (!(cond)) {                                  \
+            failures++;                                 \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
+            printf(__VA_ARGS__);                        \
+            printf("\n");                               \
+        }                                               \
     } while (0)
 
 static float from_bits(uint32_t u) {
@@ -53,17 +53,17 @@ static int64_t sweep(vm_fn fn, double (*ref)(double), uint32_t stride, float *wo
 }
 
 static void specials(vm_fn fn, double (*ref)(double), const char *name) {
-    float x[] = {NAN, -NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-45f, -1e-45f, 1.0f, -1.0f,
-                 3.92f, 4.0f, -4.0f, 88.72f, 88.73f, -87.3f, -103.9f, -104.5f, 1e30f, -1e30f};
+    float x[] = {NAN,   -NAN, INFINITY, -INFINITY, 0.0f,   -0.0f,  1e-45f,  -1e-45f, 1.0f,  -1.0f,
+                 3.92f, 4.0f, -4.0f,    88.72f,    88.73f, -87.3f, -103.9f, -104.5f, 1e30f, -1e30f};
     size_t n = sizeof x / sizeof x[0];
     float y[sizeof x / sizeof x[0]];
     fn(x, y, n);
     for (size_t i = 0; i < n; i++) {
         float want = (float)ref((double)x[i]);
-        CHECK(ulps(y[i], want) <= 2, "%s(%g) = %.9g, want %.9g", name, (double)x[i],
-              (double)y[i], (double)want);
-        if (want == 0.0f) CHECK(signbit(y[i]) == signbit(want), "%s(%g): sign of zero", name,
-                                (double)x[i]);
+        CHECK(ulps(y[i], want) <= 2, "%s(%g) = %.9g, want %.9g", name, (double)x[i], (double)y[i],
+              (double)want);
+        if (want == 0.0f)
+            CHECK(signbit(y[i]) == signbit(want), "%s(%g): sign of zero", name, (double)x[i]);
     }
 }
 
@@ -76,8 +76,8 @@ static void check_gelu(void) {
     ipu__vm_gelu_erf(x, y, N);
     for (int i = 0; i < N; i++) {
         double w = gelu_ref(x[i]);
-        CHECK(fabs(y[i] - w) <= 1e-6 * (1.0 + fabs(w)), "gelu(%g) = %.9g, want %.9g",
-              (double)x[i], (double)y[i], w);
+        CHECK(fabs(y[i] - w) <= 1e-6 * (1.0 + fabs(w)), "gelu(%g) = %.9g, want %.9g", (double)x[i],
+              (double)y[i], w);
     }
     float s[] = {NAN, INFINITY, -INFINITY};
     ipu__vm_gelu_erf(s, s, 3);
@@ -94,16 +94,16 @@ static void check_softmax(void) {
         for (size_t i = 0; i < n; i++) sum += (w[i] = exp(x[i] - m));
         ipu__vm_softmax_row(x, y, n);
         for (size_t i = 0; i < n; i++)
-            CHECK(fabs(y[i] - w[i] / sum) <= 1e-6 * (w[i] / sum) + 1e-9, "softmax n=%zu [%zu]",
-                  n, i);
+            CHECK(fabs(y[i] - w[i] / sum) <= 1e-6 * (w[i] / sum) + 1e-9, "softmax n=%zu [%zu]", n,
+                  i);
         x[n / 2] = NAN;
         ipu__vm_softmax_row(x, y, n);
         for (size_t i = 0; i < n; i++) CHECK(isnan(y[i]), "softmax NaN row n=%zu [%zu]", n, i);
     }
     float z[3] = {-INFINITY, 0.0f, -INFINITY}, o[3];
     ipu__vm_softmax_row(z, o, 3);
-    CHECK(o[0] == 0.0f && o[1] == 1.0f && o[2] == 0.0f, "softmax of -inf: %g %g %g",
-          (double)o[0], (double)o[1], (double)o[2]);
+    CHECK(o[0] == 0.0f && o[1] == 1.0f && o[2] == 0.0f, "softmax of -inf: %g %g %g", (double)o[0],
+          (double)o[1], (double)o[2]);
 }
 
 int main(int argc, char **argv) {
@@ -117,8 +117,8 @@ int main(int argc, char **argv) {
         printf("isa %d: erf max %lld ulp (at %.9g), exp max %lld ulp (at %.9g)\n", isa,
                (long long)ee, (double)we, (long long)ex, (double)wx);
         /* without FMA the erf polynomials round once more per step */
-        CHECK(ee <= (isa == 2 ? 2 : 3), "erf: %lld ulp at %.9g (isa %d)", (long long)ee,
-              (double)we, isa);
+        CHECK(ee <= (isa == 2 ? 2 : 3), "erf: %lld ulp at %.9g (isa %d)", (long long)ee, (double)we,
+              isa);
         CHECK(ex <= 2, "exp: %lld ulp at %.9g (isa %d)", (long long)ex, (double)wx, isa);
         specials(ipu__vm_erf, erf, "erf");
         specials(ipu__vm_exp, exp, "exp");
@@ -126,7 +126,9 @@ int main(int argc, char **argv) {
         check_softmax();
     }
     ipu__isa_force(0);
-    if (failures) printf("%d failure(s)\n", failures);
-    else printf("all vmath tests passed\n");
+    if (failures)
+        printf("%d failure(s)\n", failures);
+    else
+        printf("all vmath tests passed\n");
     return failures != 0;
 }

@@ -55,14 +55,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!fz_next(&s, &meta, &meta_n) || !fz_next(&s, &tdata, &tdata_n)) return 0;
     ipu_container_writer *w = NULL;
     if (ipu_container_writer_create(&w) != IPU_OK) return 0;
-    FUZZ_CHECK(ipu_container_writer_add_blob_ref(w, IPU_BLOB_METADATA, 0, NULL, meta, meta_n)
-               == IPU_OK);
+    FUZZ_CHECK(ipu_container_writer_add_blob_ref(w, IPU_BLOB_METADATA, 0, NULL, meta, meta_n) ==
+               IPU_OK);
     if (tdata_n)
         FUZZ_CHECK(ipu_container_writer_add_blob_ref(w, IPU_BLOB_TENSOR_DATA, 0, NULL, tdata,
                                                      tdata_n) == IPU_OK);
     for (uint32_t id = 0; id < MAX_PROGRAMS && fz_next(&s, &prog, &prog_n); id++)
-        FUZZ_CHECK(ipu_container_writer_add_blob_ref(w, IPU_BLOB_PROGRAM, id, NULL, prog, prog_n)
-                   == IPU_OK);
+        FUZZ_CHECK(ipu_container_writer_add_blob_ref(w, IPU_BLOB_PROGRAM, id, NULL, prog, prog_n) ==
+                   IPU_OK);
     ipu_container *c = fz_finish(w);
     ipu_container_writer_destroy(w);
     if (!c) return 0;

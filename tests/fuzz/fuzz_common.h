@@ -16,9 +16,9 @@
 
 #include "ipu.h"
 
-#define FUZZ_CHECK(cond)                  \
-    do {                                  \
-        if (!(cond)) __builtin_trap();    \
+#define FUZZ_CHECK(cond)               \
+    do {                               \
+        if (!(cond)) __builtin_trap(); \
     } while (0)
 
 /* Inputs above this size are ignored (libFuzzer's -max_len keeps them smaller anyway). */

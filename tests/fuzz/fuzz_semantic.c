@@ -153,7 +153,7 @@ static void fz_mutate_meta(fz_image *m, fz_meta *v, fz_rng *r) {
             st32(p + 36, fz_rand(r, 4) ? fz_rand(r, na ? na : 1) : IPU_NO_INDEX);
             break;
         case 1: st32(p + 32, fz_program_id(m, r)); break; /* load program */
-        case 2: /* a subgraph's main program */
+        case 2:                                           /* a subgraph's main program */
             st32(p + 56 + 4 * (size_t)fz_rand(r, v->num_subgraphs), fz_program_id(m, r));
             break;
         case 3: { /* an anchor's direction (1 input, 2 output) */
@@ -177,8 +177,10 @@ static void fz_mutate_meta(fz_image *m, fz_meta *v, fz_rng *r) {
         case 5: { /* an anchor names another tensor, or another subgraph */
             if (!na) break;
             uint8_t *a = p + v->anchors + 24 * (size_t)fz_rand(r, na);
-            if (fz_rand(r, 2)) st32(a + 12, fz_rand(r, nt ? nt : 1));
-            else st32(a + 16, fz_rand(r, 3) ? fz_rand(r, v->num_subgraphs) : IPU_NO_INDEX);
+            if (fz_rand(r, 2))
+                st32(a + 12, fz_rand(r, nt ? nt : 1));
+            else
+                st32(a + 16, fz_rand(r, 3) ? fz_rand(r, v->num_subgraphs) : IPU_NO_INDEX);
             break;
         }
         case 6: { /* a tensor moves to the other memory, at offset 0 */
@@ -236,9 +238,8 @@ static int fz_prog_view(const fz_blob *b, fz_prog *v) {
 }
 
 /* Replace `dst`'s instructions by `order` (indices into src's list, src may be dst). */
-static int fz_prog_write(fz_blob *dst, const fz_blob *src, const fz_prog *sv,
-                         const uint32_t *order, uint32_t n, const uint8_t *extra,
-                         uint32_t extra_len) {
+static int fz_prog_write(fz_blob *dst, const fz_blob *src, const fz_prog *sv, const uint32_t *order,
+                         uint32_t n, const uint8_t *extra, uint32_t extra_len) {
     size_t size = 8 + extra_len;
     for (uint32_t i = 0; i < n; i++) size += sv->len[order[i]];
     uint8_t *out = malloc(size);

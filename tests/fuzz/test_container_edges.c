@@ -15,12 +15,12 @@
 
 static int failed;
 
-#define CHECK(cond)                                                              \
-    do {                                                                         \
-        if (!(cond)) {                                                           \
-            failed++;                                                            \
-            fprintf(stderr, "%s:%d: FAILED: %s\n", __FILE__, __LINE__, #cond);   \
-        }                                                                        \
+#define CHECK(cond)                                                            \
+    do {                                                                       \
+        if (!(cond)) {                                                         \
+            failed++;                                                          \
+            fprintf(stderr, "%s:%d: FAILED: %s\n", __FILE__, __LINE__, #cond); \
+        }                                                                      \
     } while (0)
 
 static const uint8_t payload[200];
@@ -29,8 +29,7 @@ static ipu_container_writer *small_writer(void) {
     ipu_container_writer *w = NULL;
     CHECK(ipu_container_writer_create(&w) == IPU_OK);
     CHECK(ipu_container_writer_add_blob(w, IPU_BLOB_METADATA, 0, NULL, payload, 8) == IPU_OK);
-    CHECK(ipu_container_writer_add_blob(w, IPU_BLOB_TENSOR_DATA, 0, NULL, payload, 200) ==
-          IPU_OK);
+    CHECK(ipu_container_writer_add_blob(w, IPU_BLOB_TENSOR_DATA, 0, NULL, payload, 200) == IPU_OK);
     return w;
 }
 

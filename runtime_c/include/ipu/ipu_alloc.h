@@ -29,9 +29,9 @@ extern "C" {
  * worker threads, possibly concurrently: they must be thread-safe. They must not call back
  * into the library (except ipu_status_str/ipu_status_name). */
 typedef struct ipu_allocator {
-    void *(*malloc_fn)(size_t size, void *user_data);                /* required */
-    void *(*realloc_fn)(void *ptr, size_t size, void *user_data);    /* required */
-    void (*free_fn)(void *ptr, void *user_data);                     /* required */
+    void *(*malloc_fn)(size_t size, void *user_data);             /* required */
+    void *(*realloc_fn)(void *ptr, size_t size, void *user_data); /* required */
+    void (*free_fn)(void *ptr, void *user_data);                  /* required */
     /* Optional pair: both NULL, and the library aligns inside malloc_fn blocks itself (it
      * over-allocates by alignment + sizeof(void *)). `alignment` is a power of two >= 16. */
     void *(*aligned_alloc_fn)(size_t alignment, size_t size, void *user_data);

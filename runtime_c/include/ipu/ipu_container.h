@@ -44,8 +44,8 @@ extern "C" {
 #endif
 
 #define IPU_CONTAINER_MAGIC "PYIPUEF"
-#define IPU_CONTAINER_VERSION 2u     /* written; versions 1 and 2 are read */
-#define IPU_CONTAINER_MIN_VERSION 1u /* the oldest version read */
+#define IPU_CONTAINER_VERSION 2u              /* written; versions 1 and 2 are read */
+#define IPU_CONTAINER_MIN_VERSION 1u          /* the oldest version read */
 #define IPU_CONTAINER_CHUNK ((size_t)4 << 20) /* bytes per chunk of the version 2 checksum */
 #define IPU_CONTAINER_HEADER_SIZE 64u
 #define IPU_CONTAINER_ALIGN 64u
@@ -77,7 +77,7 @@ IPU_API IPU_NODISCARD ipu_status ipu_container_open(const char *path, ipu_contai
 /* Validate an in-memory image. The bytes are copied (64-byte aligned, through the allocator);
  * `data` is borrowed during the call only. Errors as ipu_container_open, without IPU_ERR_IO. */
 IPU_API IPU_NODISCARD ipu_status ipu_container_open_memory(const void *data, size_t size,
-                                                          ipu_container **out);
+                                                           ipu_container **out);
 /* Accepts NULL. Invalidates every pointer obtained from the container. Every executable created
  * from it must be destroyed first. */
 IPU_API void ipu_container_destroy(ipu_container *c);
@@ -90,7 +90,7 @@ IPU_API void ipu_container_destroy(ipu_container *c);
  * Errors: IPU_ERR_INVALID_ARGUMENT (NULL), IPU_ERR_NOMEM (more than 256 MiB: the chunk hashes
  * are allocated). */
 IPU_API IPU_NODISCARD ipu_status ipu_container_checksum(const void *data, size_t size,
-                                                       uint32_t version, uint64_t *out);
+                                                        uint32_t version, uint64_t *out);
 
 /* Header fields of the container (0 for NULL). */
 IPU_API uint32_t ipu_container_format_version(const ipu_container *c);
@@ -100,10 +100,10 @@ IPU_API uint32_t ipu_container_blob_count(const ipu_container *c);
 /* Blob `index` (< blob_count, in blob table order). The pointers in *out are owned by the
  * container. IPU_ERR_INVALID_ARGUMENT for a NULL pointer or an index out of range. */
 IPU_API IPU_NODISCARD ipu_status ipu_container_blob(const ipu_container *c, uint32_t index,
-                                                   ipu_blob_info *out);
+                                                    ipu_blob_info *out);
 /* First blob of `type` (and `id` for programs); IPU_ERR_NOT_FOUND if there is none. */
 IPU_API IPU_NODISCARD ipu_status ipu_container_find_blob(const ipu_container *c, ipu_blob_type type,
-                                                        uint32_t id, ipu_blob_info *out);
+                                                         uint32_t id, ipu_blob_info *out);
 
 /* Writer: collect blobs, then serialise. Blob bytes are copied when added (add_blob_ref: borrowed,
  * and must stay valid and unchanged until the writer is destroyed). */
@@ -117,32 +117,32 @@ IPU_API void ipu_container_writer_destroy(ipu_container_writer *w);
  * TENSOR_DATA blob. IPU_ERR_INVALID_ARGUMENT for any violation, IPU_ERR_NOMEM; after an error
  * the writer is unchanged and still usable. */
 IPU_API IPU_NODISCARD ipu_status ipu_container_writer_add_blob(ipu_container_writer *w,
-                                                              ipu_blob_type type, uint32_t id,
-                                                              const char *name, const void *data,
-                                                              size_t size);
+                                                               ipu_blob_type type, uint32_t id,
+                                                               const char *name, const void *data,
+                                                               size_t size);
 IPU_API IPU_NODISCARD ipu_status ipu_container_writer_add_blob_ref(ipu_container_writer *w,
-                                                                  ipu_blob_type type, uint32_t id,
-                                                                  const char *name,
-                                                                  const void *data, size_t size);
+                                                                   ipu_blob_type type, uint32_t id,
+                                                                   const char *name,
+                                                                   const void *data, size_t size);
 /* Override the compiler hash (default ipu_compiler_hash()); used by tests. Ignores NULL. */
 IPU_API void ipu_container_writer_set_compiler_hash(ipu_container_writer *w, uint64_t hash);
 /* Serialise to a buffer allocated through the library's allocator (ipu_alloc.h); the caller
  * owns *data_out and frees it with ipu_free() (plain free() only works with the system
  * allocator). */
 IPU_API IPU_NODISCARD ipu_status ipu_container_writer_finish(ipu_container_writer *w,
-                                                            void **data_out, size_t *size_out);
+                                                             void **data_out, size_t *size_out);
 /* Serialise into the caller's buffer: *size_out is set to the image size; the image is written
  * when `dst` is not NULL (IPU_ERR_INVALID_ARGUMENT if `cap` is smaller). dst NULL: size only.
  * Allocates nothing. IPU_ERR_INVALID_STATE when no METADATA blob was added. */
 IPU_API IPU_NODISCARD ipu_status ipu_container_writer_finish_into(ipu_container_writer *w,
-                                                                 void *dst, size_t cap,
-                                                                 size_t *size_out);
+                                                                  void *dst, size_t cap,
+                                                                  size_t *size_out);
 /* Serialise to a file: written to "<path>.tmp.<pid>", synced, then renamed over `path`, so a
  * reader never sees a half-written file; on error the temporary file is removed and `path` is
  * untouched. IPU_ERR_IO (with the OS error in the message), IPU_ERR_NOMEM, and the errors of
  * ipu_container_writer_finish. The writer stays usable. */
 IPU_API IPU_NODISCARD ipu_status ipu_container_writer_write_file(ipu_container_writer *w,
-                                                                const char *path);
+                                                                 const char *path);
 
 #ifdef __cplusplus
 }

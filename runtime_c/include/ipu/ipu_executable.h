@@ -66,8 +66,8 @@ typedef struct ipu_executable_info {
     uint32_t num_tensors, num_anchors, num_subgraphs, num_programs;
     uint32_t index_anchor; /* IPU_NO_INDEX when the model is not fused */
     uint64_t arena_size;
-    uint32_t num_stages;   /* 0: not sharded (manual sharding: see ipu_executable_stage) */
-    int pipelined;         /* stages of consecutive batches run concurrently */
+    uint32_t num_stages; /* 0: not sharded (manual sharding: see ipu_executable_stage) */
+    int pipelined;       /* stages of consecutive batches run concurrently */
 } ipu_executable_info;
 
 /* One stage of a sharded model. A Main iteration runs the stages in order, each followed by its
@@ -113,7 +113,7 @@ typedef struct ipu_instruction_info {
  * malformed packed blob), IPU_ERR_BAD_PROGRAM (a program fails verification: opcode, operands,
  * dtypes, shapes, attributes), IPU_ERR_NOMEM; then nothing stays allocated. */
 IPU_API IPU_NODISCARD ipu_status ipu_executable_create(const ipu_container *c,
-                                                      ipu_executable **out);
+                                                       ipu_executable **out);
 /* Accepts NULL. Every session and runtime created from `e` must be destroyed first. */
 IPU_API void ipu_executable_destroy(ipu_executable *e);
 
@@ -121,28 +121,28 @@ IPU_API void ipu_executable_destroy(ipu_executable *e);
 IPU_API void ipu_executable_get_info(const ipu_executable *e, ipu_executable_info *out);
 /* Anchor `index` (< num_anchors): the model's named inputs and outputs, indexed as in requests. */
 IPU_API IPU_NODISCARD ipu_status ipu_executable_anchor(const ipu_executable *e, uint32_t index,
-                                                      ipu_anchor_info *out);
+                                                       ipu_anchor_info *out);
 /* Index of the anchor named `name` (exact, case-sensitive; borrowed); IPU_ERR_NOT_FOUND. */
 IPU_API IPU_NODISCARD ipu_status ipu_executable_find_anchor(const ipu_executable *e,
-                                                           const char *name, uint32_t *index_out);
+                                                            const char *name, uint32_t *index_out);
 /* Descriptor of tensor `index` (< num_tensors). */
 IPU_API IPU_NODISCARD ipu_status ipu_executable_tensor(const ipu_executable *e, uint32_t index,
-                                                      ipu_tensor_desc *out);
+                                                       ipu_tensor_desc *out);
 /* Programs are numbered 0..num_programs-1 in container order; info.id is the program id. */
 IPU_API IPU_NODISCARD ipu_status ipu_executable_program(const ipu_executable *e, uint32_t index,
-                                                       ipu_program_info *out);
+                                                        ipu_program_info *out);
 /* Instruction `i` of program number `program_index` (a disassembler's view). */
 IPU_API IPU_NODISCARD ipu_status ipu_executable_instruction(const ipu_executable *e,
-                                                           uint32_t program_index, uint32_t i,
-                                                           ipu_instruction_info *out);
+                                                            uint32_t program_index, uint32_t i,
+                                                            ipu_instruction_info *out);
 /* Program id of the Load program (0 for NULL `e`). */
 IPU_API uint32_t ipu_executable_load_program(const ipu_executable *e);
 /* Program id of subgraph `subgraph`'s Main program (< num_subgraphs). */
 IPU_API IPU_NODISCARD ipu_status ipu_executable_main_program(const ipu_executable *e,
-                                                            uint32_t subgraph, uint32_t *id_out);
+                                                             uint32_t subgraph, uint32_t *id_out);
 /* Stage `stage` (< num_stages) of a sharded executable. */
 IPU_API IPU_NODISCARD ipu_status ipu_executable_stage(const ipu_executable *e, uint32_t stage,
-                                                     ipu_stage_info *out);
+                                                      ipu_stage_info *out);
 
 /* Pre-packed operands (docs/popef.md, "Pre-packed operands"). While verifying, the executable
  * packs some constant operands (float32 convolution weights, ...) into the layout of the
@@ -162,7 +162,7 @@ IPU_API void ipu_executable_packed_counts(const ipu_executable *e, uint32_t *map
  * size the buffer). IPU_ERR_NOT_FOUND when `e` packs nothing, IPU_ERR_INVALID_ARGUMENT when
  * `cap` is too small. */
 IPU_API IPU_NODISCARD ipu_status ipu_executable_packed_blob(const ipu_executable *e, void *dst,
-                                                           size_t cap, size_t *size);
+                                                            size_t cap, size_t *size);
 
 #ifdef __cplusplus
 }

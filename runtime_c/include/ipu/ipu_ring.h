@@ -19,8 +19,7 @@ typedef struct ipu_ring ipu_ring;
 
 /* A ring that holds up to exactly `capacity` items (>= 1) of item_size bytes (>= 1), owned by
  * the caller. IPU_ERR_INVALID_ARGUMENT (0 or a size overflow), IPU_ERR_NOMEM; *out untouched. */
-IPU_API IPU_NODISCARD ipu_status ipu_ring_create(size_t capacity, size_t item_size,
-                                                ipu_ring **out);
+IPU_API IPU_NODISCARD ipu_status ipu_ring_create(size_t capacity, size_t item_size, ipu_ring **out);
 /* Accepts NULL. Neither side may be using the ring. */
 IPU_API void ipu_ring_destroy(ipu_ring *r);
 IPU_API size_t ipu_ring_capacity(const ipu_ring *r);

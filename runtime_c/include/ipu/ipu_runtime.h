@@ -87,8 +87,8 @@ IPU_API ipu_runtime_config ipu_runtime_config_default(void);
  * IPU_ERR_INVALID_ARGUMENT for a bad config; then no thread is left running and nothing stays
  * allocated. */
 IPU_API IPU_NODISCARD ipu_status ipu_runtime_create(const ipu_executable *exe,
-                                                   const ipu_runtime_config *cfg,
-                                                   ipu_runtime **out);
+                                                    const ipu_runtime_config *cfg,
+                                                    ipu_runtime **out);
 /* Stop the device loop, fail every pending request with IPU_ERR_CLOSED, join all threads.
  * Idempotent; later submits return IPU_ERR_CLOSED. */
 IPU_API ipu_status ipu_runtime_close(ipu_runtime *rt);
@@ -111,8 +111,7 @@ IPU_API IPU_NODISCARD ipu_status ipu_runtime_reset(ipu_runtime *rt);
  * runs an iteration when slots arrive, so requests of a subgraph served only by callbacks are
  * refused with IPU_ERR_INVALID_ARGUMENT. */
 IPU_API IPU_NODISCARD ipu_status ipu_runtime_set_stream_callback(ipu_runtime *rt, uint32_t anchor,
-                                                                ipu_stream_fn fn,
-                                                                void *user_data);
+                                                                 ipu_stream_fn fn, void *user_data);
 
 /* Called exactly once when a request completes, on the device thread (or on the closing thread
  * for requests failed by close, or on the calling thread of an inline ipu_runtime_execute,
@@ -122,12 +121,12 @@ IPU_API IPU_NODISCARD ipu_status ipu_runtime_set_stream_callback(ipu_runtime *rt
 typedef void (*ipu_request_done_fn)(ipu_request *req, ipu_status status, void *user_data);
 
 typedef struct ipu_request_desc {
-    uint32_t num_batches;         /* N >= 1 batches in every buffer (batching disabled) */
-    uint64_t num_rows;            /* rows along batching_dim (batching enabled; >= 1) */
-    const void *const *inputs;    /* [num_anchors], by anchor index; NULL entries = not given */
-    void *const *outputs;         /* [num_anchors], by anchor index; NULL entries = not given */
-    uint32_t subgraph;            /* IPU_NO_INDEX: infer from the anchors given */
-    ipu_request_done_fn done;     /* optional */
+    uint32_t num_batches;      /* N >= 1 batches in every buffer (batching disabled) */
+    uint64_t num_rows;         /* rows along batching_dim (batching enabled; >= 1) */
+    const void *const *inputs; /* [num_anchors], by anchor index; NULL entries = not given */
+    void *const *outputs;      /* [num_anchors], by anchor index; NULL entries = not given */
+    uint32_t subgraph;         /* IPU_NO_INDEX: infer from the anchors given */
+    ipu_request_done_fn done;  /* optional */
     void *user_data;
 } ipu_request_desc;
 
@@ -141,7 +140,7 @@ typedef struct ipu_request_desc {
  * IPU_ERR_INVALID_STATE (from a callback), IPU_ERR_NOMEM; then nothing was queued, *out is
  * untouched, and desc->done is never called. */
 IPU_API IPU_NODISCARD ipu_status ipu_runtime_submit(ipu_runtime *rt, const ipu_request_desc *desc,
-                                                   ipu_request **out);
+                                                    ipu_request **out);
 /* Run a request synchronously, inline on the calling thread when that keeps the runtime's
  * semantics, else submit it. Inline execution happens when the model allows it (one iteration
  * per step, one subgraph, no dynamic batching, no overlap I/O or sharding; with num_threads >
@@ -157,7 +156,7 @@ IPU_API IPU_NODISCARD ipu_status ipu_runtime_submit(ipu_runtime *rt, const ipu_r
  * its final status with *out = NULL. Otherwise behaves exactly as ipu_runtime_submit (*out: the
  * request to wait for and release). */
 IPU_API IPU_NODISCARD ipu_status ipu_runtime_execute(ipu_runtime *rt, const ipu_request_desc *desc,
-                                                    ipu_request **out);
+                                                     ipu_request **out);
 /* Wait up to timeout_ns (UINT64_MAX = forever), from any thread holding a reference. Returns
  * the request's final status (after its done callback has returned), or IPU_ERR_TIMEOUT if it
  * is still pending (the request itself is unaffected). */
@@ -185,7 +184,7 @@ IPU_API void ipu_request_cancel(ipu_request *req);
 #define IPU_POLL_INTERVAL_NS 20000000u
 typedef int (*ipu_poll_fn)(void *user_data);
 IPU_API IPU_NODISCARD ipu_status ipu_runtime_set_poll(ipu_runtime *rt, ipu_poll_fn fn,
-                                                     void *user_data);
+                                                      void *user_data);
 /* 1 once the request has completed (its done callback has returned), else 0. */
 IPU_API int ipu_request_is_done(const ipu_request *req);
 /* Final status; IPU_ERR_INVALID_STATE while pending. */

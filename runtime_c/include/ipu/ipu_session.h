@@ -106,8 +106,8 @@ IPU_API ipu_session_config ipu_session_config_default(void);
  * when a thread cannot be started for lack of resources), IPU_ERR_INTERNAL; then no thread is
  * left running and nothing stays allocated. */
 IPU_API IPU_NODISCARD ipu_status ipu_session_create(const ipu_executable *exe,
-                                                   const ipu_session_config *cfg,
-                                                   ipu_session **out);
+                                                    const ipu_session_config *cfg,
+                                                    ipu_session **out);
 /* Stop, complete every queued slot with IPU_ERR_CLOSED (their done callbacks run on this
  * thread), join the workers, free. Accepts NULL. Not from a callback of this session, and not
  * while another thread is inside run_load/run_main/enqueue. */
@@ -130,7 +130,7 @@ typedef ipu_status (*ipu_stream_fn)(void *buf, size_t nbytes, const ipu_anchor_i
  * or the anchor rebound. An error (IPU_ERR_INVALID_ARGUMENT for a bad anchor, binding or fn)
  * changes nothing, and `fn` is never called. */
 IPU_API IPU_NODISCARD ipu_status ipu_session_bind(ipu_session *s, uint32_t anchor, ipu_binding b,
-                                                 ipu_stream_fn fn, void *user_data);
+                                                  ipu_stream_fn fn, void *user_data);
 /* Current binding of `anchor` (0 for NULL `s` or an anchor out of range). */
 IPU_API ipu_binding ipu_session_binding(const ipu_session *s, uint32_t anchor);
 
@@ -155,9 +155,9 @@ IPU_API int ipu_session_stopped(const ipu_session *s);
  * on which thread). It may enqueue on another anchor but must not destroy the session. */
 typedef void (*ipu_slot_done_fn)(ipu_status status, void *user_data);
 typedef struct ipu_slot {
-    void *data;         /* borrowed until done is called; inputs are only read */
-    uint64_t nbytes;    /* rows * bytes per row (or the anchor's nbytes for a whole batch) */
-    uint32_t rows;      /* rows along batching_dim; 0 = one whole batch */
+    void *data;            /* borrowed until done is called; inputs are only read */
+    uint64_t nbytes;       /* rows * bytes per row (or the anchor's nbytes for a whole batch) */
+    uint32_t rows;         /* rows along batching_dim; 0 = one whole batch */
     ipu_slot_done_fn done; /* may be NULL */
     void *user_data;
 } ipu_slot;
@@ -168,7 +168,7 @@ typedef struct ipu_slot {
  * IPU_ERR_INVALID_ARGUMENT for a bad anchor, size or row count. On error the slot was not queued and its done callback is never
  * called. Allocates nothing. */
 IPU_API IPU_NODISCARD ipu_status ipu_session_enqueue(ipu_session *s, uint32_t anchor,
-                                                    const ipu_slot *slot, uint64_t timeout_ns);
+                                                     const ipu_slot *slot, uint64_t timeout_ns);
 /* Pad the step in progress now (flushAll): sets a flag the device observes while it waits for
  * input; a partial batch runs at once, otherwise the step ends. No effect when no step is in
  * progress. Any thread (it takes the session's wake-up mutex: not from a signal handler). */

@@ -33,7 +33,7 @@ typedef struct ipu_trace_event {
     uint64_t start_ns, end_ns; /* CLOCK_MONOTONIC */
     uint32_t kind;             /* ipu_trace_kind */
     uint32_t subgraph;
-    uint64_t seq;              /* 0, 1, 2, ... in recording order since create / clear */
+    uint64_t seq; /* 0, 1, 2, ... in recording order since create / clear */
 } ipu_trace_event;
 
 /* capacity >= 1 events. */
@@ -45,7 +45,7 @@ IPU_API size_t ipu_trace_capacity(const ipu_trace *t);
  * recent ones when cap is smaller than the number retained); *dropped (may be NULL) = events
  * overwritten since create / clear. */
 IPU_API IPU_NODISCARD ipu_status ipu_trace_read(ipu_trace *t, ipu_trace_event *out, size_t cap,
-                                               size_t *count, uint64_t *dropped);
+                                                size_t *count, uint64_t *dropped);
 /* Forget every event (seq restarts at 0). */
 IPU_API void ipu_trace_clear(ipu_trace *t);
 /* Record into t (NULL = stop recording). Only before the runtime's first submit, else

@@ -28,8 +28,8 @@ static void *sys_aligned_alloc(size_t alignment, size_t n, void *ud) {
     return posix_memalign(&p, alignment, n) == 0 ? p : NULL;
 }
 
-static const ipu_allocator system_allocator = {sys_malloc, sys_realloc, sys_free,
-                                               sys_aligned_alloc, sys_free, NULL};
+static const ipu_allocator system_allocator = {sys_malloc,        sys_realloc, sys_free,
+                                               sys_aligned_alloc, sys_free,    NULL};
 static ipu_allocator cur = {sys_malloc, sys_realloc, sys_free, sys_aligned_alloc, sys_free, NULL};
 static atomic_size_t live_blocks;
 
@@ -43,7 +43,8 @@ ipu_status ipu_set_allocator(const ipu_allocator *a) {
     if (live != 0)
         return ipu__fail(IPU_ERR_INVALID_STATE,
                          "ipu_set_allocator: the library still holds %zu block(s) of the current "
-                         "allocator", live);
+                         "allocator",
+                         live);
     cur = a ? *a : system_allocator;
     return IPU_OK;
 }

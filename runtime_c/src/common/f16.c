@@ -39,7 +39,7 @@ uint16_t ipu__f32_to_f16(float f) {
     if (exp == 0xff) return (uint16_t)(sign | 0x7c00u | (mant ? 0x200u | (mant >> 13) : 0));
     int32_t e = (int32_t)exp - 127 + 15;
     if (e >= 0x1f) return (uint16_t)(sign | 0x7c00u); /* overflow to inf */
-    if (e <= 0) {                                      /* subnormal or zero */
+    if (e <= 0) {                                     /* subnormal or zero */
         if (e < -10) return sign;
         mant |= 0x800000u;
         uint32_t shift = (uint32_t)(14 - e);

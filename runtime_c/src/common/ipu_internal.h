@@ -38,7 +38,7 @@ static inline bool ipu__mul_u64(uint64_t a, uint64_t b, uint64_t *r) {
  * ipu_allocator (ipu_alloc.h). Sizes of 0 are rounded up; NULL means out of memory. */
 void *ipu__malloc(size_t n);
 void *ipu__calloc(size_t n, size_t size);
-void *ipu__realloc(void *p, size_t n); /* NULL: p is still valid */
+void *ipu__realloc(void *p, size_t n);                /* NULL: p is still valid */
 void *ipu__aligned_alloc(size_t alignment, size_t n); /* free with ipu__aligned_free */
 /* A large buffer the kernels stream (64-byte aligned; from 2 MiB on, huge-page aligned with a
  * transparent-huge-page hint): free with ipu__aligned_free. */
@@ -57,7 +57,10 @@ static inline uint64_t ipu__ld_u64(const uint8_t *p) {
     return (uint64_t)ipu__ld_u32(p) | (uint64_t)ipu__ld_u32(p + 4) << 32;
 }
 static inline void ipu__st_u32(uint8_t *p, uint32_t v) {
-    p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); p[2] = (uint8_t)(v >> 16); p[3] = (uint8_t)(v >> 24);
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16);
+    p[3] = (uint8_t)(v >> 24);
 }
 static inline void ipu__st_u64(uint8_t *p, uint64_t v) {
     ipu__st_u32(p, (uint32_t)v);

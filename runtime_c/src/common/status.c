@@ -14,8 +14,7 @@ const char *ipu_status_str(ipu_status s) {
         return msg;
 #include "ipu/ipu_status.def"
 #undef IPU_STATUS
-        default:
-            return "unknown status";
+        default: return "unknown status";
     }
 }
 
@@ -26,8 +25,7 @@ const char *ipu_status_name(ipu_status s) {
         return #name;
 #include "ipu/ipu_status.def"
 #undef IPU_STATUS
-        default:
-            return "UNKNOWN";
+        default: return "UNKNOWN";
     }
 }
 
@@ -38,8 +36,7 @@ size_t ipu_dtype_size(ipu_dtype t) {
         return size;
 #include "ipu/ipu_dtype.def"
 #undef IPU_DTYPE
-        default:
-            return 0;
+        default: return 0;
     }
 }
 
@@ -50,20 +47,18 @@ const char *ipu_dtype_name(ipu_dtype t) {
         return str;
 #include "ipu/ipu_dtype.def"
 #undef IPU_DTYPE
-        default:
-            return NULL;
+        default: return NULL;
     }
 }
 
 const char *ipu_opcode_name(ipu_opcode op) {
     switch (op) {
 #define IPU_OP(name, value, str, min_in, max_in, n_out, ...) \
-    case IPU_OP_##name:                                 \
+    case IPU_OP_##name:                                      \
         return str;
 #include "ipu/ipu_ops.def"
 #undef IPU_OP
-        default:
-            return NULL;
+        default: return NULL;
     }
 }
 
@@ -73,15 +68,14 @@ ipu_status ipu_opcode_arity(ipu_opcode op, uint32_t *min_in_out, uint32_t *max_i
         return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ipu_opcode_arity: NULL output pointer");
     switch (op) {
 #define IPU_OP(name, value, str, min_in, max_in, n_out, ...) \
-    case IPU_OP_##name:                                 \
-        *min_in_out = min_in;                           \
-        *max_in_out = max_in;                           \
-        *n_out_out = n_out;                             \
+    case IPU_OP_##name:                                      \
+        *min_in_out = min_in;                                \
+        *max_in_out = max_in;                                \
+        *n_out_out = n_out;                                  \
         return IPU_OK;
 #include "ipu/ipu_ops.def"
 #undef IPU_OP
-        default:
-            return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "unknown opcode %d", (int)op);
+        default: return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "unknown opcode %d", (int)op);
     }
 }
 
@@ -92,8 +86,7 @@ const char *ipu_unary_fn_name(int fn) {
         return #name;
 #include "ipu/ipu_fns.def"
 #undef IPU_UNARY
-        default:
-            return NULL;
+        default: return NULL;
     }
 }
 
@@ -104,8 +97,7 @@ const char *ipu_binary_fn_name(int fn) {
         return #name;
 #include "ipu/ipu_fns.def"
 #undef IPU_BINARY
-        default:
-            return NULL;
+        default: return NULL;
     }
 }
 
@@ -116,8 +108,7 @@ const char *ipu_reduce_fn_name(int fn) {
         return #name;
 #include "ipu/ipu_fns.def"
 #undef IPU_REDUCE
-        default:
-            return NULL;
+        default: return NULL;
     }
 }
 
@@ -128,8 +119,7 @@ const char *ipu_act_fn_name(int fn) {
         return #name;
 #include "ipu/ipu_fns.def"
 #undef IPU_ACT
-        default:
-            return NULL;
+        default: return NULL;
     }
 }
 

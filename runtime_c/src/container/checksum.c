@@ -54,8 +54,7 @@ static void hash_all_chunks(const uint8_t *data, size_t size, size_t chunks, uin
     }
 }
 
-ipu_status ipu_container_checksum(const void *data, size_t size, uint32_t version,
-                                  uint64_t *out) {
+ipu_status ipu_container_checksum(const void *data, size_t size, uint32_t version, uint64_t *out) {
     if ((!data && size) || !out)
         return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ipu_container_checksum: NULL argument");
     if (version == 1) {

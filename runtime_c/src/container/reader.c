@@ -87,7 +87,7 @@ static const char *pick_ptr(char *r, char *buf) {
     return r ? r : "unknown error";
 }
 /* strerror_r is the GNU (char *) or the XSI (int) variant depending on the libc. */
-#define IPU__PICK(r, buf) _Generic((r), int: pick_int, char *: pick_ptr)(r, buf)
+#define IPU__PICK(r, buf) _Generic((r), int : pick_int, char * : pick_ptr)(r, buf)
 
 static const char *err_text(int e, char *buf, size_t n) {
     buf[0] = '\0';
@@ -96,7 +96,8 @@ static const char *err_text(int e, char *buf, size_t n) {
 
 static ipu_status io_fail(const char *what, const char *path, int e) {
     char buf[128];
-    return ipu__fail(IPU_ERR_IO, "container: %s '%s': %s", what, path, err_text(e, buf, sizeof buf));
+    return ipu__fail(IPU_ERR_IO, "container: %s '%s': %s", what, path,
+                     err_text(e, buf, sizeof buf));
 }
 
 static bool range_ok(uint64_t off, uint64_t len, uint64_t total) {
@@ -143,20 +144,22 @@ static ipu_status check_header(ipu_container *c) {
     const uint8_t *p = c->base;
     uint64_t actual = (uint64_t)c->size;
     if (actual < IPU_CONTAINER_HEADER_SIZE)
-        return ipu__fail(IPU_ERR_CORRUPT, "container: file is %" PRIu64
-                         " bytes, smaller than the %u-byte header", actual,
-                         IPU_CONTAINER_HEADER_SIZE);
+        return ipu__fail(IPU_ERR_CORRUPT,
+                         "container: file is %" PRIu64 " bytes, smaller than the %u-byte header",
+                         actual, IPU_CONTAINER_HEADER_SIZE);
     if (memcmp(p, IPU_CONTAINER_MAGIC, 8) != 0)
         return ipu__fail(IPU_ERR_CORRUPT, "container: bad magic (not a pyipu container)");
     uint32_t version = ipu__ld_u32(p + 8);
     if (version < IPU_CONTAINER_MIN_VERSION || version > IPU_CONTAINER_VERSION)
-        return ipu__fail(IPU_ERR_VERSION, "container: format version %" PRIu32
-                         " is not supported (this runtime reads versions %u to %u)", version,
-                         IPU_CONTAINER_MIN_VERSION, IPU_CONTAINER_VERSION);
+        return ipu__fail(IPU_ERR_VERSION,
+                         "container: format version %" PRIu32
+                         " is not supported (this runtime reads versions %u to %u)",
+                         version, IPU_CONTAINER_MIN_VERSION, IPU_CONTAINER_VERSION);
     uint32_t count = ipu__ld_u32(p + 12);
     uint64_t file_size = ipu__ld_u64(p + 16);
     if (file_size != actual)
-        return ipu__fail(IPU_ERR_CORRUPT, "container: header file_size %" PRIu64
+        return ipu__fail(IPU_ERR_CORRUPT,
+                         "container: header file_size %" PRIu64
                          " differs from the actual size %" PRIu64 " (truncated or padded file)",
                          file_size, actual);
     uint64_t table_off = ipu__ld_u64(p + 40);
@@ -167,23 +170,25 @@ static ipu_status check_header(ipu_container *c) {
         return ipu__fail(IPU_ERR_CORRUPT, "container: blob_count %" PRIu32 " exceeds the limit %u",
                          count, IPU_CONTAINER_MAX_BLOBS);
     uint64_t table_bytes, table_end;
-    if (!ipu__mul_u64(count, 32, &table_bytes) || !ipu__add_u64(table_off, table_bytes, &table_end)
-        || table_end > file_size)
-        return ipu__fail(IPU_ERR_CORRUPT, "container: blob table (%" PRIu32
-                         " entries at offset %" PRIu64 ") extends past the end of the file (%"
-                         PRIu64 " bytes)", count, table_off, file_size);
+    if (!ipu__mul_u64(count, 32, &table_bytes) ||
+        !ipu__add_u64(table_off, table_bytes, &table_end) || table_end > file_size)
+        return ipu__fail(IPU_ERR_CORRUPT,
+                         "container: blob table (%" PRIu32 " entries at offset %" PRIu64
+                         ") extends past the end of the file (%" PRIu64 " bytes)",
+                         count, table_off, file_size);
     for (int i = 48; i < 64; i++)
         if (p[i] != 0)
             return ipu__fail(IPU_ERR_CORRUPT, "container: reserved header byte %d is not zero", i);
     uint64_t stored = ipu__ld_u64(p + 32);
     uint64_t computed;
     ipu_status st = ipu_container_checksum(p + IPU_CONTAINER_HEADER_SIZE,
-                                           c->size - IPU_CONTAINER_HEADER_SIZE, version,
-                                           &computed);
+                                           c->size - IPU_CONTAINER_HEADER_SIZE, version, &computed);
     if (st != IPU_OK) return st;
     if (stored != computed)
-        return ipu__fail(IPU_ERR_CORRUPT, "container: checksum mismatch (stored 0x%016" PRIx64
-                         ", computed 0x%016" PRIx64 ")", stored, computed);
+        return ipu__fail(IPU_ERR_CORRUPT,
+                         "container: checksum mismatch (stored 0x%016" PRIx64
+                         ", computed 0x%016" PRIx64 ")",
+                         stored, computed);
     c->version = version;
     c->blob_count = count;
     c->file_size = file_size;
@@ -195,28 +200,32 @@ static ipu_status check_header(ipu_container *c) {
 static ipu_status check_opaque(ipu_container *c, uint32_t i, cblob *b) {
     const uint8_t *p = c->base + b->offset;
     if (b->size < 4)
-        return ipu__fail(IPU_ERR_CORRUPT, "container: blob %" PRIu32
-                         " (OPAQUE) is %" PRIu64 " bytes, too small for its name header", i,
-                         b->size);
+        return ipu__fail(IPU_ERR_CORRUPT,
+                         "container: blob %" PRIu32 " (OPAQUE) is %" PRIu64
+                         " bytes, too small for its name header",
+                         i, b->size);
     uint32_t name_len = ipu__ld_u32(p);
     if (name_len < 1 || name_len > 255)
-        return ipu__fail(IPU_ERR_CORRUPT, "container: blob %" PRIu32
-                         " (OPAQUE) name length %" PRIu32 " is outside 1..255", i, name_len);
+        return ipu__fail(IPU_ERR_CORRUPT,
+                         "container: blob %" PRIu32 " (OPAQUE) name length %" PRIu32
+                         " is outside 1..255",
+                         i, name_len);
     uint64_t hdr = ((uint64_t)4 + name_len + 7) & ~(uint64_t)7;
     if (hdr > b->size)
-        return ipu__fail(IPU_ERR_CORRUPT, "container: blob %" PRIu32 " (OPAQUE) name of %" PRIu32
-                         " bytes does not fit in the blob (%" PRIu64 " bytes)", i, name_len,
-                         b->size);
+        return ipu__fail(IPU_ERR_CORRUPT,
+                         "container: blob %" PRIu32 " (OPAQUE) name of %" PRIu32
+                         " bytes does not fit in the blob (%" PRIu64 " bytes)",
+                         i, name_len, b->size);
     if (memchr(p + 4, 0, name_len) != NULL)
-        return ipu__fail(IPU_ERR_CORRUPT, "container: blob %" PRIu32
-                         " (OPAQUE) name contains a NUL byte", i);
+        return ipu__fail(IPU_ERR_CORRUPT,
+                         "container: blob %" PRIu32 " (OPAQUE) name contains a NUL byte", i);
     if (!ipu__utf8_valid(p + 4, name_len))
-        return ipu__fail(IPU_ERR_CORRUPT, "container: blob %" PRIu32
-                         " (OPAQUE) name is not valid UTF-8", i);
+        return ipu__fail(IPU_ERR_CORRUPT,
+                         "container: blob %" PRIu32 " (OPAQUE) name is not valid UTF-8", i);
     for (uint64_t k = 4 + (uint64_t)name_len; k < hdr; k++)
         if (p[k] != 0)
-            return ipu__fail(IPU_ERR_CORRUPT, "container: blob %" PRIu32
-                             " (OPAQUE) name padding is not zero", i);
+            return ipu__fail(IPU_ERR_CORRUPT,
+                             "container: blob %" PRIu32 " (OPAQUE) name padding is not zero", i);
     b->name = ipu__malloc((size_t)name_len + 1);
     if (!b->name) return ipu__fail(IPU_ERR_NOMEM, "container: out of memory copying a blob name");
     memcpy(b->name, p + 4, name_len);
@@ -252,47 +261,53 @@ static ipu_status check_blobs(ipu_container *c) {
             goto out;
         }
         if (b->type != IPU_BLOB_PROGRAM && b->id != 0) {
-            st = ipu__fail(IPU_ERR_CORRUPT, "container: blob %" PRIu32 " (%s) has id %" PRIu32
-                           ", must be 0", i, type_name(b->type), b->id);
+            st = ipu__fail(IPU_ERR_CORRUPT,
+                           "container: blob %" PRIu32 " (%s) has id %" PRIu32 ", must be 0", i,
+                           type_name(b->type), b->id);
             goto out;
         }
         if (reserved != 0) {
-            st = ipu__fail(IPU_ERR_CORRUPT, "container: blob %" PRIu32
-                           " reserved field is not zero", i);
+            st = ipu__fail(IPU_ERR_CORRUPT,
+                           "container: blob %" PRIu32 " reserved field is not zero", i);
             goto out;
         }
         if (b->offset % IPU_CONTAINER_ALIGN != 0) {
-            st = ipu__fail(IPU_ERR_CORRUPT, "container: blob %" PRIu32 " offset %" PRIu64
-                           " is not a multiple of %u", i, b->offset, IPU_CONTAINER_ALIGN);
+            st = ipu__fail(IPU_ERR_CORRUPT,
+                           "container: blob %" PRIu32 " offset %" PRIu64 " is not a multiple of %u",
+                           i, b->offset, IPU_CONTAINER_ALIGN);
             goto out;
         }
         if (b->offset < table_end) {
-            st = ipu__fail(IPU_ERR_CORRUPT, "container: blob %" PRIu32 " offset %" PRIu64
-                           " is inside the header or blob table (which ends at %" PRIu64 ")", i,
-                           b->offset, table_end);
+            st = ipu__fail(IPU_ERR_CORRUPT,
+                           "container: blob %" PRIu32 " offset %" PRIu64
+                           " is inside the header or blob table (which ends at %" PRIu64 ")",
+                           i, b->offset, table_end);
             goto out;
         }
         if (!range_ok(b->offset, b->size, c->file_size)) {
-            st = ipu__fail(IPU_ERR_CORRUPT, "container: blob %" PRIu32 " offset %" PRIu64
-                           " + size %" PRIu64 " exceeds file size %" PRIu64, i, b->offset,
-                           b->size, c->file_size);
+            st = ipu__fail(IPU_ERR_CORRUPT,
+                           "container: blob %" PRIu32 " offset %" PRIu64 " + size %" PRIu64
+                           " exceeds file size %" PRIu64,
+                           i, b->offset, b->size, c->file_size);
             goto out;
         }
         b->data_off = b->offset;
         b->data_size = b->size;
         if (b->type == IPU_BLOB_METADATA) {
             if (metadata >= 0) {
-                st = ipu__fail(IPU_ERR_CORRUPT, "container: blob %" PRIu32
-                               " is a second METADATA blob (first is blob %" PRId64 ")", i,
-                               metadata);
+                st = ipu__fail(IPU_ERR_CORRUPT,
+                               "container: blob %" PRIu32
+                               " is a second METADATA blob (first is blob %" PRId64 ")",
+                               i, metadata);
                 goto out;
             }
             metadata = i;
         } else if (b->type == IPU_BLOB_TENSOR_DATA) {
             if (tensor_data >= 0) {
-                st = ipu__fail(IPU_ERR_CORRUPT, "container: blob %" PRIu32
-                               " is a second TENSOR_DATA blob (first is blob %" PRId64 ")", i,
-                               tensor_data);
+                st = ipu__fail(IPU_ERR_CORRUPT,
+                               "container: blob %" PRIu32
+                               " is a second TENSOR_DATA blob (first is blob %" PRId64 ")",
+                               i, tensor_data);
                 goto out;
             }
             tensor_data = i;
@@ -311,9 +326,10 @@ static ipu_status check_blobs(ipu_container *c) {
     for (uint32_t k = 1; k < n; k++) {
         const span *a = &spans[k - 1], *b = &spans[k];
         if (b->key < a->key + a->size) { /* a->key + a->size <= file_size: no wrap */
-            st = ipu__fail(IPU_ERR_CORRUPT, "container: blob %" PRIu32 " [%" PRIu64 ", +%" PRIu64
-                           ") overlaps blob %" PRIu32 " [%" PRIu64 ", +%" PRIu64 ")", b->index,
-                           b->key, b->size, a->index, a->key, a->size);
+            st = ipu__fail(IPU_ERR_CORRUPT,
+                           "container: blob %" PRIu32 " [%" PRIu64 ", +%" PRIu64
+                           ") overlaps blob %" PRIu32 " [%" PRIu64 ", +%" PRIu64 ")",
+                           b->index, b->key, b->size, a->index, a->key, a->size);
             goto out;
         }
     }
@@ -324,9 +340,9 @@ static ipu_status check_blobs(ipu_container *c) {
     qsort(spans, np, sizeof *spans, span_cmp);
     for (uint32_t k = 1; k < np; k++) {
         if (spans[k].key == spans[k - 1].key) {
-            st = ipu__fail(IPU_ERR_CORRUPT, "container: blobs %" PRIu32 " and %" PRIu32
-                           " are both PROGRAM %" PRIu64, spans[k - 1].index, spans[k].index,
-                           spans[k].key);
+            st = ipu__fail(IPU_ERR_CORRUPT,
+                           "container: blobs %" PRIu32 " and %" PRIu32 " are both PROGRAM %" PRIu64,
+                           spans[k - 1].index, spans[k].index, spans[k].key);
             goto out;
         }
     }
@@ -344,9 +360,10 @@ static ipu_status check_blobs(ipu_container *c) {
         qsort(names, no, sizeof *names, named_cmp);
         for (uint32_t k = 1; k < no && st == IPU_OK; k++)
             if (strcmp(names[k - 1].name, names[k].name) == 0)
-                st = ipu__fail(IPU_ERR_CORRUPT, "container: blobs %" PRIu32 " and %" PRIu32
-                               " are both OPAQUE \"%s\"", names[k - 1].index, names[k].index,
-                               names[k].name);
+                st = ipu__fail(IPU_ERR_CORRUPT,
+                               "container: blobs %" PRIu32 " and %" PRIu32
+                               " are both OPAQUE \"%s\"",
+                               names[k - 1].index, names[k].index, names[k].name);
         ipu__free(names);
     }
 out:
@@ -380,8 +397,10 @@ ipu_status ipu_container_open_memory(const void *data, size_t size, ipu_containe
     if (!out || (!data && size > 0))
         return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "container: NULL argument");
     if (size < IPU_CONTAINER_HEADER_SIZE)
-        return ipu__fail(IPU_ERR_CORRUPT, "container: image is %zu bytes, smaller than the "
-                         "%u-byte header", size, IPU_CONTAINER_HEADER_SIZE);
+        return ipu__fail(IPU_ERR_CORRUPT,
+                         "container: image is %zu bytes, smaller than the "
+                         "%u-byte header",
+                         size, IPU_CONTAINER_HEADER_SIZE);
     ipu_status st;
     ipu_container *c = ipu__calloc(1, sizeof *c);
     if (!c) return ipu__fail(IPU_ERR_NOMEM, "container: out of memory");
@@ -419,8 +438,10 @@ ipu_status ipu_container_open(const char *path, ipu_container **out) {
         goto fail;
     }
     if (sb.st_size < (off_t)IPU_CONTAINER_HEADER_SIZE) {
-        st = ipu__fail(IPU_ERR_CORRUPT, "container: '%s' is %lld bytes, smaller than the %u-byte "
-                       "header", path, (long long)sb.st_size, IPU_CONTAINER_HEADER_SIZE);
+        st = ipu__fail(IPU_ERR_CORRUPT,
+                       "container: '%s' is %lld bytes, smaller than the %u-byte "
+                       "header",
+                       path, (long long)sb.st_size, IPU_CONTAINER_HEADER_SIZE);
         goto fail;
     }
     if ((uint64_t)sb.st_size > (uint64_t)SIZE_MAX) {
@@ -473,8 +494,9 @@ static void fill_info(const ipu_container *c, const cblob *b, ipu_blob_info *out
 ipu_status ipu_container_blob(const ipu_container *c, uint32_t index, ipu_blob_info *out) {
     if (!c || !out) return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "container: NULL argument");
     if (index >= c->blob_count)
-        return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "container: blob index %" PRIu32
-                         " out of range (%" PRIu32 " blobs)", index, c->blob_count);
+        return ipu__fail(IPU_ERR_INVALID_ARGUMENT,
+                         "container: blob index %" PRIu32 " out of range (%" PRIu32 " blobs)",
+                         index, c->blob_count);
     fill_info(c, &c->blobs[index], out);
     return IPU_OK;
 }

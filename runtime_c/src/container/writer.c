@@ -27,7 +27,7 @@ typedef struct wblob {
     const uint8_t *data; /* payload: owned when `owned`, else borrowed from the caller */
     size_t data_size;
     bool owned;
-    size_t size; /* head_size + data_size: the blob as stored */
+    size_t size;  /* head_size + data_size: the blob as stored */
     uint64_t key; /* hash of the PROGRAM id or OPAQUE name (key_hash) */
 } wblob;
 
@@ -80,8 +80,8 @@ static bool same_key(const wblob *b, uint32_t type, uint32_t id, const char *nam
 }
 
 /* The blob with this key, or NULL. */
-static const wblob *find_key(const ipu_container_writer *w, uint64_t h, uint32_t type,
-                             uint32_t id, const char *name, size_t len) {
+static const wblob *find_key(const ipu_container_writer *w, uint64_t h, uint32_t type, uint32_t id,
+                             const char *name, size_t len) {
     if (!w->keys_cap) return NULL;
     size_t mask = w->keys_cap - 1;
     for (size_t i = (size_t)h & mask; w->keys[i]; i = (i + 1) & mask) {
@@ -118,10 +118,12 @@ static ipu_status add_blob(ipu_container_writer *w, ipu_blob_type type, uint32_t
         return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "container writer: NULL argument");
     uint32_t t = (uint32_t)type;
     if (t < IPU_BLOB_METADATA || t > IPU_BLOB_OPAQUE)
-        return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "container writer: unknown blob type %" PRIu32, t);
+        return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "container writer: unknown blob type %" PRIu32,
+                         t);
     if (t != IPU_BLOB_PROGRAM && id != 0)
         return ipu__fail(IPU_ERR_INVALID_ARGUMENT,
-                         "container writer: id %" PRIu32 " given for a blob that is not a PROGRAM", id);
+                         "container writer: id %" PRIu32 " given for a blob that is not a PROGRAM",
+                         id);
     if (t != IPU_BLOB_OPAQUE && name != NULL)
         return ipu__fail(IPU_ERR_INVALID_ARGUMENT,
                          "container writer: a name is only allowed for OPAQUE blobs");
@@ -174,8 +176,7 @@ static ipu_status add_blob(ipu_container_writer *w, ipu_blob_type type, uint32_t
         return ipu__fail(IPU_ERR_NOMEM, "container writer: out of memory");
     if (copy && size && !(own = ipu__malloc(size))) {
         ipu__free(head);
-        return ipu__fail(IPU_ERR_NOMEM, "container writer: out of memory copying %zu bytes",
-                         size);
+        return ipu__fail(IPU_ERR_NOMEM, "container writer: out of memory copying %zu bytes", size);
     }
     if (head) {
         ipu__st_u32(head, (uint32_t)name_len);
@@ -186,8 +187,15 @@ static ipu_status add_blob(ipu_container_writer *w, ipu_blob_type type, uint32_t
         put_key(w->keys, w->keys_cap, key, w->count);
         w->keyed++;
     }
-    w->blobs[w->count++] = (wblob){t, t == IPU_BLOB_PROGRAM ? id : 0, head, hdr,
-                                   own ? own : data, size, own != NULL, hdr + size, key};
+    w->blobs[w->count++] = (wblob){t,
+                                   t == IPU_BLOB_PROGRAM ? id : 0,
+                                   head,
+                                   hdr,
+                                   own ? own : data,
+                                   size,
+                                   own != NULL,
+                                   hdr + size,
+                                   key};
     if (t == IPU_BLOB_METADATA) w->has_metadata = true;
     if (t == IPU_BLOB_TENSOR_DATA) w->has_tensor_data = true;
     return IPU_OK;
@@ -214,8 +222,8 @@ ipu_status ipu_container_writer_finish_into(ipu_container_writer *w, void *dst, 
     uint64_t pos = IPU_CONTAINER_HEADER_SIZE + (uint64_t)w->count * 32; /* <= 64 + 2^21 */
     for (uint32_t i = 0; i < w->count; i++) {
         uint64_t end;
-        if (!ipu__add_u64(pos, align - 1, &pos) || !ipu__add_u64(pos & ~(align - 1),
-                                                                 w->blobs[i].size, &end))
+        if (!ipu__add_u64(pos, align - 1, &pos) ||
+            !ipu__add_u64(pos & ~(align - 1), w->blobs[i].size, &end))
             return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "container writer: total size overflows");
         pos = end;
     }
@@ -254,14 +262,13 @@ ipu_status ipu_container_writer_finish_into(ipu_container_writer *w, void *dst, 
     ipu__st_u64(buf + 40, IPU_CONTAINER_HEADER_SIZE);
     uint64_t sum;
     ipu_status st = ipu_container_checksum(buf + IPU_CONTAINER_HEADER_SIZE,
-                                           total - IPU_CONTAINER_HEADER_SIZE,
-                                           IPU_CONTAINER_VERSION, &sum);
+                                           total - IPU_CONTAINER_HEADER_SIZE, IPU_CONTAINER_VERSION,
+                                           &sum);
     if (st == IPU_OK) ipu__st_u64(buf + 32, sum);
     return st;
 }
 
-ipu_status ipu_container_writer_finish(ipu_container_writer *w, void **data_out,
-                                       size_t *size_out) {
+ipu_status ipu_container_writer_finish(ipu_container_writer *w, void **data_out, size_t *size_out) {
     if (!w || !data_out || !size_out)
         return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "container writer: NULL argument");
     size_t total;
@@ -285,7 +292,7 @@ static const char *pick_ptr(char *r, char *buf) {
     return r ? r : "unknown error";
 }
 /* strerror_r is the GNU (char *) or the XSI (int) variant depending on the libc. */
-#define IPU__PICK(r, buf) _Generic((r), int: pick_int, char *: pick_ptr)(r, buf)
+#define IPU__PICK(r, buf) _Generic((r), int : pick_int, char * : pick_ptr)(r, buf)
 
 static ipu_status io_fail(const char *what, const char *path, int e) {
     char buf[128];

@@ -23,7 +23,9 @@ static bool all_zero(const uint8_t *p, uint64_t n) {
 
 static uint64_t pad8(uint64_t x) { return (x + 7) & ~(uint64_t)7; }
 
-static ipu_status nomem(void) { return ipu__fail(IPU_ERR_NOMEM, "out of memory loading executable"); }
+static ipu_status nomem(void) {
+    return ipu__fail(IPU_ERR_NOMEM, "out of memory loading executable");
+}
 
 static int cmp_anchor_name(const void *a, const void *b) {
     return strcmp((*(const ipu__anchor *const *)a)->name, (*(const ipu__anchor *const *)b)->name);
@@ -44,9 +46,11 @@ static ipu_status parse_tensor(ipu_executable *e, uint32_t i, const uint8_t *r) 
     uint32_t flags = ipu__ld_u32(r + 12);
     uint64_t off = ipu__ld_u64(r + 16), nbytes = ipu__ld_u64(r + 24);
     size_t es = ipu_dtype_size((ipu_dtype)dtype);
-    if (es == 0) return ipu__fail(IPU_ERR_CORRUPT, "metadata: tensor %u: unknown dtype %u", i, dtype);
+    if (es == 0)
+        return ipu__fail(IPU_ERR_CORRUPT, "metadata: tensor %u: unknown dtype %u", i, dtype);
     if (ndim > IPU_MAX_DIMS)
-        return ipu__fail(IPU_ERR_CORRUPT, "metadata: tensor %u: ndim %u > %u", i, ndim, IPU_MAX_DIMS);
+        return ipu__fail(IPU_ERR_CORRUPT, "metadata: tensor %u: ndim %u > %u", i, ndim,
+                         IPU_MAX_DIMS);
     if (loc != IPU_LOC_ARENA && loc != IPU_LOC_TENSOR_DATA)
         return ipu__fail(IPU_ERR_CORRUPT, "metadata: tensor %u: unknown location %u", i, loc);
     if (flags != 0)
@@ -61,8 +65,9 @@ static ipu_status parse_tensor(ipu_executable *e, uint32_t i, const uint8_t *r) 
         int64_t dim = (int64_t)ipu__ld_u64(r + 32 + 8 * d);
         if (d >= ndim) {
             if (dim != 0)
-                return ipu__fail(IPU_ERR_CORRUPT, "metadata: tensor %u: unused dim %u is %lld, not 0",
-                                 i, d, (long long)dim);
+                return ipu__fail(IPU_ERR_CORRUPT,
+                                 "metadata: tensor %u: unused dim %u is %lld, not 0", i, d,
+                                 (long long)dim);
             continue;
         }
         if (dim < 0)
@@ -83,8 +88,9 @@ static ipu_status parse_tensor(ipu_executable *e, uint32_t i, const uint8_t *r) 
         return ipu__fail(IPU_ERR_CORRUPT,
                          "metadata: tensor %u is in TENSOR_DATA but the container has none", i);
     if (!ipu__add_u64(off, nbytes, &end) || end > limit)
-        return ipu__fail(IPU_ERR_CORRUPT, "metadata: tensor %u: bytes [%llu, +%llu) exceed the %s (%llu bytes)",
-                         i, (unsigned long long)off, (unsigned long long)nbytes,
+        return ipu__fail(IPU_ERR_CORRUPT,
+                         "metadata: tensor %u: bytes [%llu, +%llu) exceed the %s (%llu bytes)", i,
+                         (unsigned long long)off, (unsigned long long)nbytes,
                          loc == IPU_LOC_ARENA ? "arena" : "TENSOR_DATA blob",
                          (unsigned long long)limit);
     t->desc.dtype = (ipu_dtype)dtype;
@@ -113,8 +119,9 @@ static ipu_status parse_anchor(ipu_executable *e, uint32_t i, const uint8_t *r,
     if (dir != IPU_DIR_INPUT && dir != IPU_DIR_OUTPUT)
         return ipu__fail(IPU_ERR_CORRUPT, "metadata: anchor %u: unknown direction %u", i, dir);
     if (tensor >= e->info.num_tensors)
-        return ipu__fail(IPU_ERR_CORRUPT, "metadata: anchor %u: tensor %u out of range (%u tensors)",
-                         i, tensor, e->info.num_tensors);
+        return ipu__fail(IPU_ERR_CORRUPT,
+                         "metadata: anchor %u: tensor %u out of range (%u tensors)", i, tensor,
+                         e->info.num_tensors);
     if (sg != IPU_NO_INDEX && sg >= e->info.num_subgraphs)
         return ipu__fail(IPU_ERR_CORRUPT, "metadata: anchor %u: subgraph %u out of range (%u)", i,
                          sg, e->info.num_subgraphs);
@@ -122,8 +129,10 @@ static ipu_status parse_anchor(ipu_executable *e, uint32_t i, const uint8_t *r,
         return ipu__fail(IPU_ERR_CORRUPT, "metadata: anchor %u: unknown flags 0x%x", i, flags);
     /* the session streams every other anchor through the arena; a weight is only read */
     if ((flags & IPU_ANCHOR_TENSOR_DATA) && dir != IPU_DIR_INPUT)
-        return ipu__fail(IPU_ERR_CORRUPT, "metadata: anchor %u: a TENSOR_DATA anchor (a weight) "
-                         "must be an input", i);
+        return ipu__fail(IPU_ERR_CORRUPT,
+                         "metadata: anchor %u: a TENSOR_DATA anchor (a weight) "
+                         "must be an input",
+                         i);
     ipu_location want = (flags & IPU_ANCHOR_TENSOR_DATA) ? IPU_LOC_TENSOR_DATA : IPU_LOC_ARENA;
     if (e->tensors[tensor].loc != want)
         return ipu__fail(IPU_ERR_CORRUPT, "metadata: anchor %u: tensor %u must be in the %s", i,
@@ -149,17 +158,27 @@ static ipu_status check_index_anchor(const ipu_executable *e) {
     if (a->direction != IPU_DIR_INPUT)
         return ipu__fail(IPU_ERR_CORRUPT, "metadata: index_anchor %u is not an input", ia);
     if (a->flags & IPU_ANCHOR_TENSOR_DATA)
-        return ipu__fail(IPU_ERR_CORRUPT, "metadata: index_anchor %u is a TENSOR_DATA anchor "
-                         "(a weight); the subgraph index must be an arena input", ia);
+        return ipu__fail(IPU_ERR_CORRUPT,
+                         "metadata: index_anchor %u is a TENSOR_DATA anchor "
+                         "(a weight); the subgraph index must be an arena input",
+                         ia);
     switch (t->desc.dtype) {
-        case IPU_DTYPE_INT8: case IPU_DTYPE_UINT8: case IPU_DTYPE_INT16: case IPU_DTYPE_UINT16:
-        case IPU_DTYPE_INT32: case IPU_DTYPE_UINT32: case IPU_DTYPE_INT64: case IPU_DTYPE_UINT64:
+        case IPU_DTYPE_INT8:
+        case IPU_DTYPE_UINT8:
+        case IPU_DTYPE_INT16:
+        case IPU_DTYPE_UINT16:
+        case IPU_DTYPE_INT32:
+        case IPU_DTYPE_UINT32:
+        case IPU_DTYPE_INT64:
+        case IPU_DTYPE_UINT64:
             if (t->numel == 1) return IPU_OK;
             break;
         default: break;
     }
-    return ipu__fail(IPU_ERR_CORRUPT, "metadata: index_anchor %u: tensor %u is %s with %llu "
-                     "elements, not one integer", ia, a->tensor,
+    return ipu__fail(IPU_ERR_CORRUPT,
+                     "metadata: index_anchor %u: tensor %u is %s with %llu "
+                     "elements, not one integer",
+                     ia, a->tensor,
                      ipu_dtype_name(t->desc.dtype) ? ipu_dtype_name(t->desc.dtype) : "?",
                      (unsigned long long)t->numel);
 }
@@ -167,7 +186,8 @@ static ipu_status check_index_anchor(const ipu_executable *e) {
 static ipu_status parse_metadata(ipu_executable *e, const ipu_container *c) {
     ipu_blob_info mb;
     ipu_status st = ipu_container_find_blob(c, IPU_BLOB_METADATA, 0, &mb);
-    if (st == IPU_ERR_NOT_FOUND) return ipu__fail(IPU_ERR_CORRUPT, "container has no METADATA blob");
+    if (st == IPU_ERR_NOT_FOUND)
+        return ipu__fail(IPU_ERR_CORRUPT, "container has no METADATA blob");
     if (st) return st;
     ipu_blob_info tb;
     st = ipu_container_find_blob(c, IPU_BLOB_TENSOR_DATA, 0, &tb);
@@ -200,9 +220,10 @@ static ipu_status parse_metadata(ipu_executable *e, const ipu_container *c) {
         return ipu__fail(IPU_ERR_CORRUPT, "metadata: unknown ipu_version %u (expected 2 or 21)",
                          in->ipu_version);
     if (in->num_ipus < 1 || in->replication_factor < 1 || in->batches_per_step < 1)
-        return ipu__fail(IPU_ERR_CORRUPT,
-                         "metadata: num_ipus %u, replication_factor %u, batches_per_step %u must be >= 1",
-                         in->num_ipus, in->replication_factor, in->batches_per_step);
+        return ipu__fail(
+            IPU_ERR_CORRUPT,
+            "metadata: num_ipus %u, replication_factor %u, batches_per_step %u must be >= 1",
+            in->num_ipus, in->replication_factor, in->batches_per_step);
     if (in->num_tensors > IPU_MAX_TENSORS)
         return ipu__fail(IPU_ERR_CORRUPT, "metadata: num_tensors %u > %u", in->num_tensors,
                          IPU_MAX_TENSORS);
@@ -220,8 +241,10 @@ static ipu_status parse_metadata(ipu_executable *e, const ipu_container *c) {
         return ipu__fail(IPU_ERR_CORRUPT, "metadata: num_stages %u > %u", in->num_stages,
                          IPU_MAX_STAGES);
     if (in->num_stages && in->num_subgraphs != 1)
-        return ipu__fail(IPU_ERR_CORRUPT, "metadata: a sharded model (%u stages) must have one "
-                         "subgraph, not %u", in->num_stages, in->num_subgraphs);
+        return ipu__fail(IPU_ERR_CORRUPT,
+                         "metadata: a sharded model (%u stages) must have one "
+                         "subgraph, not %u",
+                         in->num_stages, in->num_subgraphs);
     /* Layout: all counts are < 2^32, so these sums cannot overflow 64 bits. */
     uint64_t stage_at = 56 + 4 * (uint64_t)in->num_subgraphs;
     uint64_t main_end = stage_at + (in->num_stages ? 4 + 12 * (uint64_t)in->num_stages : 0);
@@ -230,17 +253,19 @@ static ipu_status parse_metadata(ipu_executable *e, const ipu_container *c) {
     uint64_t str_at = anch_at + (uint64_t)ANCHOR_REC * in->num_anchors;
     uint64_t str_end = str_at + strings_size, end = pad8(str_end);
     if (end != size)
-        return ipu__fail(IPU_ERR_CORRUPT,
-                         "metadata: blob is %llu bytes, layout (%u subgraphs, %u tensors, %u anchors, %u string bytes) needs %llu",
-                         (unsigned long long)size, in->num_subgraphs, in->num_tensors,
-                         in->num_anchors, strings_size, (unsigned long long)end);
+        return ipu__fail(
+            IPU_ERR_CORRUPT,
+            "metadata: blob is %llu bytes, layout (%u subgraphs, %u tensors, %u anchors, %u string bytes) needs %llu",
+            (unsigned long long)size, in->num_subgraphs, in->num_tensors, in->num_anchors,
+            strings_size, (unsigned long long)end);
     if (!all_zero(p + main_end, tens_at - main_end) || !all_zero(p + str_end, end - str_end))
         return ipu__fail(IPU_ERR_CORRUPT, "metadata: padding bytes not zero");
     e->main_programs = ipu__calloc(in->num_subgraphs, sizeof(uint32_t));
     e->tensors = ipu__calloc(in->num_tensors, sizeof(ipu__tensor));
     e->anchors = ipu__calloc(in->num_anchors, sizeof(ipu__anchor));
     if (!e->main_programs || !e->tensors || !e->anchors) return nomem();
-    for (uint32_t s = 0; s < in->num_subgraphs; s++) e->main_programs[s] = ipu__ld_u32(p + 56 + 4 * (uint64_t)s);
+    for (uint32_t s = 0; s < in->num_subgraphs; s++)
+        e->main_programs[s] = ipu__ld_u32(p + 56 + 4 * (uint64_t)s);
     if (in->num_stages) {
         uint32_t flags = ipu__ld_u32(p + stage_at);
         if (flags & ~(uint32_t)IPU_STAGES_PIPELINED)
@@ -252,18 +277,23 @@ static ipu_status parse_metadata(ipu_executable *e, const ipu_container *c) {
             const uint8_t *q = p + stage_at + 4 + 12 * (uint64_t)k;
             e->stages[k] = (ipu__stage){ipu__ld_u32(q), ipu__ld_u32(q + 4), ipu__ld_u32(q + 8)};
             if (e->stages[k].ipu >= in->num_ipus)
-                return ipu__fail(IPU_ERR_CORRUPT, "metadata: stage %u is on IPU %u, but num_ipus "
-                                 "is %u", k, e->stages[k].ipu, in->num_ipus);
+                return ipu__fail(IPU_ERR_CORRUPT,
+                                 "metadata: stage %u is on IPU %u, but num_ipus "
+                                 "is %u",
+                                 k, e->stages[k].ipu, in->num_ipus);
         }
         if (e->stages[0].program != e->main_programs[0])
-            return ipu__fail(IPU_ERR_CORRUPT, "metadata: stage 0 program %u is not the Main "
-                             "program %u", e->stages[0].program, e->main_programs[0]);
+            return ipu__fail(IPU_ERR_CORRUPT,
+                             "metadata: stage 0 program %u is not the Main "
+                             "program %u",
+                             e->stages[0].program, e->main_programs[0]);
     }
     e->load_program = load_id; /* ids for now; resolved to indices later */
     for (uint32_t i = 0; i < in->num_tensors; i++)
         if ((st = parse_tensor(e, i, p + tens_at + (uint64_t)TENSOR_REC * i))) return st;
     for (uint32_t i = 0; i < in->num_anchors; i++)
-        if ((st = parse_anchor(e, i, p + anch_at + (uint64_t)ANCHOR_REC * i, p + str_at, strings_size)))
+        if ((st = parse_anchor(e, i, p + anch_at + (uint64_t)ANCHOR_REC * i, p + str_at,
+                               strings_size)))
             return st;
     if (in->index_anchor != IPU_NO_INDEX && (st = check_index_anchor(e))) return st;
     if (in->num_anchors > 1) {
@@ -304,22 +334,24 @@ static ipu_status parse_program(ipu__program *pr, const uint8_t *p, uint64_t siz
     for (uint32_t i = 0; i < n; i++) {
         ipu__instr *ins = &pr->instr[i];
         if (size - pos < 8)
-            return ipu__fail(IPU_ERR_BAD_PROGRAM, "program %u instruction %u: truncated header", id, i);
+            return ipu__fail(IPU_ERR_BAD_PROGRAM, "program %u instruction %u: truncated header", id,
+                             i);
         const uint8_t *q = p + pos;
         uint32_t n_in = q[2], n_out = q[3], n_attr = ld_u16(q + 4);
         ins->op = (ipu_opcode)ld_u16(q);
         if (ld_u16(q + 6) != 0)
-            return ipu__fail(IPU_ERR_BAD_PROGRAM, "program %u instruction %u: reserved field not zero", id, i);
+            return ipu__fail(IPU_ERR_BAD_PROGRAM,
+                             "program %u instruction %u: reserved field not zero", id, i);
         if (n_attr > MAX_ATTRS)
-            return ipu__fail(IPU_ERR_BAD_PROGRAM, "program %u instruction %u: %u attributes > %u", id,
-                             i, n_attr, MAX_ATTRS);
+            return ipu__fail(IPU_ERR_BAD_PROGRAM, "program %u instruction %u: %u attributes > %u",
+                             id, i, n_attr, MAX_ATTRS);
         uint32_t nops = n_in + n_out, words = nops + (nops & 1);
         uint64_t len = 8 + 4 * (uint64_t)words + 8 * (uint64_t)n_attr;
         if (size - pos < len)
-            return ipu__fail(IPU_ERR_BAD_PROGRAM,
-                             "program %u instruction %u: %llu bytes needed at offset %llu, blob has %llu",
-                             id, i, (unsigned long long)len, (unsigned long long)pos,
-                             (unsigned long long)size);
+            return ipu__fail(
+                IPU_ERR_BAD_PROGRAM,
+                "program %u instruction %u: %llu bytes needed at offset %llu, blob has %llu", id, i,
+                (unsigned long long)len, (unsigned long long)pos, (unsigned long long)size);
         if ((n_in && !(ins->in = ipu__malloc(sizeof(uint32_t) * n_in))) ||
             (n_out && !(ins->out = ipu__malloc(sizeof(uint32_t) * n_out))) ||
             (n_attr && !(ins->attr = ipu__malloc(sizeof(int64_t) * n_attr))))
@@ -330,12 +362,15 @@ static ipu_status parse_program(ipu__program *pr, const uint8_t *p, uint64_t siz
         for (uint32_t k = 0; k < n_in; k++) ins->in[k] = ipu__ld_u32(q + 8 + 4 * k);
         for (uint32_t k = 0; k < n_out; k++) ins->out[k] = ipu__ld_u32(q + 8 + 4 * (n_in + k));
         if ((nops & 1) && ipu__ld_u32(q + 8 + 4 * nops) != 0)
-            return ipu__fail(IPU_ERR_BAD_PROGRAM, "program %u instruction %u: operand padding not zero", id, i);
-        for (uint32_t k = 0; k < n_attr; k++) ins->attr[k] = (int64_t)ipu__ld_u64(q + 8 + 4 * words + 8 * k);
+            return ipu__fail(IPU_ERR_BAD_PROGRAM,
+                             "program %u instruction %u: operand padding not zero", id, i);
+        for (uint32_t k = 0; k < n_attr; k++)
+            ins->attr[k] = (int64_t)ipu__ld_u64(q + 8 + 4 * words + 8 * k);
         pos += len;
     }
     if (pos != size)
-        return bad_prog(id, "blob does not end after the last instruction (end, blob size)", pos, size);
+        return bad_prog(id, "blob does not end after the last instruction (end, blob size)", pos,
+                        size);
     return IPU_OK;
 }
 
@@ -353,24 +388,31 @@ static ipu_status resolve_stages(ipu_executable *e, const prog_key *keys, uint32
         ipu__stage *sg = &e->stages[k];
         uint32_t id = sg->program;
         if (find_prog(keys, np, id, &sg->program) || sg->program == e->load_program)
-            return ipu__fail(IPU_ERR_CORRUPT, "metadata: program %u of stage %u does not exist "
-                             "or is the Load program", id, k);
+            return ipu__fail(IPU_ERR_CORRUPT,
+                             "metadata: program %u of stage %u does not exist "
+                             "or is the Load program",
+                             id, k);
         if (sg->copy == IPU_NO_INDEX) continue;
         id = sg->copy;
         if (find_prog(keys, np, id, &sg->copy) || sg->copy == e->load_program)
-            return ipu__fail(IPU_ERR_CORRUPT, "metadata: copy program %u of stage %u does not "
-                             "exist or is the Load program", id, k);
+            return ipu__fail(IPU_ERR_CORRUPT,
+                             "metadata: copy program %u of stage %u does not "
+                             "exist or is the Load program",
+                             id, k);
         const ipu__program *pr = &e->programs[sg->copy];
         for (uint32_t i = 0; i < pr->n_instr; i++)
             if (pr->instr[i].op != IPU_OP_COPY)
-                return ipu__fail(IPU_ERR_BAD_PROGRAM, "copy program %u of stage %u: instruction "
-                                 "%u is not a COPY", id, k, i);
+                return ipu__fail(IPU_ERR_BAD_PROGRAM,
+                                 "copy program %u of stage %u: instruction "
+                                 "%u is not a COPY",
+                                 id, k, i);
     }
     return IPU_OK;
 }
 
 ipu_status ipu_executable_create(const ipu_container *c, ipu_executable **out) {
-    if (!c || !out) return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ipu_executable_create: NULL argument");
+    if (!c || !out)
+        return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ipu_executable_create: NULL argument");
     ipu_status st = IPU_OK;
     prog_key *keys = NULL;
     ipu_executable *e = ipu__calloc(1, sizeof *e);
@@ -415,13 +457,15 @@ ipu_status ipu_executable_create(const ipu_container *c, ipu_executable **out) {
     for (uint32_t s = 0; s < e->info.num_subgraphs; s++) {
         uint32_t id = e->main_programs[s];
         if (find_prog(keys, np, id, &e->main_programs[s])) {
-            st = ipu__fail(IPU_ERR_CORRUPT, "metadata: main program %u of subgraph %u does not exist",
-                           id, s);
+            st = ipu__fail(IPU_ERR_CORRUPT,
+                           "metadata: main program %u of subgraph %u does not exist", id, s);
             goto fail;
         }
         if (e->main_programs[s] == e->load_program) { /* BIND is for the Load program only */
-            st = ipu__fail(IPU_ERR_CORRUPT, "metadata: main program %u of subgraph %u is the "
-                           "Load program", id, s);
+            st = ipu__fail(IPU_ERR_CORRUPT,
+                           "metadata: main program %u of subgraph %u is the "
+                           "Load program",
+                           id, s);
             goto fail;
         }
     }
@@ -477,7 +521,8 @@ void ipu_executable_get_info(const ipu_executable *e, ipu_executable_info *out) 
 }
 
 ipu_status ipu_executable_tensor(const ipu_executable *e, uint32_t index, ipu_tensor_desc *out) {
-    if (!e || !out) return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ipu_executable_tensor: NULL argument");
+    if (!e || !out)
+        return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ipu_executable_tensor: NULL argument");
     if (index >= e->info.num_tensors)
         return ipu__fail(IPU_ERR_NOT_FOUND, "tensor %u out of range (%u tensors)", index,
                          e->info.num_tensors);
@@ -486,7 +531,8 @@ ipu_status ipu_executable_tensor(const ipu_executable *e, uint32_t index, ipu_te
 }
 
 ipu_status ipu_executable_anchor(const ipu_executable *e, uint32_t index, ipu_anchor_info *out) {
-    if (!e || !out) return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ipu_executable_anchor: NULL argument");
+    if (!e || !out)
+        return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ipu_executable_anchor: NULL argument");
     if (index >= e->info.num_anchors)
         return ipu__fail(IPU_ERR_NOT_FOUND, "anchor %u out of range (%u anchors)", index,
                          e->info.num_anchors);
@@ -514,7 +560,8 @@ ipu_status ipu_executable_find_anchor(const ipu_executable *e, const char *name,
 }
 
 ipu_status ipu_executable_program(const ipu_executable *e, uint32_t index, ipu_program_info *out) {
-    if (!e || !out) return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ipu_executable_program: NULL argument");
+    if (!e || !out)
+        return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ipu_executable_program: NULL argument");
     if (index >= e->info.num_programs)
         return ipu__fail(IPU_ERR_NOT_FOUND, "program index %u out of range (%u programs)", index,
                          e->info.num_programs);

@@ -36,16 +36,16 @@ typedef struct ipu__anchor {
 typedef struct ipu__instr {
     ipu_opcode op;
     uint32_t n_in, n_out, n_attr;
-    uint32_t *in;   /* owned copies */
+    uint32_t *in; /* owned copies */
     uint32_t *out;
     int64_t *attr;
-    void *plan;     /* kernel-specific data precomputed by the verifier (owned), or NULL */
+    void *plan; /* kernel-specific data precomputed by the verifier (owned), or NULL */
 } ipu__instr;
 
 typedef struct ipu__stage {
     uint32_t program; /* index into programs[] (an id until resolved) */
     uint32_t ipu;
-    uint32_t copy;    /* index into programs[], or IPU_NO_INDEX */
+    uint32_t copy; /* index into programs[], or IPU_NO_INDEX */
 } ipu__stage;
 
 typedef struct ipu__program {
@@ -60,9 +60,9 @@ struct ipu_executable {
     ipu__tensor *tensors;
     ipu__anchor *anchors;
     ipu__program *programs;
-    uint32_t load_program;   /* index into programs[] (not the id) */
-    uint32_t *main_programs; /* [num_subgraphs] indices into programs[] */
-    ipu__stage *stages;      /* [info.num_stages] or NULL */
+    uint32_t load_program;      /* index into programs[] (not the id) */
+    uint32_t *main_programs;    /* [num_subgraphs] indices into programs[] */
+    ipu__stage *stages;         /* [info.num_stages] or NULL */
     const uint8_t *tensor_data; /* TENSOR_DATA blob or NULL */
     uint64_t tensor_data_size;
     struct ipu__prepack *prepack; /* packed operands (prepack.h); mutable while verifying */

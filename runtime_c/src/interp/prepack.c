@@ -59,8 +59,9 @@ static ipu_status find_blob(const ipu_container *c, ipu_blob_info *out, bool *fo
         ipu_status st = ipu_container_blob(c, i, &bi);
         if (st) return st;
         if (bi.type != IPU_BLOB_OPAQUE || strcmp(bi.name, IPU_PACKED_BLOB_NAME) != 0) continue;
-        if (*found) return ipu__fail(IPU_ERR_CORRUPT, "packed blob: more than one %s blob",
-                                     IPU_PACKED_BLOB_NAME);
+        if (*found)
+            return ipu__fail(IPU_ERR_CORRUPT, "packed blob: more than one %s blob",
+                             IPU_PACKED_BLOB_NAME);
         *out = bi;
         *found = true;
     }
@@ -133,8 +134,7 @@ void ipu__prepack_destroy(ipu_executable *e) {
 
 static const pk_rec *lookup(const ipu__prepack *pk, const pk_key *k, const ipu__pack_tag *tag,
                             uint64_t size) {
-    const pk_rec *hit = pk->n_index ? bsearch(k, pk->index, pk->n_index, sizeof *pk->index,
-                                              cmp_key)
+    const pk_rec *hit = pk->n_index ? bsearch(k, pk->index, pk->n_index, sizeof *pk->index, cmp_key)
                                     : NULL;
     if (!hit || hit->size != size || memcmp(&hit->tag, tag, sizeof *tag) != 0) return NULL;
     return hit;
@@ -146,8 +146,8 @@ ipu_status ipu__packed_operand(const ipu_executable *e, uint32_t program_id, uin
     ipu__prepack *pk = e->prepack;
     /* an instruction's requests are consecutive: a slot asked twice is a verifier bug, and its
      * written blob would be refused */
-    for (uint32_t i = pk->n_used; i-- > 0 && pk->used[i].key.program == program_id &&
-                                  pk->used[i].key.instr == index;)
+    for (uint32_t i = pk->n_used;
+         i-- > 0 && pk->used[i].key.program == program_id && pk->used[i].key.instr == index;)
         if (pk->used[i].key.slot == slot)
             return ipu__fail(IPU_ERR_INTERNAL, "program %u instruction %u: slot %u packed twice",
                              program_id, index, slot);
@@ -168,8 +168,8 @@ ipu_status ipu__packed_operand(const ipu_executable *e, uint32_t program_id, uin
         pk->n_mapped++;
     } else {
         uint8_t *buf = ipu__big_alloc(size);
-        if (!buf) return ipu__fail(IPU_ERR_NOMEM, "out of memory packing an operand (%zu bytes)",
-                                   size);
+        if (!buf)
+            return ipu__fail(IPU_ERR_NOMEM, "out of memory packing an operand (%zu bytes)", size);
         memset(buf, 0, size); /* padding the pack function skips is zero in a written blob */
         fn(ctx, buf);
         r->data = buf;

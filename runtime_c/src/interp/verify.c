@@ -11,7 +11,7 @@
 #include "kernels/reduce.h"
 #include "verify_internal.h"
 
-ipu_status (ipu__vbad)(const vctx *v, const char *fmt, ...) {
+ipu_status(ipu__vbad)(const vctx *v, const char *fmt, ...) {
     char msg[384];
     va_list ap;
     va_start(ap, fmt);
@@ -193,7 +193,9 @@ static ipu_status mm_finish(const vctx *v, const ipu__mm_plan *t, const ipu__ten
         mm_pack mp = {p, v->e->tensor_data + b->offset, nmat, u.nr};
         /* version 1 of ipu__mm_pack_b's bytes (ipu__sgemm_pack_b_all): bump it when they change;
          * geom[2]: packed from float16 */
-        ipu__pack_tag tag = {IPU__PACK_SGEMM_B, 1, (uint32_t)u.isa,
+        ipu__pack_tag tag = {IPU__PACK_SGEMM_B,
+                             1,
+                             (uint32_t)u.isa,
                              {(uint32_t)u.nr, IPU__SGEMM_KC,
                               (uint32_t)(p->dtype == IPU_DTYPE_FLOAT16), 0}};
         const void *dst;
@@ -273,11 +275,12 @@ ipu_status ipu__verify_gemm(const vctx *v, const ipu__tensor *const *in, const i
         return bad(v, "inner dims differ: op(A)[M=%lld,K=%lld] vs op(B)[K=%lld,N=%lld]",
                    (long long)M, (long long)K, (long long)K2, (long long)N);
     if (y->desc.ndim != 2 || y->desc.dims[0] != M || y->desc.dims[1] != N)
-        return bad(v, "output Y%s, expected [%lld,%lld]", shape_str(s3, sizeof s3, y),
-                   (long long)M, (long long)N);
+        return bad(v, "output Y%s, expected [%lld,%lld]", shape_str(s3, sizeof s3, y), (long long)M,
+                   (long long)N);
     int64_t cr = 1, cc = 1;
     if (c) {
-        if (c->desc.ndim > 2) return bad(v, "C%s has more than 2 dims", shape_str(s1, sizeof s1, c));
+        if (c->desc.ndim > 2)
+            return bad(v, "C%s has more than 2 dims", shape_str(s1, sizeof s1, c));
         if (c->desc.ndim == 2) cr = c->desc.dims[0];
         if (c->desc.ndim >= 1) cc = c->desc.dims[c->desc.ndim - 1];
         if ((cr != 1 && cr != M) || (cc != 1 && cc != N))
@@ -357,7 +360,8 @@ ipu_status ipu__verify_concat(const vctx *v, const ipu__tensor *const *in, const
 static ipu_status plan_red(const vctx *v, const ipu__tensor *x, const ipu__tensor *y,
                            ipu__instr *ins, bool softmax) {
     for (int i = 0; i < 3; i++)
-        if (ins->attr[i] < 0) return bad(v, "attribute %d is negative (%lld)", i, (long long)ins->attr[i]);
+        if (ins->attr[i] < 0)
+            return bad(v, "attribute %d is negative (%lld)", i, (long long)ins->attr[i]);
     uint64_t o = (uint64_t)ins->attr[0], r = (uint64_t)ins->attr[1], n = (uint64_t)ins->attr[2];
     uint64_t orn, on;
     if (!ipu__mul_u64(o, n, &on) || !ipu__mul_u64(on, r, &orn))
@@ -488,8 +492,10 @@ static bool unary_dtype_ok(int64_t fn, ipu_dtype dt) {
     switch (fn) {
         case IPU__UN_NOT: return dt == IPU_DTYPE_BOOL;
         case IPU__UN_NEG: return is_float(dt) || is_sint(dt);
-        case IPU__UN_ABS: case IPU__UN_SIGN: case IPU__UN_CLIP: case IPU__UN_SHRINK:
-            return is_arith(dt);
+        case IPU__UN_ABS:
+        case IPU__UN_SIGN:
+        case IPU__UN_CLIP:
+        case IPU__UN_SHRINK: return is_arith(dt);
         case IPU__UN_BITWISE_NOT: return is_int(dt);
         default: return is_float(dt);
     }
@@ -530,10 +536,14 @@ ipu_status ipu__verify_unary(const vctx *v, const ipu__tensor *const *in, const 
 static bool binary_dtype_ok(int fn, ipu_dtype dt) {
     switch (fn) {
         case IPU__BIN_EQUAL: return is_arith(dt) || dt == IPU_DTYPE_BOOL;
-        case IPU__BIN_AND: case IPU__BIN_OR: case IPU__BIN_XOR: return dt == IPU_DTYPE_BOOL;
-        case IPU__BIN_BITWISE_AND: case IPU__BIN_BITWISE_OR: case IPU__BIN_BITWISE_XOR:
-        case IPU__BIN_BITSHIFT_LEFT: case IPU__BIN_BITSHIFT_RIGHT:
-            return is_int(dt);
+        case IPU__BIN_AND:
+        case IPU__BIN_OR:
+        case IPU__BIN_XOR: return dt == IPU_DTYPE_BOOL;
+        case IPU__BIN_BITWISE_AND:
+        case IPU__BIN_BITWISE_OR:
+        case IPU__BIN_BITWISE_XOR:
+        case IPU__BIN_BITSHIFT_LEFT:
+        case IPU__BIN_BITSHIFT_RIGHT: return is_int(dt);
         default: return is_arith(dt); /* POW, MIN, MAX, comparisons, MOD, FMOD, PRELU */
     }
 }
@@ -575,8 +585,7 @@ static ipu_status plan_nary(const vctx *v, const ipu__tensor *const *in, const i
     for (uint32_t d = 0; d < nd; d++) {
         if (shape[d] == 1) continue;
         bool merge = o > 0;
-        for (uint32_t k = 0; merge && k < n; k++)
-            merge = p->st[k][o - 1] == p->st[k][d] * shape[d];
+        for (uint32_t k = 0; merge && k < n; k++) merge = p->st[k][o - 1] == p->st[k][d] * shape[d];
         if (merge) {
             p->shape[o - 1] *= shape[d];
             for (uint32_t k = 0; k < n; k++) p->st[k][o - 1] = p->st[k][d];

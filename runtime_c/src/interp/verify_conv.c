@@ -13,8 +13,8 @@ static ipu_status plan_nomem(void) {
 
 /* Output size of a window of k taps at dilation d over n (+ pads) elements, stride s: floor and
  * ceil variants; false if the padded input is smaller than the window. */
-static bool win_out(int64_t n, int64_t pa, int64_t pb, int64_t k, int64_t d, int64_t s,
-                    int64_t *lo, int64_t *hi) {
+static bool win_out(int64_t n, int64_t pa, int64_t pb, int64_t k, int64_t d, int64_t s, int64_t *lo,
+                    int64_t *hi) {
     int64_t span = n + pa + pb - (d * (k - 1) + 1);
     if (span < 0) return false;
     *lo = span / s + 1;
@@ -28,8 +28,8 @@ static ipu_status attr_range(const vctx *v, uint32_t first, uint32_t count, int6
     for (uint32_t i = 0; i < count; i++) {
         int64_t a = v->ins->attr[first + i];
         if (a < lo || a > IPU__ATTR_MAX)
-            return bad(v, "%s = %lld outside [%lld, %lld]", names[i], (long long)a,
-                       (long long)lo, (long long)IPU__ATTR_MAX);
+            return bad(v, "%s = %lld outside [%lld, %lld]", names[i], (long long)a, (long long)lo,
+                       (long long)IPU__ATTR_MAX);
     }
     return IPU_OK;
 }
@@ -166,10 +166,10 @@ static int64_t tpose_rows(const ipu__ukr *u, int64_t Cig, int64_t Cog, int64_t O
  * weight pair), once for the direct paths' (9). Measured on ResNet-50, VGG19, AlexNet, ZFNet:
  * it keeps the 3x3 layers with 512 input channels on 14x14 and 28x28 maps direct (U of 16 MB
  * streamed for every 16 tiles), where Winograd was 4-17 % slower. Sets *wnt and *wcb. */
-#define IPU__WINO_V ((int64_t)128 << 10)      /* floats of V at most */
-#define IPU__WINO_M ((int64_t)96 << 10)       /* floats of M at most */
+#define IPU__WINO_V ((int64_t)128 << 10)     /* floats of V at most */
+#define IPU__WINO_M ((int64_t)96 << 10)      /* floats of M at most */
 #define IPU__WINO_CACHED ((double)(1 << 20)) /* weight bytes that stay in cache between blocks */
-#define IPU__WINO_BYTE 5.0                    /* multiply-adds per weight byte streamed */
+#define IPU__WINO_BYTE 5.0                   /* multiply-adds per weight byte streamed */
 static double streamed(double bytes) {
     return bytes > IPU__WINO_CACHED ? IPU__WINO_BYTE * bytes : 0.0;
 }
@@ -262,7 +262,7 @@ static void pack_conv_weights_t(const void *ctx, void *out) {
 }
 
 ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
-                         ipu__instr *ins) {
+                              ipu__instr *ins) {
     static const char *const pos[] = {"group", "stride_h", "stride_w", "dil_h", "dil_w"};
     static const char *const pads[] = {"pad_top", "pad_left", "pad_bottom", "pad_right"};
     char s1[160], s2[160], s3[160];
@@ -328,8 +328,8 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
     if ((f32 || (f16 && (dw16 || KH * KW > 1))) && !pw) {
         wrows = window_rows(xd[0], G, C / G, oh, ow, KH, KW, mbl, a, &xcopy, &hq, &wq);
         if (f16 && !dw16 &&
-            (!xcopy || (uint64_t)xd[3] * sizeof(float) >
-                           IPU__WORKER_SCRATCH_BYTES - IPU__SCRATCH_BYTES))
+            (!xcopy ||
+             (uint64_t)xd[3] * sizeof(float) > IPU__WORKER_SCRATCH_BYTES - IPU__SCRATCH_BYTES))
             wrows = 0;
     }
     size_t roff = wrows || ((f32 || f16) && pw) ? (size_t)((C / G) * KH * KW) * sizeof(int64_t) : 0;
@@ -378,8 +378,8 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
     }
     /* float32 weights stored in the executable: packed once, here, for the path that runs */
     /* float16 ones too, as float32, for the float16 GEMM path (the GEMM layout below) */
-    bool pack = (f32 || (p->f16 && y->numel > 0)) && !p->direct &&
-                w->loc == IPU_LOC_TENSOR_DATA && v->e->tensor_data;
+    bool pack = (f32 || (p->f16 && y->numel > 0)) && !p->direct && w->loc == IPU_LOC_TENSOR_DATA &&
+                v->e->tensor_data;
     int64_t trows = 0;
     if ((f32 || f16) && pack && (wrows || pw)) { /* the small-map and Winograd paths */
         if (pw) { /* the small-map path reads x's channel planes in place */
@@ -469,7 +469,7 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
     }
     /* the layout of the path that runs (pack_conv_weights_t for the small-map path) */
     int tile = p->tpose ? u.nr : u.mr;
-    int64_t blk = p->tpose ? (int64_t)ipu__sgemm_packed_b_floats(p->K, p->Cog, u.nr)
+    int64_t blk = p->tpose  ? (int64_t)ipu__sgemm_packed_b_floats(p->K, p->Cog, u.nr)
                   : p->wino ? 16 * ((p->Cog + u.mr - 1) / u.mr * u.mr) * p->Cig
                             : (IPU__MM_MB + u.mr - 1) / u.mr * u.mr * p->K;
     uint64_t nblk = (uint64_t)G * (uint64_t)(p->tpose || p->wino ? 1 : mbl);
@@ -477,11 +477,14 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
         conv_pack cp = {v->e->tensor_data + w->offset, G, p->Cog, p->K, mbl, blk, tile, p->f16};
         /* version 1 of the packing functions' bytes: bump it when they change */
         uint32_t rows_per_block = p->tpose ? 0 : (uint32_t)IPU__MM_MB;
-        ipu__pack_tag tag = {p->tpose ? IPU__PACK_SGEMM_B : IPU__PACK_SGEMM_A, 1,
+        ipu__pack_tag tag = {p->tpose ? IPU__PACK_SGEMM_B : IPU__PACK_SGEMM_A,
+                             1,
                              (uint32_t)u.isa,
                              {(uint32_t)tile, IPU__SGEMM_KC, rows_per_block, (uint32_t)p->f16}};
         if (p->wino) /* geom[1]: from float16 */
-            tag = (ipu__pack_tag){IPU__PACK_WINO, 1, (uint32_t)u.isa,
+            tag = (ipu__pack_tag){IPU__PACK_WINO,
+                                  1,
+                                  (uint32_t)u.isa,
                                   {(uint32_t)tile, (uint32_t)p->f16}};
         const void *dst;
         st = ipu__vpacked(v, 1, &tag, (size_t)(nblk * (uint64_t)blk) * sizeof(float),
@@ -506,8 +509,8 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
     p->hdr.fn = ipu__select_kernel(ins->op, y->desc.dtype);
     /* conv.c runs a worker's consecutive channel items of a pixel block in one piece on these
      * paths (B packed, tiles transformed once) */
-    p->hdr.contiguous = !p->direct && p->mblocks > 1 && (p->f16 || p->tpose || p->wino ||
-                                                         !p->window);
+    p->hdr.contiguous = !p->direct && p->mblocks > 1 &&
+                        (p->f16 || p->tpose || p->wino || !p->window);
     ins->plan = p;
     return IPU_OK;
 }
@@ -520,7 +523,8 @@ ipu_status ipu__verify_pool2d(const vctx *v, const ipu__tensor *const *in, const
     static const char *const dil[] = {"dil_h", "dil_w"};
     char s1[160], s2[160];
     const int64_t *a = ins->attr;
-    if (a[0] != 0 && a[0] != 1) return bad(v, "kind must be 0 (max) or 1 (avg), got %lld", (long long)a[0]);
+    if (a[0] != 0 && a[0] != 1)
+        return bad(v, "kind must be 0 (max) or 1 (avg), got %lld", (long long)a[0]);
     if (a[9] != 0 && a[9] != 1)
         return bad(v, "count_include_pad must be 0 or 1, got %lld", (long long)a[9]);
     ipu_status st = attr_range(v, 1, 4, 1, pos);
@@ -546,8 +550,8 @@ ipu_status ipu__verify_pool2d(const vctx *v, const ipu__tensor *const *in, const
     bool okw = yd[3] == ow || (yd[3] == owc && (owc - 1) * a[4] < xd[3] + a[6]);
     if (yd[0] != xd[0] || yd[1] != xd[1] || !okh || !okw)
         return bad(v, "output y%s, expected [%lld,%lld,%lld,%lld] (or the ceil-mode size)",
-                   shape_str(s1, sizeof s1, y), (long long)xd[0], (long long)xd[1],
-                   (long long)oh, (long long)ow);
+                   shape_str(s1, sizeof s1, y), (long long)xd[0], (long long)xd[1], (long long)oh,
+                   (long long)ow);
     ipu__pool_plan *p;
     if (!(p = alloc_plan(sizeof *p))) return plan_nomem();
     p->f16 = y->desc.dtype == IPU_DTYPE_FLOAT16;

@@ -82,8 +82,8 @@ ipu_status ipu__verify_reindex(const vctx *v, const ipu__tensor *const *in, cons
     uint32_t es = (uint32_t)ipu_dtype_size(y->desc.dtype);
     uint64_t pad = (uint64_t)ins->attr[0];
     if (es < 8 && (pad >> (8 * es)) != 0)
-        return bad(v, "pad value bits 0x%llx do not fit a %u-byte element",
-                   (unsigned long long)pad, es);
+        return bad(v, "pad value bits 0x%llx do not fit a %u-byte element", (unsigned long long)pad,
+                   es);
     uint64_t total = 0;
     for (uint32_t d = 0; d < nd; d++) /* a zero-size y may have huge other dims */
         if (!ipu__add_u64(total, (uint64_t)y->desc.dims[d], &total))
@@ -112,8 +112,8 @@ ipu_status ipu__verify_reindex(const vctx *v, const ipu__tensor *const *in, cons
     int64_t nseg = 0;
     for (int64_t j = 0; j < last; j++) {
         int64_t e = ld_i64(lt, (uint64_t)j), p = j ? ld_i64(lt, (uint64_t)j - 1) : -2;
-        bool cont = j > 0 && ((e < 0 && p < 0) || (e >= 0 && p >= 0 && e * s[nd - 1] ==
-                                                                         p * s[nd - 1] + 1));
+        bool cont = j > 0 &&
+                    ((e < 0 && p < 0) || (e >= 0 && p >= 0 && e * s[nd - 1] == p * s[nd - 1] + 1));
         if (!cont) nseg++;
     }
     ipu__reindex_plan *pl = alloc_plan(sizeof *pl + sizeof(int64_t) * (total + 3 * (uint64_t)nseg));
@@ -209,8 +209,10 @@ ipu_status ipu__verify_interp(const vctx *v, const ipu__tensor *const *in, const
                 memcpy(&p->w[k], &bits, sizeof bits);
                 if (ext ? e != -1 : e < 0) {
                     ipu__free(p);
-                    return bad(v, "dim %u index %lld: tap %lld is %lld (taps must be all -1 or "
-                               "all >= 0)", d, (long long)i, (long long)t, (long long)e);
+                    return bad(v,
+                               "dim %u index %lld: tap %lld is %lld (taps must be all -1 or "
+                               "all >= 0)",
+                               d, (long long)i, (long long)t, (long long)e);
                 }
                 if (ext) {
                     p->off[k] = 0;

@@ -27,8 +27,8 @@ static ipu_status check_reads(const ipu_executable *e, const ipu__program *pr, b
             const char *name = ipu_opcode_name(ins->op);
             return ipu__fail(IPU_ERR_BAD_PROGRAM,
                              "program %u instruction %u (%s): input %u reads TENSOR_DATA tensor "
-                             "%u, which the Load program does not BIND%s", pr->id, i,
-                             name ? name : "?", k, t, is_load ? " before it" : "");
+                             "%u, which the Load program does not BIND%s",
+                             pr->id, i, name ? name : "?", k, t, is_load ? " before it" : "");
         }
     }
     return IPU_OK;
@@ -65,8 +65,8 @@ static int cmp_lo(const void *a, const void *b) {
 
 /* Merge sorted spans[0..n) (one stage; `write` selects the written ones when set) into
  * disjoint events appended at ev[*m]: a start (+delta at lo) and an end (-delta at hi). */
-static void union_events(const flow_span *sp, size_t n, int only_writes, int delta,
-                         flow_span *ev, size_t *m) {
+static void union_events(const flow_span *sp, size_t n, int only_writes, int delta, flow_span *ev,
+                         size_t *m) {
     uint64_t lo = 0, hi = 0;
     bool open = false;
     for (size_t i = 0; i <= n; i++) {
@@ -102,8 +102,8 @@ static ipu_status stage_conflict(const ipu_executable *e, const flow_span *sp, s
         if (sp[i].lo <= at && at < sp[i].hi && sp[i].stage != w) other = sp[i].stage;
     return ipu__fail(IPU_ERR_BAD_PROGRAM,
                      "pipelined stages %u and %u run concurrently but both use arena byte %llu, "
-                     "which stage %u's program %u writes", w, other, (unsigned long long)at, w,
-                     e->programs[e->stages[w].program].id);
+                     "which stage %u's program %u writes",
+                     w, other, (unsigned long long)at, w, e->programs[e->stages[w].program].id);
 }
 
 /* ---- pipelined stages and the streamed anchors ----------------------------------------------
@@ -138,9 +138,9 @@ static ipu_status check_anchor_use(const ipu_executable *e, const ipu__program *
                 return ipu__fail(IPU_ERR_BAD_PROGRAM,
                                  "pipelined stage %u: program %u instruction %u (%s) %s bytes of "
                                  "%s anchor '%s', which only stage %u may use (it holds that "
-                                 "stage's batch)", owner, pr->id, i, name ? name : "?",
-                                 out ? "writes" : "reads", input ? "input" : "output", A->name,
-                                 input ? 0 : last);
+                                 "stage's batch)",
+                                 owner, pr->id, i, name ? name : "?", out ? "writes" : "reads",
+                                 input ? "input" : "output", A->name, input ? 0 : last);
             }
         }
     }
@@ -196,8 +196,10 @@ ipu_status ipu__verify_stages(const ipu_executable *e) {
     int users = 0, writers = 0;
     for (size_t i = 0; i < m && st == IPU_OK; i++) {
         int d = ev[i].write;
-        if (d == 1 || d == -1) users += d;
-        else writers += d / 2;
+        if (d == 1 || d == -1)
+            users += d;
+        else
+            writers += d / 2;
         bool last_here = i + 1 == m || ev[i + 1].lo != ev[i].lo;
         if (last_here && writers > 0 && users > 1) st = stage_conflict(e, sp, used, ev[i].lo);
     }

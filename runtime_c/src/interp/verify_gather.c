@@ -65,8 +65,7 @@ ipu_status ipu__verify_gather(const vctx *v, const ipu__tensor *const *in, const
         return bad(v, "attributes outer %lld, n %lld, inner %lld must be >= 0", (long long)a[0],
                    (long long)a[1], (long long)a[2]);
     uint64_t outer = (uint64_t)a[0], n = (uint64_t)a[1], inner = (uint64_t)a[2], on, total;
-    if (!ipu__mul_u64(outer, n, &on) || !ipu__mul_u64(on, inner, &total) ||
-        total != data->numel)
+    if (!ipu__mul_u64(outer, n, &on) || !ipu__mul_u64(on, inner, &total) || total != data->numel)
         return bad(v, "outer*n*inner (%llu*%llu*%llu) != data numel %llu",
                    (unsigned long long)outer, (unsigned long long)n, (unsigned long long)inner,
                    (unsigned long long)data->numel);
@@ -101,8 +100,8 @@ ipu_status ipu__verify_gather(const vctx *v, const ipu__tensor *const *in, const
 }
 
 /* GATHER_ND: attr batch_dims b; indices [..., k]; y = indices.shape[:-1] + data.shape[b+k:]. */
-ipu_status ipu__verify_gather_nd(const vctx *v, const ipu__tensor *const *in,
-                                 const ipu__tensor *y, ipu__instr *ins) {
+ipu_status ipu__verify_gather_nd(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                                 ipu__instr *ins) {
     char s1[160], s2[160], s3[160];
     const ipu__tensor *data = in[0], *idx = in[1];
     uint32_t ies;
@@ -149,8 +148,8 @@ ipu_status ipu__verify_gather_nd(const vctx *v, const ipu__tensor *const *in,
 /* GATHER_ELEMENTS (attr axis; y.shape == indices.shape) and SCATTER_ELEMENTS (attrs axis,
  * reduction; updates.shape == indices.shape, y.shape == data.shape): same rank everywhere,
  * indices no larger than data off the axis. */
-static ipu_status verify_elements(const vctx *v, const ipu__tensor *const *in,
-                                  const ipu__tensor *y, ipu__instr *ins, bool scatter) {
+static ipu_status verify_elements(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                                  ipu__instr *ins, bool scatter) {
     char s1[160], s2[160], s3[160];
     const ipu__tensor *data = in[0], *idx = in[1], *upd = scatter ? in[2] : NULL;
     uint32_t ies;
@@ -169,7 +168,8 @@ static ipu_status verify_elements(const vctx *v, const ipu__tensor *const *in,
     for (uint32_t d = 0; ok && d < nd; d++)
         ok = d == (uint32_t)axis || idx->desc.dims[d] <= data->desc.dims[d];
     if (!ok)
-        return bad(v, "data%s, indices%s and %s%s do not fit (same rank; indices no larger "
+        return bad(v,
+                   "data%s, indices%s and %s%s do not fit (same rank; indices no larger "
                    "than data except along axis %lld; %s)",
                    shape_str(s1, sizeof s1, data), shape_str(s2, sizeof s2, idx),
                    scatter ? "updates" : "output y", shape_str(s3, sizeof s3, same_as_idx),
@@ -214,8 +214,8 @@ ipu_status ipu__verify_scatter_elements(const vctx *v, const ipu__tensor *const 
 
 /* SCATTER_ND: attr reduction; indices [..., k]; updates = indices.shape[:-1] + data.shape[k:];
  * y.shape == data.shape. */
-ipu_status ipu__verify_scatter_nd(const vctx *v, const ipu__tensor *const *in,
-                                  const ipu__tensor *y, ipu__instr *ins) {
+ipu_status ipu__verify_scatter_nd(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                                  ipu__instr *ins) {
     char s1[160], s2[160], s3[160];
     const ipu__tensor *data = in[0], *idx = in[1], *upd = in[2];
     uint32_t ies;
@@ -233,7 +233,8 @@ ipu_status ipu__verify_scatter_nd(const vctx *v, const ipu__tensor *const *in,
               upd->desc.ndim == q - 1 + r - uk && dims_eq(ud, id, q - 1) &&
               dims_eq(ud + q - 1, dd + uk, r - uk);
     if (!ok)
-        return bad(v, "data%s, indices%s and updates%s do not fit (updates = indices.shape[:-1] "
+        return bad(v,
+                   "data%s, indices%s and updates%s do not fit (updates = indices.shape[:-1] "
                    "+ data.shape[k:], y shaped as data)",
                    shape_str(s1, sizeof s1, data), shape_str(s2, sizeof s2, idx),
                    shape_str(s3, sizeof s3, upd));

@@ -35,7 +35,7 @@ static inline ipu_status ipu__vpacked(const vctx *v, uint32_t slot, const ipu__p
  * table (its values are 0 .. count - 1). */
 static inline ipu_status ipu__vact(const vctx *v, int64_t act) {
     if (act >= 0 && act < IPU__ACT_COUNT) return IPU_OK;
-    /* "0 (NONE), 1 (RELU), ": the table spelled out by ipu_fns.def itself */
+        /* "0 (NONE), 1 (RELU), ": the table spelled out by ipu_fns.def itself */
 #define IPU_ACT(name, value) #value " (" #name "), "
     static const char table[] =
 #include "ipu/ipu_fns.def"
@@ -49,8 +49,8 @@ static inline ipu_status ipu__vact(const vctx *v, int64_t act) {
  * y: its first output. */
 typedef ipu_status (*ipu__verify_fn)(const vctx *v, const ipu__tensor *const *in,
                                      const ipu__tensor *y, ipu__instr *ins);
-#define IPU_OP(NAME, value, str, mi, ma, no, na, na2, dt, inp, fl, plan, ks, k)          \
-    ipu_status ipu__verify_##plan(const vctx *v, const ipu__tensor *const *in,                \
+#define IPU_OP(NAME, value, str, mi, ma, no, na, na2, dt, inp, fl, plan, ks, k) \
+    ipu_status ipu__verify_##plan(const vctx *v, const ipu__tensor *const *in,  \
                                   const ipu__tensor *y, ipu__instr *ins);
 #include "ipu/ipu_ops.def"
 #undef IPU_OP

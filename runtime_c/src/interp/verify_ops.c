@@ -36,9 +36,14 @@ static const char *dt_str(ipu_dtype t) {
 static bool is_float(ipu_dtype t) { return t == IPU_DTYPE_FLOAT32 || t == IPU_DTYPE_FLOAT16; }
 static bool is_int(ipu_dtype t) {
     switch (t) {
-        case IPU_DTYPE_INT8: case IPU_DTYPE_INT16: case IPU_DTYPE_INT32: case IPU_DTYPE_INT64:
-        case IPU_DTYPE_UINT8: case IPU_DTYPE_UINT16: case IPU_DTYPE_UINT32: case IPU_DTYPE_UINT64:
-            return true;
+        case IPU_DTYPE_INT8:
+        case IPU_DTYPE_INT16:
+        case IPU_DTYPE_INT32:
+        case IPU_DTYPE_INT64:
+        case IPU_DTYPE_UINT8:
+        case IPU_DTYPE_UINT16:
+        case IPU_DTYPE_UINT32:
+        case IPU_DTYPE_UINT64: return true;
         default: return false;
     }
 }
@@ -113,7 +118,7 @@ ipu_status ipu__verify_instr(const ipu_executable *e, uint32_t program_id, int i
                 return bad(v, "outputs %u and %u overlap", q, o);
     }
     if (r->attrs != IPU__NA_ANY) {
-        uint32_t want = r->attrs == IPU__NA_NDIM ? in[0]->desc.ndim
+        uint32_t want = r->attrs == IPU__NA_NDIM                ? in[0]->desc.ndim
                         : ins->n_attr == (uint32_t)r->attrs_alt ? (uint32_t)r->attrs_alt
                                                                 : (uint32_t)r->attrs;
         if (ins->n_attr != want) return bad(v, "%u attributes, expected %u", ins->n_attr, want);

@@ -57,7 +57,10 @@ static ipu_status rfam_begin(rfam *r, const vctx *v, const ipu__tensor *const *i
     *r = (rfam){v, inputs[0], y, ins, 0, 0, 0, 0, NULL};
     for (uint32_t i = 0; i < 3; i++)
         if (a[at + i] < 1)
-            return bad(v, "%s = %lld must be >= 1", i == 0 ? "outer" : i == 1 ? "n" : "inner",
+            return bad(v, "%s = %lld must be >= 1",
+                       i == 0   ? "outer"
+                       : i == 1 ? "n"
+                                : "inner",
                        (long long)a[at + i]);
     uint64_t onn;
     r->o = (uint64_t)a[at];
@@ -109,7 +112,7 @@ ipu_status ipu__verify_reduce(const vctx *v, const ipu__tensor *const *in, const
     int64_t fn = ins->attr[0];
     bool ok = fn == IPU__RED_MAX || fn == IPU__RED_MIN ? is_ordered(dt) || dt == IPU_DTYPE_BOOL
               : fn == IPU__RED_LOG_SUM || fn == IPU__RED_LOG_SUM_EXP ? is_float(dt)
-                                                                       : is_arith(dt);
+                                                                     : is_arith(dt);
     if (fn < 0 || fn >= IPU__RED_COUNT)
         st = bad(v, "unknown reduce function %lld", (long long)fn);
     else if (!ok)
@@ -120,13 +123,14 @@ ipu_status ipu__verify_reduce(const vctx *v, const ipu__tensor *const *in, const
 }
 
 /* ARG_REDUCE: attrs is_min, select_last_index, outer, n, inner; y int64. */
-ipu_status ipu__verify_arg_reduce(const vctx *v, const ipu__tensor *const *in,
-                                  const ipu__tensor *y, ipu__instr *ins) {
+ipu_status ipu__verify_arg_reduce(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                                  ipu__instr *ins) {
     rfam r;
     ipu_status st = rfam_begin(&r, v, in, y, ins, 2);
     if (st) return st;
     ipu_dtype dt = r.x->desc.dtype;
-    if (!is_ordered(dt)) st = bad(v, "dtype %s is not supported", dt_str(dt));
+    if (!is_ordered(dt))
+        st = bad(v, "dtype %s is not supported", dt_str(dt));
     else if (y->desc.dtype != IPU_DTYPE_INT64)
         st = bad(v, "output dtype %s, expected int64", dt_str(y->desc.dtype));
     if (!st) st = flag(v, 0, "is_min");
@@ -137,8 +141,8 @@ ipu_status ipu__verify_arg_reduce(const vctx *v, const ipu__tensor *const *in,
 }
 
 /* Cumulative scans along the middle axis: attrs outer, n, inner, exclusive, reverse. */
-ipu_status ipu__verify_cumulative(const vctx *v, const ipu__tensor *const *in,
-                                  const ipu__tensor *y, ipu__instr *ins) {
+ipu_status ipu__verify_cumulative(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                                  ipu__instr *ins) {
     rfam r;
     ipu_status st = rfam_begin(&r, v, in, y, ins, 0);
     if (st) return st;
@@ -163,7 +167,8 @@ ipu_status ipu__verify_topk(const vctx *v, const ipu__tensor *const *in, const i
     const int64_t *a = ins->attr;
     const ipu__tensor *yi = &v->e->tensors[ins->out[1]];
     uint64_t k = (uint64_t)a[3], okn;
-    if (!is_ordered(dt)) st = bad(v, "dtype %s is not supported", dt_str(dt));
+    if (!is_ordered(dt))
+        st = bad(v, "dtype %s is not supported", dt_str(dt));
     else if (yi->desc.dtype != IPU_DTYPE_INT64)
         st = bad(v, "indices dtype %s, expected int64", dt_str(yi->desc.dtype));
     else if (a[3] < 1 || k > r.n)
@@ -182,8 +187,8 @@ ipu_status ipu__verify_topk(const vctx *v, const ipu__tensor *const *in, const i
 }
 
 /* LOG_SOFTMAX, HARDMAX: attrs outer, axis_len, inner; float32/float16, y of x's shape. */
-ipu_status ipu__verify_float_axis(const vctx *v, const ipu__tensor *const *in,
-                                  const ipu__tensor *y, ipu__instr *ins) {
+ipu_status ipu__verify_float_axis(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                                  ipu__instr *ins) {
     rfam r;
     ipu_status st = rfam_begin(&r, v, in, y, ins, 0);
     if (st) return st;

@@ -31,26 +31,27 @@ struct ipu_ring {
     uint64_t tail_cache; /* consumer's last view of tail */
     /* Producer line. */
     _Alignas(IPU__CACHE_LINE) _Atomic uint64_t tail;
-    uint64_t head_cache; /* producer's last view of head */
+    uint64_t head_cache;                     /* producer's last view of head */
     _Alignas(IPU__CACHE_LINE) char end_pad_; /* keep the next object off the producer line */
 };
 
 ipu_status ipu_ring_create(size_t capacity, size_t item_size, ipu_ring **out) {
     if (!out) return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ring: NULL argument");
     if (capacity == 0 || item_size == 0)
-        return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ring: capacity (%zu) and item_size (%zu) "
-                         "must be positive", capacity, item_size);
+        return ipu__fail(IPU_ERR_INVALID_ARGUMENT,
+                         "ring: capacity (%zu) and item_size (%zu) "
+                         "must be positive",
+                         capacity, item_size);
     size_t cap = 1;
     while (cap < capacity) {
         if (cap > SIZE_MAX / 2)
-            return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ring: capacity %zu is too large",
-                             capacity);
+            return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ring: capacity %zu is too large", capacity);
         cap <<= 1;
     }
     uint64_t bytes;
     if (!ipu__mul_u64(cap, item_size, &bytes) || bytes > SIZE_MAX / 2)
-        return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ring: %zu slots of %zu bytes is too large",
-                         cap, item_size);
+        return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ring: %zu slots of %zu bytes is too large", cap,
+                         item_size);
     ipu_ring *r = ipu__aligned_alloc(IPU__CACHE_LINE, sizeof *r);
     if (!r) return ipu__fail(IPU_ERR_NOMEM, "ring: out of memory");
     memset(r, 0, sizeof *r);

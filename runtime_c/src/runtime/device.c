@@ -52,8 +52,10 @@ void ipu__recover(ipu_runtime *rt) {
 static void handle_failure(ipu_runtime *rt, ipu_status st) {
     char msg[IPU__MSG_BYTES];
     snprintf(msg, sizeof msg, "%s", ipu_last_error_message());
-    ipu__log(IPU_LOG_ERROR, "runtime %p: iteration failed (%s): %s; the enqueued requests fail "
-             "with it", (void *)rt, ipu_status_name(st), msg);
+    ipu__log(IPU_LOG_ERROR,
+             "runtime %p: iteration failed (%s): %s; the enqueued requests fail "
+             "with it",
+             (void *)rt, ipu_status_name(st), msg);
     ipu__mark_failed(rt, st, msg);
     /* Producers see health != OK and stop pushing; after this barrier no ring has a producer
      * until health is OK again (submit checks it under submit_mu). */

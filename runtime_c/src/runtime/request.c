@@ -15,8 +15,7 @@ static void request_free(ipu_request *req) {
     ipu__free(req);
 }
 
-static ipu_status request_new(const ipu_request_desc *desc, uint32_t subgraph,
-                              ipu_request **out) {
+static ipu_status request_new(const ipu_request_desc *desc, uint32_t subgraph, ipu_request **out) {
     ipu_request *req = ipu__calloc(1, sizeof *req);
     if (!req) return ipu__fail(IPU_ERR_NOMEM, "submit: cannot allocate a request");
     pthread_condattr_t attr;
@@ -129,11 +128,12 @@ static const char *describe(const ipu_anchor_info *A, char *buf, size_t size) {
     int n = snprintf(buf, size, "'%s' (%s %s[", A->name, dir_name(A->direction),
                      ipu_dtype_name(A->desc.dtype) ? ipu_dtype_name(A->desc.dtype) : "?");
     for (uint32_t d = 0; d < A->desc.ndim && n > 0 && (size_t)n < size; d++)
-        n += snprintf(buf + n, size - (size_t)n, d ? ",%lld" : "%lld",
-                      (long long)A->desc.dims[d]);
+        n += snprintf(buf + n, size - (size_t)n, d ? ",%lld" : "%lld", (long long)A->desc.dims[d]);
     if (n > 0 && (size_t)n < size) {
-        if (A->subgraph == IPU_NO_INDEX) snprintf(buf + n, size - (size_t)n, "])");
-        else snprintf(buf + n, size - (size_t)n, "], subgraph %u)", A->subgraph);
+        if (A->subgraph == IPU_NO_INDEX)
+            snprintf(buf + n, size - (size_t)n, "])");
+        else
+            snprintf(buf + n, size - (size_t)n, "], subgraph %u)", A->subgraph);
     }
     return buf;
 }
@@ -142,9 +142,13 @@ static const char *describe(const ipu_anchor_info *A, char *buf, size_t size) {
 static uint32_t read_index(const void *p, ipu_dtype t) {
     const uint8_t *b = p;
     switch (t) {
-        case IPU_DTYPE_UINT8: case IPU_DTYPE_INT8: case IPU_DTYPE_BOOL: return b[0];
-        case IPU_DTYPE_UINT16: case IPU_DTYPE_INT16: return (uint32_t)b[0] | (uint32_t)b[1] << 8;
-        case IPU_DTYPE_INT64: case IPU_DTYPE_UINT64: {
+        case IPU_DTYPE_UINT8:
+        case IPU_DTYPE_INT8:
+        case IPU_DTYPE_BOOL: return b[0];
+        case IPU_DTYPE_UINT16:
+        case IPU_DTYPE_INT16: return (uint32_t)b[0] | (uint32_t)b[1] << 8;
+        case IPU_DTYPE_INT64:
+        case IPU_DTYPE_UINT64: {
             uint64_t v = ipu__ld_u64(b);
             return v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
         }
@@ -173,8 +177,10 @@ static ipu_status validate(const ipu_runtime *rt, const ipu_request_desc *d, uin
     char b1[256], b2[256];
     const bool strict = rt->cfg.validate_io_params != 0;
     if (rt->s->batching && (d->num_rows == 0 || d->num_rows > UINT32_MAX))
-        return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "submit: num_rows must be 1..2^32-1 with "
-                         "dynamic batching (batching_dim %u)", rt->cfg.batching_dim);
+        return ipu__fail(IPU_ERR_INVALID_ARGUMENT,
+                         "submit: num_rows must be 1..2^32-1 with "
+                         "dynamic batching (batching_dim %u)",
+                         rt->cfg.batching_dim);
     if (!rt->s->batching && d->num_batches == 0)
         return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "submit: num_batches must be >= 1");
     for (uint32_t a = 0; a < rt->num_anchors; a++) {
@@ -189,56 +195,69 @@ static ipu_status validate(const ipu_runtime *rt, const ipu_request_desc *d, uin
                              A->direction == IPU_DIR_INPUT ? "outputs" : "inputs");
         if (!given(d, A, a) || a == rt->index_anchor) continue;
         if (rt->s->binds[a].kind == IPU_BIND_CALLBACK)
-            return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "submit: anchor %s is served by a stream "
+            return ipu__fail(IPU_ERR_INVALID_ARGUMENT,
+                             "submit: anchor %s is served by a stream "
                              "callback and must not be given in requests",
                              describe(A, b1, sizeof b1));
         if (A->has_tensor_data && strict)
-            return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "submit: anchor %s is a weight stored in "
-                             "the container and cannot be fed", describe(A, b1, sizeof b1));
+            return ipu__fail(IPU_ERR_INVALID_ARGUMENT,
+                             "submit: anchor %s is a weight stored in "
+                             "the container and cannot be fed",
+                             describe(A, b1, sizeof b1));
     }
     uint32_t sub = d->subgraph;
     if (rt->index_anchor == IPU_NO_INDEX && rt->num_subgraphs == 1) {
         if (sub != IPU_NO_INDEX && sub != 0)
-            return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "submit: subgraph %u requested but the "
-                             "model has a single subgraph (0)", sub);
+            return ipu__fail(IPU_ERR_INVALID_ARGUMENT,
+                             "submit: subgraph %u requested but the "
+                             "model has a single subgraph (0)",
+                             sub);
         sub = 0;
     } else {
         if (sub != IPU_NO_INDEX && sub >= rt->num_subgraphs)
-            return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "submit: subgraph %u requested but the "
-                             "model has %u subgraphs", sub, rt->num_subgraphs);
+            return ipu__fail(IPU_ERR_INVALID_ARGUMENT,
+                             "submit: subgraph %u requested but the "
+                             "model has %u subgraphs",
+                             sub, rt->num_subgraphs);
         uint32_t ia = rt->index_anchor;
         if (ia != IPU_NO_INDEX && d->inputs && d->inputs[ia]) {
             const ipu_anchor_info *I = &rt->s->anchors[ia];
             uint32_t v = read_index(d->inputs[ia], I->desc.dtype);
             if (v >= rt->num_subgraphs)
-                return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "submit: index anchor '%s' selects "
-                                 "subgraph %u but the model has %u subgraphs", I->name, v,
-                                 rt->num_subgraphs);
+                return ipu__fail(IPU_ERR_INVALID_ARGUMENT,
+                                 "submit: index anchor '%s' selects "
+                                 "subgraph %u but the model has %u subgraphs",
+                                 I->name, v, rt->num_subgraphs);
             if (sub != IPU_NO_INDEX && sub != v)
-                return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "submit: index anchor '%s' selects "
-                                 "subgraph %u but the request asks for subgraph %u", I->name, v,
-                                 sub);
+                return ipu__fail(IPU_ERR_INVALID_ARGUMENT,
+                                 "submit: index anchor '%s' selects "
+                                 "subgraph %u but the request asks for subgraph %u",
+                                 I->name, v, sub);
             sub = v;
         }
         if (sub == IPU_NO_INDEX) {
             uint32_t first = IPU_NO_INDEX;
             for (uint32_t a = 0; a < rt->num_anchors; a++) {
                 const ipu_anchor_info *A = &rt->s->anchors[a];
-                if (a == ia || !ipu__streamed(rt, a) || A->subgraph == IPU_NO_INDEX || !given(d, A, a))
+                if (a == ia || !ipu__streamed(rt, a) || A->subgraph == IPU_NO_INDEX ||
+                    !given(d, A, a))
                     continue;
                 if (first == IPU_NO_INDEX) {
                     first = a;
                 } else if (A->subgraph != rt->s->anchors[first].subgraph) {
-                    return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "submit: cannot infer the "
+                    return ipu__fail(IPU_ERR_INVALID_ARGUMENT,
+                                     "submit: cannot infer the "
                                      "subgraph: anchors %s and %s belong to different subgraphs",
                                      describe(&rt->s->anchors[first], b1, sizeof b1),
                                      describe(A, b2, sizeof b2));
                 }
             }
             if (first == IPU_NO_INDEX)
-                return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "submit: cannot infer the subgraph of "
+                return ipu__fail(IPU_ERR_INVALID_ARGUMENT,
+                                 "submit: cannot infer the subgraph of "
                                  "this fused model: no given anchor belongs to a single subgraph; "
-                                 "set desc.subgraph%s%s%s", ia != IPU_NO_INDEX ? " or feed '" : "",
+                                 "set desc.subgraph%s%s%s",
+                                 ia != IPU_NO_INDEX ? " or feed '" : "",
                                  ia != IPU_NO_INDEX ? rt->s->anchors[ia].name : "",
                                  ia != IPU_NO_INDEX ? "'" : "");
             sub = rt->s->anchors[first].subgraph;
@@ -248,12 +267,13 @@ static ipu_status validate(const ipu_runtime *rt, const ipu_request_desc *d, uin
         const ipu_anchor_info *A = &rt->s->anchors[a];
         int role = ipu__anchor_role(rt, a, sub);
         if (role == IPU__ROLE_RING && !given(d, A, a))
-            return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "submit: missing %s anchor %s required by "
-                             "subgraph %u", dir_name(A->direction), describe(A, b1, sizeof b1),
-                             sub);
-        if (role == IPU__ROLE_NONE && strict && ipu__streamed(rt, a) &&
-            given(d, A, a))
-            return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "submit: anchor %s does not belong to "
+            return ipu__fail(IPU_ERR_INVALID_ARGUMENT,
+                             "submit: missing %s anchor %s required by "
+                             "subgraph %u",
+                             dir_name(A->direction), describe(A, b1, sizeof b1), sub);
+        if (role == IPU__ROLE_NONE && strict && ipu__streamed(rt, a) && given(d, A, a))
+            return ipu__fail(IPU_ERR_INVALID_ARGUMENT,
+                             "submit: anchor %s does not belong to "
                              "subgraph %u (set validate_io_params=0 to ignore it)",
                              describe(A, b1, sizeof b1), sub);
     }
@@ -306,9 +326,10 @@ static ipu_status health_check(ipu_runtime *rt, bool *retry) {
     if (h == IPU__HEALTH_FAILING && rt->cfg.auto_reset)
         *retry = true;
     else if (h != IPU__HEALTH_OK)
-        st = ipu__fail(IPU_ERR_NEEDS_RESET, "submit: the device failed (%s: %s); call "
-                       "ipu_runtime_reset (or set auto_reset)", ipu_status_name(rt->fail_status),
-                       rt->fail_msg);
+        st = ipu__fail(IPU_ERR_NEEDS_RESET,
+                       "submit: the device failed (%s: %s); call "
+                       "ipu_runtime_reset (or set auto_reset)",
+                       ipu_status_name(rt->fail_status), rt->fail_msg);
     pthread_mutex_unlock(&rt->state_mu);
     return st;
 }
@@ -336,13 +357,16 @@ static ipu_status count_slots(const ipu_runtime *rt, const ipu_request_desc *d, 
         if (ipu__anchor_role(rt, a, sub) != IPU__ROLE_RING) continue;
         n++;
         if (slot_bytes(rt, a, d) == UINT64_MAX)
-            return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "submit: %llu rows of anchor '%s' do not "
-                             "fit in memory", (unsigned long long)d->num_rows,
-                             rt->s->anchors[a].name);
+            return ipu__fail(IPU_ERR_INVALID_ARGUMENT,
+                             "submit: %llu rows of anchor '%s' do not "
+                             "fit in memory",
+                             (unsigned long long)d->num_rows, rt->s->anchors[a].name);
     }
     if (n == 0)
-        return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "submit: every anchor of subgraph %u is "
-                         "served by a stream callback: a request has nothing to queue", sub);
+        return ipu__fail(IPU_ERR_INVALID_ARGUMENT,
+                         "submit: every anchor of subgraph %u is "
+                         "served by a stream callback: a request has nothing to queue",
+                         sub);
     *per_chunk = n;
     return IPU_OK;
 }
@@ -360,8 +384,8 @@ static bool ranges_overlap(const char *p, uint64_t np, const char *q, uint64_t n
 }
 
 /* Does input a share a byte with an output buffer of the request? */
-static bool input_overlaps_output(const ipu_runtime *rt, const ipu_request_desc *d,
-                                  uint32_t sub, uint32_t a) {
+static bool input_overlaps_output(const ipu_runtime *rt, const ipu_request_desc *d, uint32_t sub,
+                                  uint32_t a) {
     const char *p = d->inputs[a];
     uint64_t np = buffer_bytes(rt, a, d);
     for (uint32_t b = 0; b < rt->num_anchors; b++) {
@@ -391,10 +415,13 @@ static ipu_status copy_overlapped_inputs(const ipu_runtime *rt, ipu_request *req
     }
     if (total == 0) return IPU_OK;
     const size_t table = (size_t)n * sizeof(void *);
-    uint8_t *block = total <= SIZE_MAX - table - 64 ? ipu__malloc(table + 64 + (size_t)total) : NULL;
+    uint8_t *block = total <= SIZE_MAX - table - 64 ? ipu__malloc(table + 64 + (size_t)total)
+                                                    : NULL;
     if (!block)
-        return ipu__fail(IPU_ERR_NOMEM, "submit: cannot allocate %llu bytes to copy the inputs "
-                         "an output overlaps", (unsigned long long)total);
+        return ipu__fail(IPU_ERR_NOMEM,
+                         "submit: cannot allocate %llu bytes to copy the inputs "
+                         "an output overlaps",
+                         (unsigned long long)total);
     const void **ins = (const void **)(void *)block;
     uint8_t *data = (uint8_t *)(((uintptr_t)(block + table) + 63) & ~(uintptr_t)63);
     for (uint32_t a = 0; a < n; a++) {
@@ -429,8 +456,7 @@ static ipu_status push_request(ipu_runtime *rt, const ipu_request_desc *d, ipu_r
             ipu_direction dir = pass == 0 ? IPU_DIR_INPUT : IPU_DIR_OUTPUT;
             for (uint32_t a = 0; a < rt->num_anchors && st == IPU_OK; a++) {
                 const ipu_anchor_info *A = &rt->s->anchors[a];
-                if (A->direction != dir || ipu__anchor_role(rt, a, sub) != IPU__ROLE_RING)
-                    continue;
+                if (A->direction != dir || ipu__anchor_role(rt, a, sub) != IPU__ROLE_RING) continue;
                 uint8_t *base = dir == IPU_DIR_INPUT ? (uint8_t *)(uintptr_t)d->inputs[a]
                                                      : (uint8_t *)d->outputs[a];
                 uint64_t nb = slot_bytes(rt, a, d);
@@ -448,7 +474,8 @@ ipu_status ipu_runtime_submit(ipu_runtime *rt, const ipu_request_desc *desc, ipu
     if (!rt || !desc || !out)
         return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ipu_runtime_submit: NULL argument");
     if (ipu__tl_in_callback)
-        return ipu__fail(IPU_ERR_INVALID_STATE, "submit called from a stream or done callback "
+        return ipu__fail(IPU_ERR_INVALID_STATE,
+                         "submit called from a stream or done callback "
                          "(the device thread): it could wait forever for queue space");
     for (;;) {
         if (ipu__closed(rt)) return ipu__fail(IPU_ERR_CLOSED, "submit: the runtime is closed");
@@ -670,7 +697,8 @@ ipu_status ipu_runtime_execute(ipu_runtime *rt, const ipu_request_desc *desc, ip
         return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ipu_runtime_execute: NULL argument");
     *out = NULL;
     if (ipu__tl_in_callback)
-        return ipu__fail(IPU_ERR_INVALID_STATE, "execute called from a stream or done callback "
+        return ipu__fail(IPU_ERR_INVALID_STATE,
+                         "execute called from a stream or done callback "
                          "(the device thread): it could wait forever for queue space");
     unsigned others = atomic_fetch_add_explicit(&rt->executing, 1, memory_order_relaxed);
     ipu_status st = execute(rt, desc, out, others);

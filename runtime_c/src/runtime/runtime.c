@@ -54,9 +54,8 @@ static bool inline_eligible(const ipu_runtime *rt, bool *alone) {
 
 static bool arena_overlap(const ipu_executable *e, uint32_t t, uint32_t u) {
     const ipu__tensor *a = &e->tensors[t], *b = &e->tensors[u];
-    return a->loc == IPU_LOC_ARENA && b->loc == IPU_LOC_ARENA && a->desc.nbytes &&
-           b->desc.nbytes && a->offset < b->offset + b->desc.nbytes &&
-           b->offset < a->offset + a->desc.nbytes;
+    return a->loc == IPU_LOC_ARENA && b->loc == IPU_LOC_ARENA && a->desc.nbytes && b->desc.nbytes &&
+           a->offset < b->offset + b->desc.nbytes && b->offset < a->offset + a->desc.nbytes;
 }
 
 /* Bytes [lo, hi) of the arena written by an instruction, clipped to an anchor's bytes. */
@@ -91,8 +90,8 @@ static bool covered(const ipu__span *w, size_t n, uint64_t a, uint64_t b) {
  * writes it and from then on no other tensor touches its bytes (no view of t, nothing else
  * stored there). BIND repoints tensors at run time: an anchor it touches stays in the arena.
  * `spans` is scratch for every output of the program. */
-static bool in_place_ok(const ipu_executable *e, const ipu__program *prog, uint32_t t,
-                        bool input, ipu__span *spans) {
+static bool in_place_ok(const ipu_executable *e, const ipu__program *prog, uint32_t t, bool input,
+                        ipu__span *spans) {
     const ipu__tensor *T = &e->tensors[t];
     if (T->loc != IPU_LOC_ARENA || T->desc.nbytes == 0) return false;
     uint64_t lo = T->offset, hi = T->offset + T->desc.nbytes;
@@ -182,8 +181,10 @@ ipu_status ipu_runtime_create(const ipu_executable *exe, const ipu_runtime_confi
     uint32_t mult = rt->cfg.ring_buffer_size_multiplier ? rt->cfg.ring_buffer_size_multiplier : 1;
     uint32_t bps = info->batches_per_step ? info->batches_per_step : 1;
     if (!ipu__mul_u64(mult, bps, &cap) || cap > ((uint64_t)1 << 24)) {
-        st = ipu__fail(IPU_ERR_INVALID_ARGUMENT, "runtime: ring capacity %u x %u batches is too "
-                       "large (max 2^24 slots)", mult, bps);
+        st = ipu__fail(IPU_ERR_INVALID_ARGUMENT,
+                       "runtime: ring capacity %u x %u batches is too "
+                       "large (max 2^24 slots)",
+                       mult, bps);
         goto fail;
     }
     /* With dynamic batching a slot may hold a single row: scale the rings by the rows per batch
@@ -194,7 +195,8 @@ ipu_status ipu_runtime_create(const ipu_executable *exe, const ipu_runtime_confi
             a == info->index_anchor || rt->cfg.batching_dim >= A.desc.ndim)
             continue;
         uint64_t rows = A.desc.dims[rt->cfg.batching_dim] > 0
-                            ? (uint64_t)A.desc.dims[rt->cfg.batching_dim] : 1;
+                            ? (uint64_t)A.desc.dims[rt->cfg.batching_dim]
+                            : 1;
         if (!ipu__mul_u64(cap < 2 ? 2 : cap, rows, &cap) || cap > ((uint64_t)1 << 24))
             cap = (uint64_t)1 << 24;
         break;
@@ -239,9 +241,10 @@ ipu_status ipu_runtime_create(const ipu_executable *exe, const ipu_runtime_confi
         st = ipu__fail(st, "runtime: %s", m);
         goto fail;
     }
-    ipu__log(IPU_LOG_INFO, "runtime %p: created: %u anchors, %u compute threads, %u batches per "
-             "step, ring capacity %u, arena %llu bytes", (void *)rt, rt->num_anchors,
-             rt->s->nth, rt->s->bps, sc.ring_capacity,
+    ipu__log(IPU_LOG_INFO,
+             "runtime %p: created: %u anchors, %u compute threads, %u batches per "
+             "step, ring capacity %u, arena %llu bytes",
+             (void *)rt, rt->num_anchors, rt->s->nth, rt->s->bps, sc.ring_capacity,
              (unsigned long long)info->arena_size);
     *out = rt;
     return IPU_OK;
@@ -258,7 +261,7 @@ ipu_status ipu_runtime_set_poll(ipu_runtime *rt, ipu_poll_fn fn, void *user_data
         st = ipu__fail(IPU_ERR_CLOSED, "ipu_runtime_set_poll: the runtime is closed");
     else if (rt->submitted)
         st = ipu__fail(IPU_ERR_INVALID_STATE, "ipu_runtime_set_poll: set it before the first "
-                       "submit or execute");
+                                              "submit or execute");
     else
         rt->poll = fn, rt->poll_ud = user_data;
     pthread_mutex_unlock(&rt->submit_mu);
@@ -269,11 +272,15 @@ ipu_status ipu_runtime_set_stream_callback(ipu_runtime *rt, uint32_t anchor, ipu
                                            void *user_data) {
     if (!rt) return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "set_stream_callback: rt is NULL");
     if (anchor >= rt->num_anchors)
-        return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "set_stream_callback: anchor %u out of range "
-                         "(model has %u anchors)", anchor, rt->num_anchors);
+        return ipu__fail(IPU_ERR_INVALID_ARGUMENT,
+                         "set_stream_callback: anchor %u out of range "
+                         "(model has %u anchors)",
+                         anchor, rt->num_anchors);
     if (!ipu__streamed(rt, anchor))
-        return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "set_stream_callback: anchor '%s' is not "
-                         "streamed (%s)", rt->s->anchors[anchor].name,
+        return ipu__fail(IPU_ERR_INVALID_ARGUMENT,
+                         "set_stream_callback: anchor '%s' is not "
+                         "streamed (%s)",
+                         rt->s->anchors[anchor].name,
                          anchor == rt->index_anchor ? "it is the subgraph index"
                                                     : "its data is in the container");
     ipu_status st = IPU_OK;
@@ -281,7 +288,8 @@ ipu_status ipu_runtime_set_stream_callback(ipu_runtime *rt, uint32_t anchor, ipu
     if (ipu__closed(rt))
         st = ipu__fail(IPU_ERR_CLOSED, "set_stream_callback: the runtime is closed");
     else if (rt->submitted)
-        st = ipu__fail(IPU_ERR_INVALID_STATE, "set_stream_callback: anchor '%s': stream "
+        st = ipu__fail(IPU_ERR_INVALID_STATE,
+                       "set_stream_callback: anchor '%s': stream "
                        "callbacks must be set before the first submit",
                        rt->s->anchors[anchor].name);
     else /* the device thread has not started: nobody is inside run_main */
@@ -295,7 +303,7 @@ ipu_status ipu_runtime_reset(ipu_runtime *rt) {
     if (!rt) return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ipu_runtime_reset: rt is NULL");
     if (ipu__tl_in_callback)
         return ipu__fail(IPU_ERR_INVALID_STATE, "ipu_runtime_reset called from a stream or done "
-                         "callback");
+                                                "callback");
     pthread_mutex_lock(&rt->submit_mu);
     if (ipu__closed(rt)) {
         pthread_mutex_unlock(&rt->submit_mu);
@@ -317,7 +325,8 @@ ipu_status ipu_runtime_reset(ipu_runtime *rt) {
     pthread_mutex_unlock(&rt->state_mu);
     ipu__session_interrupt(rt->s);
     pthread_mutex_lock(&rt->state_mu);
-    while (rt->reset_done_gen < gen && !ipu__closed(rt)) pthread_cond_wait(&rt->state_cv, &rt->state_mu);
+    while (rt->reset_done_gen < gen && !ipu__closed(rt))
+        pthread_cond_wait(&rt->state_cv, &rt->state_mu);
     ipu_status st = rt->reset_done_gen >= gen ? rt->reset_status : IPU_ERR_CLOSED;
     char m[IPU__MSG_BYTES];
     snprintf(m, sizeof m, "%s", rt->fail_msg);
@@ -332,7 +341,7 @@ ipu_status ipu_runtime_close(ipu_runtime *rt) {
     if (!rt->sync_ready) return IPU_OK; /* half-built: no thread ever ran */
     if (ipu__tl_in_callback)
         return ipu__fail(IPU_ERR_INVALID_STATE, "ipu_runtime_close called from a stream or done "
-                         "callback");
+                                                "callback");
     pthread_mutex_lock(&rt->close_mu);
     if (!rt->close_done) {
         /* 1. Stop: flag (+ broadcast for reset waiters), then the session wakes its waiters. */
@@ -362,8 +371,10 @@ ipu_status ipu_runtime_close(ipu_runtime *rt) {
         if (ipu__log_enabled(IPU_LOG_INFO)) {
             ipu_runtime_stats stats;
             ipu_runtime_get_stats(rt, &stats);
-            ipu__log(IPU_LOG_INFO, "runtime %p: closed: %llu requests completed, %llu failed, "
-                     "%llu iterations", (void *)rt, (unsigned long long)stats.requests_completed,
+            ipu__log(IPU_LOG_INFO,
+                     "runtime %p: closed: %llu requests completed, %llu failed, "
+                     "%llu iterations",
+                     (void *)rt, (unsigned long long)stats.requests_completed,
                      (unsigned long long)stats.requests_failed,
                      (unsigned long long)stats.iterations);
         }

@@ -66,21 +66,21 @@ enum { IPU__HEALTH_OK = 0, IPU__HEALTH_FAILING = 1, IPU__HEALTH_NEEDS_RESET = 2 
 
 struct ipu_request {
     atomic_uint_fast64_t refs;
-    atomic_int state;                /* IPU__REQ_* */
-    atomic_int finished;             /* set under mu after the done callback returned */
-    atomic_int cancelled;            /* ipu_request_cancel: its programs stop (frame cancel) */
-    atomic_int cut;                  /* a slot completed IPU_ERR_CANCELLED (request.c) */
-    atomic_uint_fast64_t remaining;  /* slots not yet done */
-    ipu_status status;               /* valid once state == DONE */
+    atomic_int state;               /* IPU__REQ_* */
+    atomic_int finished;            /* set under mu after the done callback returned */
+    atomic_int cancelled;           /* ipu_request_cancel: its programs stop (frame cancel) */
+    atomic_int cut;                 /* a slot completed IPU_ERR_CANCELLED (request.c) */
+    atomic_uint_fast64_t remaining; /* slots not yet done */
+    ipu_status status;              /* valid once state == DONE */
     uint32_t subgraph;
-    uint32_t index_value;            /* what the index slot points at */
+    uint32_t index_value; /* what the index slot points at */
     uint64_t t_submit;
     ipu_runtime *rt;
     ipu_request_done_fn done;
     void *user_data;
-    void *inputs_copy;               /* inputs an output overlaps, copied at submit (request.c) */
+    void *inputs_copy; /* inputs an output overlaps, copied at submit (request.c) */
     pthread_mutex_t mu;
-    pthread_cond_t cv;               /* CLOCK_MONOTONIC */
+    pthread_cond_t cv; /* CLOCK_MONOTONIC */
     char msg[IPU__MSG_BYTES];
 };
 
@@ -101,22 +101,22 @@ struct ipu_runtime {
     pthread_mutex_t state_mu;  /* health details, reset generations */
     pthread_cond_t state_cv;   /* health or reset progress changed, or closed */
     pthread_t device;
-    int device_started;        /* under submit_mu */
-    int close_done;            /* under close_mu */
-    bool submitted;            /* under submit_mu */
-    ipu_request *orphan;       /* under submit_mu: partially queued when the session stopped */
-    bool inline_ok;            /* ipu_runtime_execute may run requests inline (runtime.c) */
-    bool inline_alone;         /* ... only without concurrent callers (request.c) */
-    void **in_place;           /* inline_ok: per anchor, its tensor's arena pointer when inline
+    int device_started;  /* under submit_mu */
+    int close_done;      /* under close_mu */
+    bool submitted;      /* under submit_mu */
+    ipu_request *orphan; /* under submit_mu: partially queued when the session stopped */
+    bool inline_ok;      /* ipu_runtime_execute may run requests inline (runtime.c) */
+    bool inline_alone;   /* ... only without concurrent callers (request.c) */
+    void **in_place;     /* inline_ok: per anchor, its tensor's arena pointer when inline
                                 * requests may use the caller's buffer instead (runtime.c) */
 
-    ipu_poll_fn poll;          /* ipu_runtime_set_poll: for inline requests (request.c) */
+    ipu_poll_fn poll; /* ipu_runtime_set_poll: for inline requests (request.c) */
     void *poll_ud;
-    atomic_uint executing;     /* callers inside ipu_runtime_execute */
+    atomic_uint executing;           /* callers inside ipu_runtime_execute */
     atomic_uint_fast64_t crowded_ns; /* when a caller last found another one inside it */
 
     _Alignas(64) atomic_bool closed;
-    atomic_int health;          /* IPU__HEALTH_*: also the producers' abort flag */
+    atomic_int health; /* IPU__HEALTH_*: also the producers' abort flag */
     atomic_int reset_pending;
     /* Written under state_mu; the session reads both lock-free once it sees health != OK
      * (written before that store, rewritten only by the device thread after run_main). */

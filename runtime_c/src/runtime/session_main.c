@@ -21,8 +21,12 @@
 #include "ipu/ipu_trace.h"
 #include "session_internal.h"
 
-enum { EV_READY = IPU__EV_READY, EV_END_STEP = IPU__EV_END_STEP, EV_CLOSED = IPU__EV_CLOSED,
-       EV_INTERRUPT = IPU__EV_INTERRUPT };
+enum {
+    EV_READY = IPU__EV_READY,
+    EV_END_STEP = IPU__EV_END_STEP,
+    EV_CLOSED = IPU__EV_CLOSED,
+    EV_INTERRUPT = IPU__EV_INTERRUPT
+};
 
 static bool is_queue(const ipu_session *s, uint32_t a, uint32_t sub, ipu_direction dir) {
     return s->anchors[a].direction == dir && ipu__in_subgraph(s, a, sub) &&
@@ -38,9 +42,9 @@ static uint64_t front_avail(ipu_session *s, uint32_t a) {
  * with a full ring). */
 static bool outputs_queued(ipu_session *s, uint32_t sub, bool full) {
     for (uint32_t a = 0; a < s->num_anchors; a++) {
-        if (sub == IPU_NO_INDEX ? s->anchors[a].direction != IPU_DIR_OUTPUT ||
-                                      s->binds[a].kind != IPU_BIND_QUEUE
-                                : !is_queue(s, a, sub, IPU_DIR_OUTPUT))
+        if (sub == IPU_NO_INDEX
+                ? s->anchors[a].direction != IPU_DIR_OUTPUT || s->binds[a].kind != IPU_BIND_QUEUE
+                : !is_queue(s, a, sub, IPU_DIR_OUTPUT))
             continue;
         size_t n = ipu_ring_size(s->rings[a]);
         if (full ? n >= ipu_ring_capacity(s->rings[a]) : n > 0) return true;
@@ -55,8 +59,10 @@ static void copy_rows(const ipu__geom *g, uint8_t *tensor, uint8_t *slot, uint64
     for (uint64_t o = 0; o < g->outer; o++) {
         uint8_t *t = tensor + (size_t)((o * g->rows + f) * g->inner);
         uint8_t *p = slot + (size_t)((o * slot_rows + r0) * g->inner);
-        if (to_tensor) memcpy(t, p, n);
-        else memcpy(p, t, n);
+        if (to_tensor)
+            memcpy(t, p, n);
+        else
+            memcpy(p, t, n);
     }
 }
 
@@ -75,9 +81,10 @@ static void *tensor_of(ipu_session *s, const ipu__iter *c, uint32_t a) {
 static void take_rows(ipu_session *s, ipu__iter *c, uint32_t a, uint64_t f, uint64_t k,
                       uint32_t *index) {
     const ipu_slot *sl = ipu_ring_front(s->rings[a]);
-    if (a == s->index_anchor) memcpy(index, sl->data, sizeof *index);
-    else copy_rows(&s->geom[a], tensor_of(s, c, a), sl->data, sl->rows, s->consumed[a], f, k,
-                   true);
+    if (a == s->index_anchor)
+        memcpy(index, sl->data, sizeof *index);
+    else
+        copy_rows(&s->geom[a], tensor_of(s, c, a), sl->data, sl->rows, s->consumed[a], f, k, true);
     s->consumed[a] += k;
     if (s->consumed[a] < sl->rows) return;
     ipu__pend *p = &c->pending[c->npending < s->pending_cap ? c->npending++ : s->pending_cap - 1];
@@ -115,7 +122,13 @@ static int gather(ipu_session *s, ipu__iter *c, uint32_t sub, uint32_t it, bool 
     /* Idle at the start of a step: a caller may run a small request inline meanwhile. */
     const bool parkable = s->park_ok && !index_phase && !committed && it == 0 && !c->idle;
     bool parked = false;
-#define UNPARK() do { if (parked) { ipu__unpark(s); parked = false; } } while (0)
+#define UNPARK()            \
+    do {                    \
+        if (parked) {       \
+            ipu__unpark(s); \
+            parked = false; \
+        }                   \
+    } while (0)
     for (unsigned i = 0;; i++) {
         uint_fast64_t seq = atomic_load(&s->push_seq);
         uint64_t k = R - got;
@@ -242,8 +255,8 @@ static bool scatter(ipu_session *s, ipu__iter *c) {
             uint64_t k = fr->rows - s->consumed[a];
             if (k > filled - f) k = filled - f;
             if (c->st == IPU_OK)
-                copy_rows(&s->geom[a], tensor_of(s, c, a), fr->data, fr->rows, s->consumed[a], f,
-                          k, false);
+                copy_rows(&s->geom[a], tensor_of(s, c, a), fr->data, fr->rows, s->consumed[a], f, k,
+                          false);
             else if (s->front_err[a] == IPU_OK)
                 s->front_err[a] = c->st;
             s->consumed[a] += k;
@@ -354,8 +367,7 @@ static void stage_load(ipu_session *s, ipu__iter *c, uint32_t it) {
                                   memory_order_relaxed);
     }
     for (uint32_t a = 0; a < s->num_anchors; a++) {
-        if (is_queue(s, a, sub, IPU_DIR_INPUT) && s->consumed[a] > 0)
-            c->part[a] = s->pops[a] + 1;
+        if (is_queue(s, a, sub, IPU_DIR_INPUT) && s->consumed[a] > 0) c->part[a] = s->pops[a] + 1;
         if (c->st != IPU_OK || s->anchors[a].direction != IPU_DIR_INPUT ||
             !ipu__in_subgraph(s, a, sub))
             continue;
@@ -442,8 +454,10 @@ static bool second_ready(ipu_session *s, uint32_t it) {
         s->par_arena = s->par_ptr ? ipu__aligned_alloc(64, n ? n : 1) : NULL;
         if (!s->par_arena) { /* no memory for it: run one at a time */
             if (!s->par_warned)
-                ipu__log(IPU_LOG_WARNING, "session %p: no memory for a second arena (%zu "
-                         "bytes): iterations run one at a time", (void *)s, n);
+                ipu__log(IPU_LOG_WARNING,
+                         "session %p: no memory for a second arena (%zu "
+                         "bytes): iterations run one at a time",
+                         (void *)s, n);
             s->par_warned = true;
             return false;
         }
@@ -511,8 +525,10 @@ static int iteration(ipu_session *s, uint32_t it, uint32_t *done, ipu__iter **fa
         }
         if (!ipu__stage_store(s, c2)) return EV_CLOSED;
         if (!*failed && c2->st != IPU_OK && c2->st != IPU_ERR_CANCELLED) *failed = c2;
-        if (it + 1 < s->bps) *done = 2;
-        else s->par_extra_steps++;
+        if (it + 1 < s->bps)
+            *done = 2;
+        else
+            s->par_extra_steps++;
     }
     return ev2 == EV_CLOSED ? EV_CLOSED : EV_READY;
 }
@@ -547,7 +563,7 @@ ipu_status ipu_session_run_main(ipu_session *s, ipu_step_result *out) {
     if (!s) return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ipu_session_run_main: session is NULL");
     if (!s->loaded)
         return ipu__fail(IPU_ERR_INVALID_STATE, "ipu_session_run_main: run the Load program "
-                         "first");
+                                                "first");
     ipu_step_result r = {0, 0};
     atomic_store(&s->flush_req, 0); /* a flush pads the step in progress: none before this */
     ipu_status ret = ipu__stages_pipelined(s)  ? ipu__stages_run_main(s, &r)

@@ -28,8 +28,7 @@ static bool plan_layout(ipu_session *s) {
     for (uint32_t a = 0; a < s->num_anchors; a++) {
         const ipu_anchor_info *A = &s->anchors[a];
         s->pl_soff[a] = UINT64_MAX;
-        if (A->has_tensor_data || A->desc.nbytes == 0 ||
-            e->tensors[A->tensor].loc != IPU_LOC_ARENA)
+        if (A->has_tensor_data || A->desc.nbytes == 0 || e->tensors[A->tensor].loc != IPU_LOC_ARENA)
             continue;
         s->pl_soff[a] = bytes;
         bytes += round64(A->desc.nbytes);
@@ -111,8 +110,10 @@ ipu_status ipu__pipeline_create(ipu_session *s) {
         s->pl_set[k] = ipu__aligned_alloc(64, n);
         s->pl_ptr[k] = ipu__calloc(nt, sizeof *s->pl_ptr[k]);
         if (!s->pl_set[k] || !s->pl_ptr[k])
-            return ipu__fail(IPU_ERR_NOMEM, "session: cannot allocate 2 x %llu bytes of overlap "
-                             "I/O staging", (unsigned long long)s->pl_set_bytes);
+            return ipu__fail(IPU_ERR_NOMEM,
+                             "session: cannot allocate 2 x %llu bytes of overlap "
+                             "I/O staging",
+                             (unsigned long long)s->pl_set_bytes);
         memset(s->pl_set[k], 0, n);
     }
     if (pthread_mutex_init(&s->io_mu, NULL) != 0)

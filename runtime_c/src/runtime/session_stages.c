@@ -146,8 +146,10 @@ static void run_slot(ipu_session *s, uint32_t j, uint32_t ith, uint32_t rank, ui
             unsigned none = UINT32_MAX;
             if (atomic_compare_exchange_strong(&s->pp_fail_at[j], &none, i)) {
                 s->pp_st[j] = IPU_ERR_CANCELLED;
-                snprintf(s->pp_msg[j], IPU__MSG_BYTES, "program %u cancelled before "
-                         "instruction %u", prog->id, i);
+                snprintf(s->pp_msg[j], IPU__MSG_BYTES,
+                         "program %u cancelled before "
+                         "instruction %u",
+                         prog->id, i);
             }
         } else if (begin < end) {
             ipu_status st = ipu__instr_run_pieces(s, &f, ins, begin, end, scratch, NULL);
@@ -249,8 +251,10 @@ ipu_status ipu__stages_run_main(ipu_session *s, ipu_step_result *r) {
         }
         if (ncompute > 0) {
             tick_ctx t = {s, nact, nact < s->nth ? nact : s->nth};
-            if (t.groups == 1) tick_fn(&t, 0, 1); /* one group: the device thread alone */
-            else ipu__pool_run(s->pool, tick_fn, &t);
+            if (t.groups == 1)
+                tick_fn(&t, 0, 1); /* one group: the device thread alone */
+            else
+                ipu__pool_run(s->pool, tick_fn, &t);
             atomic_fetch_add_explicit(&s->st_ticks, 1, memory_order_relaxed);
             if (ncompute > 1 && t.groups > 1)
                 atomic_fetch_add_explicit(&s->st_concurrent_ticks, 1, memory_order_relaxed);

@@ -17,16 +17,16 @@ typedef struct ipu__pool_helper {
 
 struct ipu__pool {
     uint32_t nth;
-    uint32_t started;        /* helper threads running */
-    int cpu0;                /* worker 0's CPU when pinned, else -1 */
-    int sync_ready;          /* mutex and condvars initialised */
-    pthread_t *threads;      /* [nth - 1] */
+    uint32_t started;   /* helper threads running */
+    int cpu0;           /* worker 0's CPU when pinned, else -1 */
+    int sync_ready;     /* mutex and condvars initialised */
+    pthread_t *threads; /* [nth - 1] */
     ipu__pool_helper *helpers;
-    uint8_t *scratch;        /* nth * scratch_stride bytes */
+    uint8_t *scratch; /* nth * scratch_stride bytes */
     size_t scratch_stride;
     pthread_mutex_t mu;
-    pthread_cond_t work_cv;  /* helpers sleep here waiting for a new generation */
-    pthread_cond_t done_cv;  /* worker 0 sleeps here waiting for pending == 0 */
+    pthread_cond_t work_cv; /* helpers sleep here waiting for a new generation */
+    pthread_cond_t done_cv; /* worker 0 sleeps here waiting for pending == 0 */
     /* Work description: written by worker 0 before the generation is bumped (the seq_cst
      * increment releases it), read by helpers after they observe the new generation (a range
      * run: after a successful claim). */
@@ -34,15 +34,15 @@ struct ipu__pool {
     void *ctx;
     ipu__pool_range_fn rfn;
     size_t work, chunk;
-    _Alignas(64) atomic_uint gen;          /* (runs << 1) | RANGE bit */
+    _Alignas(64) atomic_uint gen;            /* (runs << 1) | RANGE bit */
     _Alignas(64) atomic_uint_fast64_t claim; /* tag << 32 | nchunks << 16 | next chunk */
-    atomic_uint chunks_left;               /* range run: chunks not finished yet */
-    _Alignas(64) atomic_uint pending;  /* helpers that have not finished the current generation */
-    _Alignas(64) atomic_int sleepers;  /* helpers inside the work_cv wait loop */
-    atomic_int main_waiting;           /* worker 0 inside the done_cv wait loop */
+    atomic_uint chunks_left;                 /* range run: chunks not finished yet */
+    _Alignas(64) atomic_uint pending; /* helpers that have not finished the current generation */
+    _Alignas(64) atomic_int sleepers; /* helpers inside the work_cv wait loop */
+    atomic_int main_waiting;          /* worker 0 inside the done_cv wait loop */
     atomic_bool stop;
-    atomic_bool held;                  /* ipu__pool_hold: helpers poll longer */
-    atomic_uint prewakes;              /* ipu__pool_prewake calls */
+    atomic_bool held;     /* ipu__pool_hold: helpers poll longer */
+    atomic_uint prewakes; /* ipu__pool_prewake calls */
 };
 
 /* Wait until gen != seen (or stop); returns the generation observed. Polls, then sleeps; a
@@ -165,8 +165,8 @@ ipu_status ipu__pool_create(uint32_t nth, size_t scratch_bytes, int pin, ipu__po
     sigset_t all, old;
     int masked = 0;
     if (!out || nth == 0 || nth > IPU__POOL_MAX_THREADS)
-        return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "thread pool: %u workers requested (1..%u)",
-                         nth, IPU__POOL_MAX_THREADS);
+        return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "thread pool: %u workers requested (1..%u)", nth,
+                         IPU__POOL_MAX_THREADS);
     ipu__pool *p = ipu__aligned_zalloc(_Alignof(ipu__pool), sizeof *p);
     if (!p) return ipu__fail(IPU_ERR_NOMEM, "thread pool: cannot allocate the pool");
     p->nth = nth;
@@ -189,8 +189,10 @@ ipu_status ipu__pool_create(uint32_t nth, size_t scratch_bytes, int pin, ipu__po
     p->threads = ipu__calloc(nth, sizeof *p->threads);
     p->helpers = ipu__calloc(nth, sizeof *p->helpers);
     if (!p->scratch || !p->threads || !p->helpers) {
-        st = ipu__fail(IPU_ERR_NOMEM, "thread pool: cannot allocate %zu bytes of scratch for %u "
-                       "workers", p->scratch_stride * nth, nth);
+        st = ipu__fail(IPU_ERR_NOMEM,
+                       "thread pool: cannot allocate %zu bytes of scratch for %u "
+                       "workers",
+                       p->scratch_stride * nth, nth);
         goto fail;
     }
     if (pthread_mutex_init(&p->mu, NULL) != 0) {

@@ -119,8 +119,10 @@ static inline void ipu__cpu_relax(void) {
 static inline bool ipu__spin_expired_after(unsigned i, uint64_t *t0, uint64_t budget_ns) {
     if ((i & 31u) == 31u) {
         uint64_t now = ipu__now_ns();
-        if (*t0 == 0) *t0 = now;
-        else if (now - *t0 > budget_ns) return true;
+        if (*t0 == 0)
+            *t0 = now;
+        else if (now - *t0 > budget_ns)
+            return true;
     }
     ipu__cpu_relax();
     return false;

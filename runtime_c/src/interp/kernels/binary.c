@@ -11,8 +11,8 @@
 /* Inner run: n elements; in[k] points at input k's first element, s[k] is 0 or 1. */
 typedef void (*nary_inner)(const void *const *in, const int64_t *s, void *y, size_t n, int fn);
 
-static void nary_run(const ipu__nary_plan *p, const void *const *base, void *y, size_t b,
-                     size_t e, nary_inner fn) {
+static void nary_run(const ipu__nary_plan *p, const void *const *base, void *y, size_t b, size_t e,
+                     nary_inner fn) {
     uint64_t lo = (uint64_t)b * IPU__ELT_BLOCK, hi = (uint64_t)e * IPU__ELT_BLOCK;
     if (hi > p->numel) hi = p->numel;
     uint32_t nd = p->ndim, last = nd - 1, k, ni = p->n_in;
@@ -43,36 +43,36 @@ static void nary_run(const ipu__nary_plan *p, const void *const *base, void *y, 
 }
 
 /* y[i] = EXPR(x, z) with x, z the inputs' elements; strides 0/1 give four vectorisable loops. */
-#define LOOP2(TI, yp, EXPR)                                                     \
-    do {                                                                        \
-        if (sa && sb) {                                                         \
-            for (size_t i = 0; i < n; i++) {                                    \
-                TI x = a[i], z = b[i];                                          \
-                yp[i] = (EXPR);                                                 \
-            }                                                                   \
-        } else if (sa) {                                                        \
-            const TI z = b[0];                                                  \
-            for (size_t i = 0; i < n; i++) {                                    \
-                TI x = a[i];                                                    \
-                yp[i] = (EXPR);                                                 \
-            }                                                                   \
-        } else if (sb) {                                                        \
-            const TI x = a[0];                                                  \
-            for (size_t i = 0; i < n; i++) {                                    \
-                TI z = b[i];                                                    \
-                yp[i] = (EXPR);                                                 \
-            }                                                                   \
-        } else {                                                                \
-            const TI x = a[0], z = b[0];                                        \
-            for (size_t i = 0; i < n; i++) yp[i] = (EXPR);                      \
-        }                                                                       \
+#define LOOP2(TI, yp, EXPR)                                \
+    do {                                                   \
+        if (sa && sb) {                                    \
+            for (size_t i = 0; i < n; i++) {               \
+                TI x = a[i], z = b[i];                     \
+                yp[i] = (EXPR);                            \
+            }                                              \
+        } else if (sa) {                                   \
+            const TI z = b[0];                             \
+            for (size_t i = 0; i < n; i++) {               \
+                TI x = a[i];                               \
+                yp[i] = (EXPR);                            \
+            }                                              \
+        } else if (sb) {                                   \
+            const TI x = a[0];                             \
+            for (size_t i = 0; i < n; i++) {               \
+                TI z = b[i];                               \
+                yp[i] = (EXPR);                            \
+            }                                              \
+        } else {                                           \
+            const TI x = a[0], z = b[0];                   \
+            for (size_t i = 0; i < n; i++) yp[i] = (EXPR); \
+        }                                                  \
     } while (0)
 
-#define CMP_CASES(T)                                                          \
-    case IPU__BIN_EQUAL: LOOP2(T, yb, (uint8_t)(x == z)); break;              \
-    case IPU__BIN_LESS: LOOP2(T, yb, (uint8_t)(x < z)); break;                \
-    case IPU__BIN_GREATER: LOOP2(T, yb, (uint8_t)(x > z)); break;             \
-    case IPU__BIN_LESS_EQUAL: LOOP2(T, yb, (uint8_t)(x <= z)); break;         \
+#define CMP_CASES(T)                                                  \
+    case IPU__BIN_EQUAL: LOOP2(T, yb, (uint8_t)(x == z)); break;      \
+    case IPU__BIN_LESS: LOOP2(T, yb, (uint8_t)(x < z)); break;        \
+    case IPU__BIN_GREATER: LOOP2(T, yb, (uint8_t)(x > z)); break;     \
+    case IPU__BIN_LESS_EQUAL: LOOP2(T, yb, (uint8_t)(x <= z)); break; \
     case IPU__BIN_GREATER_EQUAL: LOOP2(T, yb, (uint8_t)(x >= z)); break
 
 /* MOD on floats: x - floor(x / z) * z, the sign of z (a zero result too); NaN for z == 0. */
@@ -149,8 +149,10 @@ static void bin_f32(const void *const *in, const int64_t *s, void *vy, size_t n,
         case IPU__BIN_MAX: LOOP2(float, y, (x != x || x > z) ? x : z); break;
         case IPU__BIN_MOD: LOOP2(float, y, fmod_floor(x, z)); break;
         case IPU__BIN_FMOD: LOOP2(float, y, fmodf(x, z)); break;
-        case IPU__BIN_PRELU: LOOP2(float, y, x < 0 ? z * x : x); break;
-        CMP_CASES(float);
+        case IPU__BIN_PRELU:
+            LOOP2(float, y, x < 0 ? z * x : x);
+            break;
+            CMP_CASES(float);
         default: break;
     }
 }
@@ -161,58 +163,59 @@ static void bin_f32(const void *const *in, const int64_t *s, void *vy, size_t n,
  * right shift is arithmetic for signed types; a shift by < 0 or >= the bit width leaves only
  * the sign fill (-1 for a right shift of a negative x, else 0). PRELU: x < 0 ? slope * x : x. */
 #define ISNEG(S, v) ((S) && ((uint64_t)(int64_t)(v) >> 63) != 0) /* no -Wtype-limits */
-#define BIN_INT(sfx, D, T, W, S, C, MIN, MAX)                                                  \
-    static inline T ipow_##sfx(T x, T e) {                                                     \
-        if (ISNEG(S, e)) {                                                                        \
-            if (x == 1) return 1;                                                              \
-            if (S && x == (T)-1) return ((W)e & 1u) ? x : (T)1;                                \
-            return 0;                                                                          \
-        }                                                                                      \
-        W r = 1, base = (W)x;                                                                  \
-        for (uint64_t k = (uint64_t)e; k; k >>= 1) {                                           \
-            if (k & 1u) r *= base;                                                             \
-            base *= base;                                                                      \
-        }                                                                                      \
-        return (T)r;                                                                           \
-    }                                                                                          \
-    static inline T fmod_##sfx(T a, T b) {                                                     \
-        if (b == 0 || (S && b == (T)-1)) return 0;                                             \
-        return (T)(a % b);                                                                     \
-    }                                                                                          \
-    static inline T mod_##sfx(T a, T b) {                                                      \
-        T r = fmod_##sfx(a, b);                                                                \
-        return (r != 0 && ISNEG(S, r) != ISNEG(S, b)) ? (T)((W)r + (W)b) : r;                  \
-    }                                                                                          \
-    /* arithmetic for signed T, written without right-shifting a negative value */             \
-    static inline T shr_##sfx(T x, T z) {                                                      \
-        int neg = ISNEG(S, x);                                                                 \
-        if (ISNEG(S, z) || (uint64_t)z >= 8 * sizeof(T)) return neg ? (T)-1 : (T)0;            \
-        return neg ? (T) ~(~(W)x >> (W)z) : (T)((W)x >> (W)z);                                 \
-    }                                                                                          \
-    static void bin_##sfx(const void *const *in, const int64_t *s, void *vy, size_t n,         \
-                          int fn) {                                                            \
-        const T *a = in[0], *b = in[1];                                                        \
-        int64_t sa = s[0], sb = s[1];                                                          \
-        const uint64_t bits = 8 * sizeof(T);                                                   \
-        T *restrict y = vy;                                                                    \
-        uint8_t *restrict yb = vy;                                                             \
-        switch (fn) {                                                                          \
-            case IPU__BIN_POW: LOOP2(T, y, ipow_##sfx(x, z)); break;                           \
-            case IPU__BIN_MIN: LOOP2(T, y, x < z ? x : z); break;                              \
-            case IPU__BIN_MAX: LOOP2(T, y, x > z ? x : z); break;                              \
-            case IPU__BIN_MOD: LOOP2(T, y, mod_##sfx(x, z)); break;                            \
-            case IPU__BIN_FMOD: LOOP2(T, y, fmod_##sfx(x, z)); break;                          \
-            case IPU__BIN_BITSHIFT_LEFT:                                                       \
-                LOOP2(T, y, (ISNEG(S, z) || (uint64_t)z >= bits) ? (T)0 : (T)((W)x << (W)z));  \
-                break;                                                                         \
-            case IPU__BIN_BITSHIFT_RIGHT: LOOP2(T, y, shr_##sfx(x, z)); break;                 \
-            case IPU__BIN_BITWISE_AND: LOOP2(T, y, (T)((W)x & (W)z)); break;                   \
-            case IPU__BIN_BITWISE_OR: LOOP2(T, y, (T)((W)x | (W)z)); break;                    \
-            case IPU__BIN_BITWISE_XOR: LOOP2(T, y, (T)((W)x ^ (W)z)); break;                   \
-            case IPU__BIN_PRELU: LOOP2(T, y, ISNEG(S, x) ? (T)((W)z * (W)x) : x); break;          \
-            CMP_CASES(T);                                                                      \
-            default: break;                                                                    \
-        }                                                                                      \
+#define BIN_INT(sfx, D, T, W, S, C, MIN, MAX)                                                    \
+    static inline T ipow_##sfx(T x, T e) {                                                       \
+        if (ISNEG(S, e)) {                                                                       \
+            if (x == 1) return 1;                                                                \
+            if (S && x == (T)-1) return ((W)e & 1u) ? x : (T)1;                                  \
+            return 0;                                                                            \
+        }                                                                                        \
+        W r = 1, base = (W)x;                                                                    \
+        for (uint64_t k = (uint64_t)e; k; k >>= 1) {                                             \
+            if (k & 1u) r *= base;                                                               \
+            base *= base;                                                                        \
+        }                                                                                        \
+        return (T)r;                                                                             \
+    }                                                                                            \
+    static inline T fmod_##sfx(T a, T b) {                                                       \
+        if (b == 0 || (S && b == (T)-1)) return 0;                                               \
+        return (T)(a % b);                                                                       \
+    }                                                                                            \
+    static inline T mod_##sfx(T a, T b) {                                                        \
+        T r = fmod_##sfx(a, b);                                                                  \
+        return (r != 0 && ISNEG(S, r) != ISNEG(S, b)) ? (T)((W)r + (W)b) : r;                    \
+    }                                                                                            \
+    /* arithmetic for signed T, written without right-shifting a negative value */               \
+    static inline T shr_##sfx(T x, T z) {                                                        \
+        int neg = ISNEG(S, x);                                                                   \
+        if (ISNEG(S, z) || (uint64_t)z >= 8 * sizeof(T)) return neg ? (T)-1 : (T)0;              \
+        return neg ? (T) ~(~(W)x >> (W)z) : (T)((W)x >> (W)z);                                   \
+    }                                                                                            \
+    static void bin_##sfx(const void *const *in, const int64_t *s, void *vy, size_t n, int fn) { \
+        const T *a = in[0], *b = in[1];                                                          \
+        int64_t sa = s[0], sb = s[1];                                                            \
+        const uint64_t bits = 8 * sizeof(T);                                                     \
+        T *restrict y = vy;                                                                      \
+        uint8_t *restrict yb = vy;                                                               \
+        switch (fn) {                                                                            \
+            case IPU__BIN_POW: LOOP2(T, y, ipow_##sfx(x, z)); break;                             \
+            case IPU__BIN_MIN: LOOP2(T, y, x < z ? x : z); break;                                \
+            case IPU__BIN_MAX: LOOP2(T, y, x > z ? x : z); break;                                \
+            case IPU__BIN_MOD: LOOP2(T, y, mod_##sfx(x, z)); break;                              \
+            case IPU__BIN_FMOD: LOOP2(T, y, fmod_##sfx(x, z)); break;                            \
+            case IPU__BIN_BITSHIFT_LEFT:                                                         \
+                LOOP2(T, y, (ISNEG(S, z) || (uint64_t)z >= bits) ? (T)0 : (T)((W)x << (W)z));    \
+                break;                                                                           \
+            case IPU__BIN_BITSHIFT_RIGHT: LOOP2(T, y, shr_##sfx(x, z)); break;                   \
+            case IPU__BIN_BITWISE_AND: LOOP2(T, y, (T)((W)x & (W)z)); break;                     \
+            case IPU__BIN_BITWISE_OR: LOOP2(T, y, (T)((W)x | (W)z)); break;                      \
+            case IPU__BIN_BITWISE_XOR: LOOP2(T, y, (T)((W)x ^ (W)z)); break;                     \
+            case IPU__BIN_PRELU:                                                                 \
+                LOOP2(T, y, ISNEG(S, x) ? (T)((W)z * (W)x) : x);                                 \
+                break;                                                                           \
+                CMP_CASES(T);                                                                    \
+            default: break;                                                                      \
+        }                                                                                        \
     }
 IPU__INT_TYPES(BIN_INT)
 #undef BIN_INT
@@ -254,13 +257,13 @@ static void bin_f16(const void *const *in, const int64_t *s, void *vy, size_t n,
     }
 }
 
-#define BIN_KERNEL(sfx, ...)                                                                   \
-    ipu_status ipu__k_binary_##sfx(const ipu__frame *f, const ipu__instr *ins, size_t b,       \
-                                   size_t e, void *scratch) {                                  \
-        (void)scratch;                                                                         \
-        const void *base[2] = {f->ptr[ins->in[0]], f->ptr[ins->in[1]]};                        \
-        nary_run(ins->plan, base, f->ptr[ins->out[0]], b, e, bin_##sfx);                       \
-        return IPU_OK;                                                                         \
+#define BIN_KERNEL(sfx, ...)                                                                       \
+    ipu_status ipu__k_binary_##sfx(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e, \
+                                   void *scratch) {                                                \
+        (void)scratch;                                                                             \
+        const void *base[2] = {f->ptr[ins->in[0]], f->ptr[ins->in[1]]};                            \
+        nary_run(ins->plan, base, f->ptr[ins->out[0]], b, e, bin_##sfx);                           \
+        return IPU_OK;                                                                             \
     }
 BIN_KERNEL(f32)
 BIN_KERNEL(f16)
@@ -268,11 +271,11 @@ BIN_KERNEL(b8)
 IPU__INT_TYPES(BIN_KERNEL)
 
 /* WHERE: y = cond ? x : z, selected on element size (any dtype). */
-#define WHERE_LOOP(T)                                                             \
-    do {                                                                          \
-        const T *x = in[1], *z = in[2];                                           \
-        T *restrict y = vy;                                                       \
-        for (size_t i = 0; i < n; i++)                                            \
+#define WHERE_LOOP(T)                                                               \
+    do {                                                                            \
+        const T *x = in[1], *z = in[2];                                             \
+        T *restrict y = vy;                                                         \
+        for (size_t i = 0; i < n; i++)                                              \
             y[i] = c[(size_t)s[0] * i] ? x[(size_t)s[1] * i] : z[(size_t)s[2] * i]; \
     } while (0)
 

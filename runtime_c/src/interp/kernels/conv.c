@@ -24,7 +24,6 @@
 #include "conv_shared.h"
 #include "isa.h"
 
-
 /* d[t] = xr[iw + t * sw] for t < n, 0 outside [0, W): the row's span converted in blocks by
  * the bulk conversion, then gathered (a half at a time would cost a scalar conversion each). */
 static void im2col_run_f16(const uint16_t *xr, int64_t W, int64_t iw, int64_t sw, int64_t n,
@@ -163,10 +162,9 @@ static void pack_patches(const ipu__conv_plan *p, const float *x, int64_t xoff, 
 /* float32 GEMM path for the channel items [mb0, mb1) of one pixel block: output channels
  * [m0, m1) of group g (IPU__MM_MB-row sub-blocks), pixels of row block r. See the top of the
  * file. */
-static void run_gemm_f32(const ipu__conv_plan *p, const float *x, const float *w,
-                         const float *apre, const void *bias, const void *res, float *y,
-                         int64_t n, int64_t g, int64_t mb0, int64_t mb1, int64_t r,
-                         void *scratch) {
+static void run_gemm_f32(const ipu__conv_plan *p, const float *x, const float *w, const float *apre,
+                         const void *bias, const void *res, float *y, int64_t n, int64_t g,
+                         int64_t mb0, int64_t mb1, int64_t r, void *scratch) {
     ipu__ukr u;
     ipu__sgemm_ukr(&u);
     const int mr = u.mr, nr = u.nr;
@@ -248,9 +246,9 @@ static inline bool pixel_run(const int64_t *q, int mr) { return q[mr - 1] - q[0]
 /* Ap[k][i] = src[off[k] + q[i]], i < mr, k < kc: one A panel of mr output pixels (extended
  * offsets q) over kc patch rows. */
 static inline __attribute__((always_inline)) void pack_pixels_body(const float *src,
-                                                                   const int64_t *off,
-                                                                   int64_t kc, const int64_t *q,
-                                                                   int mr, float *restrict ap) {
+                                                                   const int64_t *off, int64_t kc,
+                                                                   const int64_t *q, int mr,
+                                                                   float *restrict ap) {
     if (pixel_run(q, mr)) { /* the usual case */
         src += q[0];
         for (int64_t k = 0; k < kc; k++, ap += mr)
@@ -261,8 +259,8 @@ static inline __attribute__((always_inline)) void pack_pixels_body(const float *
         for (int i = 0; i < mr; i++) ap[i] = src[off[k] + q[i]];
 }
 
-static void pack_pixels(const float *src, const int64_t *off, int64_t kc, const int64_t *q,
-                        int mr, float *ap) {
+static void pack_pixels(const float *src, const int64_t *off, int64_t kc, const int64_t *q, int mr,
+                        float *ap) {
     if (mr == 6) /* the AVX2 and portable kernels: constant-size copies */
         pack_pixels_body(src, off, kc, q, 6, ap);
     else if (mr == 12) /* AVX-512 */
@@ -316,8 +314,8 @@ static void run_tposed(const ipu__conv_plan *p, const void *x, const float *bw, 
         for (int64_t kk = 0; kk < kc; kk++) off[kk] = p->rowoff[k0 + kk] - base;
         if (p->f16 && !p->xcopy) /* 1x1 stride 1: chunk row kk at xq + kk * np (q[i] = i) */
             for (int64_t kk = 0; kk < kc; kk++) {
-                ipu__cvt_f16_to_f32((const uint16_t *)x + xoff + off[kk] + oh0 * p->W,
-                                    xq + kk * np, (size_t)np);
+                ipu__cvt_f16_to_f32((const uint16_t *)x + xoff + off[kk] + oh0 * p->W, xq + kk * np,
+                                    (size_t)np);
                 off[kk] = kk * np;
             }
         /* With at most two weight panels an A panel is read once or twice: a run of mr
@@ -327,8 +325,7 @@ static void run_tposed(const ipu__conv_plan *p, const void *x, const float *bw, 
          * 128 -> 16 on 55x55 0.85x. */
         ipu__ukr_rows_fn arows = mpad <= 2 * nr ? u.arows : NULL;
         for (int64_t i = 0; i < ppad; i += mr)
-            if (!arows || !pixel_run(q + i, mr))
-                pack_pixels(src, off, kc, q + i, mr, ap + i * kc);
+            if (!arows || !pixel_run(q + i, mr)) pack_pixels(src, off, kc, q + i, mr, ap + i * kc);
         for (int64_t j = 0; j < mpad; j += nr) { /* a weight panel stays in L1 over all pixels */
             const float *bpan = bg + j * K + k0 * nr;
             const float *next = j + nr < mpad ? bpan + nr * K : NULL; /* weights: from memory */
@@ -357,9 +354,10 @@ static void run_tposed(const ipu__conv_plan *p, const void *x, const float *bw, 
 }
 
 /* Channel items of the float16 GEMM path whose float32 C tile fits its scratch (below). */
-#define CONV_F16_MAX_M \
+#define CONV_F16_MAX_M                                                             \
     ((int64_t)((IPU__WORKER_SCRATCH_BYTES - IPU__SCRATCH_BYTES) / sizeof(float)) / \
-         IPU__CONV_TILE - IPU__SGEMM_KC)
+         IPU__CONV_TILE -                                                          \
+     IPU__SGEMM_KC)
 
 static void gemm_f16_channels(const ipu__conv_plan *p, const uint16_t *x, const uint16_t *w,
                               const float *apre, const void *bias, const void *res, uint16_t *y,
@@ -377,8 +375,7 @@ static void gemm_f16_channels(const ipu__conv_plan *p, const uint16_t *x, const 
  * IPU__SCRATCH_BYTES, the patch rows and the C tile after them. */
 static void run_gemm_f16(const ipu__conv_plan *p, const uint16_t *x, const uint16_t *w,
                          const float *apre, const void *bias, const void *res, uint16_t *y,
-                         int64_t n, int64_t g, int64_t mb, int64_t mb1, int64_t r,
-                         void *scratch) {
+                         int64_t n, int64_t g, int64_t mb, int64_t mb1, int64_t r, void *scratch) {
     int64_t c0, c1; /* IPU__MM_MB-channel items (or a Winograd plan's, its blocks fallen back) */
     ipu__conv_item_channels(p, mb, mb1, &c0, &c1);
     /* as many channels at a time as the C tile holds (whole sub-blocks: the packed weights') */
@@ -407,7 +404,7 @@ static void gemm_f16_channels(const ipu__conv_plan *p, const uint16_t *x, const 
     int64_t nt = (int64_t)((IPU__SCRATCH_BYTES - ap_bytes) / (IPU__SGEMM_KC * sizeof(float)));
     nt = (nt < IPU__CONV_TILE ? nt : IPU__CONV_TILE) / nr * nr;
     float *col = (float *)((char *)scratch + IPU__SCRATCH_BYTES); /* [KC][nt] */
-    float *ct = col + IPU__SGEMM_KC * nt;                           /* [MB][nt] */
+    float *ct = col + IPU__SGEMM_KC * nt;                         /* [MB][nt] */
     for (int64_t q0 = pix0; q0 < pix1; q0 += nt) {
         int64_t np = pix1 - q0 < nt ? pix1 - q0 : nt;
         if (p->K == 0) memset(ct, 0, sizeof(float) * (size_t)(m * np)); /* no input channels */
@@ -453,8 +450,8 @@ static void gemm_f16_channels(const ipu__conv_plan *p, const uint16_t *x, const 
                         int64_t h = sm - ir < mr ? sm - ir : mr;
                         float *c = ct + (s0 + ir) * np + jr;
                         int64_t yo = (n * p->M + co0 + s0 + ir) * OHW + q0 + jr;
-                        ipu__tile_ep ep =
-                            ipu__conv_tile_ep_y(p, bias, bsub + ir, res, co0 + s0 + ir, yo, y);
+                        ipu__tile_ep ep = ipu__conv_tile_ep_y(p, bias, bsub + ir, res,
+                                                              co0 + s0 + ir, yo, y);
                         if (h < mr || wd < nr)
                             u.part((int)h, (int)wd, kc, ak + ir * kc, bpan, NULL, c, np, k0 > 0,
                                    fused ? &ep : NULL);
@@ -467,8 +464,7 @@ static void gemm_f16_channels(const ipu__conv_plan *p, const uint16_t *x, const 
             }
         }
         for (int64_t i = 0; i < m && !(u.half && p->K > 0); i++)
-            store_row(p, y, (n * p->M + co0 + i) * OHW + q0, ct + i * np, np, bias, res,
-                      co0 + i);
+            store_row(p, y, (n * p->M + co0 + i) * OHW + q0, ct + i * np, np, bias, res, co0 + i);
     }
 }
 
@@ -507,8 +503,8 @@ __attribute__((target("avx2"))) static void dw_taps_avx2(const float *src, const
 }
 #endif
 
-static void dw_taps(const float *src, const int64_t *rowoff, const float *wk, int64_t kk,
-                    int64_t n, float *acc) {
+static void dw_taps(const float *src, const int64_t *rowoff, const float *wk, int64_t kk, int64_t n,
+                    float *acc) {
 #if IPU_X86
     if (ipu__isa() >= IPU__ISA_AVX2) {
         dw_taps_avx2(src, rowoff, wk, kk, n, acc);
@@ -575,12 +571,12 @@ static bool run_direct_window_f16(const ipu__conv_plan *p, const uint16_t *x, co
 /* Depthwise: channel c = g of image n, output rows of block r. */
 static void run_direct(const ipu__conv_plan *p, const void *x, const void *w, const void *bias,
                        const void *res, void *y, int64_t n, int64_t g, int64_t r, void *scratch) {
-    float *row = scratch;     /* OW floats */
-    float *wt = row + p->OW;  /* KH*KW floats */
+    float *row = scratch;    /* OW floats */
+    float *wt = row + p->OW; /* KH*KW floats */
     /* float16: an input row as float32 after the first IPU__SCRATCH_BYTES */
     float *xrow = (float *)((char *)scratch + IPU__SCRATCH_BYTES);
-    const int64_t xrow_max =
-        (int64_t)((IPU__WORKER_SCRATCH_BYTES - IPU__SCRATCH_BYTES) / sizeof(float));
+    const int64_t xrow_max = (int64_t)((IPU__WORKER_SCRATCH_BYTES - IPU__SCRATCH_BYTES) /
+                                       sizeof(float));
     int64_t KK = p->KH * p->KW;
     for (int64_t i = 0; i < KK; i++) wt[i] = ipu__ld_f32(w, p->f16, g * KK + i);
     int64_t xoff = (n * p->C + g) * p->H * p->W;
@@ -684,16 +680,14 @@ ipu_status ipu__k_conv2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
             if (!p->Wq || !(p->f16 ? run_direct_window_f16(p, x, w, bias, res, y, n, g, r, scratch)
                                    : run_direct_window(p, x, w, bias, res, y, n, g, r, scratch)))
                 run_direct(p, x, w, bias, res, y, n, g, r, scratch);
-        }
-        else if (p->window)
+        } else if (p->window)
             ipu__conv_run_window(p, x, w, apre, bias, res, y, n, g, mb, r, scratch);
         else if (!p->f16) {
             /* the following items of the same pixels: their channels in one run, each chunk
              * of B packed once for all of them */
             int64_t mb1 = channel_run(p, mb, &it, e);
             run_gemm_f32(p, x, w, apre, bias, res, y, n, g, mb, mb1, r, scratch);
-        }
-        else {
+        } else {
             /* the following items of the same pixels, as far as their C tile fits: the
              * patches converted and packed once for all of them */
             int64_t mb1 = mb + 1, c0, c1;

@@ -23,13 +23,13 @@
 #define IPU__CONV_WIN_CT ((IPU__MM_MB + IPU__SGEMM_MAX_MR) * IPU__CONV_TILE) /* one C tile */
 #define IPU__CONV_WIN_C (IPU__CONV_WIN_MPER * IPU__CONV_WIN_CT)
 #define IPU__CONV_WIN_B (IPU__SGEMM_KC * IPU__CONV_TILE)
-#define IPU__CONV_WIN_XQ \
+#define IPU__CONV_WIN_XQ                                                                 \
     ((int64_t)(IPU__SCRATCH_BYTES / sizeof(float)) - IPU__CONV_WIN_A - IPU__CONV_WIN_C - \
      IPU__CONV_WIN_B)
 typedef struct ipu__conv_plan {
     ipu__plan hdr;
     int f16, has_bias, direct, pointwise; /* pointwise: 1x1, stride 1, no pads: no im2col */
-    int act, has_res; /* epilogue: y = act(conv + bias + residual) */
+    int act, has_res;                     /* epilogue: y = act(conv + bias + residual) */
     /* float32 weights in TENSOR_DATA, packed at load (NULL if not packed). Used only while w is
      * still that TENSOR_DATA tensor. Without `tpose`, for micro-kernels of height packed_mr:
      * sub-block (g, sb) starts at (g * msub + sb) * packed_blk, its K-chunk k0 at + mpad * k0
@@ -106,8 +106,8 @@ void ipu__conv_epilogue_t(const ipu__conv_plan *p, float *dst, int64_t ds, const
                           const void *res, int64_t off);
 /* The same for float16 (bias, residual and dst in half): 8 channels at a time transposed as
  * above into float32 rows, the epilogue finished on them, each value converted once. */
-void ipu__conv_epilogue_t_f16(const ipu__conv_plan *p, uint16_t *dst, int64_t ds,
-                              const float *ct, int64_t ldc, int64_t np, int64_t nch,
-                              const void *bias, int64_t co, const void *res, int64_t off);
+void ipu__conv_epilogue_t_f16(const ipu__conv_plan *p, uint16_t *dst, int64_t ds, const float *ct,
+                              int64_t ldc, int64_t np, int64_t nch, const void *bias, int64_t co,
+                              const void *res, int64_t off);
 
 #endif

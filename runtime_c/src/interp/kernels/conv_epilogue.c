@@ -10,11 +10,10 @@
 
 /* dst[j] = act(src[j] + bias[co] + res[off + j]) for j < n (bias, res optional; dst may be
  * src), one pass. */
-static inline __attribute__((always_inline)) void epilogue_body(const ipu__conv_plan *p,
-                                                                float *dst, const float *src,
-                                                                int64_t n, const void *bias,
-                                                                int64_t co, const void *res,
-                                                                int64_t off) {
+static inline __attribute__((always_inline)) void epilogue_body(const ipu__conv_plan *p, float *dst,
+                                                                const float *src, int64_t n,
+                                                                const void *bias, int64_t co,
+                                                                const void *res, int64_t off) {
     float bv = bias ? ipu__ld_f32(bias, p->f16, co) : 0.0f;
     int relu = p->act == IPU__ACT_RELU;
     if (res && p->f16) { /* the half residual converted in blocks, added with the bias */
@@ -83,8 +82,8 @@ static void epilogue_t_base(const ipu__conv_plan *p, float *dst, int64_t ds, con
  * each row under a mask: the rows of 13- to 111-wide maps would otherwise spend a third to
  * most of their time in a scalar remainder. */
 __attribute__((target("avx2"))) static void epilogue_avx2(const ipu__conv_plan *p, float *dst,
-                                                          int64_t ds, const float *src,
-                                                          int64_t ss, int64_t nrows, int64_t n,
+                                                          int64_t ds, const float *src, int64_t ss,
+                                                          int64_t nrows, int64_t n,
                                                           const void *bias, int64_t co,
                                                           const void *res, int64_t off) {
     const bool relu = p->act == IPU__ACT_RELU;
@@ -104,8 +103,9 @@ __attribute__((target("avx2"))) static void epilogue_avx2(const ipu__conv_plan *
             bool part = j == nv;
             __m256 v = part ? _mm256_maskload_ps(s + j, tail) : _mm256_loadu_ps(s + j);
             if (bias) v = _mm256_add_ps(v, vb);
-            if (q) v = _mm256_add_ps(v, part ? _mm256_maskload_ps(q + j, tail)
-                                             : _mm256_loadu_ps(q + j));
+            if (q)
+                v = _mm256_add_ps(v,
+                                  part ? _mm256_maskload_ps(q + j, tail) : _mm256_loadu_ps(q + j));
             if (relu) v = _mm256_and_ps(v, _mm256_cmp_ps(v, zero, _CMP_NLE_UQ)); /* NaN stays */
             if (part)
                 _mm256_maskstore_ps(d + j, tail, v);
@@ -128,8 +128,9 @@ __attribute__((target("avx2"))) static inline __attribute__((always_inline)) voi
     ipu__tr8(r);
     for (int64_t t = 0; t < w; t++) {
         __m256 v = r[t];
-        if (res) v = _mm256_add_ps(v, h == 8 ? _mm256_loadu_ps(res + t * ds)
-                                            : _mm256_maskload_ps(res + t * ds, tail));
+        if (res)
+            v = _mm256_add_ps(v, h == 8 ? _mm256_loadu_ps(res + t * ds)
+                                        : _mm256_maskload_ps(res + t * ds, tail));
         if (relu) v = _mm256_and_ps(v, _mm256_cmp_ps(v, zero, _CMP_NLE_UQ));
         if (h == 8)
             _mm256_storeu_ps(dst + t * ds, v);
@@ -200,9 +201,9 @@ void ipu__conv_epilogue_t(const ipu__conv_plan *p, float *dst, int64_t ds, const
     epilogue_t_base(p, dst, ds, ct, ldc, np, nch, bias, co, res, off);
 }
 
-void ipu__conv_epilogue_t_f16(const ipu__conv_plan *p, uint16_t *dst, int64_t ds,
-                              const float *ct, int64_t ldc, int64_t np, int64_t nch,
-                              const void *bias, int64_t co, const void *res, int64_t off) {
+void ipu__conv_epilogue_t_f16(const ipu__conv_plan *p, uint16_t *dst, int64_t ds, const float *ct,
+                              int64_t ldc, int64_t np, int64_t nch, const void *bias, int64_t co,
+                              const void *res, int64_t off) {
     enum { PIX = IPU__CONV_T_PIX + IPU__SGEMM_MAX_MR };
     float rows[8 * PIX], b8[8];
     /* the transpose with the bias only (a float32 plan); the residual and the activation on

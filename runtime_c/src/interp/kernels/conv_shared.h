@@ -16,8 +16,12 @@ static inline void ipu__conv_epilogue_to(const ipu__conv_plan *p, float *dst, co
 static inline ipu__tile_ep ipu__conv_tile_ep_at(const ipu__conv_plan *p, const void *bias,
                                                 const void *res, int64_t co, int64_t off) {
     ipu__tile_ep ep = {bias ? (const float *)bias + co : NULL,
-                       res ? (const float *)res + off : NULL, p->OH * p->OW,
-                       p->act == IPU__ACT_RELU, NULL, 0, NULL};
+                       res ? (const float *)res + off : NULL,
+                       p->OH * p->OW,
+                       p->act == IPU__ACT_RELU,
+                       NULL,
+                       0,
+                       NULL};
     return ep;
 }
 /* The fused epilogue of a tile whose first row is channel co at y's offset off, stored into y:
@@ -27,8 +31,12 @@ static inline ipu__tile_ep ipu__conv_tile_ep_y(const ipu__conv_plan *p, const vo
                                                const float *bco, const void *res, int64_t co,
                                                int64_t off, void *y) {
     if (!p->f16) return ipu__conv_tile_ep_at(p, bias, res, co, off);
-    ipu__tile_ep ep = {bias ? bco : NULL, NULL, p->OH * p->OW, p->act == IPU__ACT_RELU,
-                       (uint16_t *)y + off, p->OH * p->OW,
+    ipu__tile_ep ep = {bias ? bco : NULL,
+                       NULL,
+                       p->OH * p->OW,
+                       p->act == IPU__ACT_RELU,
+                       (uint16_t *)y + off,
+                       p->OH * p->OW,
                        res ? (const uint16_t *)res + off : NULL};
     return ep;
 }
@@ -42,7 +50,7 @@ static inline void ipu__conv_pack_rows(const float *src, const int64_t *rowoff, 
         const float *s = src + (rowoff ? rowoff[kk] - base : kk * base);
         float *d = bp + kk * nr;
         int64_t jr = 0;
-#define IPU__PACK_FULL(NR)                                                                    \
+#define IPU__PACK_FULL(NR) \
     for (; jr < full; jr += (NR), d += pan) memcpy(d, s + jr, sizeof(float) * (NR));
         if (nr == 16) {
             IPU__PACK_FULL(16)
@@ -66,8 +74,8 @@ void ipu__conv_copy_window(const ipu__conv_plan *p, const void *x, int64_t xoff,
                            int64_t nrows, int64_t ci0, int64_t ci1, float *xq, float *rb);
 /* conv_window.c: one work item of the window path (channel item mb of group g, row block r of
  * image n), float32 or float16 (p->f16); apre: the weights packed at load, or NULL. */
-void ipu__conv_run_window(const ipu__conv_plan *p, const void *x, const void *w,
-                          const float *apre, const void *bias, const void *res, void *y,
-                          int64_t n, int64_t g, int64_t mb, int64_t r, void *scratch);
+void ipu__conv_run_window(const ipu__conv_plan *p, const void *x, const void *w, const float *apre,
+                          const void *bias, const void *res, void *y, int64_t n, int64_t g,
+                          int64_t mb, int64_t r, void *scratch);
 
 #endif

@@ -1,4 +1,4 @@
-/* CONV2D's float32 window path (the plan's `window`; kernels.h): see conv.c's top comment.
+/* CONV2D's window path (float32 and float16) (the plan's `window`; conv.h): see conv.c's top comment.
  * Split from conv.c, whose other paths share its helpers through conv_shared.h. */
 #include <stdbool.h>
 #include <string.h>
@@ -20,9 +20,11 @@ static inline __attribute__((always_inline)) const float *in_row(const void *x, 
  * [j * sw + b] of Hq x Wq, pa / pb counting only the phases a / b some tap reads; then Wq zeros
  * (read by the dropped columns of the last plane). rb NULL: x is float32; else x is float16,
  * each row converted into rb (W floats) once per column phase pass. */
-static inline __attribute__((always_inline)) void copy_window_body(
-    const ipu__conv_plan *p, const void *x, int64_t xoff, int64_t oh0, int64_t nrows, int64_t ci0,
-    int64_t ci1, float *xq, float *rb) {
+static inline __attribute__((always_inline)) void copy_window_body(const ipu__conv_plan *p,
+                                                                   const void *x, int64_t xoff,
+                                                                   int64_t oh0, int64_t nrows,
+                                                                   int64_t ci0, int64_t ci1,
+                                                                   float *xq, float *rb) {
     const int64_t Hq = p->Hq, Wq = p->Wq, sh = p->sh, sw = p->sw, W = p->W, HqWq = Hq * Wq;
     int64_t hrows = nrows + (p->KH - 1) * p->dh / sh;
     if (hrows > Hq) hrows = Hq;
@@ -60,8 +62,8 @@ static inline __attribute__((always_inline)) void copy_window_body(
                         memset(d, 0, sizeof(float) * (size_t)Wq);
                         continue;
                     }
-                    ipu__copy_row_phase(d, in_row(x, xc + ih * W, W, rb) + lo * sw + c0, lo, hi,
-                                        Wq, sw, 0.0f);
+                    ipu__copy_row_phase(d, in_row(x, xc + ih * W, W, rb) + lo * sw + c0, lo, hi, Wq,
+                                        sw, 0.0f);
                 }
             }
             pb++;
@@ -77,11 +79,10 @@ static void copy_window_base(const ipu__conv_plan *p, const void *x, int64_t xof
 }
 
 #if IPU_X86
-__attribute__((target("avx2"))) static void copy_window_avx2(const ipu__conv_plan *p,
-                                                             const void *x, int64_t xoff,
-                                                             int64_t oh0, int64_t nrows,
-                                                             int64_t ci0, int64_t ci1, float *xq,
-                                                             float *rb) {
+__attribute__((target("avx2"))) static void copy_window_avx2(const ipu__conv_plan *p, const void *x,
+                                                             int64_t xoff, int64_t oh0,
+                                                             int64_t nrows, int64_t ci0,
+                                                             int64_t ci1, float *xq, float *rb) {
     copy_window_body(p, x, xoff, oh0, nrows, ci0, ci1, xq, rb);
 }
 #endif
@@ -98,8 +99,7 @@ void ipu__conv_copy_window(const ipu__conv_plan *p, const void *x, int64_t xoff,
 }
 
 /* y's offset of extended pixel q (block-relative, a kept column) of channel co, block oh0. */
-static inline int64_t y_at(const ipu__conv_plan *p, int64_t n, int64_t co, int64_t oh0,
-                           int64_t q) {
+static inline int64_t y_at(const ipu__conv_plan *p, int64_t n, int64_t co, int64_t oh0, int64_t q) {
     int64_t rr = q / p->Wq;
     return (n * p->M + co) * p->OH * p->OW + (oh0 + rr) * p->OW + q - rr * p->Wq;
 }
@@ -117,9 +117,9 @@ static inline bool tile_to_y(const ipu__conv_plan *p, const ipu__ukr *u, int64_t
 /* The epilogue from C tile row crow (extended pixel t0 at crow[0]) to the kept columns of
  * extended pixels [q0, q1) of channel co; float16: applied in place in crow, then stored in
  * half. */
-static void epilogue_kept(const ipu__conv_plan *p, void *y, float *crow, int64_t t0,
-                          int64_t q0, int64_t q1, int64_t n, int64_t oh0, const void *bias,
-                          int64_t co, const void *res) {
+static void epilogue_kept(const ipu__conv_plan *p, void *y, float *crow, int64_t t0, int64_t q0,
+                          int64_t q1, int64_t n, int64_t oh0, const void *bias, int64_t co,
+                          const void *res) {
     const int64_t Wq = p->Wq, OW = p->OW;
     for (int64_t q = q0; q < q1;) {
         int64_t rr = q / Wq;
@@ -179,9 +179,9 @@ static void window_tiles_to_y(const ipu__conv_plan *p, const ipu__ukr *u, const 
  * whose pixels are kept columns of one output row is stored straight into y, the epilogue
  * fused into the last K chunk's store; the other tiles accumulate into one C tile per
  * sub-block, whose kept columns the epilogue then writes to y. */
-void ipu__conv_run_window(const ipu__conv_plan *p, const void *x, const void *w,
-                          const float *apre, const void *bias, const void *res, void *y,
-                          int64_t n, int64_t g, int64_t mb, int64_t r, void *scratch) {
+void ipu__conv_run_window(const ipu__conv_plan *p, const void *x, const void *w, const float *apre,
+                          const void *bias, const void *res, void *y, int64_t n, int64_t g,
+                          int64_t mb, int64_t r, void *scratch) {
     ipu__ukr u;
     ipu__sgemm_ukr(&u);
     const int mr = u.mr, nr = u.nr;
@@ -261,8 +261,8 @@ void ipu__conv_run_window(const ipu__conv_plan *p, const void *x, const void *w,
                                  NULL, 0);
                         } else if (tile_to_y(p, &u, t0 + jr, jr, nfull)) {
                             int64_t co = g * p->Cog + s0 + ir, yo = y_at(p, n, co, oh0, t0 + jr);
-                            ipu__tile_ep ep =
-                                ipu__conv_tile_ep_y(p, bias, bf + (s0 - m0) + ir, res, co, yo, y);
+                            ipu__tile_ep ep = ipu__conv_tile_ep_y(p, bias, bf + (s0 - m0) + ir, res,
+                                                                  co, yo, y);
                             const ipu__tile_ep *e = k0 + kc == p->K ? &ep : NULL;
                             /* float32 accumulates in y, float16 in the C tile */
                             float *c = p->f16 ? ct + ir * NT + jr : (float *)y + yo;
@@ -270,8 +270,8 @@ void ipu__conv_run_window(const ipu__conv_plan *p, const void *x, const void *w,
                             if (ir + mr <= sm)
                                 u.rows(kc, ak + ir * kc, src + jr, off, c, ldc, k0 > 0, e);
                             else /* the sub-block's last channels */
-                                u.part((int)(sm - ir), nr, kc, ak + ir * kc, src + jr, off, c,
-                                       ldc, k0 > 0, e);
+                                u.part((int)(sm - ir), nr, kc, ak + ir * kc, src + jr, off, c, ldc,
+                                       k0 > 0, e);
                         } else {
                             u.rows(kc, ak + ir * kc, src + jr, off, ct + ir * NT + jr, NT, k0 > 0,
                                    NULL);

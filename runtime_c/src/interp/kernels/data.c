@@ -92,11 +92,11 @@ ipu_status ipu__k_concat(const ipu__frame *f, const ipu__instr *ins, size_t b, s
 
 /* ---- TRANSPOSE ----------------------------------------------------------------------------- */
 
-#define GATHER(T)                                                              \
-    do {                                                                       \
-        const T *s = (const T *)x + off;                                       \
-        T *d = (T *)y + lo;                                                    \
-        for (uint64_t j = 0; j < run; j++) d[j] = s[(int64_t)j * st];          \
+#define GATHER(T)                                                     \
+    do {                                                              \
+        const T *s = (const T *)x + off;                              \
+        T *d = (T *)y + lo;                                           \
+        for (uint64_t j = 0; j < run; j++) d[j] = s[(int64_t)j * st]; \
     } while (0)
 
 ipu_status ipu__k_transpose(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
@@ -157,11 +157,11 @@ static void load_f(ipu_dtype t, const void *src, float *d, size_t n) {
 /* Integer and bool sources load as int64 (uint64 as its bit pattern: see store_from_i). */
 static void load_i(ipu_dtype t, const void *src, int64_t *d, size_t n) {
     switch (t) {
-#define LOAD_I(sfx, D, T, W, S, C, MIN, MAX)                               \
-    case IPU_DTYPE_##D: {                                                  \
-        const T *s = src;                                                  \
-        for (size_t i = 0; i < n; i++) d[i] = (int64_t)s[i];               \
-        break;                                                             \
+#define LOAD_I(sfx, D, T, W, S, C, MIN, MAX)                 \
+    case IPU_DTYPE_##D: {                                    \
+        const T *s = src;                                    \
+        for (size_t i = 0; i < n; i++) d[i] = (int64_t)s[i]; \
+        break;                                               \
     }
         IPU__INT_TYPES(LOAD_I)
 #undef LOAD_I
@@ -178,17 +178,16 @@ static void store_from_f(ipu_dtype t, const float *s, void *dst, size_t n) {
     switch (t) {
         case IPU_DTYPE_FLOAT32: memcpy(dst, s, n * sizeof(float)); break;
         case IPU_DTYPE_FLOAT16: ipu__cvt_f32_to_f16(s, dst, n); break;
-#define STORE_F(sfx, D, T, W, S, C, MIN, MAX)                                              \
-    case IPU_DTYPE_##D: {                                                                  \
-        T *o = dst;                                                                        \
-        for (size_t i = 0; i < n; i++) {                                                   \
-            double v = (double)s[i];                                                       \
-            o[i] = v != v ? (T)0 : v <= (double)(MIN) ? (MIN) : v >= (double)(MAX) ? (MAX) \
-                                                                             : (T)v;       \
-        }                                                                                  \
-        break;                                                                             \
+#define STORE_F(sfx, D, T, W, S, C, MIN, MAX)                                                      \
+    case IPU_DTYPE_##D: {                                                                          \
+        T *o = dst;                                                                                \
+        for (size_t i = 0; i < n; i++) {                                                           \
+            double v = (double)s[i];                                                               \
+            o[i] = v != v ? (T)0 : v <= (double)(MIN) ? (MIN) : v >= (double)(MAX) ? (MAX) : (T)v; \
+        }                                                                                          \
+        break;                                                                                     \
     }
-        IPU__INT_TYPES(STORE_F)
+            IPU__INT_TYPES(STORE_F)
 #undef STORE_F
         default: { /* BOOL */
             uint8_t *o = dst;
@@ -213,13 +212,13 @@ static void store_from_i(ipu_dtype t, const int64_t *s, void *dst, size_t n, boo
                 o[i] = ipu__f32_to_f16(u64 ? (float)(uint64_t)s[i] : (float)s[i]);
             break;
         }
-#define STORE_I(sfx, D, T, W, S, C, MIN, MAX)                             \
-    case IPU_DTYPE_##D: {                                                 \
-        T *o = dst;                                                       \
-        for (size_t i = 0; i < n; i++) o[i] = (T)(uint64_t)s[i];          \
-        break;                                                            \
+#define STORE_I(sfx, D, T, W, S, C, MIN, MAX)                    \
+    case IPU_DTYPE_##D: {                                        \
+        T *o = dst;                                              \
+        for (size_t i = 0; i < n; i++) o[i] = (T)(uint64_t)s[i]; \
+        break;                                                   \
     }
-        IPU__INT_TYPES(STORE_I)
+            IPU__INT_TYPES(STORE_I)
 #undef STORE_I
         default: { /* BOOL */
             uint8_t *o = dst;

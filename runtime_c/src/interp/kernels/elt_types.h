@@ -12,14 +12,14 @@
 
 #include <stdint.h>
 
-#define IPU__INT_TYPES(X)                                                  \
-    X(i8, INT8, int8_t, uint32_t, 1, int64_t, INT8_MIN, INT8_MAX)          \
-    X(u8, UINT8, uint8_t, uint32_t, 0, uint64_t, 0, UINT8_MAX)             \
-    X(i16, INT16, int16_t, uint32_t, 1, int64_t, INT16_MIN, INT16_MAX)     \
-    X(u16, UINT16, uint16_t, uint32_t, 0, uint64_t, 0, UINT16_MAX)         \
-    X(i32, INT32, int32_t, uint32_t, 1, int64_t, INT32_MIN, INT32_MAX)     \
-    X(u32, UINT32, uint32_t, uint32_t, 0, uint64_t, 0, UINT32_MAX)         \
-    X(i64, INT64, int64_t, uint64_t, 1, int64_t, INT64_MIN, INT64_MAX)     \
+#define IPU__INT_TYPES(X)                                              \
+    X(i8, INT8, int8_t, uint32_t, 1, int64_t, INT8_MIN, INT8_MAX)      \
+    X(u8, UINT8, uint8_t, uint32_t, 0, uint64_t, 0, UINT8_MAX)         \
+    X(i16, INT16, int16_t, uint32_t, 1, int64_t, INT16_MIN, INT16_MAX) \
+    X(u16, UINT16, uint16_t, uint32_t, 0, uint64_t, 0, UINT16_MAX)     \
+    X(i32, INT32, int32_t, uint32_t, 1, int64_t, INT32_MIN, INT32_MAX) \
+    X(u32, UINT32, uint32_t, uint32_t, 0, uint64_t, 0, UINT32_MAX)     \
+    X(i64, INT64, int64_t, uint64_t, 1, int64_t, INT64_MIN, INT64_MAX) \
     X(u64, UINT64, uint64_t, uint64_t, 0, uint64_t, 0, UINT64_MAX)
 
 /* BINARY functions whose output is bool. */

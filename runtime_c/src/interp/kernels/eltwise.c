@@ -78,27 +78,27 @@ void ipu__bcast_run(const ipu__bcast_plan *p, const void *a, const void *b, void
 
 BIN_LOOP(add_f32, float, x + z)
 BIN_LOOP(sub_f32, float, x - z)
-BIN_LOOP(mul_f32, float, x * z)
+BIN_LOOP(mul_f32, float, x *z)
 BIN_LOOP(div_f32, float, x / z)
 
 /* float16: convert chunks to float32, run the float32 loop, round back. */
 #define F16_CHUNK 256
-#define F16_LOOP(name, f32loop)                                                                   \
-    static void name(const void *va, int64_t sa, const void *vb, int64_t sb, void *vy, size_t n,  \
-                     uint32_t es) {                                                               \
-        (void)es;                                                                                 \
-        const uint16_t *a = va, *b = vb;                                                          \
-        uint16_t *y = vy;                                                                         \
-        float fa[F16_CHUNK], fb[F16_CHUNK], fy[F16_CHUNK];                                        \
-        if (!sa) fa[0] = ipu__f16_to_f32(a[0]);                                                   \
-        if (!sb) fb[0] = ipu__f16_to_f32(b[0]);                                                   \
-        for (size_t i = 0; i < n; i += F16_CHUNK) {                                               \
-            size_t m = n - i < F16_CHUNK ? n - i : F16_CHUNK;                                     \
-            if (sa) ipu__cvt_f16_to_f32(a + i, fa, m);                                            \
-            if (sb) ipu__cvt_f16_to_f32(b + i, fb, m);                                            \
-            f32loop(fa, sa, fb, sb, fy, m, 4);                                                    \
-            ipu__cvt_f32_to_f16(fy, y + i, m);                                                    \
-        }                                                                                         \
+#define F16_LOOP(name, f32loop)                                                                  \
+    static void name(const void *va, int64_t sa, const void *vb, int64_t sb, void *vy, size_t n, \
+                     uint32_t es) {                                                              \
+        (void)es;                                                                                \
+        const uint16_t *a = va, *b = vb;                                                         \
+        uint16_t *y = vy;                                                                        \
+        float fa[F16_CHUNK], fb[F16_CHUNK], fy[F16_CHUNK];                                       \
+        if (!sa) fa[0] = ipu__f16_to_f32(a[0]);                                                  \
+        if (!sb) fb[0] = ipu__f16_to_f32(b[0]);                                                  \
+        for (size_t i = 0; i < n; i += F16_CHUNK) {                                              \
+            size_t m = n - i < F16_CHUNK ? n - i : F16_CHUNK;                                    \
+            if (sa) ipu__cvt_f16_to_f32(a + i, fa, m);                                           \
+            if (sb) ipu__cvt_f16_to_f32(b + i, fb, m);                                           \
+            f32loop(fa, sa, fb, sb, fy, m, 4);                                                   \
+            ipu__cvt_f32_to_f16(fy, y + i, m);                                                   \
+        }                                                                                        \
     }
 
 F16_LOOP(add_f16, add_f32)
@@ -115,15 +115,15 @@ static void elt_range(const ipu__bcast_plan *p, size_t b, size_t e, uint64_t *lo
 }
 
 #define BIN_KERNEL(name, inner)                                                                \
-    ipu_status name(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,              \
-                    void *scratch) {                                                             \
-        (void)scratch;                                                                           \
-        const ipu__bcast_plan *p = ins->plan;                                                    \
-        uint64_t lo, hi;                                                                         \
-        elt_range(p, b, e, &lo, &hi);                                                            \
-        ipu__bcast_run(p, f->ptr[ins->in[0]], f->ptr[ins->in[1]], f->ptr[ins->out[0]], lo, hi,   \
-                       inner);                                                                   \
-        return IPU_OK;                                                                           \
+    ipu_status name(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,            \
+                    void *scratch) {                                                           \
+        (void)scratch;                                                                         \
+        const ipu__bcast_plan *p = ins->plan;                                                  \
+        uint64_t lo, hi;                                                                       \
+        elt_range(p, b, e, &lo, &hi);                                                          \
+        ipu__bcast_run(p, f->ptr[ins->in[0]], f->ptr[ins->in[1]], f->ptr[ins->out[0]], lo, hi, \
+                       inner);                                                                 \
+        return IPU_OK;                                                                         \
     }
 
 BIN_KERNEL(ipu__k_add_f32, add_f32)
@@ -137,29 +137,29 @@ BIN_KERNEL(ipu__k_div_f16, div_f16)
 
 /* Integers: wrap-around in the unsigned type W; division truncates, x/0 == 0, MIN/-1 == MIN.
  * RELU: max(x, 0) (the identity on unsigned types). */
-#define INT_ELT(sfx, D, T, W, S, C, MIN, MAX)                                                   \
-    static inline T div1_##sfx(T a, T b) {                                                      \
-        if (b == 0) return 0;                                                                   \
-        if (S && b == (T)-1) return (T)(0u - (W)a);                                             \
-        return (T)(a / b);                                                                      \
-    }                                                                                           \
-    BIN_LOOP(add_##sfx, T, (T)((W)x + (W)z))                                                    \
-    BIN_LOOP(sub_##sfx, T, (T)((W)x - (W)z))                                                    \
-    BIN_LOOP(mul_##sfx, T, (T)((W)x * (W)z))                                                    \
-    BIN_LOOP(div_##sfx, T, div1_##sfx(x, z))                                                    \
-    BIN_KERNEL(ipu__k_add_##sfx, add_##sfx)                                                     \
-    BIN_KERNEL(ipu__k_sub_##sfx, sub_##sfx)                                                     \
-    BIN_KERNEL(ipu__k_mul_##sfx, mul_##sfx)                                                     \
-    BIN_KERNEL(ipu__k_div_##sfx, div_##sfx)                                                     \
-    ipu_status ipu__k_relu_##sfx(const ipu__frame *f, const ipu__instr *ins, size_t b,          \
-                                 size_t e, void *scratch) {                                     \
-        (void)scratch;                                                                          \
-        uint64_t lo, hi;                                                                        \
-        elt_range(ins->plan, b, e, &lo, &hi);                                                   \
-        const T *x = (const T *)f->ptr[ins->in[0]];                                             \
-        T *restrict y = (T *)f->ptr[ins->out[0]];                                               \
-        for (uint64_t i = lo; i < hi; i++) y[i] = x[i] > 0 ? x[i] : (T)0;                       \
-        return IPU_OK;                                                                          \
+#define INT_ELT(sfx, D, T, W, S, C, MIN, MAX)                                                    \
+    static inline T div1_##sfx(T a, T b) {                                                       \
+        if (b == 0) return 0;                                                                    \
+        if (S && b == (T)-1) return (T)(0u - (W)a);                                              \
+        return (T)(a / b);                                                                       \
+    }                                                                                            \
+    BIN_LOOP(add_##sfx, T, (T)((W)x + (W)z))                                                     \
+    BIN_LOOP(sub_##sfx, T, (T)((W)x - (W)z))                                                     \
+    BIN_LOOP(mul_##sfx, T, (T)((W)x * (W)z))                                                     \
+    BIN_LOOP(div_##sfx, T, div1_##sfx(x, z))                                                     \
+    BIN_KERNEL(ipu__k_add_##sfx, add_##sfx)                                                      \
+    BIN_KERNEL(ipu__k_sub_##sfx, sub_##sfx)                                                      \
+    BIN_KERNEL(ipu__k_mul_##sfx, mul_##sfx)                                                      \
+    BIN_KERNEL(ipu__k_div_##sfx, div_##sfx)                                                      \
+    ipu_status ipu__k_relu_##sfx(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e, \
+                                 void *scratch) {                                                \
+        (void)scratch;                                                                           \
+        uint64_t lo, hi;                                                                         \
+        elt_range(ins->plan, b, e, &lo, &hi);                                                    \
+        const T *x = (const T *)f->ptr[ins->in[0]];                                              \
+        T *restrict y = (T *)f->ptr[ins->out[0]];                                                \
+        for (uint64_t i = lo; i < hi; i++) y[i] = x[i] > 0 ? x[i] : (T)0;                        \
+        return IPU_OK;                                                                           \
     }
 IPU__INT_TYPES(INT_ELT)
 #undef INT_ELT

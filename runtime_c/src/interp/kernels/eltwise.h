@@ -69,8 +69,8 @@ typedef struct ipu__unary_plan {
     ipu__plan hdr;
     uint64_t numel;
     int fn;
-    float p0, p1;     /* float parameters (alpha, beta, clip bounds) */
-    int64_t i0, i1;   /* CLIP bounds for integer dtypes */
+    float p0, p1;   /* float parameters (alpha, beta, clip bounds) */
+    int64_t i0, i1; /* CLIP bounds for integer dtypes */
 } ipu__unary_plan;
 
 /* BINARY (n_in = 2) and WHERE (n_in = 3): flat output ranges, collapsed broadcast strides of

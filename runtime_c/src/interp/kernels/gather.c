@@ -81,10 +81,10 @@ static inline float red_f(float a, float u, int red) {
 }
 
 /* Integers wrap: add and multiply in unsigned arithmetic. */
-#define RED_INT(T, UT, a, u, red)                                       \
-    ((red) == IPU__SCATTER_ADD   ? (T)((UT)(a) + (UT)(u))               \
-     : (red) == IPU__SCATTER_MUL ? (T)((UT)(a) * (UT)(u))               \
-     : (red) == IPU__SCATTER_MAX ? ((a) > (u) ? (a) : (u))              \
+#define RED_INT(T, UT, a, u, red)                          \
+    ((red) == IPU__SCATTER_ADD   ? (T)((UT)(a) + (UT)(u))  \
+     : (red) == IPU__SCATTER_MUL ? (T)((UT)(a) * (UT)(u))  \
+     : (red) == IPU__SCATTER_MAX ? ((a) > (u) ? (a) : (u)) \
                                  : ((a) < (u) ? (a) : (u)))
 
 /* y[0..n) = reduce(y, u) element-wise (n elements of `dt`); NONE copies. */
@@ -156,8 +156,8 @@ ipu_status ipu__k_gather_elements(const ipu__frame *f, const ipu__instr *ins, si
     return IPU_OK;
 }
 
-ipu_status ipu__k_scatter_elements(const ipu__frame *f, const ipu__instr *ins, size_t b,
-                                   size_t e, void *scratch) {
+ipu_status ipu__k_scatter_elements(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
+                                   void *scratch) {
     (void)scratch;
     const ipu__elements_plan *p = ins->plan;
     const char *x = f->ptr[ins->in[0]];

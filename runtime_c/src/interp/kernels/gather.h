@@ -9,8 +9,14 @@
 #include "kernels.h"
 
 /* Scatter reductions (attribute `reduction`). */
-enum { IPU__SCATTER_NONE, IPU__SCATTER_ADD, IPU__SCATTER_MUL, IPU__SCATTER_MAX, IPU__SCATTER_MIN,
-       IPU__SCATTER_COUNT };
+enum {
+    IPU__SCATTER_NONE,
+    IPU__SCATTER_ADD,
+    IPU__SCATTER_MUL,
+    IPU__SCATTER_MAX,
+    IPU__SCATTER_MIN,
+    IPU__SCATTER_COUNT
+};
 
 /* GATHER and GATHER_ND: y is `rows` rows of `row` bytes; row r = (outer o, index tuple j),
  * o = r / m, j = r % m. The tuple of k indices is at element (shared_idx ? j : r) * k of the

@@ -86,7 +86,7 @@ ukr_avx512_body(int64_t kc, const float *ap, const int64_t *aoff, const float *b
         if (!aoff) ap += MR512;
     }
     if (pf) ipu__prefetch_lines(pf + 16 * pfj, pfn - pfj); /* the stream's rest (kc < pfn) */
-    /* (w < 32: columns past w are neither read nor written, masked) */
+        /* (w < 32: columns past w are neither read nor written, masked) */
 #define LD512(P, M) (w == 32 ? _mm512_loadu_ps(P) : _mm512_maskz_loadu_ps(M, P))
 #pragma GCC unroll 16
     for (int i = 0; i < mv; i++) {
@@ -142,9 +142,8 @@ __attribute__((target("avx512f"))) static void ukr_avx512(int64_t kc, const floa
 }
 
 __attribute__((target("avx512f"))) static void ukr_avx512_ep(int64_t kc, const float *ap,
-                                                             const float *bp, float *c,
-                                                             int64_t ldc, int acc,
-                                                             const ipu__tile_ep *ep) {
+                                                             const float *bp, float *c, int64_t ldc,
+                                                             int acc, const ipu__tile_ep *ep) {
     if (ep && ep->yh)
         ukr_avx512_body(kc, ap, NULL, bp, NULL, c, ldc, acc, ep, MR512, MR512, 32, NULL, 0, 1);
     else
@@ -152,9 +151,8 @@ __attribute__((target("avx512f"))) static void ukr_avx512_ep(int64_t kc, const f
 }
 
 __attribute__((target("avx512f"))) static void ukr_avx512_rows(int64_t kc, const float *ap,
-                                                               const float *b,
-                                                               const int64_t *off, float *c,
-                                                               int64_t ldc, int acc,
+                                                               const float *b, const int64_t *off,
+                                                               float *c, int64_t ldc, int acc,
                                                                const ipu__tile_ep *ep) {
     if (ep && ep->yh)
         ukr_avx512_body(kc, ap, NULL, b, off, c, ldc, acc, ep, MR512, MR512, 32, NULL, 0, 1);
@@ -177,18 +175,18 @@ __attribute__((target("avx512f"))) static void ukr_avx512_arows(int64_t kc, cons
  * stored; ep->yh: stored in half, as by every variant (ipu__tile_ep). A body per case of the
  * arguments its k loop and store test (rows computed, B packed or read in place, float32 or
  * half store): a run-time test of off in the k loop made an edge tile cost four full ones. */
-#define IPU__PART_BODY(BODY, MV)                                                               \
-    do {                                                                                      \
-        if (ep && ep->yh) {                                                                   \
-            if (off)                                                                          \
-                BODY(kc, ap, NULL, b, off, c, ldc, acc, ep, MV, h, w, NULL, 0, 1);            \
-            else                                                                              \
-                BODY(kc, ap, NULL, b, NULL, c, ldc, acc, ep, MV, h, w, NULL, 0, 1);           \
-        } else if (off) {                                                                     \
-            BODY(kc, ap, NULL, b, off, c, ldc, acc, ep, MV, h, w, NULL, 0, 0);                \
-        } else {                                                                              \
-            BODY(kc, ap, NULL, b, NULL, c, ldc, acc, ep, MV, h, w, NULL, 0, 0);               \
-        }                                                                                     \
+#define IPU__PART_BODY(BODY, MV)                                                    \
+    do {                                                                            \
+        if (ep && ep->yh) {                                                         \
+            if (off)                                                                \
+                BODY(kc, ap, NULL, b, off, c, ldc, acc, ep, MV, h, w, NULL, 0, 1);  \
+            else                                                                    \
+                BODY(kc, ap, NULL, b, NULL, c, ldc, acc, ep, MV, h, w, NULL, 0, 1); \
+        } else if (off) {                                                           \
+            BODY(kc, ap, NULL, b, off, c, ldc, acc, ep, MV, h, w, NULL, 0, 0);      \
+        } else {                                                                    \
+            BODY(kc, ap, NULL, b, NULL, c, ldc, acc, ep, MV, h, w, NULL, 0, 0);     \
+        }                                                                           \
     } while (0)
 
 __attribute__((target("avx512f"))) static void ukr_avx512_part(int h, int w, int64_t kc,
@@ -211,10 +209,9 @@ __attribute__((target("avx512f"))) static void ukr_avx512_part(int h, int w, int
  * A column k: ap + 6 k (packed panel) or, with aoff, ap + aoff[k] (6 consecutive floats read in
  * place). mv, h and w as ukr_avx512_body's (6 rows, 16 columns). */
 __attribute__((target("avx2,fma,f16c"))) static inline __attribute__((always_inline)) void
-ukr_avx2_body(int64_t kc, const float *ap, const int64_t *aoff, const float *bp,
-              const int64_t *off, float *c, int64_t ldc, int acc, const ipu__tile_ep *ep,
-              const int mv, const int h, const int w, const float *pf, int64_t pfn,
-              const int half) {
+ukr_avx2_body(int64_t kc, const float *ap, const int64_t *aoff, const float *bp, const int64_t *off,
+              float *c, int64_t ldc, int acc, const ipu__tile_ep *ep, const int mv, const int h,
+              const int w, const float *pf, int64_t pfn, const int half) {
     __m256 c0[MR256], c1[MR256];
     const int64_t pfs = pfn ? (kc > pfn ? kc / pfn : 1) : 0; /* as ukr_avx512_body's */
     int64_t pfc = pfs, pfj = 0;
@@ -253,7 +250,7 @@ ukr_avx2_body(int64_t kc, const float *ap, const int64_t *aoff, const float *bp,
         if (!aoff) ap += MR256;
     }
     if (pf) ipu__prefetch_lines(pf + 16 * pfj, pfn - pfj);
-    /* (w < 16: columns past w are neither read nor written, masked) */
+        /* (w < 16: columns past w are neither read nor written, masked) */
 #define LD256(P, M) (w == 16 ? _mm256_loadu_ps(P) : _mm256_maskload_ps(P, M))
 #pragma GCC unroll 8
     for (int i = 0; i < mv; i++) {
@@ -301,15 +298,16 @@ ukr_avx2_body(int64_t kc, const float *ap, const int64_t *aoff, const float *bp,
 }
 
 __attribute__((target("avx2,fma,f16c"))) static void ukr_avx2(int64_t kc, const float *ap,
-                                                         const float *bp, float *c, int64_t ldc,
-                                                         int acc, const float *pf, int64_t pfn) {
+                                                              const float *bp, float *c,
+                                                              int64_t ldc, int acc, const float *pf,
+                                                              int64_t pfn) {
     ukr_avx2_body(kc, ap, NULL, bp, NULL, c, ldc, acc, NULL, MR256, MR256, 16, pf, pfn, 0);
 }
 
 __attribute__((target("avx2,fma,f16c"))) static void ukr_avx2_ep(int64_t kc, const float *ap,
-                                                            const float *bp, float *c,
-                                                            int64_t ldc, int acc,
-                                                            const ipu__tile_ep *ep) {
+                                                                 const float *bp, float *c,
+                                                                 int64_t ldc, int acc,
+                                                                 const ipu__tile_ep *ep) {
     if (ep && ep->yh)
         ukr_avx2_body(kc, ap, NULL, bp, NULL, c, ldc, acc, ep, MR256, MR256, 16, NULL, 0, 1);
     else
@@ -317,10 +315,10 @@ __attribute__((target("avx2,fma,f16c"))) static void ukr_avx2_ep(int64_t kc, con
 }
 
 __attribute__((target("avx2,fma,f16c"))) static void ukr_avx2_rows(int64_t kc, const float *ap,
-                                                              const float *b,
-                                                              const int64_t *off, float *c,
-                                                              int64_t ldc, int acc,
-                                                              const ipu__tile_ep *ep) {
+                                                                   const float *b,
+                                                                   const int64_t *off, float *c,
+                                                                   int64_t ldc, int acc,
+                                                                   const ipu__tile_ep *ep) {
     if (ep && ep->yh)
         ukr_avx2_body(kc, ap, NULL, b, off, c, ldc, acc, ep, MR256, MR256, 16, NULL, 0, 1);
     else
@@ -328,10 +326,10 @@ __attribute__((target("avx2,fma,f16c"))) static void ukr_avx2_rows(int64_t kc, c
 }
 
 __attribute__((target("avx2,fma,f16c"))) static void ukr_avx2_arows(int64_t kc, const float *a,
-                                                               const float *bp,
-                                                               const int64_t *aoff, float *c,
-                                                               int64_t ldc, int acc,
-                                                               const ipu__tile_ep *ep) {
+                                                                    const float *bp,
+                                                                    const int64_t *aoff, float *c,
+                                                                    int64_t ldc, int acc,
+                                                                    const ipu__tile_ep *ep) {
     if (ep && ep->yh)
         ukr_avx2_body(kc, a, aoff, bp, NULL, c, ldc, acc, ep, MR256, MR256, 16, NULL, 0, 1);
     else
@@ -340,8 +338,7 @@ __attribute__((target("avx2,fma,f16c"))) static void ukr_avx2_arows(int64_t kc, 
 
 /* Edge tiles: 2, 4 or 6 rows computed, h rows and w columns stored (as ukr_avx512_part). */
 __attribute__((target("avx2,fma,f16c"))) static void ukr_avx2_part(int h, int w, int64_t kc,
-                                                                   const float *ap,
-                                                                   const float *b,
+                                                                   const float *ap, const float *b,
                                                                    const int64_t *off, float *c,
                                                                    int64_t ldc, int acc,
                                                                    const ipu__tile_ep *ep) {
@@ -422,7 +419,6 @@ static void ukr_portable_part(int h, int w, int64_t kc, const float *ap, const f
     if (ep) tile_ep(c, ldc, h, w, ep);
 }
 
-
 typedef struct ukr_desc {
     ukr_fn fn;
     ipu__ukr_ep_fn ep;
@@ -484,12 +480,10 @@ static int vec_pack(void) { /* AVX2 copies/transposes unless the portable kernel
 #endif
 }
 
-
 #if IPU_X86
 /* dst[k * nr + j] = src[j * ld + k], k < kc, j < w: transposed B, 8 x 8 blocks at a time. */
-__attribute__((target("avx2"))) static void pack_bt_avx2(const float *src, int64_t ld,
-                                                          int64_t kc, int64_t w, int64_t nr,
-                                                          float *dst) {
+__attribute__((target("avx2"))) static void pack_bt_avx2(const float *src, int64_t ld, int64_t kc,
+                                                         int64_t w, int64_t nr, float *dst) {
     int64_t j = 0;
     for (; j + 8 <= w; j += 8) {
         int64_t k = 0;
@@ -508,8 +502,8 @@ __attribute__((target("avx2"))) static void pack_bt_avx2(const float *src, int64
 
 /* dst[k * mr + i] = rows[i][k] for i < h, 0 for h <= i < mr; k < kc: an A panel of 6 or 12
  * rows as 8 x 8 transposes (of the last group of rows, 6 or 4 of the 8 are stored). */
-__attribute__((target("avx2"))) static void pack_a_avx2(const float *const *rows, int64_t h,
-                                                         int mr, int64_t kc, float *dst) {
+__attribute__((target("avx2"))) static void pack_a_avx2(const float *const *rows, int64_t h, int mr,
+                                                        int64_t kc, float *dst) {
     int64_t k = 0;
     for (; k + 8 <= kc; k += 8) {
         for (int g = 0; g < mr; g += 8) {
@@ -539,8 +533,8 @@ __attribute__((target("avx2"))) static void pack_a_avx2(const float *const *rows
 
 /* Rows [k0, k0 + kc) of columns [j0, j0 + nc) of op(B) into panels of width nr: panel q at
  * bp + q * pstride, its row k at + k * nr; columns past nc are zero. */
-static void pack_b(const ipu__sgemm_args *g, int64_t k0, int64_t kc, int64_t j0, int64_t nc,
-                   int nr, float *bp, int64_t pstride) {
+static void pack_b(const ipu__sgemm_args *g, int64_t k0, int64_t kc, int64_t j0, int64_t nc, int nr,
+                   float *bp, int64_t pstride) {
     int vec = vec_pack();
     if (g->b_cs == 1 && !g->b_f16) {
         /* row-major B row by row: each row's nc columns in one sequential run (a panel at a
@@ -629,8 +623,8 @@ void ipu__sgemm_pack_a(const ipu__sgemm_args *g, int64_t k0, int64_t kc, int mr,
             const float *rows[MAX_MR];
             for (int64_t i = 0; i < h; i++) {
                 if (g->a_f16) {
-                    ipu__cvt_f16_to_f32((const uint16_t *)g->a + (p + i) * g->a_rs + k0,
-                                        rows16[i], (size_t)kc);
+                    ipu__cvt_f16_to_f32((const uint16_t *)g->a + (p + i) * g->a_rs + k0, rows16[i],
+                                        (size_t)kc);
                     rows[i] = rows16[i];
                 } else {
                     rows[i] = (const float *)g->a + (p + i) * g->a_rs + k0;
@@ -675,8 +669,8 @@ void ipu__sgemm_pack_a(const ipu__sgemm_args *g, int64_t k0, int64_t kc, int mr,
 /* C = op(A) op(B) for all g->m rows. B comes from `bpre` (panels of width nr covering columns
  * [0, g->n), panel stride bstride floats, row k at + k * nr) or, when bpre is NULL, is packed
  * into scratch in blocks of KC rows and as many columns as fit. */
-static void driver(const ukr_desc *u, const ipu__sgemm_args *g, const float *bpre,
-                   int64_t bstride, void *scratch, size_t scratch_bytes) {
+static void driver(const ukr_desc *u, const ipu__sgemm_args *g, const float *bpre, int64_t bstride,
+                   void *scratch, size_t scratch_bytes) {
     const int mr = u->mr, nr = u->nr;
     int64_t m = g->m, n = g->n, k = g->k;
     if (m <= 0 || n <= 0) return;
@@ -724,8 +718,8 @@ static void driver(const ukr_desc *u, const ipu__sgemm_args *g, const float *bpr
                             u->fn(kc, ap + ir * kc, bpan, c, g->ldc, acc, pf, pfn);
                         } else {
                             ipu__prefetch_lines(pf, pfn);
-                            u->part((int)h, (int)w, kc, ap + ir * kc, bpan, NULL, c, g->ldc,
-                                    acc, NULL);
+                            u->part((int)h, (int)w, kc, ap + ir * kc, bpan, NULL, c, g->ldc, acc,
+                                    NULL);
                         }
                     }
                 }

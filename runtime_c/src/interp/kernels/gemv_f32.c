@@ -18,21 +18,21 @@ typedef float v4f __attribute__((vector_size(16)));
  * results do not depend on how work items are split. */
 
 /* y[i][j] = sum_k x[i][k] * w[j][k] (w rows contiguous): NT rows of w at a time. */
-#define GEMV_T_BODY(NT, VT, ZERO, LOAD, FMA, HSUM, SFMA)                                         \
-    for (int64_t i = 0; i < m; i++) {                                                            \
-        const float *xi = x + i * ldx;                                                           \
-        VT acc[NT];                                                                              \
-        for (int r = 0; r < NT; r++) acc[r] = ZERO;                                              \
-        int64_t p = 0;                                                                           \
-        for (; p + VL <= k; p += VL) {                                                           \
-            VT xv = LOAD(xi + p);                                                                \
-            for (int r = 0; r < NT; r++) acc[r] = FMA(xv, LOAD(w0 + r * ldw + p), acc[r]);       \
-        }                                                                                        \
-        for (int r = 0; r < NT; r++) {                                                           \
-            float s = HSUM(acc[r]);                                                              \
-            for (int64_t q = p; q < k; q++) s = SFMA(xi[q], w0[r * ldw + q], s);                 \
-            y[i * ldy + j + r] = s;                                                              \
-        }                                                                                        \
+#define GEMV_T_BODY(NT, VT, ZERO, LOAD, FMA, HSUM, SFMA)                                   \
+    for (int64_t i = 0; i < m; i++) {                                                      \
+        const float *xi = x + i * ldx;                                                     \
+        VT acc[NT];                                                                        \
+        for (int r = 0; r < NT; r++) acc[r] = ZERO;                                        \
+        int64_t p = 0;                                                                     \
+        for (; p + VL <= k; p += VL) {                                                     \
+            VT xv = LOAD(xi + p);                                                          \
+            for (int r = 0; r < NT; r++) acc[r] = FMA(xv, LOAD(w0 + r * ldw + p), acc[r]); \
+        }                                                                                  \
+        for (int r = 0; r < NT; r++) {                                                     \
+            float s = HSUM(acc[r]);                                                        \
+            for (int64_t q = p; q < k; q++) s = SFMA(xi[q], w0[r * ldw + q], s);           \
+            y[i * ldy + j + r] = s;                                                        \
+        }                                                                                  \
     }
 
 #if IPU_X86
@@ -45,9 +45,9 @@ __attribute__((target("avx2,fma"))) static inline float hsum8(__m256 v) {
 }
 #define FMA8(a, b, c) _mm256_fmadd_ps(a, b, c)
 __attribute__((target("avx2,fma"))) static void gemv_t_avx2(int64_t m, int64_t n, int64_t k,
-                                                             const float *x, int64_t ldx,
-                                                             const float *w, int64_t ldw,
-                                                             float *y, int64_t ldy) {
+                                                            const float *x, int64_t ldx,
+                                                            const float *w, int64_t ldw, float *y,
+                                                            int64_t ldy) {
     int64_t j = 0;
     for (; j + 4 <= n; j += 4) {
         const float *w0 = w + j * ldw;
@@ -61,9 +61,9 @@ __attribute__((target("avx2,fma"))) static void gemv_t_avx2(int64_t m, int64_t n
 
 /* y[i][0..n) = sum_k x[i][k] * b[k][0..n) (b rows contiguous), 8 rows of b per pass over y. */
 __attribute__((target("avx2,fma"))) static void gemv_n_avx2(int64_t m, int64_t n, int64_t k,
-                                                             const float *x, int64_t ldx,
-                                                             const float *b, int64_t ldb,
-                                                             float *y, int64_t ldy) {
+                                                            const float *x, int64_t ldx,
+                                                            const float *b, int64_t ldb, float *y,
+                                                            int64_t ldy) {
     enum { R = 8 };
     for (int64_t i = 0; i < m; i++) memset(y + i * ldy, 0, sizeof(float) * (size_t)n);
     for (int64_t p = 0; p < k; p += R) {
@@ -136,8 +136,8 @@ typedef void (*gemv_fn)(int64_t m, int64_t n, int64_t k, const float *x, int64_t
 /* gemv_n over K-blocks of GEMV_KB rows, each summed apart and then added: short accumulation
  * chains, so long K rounds no worse than the blocked sgemm (K-blocks of KC). */
 #define GEMV_KB ((int64_t)64)
-static void gemv_n_blocked(gemv_fn fn, int64_t m, int64_t n, int64_t k, const float *x,
-                           int64_t ldx, const float *b, int64_t ldb, float *y, int64_t ldy) {
+static void gemv_n_blocked(gemv_fn fn, int64_t m, int64_t n, int64_t k, const float *x, int64_t ldx,
+                           const float *b, int64_t ldb, float *y, int64_t ldy) {
     enum { NCH = 1024 };
     float t[IPU__GEMV_MAX_M * NCH];
     for (int64_t j0 = 0; j0 < n; j0 += NCH) {

@@ -78,9 +78,8 @@ static inline bool ipu__phase_used(int64_t a, int64_t k, int64_t d, int64_t s) {
  * vectorises; conv and pool window copies): d0[j] = xr[c0 + 2j], d1[j] = xr[c0 + 2j + 1], pad
  * outside [0, W), j < Wq. */
 static inline __attribute__((always_inline)) void ipu__split_row2(const float *restrict xr,
-                                                                  int64_t W, int64_t c0,
-                                                                  int64_t Wq, float pad,
-                                                                  float *restrict d0,
+                                                                  int64_t W, int64_t c0, int64_t Wq,
+                                                                  float pad, float *restrict d0,
                                                                   float *restrict d1) {
     int64_t lo = c0 >= 0 ? 0 : (-c0 + 1) / 2;    /* first j with both columns >= 0 */
     int64_t hi = W - c0 >= 2 ? (W - c0) / 2 : 0; /* past the last j with both < W */
@@ -157,13 +156,19 @@ ipu_status ipu__verify_stages(const ipu_executable *e);
     ipu_status name(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e, void *scratch)
 #define IPU__KDECL_ONE(k) IPU__KDECL(ipu__k_##k);
 #define IPU__KDECL_ONE_F(k) IPU__KDECL(ipu__k_##k);
-#define IPU__KDECL_F(k) IPU__KDECL(ipu__k_##k##_f32); IPU__KDECL(ipu__k_##k##_f16);
-#define IPU__KDECL_D4(k) \
-    IPU__KDECL_F(k) IPU__KDECL(ipu__k_##k##_i32); IPU__KDECL(ipu__k_##k##_i64);
-#define IPU__KDECL_ALL(k) \
-    IPU__KDECL_D4(k) IPU__KDECL(ipu__k_##k##_i8); IPU__KDECL(ipu__k_##k##_u8); \
-    IPU__KDECL(ipu__k_##k##_i16); IPU__KDECL(ipu__k_##k##_u16); \
-    IPU__KDECL(ipu__k_##k##_u32); IPU__KDECL(ipu__k_##k##_u64);
+#define IPU__KDECL_F(k)           \
+    IPU__KDECL(ipu__k_##k##_f32); \
+    IPU__KDECL(ipu__k_##k##_f16);
+#define IPU__KDECL_D4(k)                          \
+    IPU__KDECL_F(k) IPU__KDECL(ipu__k_##k##_i32); \
+    IPU__KDECL(ipu__k_##k##_i64);
+#define IPU__KDECL_ALL(k)                         \
+    IPU__KDECL_D4(k) IPU__KDECL(ipu__k_##k##_i8); \
+    IPU__KDECL(ipu__k_##k##_u8);                  \
+    IPU__KDECL(ipu__k_##k##_i16);                 \
+    IPU__KDECL(ipu__k_##k##_u16);                 \
+    IPU__KDECL(ipu__k_##k##_u32);                 \
+    IPU__KDECL(ipu__k_##k##_u64);
 #define IPU__KDECL_ALL_B(k) IPU__KDECL_ALL(k) IPU__KDECL(ipu__k_##k##_b8);
 #define IPU_OP(NAME, value, str, mi, ma, no, na, na2, dt, inp, fl, plan, ks, k) IPU__KDECL_##ks(k)
 #include "ipu/ipu_ops.def"
@@ -216,8 +221,8 @@ typedef struct ipu__tile_ep {
  * ipu__ukr_ep_fn's. */
 typedef void (*ipu__ukr_rows_fn)(int64_t kc, const float *ap, const float *b, const int64_t *off,
                                  float *c, int64_t ldc, int acc, const ipu__tile_ep *ep);
-typedef void (*ipu__ukr_ep_fn)(int64_t kc, const float *ap, const float *bp, float *c,
-                               int64_t ldc, int acc, const ipu__tile_ep *ep);
+typedef void (*ipu__ukr_ep_fn)(int64_t kc, const float *ap, const float *bp, float *c, int64_t ldc,
+                               int acc, const ipu__tile_ep *ep);
 /* An edge tile: rows [0, h) and columns [0, w) of the tile (1 <= h <= mr, 1 <= w <= nr) stored
  * or accumulated into C, nothing outside them read or written (A's panel as for fn); B packed
  * (off NULL) or, where the micro-kernel has a rows variant, its row k read in place at b +
@@ -234,9 +239,9 @@ typedef struct ipu__ukr {
      * column k (mr consecutive floats) at a + aoff[k] and B packed */
     ipu__ukr_rows_fn arows;
     int mr, nr;
-    int mq;  /* part computes the rows it stores rounded up to a multiple of mq */
+    int mq;   /* part computes the rows it stores rounded up to a multiple of mq */
     int half; /* ep, part, rows and arows store float16 (ipu__tile_ep.yh) */
-    int isa; /* isa.h's level: tags packed layouts (prepack.h) */
+    int isa;  /* isa.h's level: tags packed layouts (prepack.h) */
 } ipu__ukr;
 void ipu__sgemm_ukr(ipu__ukr *u);
 void ipu__sgemm_pack_a(const ipu__sgemm_args *g, int64_t k0, int64_t kc, int mr, float *ap);

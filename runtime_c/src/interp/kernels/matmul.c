@@ -22,7 +22,7 @@ static void batch_offsets(const ipu__mm_plan *p, uint64_t bi, int64_t *oa, int64
 }
 
 typedef struct mm_item {
-    int64_t m0, m1;      /* output rows */
+    int64_t m0, m1;              /* output rows */
     int64_t a_off, b_off, y_off; /* element offsets of this batch's matrices */
 } mm_item;
 
@@ -148,8 +148,7 @@ static ipu_status mm_run(const ipu__frame *f, const ipu__instr *ins, size_t b, s
                     float *row = g.c + (i - r0) * g.ldc;
                     if (ep) gemm_epilogue_row(p, c, f16, i, j0, row, row, nc);
                     if (f16)
-                        ipu__cvt_f32_to_f16(row, (uint16_t *)y + r.y_off + i * N + j0,
-                                            (size_t)nc);
+                        ipu__cvt_f32_to_f16(row, (uint16_t *)y + r.y_off + i * N + j0, (size_t)nc);
                 }
         }
         it = end;
@@ -175,28 +174,28 @@ ipu_status ipu__k_gemm_f16(const ipu__frame *f, const ipu__instr *ins, size_t b,
 }
 
 /* Integer matmul, wrap-around arithmetic in unsigned types (i-k-j order, vectorisable). */
-#define INT_MATMUL(sfx, U)                                                                     \
-    ipu_status ipu__k_matmul_##sfx(const ipu__frame *f, const ipu__instr *ins, size_t b,       \
-                                   size_t e, void *scratch) {                                  \
-        (void)scratch;                                                                         \
-        const ipu__mm_plan *p = ins->plan;                                                     \
-        const U *A = f->ptr[ins->in[0]], *B = f->ptr[ins->in[1]];                              \
-        U *Y = f->ptr[ins->out[0]];                                                            \
-        int64_t N = p->N, K = p->K;                                                            \
-        for (size_t it = b; it < e; it++) {                                                    \
-            mm_item r = item_of(p, it);                                                        \
-            for (int64_t i = r.m0; i < r.m1; i++) {                                            \
-                U *restrict y = Y + r.y_off + i * N;                                           \
-                const U *a = A + r.a_off + i * K;                                              \
-                memset(y, 0, sizeof(U) * (size_t)N);                                           \
-                for (int64_t k = 0; k < K; k++) {                                              \
-                    U av = a[k];                                                               \
-                    const U *restrict brow = B + r.b_off + k * N;                              \
-                    for (int64_t j = 0; j < N; j++) y[j] += av * brow[j];                      \
-                }                                                                              \
-            }                                                                                  \
-        }                                                                                      \
-        return IPU_OK;                                                                         \
+#define INT_MATMUL(sfx, U)                                                                         \
+    ipu_status ipu__k_matmul_##sfx(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e, \
+                                   void *scratch) {                                                \
+        (void)scratch;                                                                             \
+        const ipu__mm_plan *p = ins->plan;                                                         \
+        const U *A = f->ptr[ins->in[0]], *B = f->ptr[ins->in[1]];                                  \
+        U *Y = f->ptr[ins->out[0]];                                                                \
+        int64_t N = p->N, K = p->K;                                                                \
+        for (size_t it = b; it < e; it++) {                                                        \
+            mm_item r = item_of(p, it);                                                            \
+            for (int64_t i = r.m0; i < r.m1; i++) {                                                \
+                U *restrict y = Y + r.y_off + i * N;                                               \
+                const U *a = A + r.a_off + i * K;                                                  \
+                memset(y, 0, sizeof(U) * (size_t)N);                                               \
+                for (int64_t k = 0; k < K; k++) {                                                  \
+                    U av = a[k];                                                                   \
+                    const U *restrict brow = B + r.b_off + k * N;                                  \
+                    for (int64_t j = 0; j < N; j++) y[j] += av * brow[j];                          \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+        return IPU_OK;                                                                             \
     }
 INT_MATMUL(i32, uint32_t)
 INT_MATMUL(i64, uint64_t)

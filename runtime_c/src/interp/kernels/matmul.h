@@ -19,7 +19,8 @@ typedef struct ipu__mm_plan {
     int64_t M, N, K, mblocks;
     uint64_t batch;
     uint32_t bdim;
-    int64_t bshape[IPU_MAX_DIMS], abs[IPU_MAX_DIMS], bbs[IPU_MAX_DIMS]; /* batch strides, in matrices */
+    int64_t bshape[IPU_MAX_DIMS], abs[IPU_MAX_DIMS],
+        bbs[IPU_MAX_DIMS]; /* batch strides, in matrices */
     /* GEMM only */
     int is_gemm, trans_a, trans_b, has_c;
     int act; /* ipu__act_fn: applied after alpha * op(A) op(B) + beta * C */

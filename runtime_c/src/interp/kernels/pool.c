@@ -18,7 +18,6 @@
 #include "isa.h"
 #include "pool.h"
 
-
 /* The running max after tap v (docs/bytecode.md): v replaces acc only if greater, so of equal
  * values the first stays, or if v is NaN and acc is not, so the first NaN wins. Bitwise
  * operators keep it branch-free (it vectorises). */
@@ -168,8 +167,8 @@ __attribute__((target("avx2"))) static inline __attribute__((always_inline)) voi
  * max(v, a) keeps a when they are equal or either is NaN, which is tap_f32's rule except for a
  * NaN v: such a block is redone one output at a time. Sums add in tap order: identical. */
 __attribute__((target("avx2"))) static void fold_avx2(float *acc, const float *const *taps,
-                                                      int64_t ntaps, int64_t n, int kind,
-                                                      float pad, bool resume) {
+                                                      int64_t ntaps, int64_t n, int kind, float pad,
+                                                      bool resume) {
     int64_t q = 0;
     for (; q + 32 <= n; q += 32) fold_vectors(acc, taps, ntaps, q, 4, kind, pad, resume);
     for (; q + 8 <= n; q += 8) fold_vectors(acc, taps, ntaps, q, 1, kind, pad, resume);
@@ -250,9 +249,9 @@ static uint64_t max_rows_bytes(const ipu__pool_plan *p, int64_t rows) {
 }
 
 /* Output rows [oh0, oh0 + nrows) of one plane; false (y partly written) if a NaN was read. */
-__attribute__((target("avx2"))) static bool pool_max_rows(const ipu__pool_plan *p,
-                                                          const float *x, int64_t nrows,
-                                                          int64_t oh0, float *y, float *buf) {
+__attribute__((target("avx2"))) static bool pool_max_rows(const ipu__pool_plan *p, const float *x,
+                                                          int64_t nrows, int64_t oh0, float *y,
+                                                          float *buf) {
     const int64_t OW = p->OW, OWp = (OW + 7) / 8 * 8, i0 = oh0 * p->sh - p->pt;
     const int64_t nin = rows_read(p, nrows);
     unsigned char *done = (unsigned char *)(buf + nin * OWp);
@@ -294,8 +293,8 @@ __attribute__((target("avx2"))) static bool pool_max_rows(const ipu__pool_plan *
  * comparisons as max_tap (_mm512_max_ps(v, a) keeps a unless v > a), so the first of equal
  * values stays; a NaN anywhere returns false and the item goes the other paths. */
 static bool s2max_ok(const ipu__pool_plan *p) {
-    return p->kind == 0 && p->KW == 3 && p->sw == 2 && p->dw == 1 && p->sh == 2 &&
-           p->dh == 1 && p->pl >= 0 && p->pl <= 2 && p->W >= 1 && p->W < ((int64_t)1 << 30);
+    return p->kind == 0 && p->KW == 3 && p->sw == 2 && p->dw == 1 && p->sh == 2 && p->dh == 1 &&
+           p->pl >= 0 && p->pl <= 2 && p->W >= 1 && p->W < ((int64_t)1 << 30);
 }
 
 /* Lanes j of a 16-column load at column c (j < 16) with 0 <= c + j < W. */
@@ -308,25 +307,24 @@ static inline __mmask16 cols_mask(int64_t c, int64_t W) {
 /* Column maxima of input row r for the 16 outputs of a block: lane j is the max of columns
  * c + 2j + kw, kw < 3, in kw order (lanes m* of the four loads lie inside the row). */
 __attribute__((target("avx512f"))) static inline __m512 hmax3(const float *r, __mmask16 m0,
-                                                             __mmask16 m1, __mmask16 m2,
-                                                             __mmask16 m3, __mmask16 *nan) {
-    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
-                                           28, 30);
+                                                              __mmask16 m1, __mmask16 m2,
+                                                              __mmask16 m3, __mmask16 *nan) {
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28,
+                                           30);
     const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
     __m512 l0 = _mm512_mask_loadu_ps(ninf, m0, r), l1 = _mm512_mask_loadu_ps(ninf, m1, r + 16);
     __m512 l2 = _mm512_mask_loadu_ps(ninf, m2, r + 2), l3 = _mm512_mask_loadu_ps(ninf, m3, r + 18);
     *nan |= _mm512_cmp_ps_mask(l0, l1, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(l2, l3, _CMP_UNORD_Q);
-    __m512 h = _mm512_permutex2var_ps(l0, even, l1);                   /* kw 0 */
-    h = _mm512_max_ps(_mm512_permutex2var_ps(l0, odd, l1), h);         /* kw 1 */
-    return _mm512_max_ps(_mm512_permutex2var_ps(l2, even, l3), h);     /* kw 2 */
+    __m512 h = _mm512_permutex2var_ps(l0, even, l1);               /* kw 0 */
+    h = _mm512_max_ps(_mm512_permutex2var_ps(l0, odd, l1), h);     /* kw 1 */
+    return _mm512_max_ps(_mm512_permutex2var_ps(l2, even, l3), h); /* kw 2 */
 }
 
 /* Output rows [oh0, oh1) of one plane, block of 16 outputs after block (the last row's maxima
  * carried in a register to the next output row); false (y partly written) if a NaN was read. */
-__attribute__((target("avx512f"))) static bool pool_max_s2(const ipu__pool_plan *p,
-                                                          const float *x, int64_t oh0,
-                                                          int64_t oh1, float *y) {
+__attribute__((target("avx512f"))) static bool pool_max_s2(const ipu__pool_plan *p, const float *x,
+                                                           int64_t oh0, int64_t oh1, float *y) {
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
     const int64_t W = p->W;
     __mmask16 nan = 0;
@@ -456,8 +454,8 @@ static inline __attribute__((always_inline)) void pool_window_body(
 typedef void (*window_fn)(const ipu__pool_plan *p, const float *x, int64_t nrows, int64_t oh0,
                           int64_t np, const float *cw, float *y, float *buf);
 
-static void pool_window_base(const ipu__pool_plan *p, const float *x, int64_t nrows,
-                             int64_t oh0, int64_t np, const float *cw, float *y, float *buf) {
+static void pool_window_base(const ipu__pool_plan *p, const float *x, int64_t nrows, int64_t oh0,
+                             int64_t np, const float *cw, float *y, float *buf) {
     pool_window_body(p, x, nrows, oh0, np, cw, y, buf, fold_base);
 }
 
@@ -503,8 +501,10 @@ static void same_setup(const ipu__pool_plan *p, const float *cw, int32_t *mask, 
             off[t] = dh * W + dw;
             for (int64_t h = 0; h < H; h++)
                 for (int64_t w = 0; w < W; w++)
-                    mask[(t * H + h) * W + w] =
-                        h + dh >= 0 && h + dh < H && w + dw >= 0 && w + dw < W ? -1 : 0;
+                    mask[(t * H + h) * W + w] = h + dh >= 0 && h + dh < H && w + dw >= 0 &&
+                                                        w + dw < W
+                                                    ? -1
+                                                    : 0;
         }
     for (int64_t h = 0; p->kind == 1 && h < H; h++) {
         float nh = (float)rows_inside(p, h);
@@ -568,9 +568,8 @@ __attribute__((target("avx2"))) static inline __attribute__((always_inline)) voi
 }
 
 __attribute__((target("avx2"))) static void pool_same(const ipu__pool_plan *p, const float *x,
-                                                      float *y, int64_t np,
-                                                      const int32_t *mask, const int64_t *off,
-                                                      const float *den) {
+                                                      float *y, int64_t np, const int32_t *mask,
+                                                      const int64_t *off, const float *den) {
     if (p->kind == 0)
         pool_same_body(p, x, y, np, 0, mask, off, den);
     else
@@ -591,8 +590,7 @@ static void item_range(const ipu__pool_plan *p, size_t it, int64_t *p0, int64_t 
  * whole into float32 after the first IPU__SCRATCH_BYTES, pooled there, the output rows stored
  * in half. False (nothing written) if they do not fit. */
 static bool window_f16(const ipu__pool_plan *p32, window_fn window, const void *x, void *y,
-                       int64_t p0, int64_t np, int64_t oh0, int64_t oh1, float *cw,
-                       void *scratch) {
+                       int64_t p0, int64_t np, int64_t oh0, int64_t oh1, float *cw, void *scratch) {
     int64_t hw = p32->H * p32->W, ohw = p32->OH * p32->OW;
     if (np * (hw + ohw) > (int64_t)((IPU__WORKER_SCRATCH_BYTES - IPU__SCRATCH_BYTES) / 4))
         return false;
@@ -658,10 +656,10 @@ ipu_status ipu__k_pool2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
         int64_t hq, wq;
         const int64_t lim = (int64_t)1 << 24; /* keeps window_floats far from overflow */
         bool win_ok = p->sh <= 64 && p->sw <= 64 && p->OW < lim && p->rows < lim &&
-                   p->planes < lim && (p->KH - 1) * p->dh < lim && (p->KW - 1) * p->dw < lim &&
-                   p->rows >= (p->KH - 1) * p->dh / p->sh && /* halo copies <= the block */
-                   2 * p->OW + window_floats(p, p->rows, p->planes, &hq, &wq) <=
-                       (int64_t)(IPU__SCRATCH_BYTES / sizeof(float));
+                      p->planes < lim && (p->KH - 1) * p->dh < lim && (p->KW - 1) * p->dw < lim &&
+                      p->rows >= (p->KH - 1) * p->dh / p->sh && /* halo copies <= the block */
+                      2 * p->OW + window_floats(p, p->rows, p->planes, &hq, &wq) <=
+                          (int64_t)(IPU__SCRATCH_BYTES / sizeof(float));
         bool win = win_ok && !p->f16, win16 = win_ok && p->f16;
         window_fn window = pool_window_base;
 #if IPU_X86
@@ -672,8 +670,8 @@ ipu_status ipu__k_pool2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
         int64_t *off = NULL;
         float *den = NULL;
         if (isa >= IPU__ISA_AVX2) {
-            same = same_ok(p) && 2 * p->OW + same_floats(p) <=
-                                     (int64_t)(IPU__SCRATCH_BYTES / sizeof(float));
+            same = same_ok(p) &&
+                   2 * p->OW + same_floats(p) <= (int64_t)(IPU__SCRATCH_BYTES / sizeof(float));
             if (same) {
                 mask = (int32_t *)(cw + p->OW);
                 den = (float *)(mask + p->KH * p->KW * p->H * p->W);
@@ -693,8 +691,8 @@ ipu_status ipu__k_pool2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
             item_range(p, it, &p0, &np, &oh0, &oh1);
 #if IPU_X86
             if (same && oh0 == 0 && oh1 == p->OH) { /* whole planes */
-                pool_same(p, (const float *)x + p0 * p->H * p->W, (float *)y + p0 * p->H * p->W,
-                          np, mask, off, den);
+                pool_same(p, (const float *)x + p0 * p->H * p->W, (float *)y + p0 * p->H * p->W, np,
+                          mask, off, den);
                 continue;
             }
             if (s2max && !p->f16) { /* plane by plane; with a NaN the item goes the other paths */

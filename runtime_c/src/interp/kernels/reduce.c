@@ -81,53 +81,53 @@ static ipu_status reduce_float(const ipu__frame *f, const ipu__instr *ins, size_
     return IPU_OK;
 }
 
-#define INT_REDUCE(sfx, T, U)                                                                  \
-    static ipu_status reduce_##sfx(const ipu__frame *f, const ipu__instr *ins, size_t b,       \
-                                   size_t e, int mean) {                                       \
-        const ipu__red_plan *p = ins->plan;                                                    \
-        const T *x = f->ptr[ins->in[0]];                                                       \
-        T *y = f->ptr[ins->out[0]];                                                            \
-        uint64_t acc[IB];                                                                      \
-        for (size_t it = b; it < e; it++) {                                                    \
-            red_item r = red_item_of(p, it);                                                   \
-            const T *xb = x + r.o * p->red * p->inner + r.c0;                                  \
-            for (int64_t c = 0; c < r.w; c++) acc[c] = 0;                                      \
-            for (int64_t k = 0; k < p->red; k++) {                                             \
-                const T *row = xb + k * p->inner;                                              \
-                for (int64_t c = 0; c < r.w; c++) acc[c] += (uint64_t)(int64_t)row[c];         \
-            }                                                                                  \
-            T *yr = y + r.o * p->inner + r.c0;                                                 \
-            for (int64_t c = 0; c < r.w; c++) {                                                \
-                int64_t s = (int64_t)(T)(U)acc[c]; /* the sum wraps in T */                    \
-                if (mean) s = p->red ? s / p->red : 0;                                         \
-                yr[c] = (T)s;                                                                  \
-            }                                                                                  \
-        }                                                                                      \
-        return IPU_OK;                                                                         \
+#define INT_REDUCE(sfx, T, U)                                                                      \
+    static ipu_status reduce_##sfx(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e, \
+                                   int mean) {                                                     \
+        const ipu__red_plan *p = ins->plan;                                                        \
+        const T *x = f->ptr[ins->in[0]];                                                           \
+        T *y = f->ptr[ins->out[0]];                                                                \
+        uint64_t acc[IB];                                                                          \
+        for (size_t it = b; it < e; it++) {                                                        \
+            red_item r = red_item_of(p, it);                                                       \
+            const T *xb = x + r.o * p->red * p->inner + r.c0;                                      \
+            for (int64_t c = 0; c < r.w; c++) acc[c] = 0;                                          \
+            for (int64_t k = 0; k < p->red; k++) {                                                 \
+                const T *row = xb + k * p->inner;                                                  \
+                for (int64_t c = 0; c < r.w; c++) acc[c] += (uint64_t)(int64_t)row[c];             \
+            }                                                                                      \
+            T *yr = y + r.o * p->inner + r.c0;                                                     \
+            for (int64_t c = 0; c < r.w; c++) {                                                    \
+                int64_t s = (int64_t)(T)(U)acc[c]; /* the sum wraps in T */                        \
+                if (mean) s = p->red ? s / p->red : 0;                                             \
+                yr[c] = (T)s;                                                                      \
+            }                                                                                      \
+        }                                                                                          \
+        return IPU_OK;                                                                             \
     }
 INT_REDUCE(i32, int32_t, uint32_t)
 INT_REDUCE(i64, int64_t, uint64_t)
 
-#define RED_KERNELS(op, mean)                                                                   \
-    ipu_status ipu__k_##op##_f32(const ipu__frame *f, const ipu__instr *ins, size_t b,         \
-                                 size_t e, void *s) {                                          \
-        (void)s;                                                                               \
-        return reduce_float(f, ins, b, e, 0, mean);                                            \
-    }                                                                                          \
-    ipu_status ipu__k_##op##_f16(const ipu__frame *f, const ipu__instr *ins, size_t b,         \
-                                 size_t e, void *s) {                                          \
-        (void)s;                                                                               \
-        return reduce_float(f, ins, b, e, 1, mean);                                            \
-    }                                                                                          \
-    ipu_status ipu__k_##op##_i32(const ipu__frame *f, const ipu__instr *ins, size_t b,         \
-                                 size_t e, void *s) {                                          \
-        (void)s;                                                                               \
-        return reduce_i32(f, ins, b, e, mean);                                                 \
-    }                                                                                          \
-    ipu_status ipu__k_##op##_i64(const ipu__frame *f, const ipu__instr *ins, size_t b,         \
-                                 size_t e, void *s) {                                          \
-        (void)s;                                                                               \
-        return reduce_i64(f, ins, b, e, mean);                                                 \
+#define RED_KERNELS(op, mean)                                                                    \
+    ipu_status ipu__k_##op##_f32(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e, \
+                                 void *s) {                                                      \
+        (void)s;                                                                                 \
+        return reduce_float(f, ins, b, e, 0, mean);                                              \
+    }                                                                                            \
+    ipu_status ipu__k_##op##_f16(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e, \
+                                 void *s) {                                                      \
+        (void)s;                                                                                 \
+        return reduce_float(f, ins, b, e, 1, mean);                                              \
+    }                                                                                            \
+    ipu_status ipu__k_##op##_i32(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e, \
+                                 void *s) {                                                      \
+        (void)s;                                                                                 \
+        return reduce_i32(f, ins, b, e, mean);                                                   \
+    }                                                                                            \
+    ipu_status ipu__k_##op##_i64(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e, \
+                                 void *s) {                                                      \
+        (void)s;                                                                                 \
+        return reduce_i64(f, ins, b, e, mean);                                                   \
     }
 RED_KERNELS(reduce_sum, 0)
 RED_KERNELS(reduce_mean, 1)

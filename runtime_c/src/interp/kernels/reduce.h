@@ -26,10 +26,10 @@ typedef enum ipu__reduce_fn {
 typedef struct ipu__rfam_plan {
     ipu__plan hdr;
     ipu_dtype dtype;
-    int fn;                     /* REDUCE function */
-    int is_min, last;           /* ARG_REDUCE */
-    int exclusive, reverse;     /* CUMSUM */
-    int largest;                /* TOPK */
+    int fn;                 /* REDUCE function */
+    int is_min, last;       /* ARG_REDUCE */
+    int exclusive, reverse; /* CUMSUM */
+    int largest;            /* TOPK */
     int64_t outer, n, inner, nib, k;
 } ipu__rfam_plan;
 

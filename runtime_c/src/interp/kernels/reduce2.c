@@ -60,7 +60,8 @@ static inline void sti(void *y, ipu_dtype dt, int64_t i, uint64_t v) {
         case IPU_DTYPE_INT32: ((int32_t *)y)[i] = (int32_t)(uint32_t)v; break;
         case IPU_DTYPE_INT64: ((int64_t *)y)[i] = (int64_t)v; break;
         case IPU_DTYPE_INT8: ((int8_t *)y)[i] = (int8_t)(uint8_t)v; break;
-        case IPU_DTYPE_UINT8: case IPU_DTYPE_BOOL: ((uint8_t *)y)[i] = (uint8_t)v; break;
+        case IPU_DTYPE_UINT8:
+        case IPU_DTYPE_BOOL: ((uint8_t *)y)[i] = (uint8_t)v; break;
         case IPU_DTYPE_UINT32: ((uint32_t *)y)[i] = (uint32_t)v; break;
         default: break;
     }
@@ -80,13 +81,13 @@ static inline float fmaxn(float m, float v) { return (v > m || v != v) ? v : m; 
 static inline float fminn(float m, float v) { return (v < m || v != v) ? v : m; }
 
 /* for k in [0, n), c in [0, w): BODY with v = element (k, c) of the block (rows contiguous) */
-#define ROWS(LD, BODY)                                        \
-    for (int64_t k = 0; k < p->n; k++) {                      \
-        int64_t rb = base + k * p->inner;                     \
-        for (int64_t c = 0; c < r.w; c++) {                   \
-            LD##_t v = LD(x, dt, rb + c);                     \
-            BODY;                                             \
-        }                                                     \
+#define ROWS(LD, BODY)                      \
+    for (int64_t k = 0; k < p->n; k++) {    \
+        int64_t rb = base + k * p->inner;   \
+        for (int64_t c = 0; c < r.w; c++) { \
+            LD##_t v = LD(x, dt, rb + c);   \
+            BODY;                           \
+        }                                   \
     }
 typedef float ldf_t;
 typedef int64_t ldi_t;
@@ -104,12 +105,14 @@ static void reduce_float_block(const ipu__rfam_plan *p, const void *x, void *y, 
         m[c] = ldf(x, dt, base + c);
     }
     switch (fn) {
-        case IPU__RED_SUM: case IPU__RED_MEAN: case IPU__RED_LOG_SUM:
-            ROWS(ldf, acc[c] += v) break;
+        case IPU__RED_SUM:
+        case IPU__RED_MEAN:
+        case IPU__RED_LOG_SUM: ROWS(ldf, acc[c] += v) break;
         case IPU__RED_MAX: ROWS(ldf, m[c] = fmaxn(m[c], v)) break;
         case IPU__RED_MIN: ROWS(ldf, m[c] = fminn(m[c], v)) break;
         case IPU__RED_PROD: ROWS(ldf, acc[c] *= v) break;
-        case IPU__RED_SUM_SQUARE: case IPU__RED_L2: ROWS(ldf, acc[c] += (double)v * v) break;
+        case IPU__RED_SUM_SQUARE:
+        case IPU__RED_L2: ROWS(ldf, acc[c] += (double)v * v) break;
         case IPU__RED_L1: ROWS(ldf, acc[c] += fabs((double)v)) break;
         case IPU__RED_LOG_SUM_EXP: /* stable: exp(x - max), max added back */
             ROWS(ldf, m[c] = fmaxn(m[c], v))
@@ -121,7 +124,8 @@ static void reduce_float_block(const ipu__rfam_plan *p, const void *x, void *y, 
         double a = acc[c];
         switch (fn) {
             case IPU__RED_MEAN: a /= (double)p->n; break;
-            case IPU__RED_MAX: case IPU__RED_MIN: a = m[c]; break;
+            case IPU__RED_MAX:
+            case IPU__RED_MIN: a = m[c]; break;
             case IPU__RED_L2: a = sqrt(a); break;
             case IPU__RED_LOG_SUM: a = log(a); break;
             case IPU__RED_LOG_SUM_EXP: a = isfinite(m[c]) ? m[c] + log(a) : m[c]; break;
@@ -142,11 +146,13 @@ static void reduce_int_block(const ipu__rfam_plan *p, const void *x, void *y, re
         m[c] = ldi(x, dt, base + c);
     }
     switch (fn) {
-        case IPU__RED_SUM: case IPU__RED_MEAN: ROWS(ldi, acc[c] += (uint64_t)v) break;
+        case IPU__RED_SUM:
+        case IPU__RED_MEAN: ROWS(ldi, acc[c] += (uint64_t)v) break;
         case IPU__RED_MAX: ROWS(ldi, m[c] = v > m[c] ? v : m[c]) break;
         case IPU__RED_MIN: ROWS(ldi, m[c] = v < m[c] ? v : m[c]) break;
         case IPU__RED_PROD: ROWS(ldi, acc[c] *= (uint64_t)v) break;
-        case IPU__RED_SUM_SQUARE: case IPU__RED_L2: ROWS(ldi, acc[c] += (uint64_t)v * (uint64_t)v) break;
+        case IPU__RED_SUM_SQUARE:
+        case IPU__RED_L2: ROWS(ldi, acc[c] += (uint64_t)v * (uint64_t)v) break;
         case IPU__RED_L1: ROWS(ldi, acc[c] += v < 0 ? 0 - (uint64_t)v : (uint64_t)v) break;
         default: break;
     }
@@ -365,7 +371,8 @@ ipu_status ipu__k_topk(const ipu__frame *f, const ipu__instr *ins, size_t b, siz
     size_t es = ipu_dtype_size(p->dtype);
     int64_t n = p->n, k = p->k, inner = p->inner;
     for (size_t it = b; it < e; it++) {
-        int64_t o = (int64_t)((uint64_t)it / (uint64_t)inner), c = (int64_t)((uint64_t)it % (uint64_t)inner);
+        int64_t o = (int64_t)((uint64_t)it / (uint64_t)inner),
+                c = (int64_t)((uint64_t)it % (uint64_t)inner);
         topk_col t = {x, p->dtype, o * n * inner + c, inner, yi + o * k * inner + c, p->largest};
         for (int64_t j = 0; j < k; j++) t.h[j * inner] = j;
         for (int64_t j = k / 2; j-- > 0;) sift(&t, j, k);

@@ -15,11 +15,11 @@ static void elt_range(const ipu__unary_plan *p, size_t b, size_t e, uint64_t *lo
     if (*hi > p->numel) *hi = p->numel;
 }
 
-#define ULOOP(EXPR)                    \
-    for (size_t i = 0; i < n; i++) {   \
-        T v = x[i];                    \
-        y[i] = (EXPR);                 \
-    }                                  \
+#define ULOOP(EXPR)                  \
+    for (size_t i = 0; i < n; i++) { \
+        T v = x[i];                  \
+        y[i] = (EXPR);               \
+    }                                \
     break
 
 static void unary_f32(const ipu__unary_plan *p, const float *x, float *restrict y, size_t n) {
@@ -84,7 +84,8 @@ static void unary_f32(const ipu__unary_plan *p, const float *x, float *restrict 
                 ipu__vm_gelu_erf(x, y, n);
                 break;
             } else {
-                ULOOP(0.5f * v * (1.0f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v))));
+                ULOOP(0.5f * v *
+                      (1.0f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v))));
             }
         case IPU__UN_SWISH: ULOOP(v / (1.0f + expf(-a * v)));
         default: break;
@@ -105,48 +106,48 @@ static void classify_f32(const ipu__unary_plan *p, const float *x, uint8_t *rest
 /* Integers: NEG (signed), ABS, SIGN, CLIP, BITWISE_NOT and SHRINK (computed in float32 as the
  * reference does, then truncated and saturated to T). Arithmetic wraps in W. */
 #define ISNEG(S, v) ((S) && ((uint64_t)(int64_t)(v) >> 63) != 0) /* no -Wtype-limits */
-#define UNARY_INT(sfx, D, T_, W, S, C, MIN, MAX)                                                \
-    static inline T_ f2i_##sfx(float f) {                                                       \
-        if (f != f) return 0;                                                                   \
-        if ((double)f <= (double)(MIN)) return (MIN);                                           \
-        if ((double)f >= (double)(MAX)) return (MAX);                                           \
-        return (T_)f;                                                                           \
-    }                                                                                           \
-    static void unary_##sfx(const ipu__unary_plan *p, const T_ *x, T_ *restrict y, size_t n) {  \
-        typedef T_ T;                                                                           \
-        const float a = p->p0, b = p->p1;                                                       \
-        switch (p->fn) {                                                                        \
-            case IPU__UN_NEG: ULOOP((T)(0u - (W)v));                                            \
-            case IPU__UN_ABS: ULOOP(ISNEG(S, v) ? (T)(0u - (W)v) : v);                             \
-            case IPU__UN_SIGN: ULOOP((T)((v > 0) - ISNEG(S, v)));                                  \
-            case IPU__UN_BITWISE_NOT: ULOOP((T)~(W)v);                                          \
-            case IPU__UN_CLIP: {                                                                \
-                const C lo = (C)p->i0, hi = (C)p->i1;                                           \
-                for (size_t i = 0; i < n; i++) {                                                \
-                    C t = (C)x[i] < lo ? lo : (C)x[i];                                          \
-                    y[i] = (T)(t > hi ? hi : t);                                                \
-                }                                                                               \
-                break;                                                                          \
-            }                                                                                   \
-            case IPU__UN_SHRINK:                                                                \
-                for (size_t i = 0; i < n; i++) {                                                \
-                    float t = (float)x[i];                                                      \
-                    y[i] = t < -b ? f2i_##sfx(t + a) : t > b ? f2i_##sfx(t - a) : (T)0;         \
-                }                                                                               \
-                break;                                                                          \
-            default: break;                                                                     \
-        }                                                                                       \
-    }                                                                                           \
-    ipu_status ipu__k_unary_##sfx(const ipu__frame *f, const ipu__instr *ins, size_t b,         \
-                                  size_t e, void *scratch) {                                    \
-        (void)scratch;                                                                          \
-        const ipu__unary_plan *p = ins->plan;                                                   \
-        uint64_t lo, hi;                                                                        \
-        elt_range(p, b, e, &lo, &hi);                                                           \
-        const T_ *x = (const T_ *)f->ptr[ins->in[0]];                                           \
-        T_ *y = (T_ *)f->ptr[ins->out[0]];                                                      \
-        unary_##sfx(p, x + lo, y + lo, (size_t)(hi - lo));                                      \
-        return IPU_OK;                                                                          \
+#define UNARY_INT(sfx, D, T_, W, S, C, MIN, MAX)                                                  \
+    static inline T_ f2i_##sfx(float f) {                                                         \
+        if (f != f) return 0;                                                                     \
+        if ((double)f <= (double)(MIN)) return (MIN);                                             \
+        if ((double)f >= (double)(MAX)) return (MAX);                                             \
+        return (T_)f;                                                                             \
+    }                                                                                             \
+    static void unary_##sfx(const ipu__unary_plan *p, const T_ *x, T_ *restrict y, size_t n) {    \
+        typedef T_ T;                                                                             \
+        const float a = p->p0, b = p->p1;                                                         \
+        switch (p->fn) {                                                                          \
+            case IPU__UN_NEG: ULOOP((T)(0u - (W)v));                                              \
+            case IPU__UN_ABS: ULOOP(ISNEG(S, v) ? (T)(0u - (W)v) : v);                            \
+            case IPU__UN_SIGN: ULOOP((T)((v > 0) - ISNEG(S, v)));                                 \
+            case IPU__UN_BITWISE_NOT: ULOOP((T) ~(W)v);                                           \
+            case IPU__UN_CLIP: {                                                                  \
+                const C lo = (C)p->i0, hi = (C)p->i1;                                             \
+                for (size_t i = 0; i < n; i++) {                                                  \
+                    C t = (C)x[i] < lo ? lo : (C)x[i];                                            \
+                    y[i] = (T)(t > hi ? hi : t);                                                  \
+                }                                                                                 \
+                break;                                                                            \
+            }                                                                                     \
+            case IPU__UN_SHRINK:                                                                  \
+                for (size_t i = 0; i < n; i++) {                                                  \
+                    float t = (float)x[i];                                                        \
+                    y[i] = t < -b ? f2i_##sfx(t + a) : t > b ? f2i_##sfx(t - a) : (T)0;           \
+                }                                                                                 \
+                break;                                                                            \
+            default: break;                                                                       \
+        }                                                                                         \
+    }                                                                                             \
+    ipu_status ipu__k_unary_##sfx(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e, \
+                                  void *scratch) {                                                \
+        (void)scratch;                                                                            \
+        const ipu__unary_plan *p = ins->plan;                                                     \
+        uint64_t lo, hi;                                                                          \
+        elt_range(p, b, e, &lo, &hi);                                                             \
+        const T_ *x = (const T_ *)f->ptr[ins->in[0]];                                             \
+        T_ *y = (T_ *)f->ptr[ins->out[0]];                                                        \
+        unary_##sfx(p, x + lo, y + lo, (size_t)(hi - lo));                                        \
+        return IPU_OK;                                                                            \
     }
 IPU__INT_TYPES(UNARY_INT)
 #undef UNARY_INT

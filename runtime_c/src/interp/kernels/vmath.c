@@ -43,10 +43,12 @@ typedef int32_t v8i __attribute__((vector_size(32)));
 static bool use_avx2(void) { return ipu__isa() >= IPU__ISA_AVX2; }
 
 #if VM_X86
-#define VM_DISPATCH(name, ...)                                                                  \
-    do {                                                                                        \
-        if (use_avx2()) name##_avx2(__VA_ARGS__);                                               \
-        else name##_portable(__VA_ARGS__);                                                      \
+#define VM_DISPATCH(name, ...)            \
+    do {                                  \
+        if (use_avx2())                   \
+            name##_avx2(__VA_ARGS__);     \
+        else                              \
+            name##_portable(__VA_ARGS__); \
     } while (0)
 #else
 #define VM_DISPATCH(name, ...) name##_portable(__VA_ARGS__)

@@ -75,21 +75,21 @@ VM_ATTR static inline VF VM_FN(vm_erf)(VF x) {
 }
 
 /* y[i] = f(x[i]) for n elements; x == y allowed. The tail goes through a padded lane group. */
-#define VM_MAP(name, EXPR)                                                                      \
-    VM_ATTR static void VM_FN(name)(const float *x, float *y, size_t n) {                        \
-        size_t i = 0;                                                                           \
-        for (; i + VM_N <= n; i += VM_N) {                                                            \
-            VF v;                                                                              \
-            memcpy(&v, x + i, sizeof v);                                                        \
-            v = (EXPR);                                                                         \
-            memcpy(y + i, &v, sizeof v);                                                        \
-        }                                                                                       \
-        if (i < n) {                                                                            \
-            VF v = {0};                                                                        \
-            memcpy(&v, x + i, (n - i) * sizeof(float));                                        \
-            v = (EXPR);                                                                         \
-            memcpy(y + i, &v, (n - i) * sizeof(float));                                        \
-        }                                                                                       \
+#define VM_MAP(name, EXPR)                                                \
+    VM_ATTR static void VM_FN(name)(const float *x, float *y, size_t n) { \
+        size_t i = 0;                                                     \
+        for (; i + VM_N <= n; i += VM_N) {                                \
+            VF v;                                                         \
+            memcpy(&v, x + i, sizeof v);                                  \
+            v = (EXPR);                                                   \
+            memcpy(y + i, &v, sizeof v);                                  \
+        }                                                                 \
+        if (i < n) {                                                      \
+            VF v = {0};                                                   \
+            memcpy(&v, x + i, (n - i) * sizeof(float));                   \
+            v = (EXPR);                                                   \
+            memcpy(y + i, &v, (n - i) * sizeof(float));                   \
+        }                                                                 \
     }
 
 VM_MAP(vm_exp_map, VM_FN(vm_exp)(v))
@@ -101,8 +101,10 @@ VM_ATTR static void VM_FN(vm_softmax_row)(const float *x, float *y, size_t n) {
     float m = -INFINITY;
     bool nan = false;
     for (size_t i = 0; i < n; i++) {
-        if (x[i] != x[i]) nan = true;
-        else if (x[i] > m) m = x[i];
+        if (x[i] != x[i])
+            nan = true;
+        else if (x[i] > m)
+            m = x[i];
     }
     if (nan) m = NAN;
     VF vm = (VF){0} + m, acc = {0};

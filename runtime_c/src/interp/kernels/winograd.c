@@ -20,7 +20,6 @@
 #include "conv_shared.h"
 #include "isa.h"
 
-
 void ipu__wino_pack_weights(const void *w, int f16, int64_t Co, int64_t Ci, int mr, float *u) {
     int64_t npan = (Co + mr - 1) / mr;
     size_t xs = (size_t)(npan * mr * Ci); /* floats per xi */
@@ -70,8 +69,7 @@ static inline __attribute__((always_inline)) void col_tf(const float *restrict a
 /* Y = A^T M A for nt tiles: M[xi] at m + xi * ms; outputs (0, 0), (0, 1), (1, 0), (1, 1). */
 static inline __attribute__((always_inline)) void out_tf(const float *restrict m, int64_t ms,
                                                          int64_t nt, float *restrict y00,
-                                                         float *restrict y01,
-                                                         float *restrict y10,
+                                                         float *restrict y01, float *restrict y10,
                                                          float *restrict y11) {
     for (int64_t q = 0; q < nt; q++) {
         float s0[4], s1[4];
@@ -95,9 +93,8 @@ static inline __attribute__((always_inline)) void out_tf(const float *restrict m
  * q + TW of the even and odd runs; then the even and odd columns of one input row. */
 static inline __attribute__((always_inline)) void input_body(const ipu__conv_plan *p,
                                                              const float *xc, int64_t row0,
-                                                             int64_t ci, int64_t th0,
-                                                             int64_t th1, int nr, float *V,
-                                                             float *R) {
+                                                             int64_t ci, int64_t th0, int64_t th1,
+                                                             int nr, float *V, float *R) {
     const int64_t TW = (p->OW + 1) / 2, ntr = th1 - th0, nt = ntr * TW;
     const int64_t run = (ntr + 1) * TW;
     const int64_t pstride = p->Cig * nr, xstride = IPU__WINO_VS(p->wnt, p->Cig);
@@ -172,10 +169,9 @@ __attribute__((target("avx2"))) static void input_avx2(const ipu__conv_plan *p, 
     input_body(p, xc, row0, ci, th0, th1, nr, V, R);
 }
 __attribute__((target("avx2"))) static void output_avx2(const ipu__conv_plan *p, const float *m,
-                                                        int64_t mstride, int64_t th0,
-                                                        int64_t th1, const void *bias,
-                                                        const void *res, void *y, int64_t n,
-                                                        int64_t co, float *buf) {
+                                                        int64_t mstride, int64_t th0, int64_t th1,
+                                                        const void *bias, const void *res, void *y,
+                                                        int64_t n, int64_t co, float *buf) {
     output_body(p, m, mstride, th0, th1, bias, res, y, n, co, buf);
 }
 #endif
@@ -271,15 +267,15 @@ bool ipu__conv_wino(const ipu__conv_plan *p, const void *x, const float *U, cons
                 /* U comes from memory (4 MB for 256 channels): the next panel is fetched along
                  * this one's tiles, as the small-map path does its weights */
                 const float *next = c + mr < c1 ? ap + mr * Ci
-                                    : xi < 15  ? U + (xi + 1) * us + c0 * Ci
-                                               : NULL;
+                                    : xi < 15   ? U + (xi + 1) * us + c0 * Ci
+                                                : NULL;
                 int64_t kb = (Ci + IPU__SGEMM_KC - 1) / IPU__SGEMM_KC, t = 0, done = 0;
                 for (int64_t j = 0; j < npad; j += nr)
                     for (int64_t k0 = 0; k0 < Ci; k0 += IPU__SGEMM_KC, t++) {
                         int64_t kc = Ci - k0 < IPU__SGEMM_KC ? Ci - k0 : IPU__SGEMM_KC, pfn;
                         const float *vb = vx + j * Ci + k0 * nr;
-                        const float *pf = ipu__prefetch_share(next, mr * Ci / 16, t,
-                                                              npad / nr * kb, &done, &pfn);
+                        const float *pf = ipu__prefetch_share(next, mr * Ci / 16, t, npad / nr * kb,
+                                                              &done, &pfn);
                         if (h == mr) {
                             u.fn(kc, ap + k0 * mr, vb, mc + j, wnt, k0 > 0, pf, pfn);
                         } else {
