@@ -25,13 +25,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from pyipu.compiler.conv_epilogue import (
-    ACT_RELU,
-    _const,
-    _Graph,
-    _single_reader,
-    _writes_any,
+from pyipu.compiler.conv_epilogue import ACT_RELU
+from pyipu.compiler.instr_rewrite import (
+    RewriteGraph,
+    constant,
     rewrite_programs,
+    single_reader,
+    writes_any,
 )
 from pyipu.compiler.ir import Instr, np_dtype
 from pyipu.compiler.lower import GraphBuilder
@@ -73,7 +73,7 @@ class _Chain:
         if ins.op == Op.DIV and not x_first:
             return False  # k / x is not affine in x
         (k,) = [u for u in ins.inputs if u != t]
-        value = _const(b, k)
+        value = constant(b, k)
         shape = b.tensors[self.x].shape
         if value is None or b.tensors[ins.outputs[0]].shape != shape:
             return False
@@ -96,7 +96,7 @@ class _Chain:
         return True
 
 
-def _fuse_at(g: _Graph, prog: list[Instr], stages: list[int], i: int) -> int:
+def _fuse_at(g: RewriteGraph, prog: list[Instr], stages: list[int], i: int) -> int:
     b = g.b
     first = prog[i]
     if first.op not in _ARITH or len(first.inputs) != 2:
@@ -106,11 +106,11 @@ def _fuse_at(g: _Graph, prog: list[Instr], stages: list[int], i: int) -> int:
         if spec.dtype not in (DType.FLOAT32, DType.FLOAT16) or not spec.shape:
             continue
         chain = _Chain(x)
-        if _const(b, x) is not None or not chain.step(b, first, x):
+        if constant(b, x) is not None or not chain.step(b, first, x):
             continue
         positions, t, act = [i], first.outputs[0], 0
         while act == 0:
-            j = _single_reader(g, prog, positions[-1], t)
+            j = single_reader(g, prog, positions[-1], t)
             if j is None or stages[j] != stages[i]:
                 break
             if prog[j].op == Op.RELU:
@@ -119,7 +119,7 @@ def _fuse_at(g: _Graph, prog: list[Instr], stages: list[int], i: int) -> int:
                 break
             positions.append(j)
             t = prog[j].outputs[0]
-        if len(positions) < 2 or _writes_any(b, prog, i + 1, positions[-1], {b.root(x)}):
+        if len(positions) < 2 or writes_any(b, prog, i + 1, positions[-1], {b.root(x)}):
             continue
         _emit(b, prog, stages, positions, chain, act)
         return len(positions) - 1

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pyipu.compiler.conv_epilogue import _Graph, _single_reader, _writes_any, rewrite_programs
+from pyipu.compiler.instr_rewrite import RewriteGraph, rewrite_programs, single_reader, writes_any
 from pyipu.compiler.ir import Instr
 from pyipu.compiler.lower import GraphBuilder
 from pyipu.enums import Op
@@ -44,12 +44,12 @@ def _result_shape(op: Op, shapes: list[tuple[int, ...]]) -> tuple[int, ...] | No
         return None
 
 
-def _drop_at(g: _Graph, prog: list[Instr], stages: list[int], i: int) -> int:
+def _drop_at(g: RewriteGraph, prog: list[Instr], stages: list[int], i: int) -> int:
     b = g.b
     if prog[i].op != Op.EXPAND:
         return 0
     (x,), (t,) = prog[i].inputs, prog[i].outputs
-    j = _single_reader(g, prog, i, t)
+    j = single_reader(g, prog, i, t)
     if j is None or stages[j] != stages[i]:
         return 0
     reader = prog[j]
@@ -59,7 +59,7 @@ def _drop_at(g: _Graph, prog: list[Instr], stages: list[int], i: int) -> int:
     out_shape = b.tensors[reader.outputs[0]].shape
     if _result_shape(reader.op, [b.tensors[u].shape for u in inputs]) != out_shape:
         return 0
-    if _writes_any(b, prog, i + 1, j, {b.root(x)}):
+    if writes_any(b, prog, i + 1, j, {b.root(x)}):
         return 0
     prog[j] = Instr(reader.op, inputs, reader.outputs, reader.attrs)
     del prog[i]

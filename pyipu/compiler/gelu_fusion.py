@@ -25,12 +25,12 @@ import math
 
 import numpy as np
 
-from pyipu.compiler.conv_epilogue import (
-    _const,
-    _Graph,
-    _single_reader,
-    _writes_any,
+from pyipu.compiler.instr_rewrite import (
+    RewriteGraph,
+    constant,
     rewrite_programs,
+    single_reader,
+    writes_any,
 )
 from pyipu.compiler.ir import Instr
 from pyipu.compiler.lower import GraphBuilder
@@ -46,7 +46,7 @@ def fuse_gelu(b: GraphBuilder) -> int:
 
 def _scalar(b: GraphBuilder, t: int, want: float) -> bool:
     """t is a one-element constant equal to `want` rounded to its dtype."""
-    v = _const(b, t)
+    v = constant(b, t)
     if v is None or v.size != 1 or v.dtype.kind != "f":
         return False
     return math.isclose(float(v.reshape(())), want, rel_tol=max(1e-6, float(np.finfo(v.dtype).eps)))
@@ -76,22 +76,22 @@ def _half_of(b: GraphBuilder, ins: Instr, x: int) -> bool:
     return ins.op == Op.MUL and c is not None and _scalar(b, c, 0.5)
 
 
-def _fuse_at(g: _Graph, prog: list[Instr], stages: list[int], i: int) -> int:
+def _fuse_at(g: RewriteGraph, prog: list[Instr], stages: list[int], i: int) -> int:
     b = g.b
     x = _scaled_input(b, prog[i])
     if x is None or b.tensors[x].dtype not in _FLOATS:
         return 0
     shape, u = b.tensors[x].shape, prog[i].outputs[0]
-    j = _single_reader(g, prog, i, u)
+    j = single_reader(g, prog, i, u)
     if j is None or prog[j].op != Op.UNARY or prog[j].attrs[:1] != (int(UnaryFn.ERF),):
         return 0
     e = prog[j].outputs[0]
-    k = _single_reader(g, prog, j, e)
+    k = single_reader(g, prog, j, e)
     one = _other(prog[k], e) if k is not None else None
     if k is None or prog[k].op != Op.ADD or one is None or not _scalar(b, one, 1.0):
         return 0
     p = prog[k].outputs[0]
-    m = _single_reader(g, prog, k, p)
+    m = single_reader(g, prog, k, p)
     if m is None or prog[m].op != Op.MUL:
         return 0
     q = _other(prog[m], p)
@@ -99,20 +99,20 @@ def _fuse_at(g: _Graph, prog: list[Instr], stages: list[int], i: int) -> int:
         return 0
     chain = [i, j, k, m]
     if q == x:  # (x · p) · ½
-        last = _single_reader(g, prog, m, prog[m].outputs[0])
+        last = single_reader(g, prog, m, prog[m].outputs[0])
         if last is None or not _half_of(b, prog[last], prog[m].outputs[0]):
             return 0
         chain.append(last)
     else:  # (x · ½) · p
         h = next((n for n, ins in enumerate(prog[:m]) if q in ins.outputs), None)
-        if h is None or not _half_of(b, prog[h], x) or _single_reader(g, prog, h, q) != m:
+        if h is None or not _half_of(b, prog[h], x) or single_reader(g, prog, h, q) != m:
             return 0
         chain.append(h)
         last = m
     out = prog[last].outputs[0]
     if any(b.tensors[t].shape != shape for t in (u, e, p, out)):
         return 0
-    if len({stages[n] for n in chain}) != 1 or _writes_any(b, prog, min(chain), last, {b.root(x)}):
+    if len({stages[n] for n in chain}) != 1 or writes_any(b, prog, min(chain), last, {b.root(x)}):
         return 0
     if any(b.tensors[t].dtype != b.tensors[x].dtype for t in (u, e, p, out)):
         return 0
