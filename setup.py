@@ -36,6 +36,7 @@ setup(
         "pyipu.cli",
         "pyipu.compiler",
         "pyipu.compiler.ipu_model",
+        "pyipu.compiler.rewrites",
         "pyipu.converter",
         "pyipu.model_runtime",
         "pyipu.passes",

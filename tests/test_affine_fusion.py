@@ -1,4 +1,4 @@
-"""SCALE_SHIFT fusion (pyipu/compiler/affine_fusion.py): chains of Mul/Add/Sub/Div by constants
+"""SCALE_SHIFT fusion (pyipu/compiler/rewrites/affine.py): chains of Mul/Add/Sub/Div by constants
 and a final Relu compiled to one instruction, checked against onnxruntime, the NumPy reference
 and the C kernels (2 workers, several work items); and the chains that must stay unfused."""
 

@@ -1,4 +1,4 @@
-"""Concatenations computed in place (pyipu/compiler/concat_inplace.py): the CONCAT disappears
+"""Concatenations computed in place (compiler/rewrites/concat_inplace.py): the CONCAT disappears
 where its inputs can be written straight into its output, stays where they cannot, and results
 are identical to onnxruntime, the NumPy reference and the C kernels either way."""
 

@@ -1,4 +1,4 @@
-"""CONV2D epilogue fusion (pyipu/compiler/conv_epilogue.py): Conv → BatchNormalization → Add
+"""CONV2D epilogue fusion (compiler/rewrites/conv_epilogue.py): Conv → BatchNormalization → Add
 (residual) → Relu compiled to one instruction, checked against onnxruntime, the NumPy reference
 and the C kernels; and convolutions with constant weights (packed once at load) for every
 CONV_CASES shape."""
@@ -16,7 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 from test_compiler_conv import CONV_CASES
 
 from pyipu.compiler import Compiler
-from pyipu.compiler.conv_epilogue import ACT_RELU
+from pyipu.compiler.rewrites.conv_epilogue import ACT_RELU
 from pyipu.enums import ActFn, Op
 
 

@@ -1,4 +1,4 @@
-"""Dropping EXPANDs whose reader broadcasts (pyipu/compiler/expand_fusion.py): the programs lose
+"""Dropping EXPANDs whose reader broadcasts (pyipu/compiler/rewrites/expand.py): the programs lose
 the copy, results stay identical to onnxruntime, the NumPy reference and the C kernels."""
 
 from __future__ import annotations

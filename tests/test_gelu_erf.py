@@ -1,4 +1,4 @@
-"""GELU written out with Erf becomes one UNARY GELU (pyipu/compiler/gelu_fusion.py), and the
+"""GELU written out with Erf becomes one UNARY GELU (pyipu/compiler/rewrites/gelu.py), and the
 vectorised Erf/Exp/GELU/Softmax kernels (runtime_c/src/interp/kernels/vmath.c) agree with
 math.erf / ORT over the float range, NaN and the infinities included."""
 

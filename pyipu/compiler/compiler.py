@@ -17,15 +17,10 @@ from typing import IO
 
 import onnx
 
-from pyipu.compiler.affine_fusion import fuse_affine_chains
 from pyipu.compiler.cache import cache_dir, cached_compile
-from pyipu.compiler.concat_inplace import concat_in_place
-from pyipu.compiler.conv_epilogue import fuse_conv_epilogues
 from pyipu.compiler.errors import CompileError
 from pyipu.compiler.executable import Executable
-from pyipu.compiler.expand_fusion import drop_broadcast_expands
 from pyipu.compiler.fusion import FUSION_KEY, read_fusion_info
-from pyipu.compiler.gelu_fusion import fuse_gelu
 from pyipu.compiler.io_tiles import auto_num_io_tiles, streamed_bytes
 from pyipu.compiler.ipu_model import Settings, allow_out_of_memory, check_fits, estimate
 from pyipu.compiler.ir import ModelIR
@@ -34,6 +29,11 @@ from pyipu.compiler.memory import build_ir
 from pyipu.compiler.onnx_import import ModelLike, import_model
 from pyipu.compiler.ops import REGISTRY
 from pyipu.compiler.options import CompilerOptions
+from pyipu.compiler.rewrites.affine import fuse_affine_chains
+from pyipu.compiler.rewrites.concat_inplace import concat_in_place
+from pyipu.compiler.rewrites.conv_epilogue import fuse_conv_epilogues
+from pyipu.compiler.rewrites.expand import drop_broadcast_expands
+from pyipu.compiler.rewrites.gelu import fuse_gelu
 from pyipu.compiler.staging import Placement, place_nodes, split_stages, stage_callback
 from pyipu.errors import CallbackError, Error
 

@@ -1,4 +1,4 @@
-/* Overlap I/O tests (ipu_session.h, session_pipeline.c): the same results with the pipeline on
+/* Overlap I/O tests (ipu_session.h, session_overlap.c): the same results with the pipeline on
  * and off for multi-iteration steps, dynamic batching, a fused model and N-batch runtime
  * requests; stats.overlap_io; fallback for a partially overlapping memory plan; stop mid-pipeline
  * completes every slot exactly once. */

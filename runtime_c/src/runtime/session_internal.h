@@ -1,6 +1,6 @@
 /* Internal state of ipu_session (ipu_session.h), shared by session.c (lifecycle, bindings, Load,
  * enqueue, disconnect, program execution), session_main.c (the Main step: batch assembly,
- * padding, scatter), session_pipeline.c (overlap I/O) and session_stages.c (sharded
+ * padding, scatter), session_overlap.c (overlap I/O) and session_stages.c (sharded
  * executables). The runtime (runtime_internal.h) reads a few fields directly.
  *
  * Rings. Every anchor has an SPSC ring of ipu_slot (used only while it is QUEUE-bound). The
@@ -171,7 +171,7 @@ struct ipu_session {
     pthread_cond_t pp_cv;
     bool pp_sync;
 
-    /* Overlap I/O (session_pipeline.c). pl_on: the layout allows it and the config enables it
+    /* Overlap I/O (session_overlap.c). pl_on: the layout allows it and the config enables it
      * (the I/O thread runs). Tensor t inside staged anchor pl_anchor[t] >= 0 lives at
      * pl_set[k] + pl_soff[anchor] + (offset(t) - offset(anchor)) in set k. */
     bool pl_on, io_started, io_sync;
@@ -334,7 +334,7 @@ void ipu__stage_load(ipu_session *s, ipu__iter *c, uint32_t it);
 void ipu__stage_compute(ipu_session *s, ipu__iter *c);
 bool ipu__stage_store(ipu_session *s, ipu__iter *c);
 
-/* session_pipeline.c */
+/* session_overlap.c */
 /* Decide overlap I/O from the layout and cfg.overlap_io, allocate the staging sets, start the
  * I/O thread. */
 IPU_NODISCARD ipu_status ipu__pipeline_create(ipu_session *s);

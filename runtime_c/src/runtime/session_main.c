@@ -14,7 +14,7 @@
  * Waiting before anything was taken ends the step after timeout_ns once an iteration ran
  * (padding). See ipu_session.h for the contract and session_internal.h for the wake-up protocol.
  * The iteration is split into stages over an ipu__iter (load: 1-3 up to the inputs; compute: the
- * program; store: CALLBACK outputs, 4, 5) so that session_pipeline.c can overlap them. */
+ * program; store: CALLBACK outputs, 4, 5) so that session_overlap.c can overlap them. */
 #include <stdio.h>
 #include <string.h>
 

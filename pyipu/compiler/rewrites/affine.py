@@ -25,16 +25,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from pyipu.compiler.conv_epilogue import ACT_RELU
-from pyipu.compiler.instr_rewrite import (
+from pyipu.compiler.ir import Instr, np_dtype
+from pyipu.compiler.lower import GraphBuilder
+from pyipu.compiler.rewrites import (
     RewriteGraph,
     constant,
     rewrite_programs,
     single_reader,
     writes_any,
 )
-from pyipu.compiler.ir import Instr, np_dtype
-from pyipu.compiler.lower import GraphBuilder
+from pyipu.compiler.rewrites.conv_epilogue import ACT_RELU
 from pyipu.enums import DType, Op
 
 _ARITH = (Op.MUL, Op.ADD, Op.SUB, Op.DIV)

@@ -25,15 +25,15 @@ import math
 
 import numpy as np
 
-from pyipu.compiler.instr_rewrite import (
+from pyipu.compiler.ir import Instr
+from pyipu.compiler.lower import GraphBuilder
+from pyipu.compiler.rewrites import (
     RewriteGraph,
     constant,
     rewrite_programs,
     single_reader,
     writes_any,
 )
-from pyipu.compiler.ir import Instr
-from pyipu.compiler.lower import GraphBuilder
 from pyipu.enums import DType, Op, UnaryFn
 
 _FLOATS = (DType.FLOAT32, DType.FLOAT16)

@@ -1,6 +1,7 @@
-"""What the instruction-level rewrites share (conv_epilogue.py, gelu_fusion.py,
-affine_fusion.py, expand_fusion.py): the graph facts their patterns check, the driver that
-applies patterns over every subgraph's program, and the checks every pattern makes.
+"""Instruction-level rewrites of the lowered program (before memory planning), and what
+they share (conv_epilogue.py, gelu.py, affine.py, expand.py; concat_inplace.py rewrites
+tensors): the graph facts their patterns check, the driver that applies patterns over every
+subgraph's program, and the checks every pattern makes.
 
 >>> from pyipu.compiler.lower import GraphBuilder
 >>> rewrite_programs(GraphBuilder(1), ())

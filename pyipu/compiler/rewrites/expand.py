@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from pyipu.compiler.instr_rewrite import RewriteGraph, rewrite_programs, single_reader, writes_any
 from pyipu.compiler.ir import Instr
 from pyipu.compiler.lower import GraphBuilder
+from pyipu.compiler.rewrites import RewriteGraph, rewrite_programs, single_reader, writes_any
 from pyipu.enums import Op
 
 _BROADCASTING = (Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.BINARY, Op.WHERE, Op.MATMUL)

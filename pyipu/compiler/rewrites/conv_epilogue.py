@@ -26,15 +26,15 @@ from collections import Counter
 
 import numpy as np
 
-from pyipu.compiler.instr_rewrite import (
+from pyipu.compiler.ir import Instr, np_dtype
+from pyipu.compiler.lower import GraphBuilder
+from pyipu.compiler.rewrites import (
     RewriteGraph,
     constant,
     rewrite_programs,
     single_reader,
     writes_any,
 )
-from pyipu.compiler.ir import Instr, np_dtype
-from pyipu.compiler.lower import GraphBuilder
 from pyipu.enums import ActFn, Op
 
 ACT_RELU = int(ActFn.RELU)  # the CONV2D / GEMM `activation` attribute (ipu_fns.def)
