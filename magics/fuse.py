@@ -100,7 +100,7 @@ def fuse(
     show: Callable[[Any], None] | None,
 ) -> FuseResult:
     from pyipu.compiler import fuse_models
-    from pyipu.compiler.fusion import read_fusion_info
+    from pyipu.compiler.model_fusion import read_fusion_info
 
     if cell is None or not cell.strip():
         raise UsageError("%%ipu fuse needs a cell: the model-fusion YAML (see %ipu fuse -h)")

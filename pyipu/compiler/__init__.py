@@ -12,8 +12,8 @@ from pyipu.compiler.errors import (
 )
 from pyipu.compiler.executable import Executable
 from pyipu.compiler.float64 import float64_to_float32
-from pyipu.compiler.fusion import MFConverter, fuse_models
 from pyipu.compiler.ipu_model import IPUModelReport
+from pyipu.compiler.model_fusion import MFConverter, fuse_models
 from pyipu.compiler.options import CompilerOptions
 
 __all__ = [

@@ -20,12 +20,12 @@ import onnx
 from pyipu.compiler.cache import cache_dir, cached_compile
 from pyipu.compiler.errors import CompileError
 from pyipu.compiler.executable import Executable
-from pyipu.compiler.fusion import FUSION_KEY, read_fusion_info
 from pyipu.compiler.io_tiles import auto_num_io_tiles, streamed_bytes
 from pyipu.compiler.ipu_model import Settings, allow_out_of_memory, check_fits, estimate
 from pyipu.compiler.ir import ModelIR
 from pyipu.compiler.lower import GraphBuilder, add_index_anchor, lower_subgraph
 from pyipu.compiler.memory import build_ir
+from pyipu.compiler.model_fusion import FUSION_KEY, read_fusion_info
 from pyipu.compiler.onnx_import import ModelLike, import_model
 from pyipu.compiler.ops import REGISTRY
 from pyipu.compiler.options import CompilerOptions

@@ -1,7 +1,7 @@
 """PopRT's converter (`poprt.converter`): `Converter` (one model), `MFConverter` (fusion) and
 `Sharder` (manual sharding / pipelining)."""
 
-from pyipu.compiler.fusion import MFConverter
+from pyipu.compiler.model_fusion import MFConverter
 from pyipu.compiler.sharding import Sharder
 from pyipu.converter.check import CheckResult, compare_models
 from pyipu.converter.converter import DEFAULT_PASSES, Converter, parse_input_shape

@@ -330,9 +330,9 @@ IPU_NODISCARD ipu_status ipu__run_program_on(ipu_session *s, const ipu__frame *f
  * padding, EMPTY / CALLBACK inputs (c->ev != IPU__EV_READY: nothing to compute; the taken
  * slots are complete). compute: the Main program. store: CALLBACK outputs, scatter, done
  * callbacks of the inputs (false: stopped; everything of c is complete). */
-void ipu__stage_load(ipu_session *s, ipu__iter *c, uint32_t it);
-void ipu__stage_compute(ipu_session *s, ipu__iter *c);
-bool ipu__stage_store(ipu_session *s, ipu__iter *c);
+void ipu__iter_load(ipu_session *s, ipu__iter *c, uint32_t it);
+void ipu__iter_compute(ipu_session *s, ipu__iter *c);
+bool ipu__iter_store(ipu_session *s, ipu__iter *c);
 
 /* session_overlap.c */
 /* Decide overlap I/O from the layout and cfg.overlap_io, allocate the staging sets, start the

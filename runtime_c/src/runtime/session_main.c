@@ -408,20 +408,20 @@ static bool stage_store(ipu_session *s, ipu__iter *c) {
 }
 
 /* The stages, timed into the session's trace when one is attached (ipu_trace.h). */
-void ipu__stage_load(ipu_session *s, ipu__iter *c, uint32_t it) {
+void ipu__iter_load(ipu_session *s, ipu__iter *c, uint32_t it) {
     uint64_t t0 = ipu__trace_start(s);
     stage_load(s, c, it);
     /* only loads that produced an iteration: a wait that ended the step loaded nothing */
     if (s->trace && c->ev == EV_READY) ipu__trace_record(s->trace, IPU_TRACE_LOAD, c->sub, t0);
 }
 
-void ipu__stage_compute(ipu_session *s, ipu__iter *c) {
+void ipu__iter_compute(ipu_session *s, ipu__iter *c) {
     uint64_t t0 = ipu__trace_start(s);
     stage_compute(s, c);
     if (s->trace) ipu__trace_record(s->trace, IPU_TRACE_COMPUTE, c->sub, t0);
 }
 
-bool ipu__stage_store(ipu_session *s, ipu__iter *c) {
+bool ipu__iter_store(ipu_session *s, ipu__iter *c) {
     uint64_t t0 = ipu__trace_start(s);
     bool ok = stage_store(s, c);
     if (s->trace) ipu__trace_record(s->trace, IPU_TRACE_STORE, c->sub, t0);
@@ -476,7 +476,7 @@ static void compute_pair(void *ctx, size_t begin, size_t end, uint32_t ith) {
     ipu_session *s = ctx;
     for (size_t k = begin; k < end; k++) {
         s->iters[k].alone = ith + 1;
-        ipu__stage_compute(s, &s->iters[k]);
+        ipu__iter_compute(s, &s->iters[k]);
         s->iters[k].alone = 0;
     }
 }
@@ -490,14 +490,14 @@ static int iteration(ipu_session *s, uint32_t it, uint32_t *done, ipu__iter **fa
     c->alone = 0;
     *failed = NULL;
     *done = 1;
-    ipu__stage_load(s, c, it);
+    ipu__iter_load(s, c, it);
     if (c->ev != EV_READY) return c->ev;
     int ev2 = EV_READY;
     if (second_ready(s, it)) {
         c2 = &s->iters[1];
         c2->ptr = s->par_ptr;
         c2->idle = NULL;
-        ipu__stage_load(s, c2, it + 1); /* its inputs are queued: does not wait */
+        ipu__iter_load(s, c2, it + 1); /* its inputs are queued: does not wait */
         if (c2->ev != EV_READY) {
             ev2 = c2->ev;
             c2 = NULL;
@@ -507,9 +507,9 @@ static int iteration(ipu_session *s, uint32_t it, uint32_t *done, ipu__iter **fa
         ipu__pool_run_range(s->pool, 2, false, compute_pair, s);
         atomic_fetch_add_explicit(&s->st_concurrent_iters, 2, memory_order_relaxed);
     } else {
-        ipu__stage_compute(s, c);
+        ipu__iter_compute(s, c);
     }
-    if (!ipu__stage_store(s, c)) {
+    if (!ipu__iter_store(s, c)) {
         if (c2) { /* stopped: the second's taken inputs complete as CLOSED too */
             snprintf(c2->msg, sizeof c2->msg, "session stopped during the iteration");
             finish_inputs(s, c2, IPU_ERR_CLOSED);
@@ -523,7 +523,7 @@ static int iteration(ipu_session *s, uint32_t it, uint32_t *done, ipu__iter **fa
             c2->st = c->st;
             snprintf(c2->msg, sizeof c2->msg, "%s", c->msg);
         }
-        if (!ipu__stage_store(s, c2)) return EV_CLOSED;
+        if (!ipu__iter_store(s, c2)) return EV_CLOSED;
         if (!*failed && c2->st != IPU_OK && c2->st != IPU_ERR_CANCELLED) *failed = c2;
         if (it + 1 < s->bps)
             *done = 2;

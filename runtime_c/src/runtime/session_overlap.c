@@ -1,6 +1,6 @@
 /* Session: overlap I/O (ipu_session.h). A step runs as a Load / Compute / Store pipeline: the
- * session's I/O thread runs ipu__stage_store of iteration i-1 and then ipu__stage_load of
- * iteration i+1 while the calling thread and the workers run ipu__stage_compute of iteration i.
+ * session's I/O thread runs ipu__iter_store of iteration i-1 and then ipu__iter_load of
+ * iteration i+1 while the calling thread and the workers run ipu__iter_compute of iteration i.
  * Iteration i uses staging set i % 2: every arena tensor inside a streamed anchor's byte range
  * (the anchor, its views, intermediates planned inside it) is redirected into that set, so load
  * and store never touch the memory compute uses. While the load waits for input, the I/O thread
@@ -75,7 +75,7 @@ static bool io_idle(ipu_session *s) {
         !atomic_load_explicit(&s->compute_done, memory_order_acquire))
         return false;
     s->io_early_done = 1;
-    if (!ipu__stage_store(s, &s->iters[s->io_early])) s->io_closed = true;
+    if (!ipu__iter_store(s, &s->iters[s->io_early])) s->io_closed = true;
     return true;
 }
 
@@ -86,8 +86,8 @@ static void *io_main(void *arg) {
         wait_seq(s, &s->job_seq, seen);
         seen = atomic_load_explicit(&s->job_seq, memory_order_acquire);
         if (s->io_quit) break;
-        if (s->io_store >= 0 && !ipu__stage_store(s, &s->iters[s->io_store])) s->io_closed = true;
-        if (s->io_load >= 0) ipu__stage_load(s, &s->iters[s->io_load], s->io_load_it);
+        if (s->io_store >= 0 && !ipu__iter_store(s, &s->iters[s->io_store])) s->io_closed = true;
+        if (s->io_load >= 0) ipu__iter_load(s, &s->iters[s->io_load], s->io_load_it);
         signal_io(s, &s->done_seq);
     }
     return NULL;
@@ -240,7 +240,7 @@ ipu_status ipu__pipeline_run_main(ipu_session *s, ipu_step_result *r) {
         if (more && atomic_exchange(&s->interrupt_req, 0)) more = !(interrupted = true);
         atomic_store(&s->compute_done, 0);
         unsigned d = post(s, unstored, more ? L ^ 1 : -1, r->iterations + 1, L);
-        ipu__stage_compute(s, c);
+        ipu__iter_compute(s, c);
         note(c, &fail, msg);
         atomic_store_explicit(&s->compute_done, 1, memory_order_release);
         ipu__wake_device(s); /* the I/O thread may sleep in its load */

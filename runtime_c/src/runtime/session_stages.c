@@ -14,7 +14,7 @@
  *      barrier after each instruction. A failure ends that stage's program for its batch; the
  *      batch's later stages are skipped;
  *   3. store: the batch leaving the last stage is scattered to its output slots and its input
- *      slots complete (ipu__stage_store), with the batch's status;
+ *      slots complete (ipu__iter_store), with the batch's status;
  *   4. exchange: the copy programs run in reverse stage order, so a value forwarded through
  *      several stages moves one stage per tick and no copy overwrites a buffer before it was
  *      passed on.
@@ -221,7 +221,7 @@ ipu_status ipu__stages_run_main(ipu_session *s, ipu_step_result *r) {
                 if (loaded > 0) r->padded_iterations = bps - loaded;
             } else {
                 ipu__iter *c = &s->iters[loaded % S];
-                ipu__stage_load(s, c, loaded);
+                ipu__iter_load(s, c, loaded);
                 if (c->ev == IPU__EV_READY) {
                     loaded++;
                 } else {
@@ -269,7 +269,7 @@ ipu_status ipu__stages_run_main(ipu_session *s, ipu_step_result *r) {
         /* Store the batch leaving the last stage. */
         if (T >= S - 1 && T - (S - 1) == stored && stored < loaded) {
             ipu__iter *c = &s->iters[stored % S];
-            if (!ipu__stage_store(s, c)) closed = true;
+            if (!ipu__iter_store(s, c)) closed = true;
             /* a cancelled batch failed its own requests only */
             if (c->st != IPU_OK && c->st != IPU_ERR_CANCELLED && fail == IPU_OK) {
                 fail = c->st;
