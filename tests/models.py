@@ -177,6 +177,14 @@ def assert_parity(got: dict[str, np.ndarray], ref: dict[str, np.ndarray]) -> Non
         np.testing.assert_allclose(g32, r32, rtol=tol, atol=tol * scale, err_msg=name)
 
 
+def check_parity(
+    op: str, inputs: list[np.ndarray], attrs: dict[str, Any] | None = None, **kw: Any
+) -> None:
+    """One op (opset 17) through the C kernels against the NumPy reference, by assert_parity."""
+    exe, feeds, _ = compile_single_op(op, inputs, attrs, opset=17, **kw)
+    assert_parity(run_c(exe, feeds), exe.run_reference(feeds))
+
+
 def run_ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     import onnxruntime as ort
 

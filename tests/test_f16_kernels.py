@@ -13,16 +13,11 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
-from models import F16, arr, assert_parity, compile_single_op, run_c
+from models import F16, arr, assert_parity, check_parity, run_c
 from onnx import TensorProto, helper, numpy_helper
 from test_conv_epilogue import _block
 
 from pyipu.compiler import Compiler
-
-
-def _check(op: str, inputs: list[np.ndarray], attrs: dict | None = None, **kw: object) -> None:
-    exe, feeds, _ = compile_single_op(op, inputs, attrs, opset=17, **kw)
-    assert_parity(run_c(exe, feeds), exe.run_reference(feeds))
 
 
 def _u(shape: tuple[int, ...], seed: int) -> np.ndarray:
@@ -40,39 +35,39 @@ def _with_nan(x: np.ndarray) -> np.ndarray:
 
 
 CASES: dict[str, Callable[[], None]] = {
-    "matmul_weight": lambda: _check(
+    "matmul_weight": lambda: check_parity(
         "MatMul", [_u((37, 300), 1)], const_inputs={1: _u((300, 70), 2)}
     ),
-    "matmul_weight_m2": lambda: _check(
+    "matmul_weight_m2": lambda: check_parity(
         "MatMul", [_u((2, 64), 1)], const_inputs={1: _u((64, 1100), 2)}
     ),
-    "matmul_batched": lambda: _check("MatMul", [_u((3, 50, 40), 1), _u((3, 40, 1500), 2)]),
-    "gemm_trans_bias_relu": lambda: _check(
+    "matmul_batched": lambda: check_parity("MatMul", [_u((3, 50, 40), 1), _u((3, 40, 1500), 2)]),
+    "gemm_trans_bias_relu": lambda: check_parity(
         "Gemm",
         [_u((40, 33), 1)],
         {"transA": 1, "transB": 1, "alpha": 0.5, "beta": 2.0},
         const_inputs={1: _u((20, 40), 2), 2: _u((20,), 3)},
     ),
-    "conv3x3_s2_pad": lambda: _check(
+    "conv3x3_s2_pad": lambda: check_parity(
         "Conv",
         [_u((1, 8, 23, 29), 1)],
         {"strides": [2, 2], "pads": [1, 1, 1, 1]},
         const_inputs={1: _u((12, 8, 3, 3), 2), 2: _u((12,), 3)},
     ),
-    "conv_dilated_groups": lambda: _check(
+    "conv_dilated_groups": lambda: check_parity(
         "Conv",
         [_u((2, 6, 17, 40), 1)],
         {"dilations": [2, 1], "group": 2, "pads": [2, 0, 1, 3]},
         const_inputs={1: _u((4, 3, 3, 2), 2)},
     ),
-    "conv1x1": lambda: _check(
+    "conv1x1": lambda: check_parity(
         "Conv", [_u((1, 16, 9, 11), 1)], const_inputs={1: _u((24, 16, 1, 1), 2)}
     ),
     # SqueezeNet's shapes: where the float32 plan picks its small-map and Winograd paths
-    "conv1x1_fire": lambda: _check(
+    "conv1x1_fire": lambda: check_parity(
         "Conv", [_u((1, 64, 13, 13), 1)], const_inputs={1: _u((256, 64, 1, 1), 2), 2: _u((256,), 3)}
     ),
-    "conv3x3_fire": lambda: _check(
+    "conv3x3_fire": lambda: check_parity(
         "Conv",
         [_u((1, 64, 13, 13), 1)],
         {"pads": [1, 1, 1, 1]},
@@ -80,26 +75,26 @@ CASES: dict[str, Callable[[], None]] = {
     ),
     # K over several chunks (the float32 C tile accumulates, the last chunk stores half) and
     # edge tiles of pixels and channels
-    "conv1x1_k_chunks": lambda: _check(
+    "conv1x1_k_chunks": lambda: check_parity(
         "Conv",
         [_u((1, 600, 7, 11), 1)],
         const_inputs={1: _u((45, 600, 1, 1), 2), 2: _u((45,), 3)},
     ),
     # the small-map path (pixels as the micro-kernel's rows): 1x1 over several K chunks, and
     # a stride-2 3x3 layer on copied rows
-    "conv1x1_small_map": lambda: _check(
+    "conv1x1_small_map": lambda: check_parity(
         "Conv",
         [_u((1, 520, 14, 14), 1)],
         const_inputs={1: _u((70, 520, 1, 1), 2), 2: _u((70,), 3)},
     ),
-    "conv3x3_s2_small_map": lambda: _check(
+    "conv3x3_s2_small_map": lambda: check_parity(
         "Conv",
         [_u((1, 40, 28, 28), 1)],
         {"strides": [2, 2], "pads": [1, 1, 1, 1]},
         const_inputs={1: _u((48, 40, 3, 3), 2), 2: _u((48,), 3)},
     ),
     # an infinity in the input: the Winograd blocks reading it fall back to direct sums
-    "conv3x3_fire_inf": lambda: _check(
+    "conv3x3_fire_inf": lambda: check_parity(
         "Conv",
         [_with_inf(_u((1, 64, 13, 13), 1))],
         {"pads": [1, 1, 1, 1]},
@@ -108,95 +103,95 @@ CASES: dict[str, Callable[[], None]] = {
     # the float32 window plan on rows converted from float16 (conv_window.c): the 7x7 stride-2
     # stem (both column phases split at once), a stride-2 3x3 layer over several K chunks, C
     # tiles and pixel tiles, padded 1x1 and dilated-stride layers (one column phase each)
-    "conv7x7_s2_stem": lambda: _check(
+    "conv7x7_s2_stem": lambda: check_parity(
         "Conv",
         [_u((1, 3, 41, 46), 1)],
         {"strides": [2, 2], "pads": [3, 3, 3, 3]},
         const_inputs={1: _u((20, 3, 7, 7), 2), 2: _u((20,), 3)},
     ),
-    "conv3x3_s2_chunks": lambda: _check(
+    "conv3x3_s2_chunks": lambda: check_parity(
         "Conv",
         [_u((1, 40, 45, 70), 1)],
         {"strides": [2, 2], "pads": [1, 0, 1, 1]},
         const_inputs={1: _u((150, 40, 3, 3), 2), 2: _u((150,), 3)},
     ),
     # output rows as whole micro-kernel tiles (33 extended columns for 32 kept ones)
-    "conv3x3_s2_row_tiles": lambda: _check(
+    "conv3x3_s2_row_tiles": lambda: check_parity(
         "Conv",
         [_u((1, 3, 65, 65), 1)],
         {"strides": [2, 2]},
         const_inputs={1: _u((20, 3, 3, 3), 2), 2: _u((20,), 3)},
     ),
-    "conv3x3_s2_inf_nan": lambda: _check(
+    "conv3x3_s2_inf_nan": lambda: check_parity(
         "Conv",
         [_with_nan(_with_inf(_u((1, 8, 23, 29), 1)))],
         {"strides": [2, 2], "pads": [1, 1, 1, 1]},
         const_inputs={1: _u((12, 8, 3, 3), 2)},
     ),
-    "conv1x1_padded": lambda: _check(
+    "conv1x1_padded": lambda: check_parity(
         "Conv",
         [_u((2, 10, 7, 9), 1)],
         {"pads": [1, 2, 0, 1]},
         const_inputs={1: _u((5, 10, 1, 1), 2)},
     ),
-    "conv_s3_dilated": lambda: _check(
+    "conv_s3_dilated": lambda: check_parity(
         "Conv",
         [_u((1, 6, 20, 31), 1)],
         {"strides": [3, 3], "dilations": [2, 2], "pads": [2, 1, 0, 2]},
         const_inputs={1: _u((9, 6, 3, 2), 2)},
     ),
     # weights bound at run time: packed from half in the work item
-    "conv3x3_s2_weight_input": lambda: _check(
+    "conv3x3_s2_weight_input": lambda: check_parity(
         "Conv", [_u((1, 8, 23, 29), 1), _u((70, 8, 3, 3), 2)], {"strides": [2, 2]}
     ),
     # KW = 1, stride 1, unpadded: no row copy, so the float16 GEMM path
-    "conv3x1": lambda: _check(
+    "conv3x1": lambda: check_parity(
         "Conv", [_u((1, 8, 12, 10), 1)], const_inputs={1: _u((16, 8, 3, 1), 2)}
     ),
-    "conv_wide_row": lambda: _check(
+    "conv_wide_row": lambda: check_parity(
         "Conv",
         [_u((1, 2, 3, 1200), 1)],
         {"strides": [1, 3], "pads": [0, 1, 0, 1]},
         const_inputs={1: _u((3, 2, 1, 5), 2)},
     ),
-    "depthwise": lambda: _check(
+    "depthwise": lambda: check_parity(
         "Conv",
         [_u((1, 4, 10, 12), 1)],
         {"group": 4, "pads": [1, 1, 1, 1]},
         const_inputs={1: _u((4, 1, 3, 3), 2)},
     ),
-    "depthwise_s2": lambda: _check(
+    "depthwise_s2": lambda: check_parity(
         "Conv",
         [_u((1, 6, 15, 17), 1)],
         {"group": 6, "strides": [2, 2], "pads": [1, 2, 1, 0]},
         const_inputs={1: _u((6, 1, 3, 3), 2), 2: _u((6,), 3)},
     ),
-    "depthwise_3x1": lambda: _check(
+    "depthwise_3x1": lambda: check_parity(
         "Conv", [_u((2, 5, 11, 9), 1)], {"group": 5}, const_inputs={1: _u((5, 1, 3, 1), 2)}
     ),
-    "maxpool": lambda: _check(
+    "maxpool": lambda: check_parity(
         "MaxPool",
         [_u((2, 3, 19, 21), 1)],
         {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
     ),
-    "maxpool_nan": lambda: _check(
+    "maxpool_nan": lambda: check_parity(
         "MaxPool", [_with_nan(_u((1, 3, 27, 27), 1))], {"kernel_shape": [3, 3], "strides": [2, 2]}
     ),
-    "maxpool_same": lambda: _check(
+    "maxpool_same": lambda: check_parity(
         "MaxPool", [_u((2, 8, 14, 14), 1)], {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}
     ),
-    "avgpool_pad": lambda: _check(
+    "avgpool_pad": lambda: check_parity(
         "AveragePool",
         [_u((1, 4, 9, 30), 1)],
         {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "count_include_pad": 1},
     ),
-    "avgpool": lambda: _check(
+    "avgpool": lambda: check_parity(
         "AveragePool", [_u((1, 5, 14, 14), 1)], {"kernel_shape": [2, 3], "strides": [1, 2]}
     ),
-    "global_avgpool": lambda: _check("GlobalAveragePool", [_u((2, 7, 13, 13), 1)]),
-    "add_broadcast": lambda: _check("Add", [_u((3, 300, 17), 1), _u((300, 1), 2)]),
-    "relu": lambda: _check("Relu", [_u((5, 1000), 1)]),
-    "softmax": lambda: _check("Softmax", [_u((6, 333), 1)], {"axis": -1}),
+    "global_avgpool": lambda: check_parity("GlobalAveragePool", [_u((2, 7, 13, 13), 1)]),
+    "add_broadcast": lambda: check_parity("Add", [_u((3, 300, 17), 1), _u((300, 1), 2)]),
+    "relu": lambda: check_parity("Relu", [_u((5, 1000), 1)]),
+    "softmax": lambda: check_parity("Softmax", [_u((6, 333), 1)], {"axis": -1}),
 }
 
 
