@@ -40,6 +40,7 @@ typedef struct fz_image {
 
 static void fz_image_free(fz_image *m) {
     for (uint32_t i = 0; i < m->n; i++) free(m->b[i].data);
+    memset(m->b, 0, sizeof m->b); /* the image is static: leave no pointer to freed data */
     m->n = 0;
 }
 
@@ -153,7 +154,8 @@ static void fz_mutate_meta(fz_image *m, fz_meta *v, fz_rng *r) {
             st32(p + 36, fz_rand(r, 4) ? fz_rand(r, na ? na : 1) : IPU_NO_INDEX);
             break;
         case 1: st32(p + 32, fz_program_id(m, r)); break; /* load program */
-        case 2:                                           /* a subgraph's main program */
+        case 2: /* a subgraph's main program (a mutated header may declare none) */
+            if (!v->num_subgraphs) break;
             st32(p + 56 + 4 * (size_t)fz_rand(r, v->num_subgraphs), fz_program_id(m, r));
             break;
         case 3: { /* an anchor's direction (1 input, 2 output) */
@@ -284,6 +286,7 @@ static void fz_mutate_program(fz_image *m, const fz_meta *mv, fz_rng *r) {
             if (!n || to == b || !fz_prog_view(to, &v2) || v2.n >= FZ_MAX_INSTR) return;
             uint8_t ins[8 + 4 * 512 + 8 * 64];
             uint32_t len = v.len[i];
+            if (len > sizeof ins) return; /* more attributes than any opcode takes */
             memcpy(ins, b->data + v.at[i], len);
             memmove(order + i, order + i + 1, sizeof *order * (n - i - 1));
             fz_prog_write(b, b, &v, order, n - 1, NULL, 0);
@@ -347,7 +350,8 @@ size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max_size, unsi
         uint32_t what = fz_rand(&r, 8);
         if (what < 3 && have_meta) {
             fz_mutate_meta(&m, &mv, &r);
-        } else if (what == 3 && LLVMFuzzerMutate) { /* bytes of one blob, checksum kept valid */
+        } else if (what == 3 && LLVMFuzzerMutate &&
+                   m.n) { /* bytes of one blob, checksum kept valid */
             fz_blob *b = &m.b[fz_rand(&r, m.n)];
             if (b->type == IPU_BLOB_OPAQUE || b->size == 0) continue;
             b->size = LLVMFuzzerMutate(b->data, b->size, b->size);
