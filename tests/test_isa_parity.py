@@ -24,12 +24,12 @@ def _u(shape: tuple[int, ...], seed: int, low: float = -1, high: float = 1) -> n
     return arr(shape, F32, seed, low=low, high=high)
 
 
-def _specials(x: np.ndarray, minus_inf: bool = True) -> np.ndarray:
-    """x with an infinity, a minus infinity and a NaN spread over its flat elements."""
+def _specials(x: np.ndarray) -> np.ndarray:
+    """x with an infinity, a minus infinity, a minus zero and a NaN spread over its elements."""
     flat = x.reshape(-1)
     flat[len(flat) // 5] = np.inf
-    if minus_inf:
-        flat[len(flat) // 2] = -np.inf
+    flat[len(flat) // 3] = -0.0
+    flat[len(flat) // 2] = -np.inf
     flat[4 * len(flat) // 5] = np.nan
     return x
 
@@ -130,13 +130,13 @@ CASES: dict[str, Callable[[], None]] = {
     "avgpool_2x3": lambda: check_parity(
         "AveragePool", [_u((1, 5, 14, 14), 1)], {"kernel_shape": [2, 3], "strides": [1, 2]}
     ),
-    # Pow by a scalar: the square-root exponents take the vector roots, 2 the square, 1.3 powf
-    # (no -inf: the reference's np.power gives NaN for (-inf) ** 0.5, C's powf +inf)
+    # Pow by a scalar: the square-root exponents take the vector roots, 2 the square, 1.3 powf;
+    # -inf and -0 follow C's pow ((-inf) ** 0.5 = +inf, not sqrt's NaN)
     **{
         f"pow_{str(z).replace('.', '_')}": (
             lambda z=z: check_parity(
                 "Pow",
-                [_specials(_u((7, 131), 1, low=-2, high=3), False), np.array(z, np.float32)],
+                [_specials(_u((7, 131), 1, low=-2, high=3)), np.array(z, np.float32)],
             )
         )
         for z in (0.5, 0.75, 2.0, 1.3)

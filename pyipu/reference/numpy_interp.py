@@ -207,8 +207,17 @@ def unary(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
     return _UNARY_FLOAT[fn](x, a, b)
 
 
+def _float_pow(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """C's pow (IEEE 754): NumPy computes x ** 0.5 as sqrt(x), which differs at -inf (+inf in
+    C, NaN in sqrt) and at -0 (+0 in C)."""
+    y = np.power(a, b)
+    half = b == 0.5
+    y = np.where(half & np.isneginf(a), np.inf, y)
+    return np.where(half & (a == 0), 0, y).astype(y.dtype, copy=False)
+
+
 _BINARY: dict[int, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
-    BinaryFn.POW: np.power,
+    BinaryFn.POW: _float_pow,
     BinaryFn.MIN: np.minimum,
     BinaryFn.MAX: np.maximum,
     BinaryFn.EQUAL: np.equal,
