@@ -21,6 +21,7 @@ __all__ = [
     "__version__",
     "get_registered_passes",
     "passes",
+    "supported_ops",
 ]
 
 # Imported on first use, so `import pyipu` stays light (no onnx import).
@@ -30,6 +31,7 @@ _LAZY = {
     "PassManager": ("pyipu.passes", "PassManager"),
     "get_registered_passes": ("pyipu.passes", "get_registered_passes"),
     "passes": ("pyipu.passes", None),
+    "supported_ops": ("pyipu.compiler.op_support", "supported_ops"),
 }
 
 

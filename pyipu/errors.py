@@ -8,6 +8,9 @@ closest built-in exception (ValueError, MemoryError, TimeoutError, ...), so gene
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Sequence
+
 
 class Error(Exception):
     """Base class of every pyipu error."""
@@ -159,3 +162,14 @@ def from_status(status_name: str, status: int, message: str) -> Error:
 
 def error_class(status_name: str) -> type[Error]:
     return _BY_STATUS.get(status_name, InternalError)
+
+
+def unknown_name(what: str, name: str, known: Sequence[str]) -> str:
+    """The message for a name that is not one of `known`: the closest match, then the list.
+
+    >>> unknown_name("input", "imput", ["input", "mask"])
+    "unknown input 'imput'; did you mean 'input'? (the inputs: ['input', 'mask'])"
+    """
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"unknown {what} {name!r}{hint} (the {what}s: {list(known)})"

@@ -49,11 +49,30 @@ def _csv(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
+_EXAMPLES = """examples:
+  pyipu --input_model model.onnx --input_shape input=1,3,224,224 --export_popef
+      convert with static shapes and write ./executable.popef
+  pyipu -i model.onnx --precision fp16 --check --run
+      convert to float16, compare pyipu's outputs with the original model's, time a run
+  pyipu -i model.onnx --show
+      print the converted model's inputs and outputs
+  pyipu --config_yaml fusion.yaml --export_popef
+      fuse the models a config's model_fusion list names into one executable
+  pyipu --list_ops
+      the ONNX ops and opset versions the compiler accepts
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from pyipu import __version__
+
     p = argparse.ArgumentParser(
         prog="pyipu",
         description="Convert an ONNX model and compile it to a PopEF executable (PopRT's CLI).",
+        epilog=_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.add_argument("--version", action="version", version=f"pyipu {__version__}")
     p.add_argument("-i", "--input_model", help="ONNX model to convert")
     p.add_argument("--output_dir", default="./", help="directory for outputs (default ./)")
     p.add_argument("--output_model", help="file name of the converted ONNX model")
@@ -70,7 +89,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--batch_size", type=int, help="set dim batch_axis of every input to this")
     p.add_argument("--batch_axis", type=int, help="the batch dim for --batch_size (default 0)")
-    p.add_argument("--precision", choices=["fp32", "fp16", "fp8", "fp8_weight"], default="fp32")
+    p.add_argument(
+        "--precision",
+        choices=["fp32", "fp16", "fp8", "fp8_weight"],
+        default="fp32",
+        help="fp32 (default) or fp16: float16 weights and activations, float32 accumulation"
+        " (PopRT's fp8 and fp8_weight are refused: they need the IPU's FP8 quantizer)",
+    )
     p.add_argument(
         "--fp16_skip_op_types", type=_csv, help="op types kept in fp32 with --precision fp16"
     )
@@ -85,6 +110,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--skip_passes", type=_csv, help="passes not to run, comma separated")
     p.add_argument("--list_all_passes", action="store_true", help="print the registered passes")
     p.add_argument(
+        "--list_ops",
+        action="store_true",
+        help="print the ONNX ops the compiler accepts, with their opset versions",
+    )
+    p.add_argument(
         "--custom_pass_config", help="a Python file whose @pyipu.passes.register passes to load"
     )
     p.add_argument("--remove_outputs", type=_csv, help="graph outputs to remove")
@@ -96,14 +126,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--show", action="store_true", help="print the converted model's I/O")
     p.add_argument("--run", action="store_true", help="compile and run on random data")
-    p.add_argument("--batches_per_step", type=int, default=1)
+    p.add_argument(
+        "--batches_per_step",
+        type=int,
+        default=1,
+        help="batches one run of the executable processes (its inputs gain this many rows)",
+    )
     p.add_argument(
         "--num_io_tiles",
         type=lambda v: v if v == "auto" else int(v),
         default=0,
         help='I/O tiles for overlap I/O (0: off; "auto": sized from the I/O bytes)',
     )
-    p.add_argument("--ipu_version", choices=["ipu2", "ipu21"], default="ipu2")
+    p.add_argument(
+        "--ipu_version",
+        choices=["ipu2", "ipu21"],
+        default="ipu2",
+        help="the IPU the IPU Model sizes memory and cycles for (default ipu2)",
+    )
     p.add_argument("--manual_sharding_config", help="shard.yaml: list of {node, device, stage}")
     p.add_argument(
         "--only_manual_sharding",
@@ -193,6 +233,11 @@ def run(args: argparse.Namespace) -> int:
         fusion = config.get("model_fusion")
     if opts.get("custom_pass_config"):
         load_custom_passes(str(base / opts["custom_pass_config"]))
+    if opts.get("list_ops"):
+        from pyipu.compiler.op_support import format_supported_ops, supported_ops
+
+        print(format_supported_ops(supported_ops()))
+        return 0
     if opts.get("list_all_passes"):
         from pyipu.passes import get_registered_passes
 

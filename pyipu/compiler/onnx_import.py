@@ -19,6 +19,7 @@ from onnx import helper, numpy_helper, shape_inference
 from pyipu.compiler.errors import CompileError, ShapeError, UnsupportedError
 from pyipu.compiler.folding import GENERATORS, check_generated_size, fold_node, foldable
 from pyipu.compiler.serialize import MAGIC
+from pyipu.errors import unknown_name
 
 ModelLike: TypeAlias = bytes | str | os.PathLike | onnx.ModelProto
 
@@ -100,9 +101,11 @@ def set_input_shapes(
     out = onnx.ModelProto()
     out.CopyFrom(model)
     by_name = {i.name: i for i in out.graph.input}
+    initializers = {t.name for t in out.graph.initializer}
     for name, shape in shapes.items():
         if name not in by_name:
-            raise ShapeError(f"input_shape names {name!r}, which is not a graph input")
+            inputs = [i.name for i in out.graph.input if i.name not in initializers]
+            raise ShapeError("input_shape: " + unknown_name("input", name, inputs))
         vi = by_name[name]
         old = _dims(vi)
         new = [int(d) for d in shape]

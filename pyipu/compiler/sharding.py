@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -44,9 +45,11 @@ def manual_sharding(
         raise CompileError("sharding_info must name at least one node")
     nodes = list(model.graph.node)
     index = {n.name: i for i, n in enumerate(nodes) if n.name}
-    unknown = sorted(set(sharding_info) - set(index)) + sorted(set(pipelining_info) - set(index))
+    unknown = sorted((set(sharding_info) | set(pipelining_info)) - set(index))
     if unknown:
-        raise CompileError(f"sharding config names nodes the model lacks: {unknown}")
+        close = {n: difflib.get_close_matches(n, index, n=1) for n in unknown}
+        hints = "".join(f"; {n!r}: did you mean {c[0]!r}?" for n, c in close.items() if c)
+        raise CompileError(f"sharding config names nodes the model lacks: {unknown}{hints}")
     if pipelining_info and set(pipelining_info) != set(sharding_info):
         raise CompileError(
             "pipelining_info must name the same nodes as sharding_info; differ on "

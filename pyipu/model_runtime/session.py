@@ -20,7 +20,7 @@ import numpy as np
 from pyipu import _config, _core
 from pyipu import _options as opt
 from pyipu._config import UINT32_MAX, check_int
-from pyipu.errors import ClosedError, InvalidArgumentError, InvalidStateError
+from pyipu.errors import ClosedError, InvalidArgumentError, InvalidStateError, unknown_name
 from pyipu.model_runtime.predicates import AnchorCallbackPolicy, Predicate, pred_streamed
 from pyipu.runtime.config import BATCHING_DIM_DISABLED, DeviceWaitConfig, c_settings
 from pyipu.runtime.descriptors import DataDesc, check_buffer
@@ -88,9 +88,7 @@ class Session:
         for i, d in enumerate(self._anchors):
             if d.name == name:
                 return i
-        raise InvalidArgumentError(
-            f"unknown anchor {name!r}; the model has {[d.name for d in self._anchors]}"
-        )
+        raise InvalidArgumentError(unknown_name("anchor", name, [d.name for d in self._anchors]))
 
     # --- device state ------------------------------------------------------------------------
     def _session(self, ring_capacity: int = 0, timeout_ns: int = 0) -> _core.Session:

@@ -7,7 +7,7 @@ import contextlib
 import itertools
 import os
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,6 +23,7 @@ from pyipu.errors import (
     NotFoundError,
     ShapeError,
     UnsupportedError,
+    unknown_name,
 )
 from pyipu.runtime.config import BATCHING_DIM_DISABLED, RuntimeConfig
 from pyipu.runtime.descriptors import DataDesc, check_buffer
@@ -237,6 +238,41 @@ class Runner:
             return
         self._submit(inputs, outputs).finish()
 
+    def run(
+        self, output_names: Sequence[str] | None, input_feed: Mapping[str, np.ndarray]
+    ) -> list[np.ndarray]:
+        """ONNX Runtime's `InferenceSession.run`: one request, its outputs in new arrays.
+
+        Returns the outputs named by `output_names` in that order (None: every output, in the
+        model's order). The inputs may carry N batches as `execute`'s do; the outputs then
+        carry N too. `execute` with preallocated outputs avoids the allocation."""
+        outputs = self.get_execute_outputs()
+        names = [d.name for d in outputs] if output_names is None else list(output_names)
+        by_name = {d.name: d for d in outputs}
+        for name in names:
+            if name not in by_name:
+                raise InvalidArgumentError(unknown_name("output", name, list(by_name)))
+        if not isinstance(input_feed, Mapping):
+            raise InvalidArgumentError("input_feed must be a dict of name -> numpy array")
+        n = 1
+        for name, array in input_feed.items():
+            i = self._lookup(name, _INPUT)
+            if name != self._index_name:
+                n = self._check_array(self._anchors[i], array, _INPUT, self._batching_dim)
+                break
+        arrays = {d.name: np.empty(self._shape_of(d, n), d.numpy_data_type()) for d in outputs}
+        self.execute(input_feed, arrays)
+        return [arrays[name] for name in names]
+
+    def _shape_of(self, desc: DataDesc, n: int) -> tuple[int, ...]:
+        """The shape of an array of `desc` that carries n batches (or rows, with batching_dim)."""
+        shape = list(desc.shape)
+        if self._batching_dim is not None:
+            shape[self._batching_dim] = n
+        elif n > 1:
+            shape[0] *= n
+        return tuple(shape)
+
     def execute_async(
         self, inputs: Mapping[str, np.ndarray], outputs: Mapping[str, np.ndarray]
     ) -> Future:
@@ -287,8 +323,13 @@ class Runner:
         i = self._index_of.get(name)
         kind = "input" if direction == _INPUT else "output"
         if i is None or self._directions[i] != direction:
-            known = [d.name for d in self._of_direction(direction)]
-            raise InvalidArgumentError(f"unknown {kind} anchor {name!r}; the model has {known}")
+            # the anchors a request may carry: not the weights stored in the PopEF
+            known = [
+                d.name
+                for d in self._of_direction(direction)
+                if not d.popef_contains_tensor_data and d.name not in self._handled
+            ]
+            raise InvalidArgumentError(unknown_name(kind, name, known))
         if self._anchors[i].popef_contains_tensor_data:
             raise InvalidArgumentError(
                 f"input {name!r} is a weight stored in the PopEF; it cannot be fed per request"
