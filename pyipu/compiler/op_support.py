@@ -5,6 +5,7 @@ docs/onnx-support.md measures the same registry against the ONNX backend test su
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +32,8 @@ def supported_ops() -> list[OpSupport]:
 
     lowered = [OpSupport(op, tuple(sorted(v))) for op, v in sorted(REGISTRY.items())]
     expanded = []
-    schemas: list[Any] = onnx.defs.get_all_schemas()  # Any: onnx's stub lacks the function fields
+    # Any: onnx's stub lacks the schemas' function fields
+    schemas: Sequence[Any] = onnx.defs.get_all_schemas()
     for schema in sorted(schemas, key=lambda s: s.name):
         if schema.domain not in ("", "ai.onnx") or schema.name in REGISTRY or schema.deprecated:
             continue
