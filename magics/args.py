@@ -220,7 +220,9 @@ def full_help() -> str:
     for action in PARSER._subparsers._group_actions:  # type: ignore[union-attr]
         for name, sub in action.choices.items():
             parts.append(f"--- %ipu {name} ---\n{sub.format_help()}")
-    return dedent("\n".join(parts))
+    # IPython's parsers open each usage with a reST "::" line, noise in `%ipu?`
+    lines = "\n".join(parts).splitlines()
+    return dedent("\n".join(line for line in lines if line.strip() != "::"))
 
 
 def parse(line: str) -> argparse.Namespace:

@@ -30,11 +30,19 @@ def convert(model: Any, args: argparse.Namespace) -> Any:
     """Apply the Converter when a conversion option was given (else the model as it is)."""
     if args.precision == "fp32" and not args.input_shape and args.batch_size is None:
         return model
-    from pyipu import Converter
+    from IPython.core.error import UsageError
 
-    return Converter(
-        precision=args.precision, input_shape=args.input_shape, batch_size=args.batch_size
-    ).convert(model)
+    from pyipu import Converter
+    from pyipu.errors import ShapeError
+
+    try:
+        return Converter(
+            precision=args.precision, input_shape=args.input_shape, batch_size=args.batch_size
+        ).convert(model)
+    except ShapeError as e:  # names or dims the line gave: a usage error, not a traceback
+        if args.input_shape or args.batch_size is not None:
+            raise UsageError(str(e)) from None
+        raise
 
 
 def compile_with_progress(

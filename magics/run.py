@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from IPython.core.error import UsageError
 
-from pyipu.errors import DTypeError, InvalidArgumentError, ShapeError
+from pyipu.errors import DTypeError, Error, InvalidArgumentError, ShapeError
 
 from . import html as H
 from .widgets import Monitor, RunDashboard, Sample
@@ -236,6 +236,11 @@ class PreparedRun:
             self.pool = [
                 _outputs_for(runner, self.feeds[i % len(self.feeds)]) for i in range(self.window)
             ]
+            for i in range(min(len(self.feeds), self.window)):  # before the dashboard shows
+                try:
+                    runner.check_request(self.feeds[i], self.pool[i])
+                except Error as e:
+                    raise UsageError(f"%ipu run {name}: the inputs do not fit: {e}") from None
             stats = runner.stats()
             self.threads = int(stats["num_threads"])
             self.dash = None

@@ -40,6 +40,21 @@ def seed_overlap_io_model(seed: int = 0, weight_scale: float = 1.0) -> onnx.Mode
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 11)])
 
 
+def demo_model(seed: int = 0) -> onnx.ModelProto:
+    """The seed model as a clean ONNX file for examples: its output declared as ReduceMean
+    computes it ([1, 1, 256, 256]), weights scaled so activations stay O(1), and named nodes
+    (expand, matmul0..matmul3, mean) to place with a sharding config."""
+    model = seed_overlap_io_model(seed, weight_scale=1 / 16)
+    names = ["expand", "matmul0", "matmul1", "matmul2", "matmul3", "mean"]
+    for node, name in zip(model.graph.node, names, strict=True):
+        node.name = name
+    dims = model.graph.output[0].type.tensor_type.shape.dim
+    del dims[:]
+    for d in (1, 1, 256, 256):
+        dims.add().dim_value = d
+    return model
+
+
 def seed_reference(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
     act = np.broadcast_to(x, (4, 4, 256, 256))
     for _ in range(4):
@@ -58,7 +73,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--num_io_tiles", type=int, default=192)
     p.add_argument("--threads", type=int, default=3, help="caller threads (default 3)")
     p.add_argument("--requests", type=int, default=16, help="requests per thread")
+    p.add_argument(
+        "--save_model",
+        metavar="PATH",
+        help="write the demo model (demo_model(): the seed model, warning-free) to PATH and exit",
+    )
     args = p.parse_args(argv)
+    if args.save_model:
+        onnx.save(demo_model(), args.save_model)
+        print(f"Saved the demo model to {args.save_model}")
+        return 0
 
     model = seed_overlap_io_model()
     weight = onnx.numpy_helper.to_array(model.graph.initializer[1])

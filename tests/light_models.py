@@ -28,6 +28,7 @@ NAMES = [
     "vgg19",
     "zfnet512",
 ]
+LARGE = ["bvlc_alexnet", "vgg19", "zfnet512"]  # 60-140 M weights: 5-25 s per test (marked slow)
 
 
 def load(name: str) -> onnx.ModelProto:

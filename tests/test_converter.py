@@ -180,8 +180,7 @@ def test_mfconverter_matches_the_cli_fusion_yaml(tmp_path):
 # errors measured): softmax probabilities (absolute) and logits (relative to their largest value).
 PROB_ATOL = 1e-2
 LOGIT_RTOL = 6e-2
-FAST = ["squeezenet", "shufflenet", "inception_v1", "inception_v2", "densenet121", "resnet50"]
-SLOW = ["bvlc_alexnet", "vgg19", "zfnet512"]  # 60-140 M weights: 5-25 s each
+FAST = [n for n in light_models.NAMES if n not in light_models.LARGE]
 
 
 def with_calibrated_batchnorm(model: onnx.ModelProto, feeds) -> onnx.ModelProto:
@@ -248,7 +247,7 @@ def test_fp16_light_cnn_within_tolerance_of_fp32(name: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", SLOW)
+@pytest.mark.parametrize("name", light_models.LARGE)
 def test_fp16_large_light_cnn_within_tolerance_of_fp32(name: str) -> None:
     _check_fp16(name)
 

@@ -19,6 +19,8 @@ from pyipu import runtime
 from pyipu.compiler import Compiler
 from pyipu.errors import CancelledError
 
+pytestmark = pytest.mark.slow  # left out of the quick subset, pytest -m "not slow"
+
 N = 512  # [N, N] float32 activations; one MatMul is ~2.5 ms at 1 thread
 K = 1000  # MatMuls in the chain: one inference takes seconds
 BOUND_S = 1.0  # generous: a behaviour test, not a benchmark (docs/runtime.md has the figures)

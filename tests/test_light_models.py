@@ -16,7 +16,13 @@ import pytest
 import pyipu.backend
 
 
-@pytest.mark.parametrize("name", light_models.NAMES)
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.slow) if n in light_models.LARGE else n
+        for n in light_models.NAMES
+    ],
+)
 def test_light_cnn_random_weights_match_onnxruntime(name: str) -> None:
     model = light_models.with_logits(light_models.with_random_weights(light_models.load(name)))
     feeds = light_models.input_of(model)

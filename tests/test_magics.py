@@ -200,8 +200,12 @@ def test_run_refuses_what_would_hang_or_fail(ip: Any) -> None:
     with pytest.raises(UsageError, match="batches_per_step 1"), capture_output():
         ip.run_line_magic("ipu", "run exe4 --timeout-ns 0")
     ip.user_ns["bad"] = {"x": np.zeros((3, 3), np.float32)}
-    with pytest.raises(UsageError, match="refused.*expected shape"), capture_output():
+    with pytest.raises(UsageError, match="do not fit.*expected shape"), capture_output() as cap:
         ip.run_line_magic("ipu", "run exe4 --inputs bad")
+    assert cap.outputs == []  # refused before the dashboard is drawn
+    ip.user_ns["misnamed"] = {"xx": np.zeros((4, 64), np.float32)}
+    with pytest.raises(UsageError, match="unknown input 'xx'; did you mean 'x'"), capture_output():
+        ip.run_line_magic("ipu", "run exe4 --inputs misnamed")
     with pytest.raises(UsageError, match="dict of input name"), capture_output():
         ip.run_line_magic("ipu", "run exe4 --inputs small")
     assert not any(t.name == "pyipu-magics-monitor" for t in threading.enumerate())
@@ -295,3 +299,15 @@ def test_background_run_without_widgets(ip: Any, exe: Executable) -> None:
     assert res.completed == 20 and not res.interrupted and handle.done()
     handle.stop()  # after the end: nothing to do
     assert repr(handle) == "<RunHandle exe: done>"
+
+
+def test_bad_input_shape_is_a_one_line_usage_error(ip: Any) -> None:
+    message = "unknown input 'xx'; did you mean 'x'"
+    with pytest.raises(UsageError, match=message) as info, capture_output():
+        ip.run_line_magic("ipu", "compile small -q --input-shape xx=4,64")
+    assert "\n" not in str(info.value)
+
+
+def test_help_has_no_rest_markup(ip: Any) -> None:
+    doc = ip.find_line_magic("ipu").__doc__
+    assert doc.lstrip().startswith("%ipu") and "::" not in doc.splitlines()

@@ -8,6 +8,8 @@ import pathlib
 
 import pytest
 
+pytestmark = pytest.mark.slow  # left out of the quick subset, pytest -m "not slow"
+
 NOTEBOOKS = sorted((pathlib.Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
 EXPECTED = {
     "quickstart",

@@ -22,6 +22,8 @@ import urllib.request
 
 import pytest
 
+pytestmark = pytest.mark.slow  # left out of the quick subset, pytest -m "not slow"
+
 REPO = pathlib.Path(__file__).resolve().parent.parent
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 FLAGS = [

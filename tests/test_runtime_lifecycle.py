@@ -47,6 +47,7 @@ def exe2():
 
 
 # --- close --------------------------------------------------------------------------------------
+@pytest.mark.slow  # 20 s of close races
 def test_every_concurrent_close_waits_for_every_accepted_request(exe2):
     release, entered = threading.Event(), threading.Event()
 

@@ -279,10 +279,16 @@ class Runner:
         """Queue a request; keep the arrays alive and untouched until `wait()` returns."""
         return Future(self._submit(inputs, outputs))
 
-    def _submit(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> _core.Request:
+    def check_request(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> int:
+        """Validate a request as `execute` would, without running it: the typed error it would
+        raise, or the number of batches (rows, with batching_dim) it carries."""
+        return self._request(inputs, outputs)[2]
+
+    def _request(
+        self, inputs: Mapping[str, Any], outputs: Mapping[str, Any]
+    ) -> tuple[list[Any], list[Any], int]:
+        """The per-anchor input and output lists of a request, and its batches (or rows)."""
         self._check_open()
-        # Requests are spread over the replicas round-robin.
-        runtime = self._runtimes[next(self._next_replica) % len(self._runtimes)]
         if self.num_subgraphs > 1 and self.config.validate_io_params:
             raise InvalidArgumentError(
                 f"this PopEF fuses {self.num_subgraphs} models and a request runs one of them: "
@@ -310,14 +316,21 @@ class Runner:
                 batches = batches or (n, name)
         if batches is None:
             raise InvalidArgumentError("a request needs at least one input or output")
+        if self._batching_dim is None and batches[0] > UINT32_MAX:
+            # the C request's num_batches is a uint32
+            raise ShapeError(
+                f"a request carries at most {UINT32_MAX} batches, {batches[1]!r} carries "
+                f"{batches[0]}"
+            )
+        return in_list, out_list, batches[0]
+
+    def _submit(self, inputs: Mapping[str, Any], outputs: Mapping[str, Any]) -> _core.Request:
+        in_list, out_list, n = self._request(inputs, outputs)
+        # Requests are spread over the replicas round-robin.
+        runtime = self._runtimes[next(self._next_replica) % len(self._runtimes)]
         if self._batching_dim is None:
-            if batches[0] > UINT32_MAX:  # the C request's num_batches is a uint32
-                raise ShapeError(
-                    f"a request carries at most {UINT32_MAX} batches, {batches[1]!r} carries "
-                    f"{batches[0]}"
-                )
-            return runtime.submit(in_list, out_list, batches[0])
-        return runtime.submit(in_list, out_list, 1, None, batches[0])
+            return runtime.submit(in_list, out_list, n)
+        return runtime.submit(in_list, out_list, 1, None, n)
 
     def _lookup(self, name: str, direction: int) -> int:
         i = self._index_of.get(name)
