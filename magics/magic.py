@@ -112,11 +112,13 @@ class IpuMagics(Magics):
             return RunHandle(prepared, lambda r: self.shell.user_ns.update(_ipu_last_run=r))
         result = run(ns.exe, exe, plan, feeds, show)
         self.shell.user_ns["_ipu_last_run"] = result
-        if result.interrupted:
+        if result.interrupted:  # Ctrl-C or the notebook's stop button
             print(
                 f"%ipu run: interrupted; {result.completed + result.failed} of "
-                f"{result.submitted} submitted requests completed, none pending"
+                f"{result.submitted} submitted requests completed, none pending; the result "
+                "is in _ipu_last_run"
             )
+            raise KeyboardInterrupt  # as %timeit does, so Run All stops at this cell
         return result
 
 

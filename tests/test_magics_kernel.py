@@ -1,6 +1,7 @@
 """The `%ipu run` dashboard in a real IPython kernel (ipykernel through jupyter_client): the
 monitor thread's widget updates reach the front end as comm messages while the cell runs, and
-an interrupt sent to the kernel (the notebook's stop button) ends the run cleanly."""
+an interrupt sent to the kernel (the notebook's stop button) ends the run cleanly and stops a
+Run All there."""
 
 from __future__ import annotations
 
@@ -92,26 +93,46 @@ def test_widgets_update_live_in_a_kernel(kernel: Any) -> None:
     assert any(m["msg_type"] == "display_data" for m in messages)
 
 
-def test_interrupt_in_a_kernel_stops_the_run_cleanly(kernel: Any) -> None:
+def test_interrupt_during_run_all_stops_the_run_and_the_queued_cells(kernel: Any) -> None:
+    """Run All queues every cell; interrupting the one running `%ipu run` ends its run cleanly,
+    fails that cell with KeyboardInterrupt, and the kernel aborts the queued cells."""
     km, kc = kernel
+    first = kc.execute("%ipu run exe --seconds 60 --threads 1")
+    second = kc.execute("print('the next cell ran')")
     sent: list[float] = []
-
-    def interrupt_once_running(messages: list[dict]) -> None:
+    messages: list[dict] = []
+    deadline = time.monotonic() + 90
+    while not (sent and _idle_after(messages, second)) and time.monotonic() < deadline:
+        messages.append(kc.get_iopub_msg(timeout=max(deadline - time.monotonic(), 0.1)))
         if not sent and len(requests_bar_values(messages)) >= 2:
             sent.append(time.monotonic())
             km.interrupt_kernel()  # SIGINT, as the notebook's stop button
-
-    code = (
-        "res = %ipu run exe --seconds 60 --threads 1\n"
+    assert sent, "the run never started"
+    replies = {}  # the shell channel also holds the replies of earlier cells
+    while not {first, second} <= set(replies):
+        reply = kc.get_shell_msg(timeout=30)
+        replies[reply["parent_header"]["msg_id"]] = reply["content"]
+    assert replies[first]["status"] == "error" and replies[first]["ename"] == "KeyboardInterrupt"
+    assert replies[second]["status"] == "aborted"
+    assert time.monotonic() - sent[0] < 30
+    assert "the next cell ran" not in stdout_of(messages)
+    assert "interrupted" in stdout_of(messages)
+    # every submitted request completed once, and the kernel is still usable
+    check = (
+        "res = _ipu_last_run\n"
         "print('interrupted', res.interrupted, res.completed + res.failed == res.submitted,"
         " res.stats['requests_submitted'] == res.submitted)"
     )
-    messages = execute(kc, code, timeout=90, during=interrupt_once_running)
-    assert sent, "the run never started"
-    assert time.monotonic() - sent[0] < 30
-    assert "interrupted True True True" in stdout_of(messages)
-    # the kernel is still usable
-    assert "42" in stdout_of(execute(kc, "print(6 * 7)"))
+    assert "interrupted True True True" in stdout_of(execute(kc, check))
+
+
+def _idle_after(messages: list[dict], msg_id: str) -> bool:
+    return any(
+        m["msg_type"] == "status"
+        and m["content"]["execution_state"] == "idle"
+        and m["parent_header"].get("msg_id") == msg_id
+        for m in messages
+    )
 
 
 def test_background_run_leaves_the_kernel_free_and_its_stop_button_works(kernel: Any) -> None:
