@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import Any
+
+from IPython.display import HTML
 
 from . import html as H
 from .run import PreparedRun, RunResult
@@ -25,6 +28,8 @@ class RunHandle:
         self._on_done = on_done
         self.result: RunResult | None = None
         self.error: BaseException | None = None
+        self._lock = threading.Lock()
+        self._display: Any = None  # the DisplayHandle of the handle's output, once shown
         self._thread = threading.Thread(target=self._main, name="pyipu-magics-run", daemon=True)
         self._thread.start()
 
@@ -34,6 +39,15 @@ class RunHandle:
             self._on_done(self.result)
         except BaseException as e:  # re-raised by wait() on the caller's thread
             self.error = e
+        with self._lock:  # the output shown while it ran now shows how it ended
+            if self._display is not None:
+                self._display.update(HTML(self._repr_html_()))
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        with self._lock:
+            self._display = display(HTML(self._repr_html_()), display_id=True)
 
     @property
     def name(self) -> str:

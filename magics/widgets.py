@@ -108,6 +108,8 @@ class RunDashboard:
             )
             for name in anchors
         }
+        # each bar's depth and capacity as numbers beside it
+        self.queue_labels = {name: W.Label(f"0 / {queue_capacity}") for name in anchors}
         self.chart = W.HTML(sparkline([]))
         self.latency = W.Label(value="latency p50 – · p99 –", _dom_classes=["ipu-latency"])
         self.status = W.Label(value="running", _dom_classes=["ipu-status"])
@@ -120,8 +122,8 @@ class RunDashboard:
         rows: list[Any] = [
             W.HTML(f"<b>{H.esc(title)}</b>"),
             W.HBox(header),
-            W.HTML("<i>queue depth per anchor</i>"),
-            *self.queues.values(),
+            W.HTML("<i>queue depth per anchor (slots used / capacity)</i>"),
+            *(W.HBox([self.queues[n], self.queue_labels[n]]) for n in self.queues),
             self.chart,
             self.latency,
             self.status,
@@ -130,15 +132,22 @@ class RunDashboard:
         self._throughput: list[float] = []
 
     def update(self, s: Sample) -> None:
+        done = s.completed + s.failed
+        rate = done / s.t if s.t > 0 else 0.0
         if self.total:
-            self.progress.value = min(s.completed + s.failed, self.total)
-            self.progress_label.value = f"{s.completed + s.failed}/{self.total} in {s.t:.1f} s"
+            self.progress.value = min(done, self.total)
+            eta = f"{(self.total - done) / rate:.1f} s" if rate > 0 else "–"
+            text = f"{done}/{self.total} in {s.t:.1f} s · {rate:,.0f} req/s · ETA {eta}"
         else:
             share = min(s.t / self.seconds, 1.0) if self.seconds else 0.0
             self.progress.value = int(share * self.progress.max)
-            self.progress_label.value = f"{s.completed + s.failed} requests in {s.t:.1f} s"
+            of = f"/{self.seconds:g}" if self.seconds else ""
+            text = f"{done} requests in {s.t:.1f}{of} s · {rate:,.0f} req/s"
+        self.progress_label.value = text
         for name, bar in self.queues.items():
-            bar.value = min(s.queue_depth.get(name, 0), bar.max)
+            depth = s.queue_depth.get(name, 0)
+            bar.value = min(depth, bar.max)
+            self.queue_labels[name].value = f"{depth} / {bar.max}"
         self._throughput = [*self._throughput[-CHART_POINTS + 1 :], s.throughput_rps]
         self.chart.value = sparkline(self._throughput)
         self.latency.value = (
@@ -149,7 +158,7 @@ class RunDashboard:
         if self.stop_button is not None:
             self.stop_button.disabled = True
         self.progress.bar_style = "success" if ok else "warning"
-        if self.total is None:
+        if self.total is None and ok:  # a --seconds run cut short keeps its partial bar
             self.progress.value = self.progress.max
         self.status.value = message
 

@@ -4,6 +4,7 @@ arguments, help, devices, compile, run with live widgets, interrupt, the core's 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from onnx import numpy_helper
 
 from pyipu import demo
 from pyipu.compiler import Executable
+from pyipu.runtime import RuntimeConfig
 
 require_notebook_libraries()
 
@@ -143,11 +145,14 @@ def test_compile_shows_progress_and_summary(ip: Any, tmp_path: Any) -> None:
 
 
 def _record_values() -> tuple[list[tuple[str, float, int, Any]], list[Any]]:
-    """Record every IntProgress 'value' change (thread name, time, value, bar) from now on."""
+    """Record every IntProgress 'value' change (thread name, time, value, bar) from now on, and
+    the bars and labels constructed."""
     seen: list[tuple[str, float, int, Any]] = []
-    bars: list[W.IntProgress] = []
+    bars: list[Any] = []
 
     def constructed(widget: Any) -> None:
+        if isinstance(widget, W.Label):
+            bars.append(widget)
         if isinstance(widget, W.IntProgress):
             bars.append(widget)
             widget.observe(
@@ -174,6 +179,12 @@ def test_run_widgets_update_live_from_the_monitor_thread(ip: Any, seed_exe: Exec
     live = [v for name, _, v, w in seen if w is requests_bar and name == "pyipu-magics-monitor"]
     assert len(set(live)) >= 2, live  # several distinct values while running
     assert requests_bar.value == 80 and requests_bar.bar_style == "success"
+    labels = [w for w in bars if isinstance(w, W.Label)]
+    assert any(
+        re.fullmatch(r"80/80 in [\d.]+ s · [\d,]+ req/s · ETA [\d.]+ s", w.value) for w in labels
+    )
+    capacity = seed_exe.program.batches_per_step * RuntimeConfig().ring_buffer_size_multiplier
+    assert any(re.fullmatch(rf"\d+ / {capacity}", w.value) for w in labels)  # queue numbers
     assert res.samples[-1].completed == 80
     assert any(
         s.queue_depth.get("input", 0) > 0 or s.queue_depth.get("output", 0) > 0 for s in res.samples
@@ -288,6 +299,8 @@ def test_background_run_returns_at_once_and_stops_from_its_button(
     button.click()  # what the front end's click runs
     res = handle.wait(timeout=60)
     assert res is not None and res.interrupted and button.disabled
+    requests_bar = handle._prepared.dash.progress
+    assert requests_bar.value < requests_bar.max  # stopped early: the bar stays partial
     assert res.completed + res.failed == res.submitted == res.stats["requests_submitted"]
     assert ip.user_ns["_ipu_last_run"] is res and handle.result is res
     assert "Run of seed_exe" in handle._repr_html_()
@@ -313,3 +326,16 @@ def test_bad_input_shape_is_a_one_line_usage_error(ip: Any) -> None:
 def test_help_has_no_rest_markup(ip: Any) -> None:
     doc = ip.find_line_magic("ipu").__doc__
     assert doc.lstrip().startswith("%ipu") and "::" not in doc.splitlines()
+
+
+def test_background_handle_output_shows_how_the_run_ended(ip: Any, exe: Executable) -> None:
+    handle = ip.run_line_magic("ipu", "run exe --seconds 60 --background --no-widgets")
+    with capture_output():
+        handle._ipython_display_()
+    assert handle._display is not None and "in progress" in handle._repr_html_()
+    updates = []
+    handle._display.update = lambda obj: updates.append(obj.data)  # what the front end receives
+    handle.stop()
+    res = handle.wait(timeout=60)
+    assert res is not None and len(updates) == 1
+    assert "in progress" not in updates[0] and "Run of exe" in updates[0]
