@@ -15,7 +15,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic_arguments import MagicArgumentParser
 from IPython.utils.text import dedent
 
-VERBS = ("devices", "compile", "fuse", "run", "dump", "profile")
+VERBS = ("devices", "compile", "fuse", "run", "compare", "dump", "profile")
 
 
 class HelpShown(Exception):
@@ -181,6 +181,13 @@ def _build() -> _Parser:
         help="return a RunHandle at once and run in a thread (the kernel stays free; the "
         "dashboard gets a Stop button)",
     )
+
+    p = verbs.add_parser(
+        "compare",
+        add_help=True,
+        help="several RunResults side by side (a pandas DataFrame when pandas is installed)",
+    )
+    p.add_argument("runs", nargs="+", metavar="RESULT", help="RunResults of `%%ipu run`")
 
     p = verbs.add_parser("dump", add_help=True, help="a PopEF file's contents as HTML tables")
     p.add_argument("file", metavar="FILE", help="a PopEF path, an Executable or a variable")

@@ -56,6 +56,19 @@ class IpuMagics(Magics):
 
         return fuse(cell, ns, scope, None if ns.quiet else display)
 
+    def _compare(self, ns: argparse.Namespace, cell: str | None, scope: dict[str, Any]) -> Any:
+        from .compare import compare
+        from .run import RunResult
+
+        _no_cell(ns, cell)
+        runs = []
+        for name in ns.runs:
+            value = sources.lookup(name, scope)
+            if not isinstance(value, RunResult):
+                raise UsageError(f"{name}: not a RunResult of `%ipu run`")
+            runs.append((name, value))
+        return compare(runs)
+
     def _dump(self, ns: argparse.Namespace, cell: str | None, scope: dict[str, Any]) -> Any:
         from .dump import dump
 

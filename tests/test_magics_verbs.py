@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import io
 import re
+import sys
 from typing import Any
 
 import numpy as np
@@ -172,3 +173,20 @@ def test_overlap_share_of_intervals() -> None:
     ev["start_ns"] = [100, 50, 190]
     ev["end_ns"] = [200, 150, 230]  # load 50 of 100 ns inside compute, store 10 of 40
     assert overlap_share(ev, KINDS) == pytest.approx(60 / 140)
+
+
+def test_compare_runs_side_by_side(ip: Any, exe: Executable, monkeypatch: Any) -> None:
+    ip.user_ns["r1"] = magic(ip, "run exe --requests 20 --no-widgets")
+    ip.user_ns["r2"] = magic(ip, "run exe --requests 30 --threads 1 --no-widgets")
+    table = magic(ip, "compare r1 r2")
+    pandas = pytest.importorskip("pandas")
+    assert isinstance(table, pandas.DataFrame)
+    assert list(table.index) == ["r1", "r2"] and list(table["completed"]) == [20, 30]
+    assert table.loc["r1", "vs first"] == 1.0 and table.loc["r2", "threads"] == 1
+    monkeypatch.setitem(sys.modules, "pandas", None)  # without pandas: a table with HTML
+    plain = magic(ip, "compare r1 r2")
+    assert [row[0] for row in plain.rows] == ["r1", "r2"] and plain.columns[0] == "run"
+    html = plain._repr_html_()
+    assert html.count("<tr>") == 3 and "requests/s" in html
+    with pytest.raises(UsageError, match="not a RunResult"):
+        magic(ip, "compare exe")
