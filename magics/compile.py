@@ -50,7 +50,7 @@ def compile_with_progress(
     outputs: list[str] | None,
     args: argparse.Namespace,
     title: str,
-    show: Callable[[Any], None] | None,
+    show: Callable[..., Any] | None,
     extra_html: Callable[[Any], str] = lambda exe: "",
 ) -> Any:
     """Compile (and save to `args.output`); `show` displays the progress bar, which is then
@@ -59,7 +59,7 @@ def compile_with_progress(
 
     progress = CompileProgress(title) if show is not None else None
     if progress is not None and show is not None:
-        show(progress.box)
+        progress.live.show(show)
     try:
         exe = Compiler.compile(model, outputs, compiler_options(args, progress))
     except Exception as e:
@@ -74,7 +74,7 @@ def compile_with_progress(
 
 
 def compile_model(
-    model: Any, args: argparse.Namespace, title: str, show: Callable[[Any], None] | None
+    model: Any, args: argparse.Namespace, title: str, show: Callable[..., Any] | None
 ) -> Any:
     """`%ipu compile`: the Executable of the (converted) model."""
     return compile_with_progress(convert(model, args), args.outputs, args, title, show)

@@ -97,7 +97,7 @@ def fuse(
     cell: str | None,
     args: argparse.Namespace,
     scope: Mapping[str, Any],
-    show: Callable[[Any], None] | None,
+    show: Callable[..., Any] | None,
 ) -> FuseResult:
     from pyipu.compiler import fuse_models
     from pyipu.compiler.model_fusion import read_fusion_info

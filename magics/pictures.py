@@ -48,8 +48,9 @@ def memory_heatmap(report: Any, ipu: int = 0) -> bytes:
     grid = tile_grid(memory) / 1024
     fig = _figure(9, 6.6)
     ax = fig.add_subplot()
-    top = max(float(np.nanmax(grid)), 1e-9)
-    image = ax.imshow(grid, cmap="viridis", vmin=0, vmax=top, interpolation="nearest")
+    # colours scale to the tile's capacity, as PopVision's: a model using 2 % of tile memory
+    # looks nearly empty, not full
+    image = ax.imshow(grid, cmap="viridis", vmin=0, vmax=cap / 1024, interpolation="nearest")
     over = tile_grid(memory > cap)
     if np.nansum(over):
         ax.imshow(np.where(over == 1, 1.0, np.nan), cmap=ListedColormap(["red"]), alpha=0.9)
@@ -58,7 +59,7 @@ def memory_heatmap(report: Any, ipu: int = 0) -> bytes:
         for patch in _tile_outline(memory.size - io_tiles, memory.size, GRID_COLS):
             ax.add_patch(patch)
     bar = fig.colorbar(image, ax=ax, shrink=0.8)
-    bar.set_label("KiB per tile (peak)")
+    bar.set_label(f"KiB per tile (peak; scale: the {cap / 1024:.0f} KiB capacity)")
     used = memory[memory > 0]
     ax.set_title(
         f"Tile memory, IPU {ipu} ({report.target.ipu_version}): max {memory.max() / 1024:.1f} "

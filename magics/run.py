@@ -218,7 +218,7 @@ class PreparedRun:
         exe: Any,
         plan: RunPlan,
         feeds: list[dict[str, np.ndarray]] | None,
-        show: Callable[[Any], None] | None,
+        show: Callable[..., Any] | None,
         stop_button: bool = False,
     ) -> None:
         from pyipu.runtime import Runner
@@ -259,7 +259,7 @@ class PreparedRun:
                     plan.seconds,
                     self.stop.set if stop_button else None,
                 )
-                show(self.dash.box)
+                self.dash.live.show(show)
         except BaseException:
             runner.close()
             raise
@@ -371,7 +371,7 @@ def run(
     exe: Any,
     plan: RunPlan,
     feeds: list[dict[str, np.ndarray]] | None,
-    show: Callable[[Any], None] | None,
+    show: Callable[..., Any] | None,
 ) -> RunResult:
     """Run `exe` on this thread; `show(widget)` displays the dashboard (None: no widgets)."""
     prepared = PreparedRun(name, exe, plan, feeds, show)

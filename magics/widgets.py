@@ -2,7 +2,9 @@
 
 Widgets are created and displayed on the cell's thread; the Monitor thread only sets their
 traits (each set is one comm message, sent at once even while the cell is busy). The thread
-exists only while a run does, so nothing polls when nothing runs.
+exists only while a run does, so nothing polls when nothing runs. When the work ends, the
+widget's output is replaced by static HTML of its final state (`Live.settle`), which a saved
+notebook, nbviewer or an HTML export shows without a kernel.
 """
 
 from __future__ import annotations
@@ -34,13 +36,32 @@ class Sample:
     queue_depth: dict[str, int] = field(default_factory=dict)
 
 
+class Live:
+    """A widget shown in the cell's output until `settle(html)` replaces it with static HTML."""
+
+    def __init__(self, widget: Any) -> None:
+        self.widget = widget
+        self._handle: Any = None
+
+    def show(self, display: Callable[..., Any]) -> None:
+        self._handle = display(self.widget, display_id=True)
+
+    def settle(self, html: str) -> None:
+        if self._handle is not None:
+            from IPython.display import HTML
+
+            self._handle.update(HTML(html))
+
+
 class CompileProgress:
     """A progress bar fed by CompilerOptions.compilation_progress_logger, then the summary."""
 
     def __init__(self, title: str) -> None:
+        self.title = title
         self.bar = W.IntProgress(value=0, min=0, max=1, description="Compiling")
         self.label = W.Label(value=title)
         self.box = W.VBox([W.HBox([self.bar, self.label])], _dom_classes=["ipu-compile"])
+        self.live = Live(self.box)
 
     def __call__(self, step: int, total: int) -> None:
         self.bar.max = max(total, 1)
@@ -49,10 +70,14 @@ class CompileProgress:
     def done(self, summary_html: str) -> None:
         self.bar.bar_style = "success"
         self.box.children = (*self.box.children, W.HTML(summary_html))
+        self.live.settle(f'<div class="ipu-compile">{summary_html}</div>')
 
     def failed(self, message: str) -> None:
         self.bar.bar_style = "danger"
         self.label.value = message
+        self.live.settle(
+            f'<div class="ipu-compile"><b>{H.esc(self.title)}</b>: failed: {H.esc(message)}</div>'
+        )
 
 
 def sparkline(values: Sequence[float], width: int = 320, height: int = 60) -> str:
@@ -129,6 +154,8 @@ class RunDashboard:
             self.status,
         ]
         self.box = W.VBox(rows, _dom_classes=["ipu-run"])
+        self.live = Live(self.box)
+        self.title = title
         self._throughput: list[float] = []
 
     def update(self, s: Sample) -> None:
@@ -161,6 +188,22 @@ class RunDashboard:
         if self.total is None and ok:  # a --seconds run cut short keeps its partial bar
             self.progress.value = self.progress.max
         self.status.value = message
+        self.live.settle(self.static_html())
+
+    def static_html(self) -> str:
+        """The dashboard's current state as HTML (no widgets): what a saved notebook shows."""
+        bar = self.progress
+        queues = H.table(
+            ["anchor", "queue slots used / capacity"],
+            [(name, self.queue_labels[name].value) for name in self.queues],
+        )
+        return (
+            f'<div class="ipu-run"><b>{H.esc(self.title)}</b><br>'
+            f'<progress value="{bar.value}" max="{bar.max}"></progress> '
+            f"{H.esc(self.progress_label.value)}{queues}{self.chart.value}"
+            f'<div class="ipu-latency">{H.esc(self.latency.value)}</div>'
+            f'<div class="ipu-status">{H.esc(self.status.value)}</div></div>'
+        )
 
 
 class Monitor:

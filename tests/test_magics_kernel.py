@@ -91,6 +91,21 @@ def test_widgets_update_live_in_a_kernel(kernel: Any) -> None:
     assert values[-1] == 60
     assert "60/60 completed" in stdout_of(messages)
     assert any(m["msg_type"] == "display_data" for m in messages)
+    # the finished dashboard becomes static HTML, which a saved notebook shows without a kernel
+    assert "60/60 in" in _settled_html(messages) and "<svg" in _settled_html(messages)
+
+
+def test_compile_summary_settles_into_static_html(kernel: Any) -> None:
+    _, kc = kernel
+    html = _settled_html(execute(kc, "exe2 = %ipu compile model"))
+    assert 'class="ipu-compile"' in html and "%ipu compile model" in html
+
+
+def _settled_html(messages: list[dict]) -> str:
+    """The text/html a live widget's output was replaced with (update_display_data)."""
+    updates = [m for m in messages if m["msg_type"] == "update_display_data"]
+    assert updates, [m["msg_type"] for m in messages]
+    return updates[-1]["content"]["data"]["text/html"]
 
 
 def test_interrupt_during_run_all_stops_the_run_and_the_queued_cells(kernel: Any) -> None:

@@ -150,6 +150,22 @@ def test_heatmap_draws_the_report(ip: Any, exe: Executable) -> None:
     assert pixels.ndim == 3 and pixels.std() > 0  # not a blank picture
 
 
+def test_heatmap_colours_scale_to_tile_capacity(exe: Executable) -> None:
+    """Every tile at 2 % of its capacity is drawn dark, not in the top colour of the scale."""
+    import dataclasses
+
+    from matplotlib.image import imread
+    from pyipu.magics import pictures
+
+    report = exe.report()
+    low = np.full_like(report.memory, report.target.memory_bytes_per_tile // 50)
+    pixels = imread(io.BytesIO(pictures.memory_heatmap(dataclasses.replace(report, memory=low))))
+    r, g, b = pixels[..., 0], pixels[..., 1], pixels[..., 2]
+    yellow = (r > 0.8) & (g > 0.8) & (b < 0.4)  # viridis' top end
+    dark = (r < 0.35) & (g < 0.15) & (b > 0.3)  # viridis near 0
+    assert yellow.mean() < 0.02 and dark.mean() > 0.3, (yellow.mean(), dark.mean())
+
+
 def test_profile_records_a_run_itself(ip: Any, exe: Executable) -> None:
     res = magic(ip, "profile exe --requests 4")
     assert "timeline" in res.figures and "recorded by %ipu profile" in res.notes[0]
