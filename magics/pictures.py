@@ -87,6 +87,13 @@ def _tile_outline(first: int, end: int, cols: int) -> list[Any]:
     return patches
 
 
+def _instruction_label(c: Any) -> str:
+    """ "matmul → Act1 (p1#0)": the op, the model value it writes, where it is in the program."""
+    value = c.output if len(c.output) <= 32 else c.output[:31] + "…"
+    what = f"{c.opcode.lower()} → {value}" if value else c.opcode.lower()
+    return f"{what} (p{c.program}#{c.index})"
+
+
 def instruction_cycles(report: Any, top: int = 30) -> bytes:
     """Estimated compute / exchange / sync cycles of the `top` most expensive instructions."""
     costs = sorted(report.instructions, key=lambda c: -c.cycles)[:top]
@@ -99,7 +106,7 @@ def instruction_cycles(report: Any, top: int = 30) -> bytes:
         values = np.array([getattr(c, f"{part}_cycles") for c in costs], dtype=np.float64)
         ax.barh(y, values, left=left, color=color, label=part)
         left += values
-    ax.set_yticks(y, [f"p{c.program}#{c.index} {c.opcode}" for c in costs], fontsize=8)
+    ax.set_yticks(y, [_instruction_label(c) for c in costs], fontsize=8)
     ax.set_xlabel("estimated cycles per batch (IPU Model)")
     total = sum(c.cycles for c in report.instructions)
     ax.set_title(

@@ -206,3 +206,10 @@ def test_compare_runs_side_by_side(ip: Any, exe: Executable, monkeypatch: Any) -
     assert html.count("<tr>") == 3 and "requests/s" in html
     with pytest.raises(UsageError, match="not a RunResult"):
         magic(ip, "compare exe")
+
+
+def test_cycle_bars_name_the_model_values(exe: Executable) -> None:
+    from pyipu.magics import pictures
+
+    labels = [pictures._instruction_label(c) for c in exe.report().instructions]
+    assert "matmul → h (p1#0)" in labels  # small_model: h = x @ W

@@ -53,6 +53,7 @@ class InstructionCost:
     exchange_cycles: int
     sync_cycles: int
     temp_bytes: int  # temporary bytes on its busiest tile (per pass)
+    output: str = ""  # the value it writes (its first output's name: the ONNX value, mostly)
 
     @property
     def cycles(self) -> int:

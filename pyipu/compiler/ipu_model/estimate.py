@@ -7,6 +7,7 @@ differ from the defaults.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -123,6 +124,8 @@ def _timeline(
     costs: list[InstructionCost] = []
     for pos, step in enumerate(tl.steps, start=1):
         cost, work, temps = instruction_cost(ir, m, step, tgt, budget)
+        if step.instr.outputs:
+            cost = dataclasses.replace(cost, output=ir.tensors[step.instr.outputs[0]].name)
         costs.append(cost)
         code.add(0, 0, [(a, b, CODE_BYTES_PER_INSTRUCTION) for a, b in work])
         live["temporaries"].add(pos, pos, temps)

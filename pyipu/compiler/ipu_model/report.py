@@ -140,7 +140,8 @@ class IPUModelReport:
         for ic in sorted(self.instructions, key=lambda ic: -ic.cycles)[:top]:
             passes = f" in {ic.passes} passes" if ic.passes > 1 else ""
             lines.append(
-                f"  program {ic.program} #{ic.index} {ic.opcode.lower()} on {ic.tiles} tiles"
+                f"  program {ic.program} #{ic.index} {ic.opcode.lower()}"
+                f"{f' -> {ic.output}' if ic.output else ''} on {ic.tiles} tiles"
                 f"{passes}: {ic.cycles} = {ic.compute_cycles} + {ic.exchange_cycles} + "
                 f"{ic.sync_cycles}"
             )
