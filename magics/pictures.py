@@ -114,7 +114,8 @@ def instruction_cycles(report: Any, top: int = 30) -> bytes:
         f"({total:,} cycles in all, batch {report.batch_cycles:,})",
         fontsize=10,
     )
-    ax.legend(loc="lower right", fontsize=8)
+    # beside the axes, never over a bar
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     return _png(fig)
 
 
