@@ -73,6 +73,40 @@ def memory_heatmap(report: Any, ipu: int = 0) -> bytes:
     return _png(fig)
 
 
+def memory_categories(report: Any, ipu: int = 0) -> bytes:
+    """What fills tile memory: the fullest tile's and the average tile's bytes by category
+    (weights, activations, io, temporaries, code) against the tile capacity."""
+    from pyipu.compiler.ipu_model.report import CATEGORIES
+
+    cap_kib = report.target.memory_bytes_per_tile / 1024
+    memory = report.memory[ipu]
+    fullest = int(np.argmax(memory))
+    rows = {
+        f"fullest tile ({fullest})": [report.categories[k][ipu, fullest] for k in CATEGORIES],
+        "average tile": [report.categories[k][ipu].mean() for k in CATEGORIES],
+    }
+    fig = _figure(9, 2.4)
+    ax = fig.add_subplot()
+    colors = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd")
+    y = np.arange(len(rows))
+    left = np.zeros(len(rows))
+    for i, (name, color) in enumerate(zip(CATEGORIES, colors, strict=False)):
+        values = np.array([parts[i] for parts in rows.values()], dtype=np.float64) / 1024
+        ax.barh(y, values, left=left, color=color, label=name)
+        left += values
+    ax.axvline(cap_kib, color="black", linestyle="--", linewidth=1)
+    ax.set_yticks(y, list(rows), fontsize=8)
+    ax.set_xlim(0, max(cap_kib, float(left.max())) * 1.05)
+    ax.set_xlabel(f"KiB (dashed: the {cap_kib:.0f} KiB tile capacity)")
+    ax.set_title(
+        f"Tile memory by category, IPU {ipu}: fullest tile {memory[fullest] / 1024:.1f} KiB "
+        f"({memory[fullest] / report.target.memory_bytes_per_tile:.1%} of capacity)",
+        fontsize=10,
+    )
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    return _png(fig)
+
+
 def _tile_outline(first: int, end: int, cols: int) -> list[Any]:
     """White rectangles around tiles [first, end) of the grid, one per grid row."""
     from matplotlib.patches import Rectangle

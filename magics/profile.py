@@ -10,6 +10,7 @@ from . import pictures
 
 CAPTIONS = {
     "memory": "Per-tile memory (IPU Model estimate, peak over the program)",
+    "categories": "What fills tile memory, by category (IPU Model estimate)",
     "cycles": "Estimated cycles per instruction (IPU Model)",
     "timeline": "Load / compute / store timeline of a recorded run (measured)",
 }
@@ -17,8 +18,9 @@ CAPTIONS = {
 
 @dataclass
 class ProfileResult:
-    """`figures`: name ("memory", "cycles", "timeline") -> PNG bytes; `overlap`: the share of
-    load+store time that overlapped compute in the recorded run (None without a timeline)."""
+    """`figures`: name ("memory", "categories", "cycles", "timeline") -> PNG bytes; `overlap`:
+    the share of load+store time that overlapped compute in the recorded run (None without a
+    timeline)."""
 
     name: str
     figures: dict[str, bytes] = field(repr=False)
@@ -50,6 +52,7 @@ def profile(name: str, exe: Any, ipu: int, top: int, run: Any | None, notes: lis
         raise UsageError(f"--ipu {ipu}: the executable has {report.num_ipus} IPU(s)")
     figures = {
         "memory": pictures.memory_heatmap(report, ipu),
+        "categories": pictures.memory_categories(report, ipu),
         "cycles": pictures.instruction_cycles(report, top),
     }
     overlap = None

@@ -212,7 +212,7 @@ def test_quickstart_in_jupyterlab(tmp_path: pathlib.Path) -> None:
                 page.wait_for_function(KERNEL_IDLE_JS, timeout=120_000)
                 page.wait_for_function(
                     f"() => {{ const p = ({PICTURES_JS})(); "
-                    "return Object.keys(p).length === 3 && Object.values(p).every(x => x); }",
+                    "return Object.keys(p).length === 4 && Object.values(p).every(x => x); }",
                     timeout=30_000,
                 )
                 pictures = page.evaluate(PICTURES_JS)
@@ -231,7 +231,12 @@ def test_quickstart_in_jupyterlab(tmp_path: pathlib.Path) -> None:
             server.wait()
     assert all(c["count"] for c in cells), f"a code cell did not run: {cells}"
     assert not [e for c in cells for e in c["errors"]], f"a cell raised: {cells}"
-    assert sorted(pictures) == ["ipu-figure-cycles", "ipu-figure-memory", "ipu-figure-timeline"]
+    assert sorted(pictures) == [
+        "ipu-figure-categories",
+        "ipu-figure-cycles",
+        "ipu-figure-memory",
+        "ipu-figure-timeline",
+    ]
     # What the page showed while the run was going (status "running"), sampled every 0.25 s.
     live = [s for s in samples if s and s["status"] == "running"]
     bars = {s["bar"] for s in live}
