@@ -172,12 +172,17 @@ def overlap_share(events: np.ndarray, kinds: dict[int, str]) -> float:
     return min(covered / io_total, 1.0)
 
 
+_KIND_COLORS = {"load": "#ff7f0e", "compute": "#1f77b4", "store": "#2ca02c"}
+PER_ITERATION_ROWS = 24
+
+
 def timeline(events: np.ndarray, kinds: dict[int, str], title: str) -> bytes:
-    """Load / compute / store intervals of a recorded run, one lane per stage (per replica)."""
-    fig = _figure(10, 3.2)
-    ax = fig.add_subplot()
+    """Load / compute / store intervals of a recorded run, one lane per stage (per replica),
+    above the same events per iteration, aligned at each iteration's compute start: short loads
+    and stores next to long computes stay visible there, and so does their overlap."""
+    fig = _figure(10, 6.4)
+    ax, per = fig.subplots(2, 1, gridspec_kw={"height_ratios": [1, 1.3]})
     t0 = int(events["start_ns"].min()) if len(events) else 0
-    colors = {"load": "#ff7f0e", "compute": "#1f77b4", "store": "#2ca02c"}
     lanes = []
     replicas = sorted({int(r) for r in events["replica"]}) if len(events) else [0]
     for replica in replicas:
@@ -185,12 +190,12 @@ def timeline(events: np.ndarray, kinds: dict[int, str], title: str) -> bytes:
             sel = events[(events["kind"] == value) & (events["replica"] == replica)]
             y = len(lanes)
             lanes.append(name if len(replicas) == 1 else f"{name} r{replica}")
-            spans = [
-                ((int(s) - t0) / 1e6, max((int(e) - int(s)) / 1e6, 1e-4))
-                for s, e in zip(sel["start_ns"], sel["end_ns"], strict=True)
-            ]
             ax.broken_barh(
-                spans, (y - 0.4, 0.8), facecolors=colors[name], edgecolor="white", linewidth=0.3
+                _spans(sel, t0, _min_width(events)),
+                (y - 0.4, 0.8),
+                facecolors=_KIND_COLORS[name],
+                edgecolor="white",
+                linewidth=0.3,
             )
     ax.set_yticks(range(len(lanes)), lanes)
     ax.invert_yaxis()
@@ -201,4 +206,64 @@ def timeline(events: np.ndarray, kinds: dict[int, str], title: str) -> bytes:
         fontsize=10,
     )
     ax.grid(axis="x", alpha=0.3)
+    _per_iteration(per, events, kinds)
+    fig.tight_layout()
     return _png(fig)
+
+
+def _spans(sel: np.ndarray, t0: int, min_ms: float) -> list[tuple[float, float]]:
+    """broken_barh spans in ms from t0, at least `min_ms` wide: a 50 us store beside 50 ms
+    computes still shows as a line."""
+    return [
+        ((int(s) - t0) / 1e6, max((int(e) - int(s)) / 1e6, min_ms))
+        for s, e in zip(sel["start_ns"], sel["end_ns"], strict=True)
+    ]
+
+
+def _min_width(events: np.ndarray) -> float:
+    """3 pixels of a 900-pixel axis spanning the events, in ms."""
+    if not len(events):
+        return 1e-4
+    return max((int(events["end_ns"].max()) - int(events["start_ns"].min())) / 1e6 / 300, 1e-4)
+
+
+def _per_iteration(ax: Any, events: np.ndarray, kinds: dict[int, str]) -> None:
+    """Up to PER_ITERATION_ROWS iterations from the middle of the run (the first replica), one
+    row each, time relative to the iteration's compute start. An iteration is a compute, the
+    last load that ended before it started and the first store that started after it ended."""
+    by_name = {name: value for value, name in kinds.items()}
+    first = events[events["replica"] == events["replica"].min()] if len(events) else events
+
+    def of(name: str) -> np.ndarray:
+        sel = first[first["kind"] == by_name[name]]
+        return sel[np.argsort(sel["start_ns"], kind="stable")]
+
+    loads, computes, stores = of("load"), of("compute"), of("store")
+    mid = max(0, len(computes) // 2 - PER_ITERATION_ROWS // 2)
+    rows = computes[mid : mid + PER_ITERATION_ROWS]
+    widest = float((rows["end_ns"] - rows["start_ns"]).max()) / 1e6 if len(rows) else 0.0
+    for row, c in enumerate(rows):
+        start = int(c["start_ns"])
+        li = np.searchsorted(loads["end_ns"], c["start_ns"], side="right") - 1
+        si = np.searchsorted(stores["start_ns"], c["end_ns"], side="left")
+        parts = {
+            "load": loads[li : li + 1] if li >= 0 else loads[:0],
+            "compute": rows[row : row + 1],
+        }
+        parts["store"] = stores[si : si + 1]
+        for name, sel in parts.items():
+            ax.broken_barh(
+                _spans(sel, start, max(widest / 150, 1e-4)),
+                (row - 0.4, 0.8),
+                facecolors=_KIND_COLORS[name],
+                label=name if row == 0 else None,
+            )
+    ax.set_yticks(range(len(rows)), [str(mid + i) for i in range(len(rows))], fontsize=7)
+    ax.invert_yaxis()
+    ax.axvline(0, color="black", linewidth=0.6)
+    ax.set_ylabel("iteration")
+    ax.set_xlabel("ms from the iteration's compute start (negative: before it)")
+    ax.set_title("Per iteration: its load, compute and store", fontsize=10)
+    ax.grid(axis="x", alpha=0.3)
+    if len(rows):
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
