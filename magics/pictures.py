@@ -227,10 +227,10 @@ def _min_width(events: np.ndarray) -> float:
     return max((int(events["end_ns"].max()) - int(events["start_ns"].min())) / 1e6 / 300, 1e-4)
 
 
-def _per_iteration(ax: Any, events: np.ndarray, kinds: dict[int, str]) -> None:
-    """Up to PER_ITERATION_ROWS iterations from the middle of the run (the first replica), one
-    row each, time relative to the iteration's compute start. An iteration is a compute, the
-    last load that ended before it started and the first store that started after it ended."""
+def iterations(events: np.ndarray, kinds: dict[int, str]) -> list[dict[str, np.ndarray]]:
+    """The iterations of the first replica's events, in order: each a compute, the last load
+    that ended before it started and the first store that started after it ended (each kind an
+    array of 0 or 1 events)."""
     by_name = {name: value for value, name in kinds.items()}
     first = events[events["replica"] == events["replica"].min()] if len(events) else events
 
@@ -239,18 +239,35 @@ def _per_iteration(ax: Any, events: np.ndarray, kinds: dict[int, str]) -> None:
         return sel[np.argsort(sel["start_ns"], kind="stable")]
 
     loads, computes, stores = of("load"), of("compute"), of("store")
-    mid = max(0, len(computes) // 2 - PER_ITERATION_ROWS // 2)
-    rows = computes[mid : mid + PER_ITERATION_ROWS]
-    widest = float((rows["end_ns"] - rows["start_ns"]).max()) / 1e6 if len(rows) else 0.0
-    for row, c in enumerate(rows):
-        start = int(c["start_ns"])
-        li = np.searchsorted(loads["end_ns"], c["start_ns"], side="right") - 1
-        si = np.searchsorted(stores["start_ns"], c["end_ns"], side="left")
-        parts = {
-            "load": loads[li : li + 1] if li >= 0 else loads[:0],
-            "compute": rows[row : row + 1],
-        }
-        parts["store"] = stores[si : si + 1]
+    out = []
+    for i, c in enumerate(computes):
+        li = int(np.searchsorted(loads["end_ns"], c["start_ns"], side="right")) - 1
+        si = int(np.searchsorted(stores["start_ns"], c["end_ns"], side="left"))
+        out.append(
+            {
+                "load": loads[max(li, 0) : li + 1],
+                "compute": computes[i : i + 1],
+                "store": stores[si : si + 1],
+            }
+        )
+    return out
+
+
+def _per_iteration(ax: Any, events: np.ndarray, kinds: dict[int, str]) -> None:
+    """Up to PER_ITERATION_ROWS iterations from the middle of the run, one row each, time
+    relative to the iteration's compute start."""
+    every = iterations(events, kinds)
+    mid = max(0, len(every) // 2 - PER_ITERATION_ROWS // 2)
+    rows = every[mid : mid + PER_ITERATION_ROWS]
+    widest = (
+        max(
+            (float(r["compute"]["end_ns"][0] - r["compute"]["start_ns"][0]) for r in rows),
+            default=0.0,
+        )
+        / 1e6
+    )
+    for row, parts in enumerate(rows):
+        start = int(parts["compute"]["start_ns"][0])
         for name, sel in parts.items():
             ax.broken_barh(
                 _spans(sel, start, max(widest / 150, 1e-4)),
@@ -265,5 +282,5 @@ def _per_iteration(ax: Any, events: np.ndarray, kinds: dict[int, str]) -> None:
     ax.set_xlabel("ms from the iteration's compute start (negative: before it)")
     ax.set_title("Per iteration: its load, compute and store", fontsize=10)
     ax.grid(axis="x", alpha=0.3)
-    if len(rows):
+    if rows:
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)

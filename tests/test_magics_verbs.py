@@ -222,3 +222,27 @@ def test_memory_categories_picture(exe: Executable) -> None:
     png = pictures.memory_categories(exe.report())
     width, height = _png_size(png)
     assert width > 300 and height > 100 and imread(io.BytesIO(png)).std() > 0
+
+
+def test_iterations_pair_each_compute_with_its_load_and_store() -> None:
+    from pyipu.magics.pictures import iterations
+
+    from pyipu.runtime.tracepoints import EVENT_DTYPE, KINDS
+
+    kind = {v: k for k, v in KINDS.items()}
+    rows = [  # overlap I/O: the load of iteration 1 runs during compute 0
+        ("load", 0, 40),
+        ("compute", 50, 150),
+        ("load", 60, 70),
+        ("store", 155, 160),
+        ("compute", 150, 250),
+        ("store", 255, 260),
+    ]
+    ev = np.zeros(len(rows), EVENT_DTYPE)
+    ev["kind"] = [kind[k] for k, _, _ in rows]
+    ev["start_ns"] = [s for _, s, _ in rows]
+    ev["end_ns"] = [e for _, _, e in rows]
+    its = iterations(ev, KINDS)
+    assert [int(i["compute"]["start_ns"][0]) for i in its] == [50, 150]
+    assert [int(i["load"]["start_ns"][0]) for i in its] == [0, 60]
+    assert [int(i["store"]["start_ns"][0]) for i in its] == [155, 255]
