@@ -185,9 +185,15 @@ def _build() -> _Parser:
     p = verbs.add_parser(
         "compare",
         add_help=True,
-        help="several RunResults side by side (a pandas DataFrame when pandas is installed)",
+        help="several runs or executables side by side (a pandas DataFrame when pandas is "
+        "installed)",
     )
-    p.add_argument("runs", nargs="+", metavar="RESULT", help="RunResults of `%%ipu run`")
+    p.add_argument(
+        "items",
+        nargs="+",
+        metavar="RESULT|EXE",
+        help="RunResults of `%%ipu run`, or executables (the IPU Model's estimates)",
+    )
 
     p = verbs.add_parser("dump", add_help=True, help="a PopEF file's contents as HTML tables")
     p.add_argument("file", metavar="FILE", help="a PopEF path, an Executable or a variable")

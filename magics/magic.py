@@ -61,13 +61,17 @@ class IpuMagics(Magics):
         from .run import RunResult
 
         _no_cell(ns, cell)
-        runs = []
-        for name in ns.runs:
-            value = sources.lookup(name, scope)
-            if not isinstance(value, RunResult):
-                raise UsageError(f"{name}: not a RunResult of `%ipu run`")
-            runs.append((name, value))
-        return compare(runs)
+        first = sources.lookup(ns.items[0], scope)
+        if isinstance(first, RunResult):
+            items = []
+            for name in ns.items:
+                value = sources.lookup(name, scope)
+                if not isinstance(value, RunResult):
+                    raise UsageError(f"{name}: not a RunResult, as {ns.items[0]} is")
+                items.append((name, value))
+        else:  # executables: an Executable, a FuseResult, PopEF bytes or a path
+            items = [(name, sources.executable(name, scope)) for name in ns.items]
+        return compare(items)
 
     def _dump(self, ns: argparse.Namespace, cell: str | None, scope: dict[str, Any]) -> Any:
         from .dump import dump

@@ -205,7 +205,14 @@ def test_compare_runs_side_by_side(ip: Any, exe: Executable, monkeypatch: Any) -
     html = plain._repr_html_()
     assert html.count("<tr>") == 3 and "requests/s" in html
     with pytest.raises(UsageError, match="not a RunResult"):
-        magic(ip, "compare exe")
+        magic(ip, "compare r1 exe")
+    ip.user_ns["exe4"] = magic(ip, "compile small -q --batches-per-step 4")
+    execs = magic(ip, "compare exe exe4")
+    assert execs.columns[0] == "executable" and [r[0] for r in execs.rows] == ["exe", "exe4"]
+    assert all(row[1] is True for row in execs.rows)  # both fit
+    monkeypatch.delitem(sys.modules, "pandas")
+    frame = magic(ip, "compare exe exe4")
+    assert list(frame.index) == ["exe", "exe4"] and frame.loc["exe", "vs first"] == 1.0
 
 
 def test_cycle_bars_name_the_model_values(exe: Executable) -> None:
