@@ -264,5 +264,10 @@ void ipu__sgemv(const ipu__sgemm_args *g, void *scratch, size_t scratch_bytes);
  * portable. Every float16 kernel converts through these, a block of elements at a time. */
 void ipu__cvt_f16_to_f32(const uint16_t *src, float *dst, size_t n);
 void ipu__cvt_f32_to_f16(const float *src, uint16_t *dst, size_t n);
+/* B panels of width nr (a multiple of 8) from kc half rows of np columns, converted as they are
+ * packed: row k at src + k * ld; panel q (columns [q * nr, q * nr + nr), zero past np) at
+ * dst + q * kc * nr, its row k at + k * nr. */
+void ipu__cvt_f16_pack_b(const uint16_t *src, int64_t ld, int64_t kc, int64_t np, int nr,
+                         float *dst);
 
 #endif

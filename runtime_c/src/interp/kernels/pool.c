@@ -586,17 +586,42 @@ static void item_range(const ipu__pool_plan *p, size_t it, int64_t *p0, int64_t 
     *oh1 = *oh0 + p->rows < p->OH ? *oh0 + p->rows : p->OH;
 }
 
-/* Float16 through the window path (p32: the plan as float32): the item's planes converted
- * whole into float32 after the first IPU__SCRATCH_BYTES, pooled there, the output rows stored
- * in half. False (nothing written) if they do not fit. */
+/* The input rows [*ih0, *ih1) that output rows [oh0, oh1) of a plane read. */
+static void rows_read_range(const ipu__pool_plan *p, int64_t oh0, int64_t oh1, int64_t *ih0,
+                            int64_t *ih1) {
+    *ih0 = oh0 * p->sh - p->pt;
+    *ih1 = (oh1 - 1) * p->sh - p->pt + (p->KH - 1) * p->dh + 1;
+    if (*ih0 < 0) *ih0 = 0;
+    if (*ih1 > p->H) *ih1 = p->H;
+    if (*ih1 < *ih0) *ih1 = *ih0;
+}
+
+/* Float16 through the window path (p32: the plan as float32): the input rows the item reads
+ * converted into float32 after the first IPU__SCRATCH_BYTES (at their place in the planes; one
+ * call for whole planes), pooled there, the output rows stored in half (one call when the
+ * item holds whole planes: its outputs are contiguous in y). False (nothing written) if they
+ * do not fit. */
 static bool window_f16(const ipu__pool_plan *p32, window_fn window, const void *x, void *y,
                        int64_t p0, int64_t np, int64_t oh0, int64_t oh1, float *cw, void *scratch) {
     int64_t hw = p32->H * p32->W, ohw = p32->OH * p32->OW;
     if (np * (hw + ohw) > (int64_t)((IPU__WORKER_SCRATCH_BYTES - IPU__SCRATCH_BYTES) / 4))
         return false;
     float *xs = (float *)((char *)scratch + IPU__SCRATCH_BYTES), *ys = xs + np * hw;
-    ipu__cvt_f16_to_f32((const uint16_t *)x + p0 * hw, xs, (size_t)(np * hw));
+    int64_t ih0, ih1;
+    rows_read_range(p32, oh0, oh1, &ih0, &ih1);
+    /* the phase copies take up to sh - 1 rows more (rows no kept output reads) */
+    ih1 = ih1 + p32->sh < p32->H ? ih1 + p32->sh : p32->H;
+    if (ih0 == 0 && ih1 == p32->H)
+        ipu__cvt_f16_to_f32((const uint16_t *)x + p0 * hw, xs, (size_t)(np * hw));
+    else
+        for (int64_t k = 0; k < np; k++)
+            ipu__cvt_f16_to_f32((const uint16_t *)x + (p0 + k) * hw + ih0 * p32->W,
+                                xs + k * hw + ih0 * p32->W, (size_t)((ih1 - ih0) * p32->W));
     window(p32, xs, oh1 - oh0, oh0, np, cw, ys, cw + p32->OW);
+    if (oh0 == 0 && oh1 == p32->OH) {
+        ipu__cvt_f32_to_f16(ys, (uint16_t *)y + p0 * ohw, (size_t)(np * ohw));
+        return true;
+    }
     for (int64_t k = 0; k < np; k++)
         ipu__cvt_f32_to_f16(ys + k * ohw + oh0 * p32->OW,
                             (uint16_t *)y + (p0 + k) * ohw + oh0 * p32->OW,
@@ -630,10 +655,8 @@ static bool s2max_f16(const ipu__pool_plan *p, const void *x, void *y, int64_t p
  * the offset pool_row adds to reach them (-ih0 * W). False if they do not fit cap floats. */
 static bool stage_f16(const ipu__pool_plan *p, const uint16_t *xp, int64_t oh0, int64_t oh1,
                       float *st, int64_t cap, int64_t *xoff) {
-    int64_t ih0 = oh0 * p->sh - p->pt, ih1 = (oh1 - 1) * p->sh - p->pt + (p->KH - 1) * p->dh + 1;
-    if (ih0 < 0) ih0 = 0;
-    if (ih1 > p->H) ih1 = p->H;
-    if (ih1 < ih0) ih1 = ih0;
+    int64_t ih0, ih1;
+    rows_read_range(p, oh0, oh1, &ih0, &ih1);
     if ((ih1 - ih0) * p->W > cap) return false;
     ipu__cvt_f16_to_f32(xp + ih0 * p->W, st, (size_t)((ih1 - ih0) * p->W));
     *xoff = -ih0 * p->W;
