@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
-from models import F16, arr, assert_parity, check_parity, run_c
+from models import F16, arr, assert_parity, check_parity, compile_single_op, run_c
 from onnx import TensorProto, helper, numpy_helper
 from test_conv_epilogue import _block
 
@@ -169,6 +169,37 @@ CASES: dict[str, Callable[[], None]] = {
     "depthwise_3x1": lambda: check_parity(
         "Conv", [_u((2, 5, 11, 9), 1)], {"group": 5}, const_inputs={1: _u((5, 1, 3, 1), 2)}
     ),
+    # ShuffleNet's shapes: depthwise blocks whose input rows are converted where they are read,
+    # 7 x 7 planes (rows shorter than a vector), and grouped 1 x 1 layers (panels packed from half)
+    "depthwise_7x7_planes": lambda: check_parity(
+        "Conv",
+        [_u((1, 40, 7, 7), 1)],
+        {"group": 40, "pads": [1, 1, 1, 1]},
+        const_inputs={1: _u((40, 1, 3, 3), 2), 2: _u((40,), 3)},
+    ),
+    "depthwise_s2_odd": lambda: check_parity(
+        "Conv",
+        [_u((1, 12, 29, 31), 1)],
+        {"group": 12, "strides": [2, 2], "pads": [1, 1, 1, 1]},
+        const_inputs={1: _u((12, 1, 3, 3), 2), 2: _u((12,), 3)},
+    ),
+    "depthwise_tall": lambda: check_parity(
+        "Conv",
+        [_u((1, 3, 300, 33), 1)],
+        {"group": 3, "pads": [2, 0, 1, 2]},
+        const_inputs={1: _u((3, 1, 5, 3), 2)},
+    ),
+    "conv1x1_groups": lambda: check_parity(
+        "Conv",
+        [_u((1, 48, 7, 7), 1)],
+        {"group": 4},
+        const_inputs={1: _u((48, 12, 1, 1), 2), 2: _u((48,), 3)},
+    ),
+    "conv1x1_few_out": lambda: check_parity(
+        "Conv",
+        [_u((1, 64, 23, 21), 1)],
+        const_inputs={1: _u((16, 64, 1, 1), 2), 2: _u((16,), 3)},
+    ),
     "maxpool": lambda: check_parity(
         "MaxPool",
         [_u((2, 3, 19, 21), 1)],
@@ -188,6 +219,17 @@ CASES: dict[str, Callable[[], None]] = {
     "avgpool": lambda: check_parity(
         "AveragePool", [_u((1, 5, 14, 14), 1)], {"kernel_shape": [2, 3], "strides": [1, 2]}
     ),
+    "avgpool_tall_pads": lambda: check_parity(
+        "AveragePool",
+        [_u((1, 2, 300, 37), 1)],
+        {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 0, 1, 1]},
+    ),
+    "maxpool_tall_s1": lambda: check_parity(
+        "MaxPool",
+        [_u((1, 2, 301, 35), 1)],
+        {"kernel_shape": [3, 2], "pads": [1, 1, 1, 0]},
+    ),
+    "global_avgpool_7x7": lambda: check_parity("GlobalAveragePool", [_u((1, 70, 7, 7), 1)]),
     "global_avgpool": lambda: check_parity("GlobalAveragePool", [_u((2, 7, 13, 13), 1)]),
     "add_broadcast": lambda: check_parity("Add", [_u((3, 300, 17), 1), _u((300, 1), 2)]),
     "relu": lambda: check_parity("Relu", [_u((5, 1000), 1)]),
@@ -252,3 +294,46 @@ def test_f16_residual_relu_finite(
         "z": arr((1, m, oh, oh), F16, 4, low=-1, high=1),
     }
     assert_parity(run_c(exe, feeds), exe.run_reference(feeds))
+
+
+# One op's float16 executable against its float32 one on the same (half-representable) values:
+# they take the same paths and sums, so float16 is the float32 result rounded once.
+ROUND_ONCE: dict[str, tuple[str, tuple[int, ...], dict, tuple[int, ...] | None]] = {
+    "depthwise_s1": ("Conv", (1, 24, 14, 14), {"group": 24, "pads": [1, 1, 1, 1]}, (24, 1, 3, 3)),
+    "depthwise_s2_odd": (
+        "Conv",
+        (1, 10, 15, 13),
+        {"group": 10, "strides": [2, 2], "pads": [1, 1, 1, 1]},
+        (10, 1, 3, 3),
+    ),
+    "depthwise_tall": ("Conv", (1, 2, 300, 19), {"group": 2, "pads": [1, 1, 1, 1]}, (2, 1, 3, 3)),
+    "conv1x1_few_out": ("Conv", (1, 64, 17, 19), {}, (16, 64, 1, 1)),
+    "conv1x1_groups": ("Conv", (1, 48, 7, 7), {"group": 4}, (48, 12, 1, 1)),
+    "maxpool_pads": (
+        "MaxPool",
+        (1, 3, 19, 21),
+        {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+        None,
+    ),
+    "avgpool_tall": (
+        "AveragePool",
+        (1, 2, 300, 23),
+        {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 0, 1, 1]},
+        None,
+    ),
+    "global_avgpool": ("GlobalAveragePool", (1, 30, 7, 7), {}, None),
+}
+
+
+@pytest.mark.parametrize("case", ROUND_ONCE)
+def test_f16_rounds_float32_once(case: str, isa_level: int) -> None:
+    op, xs, attrs, ws = ROUND_ONCE[case]
+    x = _u(xs, 1)
+    consts = {} if ws is None else {1: _u(ws, 2), 2: _u((ws[0],), 3)}
+    outs = []
+    for dt in (F16, np.float32):
+        exe, feeds, _ = compile_single_op(
+            op, [x.astype(dt)], attrs, const_inputs={k: v.astype(dt) for k, v in consts.items()}
+        )
+        outs.append(next(iter(run_c(exe, feeds).values())))
+    np.testing.assert_array_equal(outs[0].view(np.uint16), outs[1].astype(F16).view(np.uint16))
