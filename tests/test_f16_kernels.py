@@ -298,38 +298,56 @@ def test_f16_residual_relu_finite(
 
 # One op's float16 executable against its float32 one on the same (half-representable) values:
 # they take the same paths and sums, so float16 is the float32 result rounded once.
-ROUND_ONCE: dict[str, tuple[str, tuple[int, ...], dict, tuple[int, ...] | None]] = {
-    "depthwise_s1": ("Conv", (1, 24, 14, 14), {"group": 24, "pads": [1, 1, 1, 1]}, (24, 1, 3, 3)),
+Shape = tuple[int, ...]
+ROUND_ONCE: dict[str, tuple[str, Shape, dict, dict[int, Shape]]] = {
+    "depthwise_s1": (
+        "Conv",
+        (1, 24, 14, 14),
+        {"group": 24, "pads": [1, 1, 1, 1]},
+        {1: (24, 1, 3, 3), 2: (24,)},
+    ),
     "depthwise_s2_odd": (
         "Conv",
         (1, 10, 15, 13),
         {"group": 10, "strides": [2, 2], "pads": [1, 1, 1, 1]},
-        (10, 1, 3, 3),
+        {1: (10, 1, 3, 3), 2: (10,)},
     ),
-    "depthwise_tall": ("Conv", (1, 2, 300, 19), {"group": 2, "pads": [1, 1, 1, 1]}, (2, 1, 3, 3)),
-    "conv1x1_few_out": ("Conv", (1, 64, 17, 19), {}, (16, 64, 1, 1)),
-    "conv1x1_groups": ("Conv", (1, 48, 7, 7), {"group": 4}, (48, 12, 1, 1)),
+    "depthwise_tall": (
+        "Conv",
+        (1, 2, 300, 19),
+        {"group": 2, "pads": [1, 1, 1, 1]},
+        {1: (2, 1, 3, 3), 2: (2,)},
+    ),
+    "conv1x1_few_out": ("Conv", (1, 64, 17, 19), {}, {1: (16, 64, 1, 1), 2: (16,)}),
+    "conv1x1_groups": ("Conv", (1, 48, 7, 7), {"group": 4}, {1: (48, 12, 1, 1), 2: (48,)}),
     "maxpool_pads": (
         "MaxPool",
         (1, 3, 19, 21),
         {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
-        None,
+        {},
     ),
     "avgpool_tall": (
         "AveragePool",
         (1, 2, 300, 23),
         {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 0, 1, 1]},
-        None,
+        {},
     ),
-    "global_avgpool": ("GlobalAveragePool", (1, 30, 7, 7), {}, None),
+    "global_avgpool": ("GlobalAveragePool", (1, 30, 7, 7), {}, {}),
+    # the micro-kernel's half store (one K chunk, and several: a float32 tile between them)
+    "matmul_odd": ("MatMul", (37, 300), {}, {1: (300, 70)}),
+    "matmul_batched": ("MatMul", (3, 19, 40), {}, {1: (40, 33)}),
+    "gemm_bias": ("Gemm", (45, 200), {}, {1: (200, 50), 2: (50,)}),
+    "gemm_c_matrix_k_chunks": ("Gemm", (21, 700), {"transB": 1}, {1: (35, 700), 2: (21, 35)}),
+    # alpha, beta: the epilogue after the float32 tile
+    "gemm_alpha_beta": ("Gemm", (30, 64), {"alpha": 0.5, "beta": 2.0}, {1: (64, 20), 2: (20,)}),
 }
 
 
 @pytest.mark.parametrize("case", ROUND_ONCE)
 def test_f16_rounds_float32_once(case: str, isa_level: int) -> None:
-    op, xs, attrs, ws = ROUND_ONCE[case]
+    op, xs, attrs, shapes = ROUND_ONCE[case]
     x = _u(xs, 1)
-    consts = {} if ws is None else {1: _u(ws, 2), 2: _u((ws[0],), 3)}
+    consts = {k: _u(v, k + 1) for k, v in shapes.items()}
     outs = []
     for dt in (F16, np.float32):
         exe, feeds, _ = compile_single_op(

@@ -255,6 +255,13 @@ void ipu__sgemm_pack_b_all(const ipu__sgemm_args *g, int nr, float *dst);
  * in use has another width than nr. */
 int ipu__sgemm_packed(const ipu__sgemm_args *g, const float *bp, int64_t bstride, int nr,
                       void *scratch, size_t scratch_bytes);
+/* ipu__sgemm (bp NULL) or ipu__sgemm_packed whose last K chunk's micro-kernel store applies
+ * ep and writes y in half (ipu__tile_ep: ep's yh, resh and bias are those of element (0, 0),
+ * rows ldy / ldr apart); C (g->c, g->ldc) then holds the earlier chunks' float32 sums, and is
+ * not touched when k <= IPU__SGEMM_KC. Returns 0 (and does nothing) when the micro-kernel in
+ * use has no half store (ipu__ukr.half), k is 0, or bp was packed for another width. */
+int ipu__sgemm_half(const ipu__sgemm_args *g, const float *bp, int64_t bstride, int nr,
+                    const ipu__tile_ep *ep, void *scratch, size_t scratch_bytes);
 #define IPU__GEMV_MAX_M ((int64_t)4)
 /* C = op(A) op(B) for small m (<= IPU__GEMV_MAX_M), float32, B with b_cs == 1 or b_rs == 1,
  * streamed once without packing. A with a_cs != 1 is copied into scratch (m * k floats). */
