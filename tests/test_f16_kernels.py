@@ -339,6 +339,13 @@ ROUND_ONCE: dict[str, tuple[str, Shape, dict, dict[int, Shape]]] = {
     "gemm_bias": ("Gemm", (45, 200), {}, {1: (200, 50), 2: (50,)}),
     "gemm_c_matrix_k_chunks": ("Gemm", (21, 700), {"transB": 1}, {1: (35, 700), 2: (21, 35)}),
     # alpha, beta: the epilogue after the float32 tile
+    # element-wise: whole vectors in registers, the rest converted in chunks
+    "add_odd": ("Add", (3, 1001), {}, {1: (3, 1001)}),
+    "div_odd": ("Div", (7, 37), {}, {1: (7, 37)}),
+    "mul_bcast": ("Mul", (5, 40), {}, {1: (40,)}),
+    # rows reduced whole, many per conversion (mean and sum; a row longer than the run)
+    "reduce_mean_rows": ("ReduceMean", (300, 13), {"axes": [1], "keepdims": 0}, {}),
+    "global_avgpool_long_rows": ("GlobalAveragePool", (1, 3, 40, 41), {}, {}),
     "gemm_alpha_beta": ("Gemm", (30, 64), {"alpha": 0.5, "beta": 2.0}, {1: (64, 20), 2: (20,)}),
 }
 

@@ -10,6 +10,7 @@
 
 #define IB IPU__RED_IB
 #define CH 256 /* conversion chunk for contiguous rows */
+#define RUN 2048 /* floats of float16 rows reduced whole, converted together */
 
 typedef struct red_item {
     int64_t o, c0, w; /* outer index, first column, number of columns */
@@ -56,6 +57,27 @@ static ipu_status reduce_float(const ipu__frame *f, const ipu__instr *ins, size_
     const void *x = f->ptr[ins->in[0]];
     void *y = f->ptr[ins->out[0]];
     float acc[IB], buf[IB > CH ? IB : CH];
+    if (f16 && p->inner == 1 && p->red > 0 && p->red <= RUN / 4) {
+        /* float16 rows reduced whole (global pools): consecutive items are consecutive rows,
+         * converted RUN floats at a time and their sums stored in half together */
+        float xs[RUN], ys[RUN / 4];
+        const int64_t per = RUN / p->red;
+        for (size_t it = b; it < e;) {
+            int64_t nrow = (int64_t)(e - it) < per ? (int64_t)(e - it) : per;
+            ipu__cvt_f16_to_f32((const uint16_t *)x + (int64_t)it * p->red, xs,
+                                (size_t)(nrow * p->red));
+            for (int64_t k = 0; k < nrow; k++) {
+                float part[8] = {0};
+                float tail = sum_run(xs + k * p->red, p->red, part);
+                float v = ((part[0] + part[1]) + (part[2] + part[3])) +
+                          ((part[4] + part[5]) + (part[6] + part[7])) + tail;
+                ys[k] = mean ? v / (float)p->red : v;
+            }
+            ipu__cvt_f32_to_f16(ys, (uint16_t *)y + it, (size_t)nrow);
+            it += (size_t)nrow;
+        }
+        return IPU_OK;
+    }
     for (size_t it = b; it < e; it++) {
         red_item r = red_item_of(p, it);
         int64_t base = r.o * p->red * p->inner + r.c0;
