@@ -339,6 +339,13 @@ ROUND_ONCE: dict[str, tuple[str, Shape, dict, dict[int, Shape]]] = {
     "gemm_bias": ("Gemm", (45, 200), {}, {1: (200, 50), 2: (50,)}),
     "gemm_c_matrix_k_chunks": ("Gemm", (21, 700), {"transB": 1}, {1: (35, 700), 2: (21, 35)}),
     # alpha, beta: the epilogue after the float32 tile
+    "winograd_13x13": (
+        "Conv",
+        (1, 48, 13, 13),
+        {"pads": [1, 1, 1, 1]},
+        {1: (40, 48, 3, 3), 2: (40,)},
+    ),
+    "conv1x1_small_map_rows": ("Conv", (1, 96, 13, 13), {}, {1: (24, 96, 1, 1), 2: (24,)}),
     # element-wise: whole vectors in registers, the rest converted in chunks
     "add_odd": ("Add", (3, 1001), {}, {1: (3, 1001)}),
     "div_odd": ("Div", (7, 37), {}, {1: (7, 37)}),
