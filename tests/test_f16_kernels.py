@@ -232,6 +232,7 @@ CASES: dict[str, Callable[[], None]] = {
     "global_avgpool_7x7": lambda: check_parity("GlobalAveragePool", [_u((1, 70, 7, 7), 1)]),
     "global_avgpool": lambda: check_parity("GlobalAveragePool", [_u((2, 7, 13, 13), 1)]),
     "add_broadcast": lambda: check_parity("Add", [_u((3, 300, 17), 1), _u((300, 1), 2)]),
+    "sub_broadcast_first": lambda: check_parity("Sub", [_u((4, 1), 1), _u((4, 77), 2)]),
     "relu": lambda: check_parity("Relu", [_u((5, 1000), 1)]),
     "softmax": lambda: check_parity("Softmax", [_u((6, 333), 1)], {"axis": -1}),
 }
@@ -350,6 +351,9 @@ ROUND_ONCE: dict[str, tuple[str, Shape, dict, dict[int, Shape]]] = {
     "add_odd": ("Add", (3, 1001), {}, {1: (3, 1001)}),
     "div_odd": ("Div", (7, 37), {}, {1: (7, 37)}),
     "mul_bcast": ("Mul", (5, 40), {}, {1: (40,)}),
+    "sub_row_value": ("Sub", (6, 101), {}, {1: (6, 1)}),
+    "div_scalar": ("Div", (3, 50), {}, {1: (1,)}),
+    "reduce_mean_768": ("ReduceMean", (9, 768), {"axes": [1], "keepdims": 1}, {}),
     # rows reduced whole, many per conversion (mean and sum; a row longer than the run)
     "reduce_mean_rows": ("ReduceMean", (300, 13), {"axes": [1], "keepdims": 0}, {}),
     "global_avgpool_long_rows": ("GlobalAveragePool", (1, 3, 40, 41), {}, {}),

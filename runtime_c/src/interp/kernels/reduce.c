@@ -57,10 +57,11 @@ static ipu_status reduce_float(const ipu__frame *f, const ipu__instr *ins, size_
     const void *x = f->ptr[ins->in[0]];
     void *y = f->ptr[ins->out[0]];
     float acc[IB], buf[IB > CH ? IB : CH];
-    if (f16 && p->inner == 1 && p->red > 0 && p->red <= RUN / 4) {
-        /* float16 rows reduced whole (global pools): consecutive items are consecutive rows,
-         * converted RUN floats at a time and their sums stored in half together */
-        float xs[RUN], ys[RUN / 4];
+    if (f16 && p->inner == 1 && p->red > 0 && p->red <= RUN) {
+        /* float16 rows reduced whole (global pools, normalisations): consecutive items are
+         * consecutive rows, converted RUN floats at a time and their sums stored in half
+         * together */
+        float xs[RUN], ys[RUN];
         const int64_t per = RUN / p->red;
         for (size_t it = b; it < e;) {
             int64_t nrow = (int64_t)(e - it) < per ? (int64_t)(e - it) : per;
