@@ -353,6 +353,7 @@ ROUND_ONCE: dict[str, tuple[str, Shape, dict, dict[int, Shape]]] = {
     "mul_bcast": ("Mul", (5, 40), {}, {1: (40,)}),
     "sub_row_value": ("Sub", (6, 101), {}, {1: (6, 1)}),
     "div_scalar": ("Div", (3, 50), {}, {1: (1,)}),
+    "softmax_rows": ("Softmax", (3, 40, 128), {"axis": -1}, {}),
     "reduce_mean_768": ("ReduceMean", (9, 768), {"axes": [1], "keepdims": 1}, {}),
     # rows reduced whole, many per conversion (mean and sum; a row longer than the run)
     "reduce_mean_rows": ("ReduceMean", (300, 13), {"axes": [1], "keepdims": 0}, {}),

@@ -168,18 +168,28 @@ static ipu_status softmax(const ipu__frame *f, const ipu__instr *ins, size_t b, 
     void *y = f->ptr[ins->out[0]];
     int64_t L = p->red;
     float buf[IB > CH ? IB : CH], out[IB > CH ? IB : CH];
+    const int64_t cap = (int64_t)(IPU__SCRATCH_BYTES / sizeof(float));
+    if (f16 && p->inner == 1 && L > 0 && L <= cap) {
+        /* float16 rows (consecutive items: consecutive rows): about RUN floats of them (one
+         * row at least; they stay in L1) converted in one call, the float32 row kernel in place
+         * on each, stored in one call */
+        const int64_t per = L < RUN ? RUN / L : 1;
+        for (size_t it = b; it < e;) {
+            int64_t nrow = (int64_t)(e - it) < per ? (int64_t)(e - it) : per;
+            const uint16_t *xr = (const uint16_t *)x + (int64_t)it * L;
+            ipu__cvt_f16_to_f32(xr, scratch, (size_t)(nrow * L));
+            for (int64_t k = 0; k < nrow; k++)
+                ipu__vm_softmax_row(scratch + k * L, scratch + k * L, (size_t)L);
+            ipu__cvt_f32_to_f16(scratch, (uint16_t *)y + (int64_t)it * L, (size_t)(nrow * L));
+            it += (size_t)nrow;
+        }
+        return IPU_OK;
+    }
     for (size_t it = b; it < e; it++) {
         red_item r = red_item_of(p, it);
         int64_t base = r.o * L * p->inner + r.c0;
         if (p->inner == 1 && !f16) {
             ipu__vm_softmax_row((const float *)x + base, (float *)y + base, (size_t)L);
-            continue;
-        }
-        if (p->inner == 1 && L <= (int64_t)(IPU__SCRATCH_BYTES / sizeof(float))) {
-            /* float16 rows: converted, the float32 row kernel in place, stored in half */
-            ipu__cvt_f16_to_f32((const uint16_t *)x + base, scratch, (size_t)L);
-            ipu__vm_softmax_row(scratch, scratch, (size_t)L);
-            ipu__cvt_f32_to_f16(scratch, (uint16_t *)y + base, (size_t)L);
             continue;
         }
         if (p->inner == 1) {
