@@ -205,6 +205,11 @@ CASES: dict[str, Callable[[], None]] = {
         [_u((2, 3, 19, 21), 1)],
         {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
     ),
+    "maxpool_s2_tall_nan": lambda: check_parity(
+        "MaxPool",
+        [_with_nan(_u((1, 2, 230, 61), 1))],
+        {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 0, 1, 1]},
+    ),
     "maxpool_nan": lambda: check_parity(
         "MaxPool", [_with_nan(_u((1, 3, 27, 27), 1))], {"kernel_shape": [3, 3], "strides": [2, 2]}
     ),
@@ -324,6 +329,12 @@ ROUND_ONCE: dict[str, tuple[str, Shape, dict, dict[int, Shape]]] = {
     "maxpool_pads": (
         "MaxPool",
         (1, 3, 19, 21),
+        {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+        {},
+    ),
+    "maxpool_s2_tall": (
+        "MaxPool",
+        (1, 3, 230, 61),
         {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
         {},
     ),

@@ -630,18 +630,21 @@ static bool window_f16(const ipu__pool_plan *p32, window_fn window, const void *
 }
 
 #if IPU_X86
-/* Float16 through pool_max_s2: each plane converted whole into float32 after the first
- * IPU__SCRATCH_BYTES, its output rows computed there and stored in half. False (nothing
- * or part of y written, all of it rewritten by the caller) if a plane and its output do not
- * fit or a NaN was read. */
+/* Float16 through pool_max_s2: the input rows of each plane that the item reads converted into
+ * float32 after the first IPU__SCRATCH_BYTES, its output rows computed there and stored in
+ * half. False (nothing or part of y written, all of it rewritten by the caller) if a plane and
+ * its output do not fit or a NaN was read. */
 static bool s2max_f16(const ipu__pool_plan *p, const void *x, void *y, int64_t p0, int64_t np,
                       int64_t oh0, int64_t oh1, void *scratch) {
     int64_t hw = p->H * p->W, ohw = p->OH * p->OW;
     if (hw + ohw > (int64_t)((IPU__WORKER_SCRATCH_BYTES - IPU__SCRATCH_BYTES) / sizeof(float)))
         return false;
     float *xs = (float *)((char *)scratch + IPU__SCRATCH_BYTES), *ys = xs + hw;
+    int64_t ih0, ih1; /* the rows the item's outputs read, converted at their place */
+    rows_read_range(p, oh0, oh1, &ih0, &ih1);
     for (int64_t plane = p0; plane < p0 + np; plane++) {
-        ipu__cvt_f16_to_f32((const uint16_t *)x + plane * hw, xs, (size_t)hw);
+        ipu__cvt_f16_to_f32((const uint16_t *)x + plane * hw + ih0 * p->W, xs + ih0 * p->W,
+                            (size_t)((ih1 - ih0) * p->W));
         if (!pool_max_s2(p, xs, oh0, oh1, ys)) return false;
         ipu__cvt_f32_to_f16(ys + oh0 * p->OW, (uint16_t *)y + plane * ohw + oh0 * p->OW,
                             (size_t)((oh1 - oh0) * p->OW));
