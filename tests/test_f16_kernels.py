@@ -210,6 +210,11 @@ CASES: dict[str, Callable[[], None]] = {
         [_with_nan(_u((1, 2, 230, 61), 1))],
         {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 0, 1, 1]},
     ),
+    "maxpool_same_nan": lambda: check_parity(
+        "MaxPool",
+        [_with_nan(_u((1, 6, 14, 14), 1))],
+        {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]},
+    ),
     "maxpool_nan": lambda: check_parity(
         "MaxPool", [_with_nan(_u((1, 3, 27, 27), 1))], {"kernel_shape": [3, 3], "strides": [2, 2]}
     ),
@@ -336,6 +341,18 @@ ROUND_ONCE: dict[str, tuple[str, Shape, dict, dict[int, Shape]]] = {
         "MaxPool",
         (1, 3, 230, 61),
         {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+        {},
+    ),
+    "maxpool_same_7x7": (
+        "MaxPool",
+        (1, 40, 7, 7),
+        {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]},
+        {},
+    ),
+    "avgpool_same_14x14": (
+        "AveragePool",
+        (1, 9, 14, 14),
+        {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]},
         {},
     ),
     "avgpool_tall": (

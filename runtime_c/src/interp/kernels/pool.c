@@ -5,9 +5,10 @@
  * the CPU has it); max pools of 3-column windows at strides 2 go by blocks of 16 outputs with
  * masked loads (pool_max_s2, AVX-512); other wide max pools of column stride 2 take their rows'
  * column maxima first (pool_max_rows, AVX2); stride-1 pools whose output plane is the
- * input's, on small planes, take masked taps over whole planes (pool_same, AVX2). float16:
- * rows go tap by tap over a row of accumulators in scratch; a per-pixel fallback takes rows too
- * wide for the scratch. Each output takes its taps in (kh, kw) order on every path. */
+ * input's, on small planes, take masked taps over whole planes (pool_same, AVX2). float16
+ * takes those on the input rows an item reads, converted into scratch, its outputs stored in
+ * half after them; else rows go tap by tap over a row of accumulators in scratch; a per-pixel
+ * fallback takes rows too wide for the scratch. Each output takes its taps in (kh, kw) order on every path. */
 #include <math.h>
 #include <stdbool.h>
 #include <string.h>
@@ -470,7 +471,7 @@ __attribute__((target("avx2"))) static void pool_window_avx2(const ipu__pool_pla
 #endif
 
 #if IPU_X86
-/* Float32 stride-1 pools whose output plane is the input's shape ("same" padding: Inception's
+/* Stride-1 pools whose output plane is the input's shape ("same" padding: Inception's
  * 3x3 pad-1 pools) on planes of at most SAME_MAX pixels: output f of a plane (f = oh * W + ow)
  * reads input f + off[t] for tap t, where the tap lies inside the plane (mask[t][f]); so each
  * tap is one masked vector load per 8 outputs, with no copy and no per-row work, which on 7x7
@@ -481,7 +482,7 @@ enum { SAME_MAX = 1024 };
 
 static bool same_ok(const ipu__pool_plan *p) {
     int64_t hw = p->H * p->W;
-    return !p->f16 && p->sh == 1 && p->sw == 1 && p->OH == p->H && p->OW == p->W && hw >= 8 &&
+    return p->sh == 1 && p->sw == 1 && p->OH == p->H && p->OW == p->W && hw >= 8 &&
            hw <= SAME_MAX && p->KH * p->KW <= FOLD_TAPS;
 }
 
@@ -574,6 +575,22 @@ __attribute__((target("avx2"))) static void pool_same(const ipu__pool_plan *p, c
         pool_same_body(p, x, y, np, 0, mask, off, den);
     else
         pool_same_body(p, x, y, np, 1, mask, off, den);
+}
+#endif
+
+#if IPU_X86
+/* Float16 through pool_same: the item's whole planes converted in one call after the first
+ * IPU__SCRATCH_BYTES, pooled there, stored in half in one call. False if they do not fit. */
+static bool same_f16(const ipu__pool_plan *p, const void *x, void *y, int64_t p0, int64_t np,
+                     const int32_t *mask, const int64_t *off, const float *den, void *scratch) {
+    int64_t n = np * p->H * p->W;
+    if (2 * n > (int64_t)((IPU__WORKER_SCRATCH_BYTES - IPU__SCRATCH_BYTES) / sizeof(float)))
+        return false;
+    float *xs = (float *)((char *)scratch + IPU__SCRATCH_BYTES), *ys = xs + n;
+    ipu__cvt_f16_to_f32((const uint16_t *)x + p0 * p->H * p->W, xs, (size_t)n);
+    pool_same(p, xs, ys, np, mask, off, den);
+    ipu__cvt_f32_to_f16(ys, (uint16_t *)y + p0 * p->H * p->W, (size_t)n);
+    return true;
 }
 #endif
 
@@ -716,11 +733,13 @@ ipu_status ipu__k_pool2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
             int64_t p0, np, oh0, oh1;
             item_range(p, it, &p0, &np, &oh0, &oh1);
 #if IPU_X86
-            if (same && oh0 == 0 && oh1 == p->OH) { /* whole planes */
+            if (same && oh0 == 0 && oh1 == p->OH && !p->f16) { /* whole planes */
                 pool_same(p, (const float *)x + p0 * p->H * p->W, (float *)y + p0 * p->H * p->W, np,
                           mask, off, den);
                 continue;
             }
+            if (same && oh0 == 0 && oh1 == p->OH && same_f16(p, x, y, p0, np, mask, off, den, scratch))
+                continue;
             if (s2max && !p->f16) { /* plane by plane; with a NaN the item goes the other paths */
                 int64_t done = 0;
                 for (; done < np; done++)
