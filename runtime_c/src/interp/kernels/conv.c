@@ -551,8 +551,8 @@ static bool run_direct_window_f16(const ipu__conv_plan *p, const uint16_t *x, co
     float *yb = wk + KK;
     /* the input rows [ih0, ih1) of the block's window, and the up to sh - 1 more the phase
      * copies take (rows no kept output reads); without xcopy, KW is 1: no wider */
-    int64_t ih0 = oh0 * p->sh - p->pt, ih1 = (oh0 + nrows - 1) * p->sh - p->pt +
-                                             (p->KH - 1) * p->dh + p->sh;
+    int64_t ih0 = oh0 * p->sh - p->pt,
+            ih1 = (oh0 + nrows - 1) * p->sh - p->pt + (p->KH - 1) * p->dh + p->sh;
     ih0 = ih0 < 0 ? 0 : ih0;
     ih1 = ih1 > p->H ? p->H : ih1;
     if (ih1 > ih0)

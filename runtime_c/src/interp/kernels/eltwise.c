@@ -92,8 +92,9 @@ BIN_LOOP(div_f32, float, x / z)
  * the portable level). */
 #if IPU_X86
 #define F16_VEC(name, op512, op256)                                                               \
-    __attribute__((target("avx512f"))) static size_t name##_avx512(                               \
-        const uint16_t *a, int64_t sa, const uint16_t *b, int64_t sb, uint16_t *y, size_t n) {    \
+    __attribute__((target("avx512f"))) static size_t name##_avx512(const uint16_t *a, int64_t sa, \
+                                                                   const uint16_t *b, int64_t sb, \
+                                                                   uint16_t *y, size_t n) {       \
         size_t i = 0;                                                                             \
         const __m512 x0 = _mm512_set1_ps(ipu__f16_to_f32(a[0]));                                  \
         const __m512 z0 = _mm512_set1_ps(ipu__f16_to_f32(b[0]));                                  \
@@ -105,8 +106,9 @@ BIN_LOOP(div_f32, float, x / z)
         }                                                                                         \
         return i;                                                                                 \
     }                                                                                             \
-    __attribute__((target("avx,f16c"))) static size_t name##_f16c(                                \
-        const uint16_t *a, int64_t sa, const uint16_t *b, int64_t sb, uint16_t *y, size_t n) {    \
+    __attribute__((target("avx,f16c"))) static size_t name##_f16c(const uint16_t *a, int64_t sa,  \
+                                                                  const uint16_t *b, int64_t sb,  \
+                                                                  uint16_t *y, size_t n) {        \
         size_t i = 0;                                                                             \
         const __m256 x0 = _mm256_set1_ps(ipu__f16_to_f32(a[0]));                                  \
         const __m256 z0 = _mm256_set1_ps(ipu__f16_to_f32(b[0]));                                  \
@@ -131,11 +133,11 @@ F16_VEC(sub_f16_vec, _mm512_sub_ps, _mm256_sub_ps)
 F16_VEC(mul_f16_vec, _mm512_mul_ps, _mm256_mul_ps)
 F16_VEC(div_f16_vec, _mm512_div_ps, _mm256_div_ps)
 #else
-#define F16_NOVEC(name) \
+#define F16_NOVEC(name)                                                                           \
     static size_t name(const uint16_t *a, int64_t sa, const uint16_t *b, int64_t sb, uint16_t *y, \
                        size_t n) {                                                                \
-        (void)a, (void)sa, (void)b, (void)sb, (void)y, (void)n;                                    \
-        return 0;                                                                       \
+        (void)a, (void)sa, (void)b, (void)sb, (void)y, (void)n;                                   \
+        return 0;                                                                                 \
     }
 F16_NOVEC(add_f16_vec)
 F16_NOVEC(sub_f16_vec)

@@ -60,8 +60,8 @@ __attribute__((target("avx512f"))) static void pack_b_avx512(const uint16_t *src
             float *d = dst + j0 * kc + k * nr;
             int64_t j = 0, w = np - j0 < nr ? np - j0 : nr;
             for (; j + 16 <= w; j += 16)
-                _mm512_storeu_ps(d + j, _mm512_cvtph_ps(_mm256_loadu_si256(
-                                            (const __m256i *)(s + j0 + j))));
+                _mm512_storeu_ps(d + j, _mm512_cvtph_ps(
+                                            _mm256_loadu_si256((const __m256i *)(s + j0 + j))));
             if (j < w) { /* zeros past the row: the panel's padding */
                 _mm512_storeu_ps(d + j, _mm512_cvtph_ps(load_tail(s + j0 + j, (size_t)(w - j))));
                 j += 16;
@@ -87,8 +87,8 @@ __attribute__((target("avx,f16c"))) static void f2h_f16c(const float *s, uint16_
 }
 
 __attribute__((target("avx,f16c"))) static void pack_b_f16c(const uint16_t *src, int64_t ld,
-                                                           int64_t kc, int64_t np, int nr,
-                                                           float *dst) {
+                                                            int64_t kc, int64_t np, int nr,
+                                                            float *dst) {
     for (int64_t k = 0; k < kc; k++) {
         const uint16_t *s = src + k * ld;
         for (int64_t j0 = 0; j0 < np; j0 += nr) {

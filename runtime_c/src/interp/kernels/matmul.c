@@ -107,11 +107,10 @@ static ipu_status mm_run(const ipu__frame *f, const ipu__instr *ins, size_t b, s
     /* float16 whose epilogue the micro-kernel's half store computes in the same operations:
      * alpha 1 (1 * s is s), C read in half at rows c_rs apart with beta 1 (added after the sum,
      * as the residual is), ReLU */
-    const bool half_ok = f16 && (!p->is_gemm || (p->alpha == 1.0f && (!p->has_c ||
-                                                                       (p->beta == 1.0f &&
-                                                                        p->c_cs == 1)) &&
-                                                 (p->act == IPU__ACT_NONE ||
-                                                  p->act == IPU__ACT_RELU)));
+    const bool half_ok = f16 &&
+                         (!p->is_gemm ||
+                          (p->alpha == 1.0f && (!p->has_c || (p->beta == 1.0f && p->c_cs == 1)) &&
+                           (p->act == IPU__ACT_NONE || p->act == IPU__ACT_RELU)));
     for (size_t it = b; it < e;) {
         /* the run of items [it, end) shares one block of columns: B is packed once for it */
         uint64_t bi = (uint64_t)it / per_batch, rem = (uint64_t)it % per_batch;

@@ -9,7 +9,7 @@
 #include "vmath.h"
 
 #define IB IPU__RED_IB
-#define CH 256 /* conversion chunk for contiguous rows */
+#define CH 256   /* conversion chunk for contiguous rows */
 #define RUN 2048 /* floats of float16 rows reduced whole, converted together */
 
 typedef struct red_item {
