@@ -313,7 +313,7 @@ def test_maxpool_rows_first_bit_for_bit(case: int) -> None:
     _check_maxpool_bits(x[:, :1], attrs)  # channel 0 has no NaN: the vector path throughout
 
 
-S2MAX_CASES = [  # pool.c pool_max_s2 (AVX-512): 3-column windows at strides 2
+S2MAX_CASES = [  # pool_s2.c ipu__pool_max_s2 (AVX-512): 3-column windows at strides 2
     {"kernel_shape": [3, 3], "strides": [2, 2]},  # SqueezeNet's
     {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [0, 0, 1, 1]},  # ResNet's
     {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},  # Inception's

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
-from models import F16, arr, assert_parity, check_parity, run_c
+from models import F16, arr, assert_parity, check_parity, compile_single_op, run_c
 from onnx import TensorProto, helper, numpy_helper
 from test_conv_epilogue import _block
 
@@ -169,10 +169,51 @@ CASES: dict[str, Callable[[], None]] = {
     "depthwise_3x1": lambda: check_parity(
         "Conv", [_u((2, 5, 11, 9), 1)], {"group": 5}, const_inputs={1: _u((5, 1, 3, 1), 2)}
     ),
+    # ShuffleNet's shapes: depthwise blocks whose input rows are converted where they are read,
+    # 7 x 7 planes (rows shorter than a vector), and grouped 1 x 1 layers (panels packed from half)
+    "depthwise_7x7_planes": lambda: check_parity(
+        "Conv",
+        [_u((1, 40, 7, 7), 1)],
+        {"group": 40, "pads": [1, 1, 1, 1]},
+        const_inputs={1: _u((40, 1, 3, 3), 2), 2: _u((40,), 3)},
+    ),
+    "depthwise_s2_odd": lambda: check_parity(
+        "Conv",
+        [_u((1, 12, 29, 31), 1)],
+        {"group": 12, "strides": [2, 2], "pads": [1, 1, 1, 1]},
+        const_inputs={1: _u((12, 1, 3, 3), 2), 2: _u((12,), 3)},
+    ),
+    "depthwise_tall": lambda: check_parity(
+        "Conv",
+        [_u((1, 3, 300, 33), 1)],
+        {"group": 3, "pads": [2, 0, 1, 2]},
+        const_inputs={1: _u((3, 1, 5, 3), 2)},
+    ),
+    "conv1x1_groups": lambda: check_parity(
+        "Conv",
+        [_u((1, 48, 7, 7), 1)],
+        {"group": 4},
+        const_inputs={1: _u((48, 12, 1, 1), 2), 2: _u((48,), 3)},
+    ),
+    "conv1x1_few_out": lambda: check_parity(
+        "Conv",
+        [_u((1, 64, 23, 21), 1)],
+        const_inputs={1: _u((16, 64, 1, 1), 2), 2: _u((16,), 3)},
+    ),
     "maxpool": lambda: check_parity(
         "MaxPool",
         [_u((2, 3, 19, 21), 1)],
         {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+    ),
+    "maxpool_s2_tall_nan": lambda: check_parity(
+        "MaxPool",
+        [_with_nan(_u((1, 2, 230, 61), 1))],
+        {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 0, 1, 1]},
+    ),
+    "maxpool_same_nan": lambda: check_parity(
+        "MaxPool",
+        [_with_nan(_u((1, 6, 14, 14), 1))],
+        {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]},
     ),
     "maxpool_nan": lambda: check_parity(
         "MaxPool", [_with_nan(_u((1, 3, 27, 27), 1))], {"kernel_shape": [3, 3], "strides": [2, 2]}
@@ -188,8 +229,20 @@ CASES: dict[str, Callable[[], None]] = {
     "avgpool": lambda: check_parity(
         "AveragePool", [_u((1, 5, 14, 14), 1)], {"kernel_shape": [2, 3], "strides": [1, 2]}
     ),
+    "avgpool_tall_pads": lambda: check_parity(
+        "AveragePool",
+        [_u((1, 2, 300, 37), 1)],
+        {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 0, 1, 1]},
+    ),
+    "maxpool_tall_s1": lambda: check_parity(
+        "MaxPool",
+        [_u((1, 2, 301, 35), 1)],
+        {"kernel_shape": [3, 2], "pads": [1, 1, 1, 0]},
+    ),
+    "global_avgpool_7x7": lambda: check_parity("GlobalAveragePool", [_u((1, 70, 7, 7), 1)]),
     "global_avgpool": lambda: check_parity("GlobalAveragePool", [_u((2, 7, 13, 13), 1)]),
     "add_broadcast": lambda: check_parity("Add", [_u((3, 300, 17), 1), _u((300, 1), 2)]),
+    "sub_broadcast_first": lambda: check_parity("Sub", [_u((4, 1), 1), _u((4, 77), 2)]),
     "relu": lambda: check_parity("Relu", [_u((5, 1000), 1)]),
     "softmax": lambda: check_parity("Softmax", [_u((6, 333), 1)], {"axis": -1}),
 }
@@ -252,3 +305,100 @@ def test_f16_residual_relu_finite(
         "z": arr((1, m, oh, oh), F16, 4, low=-1, high=1),
     }
     assert_parity(run_c(exe, feeds), exe.run_reference(feeds))
+
+
+# One op's float16 executable against its float32 one on the same (half-representable) values:
+# they take the same paths and sums, so float16 is the float32 result rounded once.
+Shape = tuple[int, ...]
+ROUND_ONCE: dict[str, tuple[str, Shape, dict, dict[int, Shape]]] = {
+    "depthwise_s1": (
+        "Conv",
+        (1, 24, 14, 14),
+        {"group": 24, "pads": [1, 1, 1, 1]},
+        {1: (24, 1, 3, 3), 2: (24,)},
+    ),
+    "depthwise_s2_odd": (
+        "Conv",
+        (1, 10, 15, 13),
+        {"group": 10, "strides": [2, 2], "pads": [1, 1, 1, 1]},
+        {1: (10, 1, 3, 3), 2: (10,)},
+    ),
+    "depthwise_tall": (
+        "Conv",
+        (1, 2, 300, 19),
+        {"group": 2, "pads": [1, 1, 1, 1]},
+        {1: (2, 1, 3, 3), 2: (2,)},
+    ),
+    "conv1x1_few_out": ("Conv", (1, 64, 17, 19), {}, {1: (16, 64, 1, 1), 2: (16,)}),
+    "conv1x1_groups": ("Conv", (1, 48, 7, 7), {"group": 4}, {1: (48, 12, 1, 1), 2: (48,)}),
+    "maxpool_pads": (
+        "MaxPool",
+        (1, 3, 19, 21),
+        {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+        {},
+    ),
+    "maxpool_s2_tall": (
+        "MaxPool",
+        (1, 3, 230, 61),
+        {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+        {},
+    ),
+    "maxpool_same_7x7": (
+        "MaxPool",
+        (1, 40, 7, 7),
+        {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]},
+        {},
+    ),
+    "avgpool_same_14x14": (
+        "AveragePool",
+        (1, 9, 14, 14),
+        {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]},
+        {},
+    ),
+    "avgpool_tall": (
+        "AveragePool",
+        (1, 2, 300, 23),
+        {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 0, 1, 1]},
+        {},
+    ),
+    "global_avgpool": ("GlobalAveragePool", (1, 30, 7, 7), {}, {}),
+    # the micro-kernel's half store (one K chunk, and several: a float32 tile between them)
+    "matmul_odd": ("MatMul", (37, 300), {}, {1: (300, 70)}),
+    "matmul_batched": ("MatMul", (3, 19, 40), {}, {1: (40, 33)}),
+    "gemm_bias": ("Gemm", (45, 200), {}, {1: (200, 50), 2: (50,)}),
+    "gemm_c_matrix_k_chunks": ("Gemm", (21, 700), {"transB": 1}, {1: (35, 700), 2: (21, 35)}),
+    # alpha, beta: the epilogue after the float32 tile
+    "winograd_13x13": (
+        "Conv",
+        (1, 48, 13, 13),
+        {"pads": [1, 1, 1, 1]},
+        {1: (40, 48, 3, 3), 2: (40,)},
+    ),
+    "conv1x1_small_map_rows": ("Conv", (1, 96, 13, 13), {}, {1: (24, 96, 1, 1), 2: (24,)}),
+    # element-wise: whole vectors in registers, the rest converted in chunks
+    "add_odd": ("Add", (3, 1001), {}, {1: (3, 1001)}),
+    "div_odd": ("Div", (7, 37), {}, {1: (7, 37)}),
+    "mul_bcast": ("Mul", (5, 40), {}, {1: (40,)}),
+    "sub_row_value": ("Sub", (6, 101), {}, {1: (6, 1)}),
+    "div_scalar": ("Div", (3, 50), {}, {1: (1,)}),
+    "softmax_rows": ("Softmax", (3, 40, 128), {"axis": -1}, {}),
+    "reduce_mean_768": ("ReduceMean", (9, 768), {"axes": [1], "keepdims": 1}, {}),
+    # rows reduced whole, many per conversion (mean and sum; a row longer than the run)
+    "reduce_mean_rows": ("ReduceMean", (300, 13), {"axes": [1], "keepdims": 0}, {}),
+    "global_avgpool_long_rows": ("GlobalAveragePool", (1, 3, 40, 41), {}, {}),
+    "gemm_alpha_beta": ("Gemm", (30, 64), {"alpha": 0.5, "beta": 2.0}, {1: (64, 20), 2: (20,)}),
+}
+
+
+@pytest.mark.parametrize("case", ROUND_ONCE)
+def test_f16_rounds_float32_once(case: str, isa_level: int) -> None:
+    op, xs, attrs, shapes = ROUND_ONCE[case]
+    x = _u(xs, 1)
+    consts = {k: _u(v, k + 1) for k, v in shapes.items()}
+    outs = []
+    for dt in (F16, np.float32):
+        exe, feeds, _ = compile_single_op(
+            op, [x.astype(dt)], attrs, const_inputs={k: v.astype(dt) for k, v in consts.items()}
+        )
+        outs.append(next(iter(run_c(exe, feeds).values())))
+    np.testing.assert_array_equal(outs[0].view(np.uint16), outs[1].astype(F16).view(np.uint16))

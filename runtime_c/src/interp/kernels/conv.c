@@ -411,13 +411,7 @@ static void gemm_f16_channels(const ipu__conv_plan *p, const uint16_t *x, const 
         for (int64_t k0 = 0; k0 < p->K; k0 += IPU__SGEMM_KC) {
             int64_t kc = p->K - k0 < IPU__SGEMM_KC ? p->K - k0 : IPU__SGEMM_KC;
             if (p->pointwise) { /* 1x1, stride 1, no pads: x's rows converted into panels */
-                for (int64_t kk = 0; kk < kc; kk++)
-                    for (int64_t jr = 0; jr < np; jr += nr) {
-                        int64_t wd = np - jr < nr ? np - jr : nr;
-                        float *d = bp + jr * kc + kk * nr;
-                        ipu__cvt_f16_to_f32(x + xoff + (k0 + kk) * OHW + q0 + jr, d, (size_t)wd);
-                        if (wd < nr) memset(d + wd, 0, sizeof(float) * (size_t)(nr - wd));
-                    }
+                ipu__cvt_f16_pack_b(x + xoff + k0 * OHW + q0, OHW, kc, np, nr, bp);
             } else {
                 im2col(p, x, xoff, k0, kc, q0, np, col);
                 ipu__conv_pack_rows(col, NULL, np, kc, np, nr, bp);
@@ -537,21 +531,33 @@ static bool run_direct_window(const ipu__conv_plan *p, const float *x, const flo
     return true;
 }
 
-/* run_direct_window for float16: the channel's plane converted whole after the first
- * IPU__SCRATCH_BYTES (its weights after it), the window rows copied from there, the output rows
- * stored in half after the epilogue. False if it does not fit. */
+/* run_direct_window for float16: the input rows the block reads converted in one call after
+ * the first IPU__SCRATCH_BYTES (at their place in the plane; the channel's weights and the
+ * output block after the plane), the window rows copied from there; the epilogue writes the
+ * kept columns as contiguous float32 rows (they are y's rows of the block), which one call
+ * stores in half. False if it does not fit. */
 static bool run_direct_window_f16(const ipu__conv_plan *p, const uint16_t *x, const uint16_t *w,
                                   const void *bias, const void *res, uint16_t *y, int64_t n,
                                   int64_t g, int64_t r, void *scratch) {
     int64_t oh0 = r * p->rows, nrows = p->OH - oh0 < p->rows ? p->OH - oh0 : p->rows;
     int64_t Wq = p->Wq, npix = nrows * Wq, KK = p->KH * p->KW, hw = p->H * p->W;
     if (npix > IPU__CONV_WIN_C ||
-        hw + KK > (int64_t)((IPU__WORKER_SCRATCH_BYTES - IPU__SCRATCH_BYTES) / sizeof(float)))
+        hw + KK + nrows * p->OW >
+            (int64_t)((IPU__WORKER_SCRATCH_BYTES - IPU__SCRATCH_BYTES) / sizeof(float)))
         return false;
     float *acc = (float *)scratch + IPU__CONV_WIN_A;
     float *xq = acc + IPU__CONV_WIN_C + IPU__CONV_WIN_B;
     float *plane = (float *)((char *)scratch + IPU__SCRATCH_BYTES), *wk = plane + hw;
-    ipu__cvt_f16_to_f32(x + (n * p->C + g) * hw, plane, (size_t)hw);
+    float *yb = wk + KK;
+    /* the input rows [ih0, ih1) of the block's window, and the up to sh - 1 more the phase
+     * copies take (rows no kept output reads); without xcopy, KW is 1: no wider */
+    int64_t ih0 = oh0 * p->sh - p->pt,
+            ih1 = (oh0 + nrows - 1) * p->sh - p->pt + (p->KH - 1) * p->dh + p->sh;
+    ih0 = ih0 < 0 ? 0 : ih0;
+    ih1 = ih1 > p->H ? p->H : ih1;
+    if (ih1 > ih0)
+        ipu__cvt_f16_to_f32(x + (n * p->C + g) * hw + ih0 * p->W, plane + ih0 * p->W,
+                            (size_t)((ih1 - ih0) * p->W));
     ipu__cvt_f16_to_f32(w + g * KK, wk, (size_t)KK);
     const float *src = plane + oh0 * p->W;
     if (p->xcopy) {
@@ -560,11 +566,8 @@ static bool run_direct_window_f16(const ipu__conv_plan *p, const uint16_t *x, co
     }
     dw_taps(src, p->rowoff, wk, KK, npix, acc);
     int64_t off = ((n * p->M + g) * p->OH + oh0) * p->OW;
-    for (int64_t k = 0; k < nrows; k++) {
-        float *rr = acc + k * Wq;
-        ipu__conv_epilogue_to(p, rr, rr, p->OW, bias, g, res, off + k * p->OW);
-        ipu__cvt_f32_to_f16(rr, y + off + k * p->OW, (size_t)p->OW);
-    }
+    ipu__conv_epilogue_rows(p, yb, p->OW, acc, Wq, nrows, p->OW, bias, g, res, off);
+    ipu__cvt_f32_to_f16(yb, y + off, (size_t)(nrows * p->OW));
     return true;
 }
 

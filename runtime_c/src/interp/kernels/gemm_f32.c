@@ -668,9 +668,11 @@ void ipu__sgemm_pack_a(const ipu__sgemm_args *g, int64_t k0, int64_t kc, int mr,
 
 /* C = op(A) op(B) for all g->m rows. B comes from `bpre` (panels of width nr covering columns
  * [0, g->n), panel stride bstride floats, row k at + k * nr) or, when bpre is NULL, is packed
- * into scratch in blocks of KC rows and as many columns as fit. */
+ * into scratch in blocks of KC rows and as many columns as fit. hep (or NULL; micro-kernels
+ * with a half store only): the last K chunk's store applies it and writes y in half, its
+ * pointers those of element (0, 0) (ipu__sgemm_half). */
 static void driver(const ukr_desc *u, const ipu__sgemm_args *g, const float *bpre, int64_t bstride,
-                   void *scratch, size_t scratch_bytes) {
+                   const ipu__tile_ep *hep, void *scratch, size_t scratch_bytes) {
     const int mr = u->mr, nr = u->nr;
     int64_t m = g->m, n = g->n, k = g->k;
     if (m <= 0 || n <= 0) return;
@@ -698,6 +700,7 @@ static void driver(const ukr_desc *u, const ipu__sgemm_args *g, const float *bpr
             } else {
                 pack_b(g, k0, kc, j0, nc, nr, bp, ps);
             }
+            const bool half = hep && k0 + kc == k;
             for (int64_t i0 = 0; i0 < m; i0 += MC) {
                 ipu__sgemm_args ga = *g;
                 ga.m = m - i0 < MC ? m - i0 : MC;
@@ -714,12 +717,23 @@ static void driver(const ukr_desc *u, const ipu__sgemm_args *g, const float *bpr
                                                               (ga.m + mr - 1) / mr, &done, &pfn);
                         int64_t h = ga.m - ir < mr ? ga.m - ir : mr;
                         float *c = g->c + (i0 + ir) * g->ldc + j0 + jr;
-                        if (h == mr && w == nr) {
+                        ipu__tile_ep ep;
+                        if (half) { /* the tile's place */
+                            int64_t i = i0 + ir, j = j0 + jr;
+                            ep = *hep;
+                            ep.yh = hep->yh + i * hep->ldy + j;
+                            if (hep->bias) ep.bias = hep->bias + i;
+                            if (hep->resh) ep.resh = hep->resh + i * hep->ldr + j;
+                        }
+                        if (h == mr && w == nr && !half) {
                             u->fn(kc, ap + ir * kc, bpan, c, g->ldc, acc, pf, pfn);
+                        } else if (h == mr && w == nr) {
+                            ipu__prefetch_lines(pf, pfn);
+                            u->ep(kc, ap + ir * kc, bpan, c, g->ldc, acc, &ep);
                         } else {
                             ipu__prefetch_lines(pf, pfn);
                             u->part((int)h, (int)w, kc, ap + ir * kc, bpan, NULL, c, g->ldc, acc,
-                                    NULL);
+                                    half ? &ep : NULL);
                         }
                     }
                 }
@@ -729,13 +743,23 @@ static void driver(const ukr_desc *u, const ipu__sgemm_args *g, const float *bpr
 }
 
 void ipu__sgemm(const ipu__sgemm_args *g, void *scratch, size_t scratch_bytes) {
-    driver(select_ukr(), g, NULL, 0, scratch, scratch_bytes);
+    driver(select_ukr(), g, NULL, 0, NULL, scratch, scratch_bytes);
 }
 
 int ipu__sgemm_packed(const ipu__sgemm_args *g, const float *bp, int64_t bstride, int nr,
                       void *scratch, size_t scratch_bytes) {
     const ukr_desc *u = select_ukr();
     if (u->nr != nr) return 0;
-    driver(u, g, bp, bstride, scratch, scratch_bytes);
+    driver(u, g, bp, bstride, NULL, scratch, scratch_bytes);
+    return 1;
+}
+
+int ipu__sgemm_half(const ipu__sgemm_args *g, const float *bp, int64_t bstride, int nr,
+                    const ipu__tile_ep *ep, void *scratch, size_t scratch_bytes) {
+    const ukr_desc *u = select_ukr();
+    ipu__ukr k;
+    ipu__sgemm_ukr(&k);
+    if (!k.half || g->k <= 0 || (bp && u->nr != nr)) return 0;
+    driver(u, g, bp, bstride, ep, scratch, scratch_bytes);
     return 1;
 }

@@ -255,6 +255,13 @@ void ipu__sgemm_pack_b_all(const ipu__sgemm_args *g, int nr, float *dst);
  * in use has another width than nr. */
 int ipu__sgemm_packed(const ipu__sgemm_args *g, const float *bp, int64_t bstride, int nr,
                       void *scratch, size_t scratch_bytes);
+/* ipu__sgemm (bp NULL) or ipu__sgemm_packed whose last K chunk's micro-kernel store applies
+ * ep and writes y in half (ipu__tile_ep: ep's yh, resh and bias are those of element (0, 0),
+ * rows ldy / ldr apart); C (g->c, g->ldc) then holds the earlier chunks' float32 sums, and is
+ * not touched when k <= IPU__SGEMM_KC. Returns 0 (and does nothing) when the micro-kernel in
+ * use has no half store (ipu__ukr.half), k is 0, or bp was packed for another width. */
+int ipu__sgemm_half(const ipu__sgemm_args *g, const float *bp, int64_t bstride, int nr,
+                    const ipu__tile_ep *ep, void *scratch, size_t scratch_bytes);
 #define IPU__GEMV_MAX_M ((int64_t)4)
 /* C = op(A) op(B) for small m (<= IPU__GEMV_MAX_M), float32, B with b_cs == 1 or b_rs == 1,
  * streamed once without packing. A with a_cs != 1 is copied into scratch (m * k floats). */
@@ -264,5 +271,10 @@ void ipu__sgemv(const ipu__sgemm_args *g, void *scratch, size_t scratch_bytes);
  * portable. Every float16 kernel converts through these, a block of elements at a time. */
 void ipu__cvt_f16_to_f32(const uint16_t *src, float *dst, size_t n);
 void ipu__cvt_f32_to_f16(const float *src, uint16_t *dst, size_t n);
+/* B panels of width nr (a multiple of 8) from kc half rows of np columns, converted as they are
+ * packed: row k at src + k * ld; panel q (columns [q * nr, q * nr + nr), zero past np) at
+ * dst + q * kc * nr, its row k at + k * nr. */
+void ipu__cvt_f16_pack_b(const uint16_t *src, int64_t ld, int64_t kc, int64_t np, int nr,
+                         float *dst);
 
 #endif

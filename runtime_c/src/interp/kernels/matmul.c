@@ -104,6 +104,13 @@ static ipu_status mm_run(const ipu__frame *f, const ipu__instr *ins, size_t b, s
     int64_t tile_floats = (int64_t)((IPU__WORKER_SCRATCH_BYTES - IPU__SCRATCH_BYTES) / 4);
     int64_t M = p->M, N = p->N, K = p->K;
     uint64_t per_batch = (uint64_t)p->mblocks * (uint64_t)p->nblocks;
+    /* float16 whose epilogue the micro-kernel's half store computes in the same operations:
+     * alpha 1 (1 * s is s), C read in half at rows c_rs apart with beta 1 (added after the sum,
+     * as the residual is), ReLU */
+    const bool half_ok = f16 &&
+                         (!p->is_gemm ||
+                          (p->alpha == 1.0f && (!p->has_c || (p->beta == 1.0f && p->c_cs == 1)) &&
+                           (p->act == IPU__ACT_NONE || p->act == IPU__ACT_RELU)));
     for (size_t it = b; it < e;) {
         /* the run of items [it, end) shares one block of columns: B is packed once for it */
         uint64_t bi = (uint64_t)it / per_batch, rem = (uint64_t)it % per_batch;
@@ -136,6 +143,22 @@ static ipu_status mm_run(const ipu__frame *f, const ipu__instr *ins, size_t b, s
             g.b = (const char *)g.b + (size_t)(j0 * g.b_cs) * es;
             g.c = f16 ? tile : (float *)y + r.y_off + r0 * N + j0;
             g.ldc = f16 ? nc : N;
+            if (half_ok && p->path != IPU__MM_GEMV) { /* the micro-kernel stores y in half */
+                ipu__tile_ep ep;
+                memset(&ep, 0, sizeof ep);
+                ep.relu = p->is_gemm && p->act == IPU__ACT_RELU;
+                ep.yh = (uint16_t *)y + r.y_off + r0 * N + j0;
+                ep.ldy = N;
+                if (p->is_gemm && p->has_c) {
+                    ep.resh = (const uint16_t *)c + r0 * p->c_rs + j0;
+                    ep.ldr = p->c_rs;
+                }
+                const float *bp = pre ? pre + ob * p->packed_mat + j0 * K : NULL;
+                if (ipu__sgemm_half(&g, bp, K * p->packed_nr, p->packed_nr, &ep, scratch,
+                                    IPU__SCRATCH_BYTES) ||
+                    (bp && ipu__sgemm_half(&g, NULL, 0, 0, &ep, scratch, IPU__SCRATCH_BYTES)))
+                    continue;
+            }
             if (p->path == IPU__MM_GEMV)
                 ipu__sgemv(&g, scratch, IPU__SCRATCH_BYTES);
             else if (!pre ||

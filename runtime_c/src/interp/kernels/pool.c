@@ -3,11 +3,12 @@
  * planes (the plan's `planes`). float32: the window path (pool_window_body) copies the padded
  * input rows of the block by stride phase, then each tap is one long vectorised pass (AVX2 where
  * the CPU has it); max pools of 3-column windows at strides 2 go by blocks of 16 outputs with
- * masked loads (pool_max_s2, AVX-512); other wide max pools of column stride 2 take their rows'
+ * masked loads (pool_s2.c, AVX-512); other wide max pools of column stride 2 take their rows'
  * column maxima first (pool_max_rows, AVX2); stride-1 pools whose output plane is the
- * input's, on small planes, take masked taps over whole planes (pool_same, AVX2). float16:
- * rows go tap by tap over a row of accumulators in scratch; a per-pixel fallback takes rows too
- * wide for the scratch. Each output takes its taps in (kh, kw) order on every path. */
+ * input's, on small planes, take masked taps over whole planes (pool_same, AVX2). float16
+ * takes those on the input rows an item reads, converted into scratch, its outputs stored in
+ * half after them; else rows go tap by tap over a row of accumulators in scratch; a per-pixel
+ * fallback takes rows too wide for the scratch. Each output takes its taps in (kh, kw) order on every path. */
 #include <math.h>
 #include <stdbool.h>
 #include <string.h>
@@ -282,83 +283,6 @@ __attribute__((target("avx2"))) static bool pool_max_rows(const ipu__pool_plan *
     return true;
 }
 
-/* Max pools with 3-column windows at column stride 2 (kernel_shape [KH, 3], strides [2, 2], no
- * dilation: the pool after the first convolution of ResNet, SqueezeNet, AlexNet, GoogLeNet,
- * DenseNet and ShuffleNet, and the ones inside some of them) on AVX-512: per block of 16
- * outputs of a row, each input row's column maxima come from four masked loads (columns
- * outside the row read -inf) and three two-register permutes, then the output row is the
- * maximum of its KH rows' in kh order; the last row's maxima carry over to the next output
- * row, which starts there. No copies and no per-row edge work, which
- * took the window path 3-4 times the taps on 13- to 27-column maps. The same order of
- * comparisons as max_tap (_mm512_max_ps(v, a) keeps a unless v > a), so the first of equal
- * values stays; a NaN anywhere returns false and the item goes the other paths. */
-static bool s2max_ok(const ipu__pool_plan *p) {
-    return p->kind == 0 && p->KW == 3 && p->sw == 2 && p->dw == 1 && p->sh == 2 && p->dh == 1 &&
-           p->pl >= 0 && p->pl <= 2 && p->W >= 1 && p->W < ((int64_t)1 << 30);
-}
-
-/* Lanes j of a 16-column load at column c (j < 16) with 0 <= c + j < W. */
-static inline __mmask16 cols_mask(int64_t c, int64_t W) {
-    int64_t lo = c < 0 ? -c : 0, hi = W - c < 16 ? W - c : 16;
-    if (hi <= lo) return 0;
-    return (__mmask16)(((1u << hi) - 1) & ~((1u << lo) - 1));
-}
-
-/* Column maxima of input row r for the 16 outputs of a block: lane j is the max of columns
- * c + 2j + kw, kw < 3, in kw order (lanes m* of the four loads lie inside the row). */
-__attribute__((target("avx512f"))) static inline __m512 hmax3(const float *r, __mmask16 m0,
-                                                              __mmask16 m1, __mmask16 m2,
-                                                              __mmask16 m3, __mmask16 *nan) {
-    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28,
-                                           30);
-    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-    const __m512 ninf = _mm512_set1_ps(-INFINITY);
-    __m512 l0 = _mm512_mask_loadu_ps(ninf, m0, r), l1 = _mm512_mask_loadu_ps(ninf, m1, r + 16);
-    __m512 l2 = _mm512_mask_loadu_ps(ninf, m2, r + 2), l3 = _mm512_mask_loadu_ps(ninf, m3, r + 18);
-    *nan |= _mm512_cmp_ps_mask(l0, l1, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(l2, l3, _CMP_UNORD_Q);
-    __m512 h = _mm512_permutex2var_ps(l0, even, l1);               /* kw 0 */
-    h = _mm512_max_ps(_mm512_permutex2var_ps(l0, odd, l1), h);     /* kw 1 */
-    return _mm512_max_ps(_mm512_permutex2var_ps(l2, even, l3), h); /* kw 2 */
-}
-
-/* Output rows [oh0, oh1) of one plane, block of 16 outputs after block (the last row's maxima
- * carried in a register to the next output row); false (y partly written) if a NaN was read. */
-__attribute__((target("avx512f"))) static bool pool_max_s2(const ipu__pool_plan *p, const float *x,
-                                                           int64_t oh0, int64_t oh1, float *y) {
-    const __m512 ninf = _mm512_set1_ps(-INFINITY);
-    const int64_t W = p->W;
-    __mmask16 nan = 0;
-    for (int64_t ow0 = 0; ow0 < p->OW; ow0 += 16) {
-        const int64_t c = 2 * ow0 - p->pl; /* lane 0's tap 0 column */
-        const __mmask16 m0 = cols_mask(c, W), m1 = cols_mask(c + 16, W);
-        const __mmask16 m2 = cols_mask(c + 2, W), m3 = cols_mask(c + 18, W);
-        const __mmask16 out = p->OW - ow0 < 16 ? (__mmask16)((1u << (p->OW - ow0)) - 1) : 0xFFFF;
-        __m512 carry = ninf;
-        int64_t carried = INT64_MIN; /* the input row whose maxima `carry` holds */
-        for (int64_t oh = oh0; oh < oh1; oh++) {
-            __m512 a = ninf;
-            for (int64_t kh = 0, ih = oh * 2 - p->pt; kh < p->KH; kh++, ih++) {
-                if (ih < 0 || ih >= p->H) continue;
-                __m512 h = carry;
-                if (ih != carried) {
-                    const float *r = x + ih * W + c;
-                    if (ih + 4 < p->H) { /* the strip's rows ahead: a stride the prefetchers miss */
-                        __builtin_prefetch(r + 4 * W);
-                        __builtin_prefetch(r + 4 * W + 16);
-                    }
-                    h = hmax3(r, m0, m1, m2, m3, &nan);
-                }
-                if (kh == p->KH - 1) {
-                    carry = h;
-                    carried = ih;
-                }
-                a = _mm512_max_ps(h, a);
-            }
-            _mm512_mask_storeu_ps(y + oh * p->OW + ow0, out, a);
-        }
-    }
-    return !nan;
-}
 #endif
 
 /* float32 output rows [oh0, oh0 + nrows) of np consecutive planes: the padded input rows they
@@ -470,7 +394,7 @@ __attribute__((target("avx2"))) static void pool_window_avx2(const ipu__pool_pla
 #endif
 
 #if IPU_X86
-/* Float32 stride-1 pools whose output plane is the input's shape ("same" padding: Inception's
+/* Stride-1 pools whose output plane is the input's shape ("same" padding: Inception's
  * 3x3 pad-1 pools) on planes of at most SAME_MAX pixels: output f of a plane (f = oh * W + ow)
  * reads input f + off[t] for tap t, where the tap lies inside the plane (mask[t][f]); so each
  * tap is one masked vector load per 8 outputs, with no copy and no per-row work, which on 7x7
@@ -481,7 +405,7 @@ enum { SAME_MAX = 1024 };
 
 static bool same_ok(const ipu__pool_plan *p) {
     int64_t hw = p->H * p->W;
-    return !p->f16 && p->sh == 1 && p->sw == 1 && p->OH == p->H && p->OW == p->W && hw >= 8 &&
+    return p->sh == 1 && p->sw == 1 && p->OH == p->H && p->OW == p->W && hw >= 8 &&
            hw <= SAME_MAX && p->KH * p->KW <= FOLD_TAPS;
 }
 
@@ -577,6 +501,22 @@ __attribute__((target("avx2"))) static void pool_same(const ipu__pool_plan *p, c
 }
 #endif
 
+#if IPU_X86
+/* Float16 through pool_same: the item's whole planes converted in one call after the first
+ * IPU__SCRATCH_BYTES, pooled there, stored in half in one call. False if they do not fit. */
+static bool same_f16(const ipu__pool_plan *p, const void *x, void *y, int64_t p0, int64_t np,
+                     const int32_t *mask, const int64_t *off, const float *den, void *scratch) {
+    int64_t n = np * p->H * p->W;
+    if (2 * n > (int64_t)((IPU__WORKER_SCRATCH_BYTES - IPU__SCRATCH_BYTES) / sizeof(float)))
+        return false;
+    float *xs = (float *)((char *)scratch + IPU__SCRATCH_BYTES), *ys = xs + n;
+    ipu__cvt_f16_to_f32((const uint16_t *)x + p0 * p->H * p->W, xs, (size_t)n);
+    pool_same(p, xs, ys, np, mask, off, den);
+    ipu__cvt_f32_to_f16(ys, (uint16_t *)y + p0 * p->H * p->W, (size_t)n);
+    return true;
+}
+#endif
+
 /* Work item `it`: planes [*p0, *p0 + *np), output rows [*oh0, *oh1) of each. */
 static void item_range(const ipu__pool_plan *p, size_t it, int64_t *p0, int64_t *np, int64_t *oh0,
                        int64_t *oh1) {
@@ -586,17 +526,42 @@ static void item_range(const ipu__pool_plan *p, size_t it, int64_t *p0, int64_t 
     *oh1 = *oh0 + p->rows < p->OH ? *oh0 + p->rows : p->OH;
 }
 
-/* Float16 through the window path (p32: the plan as float32): the item's planes converted
- * whole into float32 after the first IPU__SCRATCH_BYTES, pooled there, the output rows stored
- * in half. False (nothing written) if they do not fit. */
+/* The input rows [*ih0, *ih1) that output rows [oh0, oh1) of a plane read. */
+static void rows_read_range(const ipu__pool_plan *p, int64_t oh0, int64_t oh1, int64_t *ih0,
+                            int64_t *ih1) {
+    *ih0 = oh0 * p->sh - p->pt;
+    *ih1 = (oh1 - 1) * p->sh - p->pt + (p->KH - 1) * p->dh + 1;
+    if (*ih0 < 0) *ih0 = 0;
+    if (*ih1 > p->H) *ih1 = p->H;
+    if (*ih1 < *ih0) *ih1 = *ih0;
+}
+
+/* Float16 through the window path (p32: the plan as float32): the input rows the item reads
+ * converted into float32 after the first IPU__SCRATCH_BYTES (at their place in the planes; one
+ * call for whole planes), pooled there, the output rows stored in half (one call when the
+ * item holds whole planes: its outputs are contiguous in y). False (nothing written) if they
+ * do not fit. */
 static bool window_f16(const ipu__pool_plan *p32, window_fn window, const void *x, void *y,
                        int64_t p0, int64_t np, int64_t oh0, int64_t oh1, float *cw, void *scratch) {
     int64_t hw = p32->H * p32->W, ohw = p32->OH * p32->OW;
     if (np * (hw + ohw) > (int64_t)((IPU__WORKER_SCRATCH_BYTES - IPU__SCRATCH_BYTES) / 4))
         return false;
     float *xs = (float *)((char *)scratch + IPU__SCRATCH_BYTES), *ys = xs + np * hw;
-    ipu__cvt_f16_to_f32((const uint16_t *)x + p0 * hw, xs, (size_t)(np * hw));
+    int64_t ih0, ih1;
+    rows_read_range(p32, oh0, oh1, &ih0, &ih1);
+    /* the phase copies take up to sh - 1 rows more (rows no kept output reads) */
+    ih1 = ih1 + p32->sh < p32->H ? ih1 + p32->sh : p32->H;
+    if (ih0 == 0 && ih1 == p32->H)
+        ipu__cvt_f16_to_f32((const uint16_t *)x + p0 * hw, xs, (size_t)(np * hw));
+    else
+        for (int64_t k = 0; k < np; k++)
+            ipu__cvt_f16_to_f32((const uint16_t *)x + (p0 + k) * hw + ih0 * p32->W,
+                                xs + k * hw + ih0 * p32->W, (size_t)((ih1 - ih0) * p32->W));
     window(p32, xs, oh1 - oh0, oh0, np, cw, ys, cw + p32->OW);
+    if (oh0 == 0 && oh1 == p32->OH) {
+        ipu__cvt_f32_to_f16(ys, (uint16_t *)y + p0 * ohw, (size_t)(np * ohw));
+        return true;
+    }
     for (int64_t k = 0; k < np; k++)
         ipu__cvt_f32_to_f16(ys + k * ohw + oh0 * p32->OW,
                             (uint16_t *)y + (p0 + k) * ohw + oh0 * p32->OW,
@@ -605,19 +570,22 @@ static bool window_f16(const ipu__pool_plan *p32, window_fn window, const void *
 }
 
 #if IPU_X86
-/* Float16 through pool_max_s2: each plane converted whole into float32 after the first
- * IPU__SCRATCH_BYTES, its output rows computed there and stored in half. False (nothing
- * or part of y written, all of it rewritten by the caller) if a plane and its output do not
- * fit or a NaN was read. */
+/* Float16 through pool_max_s2: the input rows of each plane that the item reads converted into
+ * float32 after the first IPU__SCRATCH_BYTES, its output rows computed there and stored in
+ * half. False (nothing or part of y written, all of it rewritten by the caller) if a plane and
+ * its output do not fit or a NaN was read. */
 static bool s2max_f16(const ipu__pool_plan *p, const void *x, void *y, int64_t p0, int64_t np,
                       int64_t oh0, int64_t oh1, void *scratch) {
     int64_t hw = p->H * p->W, ohw = p->OH * p->OW;
     if (hw + ohw > (int64_t)((IPU__WORKER_SCRATCH_BYTES - IPU__SCRATCH_BYTES) / sizeof(float)))
         return false;
     float *xs = (float *)((char *)scratch + IPU__SCRATCH_BYTES), *ys = xs + hw;
+    int64_t ih0, ih1; /* the rows the item's outputs read, converted at their place */
+    rows_read_range(p, oh0, oh1, &ih0, &ih1);
     for (int64_t plane = p0; plane < p0 + np; plane++) {
-        ipu__cvt_f16_to_f32((const uint16_t *)x + plane * hw, xs, (size_t)hw);
-        if (!pool_max_s2(p, xs, oh0, oh1, ys)) return false;
+        ipu__cvt_f16_to_f32((const uint16_t *)x + plane * hw + ih0 * p->W, xs + ih0 * p->W,
+                            (size_t)((ih1 - ih0) * p->W));
+        if (!ipu__pool_max_s2(p, xs, oh0, oh1, ys)) return false;
         ipu__cvt_f32_to_f16(ys + oh0 * p->OW, (uint16_t *)y + plane * ohw + oh0 * p->OW,
                             (size_t)((oh1 - oh0) * p->OW));
     }
@@ -630,10 +598,8 @@ static bool s2max_f16(const ipu__pool_plan *p, const void *x, void *y, int64_t p
  * the offset pool_row adds to reach them (-ih0 * W). False if they do not fit cap floats. */
 static bool stage_f16(const ipu__pool_plan *p, const uint16_t *xp, int64_t oh0, int64_t oh1,
                       float *st, int64_t cap, int64_t *xoff) {
-    int64_t ih0 = oh0 * p->sh - p->pt, ih1 = (oh1 - 1) * p->sh - p->pt + (p->KH - 1) * p->dh + 1;
-    if (ih0 < 0) ih0 = 0;
-    if (ih1 > p->H) ih1 = p->H;
-    if (ih1 < ih0) ih1 = ih0;
+    int64_t ih0, ih1;
+    rows_read_range(p, oh0, oh1, &ih0, &ih1);
     if ((ih1 - ih0) * p->W > cap) return false;
     ipu__cvt_f16_to_f32(xp + ih0 * p->W, st, (size_t)((ih1 - ih0) * p->W));
     *xoff = -ih0 * p->W;
@@ -679,7 +645,7 @@ ipu_status ipu__k_pool2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
                 same_setup(p, cw, mask, off, den);
             }
             window = pool_window_avx2;
-            s2max = isa >= IPU__ISA_AVX512 && s2max_ok(p);
+            s2max = isa >= IPU__ISA_AVX512 && ipu__pool_s2max_ok(p);
             rows_first = win && p->kind == 0 && p->sw == 2 && p->dw == 1 &&
                          p->OW >= ROWS_FIRST_OW && p->KH <= FOLD_TAPS &&
                          max_rows_bytes(p, p->rows) + 2 * p->OW * sizeof(float) <=
@@ -690,16 +656,19 @@ ipu_status ipu__k_pool2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
             int64_t p0, np, oh0, oh1;
             item_range(p, it, &p0, &np, &oh0, &oh1);
 #if IPU_X86
-            if (same && oh0 == 0 && oh1 == p->OH) { /* whole planes */
+            if (same && oh0 == 0 && oh1 == p->OH && !p->f16) { /* whole planes */
                 pool_same(p, (const float *)x + p0 * p->H * p->W, (float *)y + p0 * p->H * p->W, np,
                           mask, off, den);
                 continue;
             }
+            if (same && oh0 == 0 && oh1 == p->OH &&
+                same_f16(p, x, y, p0, np, mask, off, den, scratch))
+                continue;
             if (s2max && !p->f16) { /* plane by plane; with a NaN the item goes the other paths */
                 int64_t done = 0;
                 for (; done < np; done++)
-                    if (!pool_max_s2(p, (const float *)x + (p0 + done) * p->H * p->W, oh0, oh1,
-                                     (float *)y + (p0 + done) * p->OH * p->OW))
+                    if (!ipu__pool_max_s2(p, (const float *)x + (p0 + done) * p->H * p->W, oh0, oh1,
+                                          (float *)y + (p0 + done) * p->OH * p->OW))
                         break;
                 if (done == np) continue;
             }

@@ -9,7 +9,8 @@
 #include "vmath.h"
 
 #define IB IPU__RED_IB
-#define CH 256 /* conversion chunk for contiguous rows */
+#define CH 256   /* conversion chunk for contiguous rows */
+#define RUN 2048 /* floats of float16 rows reduced whole, converted together */
 
 typedef struct red_item {
     int64_t o, c0, w; /* outer index, first column, number of columns */
@@ -32,7 +33,9 @@ static const float *ldf(const void *x, int f16, int64_t off, float *buf, int64_t
 }
 
 static void stf(void *y, int f16, int64_t off, const float *v, int64_t n) {
-    if (f16)
+    if (f16 && n == 1) /* one value (rows reduced whole): the same rounding without a call */
+        ((uint16_t *)y)[off] = ipu__f32_to_f16(v[0]);
+    else if (f16)
         ipu__cvt_f32_to_f16(v, (uint16_t *)y + off, (size_t)n);
     else if ((const float *)y + off != v)
         memcpy((float *)y + off, v, sizeof(float) * (size_t)n);
@@ -54,6 +57,28 @@ static ipu_status reduce_float(const ipu__frame *f, const ipu__instr *ins, size_
     const void *x = f->ptr[ins->in[0]];
     void *y = f->ptr[ins->out[0]];
     float acc[IB], buf[IB > CH ? IB : CH];
+    if (f16 && p->inner == 1 && p->red > 0 && p->red <= RUN) {
+        /* float16 rows reduced whole (global pools, normalisations): consecutive items are
+         * consecutive rows, converted RUN floats at a time and their sums stored in half
+         * together */
+        float xs[RUN], ys[RUN];
+        const int64_t per = RUN / p->red;
+        for (size_t it = b; it < e;) {
+            int64_t nrow = (int64_t)(e - it) < per ? (int64_t)(e - it) : per;
+            ipu__cvt_f16_to_f32((const uint16_t *)x + (int64_t)it * p->red, xs,
+                                (size_t)(nrow * p->red));
+            for (int64_t k = 0; k < nrow; k++) {
+                float part[8] = {0};
+                float tail = sum_run(xs + k * p->red, p->red, part);
+                float v = ((part[0] + part[1]) + (part[2] + part[3])) +
+                          ((part[4] + part[5]) + (part[6] + part[7])) + tail;
+                ys[k] = mean ? v / (float)p->red : v;
+            }
+            ipu__cvt_f32_to_f16(ys, (uint16_t *)y + it, (size_t)nrow);
+            it += (size_t)nrow;
+        }
+        return IPU_OK;
+    }
     for (size_t it = b; it < e; it++) {
         red_item r = red_item_of(p, it);
         int64_t base = r.o * p->red * p->inner + r.c0;
@@ -143,18 +168,28 @@ static ipu_status softmax(const ipu__frame *f, const ipu__instr *ins, size_t b, 
     void *y = f->ptr[ins->out[0]];
     int64_t L = p->red;
     float buf[IB > CH ? IB : CH], out[IB > CH ? IB : CH];
+    const int64_t cap = (int64_t)(IPU__SCRATCH_BYTES / sizeof(float));
+    if (f16 && p->inner == 1 && L > 0 && L <= cap) {
+        /* float16 rows (consecutive items: consecutive rows): about RUN floats of them (one
+         * row at least; they stay in L1) converted in one call, the float32 row kernel in place
+         * on each, stored in one call */
+        const int64_t per = L < RUN ? RUN / L : 1;
+        for (size_t it = b; it < e;) {
+            int64_t nrow = (int64_t)(e - it) < per ? (int64_t)(e - it) : per;
+            const uint16_t *xr = (const uint16_t *)x + (int64_t)it * L;
+            ipu__cvt_f16_to_f32(xr, scratch, (size_t)(nrow * L));
+            for (int64_t k = 0; k < nrow; k++)
+                ipu__vm_softmax_row(scratch + k * L, scratch + k * L, (size_t)L);
+            ipu__cvt_f32_to_f16(scratch, (uint16_t *)y + (int64_t)it * L, (size_t)(nrow * L));
+            it += (size_t)nrow;
+        }
+        return IPU_OK;
+    }
     for (size_t it = b; it < e; it++) {
         red_item r = red_item_of(p, it);
         int64_t base = r.o * L * p->inner + r.c0;
         if (p->inner == 1 && !f16) {
             ipu__vm_softmax_row((const float *)x + base, (float *)y + base, (size_t)L);
-            continue;
-        }
-        if (p->inner == 1 && L <= (int64_t)(IPU__SCRATCH_BYTES / sizeof(float))) {
-            /* float16 rows: converted, the float32 row kernel in place, stored in half */
-            ipu__cvt_f16_to_f32((const uint16_t *)x + base, scratch, (size_t)L);
-            ipu__vm_softmax_row(scratch, scratch, (size_t)L);
-            ipu__cvt_f32_to_f16(scratch, (uint16_t *)y + base, (size_t)L);
             continue;
         }
         if (p->inner == 1) {

@@ -1,6 +1,6 @@
 /* CONV2D Winograd path (the plan's `wino`; conv.h, docs/bytecode.md): 3x3 kernels, stride
  * 1, no dilation, one group; float32, and float16 computed in float32 (each channel's input rows
- * converted into scratch, the output rows stored in half after the epilogue). Each output tile of 2 x 2 pixels is computed from its
+ * converted into scratch, the output block stored in half after the epilogue). Each output tile of 2 x 2 pixels is computed from its
  * 4 x 4 input tile d as Y = A^T [U . V] A with V = B^T d B and the weights U = G g G^T (Lavin
  * and Gray's F(2x2, 3x3)): 16 products per input channel where the direct convolution takes
  * 36, so the 16 elementwise products become 16 GEMMs M[xi] = U[xi] V[xi] of output channels x
@@ -142,13 +142,11 @@ static inline __attribute__((always_inline)) void output_body(
     }
     int64_t oh = 2 * th0, nrows = p->OH - oh < 2 * (th1 - th0) ? p->OH - oh : 2 * (th1 - th0);
     int64_t off = ((n * p->M + co) * p->OH + oh) * OW;
-    if (p->f16) /* float16: each row's epilogue in place, then stored in half */
-        for (int64_t k = 0; k < nrows; k++) {
-            float *rr = rows + k * 2 * TW;
-            ipu__conv_epilogue_to(p, rr, rr, OW, bias, co, res, off + k * OW);
-            ipu__cvt_f32_to_f16(rr, (uint16_t *)y + off + k * OW, (size_t)OW);
-        }
-    else
+    if (p->f16) { /* float16: the epilogue writes y's rows contiguous into the four outputs'
+                   * space (read already; nrows * OW <= 4 nt), one call stores them in half */
+        ipu__conv_epilogue_rows(p, buf, OW, rows, 2 * TW, nrows, OW, bias, co, res, off);
+        ipu__cvt_f32_to_f16(buf, (uint16_t *)y + off, (size_t)(nrows * OW));
+    } else
         ipu__conv_epilogue_rows(p, (float *)y + off, OW, rows, 2 * TW, nrows, OW, bias, co, res,
                                 off);
 }
