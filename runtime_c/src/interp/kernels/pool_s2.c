@@ -51,7 +51,7 @@ __attribute__((target("avx512f"))) static inline __m512 hmax3(const float *r, __
 /* Output rows [oh0, oh1) of one plane, block of 16 outputs after block (the last row's maxima
  * carried in a register to the next output row); false (y partly written) if a NaN was read. */
 __attribute__((target("avx512f"))) bool ipu__pool_max_s2(const ipu__pool_plan *p, const float *x,
-                                                          int64_t oh0, int64_t oh1, float *y) {
+                                                         int64_t oh0, int64_t oh1, float *y) {
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
     const int64_t W = p->W;
     __mmask16 nan = 0;
