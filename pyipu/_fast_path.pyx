@@ -51,7 +51,8 @@ cdef class FastPath:
     def __init__(self, Runtime runtime not None, list anchors):
         """anchors[i] = (name, direction, numpy dtype, shape) of anchor i; direction 0 for
         anchors a request does not feed (weights, the index, stream-callback anchors)."""
-        cdef uint32_t i, d
+        cdef uint32_t i
+        cdef int d
         if runtime.n_anchors != len(anchors) or self.name_ptr != NULL:
             raise ValueError("FastPath: one entry per anchor, made once")
         self.runtime = runtime
