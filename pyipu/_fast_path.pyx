@@ -25,6 +25,7 @@ import numpy as np
 
 cnp.import_array()
 
+
 cdef enum:
     _FP_STACK_ANCHORS = 64  # per-call pointer tables on the stack up to this many anchors
     _FP_MAX_DIMS = 8

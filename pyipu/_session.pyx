@@ -21,6 +21,7 @@ from pyipu._core cimport (
 
 cnp.import_array()
 
+
 cdef class Session:
     """A loaded executable whose programs run on the caller's thread (Model Runtime Session)."""
     cdef object __weakref__
