@@ -1,7 +1,8 @@
-"""Types of the Cython extension pyipu._core (_core.pyx, _session.pxi, _fast_path.pxi).
+"""Types of the Cython extension pyipu._core (_core.pyx).
 
 tests/test_tooling.py checks that this stub and the compiled module name the same functions,
-classes, methods and constants.
+classes, methods and constants; so for pyipu._session and pyipu._fast_path, whose classes
+_core re-exports (`from ... import X as X` below).
 """
 
 from collections.abc import Callable, Iterable, Sequence
@@ -10,6 +11,9 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
+
+from pyipu._fast_path import FastPath as FastPath
+from pyipu._session import Session as Session
 
 NO_INDEX: int
 MAX_THREADS: int
@@ -113,41 +117,4 @@ class Runtime:
         subgraph: int | None = None,
         num_rows: int = 0,
     ) -> Request: ...
-    def stats(self) -> dict[str, Any]: ...
-
-class FastPath:
-    def __init__(
-        self, runtime: Runtime, anchors: list[tuple[str, int, np.dtype[Any], list[int]]]
-    ) -> None: ...
-    def execute(self, inputs: object, outputs: object) -> bool: ...
-
-class Session:
-    @property
-    def executable(self) -> Executable: ...
-    def __init__(self, executable: Executable, config: dict[str, Any]) -> None: ...
-    def bind(
-        self,
-        anchor: int,
-        binding: int,
-        fn: _StreamFn | None = None,
-        dtype: Any = None,
-        shape: Sequence[int] | None = None,
-        is_input: bool = True,
-    ) -> None: ...
-    def binding(self, anchor: int) -> int: ...
-    def run_load(self) -> None: ...
-    def run_main(self) -> tuple[int, int]: ...
-    def stop(self) -> None: ...
-    def stopped(self) -> bool: ...
-    def enqueue(
-        self,
-        anchor: int,
-        array: NDArray[Any],
-        rows: int = 0,
-        callback: Callable[[Exception | None], object] | None = None,
-        timeout: float | None = None,
-    ) -> None: ...
-    def flush(self) -> None: ...
-    def disconnect(self) -> None: ...
-    def queue_depth(self, anchor: int) -> int: ...
     def stats(self) -> dict[str, Any]: ...

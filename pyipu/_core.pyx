@@ -1,15 +1,15 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""Thin handles over the C core (runtime_c/include/ipu). The only Cython in pyipu.
+"""Thin handles over the C core (runtime_c/include/ipu): containers, executables, runtimes.
+
+pyipu._session (Session) and pyipu._fast_path (FastPath) are modules of their own built on this
+one's types (_core.pxd); all three link the one libipu.so of the package.
 
 Every C call goes through _check(), which raises the pyipu.errors class mapped from the status
 name with the C library's detailed message. Blocking calls release the GIL.
 """
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.exc cimport PyErr_CheckSignals
-from cpython.dict cimport PyDict_Next, PyDict_Size
-from cpython.object cimport PyObject
-from cpython.ref cimport Py_DECREF, Py_INCREF
-from cpython.unicode cimport PyUnicode_CheckExact, PyUnicode_Compare
+from cpython.ref cimport Py_DECREF
 from libc.stdint cimport uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 
@@ -184,8 +184,6 @@ def write_container(blobs, compiler_hash=None):
 
 cdef class Container:
     """A validated container (memory-mapped file or in-memory copy)."""
-    cdef ipu_container *c
-    cdef readonly str source
 
     def __cinit__(self):
         self.c = NULL
@@ -251,9 +249,6 @@ cdef tuple _desc_tuple(const ipu_tensor_desc *d):
 
 cdef class Executable:
     """A parsed and verified executable; keeps its container alive."""
-    cdef ipu_executable *e
-    cdef readonly Container container
-    cdef ipu_executable_info info
 
     def __cinit__(self):
         self.e = NULL
@@ -355,7 +350,6 @@ cdef class Executable:
 
 cdef class _ErrorBox:
     """First exception raised by a Python callback of a session, re-raised to its caller."""
-    cdef public object exc
 
 
 cdef tuple _handler(owner, _ErrorBox box, fn, dtype, shape, bint is_input):
@@ -410,9 +404,6 @@ cdef void _slot_trampoline(ipu_status status, void *user_data) noexcept with gil
 
 cdef class Request:
     """One submitted request. Keeps its buffers alive until the request has completed."""
-    cdef ipu_request *r
-    cdef object buffers
-    cdef _ErrorBox box
 
     def __cinit__(self):
         self.r = NULL
@@ -563,7 +554,6 @@ cdef str _request_error_message(ipu_status s):
 cdef class Trace:
     """A bounded buffer of load/compute/store events (ipu_trace.h), attached to runtimes with
     Runtime.set_trace; keeps the most recent `capacity` events."""
-    cdef ipu_trace *t
 
     def __cinit__(self, size_t capacity):
         self.t = NULL
@@ -597,14 +587,6 @@ cdef class Trace:
 @cython.no_gc_clear  # __dealloc__ destroys the C runtime before the traces it records into
 cdef class Runtime:
     """A loaded executable serving requests on its own device thread."""
-    cdef object __weakref__
-    cdef ipu_runtime *rt
-    cdef readonly Executable executable
-    cdef uint32_t n_anchors
-    cdef readonly bint closed
-    cdef _ErrorBox box
-    cdef dict handlers
-    cdef readonly Trace trace
 
     def __cinit__(self):
         self.rt = NULL
@@ -734,16 +716,8 @@ cdef class Runtime:
                     in_place_buffers=st.in_place_buffers)
 
 
-# The two files below are included, not compiled as cimported modules of their own: libipu is a
-# static library, so a second extension module would link a second copy of it, with its own
-# global state (the thread's last error, the log sink and level, the forced kernel ISAs, the
-# allocation counter), and FastPath reads Runtime's C fields in the request hot path.
-
-# --- FastPath: one-batch Runner.execute (pyipu/_fast_path.pxi) ----------------------------------
-
-include "_fast_path.pxi"
-
-
-# --- Session: the low-level API (pyipu/_session.pxi) -------------------------------------------
-
-include "_session.pxi"
+# The classes built on the ones above, compiled as modules of their own that cimport this one
+# (_core.pxd), re-exported here: pyipu._core is the one namespace the Python layer uses. Their
+# imports come last, when every type and C function they take from this module exists.
+from pyipu._fast_path import FastPath  # one-batch Runner.execute
+from pyipu._session import Session  # the low-level Session API

@@ -5,7 +5,9 @@ Installs libipu.so, the public headers and ipu.pc into a temporary prefix, then 
     own with -std=c11 -Wall -Wextra -Wpedantic -Werror;
   * the library exports exactly the IPU_API functions the headers declare (no internals);
   * the two C examples build with `pkg-config --cflags --libs ipu` alone and run correctly
-    against the installed library.
+    against the installed library;
+  * the Python package's own libipu.so exports the same functions plus the internal ones its
+    extension modules call, and an example links and runs against it.
 Needs a C compiler and pkg-config: skipped with the reason when one is missing, except under
 CI=true, where that is a failure.
 """
@@ -21,6 +23,8 @@ from pathlib import Path
 
 import pytest
 from helpers import subprocess_env, tool
+
+import pyipu
 
 API_DECL = re.compile(r"IPU_API\b[^;{]*?\b(ipu_[a-z0-9_]+)\s*\(", re.S)
 
@@ -54,8 +58,9 @@ def prefix(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
          f"--prefix={prefix}", "--libdir=lib", "--werror"],
         env,
     )  # fmt: skip
-    # Only the C library: the Python extension is not needed here (tag python-runtime).
-    _run([meson, "compile", "-C", str(build), "ipu:shared_library"], env, timeout=1200)
+    # Only the C library: the Python package's libipu.so and extension modules are not needed
+    # here (pyipu/ipu, tag python-runtime).
+    _run([meson, "compile", "-C", str(build), "./ipu:shared_library"], env, timeout=1200)
     _run([meson, "install", "-C", str(build), "--no-rebuild", "--tags", "runtime,devel"], env)
     return prefix
 
@@ -86,14 +91,9 @@ def test_installed_files(repo: Path, prefix: Path, tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_exports_exactly_the_public_api(repo: Path, prefix: Path) -> None:
-    nm = _require("nm")
-    declared = set()
-    for header in (repo / "runtime_c" / "include" / "ipu").glob("*.h"):
-        declared |= set(API_DECL.findall(header.read_text()))
-    out = _run([nm, "-D", "--defined-only", str(prefix / "lib" / "libipu.so")], subprocess_env())
-    exported = {line.split()[-1] for line in out.splitlines() if line.split()[1:2] == ["T"]}
+    declared = _declared(repo)
     assert "ipu_set_allocator" in declared and "ipu_runtime_submit" in declared
-    assert exported == declared
+    assert _exported(prefix / "lib" / "libipu.so") == declared
 
 
 @pytest.mark.slow
@@ -124,12 +124,59 @@ def test_example_builds_with_pkg_config(
     assert str(prefix / "lib" / "libipu.so") in ldd
 
 
-def test_docs_reference_lists_every_function(repo: Path) -> None:
-    """docs/c-api.md's reference names every function the headers declare."""
-    doc = (repo / "docs" / "c-api.md").read_text()
+def _declared(repo: Path) -> set[str]:
     declared = set()
     for header in (repo / "runtime_c" / "include" / "ipu").glob("*.h"):
         declared |= set(API_DECL.findall(header.read_text()))
+    return declared
+
+
+def _exported(lib: Path) -> set[str]:
+    out = _run([_require("nm"), "-D", "--defined-only", str(lib)], subprocess_env())
+    return {line.split()[-1] for line in out.splitlines() if line.split()[1:2] == ["T"]}
+
+
+@pytest.fixture(scope="module")
+def package_lib() -> Path:
+    """The libipu.so of the installed Python package, which its extension modules load."""
+    lib = Path(pyipu.__file__).parent / "libipu.so"
+    assert lib.exists(), f"{lib}: the package carries no libipu.so"
+    return lib
+
+
+def test_package_library_exports_the_api_and_what_the_modules_call(
+    repo: Path, package_lib: Path
+) -> None:
+    """The IPU_API functions, plus the internal ones pyipu/_cipu.pxd declares for the
+    extension modules (IPU_EXTENSION_API) and no other."""
+    internal = set(re.findall(r"\b(ipu__[a-z0-9_]+)\(", (repo / "pyipu" / "_cipu.pxd").read_text()))
+    assert "ipu__isa_force" in internal
+    assert _exported(package_lib) == _declared(repo) | internal
+
+
+@pytest.mark.slow
+def test_example_builds_against_the_package_library(
+    repo: Path, package_lib: Path, tmp_path: Path
+) -> None:
+    """An embedder may link the installed package's libipu.so with the public headers."""
+    _require("cc")
+    exe = tmp_path / "embed"
+    _run(
+        ["cc", "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror",
+         str(repo / "examples" / "embed.c"), f"-I{repo / 'runtime_c' / 'include'}",
+         f"-L{package_lib.parent}", "-lipu", f"-Wl,-rpath,{package_lib.parent}", "-pthread",
+         "-o", str(exe)],
+        subprocess_env(),
+    )  # fmt: skip
+    out = _run([str(exe), str(repo / "examples" / "data" / "add.popef")], subprocess_env())
+    assert out.rstrip().endswith("OK")
+    assert str(package_lib) in _run(["ldd", str(exe)], subprocess_env())
+
+
+def test_docs_reference_lists_every_function(repo: Path) -> None:
+    """docs/c-api.md's reference names every function the headers declare."""
+    doc = (repo / "docs" / "c-api.md").read_text()
+    declared = _declared(repo)
     missing = sorted(name for name in declared if f"`{name}`" not in doc)
     assert len(declared) > 60
     assert not missing, missing

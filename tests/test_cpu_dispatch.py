@@ -90,3 +90,44 @@ def test_pyipu_isa_rejects_a_level_the_cpu_lacks(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("PYIPU_ISA", names[_core.isa_best() + 1])
     with pytest.raises(InvalidArgumentError, match="does not run"):
         _config.apply_isa()
+
+
+def _session_outputs(exe, feeds: dict[str, np.ndarray], like: dict[str, np.ndarray]) -> dict:
+    """One step of a model_runtime.Session (pyipu._session) with outputs shaped as `like`."""
+    from pyipu.model_runtime import Session
+
+    outputs = {name: np.zeros_like(a) for name, a in like.items()}
+    with Session(exe) as session:
+        qm = session.create_queue_manager()
+        session.run_load_programs()
+        for name, x in feeds.items():
+            qm.input_queue(name).enqueue(x)
+        for name, y in outputs.items():
+            qm.output_queue(name).enqueue(y)
+        session.run_main_programs()
+    return outputs
+
+
+def test_forced_level_is_one_switch_for_sessions_and_runners(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The extension modules share one libipu.so, so one forced level: a Session (_session)
+    and a Runner (_core's Runtime, _fast_path) give the same bits under each level, and the
+    levels give different bits (the portable MatMul does not fuse its multiply-adds)."""
+    from models import F32, arr, compile_single_op, run_c
+
+    best = _core.isa_best()
+    if best == 1:
+        pytest.skip("only the portable level on this CPU")
+    monkeypatch.delenv("PYIPU_ISA", raising=False)  # the runner would apply it
+    exe, feeds, _ = compile_single_op("MatMul", [arr((8, 64), F32, 1), arr((64, 8), F32, 2)])
+    runner = {}
+    for level in (1, best):
+        assert _core.set_isa(level) == level
+        runner[level] = run_c(exe, feeds)
+        session = _session_outputs(exe, feeds, runner[level])
+        assert _core.sgemm_isa() == level
+        for name, y in runner[level].items():
+            np.testing.assert_array_equal(session[name], y, err_msg=f"level {level}")
+    ((name, portable),) = runner[1].items()
+    assert not np.array_equal(portable, runner[best][name])

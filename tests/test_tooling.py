@@ -1,5 +1,5 @@
-"""The repository's own checks: tools/check_file_length.py, and pyipu/_core.pyi against the
-compiled extension it types."""
+"""The repository's own checks: tools/check_file_length.py, and the stubs of the extension
+modules (pyipu/_core.pyi, _session.pyi, _fast_path.pyi) against the compiled modules."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pyipu import _core
+from pyipu import _core, _fast_path, _session
 
 REPO = Path(__file__).resolve().parent.parent
 TOOL = REPO / "tools" / "check_file_length.py"
@@ -97,11 +97,14 @@ def test_the_repository_passes() -> None:
     assert r.returncode == 0, r.stderr
 
 
-# ---------------------------------------------------------------- pyipu/_core.pyi
+# ------------------------------------------- pyipu/_core.pyi, _session.pyi, _fast_path.pyi
+
+# The extension modules, each typed by the stub of the same name.
+MODULES = {m.__name__.rsplit(".", 1)[1]: m for m in (_core, _session, _fast_path)}
 
 
-def _stub() -> ast.Module:
-    return ast.parse((REPO / "pyipu" / "_core.pyi").read_text())
+def _stub(module: str) -> ast.Module:
+    return ast.parse((REPO / "pyipu" / f"{module}.pyi").read_text())
 
 
 def _public(names: object) -> set[str]:
@@ -109,27 +112,46 @@ def _public(names: object) -> set[str]:
 
 
 def _stub_names(body: list[ast.stmt]) -> dict[str, ast.stmt]:
+    """Functions, classes and constants of a stub, with the ones it re-exports from another
+    module's stub (`from pyipu.M import X as X`, the stub spelling of a re-export)."""
     out: dict[str, ast.stmt] = {}
     for node in body:
         if isinstance(node, ast.FunctionDef | ast.ClassDef):
             out[node.name] = node
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             out[node.target.id] = node
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("pyipu._"):
+            names = [a.name for a in node.names if a.asname == a.name]
+            if names:
+                source = _stub_names(_stub(str(node.module).rsplit(".", 1)[1]).body)
+                out |= {name: source[name] for name in names}
     return out
 
 
-def test_the_stub_names_what_the_extension_has() -> None:
-    runtime = {n for n in _public(dir(_core)) if not inspect.ismodule(getattr(_core, n))}
-    assert _public(_stub_names(_stub().body)) == runtime
+def test_core_re_exports_the_classes_of_its_sibling_modules() -> None:
+    assert _core.Session is _session.Session and _core.FastPath is _fast_path.FastPath
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_the_stub_names_what_the_extension_has(module: str) -> None:
+    ext = MODULES[module]
+    runtime = {n for n in _public(dir(ext)) if not inspect.ismodule(getattr(ext, n))}
+    assert _public(_stub_names(_stub(module).body)) == runtime
 
 
 @pytest.mark.parametrize(
-    "cls", [n for n in dir(_core) if inspect.isclass(getattr(_core, n)) and n[0] != "_"]
+    ("module", "cls"),
+    [
+        (module, n)
+        for module, ext in MODULES.items()
+        for n in dir(ext)
+        if inspect.isclass(getattr(ext, n)) and n[0] != "_"
+    ],
 )
-def test_the_stub_names_every_method_and_attribute(cls: str) -> None:
-    node = _stub_names(_stub().body)[cls]
+def test_the_stub_names_every_method_and_attribute(module: str, cls: str) -> None:
+    node = _stub_names(_stub(module).body)[cls]
     assert isinstance(node, ast.ClassDef)
-    assert _public(_stub_names(node.body)) == _public(vars(getattr(_core, cls)))
+    assert _public(_stub_names(node.body)) == _public(vars(getattr(MODULES[module], cls)))
 
 
 def _parameters(fn: ast.FunctionDef) -> list[tuple[str, bool]]:
@@ -149,14 +171,15 @@ def _callables() -> list[object]:
     """pytest params (runtime function, stub function) of every public function and method
     (the C-level __init__ signatures are not introspectable)."""
     out = []
-    for name, node in _stub_names(_stub().body).items():
-        if isinstance(node, ast.FunctionDef) and name[0] != "_":
-            out.append(pytest.param(getattr(_core, name), node, id=name))
-        elif isinstance(node, ast.ClassDef):
-            for meth, m in _stub_names(node.body).items():
-                if isinstance(m, ast.FunctionDef) and meth[0] != "_" and not _is_property(m):
-                    fn = getattr(getattr(_core, name), meth)
-                    out.append(pytest.param(fn, m, id=f"{name}.{meth}"))
+    for module, ext in MODULES.items():
+        for name, node in _stub_names(_stub(module).body).items():
+            if isinstance(node, ast.FunctionDef) and name[0] != "_":
+                out.append(pytest.param(getattr(ext, name), node, id=f"{module}.{name}"))
+            elif isinstance(node, ast.ClassDef):
+                for meth, m in _stub_names(node.body).items():
+                    if isinstance(m, ast.FunctionDef) and meth[0] != "_" and not _is_property(m):
+                        fn = getattr(getattr(ext, name), meth)
+                        out.append(pytest.param(fn, m, id=f"{module}.{name}.{meth}"))
     return out
 
 

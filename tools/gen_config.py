@@ -146,7 +146,7 @@ REGIONS: dict[tuple[str, str], Callable[[int], list[str]]] = {
     ("pyipu/_cipu.pxd", "ipu_runtime_config"): lambda i: pxd_fields(T.C_RUNTIME),
     ("pyipu/_cipu.pxd", "ipu_session_config"): lambda i: pxd_fields(T.C_SESSION),
     ("pyipu/_core.pyx", "copy"): lambda i: cython_copy(T.C_RUNTIME, i),
-    ("pyipu/_session.pxi", "copy"): lambda i: cython_copy(T.C_SESSION, i),
+    ("pyipu/_session.pyx", "copy"): lambda i: cython_copy(T.C_SESSION, i),
     ("pyipu/model_runtime/session.py", "fields"): lambda i: py_fields(T.PY_SESSION),
     ("docs/runtime.md", "options"): lambda i: docs_table(),
 }

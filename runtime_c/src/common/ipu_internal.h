@@ -8,6 +8,15 @@
 
 #include "ipu/ipu.h"
 
+/* The few internal functions pyipu's extension modules call (pyipu/_cipu.pxd), exported from
+ * the Python package's libipu.so next to the IPU_API ones. The C library for embedders keeps
+ * them local (runtime_c/capi.map): it exports the public API only. */
+#if defined(__GNUC__)
+#define IPU_EXTENSION_API __attribute__((visibility("default")))
+#else
+#define IPU_EXTENSION_API
+#endif
+
 /* Record a formatted message for ipu_last_error_message() and return `s`. */
 ipu_status ipu__fail(ipu_status s, const char *fmt, ...)
 #if defined(__GNUC__)

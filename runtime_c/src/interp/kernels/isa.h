@@ -4,6 +4,8 @@
 #ifndef IPU_KERNELS_ISA_H
 #define IPU_KERNELS_ISA_H
 
+#include "../../common/ipu_internal.h"
+
 enum {
     IPU__ISA_AUTO = 0,     /* ipu__isa_force: automatic (the best level) again */
     IPU__ISA_PORTABLE = 1, /* plain C, any CPU */
@@ -27,7 +29,7 @@ static inline int ipu__isa(void) {
 }
 
 /* The best level this CPU runs. */
-int ipu__isa_best(void);
+IPU_EXTENSION_API int ipu__isa_best(void);
 
 /* The forced level, 0 when automatic. */
 int ipu__isa_forced(void);
@@ -35,10 +37,10 @@ int ipu__isa_forced(void);
 /* Forces `level` for every kernel family (0, or a level this CPU does not run: automatic
  * again); returns the level now in use. For tests, benchmarks and PYIPU_ISA: set it between
  * runs, not while a kernel runs (a plan made under one level may expect its layouts). */
-int ipu__isa_force(int level);
+IPU_EXTENSION_API int ipu__isa_force(int level);
 
 /* "portable", "avx2", "avx512" for levels 1..IPU__ISA_MAX, else NULL. */
-const char *ipu__isa_name(int level);
+IPU_EXTENSION_API const char *ipu__isa_name(int level);
 
 /* The CPU family as AMD numbers it (base + extended family), 0 on other CPUs (cached). */
 unsigned ipu__isa_amd_family(void);

@@ -190,7 +190,7 @@ typedef struct ipu__sgemm_args {
 void ipu__sgemm(const ipu__sgemm_args *g, void *scratch, size_t scratch_bytes);
 /* The micro-kernel's level (isa.h numbering) under the level in use: that level, except AVX2
  * on AMD Zen 4 when none is forced (gemm_f32.c). */
-int ipu__sgemm_isa(void);
+IPU_EXTENSION_API int ipu__sgemm_isa(void);
 /* The pieces of ipu__sgemm, for drivers that pack B themselves (conv.c). The micro-kernel
  * computes C[mr x nr] (row stride ldc; += when acc) from kc steps of an A panel (Ap[k][mr],
  * ipu__sgemm_pack_a: rows [0, g->m) of A, columns [k0, k0 + kc), zero-padded to a multiple of
@@ -269,8 +269,8 @@ void ipu__sgemv(const ipu__sgemm_args *g, void *scratch, size_t scratch_bytes);
 
 /* f16cvt.c: bulk fp16 <-> fp32 conversion, exact (round to nearest even), AVX-512F, F16C or
  * portable. Every float16 kernel converts through these, a block of elements at a time. */
-void ipu__cvt_f16_to_f32(const uint16_t *src, float *dst, size_t n);
-void ipu__cvt_f32_to_f16(const float *src, uint16_t *dst, size_t n);
+IPU_EXTENSION_API void ipu__cvt_f16_to_f32(const uint16_t *src, float *dst, size_t n);
+IPU_EXTENSION_API void ipu__cvt_f32_to_f16(const float *src, uint16_t *dst, size_t n);
 /* B panels of width nr (a multiple of 8) from kc half rows of np columns, converted as they are
  * packed: row k at src + k * ld; panel q (columns [q * nr, q * nr + nr), zero past np) at
  * dst + q * kc * nr, its row k at + k * nr. */

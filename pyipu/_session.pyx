@@ -1,5 +1,26 @@
-# Included by _core.pyx (one extension module): the low-level Session API, kept in its own file
-# to keep _core.pyx readable. Names such as Executable, _ErrorBox and _check come from _core.pyx.
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""The low-level Session API (Model Runtime's Session): programs run on the caller's thread.
+
+Re-exported as pyipu._core.Session; built on pyipu._core's types and helpers (_core.pxd).
+"""
+from cpython.ref cimport Py_DECREF, Py_INCREF
+from libc.stdint cimport uint32_t, uint64_t
+
+cimport numpy as cnp
+
+from pyipu._cipu cimport *
+from pyipu._core cimport (
+    Executable,
+    _check,
+    _ErrorBox,
+    _handler,
+    _slot_trampoline,
+    _stream_trampoline,
+    timeout_ns,
+)
+
+cnp.import_array()
+
 
 cdef class Session:
     """A loaded executable whose programs run on the caller's thread (Model Runtime Session)."""

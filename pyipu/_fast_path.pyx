@@ -1,4 +1,30 @@
-# Runner.execute's fast path for one-batch requests; included by _core.pyx (shares its cdefs).
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""Runner.execute's fast path for one-batch requests.
+
+Re-exported as pyipu._core.FastPath; reads the C fields of pyipu._core.Runtime (_core.pxd).
+"""
+from cpython.dict cimport PyDict_Next, PyDict_Size
+from cpython.object cimport PyObject
+from cpython.ref cimport Py_DECREF, Py_INCREF
+from cpython.unicode cimport PyUnicode_CheckExact, PyUnicode_Compare
+from libc.stdint cimport uint32_t, uint64_t
+from libc.stdlib cimport free, malloc
+
+cimport numpy as cnp
+
+from pyipu._cipu cimport *
+from pyipu._core cimport (
+    Runtime,
+    _cancel_and_wait,
+    _check,
+    _raise_interrupt,
+    _wait_request,
+)
+
+import numpy as np
+
+cnp.import_array()
+
 
 cdef enum:
     _FP_STACK_ANCHORS = 64  # per-call pointer tables on the stack up to this many anchors
@@ -26,7 +52,8 @@ cdef class FastPath:
     def __init__(self, Runtime runtime not None, list anchors):
         """anchors[i] = (name, direction, numpy dtype, shape) of anchor i; direction 0 for
         anchors a request does not feed (weights, the index, stream-callback anchors)."""
-        cdef uint32_t i, d
+        cdef uint32_t i
+        cdef int d
         if runtime.n_anchors != len(anchors) or self.name_ptr != NULL:
             raise ValueError("FastPath: one entry per anchor, made once")
         self.runtime = runtime
