@@ -72,7 +72,7 @@ extensions = [
 
 setup(
     name="pyipu",
-    version="0.1.0",
+    version=(ROOT / "VERSION").read_text().strip(),
     packages=[
         "pyipu",
         "pyipu.cli",

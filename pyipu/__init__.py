@@ -7,9 +7,22 @@ A script written for PopRT runs after replacing `poprt` with `pyipu`:
     model = pyipu.Converter(precision="fp16").convert(onnx_model)
 """
 
+from importlib import metadata as _metadata
+from pathlib import Path as _Path
+
 from pyipu.errors import Error, RecoverableError, UnrecoverableError
 
-__version__ = "0.1.0"
+
+def _version() -> str:
+    """The VERSION file's: beside the package in a source tree (an in-place build), else the
+    installed metadata's, which the build took from it."""
+    root = _Path(__file__).resolve().parent.parent
+    if (root / "meson.build").is_file() and (root / "VERSION").is_file():
+        return (root / "VERSION").read_text().strip()
+    return _metadata.version("pyipu")
+
+
+__version__ = _version()
 
 __all__ = [
     "Converter",

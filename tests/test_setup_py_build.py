@@ -14,7 +14,7 @@ from helpers import subprocess_env
 
 @pytest.mark.slow
 def test_setup_py_build_ext(repo, tmp_path):
-    for name in ("setup.py", "pyproject.toml", "README.md"):
+    for name in ("setup.py", "pyproject.toml", "README.md", "VERSION"):
         shutil.copy(repo / name, tmp_path / name)
     for name in ("pyipu", "magics", "runtime_c"):
         ignore = shutil.ignore_patterns(

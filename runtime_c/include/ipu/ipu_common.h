@@ -25,8 +25,9 @@ extern "C" {
 #define IPU_NODISCARD
 #endif
 
-/* The runtime's version string. The compiler stores a hash of it in every container and
- * ipu_runtime_create compares them when check_package_hash is set. */
+/* The runtime's version string: "pyipu-" and the VERSION file's (a test checks they agree).
+ * The compiler stores a hash of it in every container and ipu_runtime_create compares them
+ * when check_package_hash is set. */
 #define IPU_VERSION_STRING "pyipu-0.1.0"
 
 typedef enum ipu_status {
