@@ -31,6 +31,26 @@ def _figure(width: float, height: float) -> Any:
     return Figure(figsize=(width, height), dpi=DPI)
 
 
+def _stacked_bars(
+    ax: Any, labels: list[str], parts: list[tuple[str, str, np.ndarray]]
+) -> np.ndarray:
+    """Horizontal bars, one per label, stacked from `parts` (name, colour, one value per
+    label); the legend beside the axes. Returns the bars' totals."""
+    y = np.arange(len(labels))
+    left = np.zeros(len(labels))
+    for name, color, values in parts:
+        ax.barh(y, values, left=left, color=color, label=name)
+        left += values
+    ax.set_yticks(y, labels, fontsize=8)
+    _legend_beside(ax)
+    return left
+
+
+def _legend_beside(ax: Any) -> None:
+    """The legend right of the axes, never over the data."""
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+
+
 def tile_grid(memory: np.ndarray, cols: int = GRID_COLS) -> np.ndarray:
     """One IPU's per-tile bytes as a rows x cols grid (tile t at row t // cols, col t % cols)."""
     rows = -(-memory.size // cols)
@@ -88,22 +108,19 @@ def memory_categories(report: Any, ipu: int = 0) -> bytes:
     fig = _figure(9, 2.4)
     ax = fig.add_subplot()
     colors = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd")
-    y = np.arange(len(rows))
-    left = np.zeros(len(rows))
-    for i, (name, color) in enumerate(zip(CATEGORIES, colors, strict=False)):
-        values = np.array([parts[i] for parts in rows.values()], dtype=np.float64) / 1024
-        ax.barh(y, values, left=left, color=color, label=name)
-        left += values
+    parts = [
+        (name, color, np.array([p[i] for p in rows.values()], dtype=np.float64) / 1024)
+        for i, (name, color) in enumerate(zip(CATEGORIES, colors, strict=False))
+    ]
+    totals = _stacked_bars(ax, list(rows), parts)
     ax.axvline(cap_kib, color="black", linestyle="--", linewidth=1)
-    ax.set_yticks(y, list(rows), fontsize=8)
-    ax.set_xlim(0, max(cap_kib, float(left.max())) * 1.05)
+    ax.set_xlim(0, max(cap_kib, float(totals.max())) * 1.05)
     ax.set_xlabel(f"KiB (dashed: the {cap_kib:.0f} KiB tile capacity)")
     ax.set_title(
         f"Tile memory by category, IPU {ipu}: fullest tile {memory[fullest] / 1024:.1f} KiB "
         f"({memory[fullest] / report.target.memory_bytes_per_tile:.1%} of capacity)",
         fontsize=10,
     )
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     return _png(fig)
 
 
@@ -134,13 +151,11 @@ def instruction_cycles(report: Any, top: int = 30) -> bytes:
     costs = costs[::-1]  # barh draws bottom-up: the most expensive on top
     fig = _figure(9, max(2.5, 0.28 * len(costs) + 1.4))
     ax = fig.add_subplot()
-    y = np.arange(len(costs))
-    left = np.zeros(len(costs))
-    for part, color in (("compute", "#1f77b4"), ("exchange", "#ff7f0e"), ("sync", "#2ca02c")):
-        values = np.array([getattr(c, f"{part}_cycles") for c in costs], dtype=np.float64)
-        ax.barh(y, values, left=left, color=color, label=part)
-        left += values
-    ax.set_yticks(y, [_instruction_label(c) for c in costs], fontsize=8)
+    parts = [
+        (part, color, np.array([getattr(c, f"{part}_cycles") for c in costs], dtype=np.float64))
+        for part, color in (("compute", "#1f77b4"), ("exchange", "#ff7f0e"), ("sync", "#2ca02c"))
+    ]
+    _stacked_bars(ax, [_instruction_label(c) for c in costs], parts)
     ax.set_xlabel("estimated cycles per batch (IPU Model)")
     total = sum(c.cycles for c in report.instructions)
     ax.set_title(
@@ -148,8 +163,6 @@ def instruction_cycles(report: Any, top: int = 30) -> bytes:
         f"({total:,} cycles in all, batch {report.batch_cycles:,})",
         fontsize=10,
     )
-    # beside the axes, never over a bar
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     return _png(fig)
 
 
@@ -283,4 +296,4 @@ def _per_iteration(ax: Any, events: np.ndarray, kinds: dict[int, str]) -> None:
     ax.set_title("Per iteration: its load, compute and store", fontsize=10)
     ax.grid(axis="x", alpha=0.3)
     if rows:
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+        _legend_beside(ax)
