@@ -53,6 +53,7 @@ def _checked(convert: Callable[[str], Any], ok: Callable[[Any], bool], expected:
 _positive = _checked(int, lambda v: v >= 1, "a positive integer")
 _non_negative = _checked(int, lambda v: v >= 0, "an integer >= 0")
 _positive_float = _checked(float, lambda v: 0 < v < float("inf"), "a positive number")
+_identifier = _checked(str, str.isidentifier, "a Python variable name")
 _proportion = _checked(float, lambda v: 0 < v <= 1, "a number in (0, 1]")
 _io_tiles = _checked(
     lambda t: t if t == "auto" else int(t), lambda v: v == "auto" or v >= 0, "N >= 0 or 'auto'"
@@ -180,6 +181,14 @@ def _build() -> _Parser:
         action="store_true",
         help="return a RunHandle at once and run in a thread (the kernel stays free; the "
         "dashboard gets a Stop button)",
+    )
+    p.add_argument(
+        "-o",
+        "--output-var",
+        type=_identifier,
+        metavar="VAR",
+        help="also keep the RunResult (RunHandle with --background) in the variable VAR, as "
+        "%%timeit -o keeps its result (the way to keep a %%%%ipu run cell's result)",
     )
 
     p = verbs.add_parser(

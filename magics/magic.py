@@ -126,9 +126,12 @@ class IpuMagics(Magics):
             from .background import RunHandle
 
             prepared = PreparedRun(ns.exe, exe, plan, feeds, show, stop_button=True)
-            return RunHandle(prepared, lambda r: self.shell.user_ns.update(_ipu_last_run=r))
+            handle = RunHandle(prepared, lambda r: self.shell.user_ns.update(_ipu_last_run=r))
+            self._keep(ns, handle)
+            return handle
         result = run(ns.exe, exe, plan, feeds, show)
         self.shell.user_ns["_ipu_last_run"] = result
+        self._keep(ns, result)
         if result.interrupted:  # Ctrl-C or the notebook's stop button
             print(
                 f"%ipu run: interrupted; {result.completed + result.failed} of "
@@ -137,6 +140,11 @@ class IpuMagics(Magics):
             )
             raise KeyboardInterrupt  # as %timeit does, so Run All stops at this cell
         return result
+
+    def _keep(self, ns: argparse.Namespace, value: Any) -> None:
+        """`-o VAR`: the result also goes to the notebook's variable VAR."""
+        if ns.output_var:
+            self.shell.user_ns[ns.output_var] = value
 
 
 def _no_cell(ns: argparse.Namespace, cell: str | None) -> None:

@@ -339,3 +339,14 @@ def test_background_handle_output_shows_how_the_run_ended(ip: Any, exe: Executab
     res = handle.wait(timeout=60)
     assert res is not None and len(updates) == 1
     assert "in progress" not in updates[0] and "Run of exe" in updates[0]
+
+
+def test_run_output_var_keeps_the_result(ip: Any, exe: Executable) -> None:
+    cell = "import numpy as np\ninputs = {'x': np.ones((4, 64), np.float32)}\n"
+    with capture_output():
+        ip.run_cell_magic("ipu", "run exe --requests 3 --no-widgets -o kept", cell)
+    assert ip.user_ns["kept"].completed == 3 and ip.user_ns["kept"] is ip.user_ns["_ipu_last_run"]
+    handle = ip.run_line_magic("ipu", "run exe --requests 2 --background --no-widgets -o h")
+    assert ip.user_ns["h"] is handle and handle.wait(timeout=60).completed == 2
+    with pytest.raises(UsageError, match="variable name"), capture_output():
+        ip.run_line_magic("ipu", "run exe --requests 1 -o 1x")
