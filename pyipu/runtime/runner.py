@@ -254,12 +254,7 @@ class Runner:
                 raise InvalidArgumentError(unknown_name("output", name, list(by_name)))
         if not isinstance(input_feed, Mapping):
             raise InvalidArgumentError("input_feed must be a dict of name -> numpy array")
-        n = 1
-        for name, array in input_feed.items():
-            i = self._lookup(name, _INPUT)
-            if name != self._index_name:
-                n = self._check_array(self._anchors[i], array, _INPUT, self._batching_dim)
-                break
+        n = self.check_request(input_feed, {})  # the batches the outputs must carry
         arrays = {d.name: np.empty(self._shape_of(d, n), d.numpy_data_type()) for d in outputs}
         self.execute(input_feed, arrays)
         return [arrays[name] for name in names]
