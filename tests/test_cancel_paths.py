@@ -183,3 +183,47 @@ def test_batching_cancels_an_iteration_only_when_all_its_requests_are_cancelled(
                 f.wait()
         assert time.monotonic() - t0 < BOUND_S
         check_counts(runner, 2, 2)
+
+
+ROW = 1 << 25  # LogSoftmax over it: ~0.75 s at 1 thread, in one work item
+
+
+def one_long_row(op: str) -> onnx.ModelProto:
+    """`op` over one row of ROW floats: the whole inference is one work item of one kernel."""
+    graph = helper.make_graph(
+        [helper.make_node(op, ["X"], ["Y"], axis=1)],
+        "one_row",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, ROW])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, ROW])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("how", ["ctrl-c", "cancel"])
+def test_cancel_lands_inside_one_long_row(threads: int, how: str):
+    """A row of millions of elements is a single work item: its kernel asks the runtime between
+    chunks of the row (docs/runtime.md, "Cancelling and Ctrl-C")."""
+    exe = Compiler.compile(one_long_row("LogSoftmax"), None)
+    x = np.random.default_rng(7).standard_normal((1, ROW), dtype=np.float32)
+    y = np.empty_like(x)
+    with runtime.Runner(exe, runtime.RuntimeConfig(num_threads=threads)) as runner:
+        if how == "ctrl-c":  # one batch: inline, the poll hook asked from inside the kernel
+            sent = interrupt_after(0.15)
+            with pytest.raises(KeyboardInterrupt):
+                runner.execute({"X": x}, {"Y": y})
+            latency = time.monotonic() - sent[0]
+        else:  # the device thread: the request's cancel flag, seen from inside the kernel
+            running = runner.execute_async({"X": x}, {"Y": y})
+            time.sleep(0.15)
+            t0 = time.monotonic()
+            assert running.cancel()
+            with pytest.raises(CancelledError):
+                running.wait()
+            latency = time.monotonic() - t0
+        assert latency < BOUND_S, f"{how}: stopped {latency:.3f} s after the request to stop"
+        check_counts(runner, 0, 1)
+        runner.execute({"X": x}, {"Y": y})  # the next request runs whole
+        m = float(x.max())
+        log_sum = m + np.log(np.exp(x.astype(np.float64) - m).sum())
+        np.testing.assert_allclose(y, x - log_sum, atol=1e-5)

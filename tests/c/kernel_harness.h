@@ -146,7 +146,7 @@ static inline void *run(H *h, ipu_opcode op, uint32_t nin, const uint32_t *in, u
     ipu_status st = ti_make(h, &ti, op, nin, in, out, nattr, attr);
     CHECK(st == IPU_OK, "verify %s: %s", ipu_opcode_name(op), ipu_last_error_message());
     if (st) return h->ptr[out];
-    ipu__frame f = {&h->e, h->ptr, NULL, 0};
+    ipu__frame f = {.exe = &h->e, .ptr = h->ptr};
     size_t w = ipu__instr_work(&h->e, &ti.ins);
     size_t nb = h->t[out].desc.nbytes;
     memset(h->ptr[out], 0xA5, nb);

@@ -278,7 +278,7 @@ static ipu_status build(int mut, ipu_container **cout, ipu_executable **eout, fl
 }
 
 static void run_program(const ipu_executable *e, uint32_t pidx, void **ptr, void *scratch) {
-    ipu__frame f = {e, ptr, NULL, 0};
+    ipu__frame f = {.exe = e, .ptr = ptr};
     const ipu__program *p = &e->programs[pidx];
     for (uint32_t i = 0; i < p->n_instr; i++) {
         size_t w = ipu__instr_work(e, &p->instr[i]);

@@ -745,7 +745,7 @@ static void bench(void) {
     fill_f32(h, b);
     TI ti;
     if (ti_make(h, &ti, IPU_OP_MATMUL, 2, (uint32_t[]){a, b}, y, 0, NULL) == IPU_OK) {
-        ipu__frame f = {&h->e, h->ptr, NULL, 0};
+        ipu__frame f = {.exe = &h->e, .ptr = h->ptr};
         size_t w = ipu__instr_work(&h->e, &ti.ins);
         double best = 1e30;
         for (int trial = 0; trial < 10; trial++) {

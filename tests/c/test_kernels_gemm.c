@@ -363,7 +363,7 @@ static void test_packed_b_not_used(void) {
             h->ptr[b] = h->ptr[b2]; /* what BIND of a user buffer does */
         else
             force_isa(1); /* portable kernel: other panel width */
-        ipu__frame f = {&h->e, h->ptr, NULL, 0};
+        ipu__frame f = {.exe = &h->e, .ptr = h->ptr};
         CHECK(ipu__instr_run(&f, &ti.ins, 0, ipu__instr_work(&h->e, &ti.ins), h->scratch) == IPU_OK,
               "run");
         const float *bv = mode == 0 ? h->ptr[b2] : h->ptr[b];
@@ -412,7 +412,7 @@ static void bench(double seconds) {
             h_free(h);
             continue;
         }
-        ipu__frame f = {&h->e, h->ptr, NULL, 0};
+        ipu__frame f = {.exe = &h->e, .ptr = h->ptr};
         size_t w = ipu__instr_work(&h->e, &ti.ins);
         double best = 1e30, t0 = cpu_now();
         for (int reps = 0; reps < 3 || cpu_now() - t0 < seconds; reps++) {

@@ -88,7 +88,7 @@ static void test_wino(int isa) {
         CHECK(ti_make(h, &ti, IPU_OP_CONV2D, nin, in, y, 11, attr) == IPU_OK, "rebound %zu", k);
         void *packed_w = h->ptr[w];
         h->ptr[w] = h->ptr[w2];
-        ipu__frame f = {&h->e, h->ptr, NULL, 0};
+        ipu__frame f = {.exe = &h->e, .ptr = h->ptr};
         memset(h->ptr[y], 0xA5, h->t[y].desc.nbytes);
         size_t work = ipu__instr_work(&h->e, &ti.ins);
         for (size_t i = 0; i < work; i++) /* item by item: no item merging either */

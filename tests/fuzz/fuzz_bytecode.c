@@ -37,7 +37,7 @@ static void run(const ipu_executable *e, const uint8_t *data, size_t size) {
             ptr[t] = T->loc == IPU_LOC_ARENA ? (void *)(arena + T->offset)
                                              : (void *)(e->tensor_data + T->offset);
         }
-        ipu__frame f = {e, ptr, NULL, 0};
+        ipu__frame f = {.exe = e, .ptr = ptr};
         run_program(e, &f, e->load_program, scratch);
         for (uint32_t p = 0; p < in->num_programs; p++)
             if (p != e->load_program) run_program(e, &f, p, scratch);

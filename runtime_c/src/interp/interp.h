@@ -73,12 +73,17 @@ struct ipu_executable {
  * cancel[0..ncancel): the flags of the requests the program runs for (the runtime's
  * ipu_request_cancel; none: not cancellable). Once every one is non-zero the program stops
  * between instructions, and between pieces of an instruction's work items, with
- * IPU_ERR_CANCELLED (relaxed loads). */
+ * IPU_ERR_CANCELLED (relaxed loads).
+ * stop(f): asked by a kernel between chunks of one long work item (a row of millions of
+ * elements), from any worker; true stops the kernel with IPU_ERR_CANCELLED. NULL: never;
+ * stop_ctx is the runtime's. */
 typedef struct ipu__frame {
     const ipu_executable *exe;
     void **ptr;
     const atomic_int *const *cancel;
     uint32_t ncancel;
+    bool (*stop)(const struct ipu__frame *f);
+    void *stop_ctx;
 } ipu__frame;
 
 /* Number of work items of `ins` (0 when the output is empty). */

@@ -596,7 +596,7 @@ static ipu_status run_inline(ipu_runtime *rt, const ipu_request_desc *d) {
     }
     if (s->trace) ipu__trace_record(s->trace, IPU_TRACE_LOAD, 0, t0);
     t0 = ipu__trace_start(s);
-    const ipu__frame f = {s->exe, s->tensor_ptr, NULL, 0};
+    const ipu__frame f = {s->exe, s->tensor_ptr, NULL, 0, ipu__frame_stop, s};
     s->poll = rt->poll; /* the device is parked: this thread alone runs programs now */
     s->poll_ud = rt->poll_ud;
     s->poll_t0 = t_submit;

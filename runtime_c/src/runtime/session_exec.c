@@ -48,8 +48,14 @@ static bool stop_now(ipu_session *s, const ipu__frame *f, ipu__poller *p) {
            (p && poll_cancels(s, p));
 }
 
-ipu_status ipu__instr_run_pieces(ipu_session *s, const ipu__frame *f, const ipu__instr *ins,
-                                 size_t begin, size_t end, void *scratch, ipu__poller *poll) {
+/* The poll hook of the program this thread runs, while it runs an instruction's work (NULL on
+ * the pool's other workers): kernels ask ipu__frame_stop between chunks of a long work item. */
+static _Thread_local ipu__poller *tl_poll;
+
+bool ipu__frame_stop(const ipu__frame *f) { return stop_now(f->stop_ctx, f, tl_poll); }
+
+static ipu_status run_pieces(ipu_session *s, const ipu__frame *f, const ipu__instr *ins,
+                             size_t begin, size_t end, void *scratch, ipu__poller *poll) {
     size_t n = end - begin;
     /* Small work runs in one piece: no clock reads, no extra kernel call. */
     if (n < 2 || (!f->ncancel && !s->poll) || ipu__instr_bytes(s->exe, ins) < IPU__PIECE_MIN_BYTES)
@@ -75,6 +81,15 @@ ipu_status ipu__instr_run_pieces(ipu_session *s, const ipu__frame *f, const ipu_
         b = e;
     }
     return IPU_OK;
+}
+
+ipu_status ipu__instr_run_pieces(ipu_session *s, const ipu__frame *f, const ipu__instr *ins,
+                                 size_t begin, size_t end, void *scratch, ipu__poller *poll) {
+    ipu__poller *outer = tl_poll;
+    tl_poll = poll;
+    ipu_status st = run_pieces(s, f, ins, begin, end, scratch, poll);
+    tl_poll = outer;
+    return st;
 }
 
 typedef struct ipu__job {

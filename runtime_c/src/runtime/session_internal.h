@@ -320,6 +320,10 @@ typedef struct ipu__poller {
 IPU_NODISCARD ipu_status ipu__instr_run_pieces(ipu_session *s, const ipu__frame *f,
                                                const ipu__instr *ins, size_t begin, size_t end,
                                                void *scratch, ipu__poller *poll);
+/* The stop hook of every frame a session runs (ipu__frame.stop, stop_ctx = the session): the
+ * frame's requests are cancelled, or the poll hook (called when due by the thread running the
+ * program) interrupts. */
+bool ipu__frame_stop(const ipu__frame *f);
 /* Run program programs[index] over frame f on the pool; the calling thread is worker 0. */
 IPU_NODISCARD ipu_status ipu__run_program(ipu_session *s, const ipu__frame *f, uint32_t index);
 /* alone = 0: as ipu__run_program; w + 1: every instruction serially on worker w (its scratch). */

@@ -381,7 +381,7 @@ static void stage_load(ipu_session *s, ipu__iter *c, uint32_t it) {
 
 static void stage_compute(ipu_session *s, ipu__iter *c) {
     if (c->st != IPU_OK) return;
-    const ipu__frame f = {s->exe, c->ptr, c->cut, c->ncut};
+    const ipu__frame f = {s->exe, c->ptr, c->cut, c->ncut, ipu__frame_stop, s};
     ipu_status ps = s->exe->info.num_stages
                         ? ipu__run_stages(s, &f)
                         : ipu__run_program_on(s, &f, s->exe->main_programs[c->sub], c->alone);

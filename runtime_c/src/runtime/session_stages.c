@@ -128,7 +128,7 @@ static void run_slot(ipu_session *s, uint32_t j, uint32_t ith, uint32_t rank, ui
     const ipu_executable *e = s->exe;
     const ipu__program *prog = &e->programs[e->stages[s->pp_act[j]].program];
     const ipu__iter *c = s->pp_iter[j];
-    const ipu__frame f = {e, c->ptr, c->cut, c->ncut};
+    const ipu__frame f = {e, c->ptr, c->cut, c->ncut, ipu__frame_stop, s};
     void *scratch = ipu__pool_scratch(s->pool, ith);
     for (uint32_t i = 0; i < prog->n_instr; i++) {
         const ipu__instr *ins = &prog->instr[i];
@@ -283,7 +283,7 @@ ipu_status ipu__stages_run_main(ipu_session *s, ipu_step_result *r) {
                 continue;
             ipu__iter *c = &s->iters[(T - k) % S];
             if (c->st != IPU_OK) continue;
-            const ipu__frame f = {e, c->ptr, c->cut, c->ncut};
+            const ipu__frame f = {e, c->ptr, c->cut, c->ncut, ipu__frame_stop, s};
             ipu_status st = ipu__run_program(s, &f, e->stages[k].copy);
             if (st != IPU_OK) {
                 char what[64];

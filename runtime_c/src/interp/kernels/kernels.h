@@ -31,6 +31,27 @@ typedef struct ipu__plan {
     bool contiguous;
 } ipu__plan;
 
+/* Elements a kernel handles between two asks of the frame's stop hook inside one work item
+ * (well under a millisecond of work): a long row (softmax, reduce, cumsum, top-k over millions
+ * of elements) is cancelled within a fraction of a second like any instruction. */
+#define IPU__STOP_CHUNK ((int64_t)1 << 16)
+
+/* Between two chunks of a work item: IPU_ERR_CANCELLED if the frame's requests are to stop. */
+static inline ipu_status ipu__stop_check(const ipu__frame *f) {
+    return f->stop && f->stop(f) ? ipu__fail(IPU_ERR_CANCELLED, "cancelled inside a work item")
+                                 : IPU_OK;
+}
+/* A loop over rows of w elements asks before row k when k > 0 and (k & mask) == 0, mask + 1
+ * rows (a power of two: no division in the loop) holding about IPU__STOP_CHUNK elements. */
+static inline int64_t ipu__stop_mask(int64_t w) {
+    int64_t rows = 1;
+    while (rows * 2 * w <= IPU__STOP_CHUNK) rows *= 2;
+    return rows - 1;
+}
+static inline ipu_status ipu__stop_at(const ipu__frame *f, int64_t k, int64_t mask) {
+    return (k & mask) || k == 0 ? IPU_OK : ipu__stop_check(f);
+}
+
 /* Work granularity (elements / bytes per work item). */
 #define IPU__ELT_BLOCK ((uint64_t)16384)
 #define IPU__COPY_BLOCK ((uint64_t)1 << 18)

@@ -1,7 +1,9 @@
 /* REDUCE_SUM, REDUCE_MEAN and SOFTMAX over the middle axis of x viewed as [outer, red, inner].
  * Work item = (outer index, block of IPU__RED_IB inner columns). Floats accumulate in float32
  * (float16 is converted on load), integers in their own type (wrapping; computed in uint64 and
- * truncated); integer mean = wrapped sum / reduce, truncating toward zero; reduce == 0 gives sum 0, float mean NaN, integer mean 0. */
+ * truncated); integer mean = wrapped sum / reduce, truncating toward zero; reduce == 0 gives
+ * sum 0, float mean NaN, integer mean 0. A work item over millions of elements asks the stop
+ * hook between chunks (ipu__stop_check). */
 #include <math.h>
 #include <string.h>
 
@@ -85,6 +87,8 @@ static ipu_status reduce_float(const ipu__frame *f, const ipu__instr *ins, size_
         if (p->inner == 1) {
             float part[8] = {0}, tail = 0.0f;
             for (int64_t j = 0; j < p->red; j += CH) {
+                ipu_status st = ipu__stop_at(f, j, IPU__STOP_CHUNK - 1);
+                if (st != IPU_OK) return st;
                 int64_t n = p->red - j < CH ? p->red - j : CH;
                 tail += sum_run(ldf(x, f16, base + j, buf, n), n, part);
             }
@@ -92,7 +96,10 @@ static ipu_status reduce_float(const ipu__frame *f, const ipu__instr *ins, size_
                      ((part[4] + part[5]) + (part[6] + part[7])) + tail;
         } else {
             for (int64_t c = 0; c < r.w; c++) acc[c] = 0.0f;
+            const int64_t mask = ipu__stop_mask(r.w);
             for (int64_t k = 0; k < p->red; k++) {
+                ipu_status st = ipu__stop_at(f, k, mask);
+                if (st != IPU_OK) return st;
                 const float *row = ldf(x, f16, base + k * p->inner, buf, r.w);
                 for (int64_t c = 0; c < r.w; c++) acc[c] += row[c];
             }
@@ -117,7 +124,10 @@ static ipu_status reduce_float(const ipu__frame *f, const ipu__instr *ins, size_
             red_item r = red_item_of(p, it);                                                       \
             const T *xb = x + r.o * p->red * p->inner + r.c0;                                      \
             for (int64_t c = 0; c < r.w; c++) acc[c] = 0;                                          \
+            const int64_t mask = ipu__stop_mask(r.w);                                              \
             for (int64_t k = 0; k < p->red; k++) {                                                 \
+                ipu_status st = ipu__stop_at(f, k, mask);                                          \
+                if (st != IPU_OK) return st;                                                       \
                 const T *row = xb + k * p->inner;                                                  \
                 for (int64_t c = 0; c < r.w; c++) acc[c] += (uint64_t)(int64_t)row[c];             \
             }                                                                                      \
@@ -161,6 +171,27 @@ RED_KERNELS(reduce_mean, 1)
 
 static inline float nanmax(float m, float v) { return (v > m || v != v) ? v : m; }
 
+/* One contiguous float32 row: y = exp(x - max) / sum (y may be x; a NaN anywhere makes the row
+ * NaN), in chunks of IPU__STOP_CHUNK with the stop hook asked between two. */
+static ipu_status softmax_row(const ipu__frame *f, const float *x, float *y, int64_t L) {
+    const int64_t C = IPU__STOP_CHUNK;
+    ipu_status st = IPU_OK;
+    float m = -INFINITY, s = 0.0f;
+    for (int64_t j = 0; j < L && st == IPU_OK; j += C) {
+        m = nanmax(m, ipu__vm_max(x + j, (size_t)(L - j < C ? L - j : C)));
+        if (j + C < L) st = ipu__stop_check(f);
+    }
+    for (int64_t j = 0; j < L && st == IPU_OK; j += C) {
+        s += ipu__vm_exp_sum(x + j, y + j, (size_t)(L - j < C ? L - j : C), m);
+        if (j + C < L) st = ipu__stop_check(f);
+    }
+    for (int64_t j = 0; j < L && st == IPU_OK; j += C) {
+        ipu__vm_scale(y + j, (size_t)(L - j < C ? L - j : C), 1.0f / s);
+        if (j + C < L) st = ipu__stop_check(f);
+    }
+    return st;
+}
+
 static ipu_status softmax(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e, int f16,
                           float *scratch) {
     const ipu__red_plan *p = ins->plan;
@@ -169,42 +200,47 @@ static ipu_status softmax(const ipu__frame *f, const ipu__instr *ins, size_t b, 
     int64_t L = p->red;
     float buf[IB > CH ? IB : CH], out[IB > CH ? IB : CH];
     const int64_t cap = (int64_t)(IPU__SCRATCH_BYTES / sizeof(float));
+    ipu_status st = IPU_OK;
     if (f16 && p->inner == 1 && L > 0 && L <= cap) {
         /* float16 rows (consecutive items: consecutive rows): about RUN floats of them (one
          * row at least; they stay in L1) converted in one call, the float32 row kernel in place
          * on each, stored in one call */
         const int64_t per = L < RUN ? RUN / L : 1;
-        for (size_t it = b; it < e;) {
+        for (size_t it = b; it < e && st == IPU_OK;) {
             int64_t nrow = (int64_t)(e - it) < per ? (int64_t)(e - it) : per;
             const uint16_t *xr = (const uint16_t *)x + (int64_t)it * L;
             ipu__cvt_f16_to_f32(xr, scratch, (size_t)(nrow * L));
-            for (int64_t k = 0; k < nrow; k++)
-                ipu__vm_softmax_row(scratch + k * L, scratch + k * L, (size_t)L);
+            for (int64_t k = 0; k < nrow && st == IPU_OK; k++)
+                st = softmax_row(f, scratch + k * L, scratch + k * L, L);
             ipu__cvt_f32_to_f16(scratch, (uint16_t *)y + (int64_t)it * L, (size_t)(nrow * L));
             it += (size_t)nrow;
         }
-        return IPU_OK;
+        return st;
     }
     for (size_t it = b; it < e; it++) {
         red_item r = red_item_of(p, it);
         int64_t base = r.o * L * p->inner + r.c0;
         if (p->inner == 1 && !f16) {
-            ipu__vm_softmax_row((const float *)x + base, (float *)y + base, (size_t)L);
+            if ((st = softmax_row(f, (const float *)x + base, (float *)y + base, L)) != IPU_OK)
+                return st;
             continue;
         }
         if (p->inner == 1) {
             float m = -INFINITY, s = 0.0f;
             for (int64_t j = 0; j < L; j += CH) {
+                if ((st = ipu__stop_at(f, j, IPU__STOP_CHUNK - 1)) != IPU_OK) return st;
                 int64_t n = L - j < CH ? L - j : CH;
                 const float *v = ldf(x, f16, base + j, buf, n);
                 for (int64_t i = 0; i < n; i++) m = nanmax(m, v[i]);
             }
             for (int64_t j = 0; j < L; j += CH) {
+                if ((st = ipu__stop_at(f, j, IPU__STOP_CHUNK - 1)) != IPU_OK) return st;
                 int64_t n = L - j < CH ? L - j : CH;
                 const float *v = ldf(x, f16, base + j, buf, n);
                 for (int64_t i = 0; i < n; i++) s += expf(v[i] - m);
             }
             for (int64_t j = 0; j < L; j += CH) {
+                if ((st = ipu__stop_at(f, j, IPU__STOP_CHUNK - 1)) != IPU_OK) return st;
                 int64_t n = L - j < CH ? L - j : CH;
                 const float *v = ldf(x, f16, base + j, buf, n);
                 for (int64_t i = 0; i < n; i++) out[i] = expf(v[i] - m) / s;
@@ -213,19 +249,23 @@ static ipu_status softmax(const ipu__frame *f, const ipu__instr *ins, size_t b, 
             continue;
         }
         float mx[IB], sm[IB];
+        const int64_t mask = ipu__stop_mask(r.w);
         for (int64_t c = 0; c < r.w; c++) {
             mx[c] = -INFINITY;
             sm[c] = 0.0f;
         }
         for (int64_t k = 0; k < L; k++) {
+            if ((st = ipu__stop_at(f, k, mask)) != IPU_OK) return st;
             const float *v = ldf(x, f16, base + k * p->inner, buf, r.w);
             for (int64_t c = 0; c < r.w; c++) mx[c] = nanmax(mx[c], v[c]);
         }
         for (int64_t k = 0; k < L; k++) {
+            if ((st = ipu__stop_at(f, k, mask)) != IPU_OK) return st;
             const float *v = ldf(x, f16, base + k * p->inner, buf, r.w);
             for (int64_t c = 0; c < r.w; c++) sm[c] += expf(v[c] - mx[c]);
         }
         for (int64_t k = 0; k < L; k++) {
+            if ((st = ipu__stop_at(f, k, mask)) != IPU_OK) return st;
             const float *v = ldf(x, f16, base + k * p->inner, buf, r.w);
             for (int64_t c = 0; c < r.w; c++) out[c] = expf(v[c] - mx[c]) / sm[c];
             stf(y, f16, base + k * p->inner, out, r.w);

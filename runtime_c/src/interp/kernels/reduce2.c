@@ -8,7 +8,8 @@
  *   comparisons are exact; NaN propagates through MAX/MIN and wins ARG_REDUCE (as numpy);
  * - integers accumulate in uint64 and wrap to their own type on store (MEAN: the wrapped sum
  *   divided by n, truncating; L2: sqrt of the wrapped sum of squares, truncated, 0 if negative).
- * Kernels are dtype-generic: element loads and stores switch on the plan's dtype. */
+ * Kernels are dtype-generic: element loads and stores switch on the plan's dtype. A work item
+ * over millions of elements asks the stop hook between chunks (ipu__stop_at). */
 #include <math.h>
 #include <string.h>
 
@@ -80,22 +81,27 @@ static inline int64_t wrap(ipu_dtype dt, uint64_t v) {
 static inline float fmaxn(float m, float v) { return (v > m || v != v) ? v : m; }
 static inline float fminn(float m, float v) { return (v < m || v != v) ? v : m; }
 
-/* for k in [0, n), c in [0, w): BODY with v = element (k, c) of the block (rows contiguous) */
-#define ROWS(LD, BODY)                      \
-    for (int64_t k = 0; k < p->n; k++) {    \
-        int64_t rb = base + k * p->inner;   \
-        for (int64_t c = 0; c < r.w; c++) { \
-            LD##_t v = LD(x, dt, rb + c);   \
-            BODY;                           \
-        }                                   \
+/* for k in [0, n), c in [0, w): BODY with v = element (k, c) of the block (rows contiguous);
+ * the stop hook is asked every mask + 1 rows (the function returns its status) */
+#define ROWS(LD, BODY)                             \
+    for (int64_t k = 0; k < p->n; k++) {           \
+        ipu_status st_ = ipu__stop_at(f, k, mask); \
+        if (st_ != IPU_OK) return st_;             \
+        int64_t rb = base + k * p->inner;          \
+        for (int64_t c = 0; c < r.w; c++) {        \
+            LD##_t v = LD(x, dt, rb + c);          \
+            BODY;                                  \
+        }                                          \
     }
 typedef float ldf_t;
 typedef int64_t ldi_t;
 
 /* ---- REDUCE ------------------------------------------------------------------------------ */
 
-static void reduce_float_block(const ipu__rfam_plan *p, const void *x, void *y, red_item r) {
+static ipu_status reduce_float_block(const ipu__frame *f, const ipu__rfam_plan *p, const void *x,
+                                     void *y, red_item r) {
     ipu_dtype dt = p->dtype;
+    const int64_t mask = ipu__stop_mask(r.w);
     int64_t base = r.o * p->n * p->inner + r.c0;
     double acc[IB];
     float m[IB];
@@ -133,10 +139,13 @@ static void reduce_float_block(const ipu__rfam_plan *p, const void *x, void *y, 
         }
         stf(y, dt, yb + c, a);
     }
+    return IPU_OK;
 }
 
-static void reduce_int_block(const ipu__rfam_plan *p, const void *x, void *y, red_item r) {
+static ipu_status reduce_int_block(const ipu__frame *f, const ipu__rfam_plan *p, const void *x,
+                                   void *y, red_item r) {
     ipu_dtype dt = p->dtype;
+    const int64_t mask = ipu__stop_mask(r.w);
     int64_t base = r.o * p->n * p->inner + r.c0;
     uint64_t acc[IB];
     int64_t m[IB];
@@ -169,6 +178,7 @@ static void reduce_int_block(const ipu__rfam_plan *p, const void *x, void *y, re
         }
         sti(y, dt, yb + c, a);
     }
+    return IPU_OK;
 }
 
 ipu_status ipu__k_reduce(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
@@ -177,22 +187,21 @@ ipu_status ipu__k_reduce(const ipu__frame *f, const ipu__instr *ins, size_t b, s
     const ipu__rfam_plan *p = ins->plan;
     const void *x = f->ptr[ins->in[0]];
     void *y = f->ptr[ins->out[0]];
-    for (size_t it = b; it < e; it++) {
-        if (is_f(p->dtype))
-            reduce_float_block(p, x, y, item_of(p, it));
-        else
-            reduce_int_block(p, x, y, item_of(p, it));
-    }
-    return IPU_OK;
+    ipu_status st = IPU_OK;
+    for (size_t it = b; it < e && st == IPU_OK; it++)
+        st = is_f(p->dtype) ? reduce_float_block(f, p, x, y, item_of(p, it))
+                            : reduce_int_block(f, p, x, y, item_of(p, it));
+    return st;
 }
 
 /* ---- ARG_REDUCE, HARDMAX ---------------------------------------------------------------- */
 
 /* bi[c] = index along n of the max (min) of each column of the block. Ties: first, or last
  * with `last`; floats: NaN wins (the first NaN, or the last with `last`), as numpy. */
-static void arg_block(const ipu__rfam_plan *p, const void *x, red_item r, int is_min, int last,
-                      int64_t *bi) {
+static ipu_status arg_block(const ipu__frame *f, const ipu__rfam_plan *p, const void *x, red_item r,
+                            int is_min, int last, int64_t *bi) {
     ipu_dtype dt = p->dtype;
+    const int64_t mask = ipu__stop_mask(r.w);
     int64_t base = r.o * p->n * p->inner + r.c0;
     for (int64_t c = 0; c < r.w; c++) bi[c] = 0;
     if (is_f(dt)) {
@@ -221,6 +230,7 @@ static void arg_block(const ipu__rfam_plan *p, const void *x, red_item r, int is
             }
         })
     }
+    return IPU_OK;
 }
 
 ipu_status ipu__k_arg_reduce(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
@@ -232,7 +242,8 @@ ipu_status ipu__k_arg_reduce(const ipu__frame *f, const ipu__instr *ins, size_t 
     int64_t bi[IB];
     for (size_t it = b; it < e; it++) {
         red_item r = item_of(p, it);
-        arg_block(p, x, r, p->is_min, p->last, bi);
+        ipu_status st = arg_block(f, p, x, r, p->is_min, p->last, bi);
+        if (st != IPU_OK) return st;
         memcpy(y + r.o * p->inner + r.c0, bi, sizeof(int64_t) * (size_t)r.w);
     }
     return IPU_OK;
@@ -247,11 +258,15 @@ ipu_status ipu__k_hardmax(const ipu__frame *f, const ipu__instr *ins, size_t b, 
     int64_t bi[IB];
     for (size_t it = b; it < e; it++) {
         red_item r = item_of(p, it);
-        arg_block(p, x, r, 0, 0, bi);
+        ipu_status st = arg_block(f, p, x, r, 0, 0, bi);
+        if (st != IPU_OK) return st;
         int64_t base = r.o * p->n * p->inner + r.c0;
-        for (int64_t k = 0; k < p->n; k++)
+        const int64_t mask = ipu__stop_mask(r.w);
+        for (int64_t k = 0; k < p->n; k++) {
+            if ((st = ipu__stop_at(f, k, mask)) != IPU_OK) return st;
             for (int64_t c = 0; c < r.w; c++)
                 stf(y, p->dtype, base + k * p->inner + c, k == bi[c] ? 1.0 : 0.0);
+        }
     }
     return IPU_OK;
 }
@@ -270,6 +285,7 @@ ipu_status ipu__k_log_softmax(const ipu__frame *f, const ipu__instr *ins, size_t
     for (size_t it = b; it < e; it++) {
         red_item r = item_of(p, it);
         int64_t base = r.o * p->n * p->inner + r.c0;
+        const int64_t mask = ipu__stop_mask(r.w);
         for (int64_t c = 0; c < r.w; c++) {
             m[c] = ldf(x, dt, base + c);
             s[c] = 0.0;
@@ -301,7 +317,10 @@ ipu_status ipu__k_cumsum(const ipu__frame *f, const ipu__instr *ins, size_t b, s
             fa[c] = prod ? 1.0 : 0.0;
             ia[c] = prod ? 1 : 0;
         }
+        const int64_t mask = ipu__stop_mask(r.w);
         for (int64_t j = 0; j < p->n; j++) {
+            ipu_status st = ipu__stop_at(f, j, mask);
+            if (st != IPU_OK) return st;
             int64_t k = p->reverse ? p->n - 1 - j : j, rb = base + k * p->inner;
             for (int64_t c = 0; c < r.w; c++) {
                 if (fl) {
@@ -375,13 +394,22 @@ ipu_status ipu__k_topk(const ipu__frame *f, const ipu__instr *ins, size_t b, siz
                 c = (int64_t)((uint64_t)it % (uint64_t)inner);
         topk_col t = {x, p->dtype, o * n * inner + c, inner, yi + o * k * inner + c, p->largest};
         for (int64_t j = 0; j < k; j++) t.h[j * inner] = j;
-        for (int64_t j = k / 2; j-- > 0;) sift(&t, j, k);
-        for (int64_t i = k; i < n; i++)
+        /* the stop hook is asked every STOP_CHUNK elements scanned or heap steps taken */
+        const int64_t mask = IPU__STOP_CHUNK - 1;
+        ipu_status st = IPU_OK;
+        for (int64_t j = k / 2; j-- > 0;) {
+            if ((st = ipu__stop_at(f, j, mask)) != IPU_OK) return st;
+            sift(&t, j, k);
+        }
+        for (int64_t i = k; i < n; i++) {
+            if ((st = ipu__stop_at(f, i, mask)) != IPU_OK) return st;
             if (worse(&t, t.h[0], i)) {
                 t.h[0] = i;
                 sift(&t, 0, k);
             }
+        }
         for (int64_t end = k - 1; end > 0; end--) { /* worst to the back: best first */
+            if ((st = ipu__stop_at(f, end, mask)) != IPU_OK) return st;
             int64_t tmp = t.h[0];
             t.h[0] = t.h[end * inner];
             t.h[end * inner] = tmp;

@@ -1,4 +1,4 @@
-/* Vectorised float32 exp, erf, GELU (erf form) and softmax rows for the element-wise kernels
+/* Vectorised float32 exp, erf, GELU (erf form) and the passes of softmax rows for the element-wise kernels
  * (libm's scalar expf/erff cost 5-20 ns per element). One algorithm (vmath_body.h), compiled
  * for AVX2 + FMA and portably; the AVX2 build is chosen at run time (use_avx2). */
 #include "vmath.h"
@@ -42,14 +42,10 @@ typedef int32_t v8i __attribute__((vector_size(32)));
 /* The vmath family's choice: the AVX2 build at level 2 and above (no AVX-512 build). */
 static bool use_avx2(void) { return ipu__isa() >= IPU__ISA_AVX2; }
 
+/* The call of one build's function, as an expression (a value, or void). */
 #if VM_X86
-#define VM_DISPATCH(name, ...)            \
-    do {                                  \
-        if (use_avx2())                   \
-            name##_avx2(__VA_ARGS__);     \
-        else                              \
-            name##_portable(__VA_ARGS__); \
-    } while (0)
+#define VM_DISPATCH(name, ...) \
+    (use_avx2() ? name##_avx2(__VA_ARGS__) : name##_portable(__VA_ARGS__))
 #else
 #define VM_DISPATCH(name, ...) name##_portable(__VA_ARGS__)
 #endif
@@ -57,6 +53,8 @@ static bool use_avx2(void) { return ipu__isa() >= IPU__ISA_AVX2; }
 void ipu__vm_exp(const float *x, float *y, size_t n) { VM_DISPATCH(vm_exp_map, x, y, n); }
 void ipu__vm_erf(const float *x, float *y, size_t n) { VM_DISPATCH(vm_erf_map, x, y, n); }
 void ipu__vm_gelu_erf(const float *x, float *y, size_t n) { VM_DISPATCH(vm_gelu_map, x, y, n); }
-void ipu__vm_softmax_row(const float *x, float *y, size_t n) {
-    VM_DISPATCH(vm_softmax_row, x, y, n);
+float ipu__vm_max(const float *x, size_t n) { return VM_DISPATCH(vm_max, x, n); }
+float ipu__vm_exp_sum(const float *x, float *y, size_t n, float m) {
+    return VM_DISPATCH(vm_exp_sum, x, y, n, m);
 }
+void ipu__vm_scale(float *y, size_t n, float a) { VM_DISPATCH(vm_scale, y, n, a); }

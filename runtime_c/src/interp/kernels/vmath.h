@@ -10,7 +10,11 @@ void ipu__vm_exp(const float *x, float *y, size_t n);
 void ipu__vm_erf(const float *x, float *y, size_t n);
 /* 0.5 x (1 + erf(x / sqrt 2)), in that order (the reference's formulation). */
 void ipu__vm_gelu_erf(const float *x, float *y, size_t n);
-/* One contiguous softmax row: exp(x - max(x)) / sum; a NaN anywhere makes the row NaN. */
-void ipu__vm_softmax_row(const float *x, float *y, size_t n);
+/* The three passes of a softmax row (the SOFTMAX kernels run them chunk by chunk): the max of
+ * x[0, n) (-inf for n = 0; NaN when any element is NaN); y = exp(x - m), returning the sum of
+ * y; y *= a. */
+float ipu__vm_max(const float *x, size_t n);
+float ipu__vm_exp_sum(const float *x, float *y, size_t n, float m);
+void ipu__vm_scale(float *y, size_t n, float a);
 
 #endif

@@ -97,7 +97,8 @@ VM_MAP(vm_erf_map, VM_FN(vm_erf)(v))
 VM_MAP(vm_gelu_map, 0.5f * v * (1.0f + VM_FN(vm_erf)(v * 0.70710678118654752f)))
 
 /* Softmax of one contiguous row: y = exp(x - max) / sum; the exponentials are stored once. */
-VM_ATTR static void VM_FN(vm_softmax_row)(const float *x, float *y, size_t n) {
+/* max of x[0, n) (-inf for n = 0); NaN when any element is NaN. */
+VM_ATTR static float VM_FN(vm_max)(const float *x, size_t n) {
     float m = -INFINITY;
     bool nan = false;
     for (size_t i = 0; i < n; i++) {
@@ -106,7 +107,16 @@ VM_ATTR static void VM_FN(vm_softmax_row)(const float *x, float *y, size_t n) {
         else if (x[i] > m)
             m = x[i];
     }
-    if (nan) m = NAN;
+    return nan ? NAN : m;
+}
+
+/* y *= a */
+VM_ATTR static void VM_FN(vm_scale)(float *y, size_t n, float a) {
+    for (size_t i = 0; i < n; i++) y[i] *= a;
+}
+
+/* y = exp(x - m); returns the sum of y (lane-wise partial sums, then added in lane order). */
+VM_ATTR static float VM_FN(vm_exp_sum)(const float *x, float *y, size_t n, float m) {
     VF vm = (VF){0} + m, acc = {0};
     size_t i = 0;
     for (; i + VM_N <= n; i += VM_N) {
@@ -125,8 +135,7 @@ VM_ATTR static void VM_FN(vm_softmax_row)(const float *x, float *y, size_t n) {
         for (size_t k = 0; k < n - i; k++) s += v[k];
         memcpy(y + i, &v, (n - i) * sizeof(float));
     }
-    const float inv = 1.0f / s;
-    for (i = 0; i < n; i++) y[i] *= inv;
+    return s;
 }
 
 #undef VM_MAP
