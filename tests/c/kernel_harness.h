@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "check.h"
 #include "interp/interp.h"
 #include "interp/kernels/conv.h"
 #include "interp/kernels/eltwise.h"
@@ -20,20 +21,6 @@
 #include "interp/kernels/reduce.h"
 #include "interp/kernels/reindex.h"
 #include "interp/prepack.h"
-
-static int passed, failed;
-
-#define CHECK(cond, ...)                                              \
-    do {                                                              \
-        if (cond) {                                                   \
-            passed++;                                                 \
-        } else {                                                      \
-            failed++;                                                 \
-            printf("%s:%d: FAILED: %s: ", __FILE__, __LINE__, #cond); \
-            printf(__VA_ARGS__);                                      \
-            printf("\n");                                             \
-        }                                                             \
-    } while (0)
 
 /* Forces ISA level `isa` (isa.h, 0 = automatic) for every kernel family; returns the level of
  * the sgemm micro-kernel now in use (the plans' panel widths follow it). */

@@ -50,13 +50,13 @@ static int test_cancel(void) {
         m_model m = add_model(R, C, 1);
         ipu_runtime_config cfg = cfg_threads(nth);
         cfg.ring_buffer_size_multiplier = 2 * N; /* N batches queue while the gate holds */
-        CHECK_OK(fx_open(&f, &m, &cfg));
+        REQUIRE_OK(fx_open(&f, &m, &cfg));
         cancel_ctx cx = {.cancel_at = -1};
         atomic_init(&cx.gate, 1);
         atomic_init(&cx.calls, 0);
-        CHECK_OK(ipu_runtime_set_stream_callback(f.rt, 1, cancel_stream, &cx));
+        REQUIRE_OK(ipu_runtime_set_stream_callback(f.rt, 1, cancel_stream, &cx));
         float *x = malloc((size_t)N * B * 4), *z = malloc((size_t)N * B * 4);
-        CHECK(x && z);
+        REQUIRE(x && z);
         for (size_t i = 0; i < (size_t)N * B; i++) x[i] = (float)(i % 101);
         atomic_int da, db, dc, dd;
         atomic_init(&da, 0);
@@ -65,46 +65,47 @@ static int test_cancel(void) {
         atomic_init(&dd, 0);
         ipu_request *a, *b, *c, *d;
         /* before start: a holds the device (gate), b is queued behind it and cancelled */
-        CHECK_OK(submit_x(f.rt, 1, x, z, &da, &a));
-        CHECK_OK(submit_x(f.rt, 1, x, z + B, &db, &b));
+        REQUIRE_OK(submit_x(f.rt, 1, x, z, &da, &a));
+        REQUIRE_OK(submit_x(f.rt, 1, x, z + B, &db, &b));
         while (atomic_load(&cx.calls) == 0) sleep_ms(1);
         ipu_request_cancel(b);
-        CHECK(ipu_request_is_done(b) == 0);
+        REQUIRE(ipu_request_is_done(b) == 0);
         atomic_store(&cx.gate, 0);
-        CHECK(ipu_request_wait(a, UINT64_MAX) == IPU_OK);
-        CHECK(ipu_request_wait(b, UINT64_MAX) == IPU_ERR_CANCELLED);
-        CHECK(ipu_request_status(b) == IPU_ERR_CANCELLED);
-        for (size_t i = 0; i < B; i++) CHECK(z[i] == x[i] + 1.0f);
+        REQUIRE(ipu_request_wait(a, UINT64_MAX) == IPU_OK);
+        REQUIRE(ipu_request_wait(b, UINT64_MAX) == IPU_ERR_CANCELLED);
+        REQUIRE(ipu_request_status(b) == IPU_ERR_CANCELLED);
+        for (size_t i = 0; i < B; i++) REQUIRE(z[i] == x[i] + 1.0f);
         /* during: the 4th iteration of c cancels c; its later iterations stop too */
         atomic_store(&cx.gate, 1);
         atomic_store(&cx.calls, 0);
         cx.cancel_at = 3;
-        CHECK_OK(submit_x(f.rt, N, x, z, &dc, &c));
+        REQUIRE_OK(submit_x(f.rt, N, x, z, &dc, &c));
         cx.victim = c; /* published by the gate's store, read after the callback's load */
         atomic_store(&cx.gate, 0);
-        CHECK(ipu_request_wait(c, UINT64_MAX) == IPU_ERR_CANCELLED);
-        CHECK(atomic_load(&cx.calls) == N); /* every iteration ran (and stopped) */
+        REQUIRE(ipu_request_wait(c, UINT64_MAX) == IPU_ERR_CANCELLED);
+        REQUIRE(atomic_load(&cx.calls) == N); /* every iteration ran (and stopped) */
         /* after completion: nothing changes */
         cx.cancel_at = -1;
-        CHECK_OK(submit_x(f.rt, 2, x, z, &dd, &d));
-        CHECK(ipu_request_wait(d, UINT64_MAX) == IPU_OK);
+        REQUIRE_OK(submit_x(f.rt, 2, x, z, &dd, &d));
+        REQUIRE(ipu_request_wait(d, UINT64_MAX) == IPU_OK);
         ipu_request_cancel(d);
         ipu_request_cancel(b);
-        CHECK(ipu_request_status(d) == IPU_OK);
-        CHECK(ipu_request_status(b) == IPU_ERR_CANCELLED);
-        for (size_t i = 0; i < 2 * (size_t)B; i++) CHECK(z[i] == x[i] + 1.0f);
+        REQUIRE(ipu_request_status(d) == IPU_OK);
+        REQUIRE(ipu_request_status(b) == IPU_ERR_CANCELLED);
+        for (size_t i = 0; i < 2 * (size_t)B; i++) REQUIRE(z[i] == x[i] + 1.0f);
         ipu_request_cancel(NULL);
         ipu_runtime_stats st;
         ipu_runtime_get_stats(f.rt, &st);
-        CHECK(st.requests_submitted == 4 && st.requests_completed == 2 && st.requests_failed == 2);
+        REQUIRE(st.requests_submitted == 4 && st.requests_completed == 2 &&
+                st.requests_failed == 2);
         ipu_request_release(a);
         ipu_request_release(b);
         ipu_request_release(c);
         ipu_request_release(d);
         fx_close(&f);
         /* exactly once each, with the right status */
-        CHECK(atomic_load(&da) == 1 && atomic_load(&db) == 100);
-        CHECK(atomic_load(&dc) == 100 && atomic_load(&dd) == 1);
+        REQUIRE(atomic_load(&da) == 1 && atomic_load(&db) == 100);
+        REQUIRE(atomic_load(&dc) == 100 && atomic_load(&dd) == 1);
         free(x);
         free(z);
     }
@@ -124,9 +125,9 @@ static int test_poll_cancel(void) {
     fixture f;
     m_model m = add_model(4, 4, 1);
     ipu_runtime_config cfg = cfg_threads(1);
-    CHECK_OK(fx_open(&f, &m, &cfg));
-    CHECK(ipu_runtime_set_poll(NULL, poll_cancel, NULL) == IPU_ERR_INVALID_ARGUMENT);
-    CHECK_OK(ipu_runtime_set_poll(f.rt, poll_cancel, NULL));
+    REQUIRE_OK(fx_open(&f, &m, &cfg));
+    REQUIRE(ipu_runtime_set_poll(NULL, poll_cancel, NULL) == IPU_ERR_INVALID_ARGUMENT);
+    REQUIRE_OK(ipu_runtime_set_poll(f.rt, poll_cancel, NULL));
     float x[16], y[16], z[16];
     for (int i = 0; i < 16; i++) x[i] = (float)i, y[i] = 2.0f, z[i] = 0;
     const void *ins[3] = {x, y, NULL};
@@ -137,12 +138,12 @@ static int test_poll_cancel(void) {
                           .subgraph = IPU_NO_INDEX};
     ipu_request *r = NULL;
     /* a one-instruction program finishes before the first poll is due */
-    CHECK_OK(ipu_runtime_execute(f.rt, &d, &r));
-    CHECK(r == NULL && atomic_load(&g_polls) == 0 && z[5] == 7.0f);
-    CHECK(ipu_runtime_set_poll(f.rt, NULL, NULL) == IPU_ERR_INVALID_STATE);
+    REQUIRE_OK(ipu_runtime_execute(f.rt, &d, &r));
+    REQUIRE(r == NULL && atomic_load(&g_polls) == 0 && z[5] == 7.0f);
+    REQUIRE(ipu_runtime_set_poll(f.rt, NULL, NULL) == IPU_ERR_INVALID_STATE);
     ipu_runtime_stats st;
     ipu_runtime_get_stats(f.rt, &st);
-    CHECK(st.requests_completed == 1 && st.requests_failed == 0);
+    REQUIRE(st.requests_completed == 1 && st.requests_failed == 0);
     fx_close(&f);
     return 0;
 }
@@ -151,6 +152,5 @@ int main(void) {
     alarm(240); /* watchdog: a hang is a failure */
     RUN(test_cancel);
     RUN(test_poll_cancel);
-    printf("%d passed, %d failed\n", g_pass, g_fail);
-    return g_fail != 0;
+    return check_summary();
 }

@@ -13,20 +13,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "common/ipu_internal.h"
 #include "ipu/ipu.h"
-
-static int passed, failed;
-
-#define CHECK(cond)                                                            \
-    do {                                                                       \
-        if (cond) {                                                            \
-            passed++;                                                          \
-        } else {                                                               \
-            failed++;                                                          \
-            fprintf(stderr, "%s:%d: FAILED: %s\n", __FILE__, __LINE__, #cond); \
-        }                                                                      \
-    } while (0)
 
 /* ---- fixture ---- */
 
@@ -772,6 +761,5 @@ int main(int argc, char **argv) {
     test_mutations(iterations);
     test_files();
     test_many_keyed_blobs();
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return check_summary();
 }

@@ -119,6 +119,5 @@ int main(void) {
         test_conv_gemm_row_blocks(isa);
         test_conv_small_map_pixel_halves(isa);
     }
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return check_summary();
 }

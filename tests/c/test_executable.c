@@ -410,6 +410,5 @@ int main(void) {
     test_verifier();
     test_container();
     test_roles();
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return check_summary();
 }

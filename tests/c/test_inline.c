@@ -34,23 +34,23 @@ static int test_small_request_runs_inline(void) {
     fixture f;
     m_model m = add_model(2, 3, 1);
     ipu_runtime_config cfg = cfg_threads(2);
-    CHECK_OK(fx_open(&f, &m, &cfg));
+    REQUIRE_OK(fx_open(&f, &m, &cfg));
     float x[6] = {1, 2, 3, 4, 5, 6}, y[6] = {10, 20, 30, 40, 50, 60}, z[6] = {0};
     int inlined = 0;
     for (int k = 0; k < 3; k++) {
-        CHECK_OK(run_add(f.rt, 1, x, y, z, &inlined));
-        CHECK(inlined);
-        for (int i = 0; i < 6; i++) CHECK(z[i] == x[i] + y[i]);
+        REQUIRE_OK(run_add(f.rt, 1, x, y, z, &inlined));
+        REQUIRE(inlined);
+        for (int i = 0; i < 6; i++) REQUIRE(z[i] == x[i] + y[i]);
     }
     /* Two batches: submitted. Then, with the device thread started and parked, inline again. */
     float x2[12], z2[12];
     for (int i = 0; i < 12; i++) x2[i] = (float)i;
-    CHECK_OK(run_add(f.rt, 2, x2, x2, z2, &inlined));
-    CHECK(!inlined);
-    for (int i = 0; i < 12; i++) CHECK(z2[i] == 2.0f * (float)i);
+    REQUIRE_OK(run_add(f.rt, 2, x2, x2, z2, &inlined));
+    REQUIRE(!inlined);
+    for (int i = 0; i < 12; i++) REQUIRE(z2[i] == 2.0f * (float)i);
     sleep_ms(5);
-    CHECK_OK(run_add(f.rt, 1, x, y, z, &inlined));
-    CHECK(inlined);
+    REQUIRE_OK(run_add(f.rt, 1, x, y, z, &inlined));
+    REQUIRE(inlined);
     ipu_runtime_stats s;
     /* The device counts a step after its requests completed: allow it a moment. */
     for (int i = 0; i < 2000; i++) {
@@ -58,8 +58,8 @@ static int test_small_request_runs_inline(void) {
         if (s.steps == 6) break;
         sleep_ms(1);
     }
-    CHECK(s.requests_submitted == 5 && s.requests_completed == 5 && s.requests_failed == 0);
-    CHECK(s.steps == 6 && s.iterations == 6);
+    REQUIRE(s.requests_submitted == 5 && s.requests_completed == 5 && s.requests_failed == 0);
+    REQUIRE(s.steps == 6 && s.iterations == 6);
     /* Validation errors are the submit's. */
     const void *ins[3] = {x, NULL, NULL};
     void *outs[3] = {NULL, NULL, z};
@@ -68,10 +68,10 @@ static int test_small_request_runs_inline(void) {
                           .outputs = outs,
                           .subgraph = IPU_NO_INDEX};
     ipu_request *r = NULL;
-    CHECK(ipu_runtime_execute(f.rt, &d, &r) == IPU_ERR_INVALID_ARGUMENT && r == NULL);
-    CHECK(strstr(ipu_last_error_message(), "missing input anchor 'Y'") != NULL);
-    CHECK_OK(ipu_runtime_close(f.rt));
-    CHECK(run_add(f.rt, 1, x, y, z, &inlined) == IPU_ERR_CLOSED);
+    REQUIRE(ipu_runtime_execute(f.rt, &d, &r) == IPU_ERR_INVALID_ARGUMENT && r == NULL);
+    REQUIRE(strstr(ipu_last_error_message(), "missing input anchor 'Y'") != NULL);
+    REQUIRE_OK(ipu_runtime_close(f.rt));
+    REQUIRE(run_add(f.rt, 1, x, y, z, &inlined) == IPU_ERR_CLOSED);
     fx_close(&f);
     return 0;
 }
@@ -84,9 +84,9 @@ static int test_not_inline(void) {
     m_model m = add_model(2, 3, 2);
     ipu_runtime_config cfg = cfg_threads(1);
     cfg.timeout_ns = 1000000;
-    CHECK_OK(fx_open(&f, &m, &cfg));
-    CHECK_OK(run_add(f.rt, 1, x, x, z, &inlined));
-    CHECK(!inlined && z[5] == 12.0f);
+    REQUIRE_OK(fx_open(&f, &m, &cfg));
+    REQUIRE_OK(run_add(f.rt, 1, x, x, z, &inlined));
+    REQUIRE(!inlined && z[5] == 12.0f);
     fx_close(&f);
     return 0;
 }
@@ -128,10 +128,10 @@ static int test_inline_with_a_concurrent_submitter(void) {
     fixture f;
     m_model m = add_model(2, 3, 1);
     ipu_runtime_config cfg = cfg_threads(2);
-    CHECK_OK(fx_open(&f, &m, &cfg));
+    REQUIRE_OK(fx_open(&f, &m, &cfg));
     producer_ctx p = {.rt = f.rt, .n = 3000};
     pthread_t th;
-    CHECK(pthread_create(&th, NULL, producer, &p) == 0);
+    REQUIRE(pthread_create(&th, NULL, producer, &p) == 0);
     int bad = 0, inline_runs = 0;
     const int n = 3000;
     for (int k = 0; k < n; k++) {
@@ -146,11 +146,11 @@ static int test_inline_with_a_concurrent_submitter(void) {
         for (int i = 0; i < 6; i++) bad += z[i] != x[i] + y[i];
     }
     pthread_join(th, NULL);
-    CHECK(bad == 0 && p.bad == 0);
+    REQUIRE(bad == 0 && p.bad == 0);
     printf("     (%d of %d ran inline)\n", inline_runs, n);
     ipu_runtime_stats s;
     ipu_runtime_get_stats(f.rt, &s);
-    CHECK(s.requests_completed == 6000 && s.iterations == 6000 && s.requests_failed == 0);
+    REQUIRE(s.requests_completed == 6000 && s.iterations == 6000 && s.requests_failed == 0);
     fx_close(&f);
     return 0;
 }
@@ -194,43 +194,43 @@ static int test_large_model_inline_at_one_thread(void) {
     fixture f;
     m_model m = add_model(256, 1024, 1); /* 3 MiB moved by the Main program */
     ipu_runtime_config cfg = cfg_threads(1);
-    CHECK_OK(fx_open(&f, &m, &cfg));
+    REQUIRE_OK(fx_open(&f, &m, &cfg));
     const size_t len = 256 * 1024;
     float *x = malloc(len * 4), *z = malloc(len * 4);
-    CHECK(x && z);
+    REQUIRE(x && z);
     int inlined = 0;
     for (size_t i = 0; i < len; i++) x[i] = (float)(i % 32);
-    CHECK_OK(run_add(f.rt, 1, x, x, z, &inlined)); /* no device thread yet: inline */
-    CHECK(inlined && z[31] == 62.0f);
+    REQUIRE_OK(run_add(f.rt, 1, x, x, z, &inlined)); /* no device thread yet: inline */
+    REQUIRE(inlined && z[31] == 62.0f);
     int bad = 0, inline_runs = beside_a_submitter(f.rt, x, z, len, 100, 0, &bad);
-    CHECK(bad == 0);
+    REQUIRE(bad == 0);
     printf("     (%d of 100 ran inline beside the submitter)\n", inline_runs);
     /* The device thread parks once idle: inline again (how soon depends on the machine). */
     for (int i = 0; i < 2000; i++) {
-        CHECK_OK(run_add(f.rt, 1, x, x, z, &inlined));
+        REQUIRE_OK(run_add(f.rt, 1, x, x, z, &inlined));
         if (inlined) break;
         sleep_ms(1);
     }
-    CHECK(inlined);
+    REQUIRE(inlined);
     ipu_runtime_stats s;
     ipu_runtime_get_stats(f.rt, &s);
-    CHECK(s.requests_completed == s.requests_submitted && s.requests_completed >= 202 &&
-          s.requests_failed == 0);
+    REQUIRE(s.requests_completed == s.requests_submitted && s.requests_completed >= 202 &&
+            s.requests_failed == 0);
 
     pthread_t closer;
-    CHECK(pthread_create(&closer, NULL, close_later, f.rt) == 0);
+    REQUIRE(pthread_create(&closer, NULL, close_later, f.rt) == 0);
     ipu_status st = IPU_OK;
     int after_close = 0;
     for (int k = 0; k < 100000 && after_close < 3; k++) {
         ipu_status now = run_add(f.rt, 1, x, x, z, &inlined);
-        CHECK(now == IPU_OK || now == IPU_ERR_CLOSED);
-        CHECK(!(st == IPU_ERR_CLOSED && now == IPU_OK)); /* closed stays closed */
+        REQUIRE(now == IPU_OK || now == IPU_ERR_CLOSED);
+        REQUIRE(!(st == IPU_ERR_CLOSED && now == IPU_OK)); /* closed stays closed */
         after_close += now == IPU_ERR_CLOSED;
         st = now;
     }
     void *closed_st;
     pthread_join(closer, &closed_st);
-    CHECK((ipu_status)(intptr_t)closed_st == IPU_OK && st == IPU_ERR_CLOSED);
+    REQUIRE((ipu_status)(intptr_t)closed_st == IPU_OK && st == IPU_ERR_CLOSED);
     free(x);
     free(z);
     fx_close(&f);
@@ -277,28 +277,28 @@ static int test_large_model_two_threads(void) {
     m_model m = add_model(64, 1024, 1); /* 768 KiB moved by the Main program */
     ipu_runtime_config cfg = cfg_threads(2);
     cfg.pin_threads = 0; /* else not inline on the helper's CPU: test_inline_off_helper_cpus */
-    CHECK_OK(fx_open(&f, &m, &cfg));
+    REQUIRE_OK(fx_open(&f, &m, &cfg));
     const size_t len = 64 * 1024;
     float *x = calloc(len, 4), *z = calloc(len, 4);
-    CHECK(x && z);
+    REQUIRE(x && z);
     x[7] = 3;
     int inlined = 0;
-    CHECK_OK(run_add(f.rt, 1, x, x, z, &inlined));
-    CHECK(inlined && z[7] == 6.0f && in_place_count(f.rt) == 3);
+    REQUIRE_OK(run_add(f.rt, 1, x, x, z, &inlined));
+    REQUIRE(inlined && z[7] == 6.0f && in_place_count(f.rt) == 3);
     int bad = 0, inline_runs = beside_a_submitter(f.rt, x, z, len, 60, 20, &bad);
-    CHECK(bad == 0);
+    REQUIRE(bad == 0);
     executor_ctx c[2] = {{.rt = f.rt, .n = 60}, {.rt = f.rt, .n = 60}};
     pthread_t th;
-    CHECK(pthread_create(&th, NULL, executor, &c[1]) == 0);
+    REQUIRE(pthread_create(&th, NULL, executor, &c[1]) == 0);
     executor(&c[0]);
     pthread_join(th, NULL);
-    CHECK(c[0].bad == 0 && c[1].bad == 0);
+    REQUIRE(c[0].bad == 0 && c[1].bad == 0);
     printf("     (%d of 60 inline beside a submitter; %d and %d of 60 with two executors)\n",
            inline_runs, c[0].inline_runs, c[1].inline_runs);
     ipu_runtime_stats s;
     ipu_runtime_get_stats(f.rt, &s);
-    CHECK(s.requests_completed == s.requests_submitted && s.requests_completed == 241 &&
-          s.requests_failed == 0);
+    REQUIRE(s.requests_completed == s.requests_submitted && s.requests_completed == 241 &&
+            s.requests_failed == 0);
     free(x);
     free(z);
     fx_close(&f);
@@ -310,30 +310,30 @@ static int test_inline_off_helper_cpus(void) {
      * to the device thread (as worker 0 it would share that CPU with the helper); on any other
      * CPU it runs inline. The calling thread visits each CPU of its affinity set in turn. */
     cpu_set_t old, one;
-    CHECK(sched_getaffinity(0, sizeof old, &old) == 0);
+    REQUIRE(sched_getaffinity(0, sizeof old, &old) == 0);
     int ncpu = CPU_COUNT(&old);
     fixture f;
     m_model m = add_model(64, 1024, 1);
     ipu_runtime_config cfg = cfg_threads(2);
-    CHECK_OK(fx_open(&f, &m, &cfg));
+    REQUIRE_OK(fx_open(&f, &m, &cfg));
     const size_t len = 64 * 1024;
     float *x = calloc(len, 4), *z = calloc(len, 4);
-    CHECK(x && z);
+    REQUIRE(x && z);
     int inline_cpus = 0, bad = 0;
     for (int c = 0; c < CPU_SETSIZE; c++) {
         if (!CPU_ISSET(c, &old)) continue;
         CPU_ZERO(&one);
         CPU_SET(c, &one);
-        CHECK(sched_setaffinity(0, sizeof one, &one) == 0);
+        REQUIRE(sched_setaffinity(0, sizeof one, &one) == 0);
         x[5] = (float)c;
         int inlined = 0;
         bad += run_add(f.rt, 1, x, x, z, &inlined) != IPU_OK || z[5] != 2.0f * (float)c;
         inline_cpus += inlined;
     }
-    CHECK(sched_setaffinity(0, sizeof old, &old) == 0);
-    CHECK(bad == 0);
+    REQUIRE(sched_setaffinity(0, sizeof old, &old) == 0);
+    REQUIRE(bad == 0);
     /* one helper, pinned when there are at least 2 CPUs (threadpool.h) */
-    CHECK(inline_cpus == (ncpu >= 2 ? ncpu - 1 : ncpu));
+    REQUIRE(inline_cpus == (ncpu >= 2 ? ncpu - 1 : ncpu));
     free(x);
     free(z);
     fx_close(&f);
@@ -346,16 +346,16 @@ static int test_close_while_executing(void) {
     fixture f;
     m_model m = add_model(2, 3, 1);
     ipu_runtime_config cfg = cfg_threads(2);
-    CHECK_OK(fx_open(&f, &m, &cfg));
+    REQUIRE_OK(fx_open(&f, &m, &cfg));
     producer_ctx p = {.rt = f.rt, .n = 200};
     pthread_t th;
-    CHECK(pthread_create(&th, NULL, producer, &p) == 0); /* starts the device thread */
+    REQUIRE(pthread_create(&th, NULL, producer, &p) == 0); /* starts the device thread */
     float x[6] = {0}, z[6];
     int inlined;
     for (int k = 0; k < 2000; k++) {
-        if (k == 1000) CHECK_OK(ipu_runtime_close(f.rt));
+        if (k == 1000) REQUIRE_OK(ipu_runtime_close(f.rt));
         ipu_status st = run_add(f.rt, 1, x, x, z, &inlined);
-        CHECK(st == (k < 1000 ? IPU_OK : IPU_ERR_CLOSED));
+        REQUIRE(st == (k < 1000 ? IPU_OK : IPU_ERR_CLOSED));
     }
     pthread_join(th, NULL);
     fx_close(&f);
@@ -369,31 +369,31 @@ static int test_in_place_buffers(void) {
     fixture f;
     m_model m = add_model(2, 3, 1);
     ipu_runtime_config cfg = cfg_threads(1);
-    CHECK_OK(fx_open(&f, &m, &cfg));
+    REQUIRE_OK(fx_open(&f, &m, &cfg));
     float x[6] = {1, 2, 3, 4, 5, 6}, y[6] = {10, 20, 30, 40, 50, 60}, z[6] = {0};
     int inlined = 0;
-    CHECK_OK(run_add(f.rt, 1, x, y, z, &inlined));
-    CHECK(inlined && in_place_count(f.rt) == 3);
-    for (int i = 0; i < 6; i++) CHECK(z[i] == x[i] + y[i]);
+    REQUIRE_OK(run_add(f.rt, 1, x, y, z, &inlined));
+    REQUIRE(inlined && in_place_count(f.rt) == 3);
+    for (int i = 0; i < 6; i++) REQUIRE(z[i] == x[i] + y[i]);
     /* Z over X: Z is copied out after the program read X. */
     float xz[6] = {1, 2, 3, 4, 5, 6};
-    CHECK_OK(run_add(f.rt, 1, xz, y, xz, &inlined));
-    CHECK(in_place_count(f.rt) == 5);
-    for (int i = 0; i < 6; i++) CHECK(xz[i] == (float)(i + 1) + y[i]);
+    REQUIRE_OK(run_add(f.rt, 1, xz, y, xz, &inlined));
+    REQUIRE(in_place_count(f.rt) == 5);
+    for (int i = 0; i < 6; i++) REQUIRE(xz[i] == (float)(i + 1) + y[i]);
     /* Z one float into Y's buffer. */
     float yz[7] = {10, 20, 30, 40, 50, 60, 0};
-    CHECK_OK(run_add(f.rt, 1, x, yz, yz + 1, &inlined));
-    CHECK(in_place_count(f.rt) == 7);
-    for (int i = 0; i < 6; i++) CHECK(yz[i + 1] == x[i] + 10.0f * (float)(i + 1));
+    REQUIRE_OK(run_add(f.rt, 1, x, yz, yz + 1, &inlined));
+    REQUIRE(in_place_count(f.rt) == 7);
+    for (int i = 0; i < 6; i++) REQUIRE(yz[i + 1] == x[i] + 10.0f * (float)(i + 1));
     /* Misaligned buffers are copied. */
     _Alignas(16) unsigned char raw[2 * 6 * 4 + 8];
     float *mx = (float *)(void *)(raw + 1), *mz = (float *)(void *)(raw + 6 * 4 + 3);
     memcpy(mx, x, sizeof x);
-    CHECK_OK(run_add(f.rt, 1, mx, y, mz, &inlined));
-    CHECK(in_place_count(f.rt) == 8);
+    REQUIRE_OK(run_add(f.rt, 1, mx, y, mz, &inlined));
+    REQUIRE(in_place_count(f.rt) == 8);
     float got[6];
     memcpy(got, mz, sizeof got);
-    for (int i = 0; i < 6; i++) CHECK(got[i] == x[i] + y[i]);
+    for (int i = 0; i < 6; i++) REQUIRE(got[i] == x[i] + y[i]);
     fx_close(&f);
 
     /* Views: the program reads X through tensor 3 and writes Z through tensor 4 (same bytes as
@@ -402,11 +402,11 @@ static int test_in_place_buffers(void) {
     m.t[3] = m.t[0];
     m.t[4] = m.t[2];
     m.p[1] = (m_prog){1, 1, {{IPU_OP_ADD, 2, 1, {3, 1, 4}}}};
-    CHECK_OK(fx_open(&f, &m, &cfg));
+    REQUIRE_OK(fx_open(&f, &m, &cfg));
     memset(z, 0, sizeof z);
-    CHECK_OK(run_add(f.rt, 1, x, y, z, &inlined));
-    CHECK(inlined && in_place_count(f.rt) == 1);
-    for (int i = 0; i < 6; i++) CHECK(z[i] == x[i] + y[i]);
+    REQUIRE_OK(run_add(f.rt, 1, x, y, z, &inlined));
+    REQUIRE(inlined && in_place_count(f.rt) == 1);
+    for (int i = 0; i < 6; i++) REQUIRE(z[i] == x[i] + y[i]);
     fx_close(&f);
     return 0;
 }
@@ -435,16 +435,16 @@ static int test_in_place_reused_storage(void) {
         if (covered) ins[m.p[1].n++] = (m_instr){IPU_OP_ADD, 2, 1, {7, 7, 4}}; /* row 1 */
         ins[m.p[1].n++] = (m_instr){IPU_OP_ADD, 2, 1, {5, 1, 2}};              /* Z = view + Y */
         fixture f;
-        CHECK_OK(fx_open(&f, &m, &cfg));
+        REQUIRE_OK(fx_open(&f, &m, &cfg));
         float xc[N], z[N] = {0};
         memcpy(xc, x, sizeof xc);
         int inlined = 0;
         for (int k = 0; k < 2; k++) {
-            CHECK_OK(run_add(f.rt, 1, xc, y, z, &inlined));
-            CHECK(inlined && in_place_count(f.rt) == (uint64_t)(k + 1) * (covered ? 2 : 1));
+            REQUIRE_OK(run_add(f.rt, 1, xc, y, z, &inlined));
+            REQUIRE(inlined && in_place_count(f.rt) == (uint64_t)(k + 1) * (covered ? 2 : 1));
             for (int i = 0; i < N; i++) {
-                CHECK(xc[i] == x[i]); /* the caller's X is never written */
-                CHECK(z[i] == (i < C || covered ? 3 * y[i] : x[i] + y[i]));
+                REQUIRE(xc[i] == x[i]); /* the caller's X is never written */
+                REQUIRE(z[i] == (i < C || covered ? 3 * y[i] : x[i] + y[i]));
             }
         }
         fx_close(&f);
@@ -463,6 +463,5 @@ int main(void) {
     RUN(test_large_model_two_threads);
     RUN(test_inline_off_helper_cpus);
     RUN(test_close_while_executing);
-    printf("%d passed, %d failed\n", g_pass, g_fail);
-    return g_fail != 0;
+    return check_summary();
 }

@@ -779,6 +779,5 @@ int main(int argc, char **argv) {
     test_cast();
     test_reduce();
     test_softmax();
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return check_summary();
 }

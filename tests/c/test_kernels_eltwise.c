@@ -152,6 +152,5 @@ int main(void) {
     test_pow_fast();
     test_where();
     test_unary();
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return check_summary();
 }

@@ -444,6 +444,5 @@ int main(int argc, char **argv) {
     test_plan_paths();
     test_ukr_half();
     test_packed_b_not_used();
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return check_summary();
 }

@@ -104,13 +104,13 @@ int main(void) {
         int brief = check_case(c, 64, 1000, 3);
         CHECK(brief == 0, "%s: %d asks for rows of 1000", c->what, brief);
     }
-    op_case sm16 = {"SOFTMAX f16 past the scratch", IPU_OP_SOFTMAX, F16, F16, false, {0}, 0, {0}, 0};
+    op_case sm16 = {
+        "SOFTMAX f16 past the scratch", IPU_OP_SOFTMAX, F16, F16, false, {0}, 0, {0}, 0};
     CHECK(check_case(&sm16, 1, (int64_t)IPU__SCRATCH_BYTES, 1) >= 3, "%s", sm16.what);
     for (int fn = 0; fn < IPU__RED_COUNT; fn++) {
         op_case r = {"REDUCE f32", IPU_OP_REDUCE, F32, F32, true, {fn}, 1, {0}, 0};
         int row = check_case(&r, 1, (int64_t)1 << 18, 1);
         CHECK(row >= 3, "REDUCE fn %d: %d asks", fn, row);
     }
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return check_summary();
 }

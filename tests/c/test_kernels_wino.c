@@ -164,6 +164,5 @@ int main(void) {
     for (int isa = 1; isa <= 3; isa++) test_wino(isa);
     test_wino_rule();
     test_wino_pack();
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return check_summary();
 }

@@ -87,31 +87,31 @@ static int test_close_in_flight(void) {
         ipu_runtime_config cfg = cfg_threads(1 + (uint32_t)round % 2);
         cfg.ring_buffer_size_multiplier = 1;
         cfg.timeout_ns = round % 4 == 0 ? 0 : 100000;
-        CHECK_OK(fx_open(&f, &m, &cfg));
+        REQUIRE_OK(fx_open(&f, &m, &cfg));
         pthread_t th[3];
         for (int t = 0; t < 3; t++) {
             memset(&args[t], 0, sizeof args[t]);
             args[t].rt = f.rt;
             args[t].seed = (uint32_t)(t + 3 * (round + 1));
             args[t].tid = t;
-            CHECK(pthread_create(&th[t], NULL, close_thread, &args[t]) == 0);
+            REQUIRE(pthread_create(&th[t], NULL, close_thread, &args[t]) == 0);
         }
         sleep_ms(round % 3 == 0 ? 0 : 2 * round);
-        CHECK_OK(ipu_runtime_close(f.rt));
+        REQUIRE_OK(ipu_runtime_close(f.rt));
         for (int t = 0; t < 3; t++) pthread_join(th[t], NULL);
-        CHECK_OK(ipu_runtime_close(f.rt)); /* idempotent */
+        REQUIRE_OK(ipu_runtime_close(f.rt)); /* idempotent */
         for (int t = 0; t < 3; t++) {
             close_arg *a = &args[t];
-            CHECK(a->errors == 0);
+            REQUIRE(a->errors == 0);
             for (int i = 0; i < a->n; i++) {
                 ipu_status st = ipu_request_wait(a->reqs[i], UINT64_MAX);
-                CHECK(atomic_load(&a->done[i]) == 1);
-                CHECK(st == a->status[i]);
-                CHECK(st == IPU_OK || st == IPU_ERR_CLOSED);
+                REQUIRE(atomic_load(&a->done[i]) == 1);
+                REQUIRE(st == a->status[i]);
+                REQUIRE(st == IPU_OK || st == IPU_ERR_CLOSED);
                 if (st == IPU_OK) {
                     size_t n = (size_t)a->ns[i] * CLOSE_ELEMS;
                     for (size_t k = 0; k < n; k++)
-                        CHECK(a->bufs[i][2 * n + k] == a->bufs[i][k] + 2);
+                        REQUIRE(a->bufs[i][2 * n + k] == a->bufs[i][k] + 2);
                     total_ok++;
                 } else {
                     total_closed++;
@@ -122,7 +122,7 @@ static int test_close_in_flight(void) {
         }
         ipu_runtime_stats s;
         ipu_runtime_get_stats(f.rt, &s);
-        CHECK(s.requests_submitted == s.requests_completed + s.requests_failed);
+        REQUIRE(s.requests_submitted == s.requests_completed + s.requests_failed);
         fx_close(&f);
     }
     printf("     (close test: %llu requests OK, %llu closed)\n", (unsigned long long)total_ok,
@@ -147,14 +147,14 @@ static void resubmit_done(ipu_request *req, ipu_status st, void *ud) {
 static int test_submit_from_callback(void) {
     fixture f;
     m_model m = add_model(2, 3, 1);
-    CHECK_OK(fx_open(&f, &m, NULL));
+    REQUIRE_OK(fx_open(&f, &m, NULL));
     float x[6] = {0}, z[6];
     resubmit_ctx c = {f.rt, IPU_OK};
     ipu_request *r;
-    CHECK_OK(submit_add(f.rt, 1, x, x, z, resubmit_done, &c, &r));
-    CHECK_OK(ipu_request_wait(r, UINT64_MAX));
+    REQUIRE_OK(submit_add(f.rt, 1, x, x, z, resubmit_done, &c, &r));
+    REQUIRE_OK(ipu_request_wait(r, UINT64_MAX));
     ipu_request_release(r);
-    CHECK(c.st == IPU_ERR_INVALID_STATE);
+    REQUIRE(c.st == IPU_ERR_INVALID_STATE);
     fx_close(&f);
     return 0;
 }
@@ -172,20 +172,20 @@ static int test_idle_cpu(void) {
     m_model m = add_model(256, 1024, 1);
     ipu_runtime_config cfg = cfg_threads(3);
     cfg.timeout_ns = 0;
-    CHECK_OK(fx_open(&f, &m, &cfg));
+    REQUIRE_OK(fx_open(&f, &m, &cfg));
     size_t n = 256 * 1024;
     float *x = calloc(n, 4), *z = calloc(n, 4);
-    CHECK(x && z);
+    REQUIRE(x && z);
     ipu_request *r;
-    CHECK_OK(submit_add(f.rt, 1, x, x, z, NULL, NULL, &r));
-    CHECK_OK(ipu_request_wait(r, UINT64_MAX));
+    REQUIRE_OK(submit_add(f.rt, 1, x, x, z, NULL, NULL, &r));
+    REQUIRE_OK(ipu_request_wait(r, UINT64_MAX));
     ipu_request_release(r);
     sleep_ms(20);
     double t0 = cpu_seconds();
     sleep_ms(300);
     double used = cpu_seconds() - t0;
     printf("     (idle: %.1f ms CPU in 300 ms)\n", used * 1e3);
-    CHECK(used < 0.015);
+    REQUIRE(used < 0.015);
     free(x);
     free(z);
     fx_close(&f);
@@ -195,12 +195,12 @@ static int test_idle_cpu(void) {
 static int test_default_threads(void) {
     fixture f;
     m_model m = add_model(2, 3, 1);
-    CHECK_OK(fx_open(&f, &m, NULL));
+    REQUIRE_OK(fx_open(&f, &m, NULL));
     ipu_runtime_stats s;
     ipu_runtime_get_stats(f.rt, &s);
-    CHECK(s.num_threads >= 1);
+    REQUIRE(s.num_threads >= 1);
     fx_close(&f);
-    CHECK(ipu_runtime_create(NULL, NULL, &f.rt) == IPU_ERR_INVALID_ARGUMENT);
+    REQUIRE(ipu_runtime_create(NULL, NULL, &f.rt) == IPU_ERR_INVALID_ARGUMENT);
     return 0;
 }
 
@@ -215,7 +215,7 @@ static int test_huge_timeouts(void) {
         cfg.batching_dim = 0;
         cfg.timeout_ns = which ? UINT64_MAX - 1 : 0;
         cfg.batch_timeout_ns = which ? 0 : UINT64_MAX;
-        CHECK_OK(fx_open(&f, &m, &cfg));
+        REQUIRE_OK(fx_open(&f, &m, &cfg));
         float x[6] = {1, 2, 3, 4, 5, 6}, y[6] = {1, 1, 1, 1, 1, 1}, z[6] = {0};
         const void *ins[3] = {x, y, NULL};
         void *outs[3] = {NULL, NULL, z};
@@ -224,19 +224,19 @@ static int test_huge_timeouts(void) {
                               .outputs = outs,
                               .subgraph = IPU_NO_INDEX};
         ipu_request *r1, *r2;
-        CHECK_OK(ipu_runtime_submit(f.rt, &d, &r1));
-        CHECK(ipu_request_wait(r1, 200000000u) == IPU_ERR_TIMEOUT); /* 1 of 2 rows: waits */
+        REQUIRE_OK(ipu_runtime_submit(f.rt, &d, &r1));
+        REQUIRE(ipu_request_wait(r1, 200000000u) == IPU_ERR_TIMEOUT); /* 1 of 2 rows: waits */
         const void *ins2[3] = {x + 3, y + 3, NULL};
         void *outs2[3] = {NULL, NULL, z + 3};
         d.inputs = ins2;
         d.outputs = outs2;
-        CHECK_OK(ipu_runtime_submit(f.rt, &d, &r2));
-        CHECK_OK(ipu_request_wait(r1, 5000000000u));
-        CHECK_OK(ipu_request_wait(r2, 5000000000u));
-        for (int i = 0; i < 6; i++) CHECK(z[i] == x[i] + y[i]);
+        REQUIRE_OK(ipu_runtime_submit(f.rt, &d, &r2));
+        REQUIRE_OK(ipu_request_wait(r1, 5000000000u));
+        REQUIRE_OK(ipu_request_wait(r2, 5000000000u));
+        for (int i = 0; i < 6; i++) REQUIRE(z[i] == x[i] + y[i]);
         ipu_runtime_stats s;
         ipu_runtime_get_stats(f.rt, &s);
-        CHECK(s.padded_rows == 0);
+        REQUIRE(s.padded_rows == 0);
         ipu_request_release(r1);
         ipu_request_release(r2);
         fx_close(&f);
@@ -251,6 +251,5 @@ int main(void) {
     RUN(test_idle_cpu);
     RUN(test_default_threads);
     RUN(test_huge_timeouts);
-    printf("%d passed, %d failed\n", g_pass, g_fail);
-    return g_fail != 0;
+    return check_summary();
 }

@@ -157,15 +157,15 @@ static int loop(const char *name, scenario_fn fn) {
 
 /* The status of a call that ran with the allocator armed: IPU_OK when no failure was injected,
  * IPU_ERR_NOMEM with a message otherwise. */
-#define CHECK_NOMEM(st)                                 \
-    do {                                                \
-        ipu_status st_ = (st);                          \
-        if (atomic_load(&F.fired)) {                    \
-            CHECK(st_ == IPU_ERR_NOMEM);                \
-            CHECK(ipu_last_error_message()[0] != '\0'); \
-        } else {                                        \
-            CHECK(st_ == IPU_OK);                       \
-        }                                               \
+#define REQUIRE_NOMEM(st)                                 \
+    do {                                                  \
+        ipu_status st_ = (st);                            \
+        if (atomic_load(&F.fired)) {                      \
+            REQUIRE(st_ == IPU_ERR_NOMEM);                \
+            REQUIRE(ipu_last_error_message()[0] != '\0'); \
+        } else {                                          \
+            REQUIRE(st_ == IPU_OK);                       \
+        }                                                 \
     } while (0)
 
 /* ---- helpers (run with the allocator disarmed) ---- */
@@ -178,11 +178,11 @@ static int serve_add(ipu_runtime *rt, uint32_t N, float base) {
         z[i] = -1;
     }
     ipu_request *req = NULL;
-    CHECK_OK(submit_add(rt, N, x, y, z, NULL, NULL, &req));
+    REQUIRE_OK(submit_add(rt, N, x, y, z, NULL, NULL, &req));
     ipu_status st = ipu_request_wait(req, UINT64_MAX);
     ipu_request_release(req);
-    CHECK_OK(st);
-    for (uint32_t i = 0; i < N * 6; i++) CHECK(z[i] == x[i] + y[i]);
+    REQUIRE_OK(st);
+    for (uint32_t i = 0; i < N * 6; i++) REQUIRE(z[i] == x[i] + y[i]);
     return 0;
 }
 
@@ -193,12 +193,12 @@ static int s_ring(unsigned long k, int persistent) {
     arm(k, persistent);
     ipu_status st = ipu_ring_create(64, sizeof(uint64_t), &r);
     disarm();
-    CHECK_NOMEM(st);
+    REQUIRE_NOMEM(st);
     if (st == IPU_OK) {
         uint64_t v = 7, w = 0;
-        CHECK(ipu_ring_try_push(r, &v) && ipu_ring_try_pop(r, &w) && w == 7);
+        REQUIRE(ipu_ring_try_push(r, &v) && ipu_ring_try_pop(r, &w) && w == 7);
     } else {
-        CHECK(r == NULL);
+        REQUIRE(r == NULL);
     }
     ipu_ring_destroy(r);
     return 0;
@@ -209,15 +209,15 @@ static int s_trace(unsigned long k, int persistent) {
     arm(k, persistent);
     ipu_status st = ipu_trace_create(16, &t);
     disarm();
-    CHECK_NOMEM(st);
+    REQUIRE_NOMEM(st);
     if (st == IPU_OK) {
         ipu_trace_event ev[16];
         size_t n = 99;
-        CHECK(ipu_trace_capacity(t) == 16);
-        CHECK_OK(ipu_trace_read(t, ev, 16, &n, NULL));
-        CHECK(n == 0);
+        REQUIRE(ipu_trace_capacity(t) == 16);
+        REQUIRE_OK(ipu_trace_read(t, ev, 16, &n, NULL));
+        REQUIRE(n == 0);
     } else {
-        CHECK(t == NULL);
+        REQUIRE(t == NULL);
     }
     ipu_trace_destroy(t);
     return 0;
@@ -229,7 +229,7 @@ static int s_writer(unsigned long k, int persistent) {
     arm(k, persistent);
     ipu_status st = ipu_container_writer_create(&w);
     disarm();
-    CHECK_NOMEM(st);
+    REQUIRE_NOMEM(st);
     if (st != IPU_OK) return 0;
     /* add_blob: the writer keeps what it had after a failure. */
     uint32_t added = 0;
@@ -240,7 +240,7 @@ static int s_writer(unsigned long k, int persistent) {
         st = ipu_container_writer_add_blob(w, i == 0 ? IPU_BLOB_METADATA : IPU_BLOB_OPAQUE, 0,
                                            i == 0 ? NULL : name, meta, sizeof meta);
         disarm();
-        CHECK_NOMEM(st);
+        REQUIRE_NOMEM(st);
         if (st == IPU_OK)
             added++;
         else if (i == 0)
@@ -252,18 +252,18 @@ static int s_writer(unsigned long k, int persistent) {
     st = ipu_container_writer_finish(w, &img, &size);
     disarm();
     if (added == 0) {
-        CHECK(st == IPU_ERR_INVALID_STATE); /* METADATA never made it */
+        REQUIRE(st == IPU_ERR_INVALID_STATE); /* METADATA never made it */
     } else {
-        CHECK_NOMEM(st);
+        REQUIRE_NOMEM(st);
         if (st == IPU_OK) {
             ipu_container *c = NULL;
-            CHECK_OK(ipu_container_open_memory(img, size, &c));
-            CHECK(ipu_container_blob_count(c) == added);
+            REQUIRE_OK(ipu_container_open_memory(img, size, &c));
+            REQUIRE(ipu_container_blob_count(c) == added);
             ipu_container_destroy(c);
             ipu_free(img);
         }
         /* Usable after any failure: with memory back, finish works. */
-        CHECK_OK(ipu_container_writer_finish(w, &img, &size));
+        REQUIRE_OK(ipu_container_writer_finish(w, &img, &size));
         ipu_free(img);
     }
     ipu_container_writer_destroy(w);
@@ -275,13 +275,13 @@ static int s_write_file(unsigned long k, int persistent) {
     snprintf(path, sizeof path, "/tmp/ipu_oom_%ld.popef", (long)getpid());
     ipu_container_writer *w = NULL;
     static const uint8_t meta[8];
-    CHECK_OK(ipu_container_writer_create(&w));
-    CHECK_OK(ipu_container_writer_add_blob(w, IPU_BLOB_METADATA, 0, NULL, meta, sizeof meta));
+    REQUIRE_OK(ipu_container_writer_create(&w));
+    REQUIRE_OK(ipu_container_writer_add_blob(w, IPU_BLOB_METADATA, 0, NULL, meta, sizeof meta));
     arm(k, persistent);
     ipu_status st = ipu_container_writer_write_file(w, path);
     disarm();
-    CHECK_NOMEM(st);
-    CHECK((access(path, F_OK) == 0) == (st == IPU_OK)); /* no half-written file left */
+    REQUIRE_NOMEM(st);
+    REQUIRE((access(path, F_OK) == 0) == (st == IPU_OK)); /* no half-written file left */
     ipu_container_writer_destroy(w);
     unlink(path);
     return 0;
@@ -295,16 +295,16 @@ static int s_checksum(unsigned long k, int persistent) {
     uint64_t sum = 0;
     if (!big) {
         big = calloc(n, 1);
-        CHECK(big != NULL);
+        REQUIRE(big != NULL);
         if (!big) return 1;
         big[n - 1] = 1;
-        CHECK_OK(ipu_container_checksum(big, n, 2, &want));
+        REQUIRE_OK(ipu_container_checksum(big, n, 2, &want));
     }
     arm(k, persistent);
     ipu_status st = ipu_container_checksum(big, n, 2, &sum);
     disarm();
-    CHECK_NOMEM(st);
-    CHECK(st != IPU_OK || sum == want);
+    REQUIRE_NOMEM(st);
+    REQUIRE(st != IPU_OK || sum == want);
     return 0;
 }
 
@@ -318,8 +318,8 @@ static int open_container(unsigned long k, int persistent, int from_file) {
     ipu_status st = from_file ? ipu_container_open(g_model_path, &c)
                               : ipu_container_open_memory(g_image, g_image_size, &c);
     disarm();
-    CHECK_NOMEM(st);
-    CHECK((st == IPU_OK) == (c != NULL));
+    REQUIRE_NOMEM(st);
+    REQUIRE((st == IPU_OK) == (c != NULL));
     ipu_container_destroy(c);
     return 0;
 }
@@ -331,16 +331,16 @@ static int s_open_file(unsigned long k, int persistent) { return open_container(
 static int s_executable(unsigned long k, int persistent) {
     ipu_container *c = NULL;
     ipu_executable *e = NULL;
-    CHECK_OK(ipu_container_open_memory(g_image, g_image_size, &c));
+    REQUIRE_OK(ipu_container_open_memory(g_image, g_image_size, &c));
     arm(k, persistent);
     ipu_status st = ipu_executable_create(c, &e);
     disarm();
-    CHECK_NOMEM(st);
-    CHECK((st == IPU_OK) == (e != NULL));
+    REQUIRE_NOMEM(st);
+    REQUIRE((st == IPU_OK) == (e != NULL));
     if (e) {
         ipu_executable_info info;
         ipu_executable_get_info(e, &info);
-        CHECK(info.num_anchors > 0);
+        REQUIRE(info.num_anchors > 0);
     }
     ipu_executable_destroy(e);
     ipu_container_destroy(c);
@@ -357,11 +357,11 @@ static int serve_any(ipu_runtime *rt, const ipu_executable *e) {
     const void *ins[16] = {NULL};
     void *outs[16] = {NULL};
     static uint8_t buf[16][4096];
-    CHECK(info.num_anchors <= 16);
+    REQUIRE(info.num_anchors <= 16);
     for (uint32_t a = 0; a < info.num_anchors; a++) {
         ipu_anchor_info A;
-        CHECK_OK(ipu_executable_anchor(e, a, &A));
-        CHECK(A.desc.nbytes <= sizeof buf[a]);
+        REQUIRE_OK(ipu_executable_anchor(e, a, &A));
+        REQUIRE(A.desc.nbytes <= sizeof buf[a]);
         memset(buf[a], 0, sizeof buf[a]);
         if (A.has_tensor_data) continue;
         if (A.direction == IPU_DIR_INPUT)
@@ -375,14 +375,14 @@ static int serve_any(ipu_runtime *rt, const ipu_executable *e) {
                           .subgraph = IPU_NO_INDEX};
     if (g_cfg.batching_dim == 0) { /* dynamic batching: one whole batch of rows */
         ipu_anchor_info A;
-        CHECK_OK(ipu_executable_anchor(e, 0, &A));
+        REQUIRE_OK(ipu_executable_anchor(e, 0, &A));
         d.num_rows = (uint64_t)A.desc.dims[0];
     }
     ipu_request *req = NULL;
-    CHECK_OK(ipu_runtime_submit(rt, &d, &req));
+    REQUIRE_OK(ipu_runtime_submit(rt, &d, &req));
     ipu_status st = ipu_request_wait(req, UINT64_MAX);
     ipu_request_release(req);
-    CHECK_OK(st);
+    REQUIRE_OK(st);
     return 0;
 }
 
@@ -390,8 +390,8 @@ static int s_runtime_create(unsigned long k, int persistent) {
     ipu_container *c = NULL;
     ipu_executable *e = NULL;
     ipu_runtime *rt = NULL;
-    CHECK_OK(ipu_container_open_memory(g_image, g_image_size, &c));
-    CHECK_OK(ipu_executable_create(c, &e));
+    REQUIRE_OK(ipu_container_open_memory(g_image, g_image_size, &c));
+    REQUIRE_OK(ipu_executable_create(c, &e));
     arm(k, persistent);
     ipu_status st = ipu_runtime_create(e, &g_cfg, &rt);
     int fired = atomic_load(&F.fired) != 0;
@@ -415,20 +415,20 @@ static int s_session(unsigned long k, int persistent) {
     ipu_container *c = NULL;
     ipu_executable *e = NULL;
     ipu_session *s = NULL;
-    CHECK_OK(build(&m, &c, &e));
+    REQUIRE_OK(build(&m, &c, &e));
     ipu_session_config cfg = ipu_session_config_default();
     cfg.num_threads = 2;
     cfg.overlap_io = g_overlap;
     arm(k, persistent);
     ipu_status st = ipu_session_create(e, &cfg, &s);
     disarm();
-    CHECK_NOMEM(st);
+    REQUIRE_NOMEM(st);
     if (st == IPU_OK) {
         arm(k, persistent);
         st = ipu_session_run_load(s);
         disarm();
-        CHECK(st == IPU_OK || st == IPU_ERR_NOMEM);
-        if (st != IPU_OK) CHECK_OK(ipu_session_run_load(s)); /* usable: Load again */
+        REQUIRE(st == IPU_OK || st == IPU_ERR_NOMEM);
+        if (st != IPU_OK) REQUIRE_OK(ipu_session_run_load(s)); /* usable: Load again */
         float x[2][6], y[2][6], z[2][6];
         for (int b = 0; b < 2; b++)
             for (int i = 0; i < 6; i++) {
@@ -440,18 +440,18 @@ static int s_session(unsigned long k, int persistent) {
             ipu_slot sx = {x[b], sizeof x[b], 0, NULL, NULL};
             ipu_slot sy = {y[b], sizeof y[b], 0, NULL, NULL};
             ipu_slot sz = {z[b], sizeof z[b], 0, NULL, NULL};
-            CHECK_OK(ipu_session_enqueue(s, 0, &sx, UINT64_MAX));
-            CHECK_OK(ipu_session_enqueue(s, 1, &sy, UINT64_MAX));
-            CHECK_OK(ipu_session_enqueue(s, 2, &sz, UINT64_MAX));
+            REQUIRE_OK(ipu_session_enqueue(s, 0, &sx, UINT64_MAX));
+            REQUIRE_OK(ipu_session_enqueue(s, 1, &sy, UINT64_MAX));
+            REQUIRE_OK(ipu_session_enqueue(s, 2, &sz, UINT64_MAX));
         }
         ipu_step_result res;
         arm(k, persistent);
         st = ipu_session_run_main(s, &res);
         disarm();
-        CHECK(st == IPU_OK || st == IPU_ERR_NOMEM);
+        REQUIRE(st == IPU_OK || st == IPU_ERR_NOMEM);
         if (st == IPU_OK)
             for (int b = 0; b < 2; b++)
-                for (int i = 0; i < 6; i++) CHECK(z[b][i] == x[b][i] + 1.0f);
+                for (int i = 0; i < 6; i++) REQUIRE(z[b][i] == x[b][i] + 1.0f);
     }
     ipu_session_destroy(s);
     ipu_executable_destroy(e);
@@ -464,7 +464,7 @@ static int s_submit(unsigned long k, int persistent) {
     fixture f;
     ipu_runtime_config cfg = cfg_threads(2);
     m_model m = add_model(2, 3, 2);
-    CHECK_OK(fx_open(&f, &m, &cfg));
+    REQUIRE_OK(fx_open(&f, &m, &cfg));
     if (serve_add(f.rt, 3, 1.0f)) {
         fx_close(&f);
         return 1;
@@ -490,7 +490,7 @@ static int s_submit(unsigned long k, int persistent) {
     if (st == IPU_OK && done != IPU_OK && ipu_runtime_reset(f.rt) != IPU_OK) r = 1;
     if (!r) r = serve_add(f.rt, 2, 100.0f); /* still usable */
     fx_close(&f);
-    CHECK(r == 0);
+    REQUIRE(r == 0);
     return 0;
 }
 
@@ -499,7 +499,7 @@ static int s_execute(unsigned long k, int persistent) {
     fixture f;
     ipu_runtime_config cfg = cfg_threads(1);
     m_model m = add_model(2, 3, 1);
-    CHECK_OK(fx_open(&f, &m, &cfg));
+    REQUIRE_OK(fx_open(&f, &m, &cfg));
     float x[6] = {1, 2, 3, 4, 5, 6}, y[6] = {1, 1, 1, 1, 1, 1}, z[6] = {0};
     const void *ins[3] = {x, y, NULL};
     void *outs[3] = {NULL, NULL, z};
@@ -526,7 +526,7 @@ static int s_execute(unsigned long k, int persistent) {
     }
     if (!r) r = serve_add(f.rt, 1, 5.0f);
     fx_close(&f);
-    CHECK(r == 0);
+    REQUIRE(r == 0);
     return 0;
 }
 
@@ -535,26 +535,26 @@ static int s_execute(unsigned long k, int persistent) {
 static int test_allocator_api(void) {
     ipu_allocator a;
     ipu_get_allocator(&a);
-    CHECK(a.malloc_fn && a.realloc_fn && a.free_fn && a.aligned_alloc_fn && a.aligned_free_fn);
+    REQUIRE(a.malloc_fn && a.realloc_fn && a.free_fn && a.aligned_alloc_fn && a.aligned_free_fn);
     ipu_allocator bad = failing_allocator;
     bad.realloc_fn = NULL;
-    CHECK(ipu_set_allocator(&bad) == IPU_ERR_INVALID_ARGUMENT);
+    REQUIRE(ipu_set_allocator(&bad) == IPU_ERR_INVALID_ARGUMENT);
     bad = failing_aligned_allocator;
     bad.aligned_free_fn = NULL;
-    CHECK(ipu_set_allocator(&bad) == IPU_ERR_INVALID_ARGUMENT);
+    REQUIRE(ipu_set_allocator(&bad) == IPU_ERR_INVALID_ARGUMENT);
     /* Not while the library holds a block. */
     ipu_ring *r = NULL;
-    CHECK_OK(ipu_ring_create(4, 8, &r));
-    CHECK(ipu_allocated_blocks() > 0);
-    CHECK(ipu_set_allocator(&failing_allocator) == IPU_ERR_INVALID_STATE);
+    REQUIRE_OK(ipu_ring_create(4, 8, &r));
+    REQUIRE(ipu_allocated_blocks() > 0);
+    REQUIRE(ipu_set_allocator(&failing_allocator) == IPU_ERR_INVALID_STATE);
     ipu_ring_destroy(r);
-    CHECK(ipu_allocated_blocks() == 0);
-    CHECK_OK(ipu_set_allocator(&failing_allocator));
+    REQUIRE(ipu_allocated_blocks() == 0);
+    REQUIRE_OK(ipu_set_allocator(&failing_allocator));
     ipu_get_allocator(&a);
-    CHECK(a.malloc_fn == f_malloc && a.aligned_alloc_fn == NULL);
-    CHECK_OK(ipu_set_allocator(NULL)); /* back to the system allocator */
+    REQUIRE(a.malloc_fn == f_malloc && a.aligned_alloc_fn == NULL);
+    REQUIRE_OK(ipu_set_allocator(NULL)); /* back to the system allocator */
     ipu_get_allocator(&a);
-    CHECK(a.malloc_fn != f_malloc && a.aligned_alloc_fn != NULL);
+    REQUIRE(a.malloc_fn != f_malloc && a.aligned_alloc_fn != NULL);
     return 0;
 }
 
@@ -574,24 +574,24 @@ static int test_log_callback(void) {
     log_sink sink = {0};
     ipu_set_log_callback(sink_fn, &sink, IPU_LOG_DEBUG);
     ipu_container *c = NULL;
-    CHECK(ipu_container_open("/nonexistent/x.popef", &c) == IPU_ERR_IO);
-    CHECK(sink.calls == 1 && strstr(sink.last, "ERR_IO") && strstr(sink.last, "x.popef"));
+    REQUIRE(ipu_container_open("/nonexistent/x.popef", &c) == IPU_ERR_IO);
+    REQUIRE(sink.calls == 1 && strstr(sink.last, "ERR_IO") && strstr(sink.last, "x.popef"));
     ipu_set_log_callback(sink_fn, &sink, IPU_LOG_INFO); /* DEBUG no longer delivered */
-    CHECK(ipu_container_open("/nonexistent/x.popef", &c) == IPU_ERR_IO);
-    CHECK(sink.calls == 1);
+    REQUIRE(ipu_container_open("/nonexistent/x.popef", &c) == IPU_ERR_IO);
+    REQUIRE(sink.calls == 1);
     fixture f;
     ipu_runtime_config cfg = cfg_threads(1);
     m_model m = add_model(2, 3, 1);
-    CHECK_OK(fx_open(&f, &m, &cfg));
-    CHECK(sink.calls == 2 && strstr(sink.last, "created"));
+    REQUIRE_OK(fx_open(&f, &m, &cfg));
+    REQUIRE(sink.calls == 2 && strstr(sink.last, "created"));
     fx_close(&f);
-    CHECK(sink.calls == 3 && strstr(sink.last, "closed"));
+    REQUIRE(sink.calls == 3 && strstr(sink.last, "closed"));
     ipu_set_log_callback(NULL, NULL, IPU_LOG_DEBUG); /* off */
-    CHECK(ipu_container_open("/nonexistent/x.popef", &c) == IPU_ERR_IO);
-    CHECK(sink.calls == 3 && sink.bad_level == 0 && sink.errors == 0);
-    CHECK(ipu_log_level_name(IPU_LOG_WARNING) &&
-          !strcmp(ipu_log_level_name(IPU_LOG_WARNING), "warning"));
-    CHECK(ipu_log_level_name((ipu_log_level)99) == NULL);
+    REQUIRE(ipu_container_open("/nonexistent/x.popef", &c) == IPU_ERR_IO);
+    REQUIRE(sink.calls == 3 && sink.bad_level == 0 && sink.errors == 0);
+    REQUIRE(ipu_log_level_name(IPU_LOG_WARNING) &&
+            !strcmp(ipu_log_level_name(IPU_LOG_WARNING), "warning"));
+    REQUIRE(ipu_log_level_name((ipu_log_level)99) == NULL);
     return 0;
 }
 
@@ -610,7 +610,7 @@ static int oom_core(void) {
     g_overlap = 0;
     r |= loop("ipu_runtime_submit", s_submit);
     r |= loop("ipu_runtime_execute", s_execute);
-    CHECK(r == 0);
+    REQUIRE(r == 0);
     return 0;
 }
 
@@ -629,7 +629,7 @@ static int oom_model(void) {
         g_cfg.batching_dim = 0;
         r |= loop("ipu_runtime_create (batching)", s_runtime_create);
     }
-    CHECK(r == 0);
+    REQUIRE(r == 0);
     return 0;
 }
 
@@ -640,22 +640,22 @@ static int load_image(const m_model *m, const char *path) {
     if (path) {
         FILE *fp = fopen(path, "rb");
         if (!fp) perror(path);
-        CHECK(fp != NULL);
+        REQUIRE(fp != NULL);
         fseek(fp, 0, SEEK_END);
         long n = ftell(fp);
         fseek(fp, 0, SEEK_SET);
-        CHECK(n > 0 && (g_image = malloc((size_t)n)) != NULL);
-        CHECK(fread(g_image, 1, (size_t)n, fp) == (size_t)n);
+        REQUIRE(n > 0 && (g_image = malloc((size_t)n)) != NULL);
+        REQUIRE(fread(g_image, 1, (size_t)n, fp) == (size_t)n);
         fclose(fp);
         g_image_size = (size_t)n;
         return 0;
     }
     ipu_container_writer *w = NULL;
     void *img = NULL;
-    CHECK_OK(model_writer(m, &w));
-    CHECK_OK(ipu_container_writer_finish(w, &img, &g_image_size));
+    REQUIRE_OK(model_writer(m, &w));
+    REQUIRE_OK(ipu_container_writer_finish(w, &img, &g_image_size));
     ipu_container_writer_destroy(w);
-    CHECK((g_image = malloc(g_image_size)) != NULL);
+    REQUIRE((g_image = malloc(g_image_size)) != NULL);
     memcpy(g_image, img, g_image_size);
     ipu_free(img);
     return 0;
@@ -670,25 +670,24 @@ int main(int argc, char **argv) {
         m_model add = add_model(2, 3, 2);
         int ok = load_image(&add, NULL) == 0 && ipu_set_allocator(a) == IPU_OK;
         if (!ok) {
-            g_fail++;
+            failed++;
             printf("FAIL set-up: %s\n", ipu_last_error_message());
             break;
         }
         RUN(oom_core);
         RUN(oom_model);
         for (int i = 1; i < argc; i++) {
-            CHECK_OK(ipu_set_allocator(NULL));
+            REQUIRE_OK(ipu_set_allocator(NULL));
             if (load_image(NULL, argv[i]) || ipu_set_allocator(a) != IPU_OK) {
-                g_fail++;
+                failed++;
                 break;
             }
             printf("%s\n", argv[i]);
             RUN(oom_model);
         }
-        if (ipu_set_allocator(NULL) != IPU_OK) g_fail++;
+        if (ipu_set_allocator(NULL) != IPU_OK) failed++;
     }
     free(g_image);
     printf("%ld runs, %ld with an injected failure\n", g_runs, g_fired);
-    printf("%d passed, %d failed\n", g_pass, g_fail);
-    return g_fail ? 1 : 0;
+    return check_summary();
 }

@@ -58,7 +58,7 @@ static int run_add(int overlap, const uint32_t *rows, uint32_t nslots, int *used
     m_model m = add_model(ROWS, COLS, 3);
     m.io_tiles = 8;
     sfix f;
-    CHECK_OK(open_s(&f, &m, overlap, rows ? 0 : IPU_NO_INDEX));
+    REQUIRE_OK(open_s(&f, &m, overlap, rows ? 0 : IPU_NO_INDEX));
     static float x[NIT * ROWS * COLS], y[NIT * ROWS * COLS], z[NIT * ROWS * COLS];
     for (int i = 0; i < NIT * ROWS * COLS; i++) {
         x[i] = (float)i;
@@ -74,20 +74,21 @@ static int run_add(int overlap, const uint32_t *rows, uint32_t nslots, int *used
         float *p[3] = {x + off * COLS, y + off * COLS, z + off * COLS};
         for (uint32_t a = 0; a < 3; a++) {
             ipu_slot sl = {p[a], nb, rows ? k : 0, rec_done, &r[a][i]};
-            CHECK_OK(ipu_session_enqueue(f.s, a, &sl, 0));
+            REQUIRE_OK(ipu_session_enqueue(f.s, a, &sl, 0));
         }
         off += k;
     }
     ipu_step_result res;
     uint32_t total = 0;
     while (total < off) {
-        CHECK_OK(ipu_session_run_main(f.s, &res));
-        CHECK(res.iterations > 0);
+        REQUIRE_OK(ipu_session_run_main(f.s, &res));
+        REQUIRE(res.iterations > 0);
         total += res.iterations * ROWS;
     }
-    for (uint32_t i = 0; i < off * COLS; i++) CHECK(z[i] == x[i] + y[i]);
+    for (uint32_t i = 0; i < off * COLS; i++) REQUIRE(z[i] == x[i] + y[i]);
     for (uint32_t i = 0; i < n; i++)
-        for (int a = 0; a < 3; a++) CHECK(atomic_load(&r[a][i].calls) == 1 && r[a][i].st == IPU_OK);
+        for (int a = 0; a < 3; a++)
+            REQUIRE(atomic_load(&r[a][i].calls) == 1 && r[a][i].st == IPU_OK);
     ipu_session_stats stats;
     ipu_session_get_stats(f.s, &stats);
     *used = stats.overlap_io;
@@ -97,10 +98,10 @@ static int run_add(int overlap, const uint32_t *rows, uint32_t nslots, int *used
 
 static int test_add_steps(void) {
     int on = -1, off = -1;
-    CHECK(run_add(-1, NULL, 0, &on) == 0); /* num_io_tiles 8: on */
-    CHECK(on == 1);
-    CHECK(run_add(0, NULL, 0, &off) == 0);
-    CHECK(off == 0);
+    REQUIRE(run_add(-1, NULL, 0, &on) == 0); /* num_io_tiles 8: on */
+    REQUIRE(on == 1);
+    REQUIRE(run_add(0, NULL, 0, &off) == 0);
+    REQUIRE(off == 0);
     return 0;
 }
 
@@ -108,9 +109,9 @@ static int test_batching(void) {
     static const uint32_t rows[] = {1, 3, 2, 2, 4, 1, 1, 1, 1, 3, 5, 2, 6, 4, 4, 4};
     uint32_t n = sizeof rows / sizeof rows[0];
     int on = -1, off = -1;
-    CHECK(run_add(1, rows, n, &on) == 0);
-    CHECK(on == 1);
-    CHECK(run_add(0, rows, n, &off) == 0);
+    REQUIRE(run_add(1, rows, n, &on) == 0);
+    REQUIRE(on == 1);
+    REQUIRE(run_add(0, rows, n, &off) == 0);
     return 0;
 }
 
@@ -118,7 +119,7 @@ static int run_fused(int overlap, float *z0, float *z1) {
     m_model m = fused_model();
     m.bps = 2;
     sfix f;
-    CHECK_OK(open_s(&f, &m, overlap, IPU_NO_INDEX));
+    REQUIRE_OK(open_s(&f, &m, overlap, IPU_NO_INDEX));
     enum { N = 9 };
     static uint32_t idx[N];
     static float x[N][6], y[N][6];
@@ -135,33 +136,34 @@ static int run_fused(int overlap, float *z0, float *z1) {
         ipu_slot sx = {x[i], 24, 0, rec_done, &r[i][1]};
         ipu_slot sy = {y[i], 24, 0, rec_done, &r[i][2]};
         ipu_slot sz = {s ? z1 + 6 * i : z0 + 6 * i, 24, 0, rec_done, &r[i][3]};
-        CHECK_OK(ipu_session_enqueue(f.s, 0, &si, 0));
-        CHECK_OK(ipu_session_enqueue(f.s, s ? 2 : 1, &sx, 0));
-        CHECK_OK(ipu_session_enqueue(f.s, 3, &sy, 0));
-        CHECK_OK(ipu_session_enqueue(f.s, s ? 5 : 4, &sz, 0));
+        REQUIRE_OK(ipu_session_enqueue(f.s, 0, &si, 0));
+        REQUIRE_OK(ipu_session_enqueue(f.s, s ? 2 : 1, &sx, 0));
+        REQUIRE_OK(ipu_session_enqueue(f.s, 3, &sy, 0));
+        REQUIRE_OK(ipu_session_enqueue(f.s, s ? 5 : 4, &sz, 0));
     }
     ipu_step_result res;
     for (uint32_t done = 0; done < N; done += res.iterations)
-        CHECK_OK(ipu_session_run_main(f.s, &res));
+        REQUIRE_OK(ipu_session_run_main(f.s, &res));
     for (int i = 0; i < N; i++) {
-        for (int k = 0; k < 4; k++) CHECK(atomic_load(&r[i][k].calls) == 1 && r[i][k].st == IPU_OK);
+        for (int k = 0; k < 4; k++)
+            REQUIRE(atomic_load(&r[i][k].calls) == 1 && r[i][k].st == IPU_OK);
         for (int j = 0; j < 6; j++) {
             float want = idx[i] ? x[i][j] * y[i][j] : x[i][j] + y[i][j];
-            CHECK((idx[i] ? z1 : z0)[6 * i + j] == want);
+            REQUIRE((idx[i] ? z1 : z0)[6 * i + j] == want);
         }
     }
     ipu_session_stats st;
     ipu_session_get_stats(f.s, &st);
-    CHECK(st.overlap_io == (overlap == 1));
+    REQUIRE(st.overlap_io == (overlap == 1));
     close_s(&f);
     return 0;
 }
 
 static int test_fused(void) {
     static float a0[54], a1[54], b0[54], b1[54];
-    CHECK(run_fused(1, a0, a1) == 0);
-    CHECK(run_fused(0, b0, b1) == 0);
-    CHECK(memcmp(a0, b0, sizeof a0) == 0 && memcmp(a1, b1, sizeof a1) == 0);
+    REQUIRE(run_fused(1, a0, a1) == 0);
+    REQUIRE(run_fused(0, b0, b1) == 0);
+    REQUIRE(memcmp(a0, b0, sizeof a0) == 0 && memcmp(a1, b1, sizeof a1) == 0);
     return 0;
 }
 
@@ -172,10 +174,10 @@ static int test_partial_overlap_falls_back(void) {
     m.t[3] = (m_tensor){F32, ARENA, 128 + 64, 2, {2, 16}};
     m.nt = 4;
     sfix f;
-    CHECK_OK(open_s(&f, &m, 1, IPU_NO_INDEX));
+    REQUIRE_OK(open_s(&f, &m, 1, IPU_NO_INDEX));
     ipu_session_stats st;
     ipu_session_get_stats(f.s, &st);
-    CHECK(st.overlap_io == 0);
+    REQUIRE(st.overlap_io == 0);
     static float x[32], y[32], z[32];
     for (int i = 0; i < 32; i++) {
         x[i] = (float)i;
@@ -183,14 +185,14 @@ static int test_partial_overlap_falls_back(void) {
     }
     ipu_slot sx = {x, 128, 0, NULL, NULL}, sy = {y, 128, 0, NULL, NULL},
              sz = {z, 128, 0, NULL, NULL};
-    CHECK_OK(ipu_session_enqueue(f.s, 0, &sx, 0));
-    CHECK_OK(ipu_session_enqueue(f.s, 1, &sy, 0));
-    CHECK_OK(ipu_session_enqueue(f.s, 2, &sz, 0));
+    REQUIRE_OK(ipu_session_enqueue(f.s, 0, &sx, 0));
+    REQUIRE_OK(ipu_session_enqueue(f.s, 1, &sy, 0));
+    REQUIRE_OK(ipu_session_enqueue(f.s, 2, &sz, 0));
     ipu_step_result res;
-    CHECK_OK(ipu_session_run_main(f.s, &res));
-    CHECK(res.iterations == 1);
+    REQUIRE_OK(ipu_session_run_main(f.s, &res));
+    REQUIRE(res.iterations == 1);
     ipu_session_get_stats(f.s, &st);
-    CHECK(st.overlap_io == 0);
+    REQUIRE(st.overlap_io == 0);
     close_s(&f);
     return 0;
 }
@@ -212,16 +214,16 @@ static void *dev_loop(void *p) {
 static int stop_once(int destroy_only, int delay_us) {
     m_model m = add_model(64, 64, 4);
     sfix f;
-    CHECK_OK(open_s(&f, &m, 1, IPU_NO_INDEX));
+    REQUIRE_OK(open_s(&f, &m, 1, IPU_NO_INDEX));
     enum { N = 40 };
     uint64_t nb = 64 * 64 * 4;
     float *buf = calloc(3 * N, (size_t)nb);
-    CHECK(buf);
+    REQUIRE(buf);
     static rec r[N][3];
     memset(r, 0, sizeof r);
     dev_arg d = {f.s, 0};
     pthread_t th;
-    CHECK(pthread_create(&th, NULL, dev_loop, &d) == 0);
+    REQUIRE(pthread_create(&th, NULL, dev_loop, &d) == 0);
     uint32_t queued[N][3];
     memset(queued, 0, sizeof queued);
     for (int i = 0; i < N; i++)
@@ -236,11 +238,11 @@ static int stop_once(int destroy_only, int delay_us) {
         }
     if (destroy_only) ipu_session_stop(f.s);
     pthread_join(th, NULL);
-    CHECK(atomic_load(&d.ret) == IPU_ERR_CLOSED);
+    REQUIRE(atomic_load(&d.ret) == IPU_ERR_CLOSED);
     ipu_session_destroy(f.s);
     f.s = NULL;
     for (int i = 0; i < N; i++)
-        for (int a = 0; a < 3; a++) CHECK(atomic_load(&r[i][a].calls) == (int)queued[i][a]);
+        for (int a = 0; a < 3; a++) REQUIRE(atomic_load(&r[i][a].calls) == (int)queued[i][a]);
     free(buf);
     close_s(&f);
     return 0;
@@ -248,8 +250,8 @@ static int stop_once(int destroy_only, int delay_us) {
 
 static int test_stop_mid_pipeline(void) {
     for (int rep = 0; rep < 6; rep++) {
-        CHECK(stop_once(0, rep * 300) == 0);
-        CHECK(stop_once(1, rep * 300) == 0);
+        REQUIRE(stop_once(0, rep * 300) == 0);
+        REQUIRE(stop_once(1, rep * 300) == 0);
     }
     return 0;
 }
@@ -260,7 +262,7 @@ static int run_rt(int overlap, float *z) {
     fixture f;
     ipu_runtime_config cfg = cfg_threads(2);
     cfg.overlap_io = overlap;
-    CHECK_OK(fx_open(&f, &m, &cfg));
+    REQUIRE_OK(fx_open(&f, &m, &cfg));
     enum { NB = 7, REQ = 5 };
     static float x[REQ][NB * 16], y[REQ][NB * 16];
     ipu_request *rq[REQ];
@@ -269,12 +271,12 @@ static int run_rt(int overlap, float *z) {
             x[q][i] = (float)(q * 100 + i);
             y[q][i] = (float)i / 2;
         }
-        CHECK_OK(submit_add(f.rt, NB, x[q], y[q], z + q * NB * 16, NULL, NULL, &rq[q]));
+        REQUIRE_OK(submit_add(f.rt, NB, x[q], y[q], z + q * NB * 16, NULL, NULL, &rq[q]));
     }
     for (int q = 0; q < REQ; q++) {
-        CHECK_OK(ipu_request_wait(rq[q], UINT64_MAX));
+        REQUIRE_OK(ipu_request_wait(rq[q], UINT64_MAX));
         ipu_request_release(rq[q]);
-        for (int i = 0; i < NB * 16; i++) CHECK(z[q * NB * 16 + i] == x[q][i] + y[q][i]);
+        for (int i = 0; i < NB * 16; i++) REQUIRE(z[q * NB * 16 + i] == x[q][i] + y[q][i]);
     }
     fx_close(&f);
     return 0;
@@ -282,9 +284,9 @@ static int run_rt(int overlap, float *z) {
 
 static int test_runtime_requests(void) {
     static float a[5 * 7 * 16], b[5 * 7 * 16];
-    CHECK(run_rt(1, a) == 0);
-    CHECK(run_rt(0, b) == 0);
-    CHECK(memcmp(a, b, sizeof a) == 0);
+    REQUIRE(run_rt(1, a) == 0);
+    REQUIRE(run_rt(0, b) == 0);
+    REQUIRE(memcmp(a, b, sizeof a) == 0);
     return 0;
 }
 
@@ -295,6 +297,5 @@ int main(void) {
     RUN(test_partial_overlap_falls_back);
     RUN(test_runtime_requests);
     RUN(test_stop_mid_pipeline);
-    printf("%d passed, %d failed\n", g_pass, g_fail);
-    return g_fail ? 1 : 0;
+    return check_summary();
 }

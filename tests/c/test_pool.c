@@ -37,24 +37,24 @@ static int run_once(ipu__pool *p, size_t work, bool contiguous, record *r) {
 
 static int test_range_chunks(void) {
     ipu__pool *p = NULL;
-    CHECK_OK(ipu__pool_create(2, 64, 0, &p));
+    REQUIRE_OK(ipu__pool_create(2, 64, 0, &p));
     record r;
     pthread_mutex_init(&r.mu, NULL);
     /* contiguous, 6 items on 2 workers: two chunks of 3 consecutive items */
-    CHECK(run_once(p, 6, true, &r));
-    CHECK(r.chunks == 2 && r.longest == 3);
+    REQUIRE(run_once(p, 6, true, &r));
+    REQUIRE(r.chunks == 2 && r.longest == 3);
     /* not contiguous, or not divisible, or more than IPU__POOL_ITEM_CHUNKS items: as before */
-    CHECK(run_once(p, 6, false, &r));
-    CHECK(r.chunks == 6 && r.longest == 1);
-    CHECK(run_once(p, 7, true, &r));
-    CHECK(r.chunks == 7 && r.longest == 1);
-    CHECK(run_once(p, 200, true, &r));
-    CHECK(r.chunks == 8 && r.longest == 25); /* nth * IPU__POOL_CHUNKS_PER_WORKER chunks */
+    REQUIRE(run_once(p, 6, false, &r));
+    REQUIRE(r.chunks == 6 && r.longest == 1);
+    REQUIRE(run_once(p, 7, true, &r));
+    REQUIRE(r.chunks == 7 && r.longest == 1);
+    REQUIRE(run_once(p, 200, true, &r));
+    REQUIRE(r.chunks == 8 && r.longest == 25); /* nth * IPU__POOL_CHUNKS_PER_WORKER chunks */
     ipu__pool_destroy(p);
 
     /* one worker: the whole range in one call either way */
-    CHECK_OK(ipu__pool_create(1, 64, 0, &p));
-    CHECK(run_once(p, 6, true, &r) && r.chunks == 1 && r.longest == 6);
+    REQUIRE_OK(ipu__pool_create(1, 64, 0, &p));
+    REQUIRE(run_once(p, 6, true, &r) && r.chunks == 1 && r.longest == 6);
     ipu__pool_destroy(p);
     pthread_mutex_destroy(&r.mu);
     return 0;
@@ -63,6 +63,5 @@ static int test_range_chunks(void) {
 int main(void) {
     alarm(120); /* watchdog: a hang is a failure */
     RUN(test_range_chunks);
-    printf("%d passed, %d failed\n", g_pass, g_fail);
-    return g_fail != 0;
+    return check_summary();
 }

@@ -14,19 +14,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "check.h"
 #include "ipu/ipu.h"
-
-static int passed, failed;
-
-#define CHECK(cond)                                                            \
-    do {                                                                       \
-        if (cond) {                                                            \
-            passed++;                                                          \
-        } else {                                                               \
-            failed++;                                                          \
-            fprintf(stderr, "%s:%d: FAILED: %s\n", __FILE__, __LINE__, #cond); \
-        }                                                                      \
-    } while (0)
 
 static void test_create_args(void) {
     ipu_ring *r = NULL;
@@ -250,6 +239,5 @@ int main(int argc, char **argv) {
     test_full_empty_front();
     test_big_items();
     for (size_t i = 0; i < ncaps; i++) test_two_threads(n, caps[i]);
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return check_summary();
 }

@@ -24,19 +24,19 @@ static int test_single_request(void) {
     fixture f;
     m_model m = add_model(2, 3, 1);
     ipu_runtime_config cfg = cfg_threads(2);
-    CHECK_OK(fx_open(&f, &m, &cfg));
+    REQUIRE_OK(fx_open(&f, &m, &cfg));
     float x[6] = {1, 2, 3, 4, 5, 6}, y[6] = {10, 20, 30, 40, 50, 60}, z[6] = {0};
     ipu_request *r;
-    CHECK_OK(submit_add(f.rt, 1, x, y, z, NULL, NULL, &r));
-    CHECK_OK(ipu_request_wait(r, UINT64_MAX));
-    CHECK(ipu_request_is_done(r));
-    CHECK_OK(ipu_request_status(r));
-    for (int i = 0; i < 6; i++) CHECK(z[i] == x[i] + y[i]);
+    REQUIRE_OK(submit_add(f.rt, 1, x, y, z, NULL, NULL, &r));
+    REQUIRE_OK(ipu_request_wait(r, UINT64_MAX));
+    REQUIRE(ipu_request_is_done(r));
+    REQUIRE_OK(ipu_request_status(r));
+    for (int i = 0; i < 6; i++) REQUIRE(z[i] == x[i] + y[i]);
     ipu_request_release(r);
     ipu_runtime_stats s;
     ipu_runtime_get_stats(f.rt, &s);
-    CHECK(s.requests_submitted == 1 && s.requests_completed == 1 && s.requests_failed == 0);
-    CHECK(s.iterations == 1 && s.num_threads == 2);
+    REQUIRE(s.requests_submitted == 1 && s.requests_completed == 1 && s.requests_failed == 0);
+    REQUIRE(s.iterations == 1 && s.num_threads == 2);
     fx_close(&f);
     return 0;
 }
@@ -51,7 +51,7 @@ static void count_done(ipu_request *req, ipu_status st, void *ud) {
 static int test_batches(void) {
     fixture f;
     m_model m = add_model(2, 3, 1);
-    CHECK_OK(fx_open(&f, &m, NULL));
+    REQUIRE_OK(fx_open(&f, &m, NULL));
     enum { N = 7 };
     float x[N * 6], y[N * 6], z[N * 6];
     for (int i = 0; i < N * 6; i++) {
@@ -62,16 +62,16 @@ static int test_batches(void) {
     ipu_status seen = IPU_ERR_INTERNAL;
     atomic_store(&g_done_calls, 0);
     ipu_request *r;
-    CHECK_OK(submit_add(f.rt, N, x, y, z, count_done, &seen, &r));
-    CHECK_OK(ipu_request_wait(r, 5000000000ull));
-    CHECK(atomic_load(&g_done_calls) == 1 && seen == IPU_OK);
-    for (int i = 0; i < N * 6; i++) CHECK(z[i] == x[i] + y[i]);
+    REQUIRE_OK(submit_add(f.rt, N, x, y, z, count_done, &seen, &r));
+    REQUIRE_OK(ipu_request_wait(r, 5000000000ull));
+    REQUIRE(atomic_load(&g_done_calls) == 1 && seen == IPU_OK);
+    for (int i = 0; i < N * 6; i++) REQUIRE(z[i] == x[i] + y[i]);
     ipu_request_release(r);
     /* Release before completion: the request stays alive for the runtime. */
-    CHECK_OK(submit_add(f.rt, N, x, y, z, count_done, NULL, &r));
+    REQUIRE_OK(submit_add(f.rt, N, x, y, z, count_done, NULL, &r));
     ipu_request_release(r);
-    CHECK_OK(ipu_runtime_close(f.rt));
-    CHECK(atomic_load(&g_done_calls) == 2);
+    REQUIRE_OK(ipu_runtime_close(f.rt));
+    REQUIRE(atomic_load(&g_done_calls) == 2);
     fx_close(&f);
     return 0;
 }
@@ -82,19 +82,19 @@ static int test_large_parallel(void) {
         fixture f;
         m_model m = add_model(256, 1024, 1);
         ipu_runtime_config cfg = cfg_threads(nth);
-        CHECK_OK(fx_open(&f, &m, &cfg));
+        REQUIRE_OK(fx_open(&f, &m, &cfg));
         size_t n = 2 * 256 * 1024;
         float *x = malloc(n * 4), *y = malloc(n * 4), *z = malloc(n * 4);
-        CHECK(x && y && z);
+        REQUIRE(x && y && z);
         for (size_t i = 0; i < n; i++) {
             x[i] = (float)(i % 977);
             y[i] = (float)(i % 13);
             z[i] = 0;
         }
         ipu_request *r;
-        CHECK_OK(submit_add(f.rt, 2, x, y, z, NULL, NULL, &r));
-        CHECK_OK(ipu_request_wait(r, UINT64_MAX));
-        for (size_t i = 0; i < n; i++) CHECK(z[i] == x[i] + y[i]);
+        REQUIRE_OK(submit_add(f.rt, 2, x, y, z, NULL, NULL, &r));
+        REQUIRE_OK(ipu_request_wait(r, UINT64_MAX));
+        for (size_t i = 0; i < n; i++) REQUIRE(z[i] == x[i] + y[i]);
         ipu_request_release(r);
         free(x);
         free(y);
@@ -154,7 +154,7 @@ static int test_threads(void) {
     m_model m = add_model(2, 3, 1);
     ipu_runtime_config cfg = cfg_threads(2);
     cfg.ring_buffer_size_multiplier = 2; /* small rings: submitters block often */
-    CHECK_OK(fx_open(&f, &m, &cfg));
+    REQUIRE_OK(fx_open(&f, &m, &cfg));
     enum { T = 3 };
     static atomic_int counts[T][200];
     pthread_t th[T];
@@ -162,17 +162,17 @@ static int test_threads(void) {
     for (int t = 0; t < T; t++) {
         for (int i = 0; i < 200; i++) atomic_store(&counts[t][i], 0);
         args[t] = (stress_arg){f.rt, 0x9e3779b9u * (uint32_t)(t + 1), 0, counts[t]};
-        CHECK(pthread_create(&th[t], NULL, stress_thread, &args[t]) == 0);
+        REQUIRE(pthread_create(&th[t], NULL, stress_thread, &args[t]) == 0);
     }
     for (int t = 0; t < T; t++) pthread_join(th[t], NULL);
     for (int t = 0; t < T; t++) {
-        CHECK(args[t].errors == 0);
-        for (int i = 0; i < 200; i++) CHECK(atomic_load(&counts[t][i]) == 1);
+        REQUIRE(args[t].errors == 0);
+        for (int i = 0; i < 200; i++) REQUIRE(atomic_load(&counts[t][i]) == 1);
     }
     ipu_runtime_stats s;
     ipu_runtime_get_stats(f.rt, &s);
-    CHECK(s.requests_submitted == T * 200 && s.requests_completed == T * 200);
-    CHECK(s.requests_failed == 0);
+    REQUIRE(s.requests_submitted == T * 200 && s.requests_completed == T * 200);
+    REQUIRE(s.requests_failed == 0);
     fx_close(&f);
     return 0;
 }
@@ -182,38 +182,38 @@ static int test_padding(void) {
     m_model m = add_model(2, 3, 4);
     ipu_runtime_config cfg = cfg_threads(1);
     cfg.timeout_ns = 20000000; /* 20 ms */
-    CHECK_OK(fx_open(&f, &m, &cfg));
+    REQUIRE_OK(fx_open(&f, &m, &cfg));
     float x[5 * 6], y[5 * 6], z[5 * 6];
     for (int i = 0; i < 30; i++) {
         x[i] = (float)i;
         y[i] = 1;
     }
     ipu_request *r;
-    CHECK_OK(submit_add(f.rt, 1, x, y, z, NULL, NULL, &r));
-    CHECK_OK(ipu_request_wait(r, UINT64_MAX)); /* outputs do not wait for the step to fill */
+    REQUIRE_OK(submit_add(f.rt, 1, x, y, z, NULL, NULL, &r));
+    REQUIRE_OK(ipu_request_wait(r, UINT64_MAX)); /* outputs do not wait for the step to fill */
     ipu_request_release(r);
     sleep_ms(100);
     ipu_runtime_stats s;
     ipu_runtime_get_stats(f.rt, &s);
-    CHECK(s.iterations == 1 && s.padded_iterations == 3 && s.steps == 1);
-    CHECK_OK(submit_add(f.rt, 5, x, y, z, NULL, NULL, &r));
-    CHECK_OK(ipu_request_wait(r, UINT64_MAX));
-    for (int i = 0; i < 30; i++) CHECK(z[i] == x[i] + 1);
+    REQUIRE(s.iterations == 1 && s.padded_iterations == 3 && s.steps == 1);
+    REQUIRE_OK(submit_add(f.rt, 5, x, y, z, NULL, NULL, &r));
+    REQUIRE_OK(ipu_request_wait(r, UINT64_MAX));
+    for (int i = 0; i < 30; i++) REQUIRE(z[i] == x[i] + 1);
     ipu_request_release(r);
     sleep_ms(100);
     ipu_runtime_get_stats(f.rt, &s);
-    CHECK(s.iterations == 6 && s.padded_iterations == 6 && s.steps == 3);
+    REQUIRE(s.iterations == 6 && s.padded_iterations == 6 && s.steps == 3);
     fx_close(&f);
 
     /* timeout_ns == 0: a started step waits forever, nothing is padded. */
     cfg.timeout_ns = 0;
-    CHECK_OK(fx_open(&f, &m, &cfg));
-    CHECK_OK(submit_add(f.rt, 1, x, y, z, NULL, NULL, &r));
-    CHECK_OK(ipu_request_wait(r, UINT64_MAX));
+    REQUIRE_OK(fx_open(&f, &m, &cfg));
+    REQUIRE_OK(submit_add(f.rt, 1, x, y, z, NULL, NULL, &r));
+    REQUIRE_OK(ipu_request_wait(r, UINT64_MAX));
     ipu_request_release(r);
     sleep_ms(30);
     ipu_runtime_get_stats(f.rt, &s);
-    CHECK(s.iterations == 1 && s.padded_iterations == 0 && s.steps == 0);
+    REQUIRE(s.iterations == 1 && s.padded_iterations == 0 && s.steps == 0);
     fx_close(&f); /* close wakes the device although it waits without a deadline */
     return 0;
 }
@@ -228,7 +228,7 @@ static int test_fused(void) {
     fixture f;
     m_model m = fused_model();
     ipu_runtime_config cfg = cfg_threads(2);
-    CHECK_OK(fx_open(&f, &m, &cfg));
+    REQUIRE_OK(fx_open(&f, &m, &cfg));
     float x0[6] = {1, 2, 3, 4, 5, 6}, x1[6] = {2, 2, 2, 3, 3, 3}, y[6] = {10, 20, 30, 40, 50, 60};
     float z0[6], z1[6];
     ipu_request *r;
@@ -236,41 +236,42 @@ static int test_fused(void) {
     {
         const void *ins[6] = {NULL, x0, NULL, y, NULL, NULL};
         void *outs[6] = {NULL, NULL, NULL, NULL, z0, NULL};
-        CHECK_OK(submit_fused(f.rt, ins, outs, IPU_NO_INDEX, &r));
-        CHECK_OK(ipu_request_wait(r, UINT64_MAX));
+        REQUIRE_OK(submit_fused(f.rt, ins, outs, IPU_NO_INDEX, &r));
+        REQUIRE_OK(ipu_request_wait(r, UINT64_MAX));
         ipu_request_release(r);
-        for (int i = 0; i < 6; i++) CHECK(z0[i] == x0[i] + y[i]);
+        for (int i = 0; i < 6; i++) REQUIRE(z0[i] == x0[i] + y[i]);
     }
     /* subgraph 1 selected by the index anchor */
     {
         uint32_t idx = 1;
         const void *ins[6] = {&idx, NULL, x1, y, NULL, NULL};
         void *outs[6] = {NULL, NULL, NULL, NULL, NULL, z1};
-        CHECK_OK(submit_fused(f.rt, ins, outs, IPU_NO_INDEX, &r));
-        CHECK_OK(ipu_request_wait(r, UINT64_MAX));
+        REQUIRE_OK(submit_fused(f.rt, ins, outs, IPU_NO_INDEX, &r));
+        REQUIRE_OK(ipu_request_wait(r, UINT64_MAX));
         ipu_request_release(r);
-        for (int i = 0; i < 6; i++) CHECK(z1[i] == x1[i] * y[i]);
+        for (int i = 0; i < 6; i++) REQUIRE(z1[i] == x1[i] * y[i]);
         /* index 1 and desc.subgraph 0 disagree */
-        CHECK(submit_fused(f.rt, ins, outs, 0, &r) == IPU_ERR_INVALID_ARGUMENT);
-        CHECK(strstr(ipu_last_error_message(), "index"));
+        REQUIRE(submit_fused(f.rt, ins, outs, 0, &r) == IPU_ERR_INVALID_ARGUMENT);
+        REQUIRE(strstr(ipu_last_error_message(), "index"));
     }
     /* mixed anchors of subgraphs 0 and 1 */
     {
         const void *ins[6] = {NULL, x0, x1, y, NULL, NULL};
         void *outs[6] = {NULL, NULL, NULL, NULL, z0, z1};
-        CHECK(submit_fused(f.rt, ins, outs, IPU_NO_INDEX, &r) == IPU_ERR_INVALID_ARGUMENT);
-        CHECK(strstr(ipu_last_error_message(), "'X0'") && strstr(ipu_last_error_message(), "'X1'"));
+        REQUIRE(submit_fused(f.rt, ins, outs, IPU_NO_INDEX, &r) == IPU_ERR_INVALID_ARGUMENT);
+        REQUIRE(strstr(ipu_last_error_message(), "'X0'") &&
+                strstr(ipu_last_error_message(), "'X1'"));
         /* explicit subgraph + validate_io_params: the other subgraph's anchors are an error */
-        CHECK(submit_fused(f.rt, ins, outs, 0, &r) == IPU_ERR_INVALID_ARGUMENT);
-        CHECK(strstr(ipu_last_error_message(), "does not belong"));
+        REQUIRE(submit_fused(f.rt, ins, outs, 0, &r) == IPU_ERR_INVALID_ARGUMENT);
+        REQUIRE(strstr(ipu_last_error_message(), "does not belong"));
     }
     /* no anchor identifies a subgraph */
     {
         const void *ins[6] = {NULL, NULL, NULL, y, NULL, NULL};
         void *outs[6] = {NULL};
-        CHECK(submit_fused(f.rt, ins, outs, IPU_NO_INDEX, &r) == IPU_ERR_INVALID_ARGUMENT);
-        CHECK(strstr(ipu_last_error_message(), "cannot infer"));
-        CHECK(submit_fused(f.rt, ins, outs, 2, &r) == IPU_ERR_INVALID_ARGUMENT);
+        REQUIRE(submit_fused(f.rt, ins, outs, IPU_NO_INDEX, &r) == IPU_ERR_INVALID_ARGUMENT);
+        REQUIRE(strstr(ipu_last_error_message(), "cannot infer"));
+        REQUIRE(submit_fused(f.rt, ins, outs, 2, &r) == IPU_ERR_INVALID_ARGUMENT);
     }
     /* many requests alternating subgraphs, asynchronously */
     {
@@ -284,26 +285,26 @@ static int test_fused(void) {
                 ins[1] = NULL, outs[5] = zs[i];
             else
                 ins[2] = NULL, outs[4] = zs[i];
-            CHECK_OK(submit_fused(f.rt, ins, outs, IPU_NO_INDEX, &rs[i]));
+            REQUIRE_OK(submit_fused(f.rt, ins, outs, IPU_NO_INDEX, &rs[i]));
         }
         for (int i = 0; i < R; i++) {
-            CHECK_OK(ipu_request_wait(rs[i], UINT64_MAX));
+            REQUIRE_OK(ipu_request_wait(rs[i], UINT64_MAX));
             ipu_request_release(rs[i]);
-            for (int k = 0; k < 6; k++) CHECK(zs[i][k] == (i % 2 ? x1[k] * y[k] : x0[k] + y[k]));
+            for (int k = 0; k < 6; k++) REQUIRE(zs[i][k] == (i % 2 ? x1[k] * y[k] : x0[k] + y[k]));
         }
     }
     fx_close(&f);
     /* validate_io_params = 0: anchors of other subgraphs are ignored */
     cfg.validate_io_params = 0;
-    CHECK_OK(fx_open(&f, &m, &cfg));
+    REQUIRE_OK(fx_open(&f, &m, &cfg));
     {
         const void *ins[6] = {NULL, x0, x1, y, NULL, NULL};
         void *outs[6] = {NULL, NULL, NULL, NULL, z0, z1};
         memset(z1, 0, sizeof z1);
-        CHECK_OK(submit_fused(f.rt, ins, outs, 0, &r));
-        CHECK_OK(ipu_request_wait(r, UINT64_MAX));
+        REQUIRE_OK(submit_fused(f.rt, ins, outs, 0, &r));
+        REQUIRE_OK(ipu_request_wait(r, UINT64_MAX));
         ipu_request_release(r);
-        for (int i = 0; i < 6; i++) CHECK(z0[i] == x0[i] + y[i] && z1[i] == 0);
+        for (int i = 0; i < 6; i++) REQUIRE(z0[i] == x0[i] + y[i] && z1[i] == 0);
     }
     fx_close(&f);
     return 0;
@@ -312,14 +313,14 @@ static int test_fused(void) {
 static int test_validation(void) {
     fixture f;
     m_model m = add_model(2, 3, 1);
-    CHECK_OK(fx_open(&f, &m, NULL));
+    REQUIRE_OK(fx_open(&f, &m, NULL));
     float x[6] = {0}, y[6] = {0}, z[6];
     ipu_request *r = NULL;
-    CHECK(submit_add(f.rt, 1, x, NULL, z, NULL, NULL, &r) == IPU_ERR_INVALID_ARGUMENT);
-    CHECK(strstr(ipu_last_error_message(), "'Y'") && strstr(ipu_last_error_message(), "missing"));
-    CHECK(submit_add(f.rt, 1, x, y, NULL, NULL, NULL, &r) == IPU_ERR_INVALID_ARGUMENT);
-    CHECK(strstr(ipu_last_error_message(), "'Z'"));
-    CHECK(submit_add(f.rt, 0, x, y, z, NULL, NULL, &r) == IPU_ERR_INVALID_ARGUMENT);
+    REQUIRE(submit_add(f.rt, 1, x, NULL, z, NULL, NULL, &r) == IPU_ERR_INVALID_ARGUMENT);
+    REQUIRE(strstr(ipu_last_error_message(), "'Y'") && strstr(ipu_last_error_message(), "missing"));
+    REQUIRE(submit_add(f.rt, 1, x, y, NULL, NULL, NULL, &r) == IPU_ERR_INVALID_ARGUMENT);
+    REQUIRE(strstr(ipu_last_error_message(), "'Z'"));
+    REQUIRE(submit_add(f.rt, 0, x, y, z, NULL, NULL, &r) == IPU_ERR_INVALID_ARGUMENT);
     {
         const void *ins[3] = {x, y, z}; /* output given as an input */
         void *outs[3] = {NULL, NULL, z};
@@ -327,19 +328,19 @@ static int test_validation(void) {
                               .inputs = ins,
                               .outputs = outs,
                               .subgraph = IPU_NO_INDEX};
-        CHECK(ipu_runtime_submit(f.rt, &d, &r) == IPU_ERR_INVALID_ARGUMENT);
+        REQUIRE(ipu_runtime_submit(f.rt, &d, &r) == IPU_ERR_INVALID_ARGUMENT);
         d.inputs = NULL;
-        CHECK(ipu_runtime_submit(f.rt, &d, &r) == IPU_ERR_INVALID_ARGUMENT);
+        REQUIRE(ipu_runtime_submit(f.rt, &d, &r) == IPU_ERR_INVALID_ARGUMENT);
         ins[2] = NULL;
         d.inputs = ins;
         d.subgraph = 1;
-        CHECK(ipu_runtime_submit(f.rt, &d, &r) == IPU_ERR_INVALID_ARGUMENT);
+        REQUIRE(ipu_runtime_submit(f.rt, &d, &r) == IPU_ERR_INVALID_ARGUMENT);
     }
-    CHECK(r == NULL);
-    CHECK(ipu_runtime_submit(f.rt, NULL, &r) == IPU_ERR_INVALID_ARGUMENT);
+    REQUIRE(r == NULL);
+    REQUIRE(ipu_runtime_submit(f.rt, NULL, &r) == IPU_ERR_INVALID_ARGUMENT);
     ipu_runtime_stats s;
     ipu_runtime_get_stats(f.rt, &s);
-    CHECK(s.requests_submitted == 0);
+    REQUIRE(s.requests_submitted == 0);
     fx_close(&f);
     return 0;
 }
@@ -351,16 +352,16 @@ static int test_hash_mismatch(void) {
     ipu_container *c;
     ipu_executable *e;
     ipu_runtime *rt = NULL;
-    CHECK_OK(build(&m, &c, &e));
-    CHECK(ipu_runtime_create(e, NULL, &rt) == IPU_ERR_HASH_MISMATCH);
-    CHECK(rt == NULL);
-    CHECK(strstr(ipu_last_error_message(), "0x0000000000001234"));
+    REQUIRE_OK(build(&m, &c, &e));
+    REQUIRE(ipu_runtime_create(e, NULL, &rt) == IPU_ERR_HASH_MISMATCH);
+    REQUIRE(rt == NULL);
+    REQUIRE(strstr(ipu_last_error_message(), "0x0000000000001234"));
     char want[32];
     snprintf(want, sizeof want, "0x%016llx", (unsigned long long)ipu_compiler_hash());
-    CHECK(strstr(ipu_last_error_message(), want));
+    REQUIRE(strstr(ipu_last_error_message(), want));
     ipu_runtime_config cfg = ipu_runtime_config_default();
     cfg.check_package_hash = 0;
-    CHECK_OK(ipu_runtime_create(e, &cfg, &rt));
+    REQUIRE_OK(ipu_runtime_create(e, &cfg, &rt));
     ipu_runtime_destroy(rt);
     ipu_executable_destroy(e);
     ipu_container_destroy(c);
@@ -370,15 +371,15 @@ static int test_hash_mismatch(void) {
 static int test_submit_after_close(void) {
     fixture f;
     m_model m = add_model(2, 3, 1);
-    CHECK_OK(fx_open(&f, &m, NULL));
-    CHECK_OK(ipu_runtime_close(f.rt));
-    CHECK_OK(ipu_runtime_close(f.rt));
+    REQUIRE_OK(fx_open(&f, &m, NULL));
+    REQUIRE_OK(ipu_runtime_close(f.rt));
+    REQUIRE_OK(ipu_runtime_close(f.rt));
     float x[6] = {0}, y[6] = {0}, z[6];
     ipu_request *r = NULL;
     atomic_store(&g_done_calls, 0);
-    CHECK(submit_add(f.rt, 1, x, y, z, count_done, NULL, &r) == IPU_ERR_CLOSED);
-    CHECK(r == NULL && atomic_load(&g_done_calls) == 0);
-    CHECK(ipu_runtime_set_stream_callback(f.rt, 1, NULL, NULL) == IPU_ERR_CLOSED);
+    REQUIRE(submit_add(f.rt, 1, x, y, z, count_done, NULL, &r) == IPU_ERR_CLOSED);
+    REQUIRE(r == NULL && atomic_load(&g_done_calls) == 0);
+    REQUIRE(ipu_runtime_set_stream_callback(f.rt, 1, NULL, NULL) == IPU_ERR_CLOSED);
     fx_close(&f);
     ipu_runtime_destroy(NULL);
     ipu_request_release(NULL);
@@ -410,23 +411,23 @@ static ipu_status capture_z(void *buf, size_t nbytes, const ipu_anchor_info *a, 
 static int test_stream_callback(void) {
     fixture f;
     m_model m = add_model(2, 3, 1);
-    CHECK_OK(fx_open(&f, &m, NULL));
+    REQUIRE_OK(fx_open(&f, &m, NULL));
     float v = 100;
     atomic_store(&g_cb_calls, 0);
     atomic_store(&g_cb_fail_at, 0);
-    CHECK(ipu_runtime_set_stream_callback(f.rt, 7, fill_y, &v) == IPU_ERR_INVALID_ARGUMENT);
-    CHECK_OK(ipu_runtime_set_stream_callback(f.rt, 1, fill_y, &v));
+    REQUIRE(ipu_runtime_set_stream_callback(f.rt, 7, fill_y, &v) == IPU_ERR_INVALID_ARGUMENT);
+    REQUIRE_OK(ipu_runtime_set_stream_callback(f.rt, 1, fill_y, &v));
     float x[3 * 6], y[6] = {0}, z[3 * 6];
     for (int i = 0; i < 18; i++) x[i] = (float)i;
     ipu_request *r;
-    CHECK(submit_add(f.rt, 1, x, y, z, NULL, NULL, &r) == IPU_ERR_INVALID_ARGUMENT);
-    CHECK(strstr(ipu_last_error_message(), "stream callback"));
-    CHECK_OK(submit_add(f.rt, 3, x, NULL, z, NULL, NULL, &r));
-    CHECK_OK(ipu_request_wait(r, UINT64_MAX));
+    REQUIRE(submit_add(f.rt, 1, x, y, z, NULL, NULL, &r) == IPU_ERR_INVALID_ARGUMENT);
+    REQUIRE(strstr(ipu_last_error_message(), "stream callback"));
+    REQUIRE_OK(submit_add(f.rt, 3, x, NULL, z, NULL, NULL, &r));
+    REQUIRE_OK(ipu_request_wait(r, UINT64_MAX));
     ipu_request_release(r);
-    for (int i = 0; i < 18; i++) CHECK(z[i] == x[i] + 100);
-    CHECK(atomic_load(&g_cb_calls) == 3);
-    CHECK(ipu_runtime_set_stream_callback(f.rt, 1, NULL, NULL) == IPU_ERR_INVALID_STATE);
+    for (int i = 0; i < 18; i++) REQUIRE(z[i] == x[i] + 100);
+    REQUIRE(atomic_load(&g_cb_calls) == 3);
+    REQUIRE(ipu_runtime_set_stream_callback(f.rt, 1, NULL, NULL) == IPU_ERR_INVALID_STATE);
 
     /* A failing callback fails its request once; the rest of it is disconnected; without
      * auto_reset the runtime then refuses requests until ipu_runtime_reset. */
@@ -434,44 +435,44 @@ static int test_stream_callback(void) {
     atomic_store(&g_cb_fail_at, 2);
     ipu_status seen = IPU_OK;
     atomic_store(&g_done_calls, 0);
-    CHECK_OK(submit_add(f.rt, 3, x, NULL, z, count_done, &seen, &r));
-    CHECK(ipu_request_wait(r, UINT64_MAX) == IPU_ERR_CALLBACK);
-    CHECK(strstr(ipu_last_error_message(), "stream callback of input anchor 'Y'"));
-    CHECK(ipu_request_status(r) == IPU_ERR_CALLBACK);
-    CHECK(seen == IPU_ERR_CALLBACK && atomic_load(&g_done_calls) == 1);
+    REQUIRE_OK(submit_add(f.rt, 3, x, NULL, z, count_done, &seen, &r));
+    REQUIRE(ipu_request_wait(r, UINT64_MAX) == IPU_ERR_CALLBACK);
+    REQUIRE(strstr(ipu_last_error_message(), "stream callback of input anchor 'Y'"));
+    REQUIRE(ipu_request_status(r) == IPU_ERR_CALLBACK);
+    REQUIRE(seen == IPU_ERR_CALLBACK && atomic_load(&g_done_calls) == 1);
     ipu_request_release(r);
     v = 7;
-    CHECK(submit_add(f.rt, 2, x + 6, NULL, z, NULL, NULL, &r) == IPU_ERR_NEEDS_RESET);
-    CHECK(strstr(ipu_last_error_message(), "stream callback of input anchor 'Y'"));
-    CHECK_OK(ipu_runtime_reset(f.rt));
-    CHECK_OK(submit_add(f.rt, 2, x + 6, NULL, z, NULL, NULL, &r));
-    CHECK_OK(ipu_request_wait(r, UINT64_MAX));
+    REQUIRE(submit_add(f.rt, 2, x + 6, NULL, z, NULL, NULL, &r) == IPU_ERR_NEEDS_RESET);
+    REQUIRE(strstr(ipu_last_error_message(), "stream callback of input anchor 'Y'"));
+    REQUIRE_OK(ipu_runtime_reset(f.rt));
+    REQUIRE_OK(submit_add(f.rt, 2, x + 6, NULL, z, NULL, NULL, &r));
+    REQUIRE_OK(ipu_request_wait(r, UINT64_MAX));
     ipu_request_release(r);
-    for (int i = 0; i < 12; i++) CHECK(z[i] == x[6 + i] + 7);
-    CHECK(atomic_load(&g_cb_calls) == 4); /* 2 of the failed request (3rd skipped) + 2 */
+    for (int i = 0; i < 12; i++) REQUIRE(z[i] == x[6 + i] + 7);
+    REQUIRE(atomic_load(&g_cb_calls) == 4); /* 2 of the failed request (3rd skipped) + 2 */
 
     /* ipu_request_wait timeout: the callback blocks the device. */
     atomic_store(&g_cb_block, 1);
-    CHECK_OK(submit_add(f.rt, 1, x, NULL, z, NULL, NULL, &r));
-    CHECK(ipu_request_wait(r, 2000000) == IPU_ERR_TIMEOUT);
-    CHECK(ipu_request_wait(r, 0) == IPU_ERR_TIMEOUT);
-    CHECK(!ipu_request_is_done(r) && ipu_request_status(r) == IPU_ERR_INVALID_STATE);
+    REQUIRE_OK(submit_add(f.rt, 1, x, NULL, z, NULL, NULL, &r));
+    REQUIRE(ipu_request_wait(r, 2000000) == IPU_ERR_TIMEOUT);
+    REQUIRE(ipu_request_wait(r, 0) == IPU_ERR_TIMEOUT);
+    REQUIRE(!ipu_request_is_done(r) && ipu_request_status(r) == IPU_ERR_INVALID_STATE);
     atomic_store(&g_cb_block, 0);
-    CHECK_OK(ipu_request_wait(r, UINT64_MAX));
+    REQUIRE_OK(ipu_request_wait(r, UINT64_MAX));
     ipu_request_release(r);
     ipu_runtime_stats s;
     ipu_runtime_get_stats(f.rt, &s);
-    CHECK(s.requests_completed == 3 && s.requests_failed == 1);
+    REQUIRE(s.requests_completed == 3 && s.requests_failed == 1);
     fx_close(&f);
 
     /* Output callback. */
-    CHECK_OK(fx_open(&f, &m, NULL));
-    CHECK_OK(ipu_runtime_set_stream_callback(f.rt, 2, capture_z, NULL));
+    REQUIRE_OK(fx_open(&f, &m, NULL));
+    REQUIRE_OK(ipu_runtime_set_stream_callback(f.rt, 2, capture_z, NULL));
     float y2[6] = {1, 1, 1, 1, 1, 1};
-    CHECK_OK(submit_add(f.rt, 1, x, y2, NULL, NULL, NULL, &r));
-    CHECK_OK(ipu_request_wait(r, UINT64_MAX));
+    REQUIRE_OK(submit_add(f.rt, 1, x, y2, NULL, NULL, NULL, &r));
+    REQUIRE_OK(ipu_request_wait(r, UINT64_MAX));
     ipu_request_release(r);
-    for (int i = 0; i < 6; i++) CHECK(g_captured[i] == x[i] + 1);
+    for (int i = 0; i < 6; i++) REQUIRE(g_captured[i] == x[i] + 1);
     fx_close(&f);
     return 0;
 }
@@ -488,17 +489,17 @@ static int test_weights(void) {
     m.tdata = w;
     m.tdsize = sizeof w;
     fixture f;
-    CHECK_OK(fx_open(&f, &m, NULL));
+    REQUIRE_OK(fx_open(&f, &m, NULL));
     float x[12], z[12];
     for (int i = 0; i < 12; i++) x[i] = (float)i;
     ipu_request *r;
-    CHECK(submit_add(f.rt, 2, x, x, z, NULL, NULL, &r) == IPU_ERR_INVALID_ARGUMENT);
-    CHECK(strstr(ipu_last_error_message(), "weight"));
-    CHECK(ipu_runtime_set_stream_callback(f.rt, 1, fill_y, NULL) == IPU_ERR_INVALID_ARGUMENT);
-    CHECK_OK(submit_add(f.rt, 2, x, NULL, z, NULL, NULL, &r));
-    CHECK_OK(ipu_request_wait(r, UINT64_MAX));
+    REQUIRE(submit_add(f.rt, 2, x, x, z, NULL, NULL, &r) == IPU_ERR_INVALID_ARGUMENT);
+    REQUIRE(strstr(ipu_last_error_message(), "weight"));
+    REQUIRE(ipu_runtime_set_stream_callback(f.rt, 1, fill_y, NULL) == IPU_ERR_INVALID_ARGUMENT);
+    REQUIRE_OK(submit_add(f.rt, 2, x, NULL, z, NULL, NULL, &r));
+    REQUIRE_OK(ipu_request_wait(r, UINT64_MAX));
     ipu_request_release(r);
-    for (int i = 0; i < 12; i++) CHECK(z[i] == x[i] + w[i % 6]);
+    for (int i = 0; i < 12; i++) REQUIRE(z[i] == x[i] + w[i % 6]);
     fx_close(&f);
     return 0;
 }
@@ -512,7 +513,7 @@ static int test_overlapping_buffers(void) {
         ipu_runtime_config cfg = cfg_threads(2);
         cfg.timeout_ns = 0;
         if (batching) cfg.batching_dim = 0;
-        CHECK_OK(fx_open(&f, &m, &cfg));
+        REQUIRE_OK(fx_open(&f, &m, &cfg));
         for (uint32_t nb = 1; nb <= MAXB; nb++) {
             for (size_t k = 0; k < sizeof shifts / sizeof *shifts; k++) {
                 for (int target = 0; target < 2; target++) {
@@ -529,10 +530,10 @@ static int test_overlapping_buffers(void) {
                                           .outputs = outs,
                                           .subgraph = IPU_NO_INDEX};
                     ipu_request *r;
-                    CHECK_OK(ipu_runtime_submit(f.rt, &d, &r));
-                    CHECK_OK(ipu_request_wait(r, UINT64_MAX));
+                    REQUIRE_OK(ipu_runtime_submit(f.rt, &d, &r));
+                    REQUIRE_OK(ipu_request_wait(r, UINT64_MAX));
                     ipu_request_release(r);
-                    for (uint32_t i = 0; i < nb * 6; i++) CHECK(z[i] == want[i]);
+                    for (uint32_t i = 0; i < nb * 6; i++) REQUIRE(z[i] == want[i]);
                 }
             }
         }
@@ -568,6 +569,5 @@ int main(int argc, char **argv) {
     RUN(test_stream_callback);
     RUN(test_weights);
     RUN(test_overlapping_buffers);
-    printf("%d passed, %d failed\n", g_pass, g_fail);
-    return g_fail != 0;
+    return check_summary();
 }

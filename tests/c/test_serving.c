@@ -43,11 +43,11 @@ static int test_batching_sizes(void) {
     fixture f;
     m_model m = add_model(4, 3, 1); /* batch = 4 rows of 3 floats */
     ipu_runtime_config cfg = batch_cfg(0, 2000000);
-    CHECK_OK(fx_open(&f, &m, &cfg));
+    REQUIRE_OK(fx_open(&f, &m, &cfg));
     enum { MAXR = 3 * 4 + 3 };
     float x[MAXR * 3], y[MAXR * 3], z[MAXR * 3 + 1];
     ipu_request *r;
-    CHECK(submit_rows(f.rt, 0, x, y, z, NULL, NULL, &r) == IPU_ERR_INVALID_ARGUMENT);
+    REQUIRE(submit_rows(f.rt, 0, x, y, z, NULL, NULL, &r) == IPU_ERR_INVALID_ARGUMENT);
     for (uint64_t n = 1; n <= MAXR; n++) {
         for (uint64_t i = 0; i < n * 3; i++) {
             x[i] = (float)(n * 1000 + i);
@@ -55,20 +55,20 @@ static int test_batching_sizes(void) {
             z[i] = -1;
         }
         z[n * 3] = -7;
-        CHECK_OK(submit_rows(f.rt, n, x, y, z, NULL, NULL, &r));
-        CHECK_OK(ipu_request_wait(r, UINT64_MAX));
+        REQUIRE_OK(submit_rows(f.rt, n, x, y, z, NULL, NULL, &r));
+        REQUIRE_OK(ipu_request_wait(r, UINT64_MAX));
         ipu_request_release(r);
-        for (uint64_t i = 0; i < n * 3; i++) CHECK(z[i] == x[i] + y[i]);
-        CHECK(z[n * 3] == -7); /* nothing written past the request */
+        for (uint64_t i = 0; i < n * 3; i++) REQUIRE(z[i] == x[i] + y[i]);
+        REQUIRE(z[n * 3] == -7); /* nothing written past the request */
     }
     ipu_runtime_stats s;
     ipu_runtime_get_stats(f.rt, &s);
-    CHECK(s.padded_rows > 0 && s.requests_completed == MAXR);
+    REQUIRE(s.padded_rows > 0 && s.requests_completed == MAXR);
     fx_close(&f);
 
     /* Rows of 12 one-row requests merge into exactly 3 batches (generous batch timeout). */
     cfg = batch_cfg(0, 2000000000ull);
-    CHECK_OK(fx_open(&f, &m, &cfg));
+    REQUIRE_OK(fx_open(&f, &m, &cfg));
     enum { R = 12 };
     float xs[R][3], zs[R][3];
     ipu_request *rs[R];
@@ -77,15 +77,15 @@ static int test_batching_sizes(void) {
             xs[i][k] = (float)(10 * i + k);
             zs[i][k] = -1;
         }
-        CHECK_OK(submit_rows(f.rt, 1, xs[i], xs[i], zs[i], NULL, NULL, &rs[i]));
+        REQUIRE_OK(submit_rows(f.rt, 1, xs[i], xs[i], zs[i], NULL, NULL, &rs[i]));
     }
     for (int i = 0; i < R; i++) {
-        CHECK_OK(ipu_request_wait(rs[i], UINT64_MAX));
+        REQUIRE_OK(ipu_request_wait(rs[i], UINT64_MAX));
         ipu_request_release(rs[i]);
-        for (int k = 0; k < 3; k++) CHECK(zs[i][k] == 2 * xs[i][k]);
+        for (int k = 0; k < 3; k++) REQUIRE(zs[i][k] == 2 * xs[i][k]);
     }
     ipu_runtime_get_stats(f.rt, &s);
-    CHECK(s.iterations == 3 && s.padded_rows == 0);
+    REQUIRE(s.iterations == 3 && s.padded_rows == 0);
     /* a remainder is padded after the batch timeout (here: flush_on_waiting_outputs irrelevant) */
     fx_close(&f);
     return 0;
@@ -96,7 +96,7 @@ static int test_batching_dim1(void) {
     fixture f;
     m_model m = add_model(2, 4, 1);
     ipu_runtime_config cfg = batch_cfg(1, 3000000);
-    CHECK_OK(fx_open(&f, &m, &cfg));
+    REQUIRE_OK(fx_open(&f, &m, &cfg));
     static const uint32_t sizes[] = {3, 5, 1, 4, 7, 2};
     enum { NS = 6 };
     float *x[NS], *z[NS];
@@ -104,24 +104,24 @@ static int test_batching_dim1(void) {
     for (int i = 0; i < NS; i++) {
         x[i] = malloc(2 * sizes[i] * 4);
         z[i] = malloc(2 * sizes[i] * 4);
-        CHECK(x[i] && z[i]);
+        REQUIRE(x[i] && z[i]);
         for (uint32_t k = 0; k < 2 * sizes[i]; k++) {
             x[i][k] = (float)(100 * i + k);
             z[i][k] = -1;
         }
-        CHECK_OK(submit_rows(f.rt, sizes[i], x[i], x[i], z[i], NULL, NULL, &r[i]));
+        REQUIRE_OK(submit_rows(f.rt, sizes[i], x[i], x[i], z[i], NULL, NULL, &r[i]));
     }
     for (int i = 0; i < NS; i++) {
-        CHECK_OK(ipu_request_wait(r[i], UINT64_MAX));
+        REQUIRE_OK(ipu_request_wait(r[i], UINT64_MAX));
         ipu_request_release(r[i]);
-        for (uint32_t k = 0; k < 2 * sizes[i]; k++) CHECK(z[i][k] == 2 * x[i][k]);
+        for (uint32_t k = 0; k < 2 * sizes[i]; k++) REQUIRE(z[i][k] == 2 * x[i][k]);
         free(x[i]);
         free(z[i]);
     }
     fx_close(&f);
     /* fused model + batching is refused at create */
     m_model fm = fused_model();
-    CHECK(fx_open(&f, &fm, &cfg) == IPU_ERR_INVALID_ARGUMENT);
+    REQUIRE(fx_open(&f, &fm, &cfg) == IPU_ERR_INVALID_ARGUMENT);
     f.rt = NULL;
     fx_close(&f);
     return 0;
@@ -133,31 +133,31 @@ static int test_flush_on_waiting_outputs(void) {
     ipu_runtime_config cfg = cfg_threads(1);
     cfg.timeout_ns = 10000000;
     cfg.flush_on_waiting_outputs = 1;
-    CHECK_OK(fx_open(&f, &m, &cfg));
+    REQUIRE_OK(fx_open(&f, &m, &cfg));
     float x[6] = {1, 2, 3, 4, 5, 6}, z[6];
     ipu_request *r;
-    CHECK_OK(submit_add(f.rt, 1, x, x, z, NULL, NULL, &r));
-    CHECK_OK(ipu_request_wait(r, UINT64_MAX));
+    REQUIRE_OK(submit_add(f.rt, 1, x, x, z, NULL, NULL, &r));
+    REQUIRE_OK(ipu_request_wait(r, UINT64_MAX));
     ipu_request_release(r);
     sleep_ms(60);
     ipu_runtime_stats s;
     ipu_runtime_get_stats(f.rt, &s);
     /* nobody waits for outputs: the started step is not padded */
-    CHECK(s.iterations == 1 && s.padded_iterations == 0 && s.steps == 0);
+    REQUIRE(s.iterations == 1 && s.padded_iterations == 0 && s.steps == 0);
     fx_close(&f);
 
     /* with batching, a request waiting for its outputs still gets its partial batch padded */
     m = add_model(4, 3, 1);
     cfg = batch_cfg(0, 5000000);
     cfg.flush_on_waiting_outputs = 1;
-    CHECK_OK(fx_open(&f, &m, &cfg));
+    REQUIRE_OK(fx_open(&f, &m, &cfg));
     float x3[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9}, z3[9];
-    CHECK_OK(submit_rows(f.rt, 3, x3, x3, z3, NULL, NULL, &r));
-    CHECK_OK(ipu_request_wait(r, UINT64_MAX));
+    REQUIRE_OK(submit_rows(f.rt, 3, x3, x3, z3, NULL, NULL, &r));
+    REQUIRE_OK(ipu_request_wait(r, UINT64_MAX));
     ipu_request_release(r);
-    for (int i = 0; i < 9; i++) CHECK(z3[i] == 2 * x3[i]);
+    for (int i = 0; i < 9; i++) REQUIRE(z3[i] == 2 * x3[i]);
     ipu_runtime_get_stats(f.rt, &s);
-    CHECK(s.padded_rows == 1);
+    REQUIRE(s.padded_rows == 1);
     fx_close(&f);
     return 0;
 }
@@ -192,8 +192,8 @@ static int failure_round(int auto_reset) {
     ipu_runtime_config cfg = cfg_threads(1);
     cfg.auto_reset = auto_reset;
     cfg.ring_buffer_size_multiplier = 8; /* all R requests fit while the device is blocked */
-    CHECK_OK(fx_open(&f, &m, &cfg));
-    CHECK_OK(ipu_runtime_set_stream_callback(f.rt, 1, blocking_y, NULL));
+    REQUIRE_OK(fx_open(&f, &m, &cfg));
+    REQUIRE_OK(ipu_runtime_set_stream_callback(f.rt, 1, blocking_y, NULL));
     atomic_store(&g_calls, 0);
     atomic_store(&g_fail_at, 1);
     atomic_store(&g_block, 1);
@@ -204,40 +204,40 @@ static int failure_round(int auto_reset) {
     for (int i = 0; i < R; i++) {
         memset(x[i], 0, sizeof x[i]);
         d[i] = (dctx){0, IPU_OK, IPU_OK, f.rt};
-        CHECK_OK(submit_add(f.rt, 1, x[i], NULL, z[i], fail_done, &d[i], &r[i]));
+        REQUIRE_OK(submit_add(f.rt, 1, x[i], NULL, z[i], fail_done, &d[i], &r[i]));
     }
     while (atomic_load(&g_calls) == 0) sleep_ms(1);
     size_t dx = ipu_runtime_queue_depth(f.rt, 0), dz = ipu_runtime_queue_depth(f.rt, 2);
     atomic_store(&g_block, 0);
-    CHECK(dx == R - 1 && dz == R); /* the running request's X slot has been taken */
+    REQUIRE(dx == R - 1 && dz == R); /* the running request's X slot has been taken */
     for (int i = 0; i < R; i++) {
-        CHECK(ipu_request_wait(r[i], UINT64_MAX) == IPU_ERR_CALLBACK);
-        CHECK(strstr(ipu_last_error_message(), "stream callback of input anchor 'Y'"));
-        CHECK(atomic_load(&d[i].calls) == 1 && d[i].st == IPU_ERR_CALLBACK);
-        CHECK(d[i].close_st == IPU_ERR_INVALID_STATE);
+        REQUIRE(ipu_request_wait(r[i], UINT64_MAX) == IPU_ERR_CALLBACK);
+        REQUIRE(strstr(ipu_last_error_message(), "stream callback of input anchor 'Y'"));
+        REQUIRE(atomic_load(&d[i].calls) == 1 && d[i].st == IPU_ERR_CALLBACK);
+        REQUIRE(d[i].close_st == IPU_ERR_INVALID_STATE);
         ipu_request_release(r[i]);
     }
-    CHECK(atomic_load(&g_calls) == 1); /* the other requests never ran */
+    REQUIRE(atomic_load(&g_calls) == 1); /* the other requests never ran */
     ipu_request *r2;
     if (!auto_reset) {
-        CHECK(submit_add(f.rt, 1, x[0], NULL, z[0], NULL, NULL, &r2) == IPU_ERR_NEEDS_RESET);
-        CHECK(strstr(ipu_last_error_message(), "stream callback of input anchor 'Y'"));
-        CHECK(strstr(ipu_last_error_message(), "ERR_CALLBACK"));
-        CHECK_OK(ipu_runtime_reset(f.rt));
+        REQUIRE(submit_add(f.rt, 1, x[0], NULL, z[0], NULL, NULL, &r2) == IPU_ERR_NEEDS_RESET);
+        REQUIRE(strstr(ipu_last_error_message(), "stream callback of input anchor 'Y'"));
+        REQUIRE(strstr(ipu_last_error_message(), "ERR_CALLBACK"));
+        REQUIRE_OK(ipu_runtime_reset(f.rt));
     }
     for (int i = 0; i < 3; i++) {
         for (int k = 0; k < 6; k++) x[0][k] = (float)k;
-        CHECK_OK(submit_add(f.rt, 1, x[0], NULL, z[0], NULL, NULL, &r2));
-        CHECK_OK(ipu_request_wait(r2, UINT64_MAX));
+        REQUIRE_OK(submit_add(f.rt, 1, x[0], NULL, z[0], NULL, NULL, &r2));
+        REQUIRE_OK(ipu_request_wait(r2, UINT64_MAX));
         ipu_request_release(r2);
-        for (int k = 0; k < 6; k++) CHECK(z[0][k] == (float)k + 1);
+        for (int k = 0; k < 6; k++) REQUIRE(z[0][k] == (float)k + 1);
     }
     ipu_runtime_stats s;
     ipu_runtime_get_stats(f.rt, &s);
-    CHECK(s.requests_failed == R && s.requests_completed == 3);
-    CHECK_OK(ipu_runtime_reset(f.rt)); /* also fine while healthy */
-    CHECK_OK(ipu_runtime_close(f.rt));
-    CHECK(ipu_runtime_reset(f.rt) == IPU_ERR_CLOSED);
+    REQUIRE(s.requests_failed == R && s.requests_completed == 3);
+    REQUIRE_OK(ipu_runtime_reset(f.rt)); /* also fine while healthy */
+    REQUIRE_OK(ipu_runtime_close(f.rt));
+    REQUIRE(ipu_runtime_reset(f.rt) == IPU_ERR_CLOSED);
     fx_close(&f);
     return 0;
 }
@@ -271,25 +271,25 @@ static int test_stats(void) {
     fixture f;
     m_model m = add_model(2, 3, 1);
     ipu_runtime_config cfg = cfg_threads(1);
-    CHECK_OK(fx_open(&f, &m, &cfg));
+    REQUIRE_OK(fx_open(&f, &m, &cfg));
     ipu_runtime_stats s;
     ipu_runtime_get_stats(f.rt, &s);
-    CHECK(s.latency_p50_ns == 0 && s.throughput_rps == 0);
+    REQUIRE(s.latency_p50_ns == 0 && s.throughput_rps == 0);
     busy_arg a = {f.rt, 0, 0};
     pthread_t th;
-    CHECK(pthread_create(&th, NULL, busy_thread, &a) == 0);
+    REQUIRE(pthread_create(&th, NULL, busy_thread, &a) == 0);
     sleep_ms(250);
     ipu_runtime_get_stats(f.rt, &s);
     atomic_store(&a.stop, 1);
     pthread_join(th, NULL);
-    CHECK(a.errors == 0);
+    REQUIRE(a.errors == 0);
     printf("     (stats: %llu requests, p50 %llu ns, p99 %llu ns, %.0f req/s)\n",
            (unsigned long long)s.requests_completed, (unsigned long long)s.latency_p50_ns,
            (unsigned long long)s.latency_p99_ns, s.throughput_rps);
-    CHECK(s.requests_completed > 0 && s.throughput_rps > 0);
-    CHECK(s.latency_p50_ns > 0 && s.latency_p50_ns <= s.latency_p99_ns);
-    CHECK(ipu_runtime_queue_depth(f.rt, 0) == 0 && ipu_runtime_queue_depth(f.rt, 99) == 0);
-    CHECK(ipu_runtime_queue_depth(NULL, 0) == 0);
+    REQUIRE(s.requests_completed > 0 && s.throughput_rps > 0);
+    REQUIRE(s.latency_p50_ns > 0 && s.latency_p50_ns <= s.latency_p99_ns);
+    REQUIRE(ipu_runtime_queue_depth(f.rt, 0) == 0 && ipu_runtime_queue_depth(f.rt, 99) == 0);
+    REQUIRE(ipu_runtime_queue_depth(NULL, 0) == 0);
     fx_close(&f);
     return 0;
 }
@@ -369,7 +369,7 @@ static int test_stress_close(void) {
         ipu_runtime_config cfg = batching ? batch_cfg(0, 200000) : cfg_threads(2);
         cfg.ring_buffer_size_multiplier = 1 + (uint32_t)round % 2;
         cfg.timeout_ns = round % 4 == 1 ? 0 : 100000;
-        CHECK_OK(fx_open(&f, &m, &cfg));
+        REQUIRE_OK(fx_open(&f, &m, &cfg));
         pthread_t th[ST_THREADS];
         for (int t = 0; t < ST_THREADS; t++) {
             memset(&args[t], 0, sizeof args[t]);
@@ -377,22 +377,22 @@ static int test_stress_close(void) {
             args[t].batching = batching;
             args[t].tid = t;
             args[t].seed = (uint32_t)(7 + t + 31 * round);
-            CHECK(pthread_create(&th[t], NULL, st_thread, &args[t]) == 0);
+            REQUIRE(pthread_create(&th[t], NULL, st_thread, &args[t]) == 0);
         }
         uint32_t seed = (uint32_t)round + 99;
         sleep_ms((int)(rng_next(&seed) % 40));
-        CHECK_OK(ipu_runtime_close(f.rt));
+        REQUIRE_OK(ipu_runtime_close(f.rt));
         for (int t = 0; t < ST_THREADS; t++) pthread_join(th[t], NULL);
         for (int t = 0; t < ST_THREADS; t++) {
             st_arg *a = &args[t];
-            CHECK(a->errors == 0);
+            REQUIRE(a->errors == 0);
             for (int i = 0; i < a->n; i++) {
                 ipu_status st = ipu_request_wait(a->reqs[i], UINT64_MAX);
-                CHECK(atomic_load(&a->done[i]) == 1 && st == a->status[i]);
-                CHECK(st == IPU_OK || st == IPU_ERR_CLOSED);
+                REQUIRE(atomic_load(&a->done[i]) == 1 && st == a->status[i]);
+                REQUIRE(st == IPU_OK || st == IPU_ERR_CLOSED);
                 if (st == IPU_OK) {
                     for (uint32_t k = 0; k < a->sizes[i]; k++)
-                        CHECK(a->bufs[i][a->sizes[i] + k] == 2 * a->bufs[i][k]);
+                        REQUIRE(a->bufs[i][a->sizes[i] + k] == 2 * a->bufs[i][k]);
                     ok++;
                 } else {
                     closed++;
@@ -403,7 +403,7 @@ static int test_stress_close(void) {
         }
         ipu_runtime_stats s;
         ipu_runtime_get_stats(f.rt, &s);
-        CHECK(s.requests_submitted == s.requests_completed + s.requests_failed);
+        REQUIRE(s.requests_submitted == s.requests_completed + s.requests_failed);
         fx_close(&f);
     }
     printf("     (stress: %llu requests OK, %llu closed)\n", (unsigned long long)ok,
@@ -419,6 +419,5 @@ int main(void) {
     RUN(test_failure_propagation);
     RUN(test_stats);
     RUN(test_stress_close);
-    printf("%d passed, %d failed\n", g_pass, g_fail);
-    return g_fail != 0;
+    return check_summary();
 }

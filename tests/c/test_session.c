@@ -79,49 +79,49 @@ static int test_bindings(void) {
     sfix f;
     m_model m = add_model(2, 3, 1);
     ipu_session_config c = scfg(1);
-    CHECK_OK(sf_open(&f, &m, &c));
-    CHECK(ipu_session_binding(f.s, 0) == IPU_BIND_QUEUE &&
-          ipu_session_binding(f.s, 2) == IPU_BIND_QUEUE);
+    REQUIRE_OK(sf_open(&f, &m, &c));
+    REQUIRE(ipu_session_binding(f.s, 0) == IPU_BIND_QUEUE &&
+            ipu_session_binding(f.s, 2) == IPU_BIND_QUEUE);
     float v = 100;
-    CHECK(ipu_session_bind(f.s, 0, IPU_BIND_TENSOR_DATA, NULL, NULL) == IPU_ERR_INVALID_ARGUMENT);
-    CHECK(ipu_session_bind(f.s, 0, IPU_BIND_CALLBACK, NULL, NULL) == IPU_ERR_INVALID_ARGUMENT);
-    CHECK(ipu_session_bind(f.s, 9, IPU_BIND_QUEUE, NULL, NULL) == IPU_ERR_INVALID_ARGUMENT);
-    CHECK_OK(ipu_session_bind(f.s, 0, IPU_BIND_CALLBACK, fill_const, &v));
-    CHECK(ipu_session_binding(f.s, 0) == IPU_BIND_CALLBACK);
+    REQUIRE(ipu_session_bind(f.s, 0, IPU_BIND_TENSOR_DATA, NULL, NULL) == IPU_ERR_INVALID_ARGUMENT);
+    REQUIRE(ipu_session_bind(f.s, 0, IPU_BIND_CALLBACK, NULL, NULL) == IPU_ERR_INVALID_ARGUMENT);
+    REQUIRE(ipu_session_bind(f.s, 9, IPU_BIND_QUEUE, NULL, NULL) == IPU_ERR_INVALID_ARGUMENT);
+    REQUIRE_OK(ipu_session_bind(f.s, 0, IPU_BIND_CALLBACK, fill_const, &v));
+    REQUIRE(ipu_session_binding(f.s, 0) == IPU_BIND_CALLBACK);
     float y[6] = {1, 2, 3, 4, 5, 6}, z[6] = {0};
     rec ry = {0}, rz = {0};
     ipu_slot sy = slot(y, sizeof y, 0, &ry), sz = slot(z, sizeof z, 0, &rz);
-    CHECK(ipu_session_enqueue(f.s, 0, &sy, 0) == IPU_ERR_INVALID_STATE); /* callback-bound */
+    REQUIRE(ipu_session_enqueue(f.s, 0, &sy, 0) == IPU_ERR_INVALID_STATE); /* callback-bound */
     ipu_slot bad = slot(y, 8, 0, NULL);
-    CHECK(ipu_session_enqueue(f.s, 1, &bad, 0) == IPU_ERR_INVALID_ARGUMENT);
-    CHECK(ipu_session_run_main(f.s, NULL) == IPU_ERR_INVALID_STATE); /* Load first */
-    CHECK_OK(ipu_session_enqueue(f.s, 1, &sy, 0));
-    CHECK_OK(ipu_session_enqueue(f.s, 2, &sz, 0));
-    CHECK(ipu_session_queue_depth(f.s, 1) == 1 && ipu_session_queue_depth(f.s, 2) == 1);
-    CHECK_OK(ipu_session_run_load(f.s));
-    CHECK(ipu_session_bind(f.s, 0, IPU_BIND_EMPTY, NULL, NULL) == IPU_ERR_INVALID_STATE);
+    REQUIRE(ipu_session_enqueue(f.s, 1, &bad, 0) == IPU_ERR_INVALID_ARGUMENT);
+    REQUIRE(ipu_session_run_main(f.s, NULL) == IPU_ERR_INVALID_STATE); /* Load first */
+    REQUIRE_OK(ipu_session_enqueue(f.s, 1, &sy, 0));
+    REQUIRE_OK(ipu_session_enqueue(f.s, 2, &sz, 0));
+    REQUIRE(ipu_session_queue_depth(f.s, 1) == 1 && ipu_session_queue_depth(f.s, 2) == 1);
+    REQUIRE_OK(ipu_session_run_load(f.s));
+    REQUIRE(ipu_session_bind(f.s, 0, IPU_BIND_EMPTY, NULL, NULL) == IPU_ERR_INVALID_STATE);
     ipu_step_result r;
-    CHECK_OK(ipu_session_run_main(f.s, &r));
-    CHECK(r.iterations == 1 && r.padded_iterations == 0);
-    for (int i = 0; i < 6; i++) CHECK(z[i] == y[i] + 100);
-    CHECK(atomic_load(&ry.calls) == 1 && ry.st == IPU_OK);
-    CHECK(atomic_load(&rz.calls) == 1 && rz.st == IPU_OK);
-    CHECK(ipu_session_queue_depth(f.s, 1) == 0);
+    REQUIRE_OK(ipu_session_run_main(f.s, &r));
+    REQUIRE(r.iterations == 1 && r.padded_iterations == 0);
+    for (int i = 0; i < 6; i++) REQUIRE(z[i] == y[i] + 100);
+    REQUIRE(atomic_load(&ry.calls) == 1 && ry.st == IPU_OK);
+    REQUIRE(atomic_load(&rz.calls) == 1 && rz.st == IPU_OK);
+    REQUIRE(ipu_session_queue_depth(f.s, 1) == 0);
     ipu_session_stats st;
     ipu_session_get_stats(f.s, &st);
-    CHECK(st.steps == 1 && st.iterations == 1 && st.num_threads == 1);
+    REQUIRE(st.steps == 1 && st.iterations == 1 && st.num_threads == 1);
     sf_close(&f);
 
     /* EMPTY input (zeros) and EMPTY output (discarded). */
-    CHECK_OK(sf_open(&f, &m, &c));
-    CHECK_OK(ipu_session_bind(f.s, 0, IPU_BIND_EMPTY, NULL, NULL));
-    CHECK_OK(ipu_session_run_load(f.s));
-    CHECK_OK(ipu_session_enqueue(f.s, 1, &sy, 0));
-    CHECK_OK(ipu_session_enqueue(f.s, 2, &sz, 0));
-    CHECK_OK(ipu_session_run_main(f.s, &r));
-    for (int i = 0; i < 6; i++) CHECK(z[i] == y[i]);
+    REQUIRE_OK(sf_open(&f, &m, &c));
+    REQUIRE_OK(ipu_session_bind(f.s, 0, IPU_BIND_EMPTY, NULL, NULL));
+    REQUIRE_OK(ipu_session_run_load(f.s));
+    REQUIRE_OK(ipu_session_enqueue(f.s, 1, &sy, 0));
+    REQUIRE_OK(ipu_session_enqueue(f.s, 2, &sz, 0));
+    REQUIRE_OK(ipu_session_run_main(f.s, &r));
+    for (int i = 0; i < 6; i++) REQUIRE(z[i] == y[i]);
     sf_close(&f);
-    CHECK(ipu_session_create(NULL, NULL, &f.s) == IPU_ERR_INVALID_ARGUMENT);
+    REQUIRE(ipu_session_create(NULL, NULL, &f.s) == IPU_ERR_INVALID_ARGUMENT);
     ipu_session_destroy(NULL);
     return 0;
 }
@@ -142,11 +142,11 @@ static m_model weight_model(void) {
 
 static int run_one_add(ipu_session *s, const float *x, float *z) {
     ipu_slot sx = slot((void *)(uintptr_t)x, 24, 0, NULL), sz = slot(z, 24, 0, NULL);
-    CHECK_OK(ipu_session_enqueue(s, 0, &sx, 0));
-    CHECK_OK(ipu_session_enqueue(s, 2, &sz, 0));
+    REQUIRE_OK(ipu_session_enqueue(s, 0, &sx, 0));
+    REQUIRE_OK(ipu_session_enqueue(s, 2, &sz, 0));
     ipu_step_result r;
-    CHECK_OK(ipu_session_run_main(s, &r));
-    CHECK(r.iterations == 1);
+    REQUIRE_OK(ipu_session_run_main(s, &r));
+    REQUIRE(r.iterations == 1);
     return 0;
 }
 
@@ -156,38 +156,38 @@ static int test_weight_sources(void) {
     float x[6] = {1, 2, 3, 4, 5, 6}, z[6];
     sfix f;
     /* TENSOR_DATA (default) */
-    CHECK_OK(sf_open(&f, &m, &c));
-    CHECK(ipu_session_binding(f.s, 1) == IPU_BIND_TENSOR_DATA);
-    CHECK_OK(ipu_session_run_load(f.s));
-    CHECK(run_one_add(f.s, x, z) == 0);
-    for (int i = 0; i < 6; i++) CHECK(z[i] == x[i] + 0.5f + (float)i);
+    REQUIRE_OK(sf_open(&f, &m, &c));
+    REQUIRE(ipu_session_binding(f.s, 1) == IPU_BIND_TENSOR_DATA);
+    REQUIRE_OK(ipu_session_run_load(f.s));
+    REQUIRE(run_one_add(f.s, x, z) == 0);
+    for (int i = 0; i < 6; i++) REQUIRE(z[i] == x[i] + 0.5f + (float)i);
     sf_close(&f);
     /* QUEUE: the Load program takes the first slot instead of the container's bytes */
-    CHECK_OK(sf_open(&f, &m, &c));
-    CHECK_OK(ipu_session_bind(f.s, 1, IPU_BIND_QUEUE, NULL, NULL));
+    REQUIRE_OK(sf_open(&f, &m, &c));
+    REQUIRE_OK(ipu_session_bind(f.s, 1, IPU_BIND_QUEUE, NULL, NULL));
     float w2[6] = {10, 20, 30, 40, 50, 60};
     rec rw = {0};
     ipu_slot sw = slot(w2, sizeof w2, 0, &rw);
-    CHECK_OK(ipu_session_enqueue(f.s, 1, &sw, 0));
-    CHECK_OK(ipu_session_run_load(f.s));
-    CHECK(atomic_load(&rw.calls) == 1 && rw.st == IPU_OK);
+    REQUIRE_OK(ipu_session_enqueue(f.s, 1, &sw, 0));
+    REQUIRE_OK(ipu_session_run_load(f.s));
+    REQUIRE(atomic_load(&rw.calls) == 1 && rw.st == IPU_OK);
     w2[0] = -1000; /* the device has its own copy */
-    CHECK(run_one_add(f.s, x, z) == 0);
-    for (int i = 0; i < 6; i++) CHECK(z[i] == x[i] + 10.0f * (float)(i + 1));
+    REQUIRE(run_one_add(f.s, x, z) == 0);
+    for (int i = 0; i < 6; i++) REQUIRE(z[i] == x[i] + 10.0f * (float)(i + 1));
     sf_close(&f);
     /* CALLBACK */
-    CHECK_OK(sf_open(&f, &m, &c));
+    REQUIRE_OK(sf_open(&f, &m, &c));
     float v = 7;
-    CHECK_OK(ipu_session_bind(f.s, 1, IPU_BIND_CALLBACK, fill_const, &v));
-    CHECK_OK(ipu_session_run_load(f.s));
-    CHECK(run_one_add(f.s, x, z) == 0);
-    for (int i = 0; i < 6; i++) CHECK(z[i] == x[i] + 7);
+    REQUIRE_OK(ipu_session_bind(f.s, 1, IPU_BIND_CALLBACK, fill_const, &v));
+    REQUIRE_OK(ipu_session_run_load(f.s));
+    REQUIRE(run_one_add(f.s, x, z) == 0);
+    for (int i = 0; i < 6; i++) REQUIRE(z[i] == x[i] + 7);
     sf_close(&f);
     /* a failing weight callback fails Load */
-    CHECK_OK(sf_open(&f, &m, &c));
-    CHECK_OK(ipu_session_bind(f.s, 1, IPU_BIND_CALLBACK, fail_cb, NULL));
-    CHECK(ipu_session_run_load(f.s) == IPU_ERR_CALLBACK);
-    CHECK(strstr(ipu_last_error_message(), "'W'"));
+    REQUIRE_OK(sf_open(&f, &m, &c));
+    REQUIRE_OK(ipu_session_bind(f.s, 1, IPU_BIND_CALLBACK, fail_cb, NULL));
+    REQUIRE(ipu_session_run_load(f.s) == IPU_ERR_CALLBACK);
+    REQUIRE(strstr(ipu_last_error_message(), "'W'"));
     sf_close(&f);
     return 0;
 }
@@ -208,46 +208,46 @@ static int test_step_padding_and_flush(void) {
     ipu_session_config c = scfg(1);
     c.timeout_ns = 20000000; /* 20 ms */
     sfix f;
-    CHECK_OK(sf_open(&f, &m, &c));
-    CHECK_OK(ipu_session_run_load(f.s));
+    REQUIRE_OK(sf_open(&f, &m, &c));
+    REQUIRE_OK(ipu_session_run_load(f.s));
     float x[12], z[12];
     for (int i = 0; i < 12; i++) x[i] = (float)i;
     for (int b = 0; b < 2; b++) {
         ipu_slot sx = slot(x + 6 * b, 24, 0, NULL), sy = slot(x + 6 * b, 24, 0, NULL);
         ipu_slot sz = slot(z + 6 * b, 24, 0, NULL);
-        CHECK_OK(ipu_session_enqueue(f.s, 0, &sx, 0));
-        CHECK_OK(ipu_session_enqueue(f.s, 1, &sy, 0));
-        CHECK_OK(ipu_session_enqueue(f.s, 2, &sz, 0));
+        REQUIRE_OK(ipu_session_enqueue(f.s, 0, &sx, 0));
+        REQUIRE_OK(ipu_session_enqueue(f.s, 1, &sy, 0));
+        REQUIRE_OK(ipu_session_enqueue(f.s, 2, &sz, 0));
     }
     uint64_t t0 = now_ns();
     ipu_step_result r;
-    CHECK_OK(ipu_session_run_main(f.s, &r));
-    CHECK(r.iterations == 2 && r.padded_iterations == 2);
-    CHECK(now_ns() - t0 >= 15000000);
-    for (int i = 0; i < 12; i++) CHECK(z[i] == 2 * x[i]);
+    REQUIRE_OK(ipu_session_run_main(f.s, &r));
+    REQUIRE(r.iterations == 2 && r.padded_iterations == 2);
+    REQUIRE(now_ns() - t0 >= 15000000);
+    for (int i = 0; i < 12; i++) REQUIRE(z[i] == 2 * x[i]);
     sf_close(&f);
 
     /* timeout 0: only a flush from another thread ends the step */
     c.timeout_ns = 0;
-    CHECK_OK(sf_open(&f, &m, &c));
-    CHECK_OK(ipu_session_run_load(f.s));
+    REQUIRE_OK(sf_open(&f, &m, &c));
+    REQUIRE_OK(ipu_session_run_load(f.s));
     ipu_session_flush(f.s); /* no step in progress: nothing to pad */
     rec rz = {0};
     ipu_slot sx = slot(x, 24, 0, NULL), sz = slot(z, 24, 0, &rz);
-    CHECK_OK(ipu_session_enqueue(f.s, 0, &sx, 0));
-    CHECK_OK(ipu_session_enqueue(f.s, 1, &sx, 0));
-    CHECK_OK(ipu_session_enqueue(f.s, 2, &sz, 0));
+    REQUIRE_OK(ipu_session_enqueue(f.s, 0, &sx, 0));
+    REQUIRE_OK(ipu_session_enqueue(f.s, 1, &sx, 0));
+    REQUIRE_OK(ipu_session_enqueue(f.s, 2, &sz, 0));
     main_arg a = {f.s, IPU_ERR_INTERNAL, {0, 0}};
     pthread_t th;
-    CHECK(pthread_create(&th, NULL, main_thread, &a) == 0);
+    REQUIRE(pthread_create(&th, NULL, main_thread, &a) == 0);
     while (atomic_load(&rz.calls) == 0) sleep_ms(1);
     sleep_ms(30);
     ipu_session_flush(f.s);
     pthread_join(th, NULL);
-    CHECK(a.st == IPU_OK && a.r.iterations == 1 && a.r.padded_iterations == 3);
+    REQUIRE(a.st == IPU_OK && a.r.iterations == 1 && a.r.padded_iterations == 3);
     ipu_session_stats st;
     ipu_session_get_stats(f.s, &st);
-    CHECK(st.steps == 1 && st.padded_iterations == 3);
+    REQUIRE(st.steps == 1 && st.padded_iterations == 3);
     sf_close(&f);
     return 0;
 }
@@ -258,26 +258,26 @@ static int test_stop_and_enqueue_timeout(void) {
     c.ring_capacity = 2;
     c.timeout_ns = 0;
     sfix f;
-    CHECK_OK(sf_open(&f, &m, &c));
-    CHECK_OK(ipu_session_run_load(f.s));
+    REQUIRE_OK(sf_open(&f, &m, &c));
+    REQUIRE_OK(ipu_session_run_load(f.s));
     float x[6] = {0};
     ipu_slot sx = slot(x, 24, 0, NULL);
-    CHECK_OK(ipu_session_enqueue(f.s, 0, &sx, 0));
-    CHECK_OK(ipu_session_enqueue(f.s, 0, &sx, 0));
+    REQUIRE_OK(ipu_session_enqueue(f.s, 0, &sx, 0));
+    REQUIRE_OK(ipu_session_enqueue(f.s, 0, &sx, 0));
     uint64_t t0 = now_ns();
-    CHECK(ipu_session_enqueue(f.s, 0, &sx, 20000000) == IPU_ERR_TIMEOUT);
-    CHECK(now_ns() - t0 >= 19000000);
-    CHECK(ipu_session_enqueue(f.s, 0, &sx, 0) == IPU_ERR_TIMEOUT);
+    REQUIRE(ipu_session_enqueue(f.s, 0, &sx, 20000000) == IPU_ERR_TIMEOUT);
+    REQUIRE(now_ns() - t0 >= 19000000);
+    REQUIRE(ipu_session_enqueue(f.s, 0, &sx, 0) == IPU_ERR_TIMEOUT);
     /* run_main blocks (Y has no slot), stop() unblocks it */
     main_arg a = {f.s, IPU_OK, {0, 0}};
     pthread_t th;
-    CHECK(pthread_create(&th, NULL, main_thread, &a) == 0);
+    REQUIRE(pthread_create(&th, NULL, main_thread, &a) == 0);
     sleep_ms(20);
     ipu_session_stop(f.s);
     pthread_join(th, NULL);
-    CHECK(a.st == IPU_ERR_CLOSED && ipu_session_stopped(f.s));
-    CHECK(ipu_session_enqueue(f.s, 0, &sx, UINT64_MAX) == IPU_ERR_CLOSED);
-    CHECK(ipu_session_run_main(f.s, NULL) == IPU_ERR_CLOSED);
+    REQUIRE(a.st == IPU_ERR_CLOSED && ipu_session_stopped(f.s));
+    REQUIRE(ipu_session_enqueue(f.s, 0, &sx, UINT64_MAX) == IPU_ERR_CLOSED);
+    REQUIRE(ipu_session_run_main(f.s, NULL) == IPU_ERR_CLOSED);
     ipu_session_stop(f.s); /* idempotent */
     sf_close(&f);
     return 0;
@@ -299,35 +299,35 @@ static int test_disconnect_and_blocked_enqueue(void) {
     ipu_session_config c = scfg(1);
     c.ring_capacity = 1;
     sfix f;
-    CHECK_OK(sf_open(&f, &m, &c));
+    REQUIRE_OK(sf_open(&f, &m, &c));
     float x[6] = {0};
     rec r1 = {0}, r2 = {0};
     ipu_slot s1 = slot(x, 24, 0, &r1);
-    CHECK_OK(ipu_session_enqueue(f.s, 0, &s1, 0));
+    REQUIRE_OK(ipu_session_enqueue(f.s, 0, &s1, 0));
     enq_arg a = {f.s, slot(x, 24, 0, &r2), IPU_ERR_INTERNAL};
     pthread_t th;
-    CHECK(pthread_create(&th, NULL, enq_thread, &a) == 0);
+    REQUIRE(pthread_create(&th, NULL, enq_thread, &a) == 0);
     sleep_ms(20);
-    CHECK(ipu_session_queue_depth(f.s, 0) == 1);
+    REQUIRE(ipu_session_queue_depth(f.s, 0) == 1);
     ipu_session_disconnect(f.s, IPU_ERR_ABORTED); /* frees space: the blocked enqueue proceeds */
     pthread_join(th, NULL);
-    CHECK(a.st == IPU_OK);
-    CHECK(atomic_load(&r1.calls) == 1 && r1.st == IPU_ERR_ABORTED);
+    REQUIRE(a.st == IPU_OK);
+    REQUIRE(atomic_load(&r1.calls) == 1 && r1.st == IPU_ERR_ABORTED);
     ipu_session_disconnect(f.s, IPU_ERR_ABORTED);
-    CHECK(atomic_load(&r2.calls) == 1 && r2.st == IPU_ERR_ABORTED);
-    CHECK(ipu_session_queue_depth(f.s, 0) == 0);
+    REQUIRE(atomic_load(&r2.calls) == 1 && r2.st == IPU_ERR_ABORTED);
+    REQUIRE(ipu_session_queue_depth(f.s, 0) == 0);
     /* blocked enqueue unblocked by stop; slots left queued complete with CLOSED on destroy */
     rec r3 = {0};
     ipu_slot s3 = slot(x, 24, 0, &r3);
-    CHECK_OK(ipu_session_enqueue(f.s, 0, &s3, 0));
+    REQUIRE_OK(ipu_session_enqueue(f.s, 0, &s3, 0));
     a = (enq_arg){f.s, slot(x, 24, 0, NULL), IPU_ERR_INTERNAL};
-    CHECK(pthread_create(&th, NULL, enq_thread, &a) == 0);
+    REQUIRE(pthread_create(&th, NULL, enq_thread, &a) == 0);
     sleep_ms(20);
     ipu_session_stop(f.s);
     pthread_join(th, NULL);
-    CHECK(a.st == IPU_ERR_CLOSED);
+    REQUIRE(a.st == IPU_ERR_CLOSED);
     sf_close(&f);
-    CHECK(atomic_load(&r3.calls) == 1 && r3.st == IPU_ERR_CLOSED);
+    REQUIRE(atomic_load(&r3.calls) == 1 && r3.st == IPU_ERR_CLOSED);
     return 0;
 }
 
@@ -342,44 +342,44 @@ static int test_fused_index(void) {
     m_model m = fused_model();
     ipu_session_config c = scfg(1);
     sfix f;
-    CHECK_OK(sf_open(&f, &m, &c));
-    CHECK_OK(ipu_session_run_load(f.s));
+    REQUIRE_OK(sf_open(&f, &m, &c));
+    REQUIRE_OK(ipu_session_run_load(f.s));
     float x[6] = {1, 2, 3, 4, 5, 6}, y[6] = {2, 2, 2, 2, 2, 2}, z[6];
     uint32_t idx = 1;
     ipu_slot si = slot(&idx, 4, 0, NULL), sx = slot(x, 24, 0, NULL), sy = slot(y, 24, 0, NULL);
     ipu_slot sz = slot(z, 24, 0, NULL);
     ipu_slot bad = slot(&idx, 8, 0, NULL);
-    CHECK(ipu_session_enqueue(f.s, 0, &bad, 0) == IPU_ERR_INVALID_ARGUMENT);
-    CHECK_OK(ipu_session_enqueue(f.s, 0, &si, 0));
-    CHECK_OK(ipu_session_enqueue(f.s, 2, &sx, 0)); /* X1 */
-    CHECK_OK(ipu_session_enqueue(f.s, 3, &sy, 0));
-    CHECK_OK(ipu_session_enqueue(f.s, 5, &sz, 0)); /* Z1 */
-    CHECK_OK(ipu_session_run_main(f.s, NULL));
-    for (int i = 0; i < 6; i++) CHECK(z[i] == x[i] * 2);
+    REQUIRE(ipu_session_enqueue(f.s, 0, &bad, 0) == IPU_ERR_INVALID_ARGUMENT);
+    REQUIRE_OK(ipu_session_enqueue(f.s, 0, &si, 0));
+    REQUIRE_OK(ipu_session_enqueue(f.s, 2, &sx, 0)); /* X1 */
+    REQUIRE_OK(ipu_session_enqueue(f.s, 3, &sy, 0));
+    REQUIRE_OK(ipu_session_enqueue(f.s, 5, &sz, 0)); /* Z1 */
+    REQUIRE_OK(ipu_session_run_main(f.s, NULL));
+    for (int i = 0; i < 6; i++) REQUIRE(z[i] == x[i] * 2);
     /* an out-of-range index fails the iteration; the index slot gets the error */
     uint32_t idx5 = 5;
     rec ri = {0};
     ipu_slot s5 = slot(&idx5, 4, 0, &ri);
-    CHECK_OK(ipu_session_enqueue(f.s, 0, &s5, 0));
-    CHECK(ipu_session_run_main(f.s, NULL) == IPU_ERR_INVALID_ARGUMENT);
-    CHECK(atomic_load(&ri.calls) == 1 && ri.st == IPU_ERR_INVALID_ARGUMENT);
+    REQUIRE_OK(ipu_session_enqueue(f.s, 0, &s5, 0));
+    REQUIRE(ipu_session_run_main(f.s, NULL) == IPU_ERR_INVALID_ARGUMENT);
+    REQUIRE(atomic_load(&ri.calls) == 1 && ri.st == IPU_ERR_INVALID_ARGUMENT);
     sf_close(&f);
     /* index from a callback */
-    CHECK(build(&m, &f.c, &f.e) == IPU_OK);
-    CHECK(ipu_session_create(f.e, &c, &f.s) == IPU_OK);
+    REQUIRE(build(&m, &f.c, &f.e) == IPU_OK);
+    REQUIRE(ipu_session_create(f.e, &c, &f.s) == IPU_OK);
     uint32_t zero = 0;
-    CHECK_OK(ipu_session_bind(f.s, 0, IPU_BIND_CALLBACK, index_cb, &zero));
-    CHECK_OK(ipu_session_run_load(f.s));
-    CHECK_OK(ipu_session_enqueue(f.s, 1, &sx, 0)); /* X0 */
-    CHECK_OK(ipu_session_enqueue(f.s, 3, &sy, 0));
-    CHECK_OK(ipu_session_enqueue(f.s, 4, &sz, 0)); /* Z0 */
-    CHECK_OK(ipu_session_run_main(f.s, NULL));
-    for (int i = 0; i < 6; i++) CHECK(z[i] == x[i] + 2);
+    REQUIRE_OK(ipu_session_bind(f.s, 0, IPU_BIND_CALLBACK, index_cb, &zero));
+    REQUIRE_OK(ipu_session_run_load(f.s));
+    REQUIRE_OK(ipu_session_enqueue(f.s, 1, &sx, 0)); /* X0 */
+    REQUIRE_OK(ipu_session_enqueue(f.s, 3, &sy, 0));
+    REQUIRE_OK(ipu_session_enqueue(f.s, 4, &sz, 0)); /* Z0 */
+    REQUIRE_OK(ipu_session_run_main(f.s, NULL));
+    for (int i = 0; i < 6; i++) REQUIRE(z[i] == x[i] + 2);
     sf_close(&f);
     /* fused models cannot batch */
     c.batching_dim = 0;
-    CHECK(build(&m, &f.c, &f.e) == IPU_OK);
-    CHECK(ipu_session_create(f.e, &c, &f.s) == IPU_ERR_INVALID_ARGUMENT);
+    REQUIRE(build(&m, &f.c, &f.e) == IPU_OK);
+    REQUIRE(ipu_session_create(f.e, &c, &f.s) == IPU_ERR_INVALID_ARGUMENT);
     f.s = NULL;
     sf_close(&f);
     return 0;
@@ -394,8 +394,8 @@ static int test_batching_strided(void) {
     c.timeout_ns = 0;
     c.batch_timeout_ns = 20000000;
     sfix f;
-    CHECK_OK(sf_open(&f, &m, &c));
-    CHECK_OK(ipu_session_run_load(f.s));
+    REQUIRE_OK(sf_open(&f, &m, &c));
+    REQUIRE_OK(ipu_session_run_load(f.s));
     float xa[2 * 3], xb[2 * 2], za[2 * 3], zb[2 * 2];
     for (int i = 0; i < 6; i++) {
         xa[i] = (float)(i + 1);
@@ -407,54 +407,54 @@ static int test_batching_strided(void) {
     }
     rec rza = {0}, rzb = {0};
     ipu_slot bad = slot(xa, 4 * 6, 2, NULL);
-    CHECK(ipu_session_enqueue(f.s, 0, &bad, 0) == IPU_ERR_INVALID_ARGUMENT); /* 2 rows = 16 B */
+    REQUIRE(ipu_session_enqueue(f.s, 0, &bad, 0) == IPU_ERR_INVALID_ARGUMENT); /* 2 rows = 16 B */
     ipu_slot s;
     s = slot(xa, sizeof xa, 3, NULL);
-    CHECK_OK(ipu_session_enqueue(f.s, 0, &s, 0));
+    REQUIRE_OK(ipu_session_enqueue(f.s, 0, &s, 0));
     s = slot(xa, sizeof xa, 3, NULL);
-    CHECK_OK(ipu_session_enqueue(f.s, 1, &s, 0));
+    REQUIRE_OK(ipu_session_enqueue(f.s, 1, &s, 0));
     s = slot(za, sizeof za, 3, &rza);
-    CHECK_OK(ipu_session_enqueue(f.s, 2, &s, 0));
+    REQUIRE_OK(ipu_session_enqueue(f.s, 2, &s, 0));
     s = slot(xb, sizeof xb, 2, NULL);
-    CHECK_OK(ipu_session_enqueue(f.s, 0, &s, 0));
+    REQUIRE_OK(ipu_session_enqueue(f.s, 0, &s, 0));
     s = slot(xb, sizeof xb, 2, NULL);
-    CHECK_OK(ipu_session_enqueue(f.s, 1, &s, 0));
+    REQUIRE_OK(ipu_session_enqueue(f.s, 1, &s, 0));
     s = slot(zb, sizeof zb, 2, &rzb);
-    CHECK_OK(ipu_session_enqueue(f.s, 2, &s, 0));
+    REQUIRE_OK(ipu_session_enqueue(f.s, 2, &s, 0));
     uint64_t t0 = now_ns();
     ipu_step_result r;
-    CHECK_OK(ipu_session_run_main(f.s, &r));
-    CHECK(r.iterations == 2 && r.padded_iterations == 0);
-    CHECK(now_ns() - t0 >= 15000000); /* the second batch waited for the batch timeout */
-    for (int i = 0; i < 6; i++) CHECK(za[i] == 2 * xa[i]);
-    for (int i = 0; i < 4; i++) CHECK(zb[i] == 2 * xb[i]);
-    CHECK(atomic_load(&rza.calls) == 1 && atomic_load(&rzb.calls) == 1 && rzb.st == IPU_OK);
+    REQUIRE_OK(ipu_session_run_main(f.s, &r));
+    REQUIRE(r.iterations == 2 && r.padded_iterations == 0);
+    REQUIRE(now_ns() - t0 >= 15000000); /* the second batch waited for the batch timeout */
+    for (int i = 0; i < 6; i++) REQUIRE(za[i] == 2 * xa[i]);
+    for (int i = 0; i < 4; i++) REQUIRE(zb[i] == 2 * xb[i]);
+    REQUIRE(atomic_load(&rza.calls) == 1 && atomic_load(&rzb.calls) == 1 && rzb.st == IPU_OK);
     ipu_session_stats st;
     ipu_session_get_stats(f.s, &st);
-    CHECK(st.padded_rows == 3);
+    REQUIRE(st.padded_rows == 3);
     /* rows == 0: one whole batch */
     float xw[8], zw[8];
     for (int i = 0; i < 8; i++) xw[i] = (float)i;
     s = slot(xw, sizeof xw, 0, NULL);
-    CHECK_OK(ipu_session_enqueue(f.s, 0, &s, 0));
+    REQUIRE_OK(ipu_session_enqueue(f.s, 0, &s, 0));
     s = slot(xw, sizeof xw, 0, NULL);
-    CHECK_OK(ipu_session_enqueue(f.s, 1, &s, 0));
+    REQUIRE_OK(ipu_session_enqueue(f.s, 1, &s, 0));
     s = slot(zw, sizeof zw, 0, NULL);
-    CHECK_OK(ipu_session_enqueue(f.s, 2, &s, 0));
+    REQUIRE_OK(ipu_session_enqueue(f.s, 2, &s, 0));
     ipu_session_flush(f.s); /* nothing in progress yet: ignored */
     main_arg a = {f.s, IPU_ERR_INTERNAL, {0, 0}};
     pthread_t th;
-    CHECK(pthread_create(&th, NULL, main_thread, &a) == 0);
+    REQUIRE(pthread_create(&th, NULL, main_thread, &a) == 0);
     sleep_ms(10);
     ipu_session_flush(f.s); /* ends the step after its first iteration */
     pthread_join(th, NULL);
-    CHECK(a.st == IPU_OK && a.r.iterations == 1 && a.r.padded_iterations == 1);
-    for (int i = 0; i < 8; i++) CHECK(zw[i] == 2 * xw[i]);
+    REQUIRE(a.st == IPU_OK && a.r.iterations == 1 && a.r.padded_iterations == 1);
+    for (int i = 0; i < 8; i++) REQUIRE(zw[i] == 2 * xw[i]);
     sf_close(&f);
     /* batching_dim must exist on every streamed anchor */
     c.batching_dim = 2;
-    CHECK(build(&m, &f.c, &f.e) == IPU_OK);
-    CHECK(ipu_session_create(f.e, &c, &f.s) == IPU_ERR_INVALID_ARGUMENT);
+    REQUIRE(build(&m, &f.c, &f.e) == IPU_OK);
+    REQUIRE(ipu_session_create(f.e, &c, &f.s) == IPU_ERR_INVALID_ARGUMENT);
     f.s = NULL;
     sf_close(&f);
     return 0;
@@ -465,19 +465,19 @@ static int test_iteration_failure(void) {
     m_model m = add_model(2, 3, 1);
     ipu_session_config c = scfg(1);
     sfix f;
-    CHECK_OK(sf_open(&f, &m, &c));
-    CHECK_OK(ipu_session_bind(f.s, 1, IPU_BIND_CALLBACK, fail_cb, NULL));
-    CHECK_OK(ipu_session_run_load(f.s));
+    REQUIRE_OK(sf_open(&f, &m, &c));
+    REQUIRE_OK(ipu_session_bind(f.s, 1, IPU_BIND_CALLBACK, fail_cb, NULL));
+    REQUIRE_OK(ipu_session_run_load(f.s));
     float x[6] = {0}, z[6];
     rec rx = {0}, rz = {0};
     ipu_slot sx = slot(x, 24, 0, &rx), sz = slot(z, 24, 0, &rz);
-    CHECK_OK(ipu_session_enqueue(f.s, 0, &sx, 0));
-    CHECK_OK(ipu_session_enqueue(f.s, 2, &sz, 0));
-    CHECK(ipu_session_run_main(f.s, NULL) == IPU_ERR_CALLBACK);
-    CHECK(strstr(ipu_last_error_message(), "'Y'"));
-    CHECK(atomic_load(&rx.calls) == 1 && rx.st == IPU_ERR_CALLBACK);
-    CHECK(atomic_load(&rz.calls) == 1 && rz.st == IPU_ERR_CALLBACK);
-    CHECK(ipu_session_queue_depth(f.s, 0) == 0 && ipu_session_queue_depth(f.s, 2) == 0);
+    REQUIRE_OK(ipu_session_enqueue(f.s, 0, &sx, 0));
+    REQUIRE_OK(ipu_session_enqueue(f.s, 2, &sz, 0));
+    REQUIRE(ipu_session_run_main(f.s, NULL) == IPU_ERR_CALLBACK);
+    REQUIRE(strstr(ipu_last_error_message(), "'Y'"));
+    REQUIRE(atomic_load(&rx.calls) == 1 && rx.st == IPU_ERR_CALLBACK);
+    REQUIRE(atomic_load(&rz.calls) == 1 && rz.st == IPU_ERR_CALLBACK);
+    REQUIRE(ipu_session_queue_depth(f.s, 0) == 0 && ipu_session_queue_depth(f.s, 2) == 0);
     sf_close(&f);
     return 0;
 }
@@ -492,6 +492,5 @@ int main(void) {
     RUN(test_fused_index);
     RUN(test_batching_strided);
     RUN(test_iteration_failure);
-    printf("%d passed, %d failed\n", g_pass, g_fail);
-    return g_fail != 0;
+    return check_summary();
 }

@@ -62,67 +62,67 @@ static int test_stage_table(void) {
     m_model m = staged_model(1, 2);
     ipu_container *c;
     ipu_executable *e;
-    CHECK_OK(build(&m, &c, &e));
+    REQUIRE_OK(build(&m, &c, &e));
     ipu_executable_info info;
     ipu_executable_get_info(e, &info);
-    CHECK(info.num_stages == 2 && info.pipelined == 1);
+    REQUIRE(info.num_stages == 2 && info.pipelined == 1);
     ipu_stage_info si;
-    CHECK_OK(ipu_executable_stage(e, 0, &si));
-    CHECK(si.program == 1 && si.ipu == 0 && si.copy_program == 3);
-    CHECK_OK(ipu_executable_stage(e, 1, &si));
-    CHECK(si.program == 2 && si.ipu == 1 && si.copy_program == IPU_NO_INDEX);
-    CHECK(ipu_executable_stage(e, 2, &si) == IPU_ERR_NOT_FOUND);
+    REQUIRE_OK(ipu_executable_stage(e, 0, &si));
+    REQUIRE(si.program == 1 && si.ipu == 0 && si.copy_program == 3);
+    REQUIRE_OK(ipu_executable_stage(e, 1, &si));
+    REQUIRE(si.program == 2 && si.ipu == 1 && si.copy_program == IPU_NO_INDEX);
+    REQUIRE(ipu_executable_stage(e, 2, &si) == IPU_ERR_NOT_FOUND);
     ipu_executable_destroy(e);
     ipu_container_destroy(c);
 
     m_model bad = staged_model(1, 2);
     bad.st[1][1] = 2; /* IPU 2 of 2 */
-    CHECK(try_build(&bad) == IPU_ERR_CORRUPT);
-    CHECK(strstr(ipu_last_error_message(), "num_ipus") != NULL);
+    REQUIRE(try_build(&bad) == IPU_ERR_CORRUPT);
+    REQUIRE(strstr(ipu_last_error_message(), "num_ipus") != NULL);
     bad = staged_model(1, 2);
     bad.st[0][2] = 2; /* the MUL program as a copy program */
-    CHECK(try_build(&bad) == IPU_ERR_BAD_PROGRAM);
-    CHECK(strstr(ipu_last_error_message(), "not a COPY") != NULL);
+    REQUIRE(try_build(&bad) == IPU_ERR_BAD_PROGRAM);
+    REQUIRE(strstr(ipu_last_error_message(), "not a COPY") != NULL);
     bad = staged_model(1, 2);
     bad.st[1][0] = 9; /* no such program */
-    CHECK(try_build(&bad) == IPU_ERR_CORRUPT);
+    REQUIRE(try_build(&bad) == IPU_ERR_CORRUPT);
     bad = staged_model(1, 2);
     bad.st[1][0] = 0; /* the Load program */
-    CHECK(try_build(&bad) == IPU_ERR_CORRUPT);
+    REQUIRE(try_build(&bad) == IPU_ERR_CORRUPT);
     bad = staged_model(1, 2);
     bad.st_flags = 2;
-    CHECK(try_build(&bad) == IPU_ERR_CORRUPT);
+    REQUIRE(try_build(&bad) == IPU_ERR_CORRUPT);
     bad = staged_model(1, 2);
     bad.st[0][0] = 2; /* stage 0 is not the Main program */
-    CHECK(try_build(&bad) == IPU_ERR_CORRUPT);
+    REQUIRE(try_build(&bad) == IPU_ERR_CORRUPT);
     /* pipelined stages run concurrently: no arena byte one writes may be used by another */
     static const char want[] = "pipelined stages 0 and 1 run concurrently but both use arena "
                                "byte 16384, which stage 0's program 1 writes";
     bad = staged_model(1, 2);
     bad.p[2].ins[0].ops[2] = 1; /* stage 1 writes H, which stage 0 writes */
-    CHECK(try_build(&bad) == IPU_ERR_BAD_PROGRAM && strstr(ipu_last_error_message(), want));
+    REQUIRE(try_build(&bad) == IPU_ERR_BAD_PROGRAM && strstr(ipu_last_error_message(), want));
     bad = staged_model(1, 2);
     bad.p[2].ins[0].ops[0] = 1; /* stage 1 reads H while stage 0 writes it */
-    CHECK(try_build(&bad) == IPU_ERR_BAD_PROGRAM && strstr(ipu_last_error_message(), want));
+    REQUIRE(try_build(&bad) == IPU_ERR_BAD_PROGRAM && strstr(ipu_last_error_message(), want));
     m = staged_model(0, 2);
     m.p[2].ins[0].ops[0] = 1; /* sequential stages: one after the other, allowed */
-    CHECK(try_build(&m) == IPU_OK);
+    REQUIRE(try_build(&m) == IPU_OK);
     /* the streamed anchors hold the batch of stage 0 (inputs) and of the last stage (outputs) */
     static const char in_x[] = "pipelined stage 1: program 2 instruction 0 (mul) reads bytes of "
                                "input anchor 'X', which only stage 0 may use";
     bad = staged_model(1, 2);
     bad.p[2].ins[0].ops[1] = 0; /* stage 1 reads X: batch T's rows while it computes T - 1 */
-    CHECK(try_build(&bad) == IPU_ERR_BAD_PROGRAM && strstr(ipu_last_error_message(), in_x));
+    REQUIRE(try_build(&bad) == IPU_ERR_BAD_PROGRAM && strstr(ipu_last_error_message(), in_x));
     bad = staged_model(1, 2);
     bad.st[1][0] = 1; /* both stages run program 1, which reads X */
-    CHECK(try_build(&bad) == IPU_ERR_BAD_PROGRAM &&
-          strstr(ipu_last_error_message(), "reads bytes of input anchor 'X'"));
+    REQUIRE(try_build(&bad) == IPU_ERR_BAD_PROGRAM &&
+            strstr(ipu_last_error_message(), "reads bytes of input anchor 'X'"));
     bad = staged_model(1, 2);
     bad.p[1].ins[0].ops[2] = 4; /* stage 0 writes Z, which the store takes from stage 1 */
-    CHECK(try_build(&bad) == IPU_ERR_BAD_PROGRAM &&
-          strstr(ipu_last_error_message(),
-                 "pipelined stage 0: program 1 instruction 0 (add) "
-                 "writes bytes of output anchor 'Z', which only stage 1 may use"));
+    REQUIRE(try_build(&bad) == IPU_ERR_BAD_PROGRAM &&
+            strstr(ipu_last_error_message(),
+                   "pipelined stage 0: program 1 instruction 0 (add) "
+                   "writes bytes of output anchor 'Z', which only stage 1 may use"));
     return 0;
 }
 
@@ -132,10 +132,10 @@ static int run_staged(int pipelined, uint32_t nth, uint32_t bps, uint32_t nb_bat
     m_model m = staged_model(pipelined, bps);
     fixture f;
     ipu_runtime_config cfg = cfg_threads(nth);
-    CHECK_OK(fx_open(&f, &m, &cfg));
+    REQUIRE_OK(fx_open(&f, &m, &cfg));
     size_t n = (size_t)nb_batches * ROWS * COLS;
     float *x = malloc(n * sizeof *x), *z = calloc(n, sizeof *z);
-    CHECK(x && z);
+    REQUIRE(x && z);
     for (size_t i = 0; i < n; i++) x[i] = (float)((i * 7919) % 1000) / 37.0f - 13.0f;
     enum { REQ = 3 };
     ipu_request *rq[REQ];
@@ -147,15 +147,15 @@ static int run_staged(int pipelined, uint32_t nth, uint32_t bps, uint32_t nb_bat
                               .inputs = ins,
                               .outputs = outs,
                               .subgraph = IPU_NO_INDEX};
-        CHECK_OK(ipu_runtime_submit(f.rt, &d, &rq[q]));
+        REQUIRE_OK(ipu_runtime_submit(f.rt, &d, &rq[q]));
     }
     for (int q = 0; q < REQ; q++) {
-        CHECK_OK(ipu_request_wait(rq[q], UINT64_MAX));
+        REQUIRE_OK(ipu_request_wait(rq[q], UINT64_MAX));
         ipu_request_release(rq[q]);
     }
     for (size_t i = 0; i < n; i++) {
         float h = x[i] + x[i];
-        CHECK(z[i] == h * x[i]);
+        REQUIRE(z[i] == h * x[i]);
     }
     ipu_runtime_get_stats(f.rt, stats);
     free(x);
@@ -169,14 +169,14 @@ static int test_results(void) {
         for (uint32_t nth = 1; nth <= 3; nth++)
             for (uint32_t bps = 2; bps <= 4; bps += 2) {
                 ipu_runtime_stats st;
-                CHECK(run_staged(pipelined, nth, bps, 9, &st) == 0);
-                CHECK(st.iterations == 9);
+                REQUIRE(run_staged(pipelined, nth, bps, 9, &st) == 0);
+                REQUIRE(st.iterations == 9);
                 if (!pipelined) {
-                    CHECK(st.pipeline_ticks == 0);
+                    REQUIRE(st.pipeline_ticks == 0);
                 } else {
-                    CHECK(st.pipeline_ticks >= 10); /* 9 batches + at least one drain tick */
+                    REQUIRE(st.pipeline_ticks >= 10); /* 9 batches + at least one drain tick */
                     /* With >= 2 workers both stages compute at once while the pipeline is full. */
-                    CHECK((st.concurrent_ticks > 0) == (nth > 1));
+                    REQUIRE((st.concurrent_ticks > 0) == (nth > 1));
                 }
             }
     return 0;
@@ -230,7 +230,7 @@ static int test_failing_stage(void) {
     fixture f;
     ipu_runtime_config cfg = cfg_threads(2);
     cfg.auto_reset = 1; /* later submissions are accepted after the failure */
-    CHECK_OK(fx_open(&f, &m, &cfg));
+    REQUIRE_OK(fx_open(&f, &m, &cfg));
     enum { REQ = 10 };
     static float x[ROWS * COLS], y[REQ][2 * COLS];
     static int32_t idx[REQ][2];
@@ -245,7 +245,7 @@ static int test_failing_stage(void) {
                               .inputs = ins,
                               .outputs = outs,
                               .subgraph = IPU_NO_INDEX};
-        CHECK_OK(ipu_runtime_submit(f.rt, &d, &rq[q]));
+        REQUIRE_OK(ipu_runtime_submit(f.rt, &d, &rq[q]));
     }
     /* The failing batch's request gets the kernel's error; the runtime then fails every queued
      * request (its failure semantics, device.c) and reloads (auto_reset); batches already in
@@ -254,21 +254,21 @@ static int test_failing_stage(void) {
     for (int q = 0; q < REQ; q++) {
         ipu_status st = ipu_request_wait(rq[q], UINT64_MAX);
         ipu_request_release(rq[q]);
-        if (q == 0 || q == 2) CHECK(st == IPU_OK); /* before, and in flight with, request 1 */
-        if (q == 1) CHECK(st == IPU_ERR_INVALID_ARGUMENT);
+        if (q == 0 || q == 2) REQUIRE(st == IPU_OK); /* before, and in flight with, request 1 */
+        if (q == 1) REQUIRE(st == IPU_ERR_INVALID_ARGUMENT);
         if (st != IPU_OK) {
-            CHECK(st == IPU_ERR_INVALID_ARGUMENT);
+            REQUIRE(st == IPU_ERR_INVALID_ARGUMENT);
             continue;
         }
         ok++;
         for (int c = 0; c < COLS; c++) {
-            CHECK(y[q][c] == x[q * COLS + c] + x[q * COLS + c]);
-            CHECK(y[q][COLS + c] == x[2 * COLS + c] + x[2 * COLS + c]);
+            REQUIRE(y[q][c] == x[q * COLS + c] + x[q * COLS + c]);
+            REQUIRE(y[q][COLS + c] == x[2 * COLS + c] + x[2 * COLS + c]);
         }
     }
     ipu_runtime_stats st;
     ipu_runtime_get_stats(f.rt, &st);
-    CHECK(ok >= 2 && ok <= REQ - 3 && st.requests_failed >= (uint64_t)(REQ - ok));
+    REQUIRE(ok >= 2 && ok <= REQ - 3 && st.requests_failed >= (uint64_t)(REQ - ok));
     fx_close(&f);
     return 0;
 }
@@ -303,24 +303,24 @@ static int stop_once(uint32_t nth, int delay_us) {
     m_model m = staged_model(1, 4);
     ipu_container *c;
     ipu_executable *e;
-    CHECK_OK(build(&m, &c, &e));
+    REQUIRE_OK(build(&m, &c, &e));
     ipu_session_config cfg = ipu_session_config_default();
     cfg.num_threads = nth;
     cfg.ring_capacity = 64;
     cfg.timeout_ns = 0; /* a step waits for its batches: stop finds batches in flight */
     ipu_session *s;
-    CHECK_OK(ipu_session_create(e, &cfg, &s));
-    CHECK_OK(ipu_session_run_load(s));
+    REQUIRE_OK(ipu_session_create(e, &cfg, &s));
+    REQUIRE_OK(ipu_session_run_load(s));
     enum { N = 22 };
     size_t nb = ROWS * COLS * 4;
     float *buf = calloc(2 * N, nb);
-    CHECK(buf);
+    REQUIRE(buf);
     static rec r[N][2];
     memset(r, 0, sizeof r);
     int queued[N][2];
     dev_t_ d = {s, 0};
     pthread_t th;
-    CHECK(pthread_create(&th, NULL, dev_loop, &d) == 0);
+    REQUIRE(pthread_create(&th, NULL, dev_loop, &d) == 0);
     for (int i = 0; i < N; i++)
         for (uint32_t a = 0; a < 2; a++) {
             ipu_slot sl = {(char *)buf + ((size_t)i * 2 + a) * nb, nb, 0, rec_done, &r[i][a]};
@@ -330,10 +330,10 @@ static int stop_once(uint32_t nth, int delay_us) {
     nanosleep(&ts, NULL);
     ipu_session_stop(s);
     pthread_join(th, NULL);
-    CHECK(atomic_load(&d.ret) == IPU_ERR_CLOSED);
+    REQUIRE(atomic_load(&d.ret) == IPU_ERR_CLOSED);
     ipu_session_destroy(s);
     for (int i = 0; i < N; i++)
-        for (int a = 0; a < 2; a++) CHECK(atomic_load(&r[i][a].calls) == queued[i][a]);
+        for (int a = 0; a < 2; a++) REQUIRE(atomic_load(&r[i][a].calls) == queued[i][a]);
     free(buf);
     ipu_executable_destroy(e);
     ipu_container_destroy(c);
@@ -342,7 +342,7 @@ static int stop_once(uint32_t nth, int delay_us) {
 
 static int test_stop_in_flight(void) {
     for (int rep = 0; rep < 4; rep++)
-        for (uint32_t nth = 1; nth <= 3; nth++) CHECK(stop_once(nth, rep * 400) == 0);
+        for (uint32_t nth = 1; nth <= 3; nth++) REQUIRE(stop_once(nth, rep * 400) == 0);
     return 0;
 }
 
@@ -351,11 +351,11 @@ static int test_destroy_with_requests(void) {
     m_model m = staged_model(1, 4);
     fixture f;
     ipu_runtime_config cfg = cfg_threads(2);
-    CHECK_OK(fx_open(&f, &m, &cfg));
+    REQUIRE_OK(fx_open(&f, &m, &cfg));
     enum { REQ = 12 };
     size_t n = ROWS * COLS;
     float *x = calloc(n, sizeof *x), *z = calloc((size_t)REQ * n, sizeof *z);
-    CHECK(x && z);
+    REQUIRE(x && z);
     static rec r[REQ];
     memset(r, 0, sizeof r);
     ipu_request *rq[REQ];
@@ -368,12 +368,12 @@ static int test_destroy_with_requests(void) {
                               .subgraph = IPU_NO_INDEX,
                               .done = req_done,
                               .user_data = &r[q]};
-        CHECK_OK(ipu_runtime_submit(f.rt, &d, &rq[q]));
+        REQUIRE_OK(ipu_runtime_submit(f.rt, &d, &rq[q]));
     }
     fx_close(&f);
     for (int q = 0; q < REQ; q++) {
-        CHECK(ipu_request_is_done(rq[q]));
-        CHECK(atomic_load(&r[q].calls) == 1);
+        REQUIRE(ipu_request_is_done(rq[q]));
+        REQUIRE(atomic_load(&r[q].calls) == 1);
         ipu_request_release(rq[q]);
     }
     free(x);
@@ -387,6 +387,5 @@ int main(void) {
     RUN(test_failing_stage);
     RUN(test_stop_in_flight);
     RUN(test_destroy_with_requests);
-    printf("%d passed, %d failed\n", g_pass, g_fail);
-    return g_fail ? 1 : 0;
+    return check_summary();
 }

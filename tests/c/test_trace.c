@@ -48,8 +48,8 @@ static int run_requests(ipu_runtime *rt, int n) {
                               .outputs = outs,
                               .subgraph = IPU_NO_INDEX};
         ipu_request *r;
-        CHECK_OK(ipu_runtime_submit(rt, &d, &r));
-        CHECK_OK(ipu_request_wait(r, UINT64_MAX));
+        REQUIRE_OK(ipu_runtime_submit(rt, &d, &r));
+        REQUIRE_OK(ipu_request_wait(r, UINT64_MAX));
         ipu_request_release(r);
     }
     return 0;
@@ -57,19 +57,19 @@ static int run_requests(ipu_runtime *rt, int n) {
 
 static int test_arguments(void) {
     ipu_trace *t = NULL;
-    CHECK(ipu_trace_create(0, &t) == IPU_ERR_INVALID_ARGUMENT && t == NULL);
-    CHECK(ipu_trace_create(4, NULL) == IPU_ERR_INVALID_ARGUMENT);
-    CHECK(ipu_trace_create(SIZE_MAX, &t) == IPU_ERR_INVALID_ARGUMENT);
-    CHECK_OK(ipu_trace_create(4, &t));
-    CHECK(ipu_trace_capacity(t) == 4 && ipu_trace_capacity(NULL) == 0);
+    REQUIRE(ipu_trace_create(0, &t) == IPU_ERR_INVALID_ARGUMENT && t == NULL);
+    REQUIRE(ipu_trace_create(4, NULL) == IPU_ERR_INVALID_ARGUMENT);
+    REQUIRE(ipu_trace_create(SIZE_MAX, &t) == IPU_ERR_INVALID_ARGUMENT);
+    REQUIRE_OK(ipu_trace_create(4, &t));
+    REQUIRE(ipu_trace_capacity(t) == 4 && ipu_trace_capacity(NULL) == 0);
     size_t n = 99;
     uint64_t dropped = 99;
-    CHECK(ipu_trace_read(NULL, NULL, 0, &n, NULL) == IPU_ERR_INVALID_ARGUMENT);
-    CHECK(ipu_trace_read(t, NULL, 4, &n, NULL) == IPU_ERR_INVALID_ARGUMENT);
-    CHECK(ipu_trace_read(t, NULL, 0, NULL, NULL) == IPU_ERR_INVALID_ARGUMENT);
-    CHECK_OK(ipu_trace_read(t, NULL, 0, &n, &dropped));
-    CHECK(n == 0 && dropped == 0);
-    CHECK(ipu_runtime_set_trace(NULL, t) == IPU_ERR_INVALID_ARGUMENT);
+    REQUIRE(ipu_trace_read(NULL, NULL, 0, &n, NULL) == IPU_ERR_INVALID_ARGUMENT);
+    REQUIRE(ipu_trace_read(t, NULL, 4, &n, NULL) == IPU_ERR_INVALID_ARGUMENT);
+    REQUIRE(ipu_trace_read(t, NULL, 0, NULL, NULL) == IPU_ERR_INVALID_ARGUMENT);
+    REQUIRE_OK(ipu_trace_read(t, NULL, 0, &n, &dropped));
+    REQUIRE(n == 0 && dropped == 0);
+    REQUIRE(ipu_runtime_set_trace(NULL, t) == IPU_ERR_INVALID_ARGUMENT);
     ipu_trace_clear(NULL);
     ipu_trace_destroy(t);
     ipu_trace_destroy(NULL);
@@ -81,45 +81,45 @@ static int check_iterations(ipu_trace *t, uint64_t iterations) {
     ipu_trace_event ev[256];
     size_t n;
     uint64_t dropped;
-    CHECK_OK(ipu_trace_read(t, ev, 256, &n, &dropped));
-    CHECK(dropped == 0 && n == 3 * iterations);
+    REQUIRE_OK(ipu_trace_read(t, ev, 256, &n, &dropped));
+    REQUIRE(dropped == 0 && n == 3 * iterations);
     uint64_t count[4] = {0};
     uint64_t load_start = 0, compute_start = 0, store_start = 0;
     for (size_t i = 0; i < n; i++) {
-        CHECK(ev[i].seq == i);
-        CHECK(ev[i].start_ns > 0 && ev[i].start_ns <= ev[i].end_ns);
-        CHECK(ev[i].kind >= IPU_TRACE_LOAD && ev[i].kind <= IPU_TRACE_STORE);
-        CHECK(ev[i].subgraph == 0);
+        REQUIRE(ev[i].seq == i);
+        REQUIRE(ev[i].start_ns > 0 && ev[i].start_ns <= ev[i].end_ns);
+        REQUIRE(ev[i].kind >= IPU_TRACE_LOAD && ev[i].kind <= IPU_TRACE_STORE);
+        REQUIRE(ev[i].subgraph == 0);
         count[ev[i].kind]++;
         /* the k-th compute starts after the k-th load ended, the k-th store after compute */
         if (ev[i].kind == IPU_TRACE_LOAD) load_start = ev[i].end_ns;
         if (ev[i].kind == IPU_TRACE_COMPUTE) {
-            CHECK(ev[i].start_ns >= load_start);
+            REQUIRE(ev[i].start_ns >= load_start);
             compute_start = ev[i].end_ns;
         }
         if (ev[i].kind == IPU_TRACE_STORE) {
-            CHECK(ev[i].start_ns >= compute_start || compute_start == 0);
+            REQUIRE(ev[i].start_ns >= compute_start || compute_start == 0);
             store_start = ev[i].start_ns;
         }
     }
     (void)store_start;
-    CHECK(count[IPU_TRACE_LOAD] == iterations && count[IPU_TRACE_COMPUTE] == iterations &&
-          count[IPU_TRACE_STORE] == iterations);
+    REQUIRE(count[IPU_TRACE_LOAD] == iterations && count[IPU_TRACE_COMPUTE] == iterations &&
+            count[IPU_TRACE_STORE] == iterations);
     return 0;
 }
 
 static int run_traced(uint32_t bps, uint32_t io_tiles, int overlap, int requests) {
     fix f;
     ipu_trace *t;
-    CHECK_OK(open_rt(&f, bps, io_tiles, overlap));
-    CHECK_OK(ipu_trace_create(1000, &t));
-    CHECK_OK(ipu_runtime_set_trace(f.rt, t));
-    CHECK(run_requests(f.rt, requests) == 0);
-    CHECK_OK(ipu_runtime_close(f.rt)); /* every stage has ended: the trace is final */
+    REQUIRE_OK(open_rt(&f, bps, io_tiles, overlap));
+    REQUIRE_OK(ipu_trace_create(1000, &t));
+    REQUIRE_OK(ipu_runtime_set_trace(f.rt, t));
+    REQUIRE(run_requests(f.rt, requests) == 0);
+    REQUIRE_OK(ipu_runtime_close(f.rt)); /* every stage has ended: the trace is final */
     ipu_runtime_stats s;
     ipu_runtime_get_stats(f.rt, &s);
-    CHECK(s.iterations == (uint64_t)requests);
-    CHECK(check_iterations(t, s.iterations) == 0);
+    REQUIRE(s.iterations == (uint64_t)requests);
+    REQUIRE(check_iterations(t, s.iterations) == 0);
     close_rt(&f);
     ipu_trace_destroy(t);
     return 0;
@@ -129,10 +129,10 @@ static int test_serial(void) { return run_traced(1, 0, 0, 7); }
 
 static int test_overlap_io(void) {
     fix f;
-    CHECK_OK(open_rt(&f, 3, 8, 1));
+    REQUIRE_OK(open_rt(&f, 3, 8, 1));
     ipu_trace *t;
-    CHECK_OK(ipu_trace_create(1000, &t));
-    CHECK_OK(ipu_runtime_set_trace(f.rt, t));
+    REQUIRE_OK(ipu_trace_create(1000, &t));
+    REQUIRE_OK(ipu_runtime_set_trace(f.rt, t));
     /* a step of 3 iterations needs 3 queued batches: submit them all before waiting */
     static float x[ROWS * COLS], y[ROWS * COLS], z[9][ROWS * COLS];
     ipu_request *r[9];
@@ -143,23 +143,23 @@ static int test_overlap_io(void) {
                               .inputs = ins,
                               .outputs = outs,
                               .subgraph = IPU_NO_INDEX};
-        CHECK_OK(ipu_runtime_submit(f.rt, &d, &r[i]));
+        REQUIRE_OK(ipu_runtime_submit(f.rt, &d, &r[i]));
     }
     for (int i = 0; i < 9; i++) {
-        CHECK_OK(ipu_request_wait(r[i], UINT64_MAX));
+        REQUIRE_OK(ipu_request_wait(r[i], UINT64_MAX));
         ipu_request_release(r[i]);
     }
-    CHECK_OK(ipu_runtime_close(f.rt));
+    REQUIRE_OK(ipu_runtime_close(f.rt));
     ipu_runtime_stats s;
     ipu_runtime_get_stats(f.rt, &s);
-    CHECK(s.iterations == 9);
+    REQUIRE(s.iterations == 9);
     ipu_trace_event ev[64];
     size_t n;
-    CHECK_OK(ipu_trace_read(t, ev, 64, &n, NULL));
+    REQUIRE_OK(ipu_trace_read(t, ev, 64, &n, NULL));
     uint64_t count[4] = {0};
     for (size_t i = 0; i < n; i++) count[ev[i].kind]++;
-    CHECK(count[IPU_TRACE_LOAD] == 9 && count[IPU_TRACE_COMPUTE] == 9 &&
-          count[IPU_TRACE_STORE] == 9);
+    REQUIRE(count[IPU_TRACE_LOAD] == 9 && count[IPU_TRACE_COMPUTE] == 9 &&
+            count[IPU_TRACE_STORE] == 9);
     close_rt(&f);
     ipu_trace_destroy(t);
     return 0;
@@ -168,22 +168,22 @@ static int test_overlap_io(void) {
 static int test_bounded(void) {
     fix f;
     ipu_trace *t;
-    CHECK_OK(open_rt(&f, 1, 0, 0));
-    CHECK_OK(ipu_trace_create(4, &t));
-    CHECK_OK(ipu_runtime_set_trace(f.rt, t));
-    CHECK(run_requests(f.rt, 5) == 0);
-    CHECK_OK(ipu_runtime_close(f.rt));
+    REQUIRE_OK(open_rt(&f, 1, 0, 0));
+    REQUIRE_OK(ipu_trace_create(4, &t));
+    REQUIRE_OK(ipu_runtime_set_trace(f.rt, t));
+    REQUIRE(run_requests(f.rt, 5) == 0);
+    REQUIRE_OK(ipu_runtime_close(f.rt));
     ipu_trace_event ev[8];
     size_t n;
     uint64_t dropped;
-    CHECK_OK(ipu_trace_read(t, ev, 8, &n, &dropped));
-    CHECK(n == 4 && dropped == 15 - 4);
-    for (size_t i = 0; i < n; i++) CHECK(ev[i].seq == 11 + i); /* the most recent, in order */
-    CHECK_OK(ipu_trace_read(t, ev, 2, &n, &dropped));          /* a short array: the newest two */
-    CHECK(n == 2 && ev[0].seq == 13 && ev[1].seq == 14);
+    REQUIRE_OK(ipu_trace_read(t, ev, 8, &n, &dropped));
+    REQUIRE(n == 4 && dropped == 15 - 4);
+    for (size_t i = 0; i < n; i++) REQUIRE(ev[i].seq == 11 + i); /* the most recent, in order */
+    REQUIRE_OK(ipu_trace_read(t, ev, 2, &n, &dropped));          /* a short array: the newest two */
+    REQUIRE(n == 2 && ev[0].seq == 13 && ev[1].seq == 14);
     ipu_trace_clear(t);
-    CHECK_OK(ipu_trace_read(t, ev, 8, &n, &dropped));
-    CHECK(n == 0 && dropped == 0);
+    REQUIRE_OK(ipu_trace_read(t, ev, 8, &n, &dropped));
+    REQUIRE(n == 0 && dropped == 0);
     close_rt(&f);
     ipu_trace_destroy(t);
     return 0;
@@ -192,15 +192,15 @@ static int test_bounded(void) {
 static int test_set_after_submit(void) {
     fix f;
     ipu_trace *t;
-    CHECK_OK(open_rt(&f, 1, 0, 0));
-    CHECK_OK(ipu_trace_create(8, &t));
-    CHECK(run_requests(f.rt, 1) == 0);
-    CHECK(ipu_runtime_set_trace(f.rt, t) == IPU_ERR_INVALID_STATE);
-    CHECK_OK(ipu_runtime_close(f.rt));
-    CHECK(ipu_runtime_set_trace(f.rt, t) == IPU_ERR_CLOSED);
+    REQUIRE_OK(open_rt(&f, 1, 0, 0));
+    REQUIRE_OK(ipu_trace_create(8, &t));
+    REQUIRE(run_requests(f.rt, 1) == 0);
+    REQUIRE(ipu_runtime_set_trace(f.rt, t) == IPU_ERR_INVALID_STATE);
+    REQUIRE_OK(ipu_runtime_close(f.rt));
+    REQUIRE(ipu_runtime_set_trace(f.rt, t) == IPU_ERR_CLOSED);
     size_t n;
-    CHECK_OK(ipu_trace_read(t, NULL, 0, &n, NULL));
-    CHECK(n == 0);
+    REQUIRE_OK(ipu_trace_read(t, NULL, 0, &n, NULL));
+    REQUIRE(n == 0);
     close_rt(&f);
     ipu_trace_destroy(t);
     return 0;
@@ -212,6 +212,5 @@ int main(void) {
     RUN(test_overlap_io);
     RUN(test_bounded);
     RUN(test_set_after_submit);
-    printf("%d passed, %d failed\n", g_pass, g_fail);
-    return g_fail ? 1 : 0;
+    return check_summary();
 }

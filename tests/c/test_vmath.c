@@ -7,20 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "float_ulps.h"
 #include "interp/kernels/isa.h"
 #include "interp/kernels/vmath.h"
-
-static int failures;
-#define CHECK(cond, ...)                                \
-    do {                                                \
-        if (!(cond)) {                                  \
-            failures++;                                 \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-            printf(__VA_ARGS__);                        \
-            printf("\n");                               \
-        }                                               \
-    } while (0)
 
 static float from_bits(uint32_t u) {
     float f;
@@ -131,9 +121,5 @@ int main(int argc, char **argv) {
         check_softmax();
     }
     ipu__isa_force(0);
-    if (failures)
-        printf("%d failure(s)\n", failures);
-    else
-        printf("all vmath tests passed\n");
-    return failures != 0;
+    return check_summary();
 }
