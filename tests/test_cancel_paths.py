@@ -94,6 +94,25 @@ def config(path: str, threads: int) -> runtime.RuntimeConfig:
     return cfg
 
 
+def interrupt_latency(runner: runtime.Runner, x: np.ndarray, y: np.ndarray) -> float:
+    """Seconds from a SIGINT sent 0.15 s into `execute` to its KeyboardInterrupt."""
+    sent = interrupt_after(0.15)
+    with pytest.raises(KeyboardInterrupt):
+        runner.execute({"X": x}, {"Y": y})
+    return time.monotonic() - sent[0]
+
+
+def cancel_latency(runner: runtime.Runner, x: np.ndarray, y: np.ndarray) -> float:
+    """Seconds from `Future.cancel()`, 0.15 s into `execute_async`, to its CancelledError."""
+    running = runner.execute_async({"X": x}, {"Y": y})
+    time.sleep(0.15)
+    t0 = time.monotonic()
+    assert running.cancel()
+    with pytest.raises(CancelledError):
+        running.wait()
+    return time.monotonic() - t0
+
+
 def check_counts(runner: runtime.Runner, ok: int, failed: int) -> None:
     stats = runner.stats()
     assert stats["requests_submitted"] == ok + failed
@@ -108,10 +127,7 @@ def test_ctrl_c_lands_inside_one_long_instruction(big_exe: object, threads: int,
     x = rng.standard_normal((batches * BIG, BIG)).astype(np.float32)
     y = np.empty_like(x)
     with runtime.Runner(big_exe, runtime.RuntimeConfig(num_threads=threads)) as runner:
-        sent = interrupt_after(0.15)
-        with pytest.raises(KeyboardInterrupt):
-            runner.execute({"X": x}, {"Y": y})
-        latency = time.monotonic() - sent[0]
+        latency = interrupt_latency(runner, x, y)
         assert latency < BOUND_S, f"KeyboardInterrupt {latency:.3f} s after SIGINT"
         check_counts(runner, 0, 1)
         # The next request runs whole, on the device thread even after an inline cancel.
@@ -129,13 +145,7 @@ def test_future_cancel_stops_a_running_request(path_exe: tuple[str, object], thr
     x = np.random.default_rng(3).standard_normal((2 * N, N)).astype(np.float32)
     y1, y2 = np.empty_like(x), np.empty_like(x)
     with runtime.Runner(exe, config(path, threads)) as runner:
-        running = runner.execute_async({"X": x}, {"Y": y1})
-        time.sleep(0.15)
-        t0 = time.monotonic()
-        assert running.cancel()
-        with pytest.raises(CancelledError):
-            running.wait()
-        latency = time.monotonic() - t0
+        latency = cancel_latency(runner, x, y1)
         assert latency < BOUND_S, f"{path}: cancelled {latency:.3f} s after cancel()"
         check_counts(runner, 0, 1)
         assert runner.execute_async({"X": x}, {"Y": y2}).wait()  # the runner still serves
@@ -149,10 +159,7 @@ def test_ctrl_c_lands_on_every_path(path_exe: tuple[str, object]):
     x = np.random.default_rng(4).standard_normal((2 * N, N)).astype(np.float32)
     y = np.empty_like(x)
     with runtime.Runner(exe, config(path, 1)) as runner:
-        sent = interrupt_after(0.15)
-        with pytest.raises(KeyboardInterrupt):
-            runner.execute({"X": x}, {"Y": y})
-        latency = time.monotonic() - sent[0]
+        latency = interrupt_latency(runner, x, y)
         assert latency < BOUND_S, f"{path}: KeyboardInterrupt {latency:.3f} s after SIGINT"
         check_counts(runner, 0, 1)
 
@@ -208,19 +215,9 @@ def test_cancel_lands_inside_one_long_row(threads: int, how: str):
     x = np.random.default_rng(7).standard_normal((1, ROW), dtype=np.float32)
     y = np.empty_like(x)
     with runtime.Runner(exe, runtime.RuntimeConfig(num_threads=threads)) as runner:
-        if how == "ctrl-c":  # one batch: inline, the poll hook asked from inside the kernel
-            sent = interrupt_after(0.15)
-            with pytest.raises(KeyboardInterrupt):
-                runner.execute({"X": x}, {"Y": y})
-            latency = time.monotonic() - sent[0]
-        else:  # the device thread: the request's cancel flag, seen from inside the kernel
-            running = runner.execute_async({"X": x}, {"Y": y})
-            time.sleep(0.15)
-            t0 = time.monotonic()
-            assert running.cancel()
-            with pytest.raises(CancelledError):
-                running.wait()
-            latency = time.monotonic() - t0
+        # Ctrl-C: one batch runs inline, the poll hook called from inside the kernel; cancel:
+        # on the device thread, the request's cancel flag seen from inside the kernel
+        latency = (interrupt_latency if how == "ctrl-c" else cancel_latency)(runner, x, y)
         assert latency < BOUND_S, f"{how}: stopped {latency:.3f} s after the request to stop"
         check_counts(runner, 0, 1)
         runner.execute({"X": x}, {"Y": y})  # the next request runs whole
