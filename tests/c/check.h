@@ -28,12 +28,12 @@ __attribute__((format(printf, 4, 5), unused)) static void check_failed(const cha
 }
 
 /* The message is optional: " " starts the format either way. */
-#define CHECK(cond, ...)                                                  \
-    do {                                                                  \
-        if (cond)                                                         \
-            passed++;                                                     \
-        else                                                              \
-            check_failed(__FILE__, __LINE__, #cond, " " __VA_ARGS__);     \
+#define CHECK(cond, ...)                                              \
+    do {                                                              \
+        if (cond)                                                     \
+            passed++;                                                 \
+        else                                                          \
+            check_failed(__FILE__, __LINE__, #cond, " " __VA_ARGS__); \
     } while (0)
 
 #define REQUIRE(cond)                                                                            \
