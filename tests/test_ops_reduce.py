@@ -235,6 +235,38 @@ def test_topk(dt: Any, axis: int, k: int, largest: int) -> None:
     _check_multi("TopK", [x], attrs, 11, {1: np.array([k], np.int64)}, 2)
 
 
+def _topk_column(dt: Any, n: int, order: str) -> np.ndarray:
+    """n values with many ties; floats also -0/+0, infinities and NaNs; sorted or not."""
+    v = np.random.default_rng(n).integers(-40, 40, n)
+    if order == "ascending":
+        v = np.sort(v)
+    elif order == "descending":
+        v = np.sort(v)[::-1]
+    x = v.astype(dt)
+    if np.dtype(dt).kind == "f":
+        x[::7] = -0.0
+        x[3::11] = np.inf
+        x[5::13] = -np.inf
+        x[9::17] = np.nan
+    return x
+
+
+@pytest.mark.parametrize("dt", [F32, F16, I32, I64, I8, U8, np.uint32])
+@pytest.mark.parametrize("order", ["random", "ascending", "descending"])
+def test_topk_large_k(dt: Any, order: str) -> None:
+    """k near n: the selection and then the sort of thousands of entries (quicksort, and its
+    heapsort fallback on ordered input), along the last axis and along a strided one."""
+    n = 3000
+    x = _topk_column(dt, n, order)
+    for k, largest in [(n, 1), (n, 0), (n // 3, 1), (n - 1, 0)]:
+        rows = np.stack([x, x[::-1]])
+        _check_multi(
+            "TopK", [rows], {"axis": 1, "largest": largest}, 11, {1: np.array([k], np.int64)}, 2
+        )
+    cols = np.stack([x, x[::-1], np.roll(x, 5)], axis=1)  # [n, 3]: columns 3 elements apart
+    _check_multi("TopK", [cols], {"axis": 0}, 11, {1: np.array([n // 2], np.int64)}, 2)
+
+
 def test_topk_opsets() -> None:
     x = arr((5, 300), F32, 10)  # several heap levels and many columns of work
     _check_multi("TopK", [x], {"axis": 1, "k": 17}, 1, {}, 2)

@@ -339,8 +339,147 @@ ipu_status ipu__k_cumsum(const ipu__frame *f, const ipu__instr *ins, size_t b, s
     return IPU_OK;
 }
 
-/* ---- TOPK: a heap of the k best indices kept in the column of the indices output ---------- */
+/* ---- TOPK -------------------------------------------------------------------------------
+ * Elements of dtypes with 32-bit rank keys (all but int64) and columns of fewer than 2^32 run
+ * as packed entries: (rank key << 32) | ~index, one uint64 whose larger value ranks first (the
+ * key orders values with NaN above +inf and -0 equal to +0, inverted for the smallest; equal
+ * keys by lower index). A min-heap of the k best entries scans the column in the slots of the
+ * indices output, then an introsort orders them. int64 columns keep a heap of indices compared
+ * through the values. */
 
+/* x's element i as a 32-bit key, larger = ranks first (int64 has none: 0). */
+static inline uint32_t rank_key(const void *x, ipu_dtype dt, int64_t i, int largest) {
+    uint32_t k = 0;
+    switch (dt) {
+        case IPU_DTYPE_FLOAT32:
+        case IPU_DTYPE_FLOAT16: {
+            float v = ldf(x, dt, i);
+            if (v != v) {
+                k = UINT32_MAX;
+                break;
+            }
+            uint32_t u;
+            memcpy(&u, &v, sizeof u);
+            u = v == 0.0f ? 0 : u; /* -0 ranks as +0 */
+            /* negatives: all bits flipped, the others: the sign bit set (no branch: the sign
+             * of random data mispredicts half the time) */
+            k = u ^ ((uint32_t)((int32_t)u >> 31) | 0x80000000u);
+            break;
+        }
+        case IPU_DTYPE_INT32: k = (uint32_t)((const int32_t *)x)[i] ^ 0x80000000u; break;
+        case IPU_DTYPE_UINT32: k = ((const uint32_t *)x)[i]; break;
+        case IPU_DTYPE_INT8: k = (uint32_t)(uint8_t)((const int8_t *)x)[i] ^ 0x80u; break;
+        case IPU_DTYPE_UINT8: k = ((const uint8_t *)x)[i]; break;
+        default: break;
+    }
+    return largest ? k : ~k;
+}
+
+static inline uint64_t entry(const void *x, ipu_dtype dt, int64_t xb, int64_t xs, int64_t i,
+                             int largest) {
+    return (uint64_t)rank_key(x, dt, xb + i * xs, largest) << 32 | (uint32_t) ~(uint32_t)i;
+}
+
+/* Entries h[0], h[s], ... h[(n-1) s]: restore the min-heap below slot i. */
+static void sift_min(uint64_t *h, int64_t s, int64_t i, int64_t n) {
+    for (;;) {
+        int64_t l = 2 * i + 1, w = i;
+        if (l < n && h[l * s] < h[w * s]) w = l;
+        if (l + 1 < n && h[(l + 1) * s] < h[w * s]) w = l + 1;
+        if (w == i) return;
+        uint64_t tmp = h[i * s];
+        h[i * s] = h[w * s];
+        h[w * s] = tmp;
+        i = w;
+    }
+}
+
+/* Sort entries h[0 .. n) (stride s) descending: quicksort (median of three), insertion sort
+ * below 16, heapsort past 2 log2(n) levels (no quadratic input); asks the stop hook before
+ * partitioning IPU__STOP_CHUNK entries or more. */
+static ipu_status sort_desc(const ipu__frame *f, uint64_t *h, int64_t s, int64_t n, int depth) {
+#define H(i) h[(i)*s]
+    while (n > 16) {
+        ipu_status st = n >= IPU__STOP_CHUNK ? ipu__stop_check(f) : IPU_OK;
+        if (st != IPU_OK) return st;
+        if (depth-- == 0) { /* heapsort: the min-heap's smallest goes to the back */
+            for (int64_t j = n / 2; j-- > 0;) sift_min(h, s, j, n);
+            for (int64_t end = n - 1; end > 0; end--) {
+                uint64_t tmp = H(0);
+                H(0) = H(end);
+                H(end) = tmp;
+                sift_min(h, s, 0, end);
+            }
+            return IPU_OK;
+        }
+        uint64_t a = H(0), b = H(n / 2), c = H(n - 1);
+        uint64_t piv = a > b ? (b > c ? b : a > c ? c : a) : (a > c ? a : b > c ? c : b);
+        int64_t i = 0, j = n - 1; /* entries are distinct: Hoare's partition, descending */
+        for (;;) {
+            while (H(i) > piv) i++;
+            while (H(j) < piv) j--;
+            if (i >= j) break;
+            uint64_t tmp = H(i);
+            H(i) = H(j);
+            H(j) = tmp;
+            i++, j--;
+        }
+        int64_t left = j + 1;  /* [0, left) >= piv >= [left, n) */
+        if (left < n - left) { /* recurse on the smaller side, loop on the larger */
+            if ((st = sort_desc(f, h, s, left, depth)) != IPU_OK) return st;
+            h += left * s;
+            n -= left;
+        } else {
+            if ((st = sort_desc(f, h + left * s, s, n - left, depth)) != IPU_OK) return st;
+            n = left;
+        }
+    }
+    for (int64_t i = 1; i < n; i++) {
+        uint64_t v = H(i);
+        int64_t j = i;
+        for (; j > 0 && H(j - 1) < v; j--) H(j) = H(j - 1);
+        H(j) = v;
+    }
+    return IPU_OK;
+#undef H
+}
+
+/* Elements [k, n) of the column through the min-heap h of the k best so far. Inlined per call
+ * site: a constant dt and largest leave one comparison per element in the loop. */
+static inline __attribute__((always_inline)) ipu_status topk_scan(const ipu__frame *f,
+                                                                  const void *x, ipu_dtype dt,
+                                                                  int64_t xb, int64_t s, int64_t n,
+                                                                  int64_t k, int largest,
+                                                                  uint64_t *h) {
+    uint64_t worst = h[0];
+    for (int64_t i = k; i < n; i++) {
+        ipu_status st = ipu__stop_at(f, i, IPU__STOP_CHUNK - 1);
+        if (st != IPU_OK) return st;
+        uint64_t v = entry(x, dt, xb, s, i, largest);
+        if (v > worst) {
+            h[0] = v;
+            sift_min(h, s, 0, k);
+            worst = h[0];
+        }
+    }
+    return IPU_OK;
+}
+
+/* The k best entries of the column x[xb + i * s], best first, in h[0], h[s], ... */
+static ipu_status topk_packed(const ipu__frame *f, const void *x, ipu_dtype dt, int64_t xb,
+                              int64_t s, int64_t n, int64_t k, int largest, uint64_t *h) {
+    for (int64_t j = 0; j < k; j++) h[j * s] = entry(x, dt, xb, s, j, largest);
+    for (int64_t j = k / 2; j-- > 0;) sift_min(h, s, j, k);
+    ipu_status st = dt != IPU_DTYPE_FLOAT32 ? topk_scan(f, x, dt, xb, s, n, k, largest, h)
+                    : largest               ? topk_scan(f, x, IPU_DTYPE_FLOAT32, xb, s, n, k, 1, h)
+                                            : topk_scan(f, x, IPU_DTYPE_FLOAT32, xb, s, n, k, 0, h);
+    if (st != IPU_OK) return st;
+    int depth = 2;
+    for (int64_t m = k; m > 1; m >>= 1) depth += 2;
+    return sort_desc(f, h, s, k, depth);
+}
+
+/* int64 columns: a heap of indices compared through the values. */
 typedef struct topk_col {
     const void *x;
     ipu_dtype dt;
@@ -392,11 +531,24 @@ ipu_status ipu__k_topk(const ipu__frame *f, const ipu__instr *ins, size_t b, siz
     for (size_t it = b; it < e; it++) {
         int64_t o = (int64_t)((uint64_t)it / (uint64_t)inner),
                 c = (int64_t)((uint64_t)it % (uint64_t)inner);
-        topk_col t = {x, p->dtype, o * n * inner + c, inner, yi + o * k * inner + c, p->largest};
+        int64_t xb = o * n * inner + c, *yc = yi + o * k * inner + c;
+        ipu_status st = IPU_OK;
+        if (p->dtype != IPU_DTYPE_INT64 && (uint64_t)n <= UINT32_MAX) {
+            uint64_t *h = (uint64_t *)yc;
+            st = topk_packed(f, x, p->dtype, xb, inner, n, k, p->largest, h);
+            if (st != IPU_OK) return st;
+            for (int64_t j = 0; j < k; j++) {
+                int64_t idx = (uint32_t) ~(uint32_t)h[j * inner];
+                yc[j * inner] = idx;
+                memcpy(yv + (size_t)(o * k * inner + c + j * inner) * es,
+                       x + (size_t)(xb + idx * inner) * es, es);
+            }
+            continue;
+        }
+        topk_col t = {x, p->dtype, xb, inner, yc, p->largest};
         for (int64_t j = 0; j < k; j++) t.h[j * inner] = j;
         /* the stop hook is asked every STOP_CHUNK elements scanned or heap steps taken */
         const int64_t mask = IPU__STOP_CHUNK - 1;
-        ipu_status st = IPU_OK;
         for (int64_t j = k / 2; j-- > 0;) {
             if ((st = ipu__stop_at(f, j, mask)) != IPU_OK) return st;
             sift(&t, j, k);
