@@ -83,8 +83,8 @@ ipu_status ipu__vcheck_bcast(const vctx *v, const ipu__tensor *a, const ipu__ten
 ipu_status ipu__vplan_bcast(const vctx *v, const ipu__tensor *a, const ipu__tensor *b,
                             const ipu__tensor *y, ipu__instr *ins);
 
-/* The `activation` attribute of CONV2D, GEMM and SCALE_SHIFT: a value of ipu_fns.def's IPU_ACT
- * table (its values are 0 .. count - 1). */
+/* An `activation` attribute (docs/bytecode.md says which opcodes have one): a value of
+ * ipu_fns.def's IPU_ACT table (its values are 0 .. count - 1). */
 static inline ipu_status ipu__vact(const vctx *v, int64_t act) {
     if (act >= 0 && act < IPU__ACT_COUNT) return IPU_OK;
         /* "0 (NONE), 1 (RELU), ": the table spelled out by ipu_fns.def itself */
