@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -11,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from pyipu import demo
 from pyipu.compiler import Compiler, CompilerOptions, Executable
-from pyipu.compiler.ir import ModelIR
+from pyipu.compiler.ir import Instr, ModelIR, TensorSpec
 
 ORT_IR_VERSION = 8  # onnx 1.23 writes IR 14, which onnxruntime rejects
 
@@ -122,6 +123,26 @@ def compile_single_op(
     model = single_node(op, inputs, attrs, opset=opset, const_inputs=const_inputs)
     exe = Compiler.compile(model, None, options)
     return exe, feeds_of(model, inputs), model
+
+
+def edited(
+    exe: Executable,
+    instr: Callable[[Instr], Instr] = lambda i: i,
+    tensor: Callable[[int, TensorSpec], TensorSpec] = lambda k, t: t,
+) -> Executable:
+    """exe with every instruction passed through `instr` and every tensor (index, spec) through
+    `tensor`: a program the compiler does not emit, for the verifier's rejections."""
+    ir = exe.program
+    progs = tuple(
+        dataclasses.replace(p, instrs=tuple(instr(i) for i in p.instrs)) for p in ir.programs
+    )
+    tensors = tuple(tensor(k, t) for k, t in enumerate(ir.tensors))
+    return Executable.from_program(dataclasses.replace(ir, programs=progs, tensors=tensors))
+
+
+def with_attr(i: Instr, pos: int, value: int) -> Instr:
+    """i with attribute `pos` set to `value`."""
+    return dataclasses.replace(i, attrs=i.attrs[:pos] + (value,) + i.attrs[pos + 1 :])
 
 
 def run_c(exe: Executable, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

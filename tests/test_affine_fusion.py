@@ -4,16 +4,20 @@ and the C kernels (2 workers, several work items); and the chains that must stay
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import onnx
 import pytest
-from models import F16, F32, arr, assert_matches_reference, expected, run_c
+from models import F16, F32, arr, assert_matches_reference, edited, expected, run_c, with_attr
 from onnx import TensorProto, helper, numpy_helper
 
+from pyipu import errors
 from pyipu.compiler import Compiler
-from pyipu.enums import Op
+from pyipu.compiler.ir import Instr, TensorSpec
+from pyipu.enums import DType, Op
 
 C = 8
 
@@ -173,3 +177,56 @@ def test_model_weights_stay_unfolded_without_constant_weights() -> None:
     exe = Compiler.compile(_model((1, C, 4, 4), nodes, consts), None, opts)
     ops = [Op(i.op) for i in exe.program.program(1).instrs]
     assert ops == [Op.MUL, Op.ADD, Op.SCALE_SHIFT], ops
+
+
+Edit = tuple[Callable[[Instr], Instr], Callable[[int, TensorSpec], TensorSpec]]
+
+
+def _same_instr(i: Instr) -> Instr:
+    return i
+
+
+def _same_tensor(k: int, t: TensorSpec) -> TensorSpec:
+    return t
+
+
+def _edits(case: str, ins: Instr) -> Edit:
+    """The SCALE_SHIFT instruction `ins` (x [2, C, 5], axis 1) made wrong in one way."""
+    x, y = ins.inputs[0], ins.outputs[0]
+    if case == "axis":
+        return lambda i: with_attr(i, 0, 3), _same_tensor
+    if case == "activation":
+        return lambda i: with_attr(i, 1, 2), _same_tensor
+    if case == "shift size":
+        return lambda i: dataclasses.replace(i, inputs=(x, i.inputs[1], x)), _same_tensor
+    if case == "output shape":
+        return _same_instr, lambda k, t: dataclasses.replace(t, shape=(2, C * 5)) if k == y else t
+    if case == "dtype":
+        return (
+            _same_instr,
+            lambda k, t: dataclasses.replace(t, dtype=DType.INT32) if k in (y, *ins.inputs) else t,
+        )
+    assert case == "attribute count"
+    return lambda i: dataclasses.replace(i, attrs=i.attrs[:1]), _same_tensor
+
+
+# case -> the verifier's message
+REJECTIONS = {
+    "axis": r"axis 3 outside \[0, 3\)",
+    "activation": r"activation must be one of 0 \(NONE\), 1 \(RELU\), got 2",
+    "shift size": r"shift has 80 elements, expected x.dims\[1\] = 8",
+    "output shape": r"output y\[2,40\] differs from input x\[2,8,5\]",
+    "dtype": "dtype int32 is not float32/float16",
+    "attribute count": "1 attributes, expected 2",
+}
+
+
+@pytest.mark.parametrize("case", list(REJECTIONS))
+def test_verifier_rejects(case: str) -> None:
+    model = _model((2, C, 5), [BN], _bn_consts())
+    exe = Compiler.compile(model, None)
+    (ins,) = [i for i in exe.program.program(1).instrs if i.op == Op.SCALE_SHIFT]
+    instr, tensor = _edits(case, ins)
+    bad = edited(exe, lambda i: instr(i) if i.op == Op.SCALE_SHIFT else i, tensor)
+    with pytest.raises(errors.BadProgramError, match=REJECTIONS[case]):
+        run_c(bad, {"x": arr((2, C, 5), F32, 0)})

@@ -5,15 +5,13 @@ and compared with the reference. Indices are graph inputs, so they are only know
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import numpy as np
 import pytest
-from models import F16, F32, I32, I64, arr, check_op, compile_single_op, run_c
+from models import F16, F32, I32, I64, arr, check_op, compile_single_op, edited, run_c, with_attr
 
 from pyipu import errors
-from pyipu.compiler import Executable
 from pyipu.compiler.errors import ShapeError, UnsupportedAttributeError, UnsupportedDTypeError
 from pyipu.enums import Op
 
@@ -280,17 +278,7 @@ def test_compile_errors() -> None:
 
 def _tampered(op: str, inputs: list[np.ndarray], pos: int, value: int) -> Any:
     exe, feeds, _ = compile_single_op(op, inputs, opset=13)
-    ir = exe.program
-    progs = []
-    for p in ir.programs:
-        instrs = tuple(
-            dataclasses.replace(i, attrs=i.attrs[:pos] + (value,) + i.attrs[pos + 1 :])
-            if i.op >= Op.GATHER
-            else i
-            for i in p.instrs
-        )
-        progs.append(dataclasses.replace(p, instrs=instrs))
-    return Executable.from_program(dataclasses.replace(ir, programs=tuple(progs))), feeds
+    return edited(exe, lambda i: with_attr(i, pos, value) if i.op >= Op.GATHER else i), feeds
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,6 @@ reference."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import numpy as np
@@ -20,10 +19,12 @@ from models import (
     assert_matches_reference,
     check_op,
     compile_single_op,
+    edited,
     expected,
     feeds_of,
     run_c,
     single_node,
+    with_attr,
 )
 
 from pyipu.compiler import (
@@ -367,17 +368,7 @@ def test_errors() -> None:
 
 
 def _tampered(exe: Executable, op: Op, pos: int, value: int) -> Executable:
-    ir = exe.program
-    progs = []
-    for p in ir.programs:
-        instrs = tuple(
-            dataclasses.replace(i, attrs=i.attrs[:pos] + (value,) + i.attrs[pos + 1 :])
-            if i.op == op
-            else i
-            for i in p.instrs
-        )
-        progs.append(dataclasses.replace(p, instrs=instrs))
-    return Executable.from_program(dataclasses.replace(ir, programs=tuple(progs)))
+    return edited(exe, lambda i: with_attr(i, pos, value) if i.op == op else i)
 
 
 @pytest.mark.parametrize(

@@ -14,12 +14,10 @@
 #include "interp/interp.h"
 #include "interp/kernels/conv.h"
 #include "interp/kernels/eltwise.h"
-#include "interp/kernels/gather.h"
 #include "interp/kernels/isa.h"
 #include "interp/kernels/matmul.h"
 #include "interp/kernels/pool.h"
 #include "interp/kernels/reduce.h"
-#include "interp/kernels/reindex.h"
 #include "interp/prepack.h"
 
 /* Forces ISA level `isa` (isa.h, 0 = automatic) for every kernel family; returns the level of

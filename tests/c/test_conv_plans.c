@@ -1,4 +1,4 @@
-/* CONV2D plans (verify_conv.c) as the kernels' work items see them, on every micro-kernel ISA:
+/* CONV2D plans (conv_plan.c) as the kernels' work items see them, on every micro-kernel ISA:
  * how the pixels and channels of a layer are cut into items that two workers share evenly. The
  * kernels' results for these paths are tested in test_kernels.c, test_kernels_gemm.c and
  * test_kernels_wino.c. */
@@ -62,7 +62,7 @@ static void test_conv_small_map_items(int isa) {
 
 /* Small-map path, one block of pixels whose channels would make two unequal items (5 weight
  * panels of the AVX-512 kernel as 3 + 2): two halves of the pixels instead, each with all the
- * channels (verify_conv.c tpose_rows). Inception v2's shapes; the rule is the AVX-512 kernel's
+ * channels (conv_plan.c tpose_rows). Inception v2's shapes; the rule is the AVX-512 kernel's
  * (nr 32, mq 4), the other kernels' panels split evenly here. */
 static void test_conv_small_map_pixel_halves(int isa) {
     int used = force_isa(isa);

@@ -99,31 +99,6 @@ static void test_verifier(void) {
     CHECK(verify_only(h, IPU_OP_BINARY, 2, (uint32_t[]){bi, bj}, bc, 1,
                       (int64_t[]){IPU__BIN_EQUAL}) == IPU_OK,
           "equal ok");
-    /* SCALE_SHIFT: x[2,3,4] with per-channel vectors along axis 1 (v: 3 elements) */
-    uint32_t ay = T(h, FLOAT32, 2, 3, 4), s4 = T(h, FLOAT32, 4);
-    CHECK(verify_only(h, IPU_OP_SCALE_SHIFT, 3, (uint32_t[]){a, v, v2}, ay, 2, (int64_t[]){1, 1}) ==
-              IPU_OK,
-          "scale_shift ok");
-    CHECK(verify_only(h, IPU_OP_SCALE_SHIFT, 3, (uint32_t[]){a, s4, s4}, ay, 2,
-                      (int64_t[]){2, 0}) == IPU_OK,
-          "last axis ok");
-    expect_bad(verify_only(h, IPU_OP_SCALE_SHIFT, 3, (uint32_t[]){a, v, v2}, ay, 2,
-                           (int64_t[]){3, 0}),
-               "axis 3 outside [0, 3)");
-    expect_bad(verify_only(h, IPU_OP_SCALE_SHIFT, 3, (uint32_t[]){a, v, v2}, ay, 2,
-                           (int64_t[]){1, 2}),
-               "activation must be one of 0 (NONE), 1 (RELU), got 2");
-    expect_bad(verify_only(h, IPU_OP_SCALE_SHIFT, 3, (uint32_t[]){a, v, s4}, ay, 2,
-                           (int64_t[]){1, 0}),
-               "shift has 4 elements, expected x.dims[1] = 3");
-    expect_bad(verify_only(h, IPU_OP_SCALE_SHIFT, 3, (uint32_t[]){a, v, v2}, y, 2,
-                           (int64_t[]){1, 0}),
-               "differs from input");
-    expect_bad(verify_only(h, IPU_OP_SCALE_SHIFT, 3, (uint32_t[]){bi, bj, bj}, cy, 2,
-                           (int64_t[]){1, 0}),
-               "not float32/float16");
-    expect_bad(verify_only(h, IPU_OP_SCALE_SHIFT, 3, (uint32_t[]){a, v, v2}, ay, 1, (int64_t[]){1}),
-               "1 attributes, expected 2");
     h->t[w].loc = IPU_LOC_TENSOR_DATA;
     expect_bad(verify_only(h, IPU_OP_RELU, 1, (uint32_t[]){v}, w, 0, NULL),
                "writes TENSOR_DATA tensor");

@@ -142,7 +142,7 @@ static void test_matmul_row_blocks(int isa) {
 }
 
 /* 1x1 convolutions of one group with at most two weight panels of output channels on planes of
- * 1024 pixels or more keep the GEMM path (verify_conv.c tpose_rows: the small-map path would
+ * 1024 pixels or more keep the GEMM path (conv_plan.c tpose_rows: the small-map path would
  * read A's columns from planes pages apart), where the padded products alone would pick the
  * small-map path (these shapes do on every micro-kernel). */
 static void test_conv_pointwise_large_planes(int isa) {

@@ -1,6 +1,6 @@
 /* Executable: parse and range-check the METADATA blob (layout in ipu_executable.h), locate the
  * TENSOR_DATA blob, decode every PROGRAM blob (docs/bytecode.md) and verify each instruction
- * (verify.c). Metadata errors are IPU_ERR_CORRUPT, program errors IPU_ERR_BAD_PROGRAM. */
+ * (verify_ops.c). Metadata errors are IPU_ERR_CORRUPT, program errors IPU_ERR_BAD_PROGRAM. */
 #include <stdlib.h>
 #include <string.h>
 

@@ -1,5 +1,8 @@
-/* Internal to the verifier (verify*.c): the context of the instruction being
- * verified and the helpers that report on it. */
+/* Internal to the verifier: the context of the instruction being verified, the helpers that
+ * report on it and the ones every plan function shares. The generic rules are in verify_ops.c;
+ * each plan function (ipu_ops.def's `plan` column) lives in the kernel file of its family, next
+ * to the kernels that read its plan (kernels/eltwise.c, data.c, unary.c, binary.c, matmul.c,
+ * reduce.c, reduce2.c, gather.c, reindex.c, conv_plan.c); verify.c holds the shared helpers. */
 #ifndef IPU_VERIFY_INTERNAL_H
 #define IPU_VERIFY_INTERNAL_H
 
@@ -31,8 +34,57 @@ static inline ipu_status ipu__vpacked(const vctx *v, uint32_t slot, const ipu__p
 #define bad(...) ipu__vbad(__VA_ARGS__)
 #define shape_str(...) ipu__shape_str(__VA_ARGS__)
 
-/* The `activation` attribute of CONV2D, GEMM and SCALE_SHIFT: a value of ipu_fns.def's IPU_ACT
- * table (its values are 0 .. count - 1). */
+static inline const char *dt_str(ipu_dtype t) {
+    const char *s = ipu_dtype_name(t);
+    return s ? s : "?";
+}
+
+static inline bool is_float(ipu_dtype t) {
+    return t == IPU_DTYPE_FLOAT32 || t == IPU_DTYPE_FLOAT16;
+}
+static inline bool is_uint(ipu_dtype t) {
+    return t == IPU_DTYPE_UINT8 || t == IPU_DTYPE_UINT16 || t == IPU_DTYPE_UINT32 ||
+           t == IPU_DTYPE_UINT64;
+}
+static inline bool is_sint(ipu_dtype t) {
+    return t == IPU_DTYPE_INT8 || t == IPU_DTYPE_INT16 || t == IPU_DTYPE_INT32 ||
+           t == IPU_DTYPE_INT64;
+}
+static inline bool is_int(ipu_dtype t) { return is_sint(t) || is_uint(t); }
+/* The element-wise family's "numeric": floats and every integer type. */
+static inline bool is_arith(ipu_dtype t) { return is_float(t) || is_int(t); }
+static inline bool is_castable(ipu_dtype t) { return is_arith(t) || t == IPU_DTYPE_BOOL; }
+
+static inline bool same_shape(const ipu__tensor *a, const ipu__tensor *b) {
+    if (a->desc.ndim != b->desc.ndim) return false;
+    for (uint32_t d = 0; d < a->desc.ndim; d++)
+        if (a->desc.dims[d] != b->desc.dims[d]) return false;
+    return true;
+}
+
+static inline uint64_t ceil_div(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
+
+/* A plan: one zeroed allocation, freed with ipu__free (kernels.h). */
+static inline void *alloc_plan(size_t size) { return ipu__calloc(1, size); }
+static inline ipu_status plan_nomem(void) {
+    return ipu__fail(IPU_ERR_NOMEM, "out of memory allocating an instruction plan");
+}
+
+/* Drop size-1 dims and merge dims that are contiguous in every stride array (s2 may be NULL). */
+uint32_t ipu__vcollapse(uint32_t nd, int64_t *shape, int64_t *s1, int64_t *s2);
+/* Element strides of `t`'s dims right-aligned to an `nd`-dim output of shape `ys` (0 where t
+ * broadcasts); t's dims are known to broadcast. First `skip` trailing dims of t excluded. */
+void ipu__vbcast_strides(const ipu__tensor *t, uint32_t skip, uint32_t nd, const int64_t *ys,
+                         int64_t *st);
+/* Broadcast the leading (ndim - skip) dims of a and b into y's leading dims (numpy rules). */
+ipu_status ipu__vcheck_bcast(const vctx *v, const ipu__tensor *a, const ipu__tensor *b,
+                             const ipu__tensor *y, uint32_t skip, const char *what);
+/* The ipu__bcast_plan (kernels/eltwise.h) of y = f(a, b) (b may be NULL), shapes checked. */
+ipu_status ipu__vplan_bcast(const vctx *v, const ipu__tensor *a, const ipu__tensor *b,
+                            const ipu__tensor *y, ipu__instr *ins);
+
+/* An `activation` attribute (docs/bytecode.md says which opcodes have one): a value of
+ * ipu_fns.def's IPU_ACT table (its values are 0 .. count - 1). */
 static inline ipu_status ipu__vact(const vctx *v, int64_t act) {
     if (act >= 0 && act < IPU__ACT_COUNT) return IPU_OK;
         /* "0 (NONE), 1 (RELU), ": the table spelled out by ipu_fns.def itself */

@@ -1,7 +1,7 @@
 /* The verifier's generic rules, driven by the opcode table (ipu/ipu_ops.def): operand counts,
  * tensor indices, TENSOR_DATA writes, output/input overlap, the attribute count, the output
- * dtype rule and same-dtype inputs; then the opcode's plan function (verify*.c) checks what is
- * particular to it and builds its kernel plan. */
+ * dtype rule and same-dtype inputs; then the opcode's plan function (in its family's kernel
+ * file, kernels/) checks what is particular to it and builds its kernel plan. */
 #include "interp.h"
 #include "kernels/kernels.h"
 #include "verify_internal.h"
@@ -28,25 +28,6 @@ static const op_rule RULES[] = {
 #undef IPU_OP
 };
 #define N_RULES (sizeof RULES / sizeof RULES[0])
-
-static const char *dt_str(ipu_dtype t) {
-    const char *s = ipu_dtype_name(t);
-    return s ? s : "?";
-}
-static bool is_float(ipu_dtype t) { return t == IPU_DTYPE_FLOAT32 || t == IPU_DTYPE_FLOAT16; }
-static bool is_int(ipu_dtype t) {
-    switch (t) {
-        case IPU_DTYPE_INT8:
-        case IPU_DTYPE_INT16:
-        case IPU_DTYPE_INT32:
-        case IPU_DTYPE_INT64:
-        case IPU_DTYPE_UINT8:
-        case IPU_DTYPE_UINT16:
-        case IPU_DTYPE_UINT32:
-        case IPU_DTYPE_UINT64: return true;
-        default: return false;
-    }
-}
 
 static ipu_status check_dtype(const vctx *v, dtype_rule rule, ipu_dtype dt) {
     switch (rule) {

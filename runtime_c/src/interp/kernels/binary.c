@@ -1,12 +1,26 @@
 /* BINARY (the functions of ipu__binary_fn, per dtype as docs/bytecode.md) and WHERE, with numpy
  * broadcasting of 2 or 3 inputs (ipu__nary_plan, same scheme as the ADD plan). float16 is
  * computed in float32; comparisons write bool (one byte, 0 or 1). Work item = IPU__ELT_BLOCK
- * output elements. */
+ * output elements. Their plan functions are at the end. */
 #include <math.h>
 #include <stdbool.h>
+#include <string.h>
 
+#include "../verify_internal.h"
 #include "eltwise.h"
 #include "isa.h"
+
+/* BINARY (n_in = 2) and WHERE (n_in = 3): flat output ranges, collapsed broadcast strides of
+ * every input in elements (0 = broadcast); element sizes may differ between inputs and y. */
+typedef struct ipu__nary_plan {
+    ipu__plan hdr;
+    uint64_t numel;
+    int fn;
+    uint32_t ndim, n_in;
+    uint32_t ies[3], yes;
+    int64_t shape[IPU_MAX_DIMS];
+    int64_t st[3][IPU_MAX_DIMS];
+} ipu__nary_plan;
 
 /* Inner run: n elements; in[k] points at input k's first element, s[k] is 0 or 1. */
 typedef void (*nary_inner)(const void *const *in, const int64_t *s, void *y, size_t n, int fn);
@@ -296,4 +310,112 @@ ipu_status ipu__k_where(const ipu__frame *f, const ipu__instr *ins, size_t b, si
     const void *base[3] = {f->ptr[ins->in[0]], f->ptr[ins->in[1]], f->ptr[ins->in[2]]};
     nary_run(ins->plan, base, f->ptr[ins->out[0]], b, e, where_inner);
     return IPU_OK;
+}
+
+/* Plan functions (verify_internal.h, ipu_ops.def's `plan` column): shapes, attributes, the plan. */
+
+static bool binary_dtype_ok(int fn, ipu_dtype dt) {
+    switch (fn) {
+        case IPU__BIN_EQUAL: return is_arith(dt) || dt == IPU_DTYPE_BOOL;
+        case IPU__BIN_AND:
+        case IPU__BIN_OR:
+        case IPU__BIN_XOR: return dt == IPU_DTYPE_BOOL;
+        case IPU__BIN_BITWISE_AND:
+        case IPU__BIN_BITWISE_OR:
+        case IPU__BIN_BITWISE_XOR:
+        case IPU__BIN_BITSHIFT_LEFT:
+        case IPU__BIN_BITSHIFT_RIGHT: return is_int(dt);
+        default: return is_arith(dt); /* POW, MIN, MAX, comparisons, MOD, FMOD, PRELU */
+    }
+}
+
+/* BINARY and WHERE, once their dtypes are checked: every input broadcast to y; the plan's fn
+ * is `fn`, its kernel chosen for dtype dt. */
+static ipu_status plan_nary(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                            ipu__instr *ins, int fn, ipu_dtype dt) {
+    char s1[160], s2[160];
+    uint32_t n = ins->n_in, nd = y->desc.ndim;
+    /* y must be exactly the broadcast of the inputs' shapes */
+    uint32_t maxnd = 0;
+    for (uint32_t k = 0; k < n; k++)
+        if (in[k]->desc.ndim > maxnd) maxnd = in[k]->desc.ndim;
+    bool ok = maxnd == nd;
+    for (uint32_t i = 0; ok && i < nd; i++) {
+        int64_t want = 1, dy = y->desc.dims[nd - 1 - i];
+        for (uint32_t k = 0; ok && k < n; k++) {
+            const ipu__tensor *t = in[k];
+            int64_t d = i < t->desc.ndim ? t->desc.dims[t->desc.ndim - 1 - i] : 1;
+            if (d != 1 && want != 1 && d != want) ok = false;
+            if (d != 1) want = d;
+        }
+        ok = ok && dy == want;
+    }
+    if (!ok)
+        return bad(v, "output y%s is not the broadcast of the inputs (first input %s)",
+                   shape_str(s1, sizeof s1, y), shape_str(s2, sizeof s2, in[0]));
+    ipu__nary_plan *p;
+    if (!(p = alloc_plan(sizeof *p))) return plan_nomem();
+    int64_t shape[IPU_MAX_DIMS];
+    memcpy(shape, y->desc.dims, sizeof shape);
+    for (uint32_t k = 0; k < n; k++) {
+        ipu__vbcast_strides(in[k], 0, nd, y->desc.dims, p->st[k]);
+        p->ies[k] = (uint32_t)ipu_dtype_size(in[k]->desc.dtype);
+    }
+    /* collapse: drop size-1 dims, merge dims contiguous in every input */
+    uint32_t o = 0;
+    for (uint32_t d = 0; d < nd; d++) {
+        if (shape[d] == 1) continue;
+        bool merge = o > 0;
+        for (uint32_t k = 0; merge && k < n; k++) merge = p->st[k][o - 1] == p->st[k][d] * shape[d];
+        if (merge) {
+            p->shape[o - 1] *= shape[d];
+            for (uint32_t k = 0; k < n; k++) p->st[k][o - 1] = p->st[k][d];
+        } else {
+            p->shape[o] = shape[d];
+            for (uint32_t k = 0; k < n; k++) p->st[k][o] = p->st[k][d];
+            o++;
+        }
+    }
+    if (o == 0) {
+        p->shape[0] = 1;
+        for (uint32_t k = 0; k < n; k++) p->st[k][0] = 0;
+        o = 1;
+    }
+    p->ndim = o;
+    p->n_in = n;
+    p->fn = fn;
+    p->yes = (uint32_t)ipu_dtype_size(y->desc.dtype);
+    p->numel = y->numel;
+    p->hdr.work = (size_t)ceil_div(y->numel, IPU__ELT_BLOCK);
+    p->hdr.fn = ipu__select_kernel(ins->op, dt);
+    ins->plan = p;
+    return IPU_OK;
+}
+
+/* BINARY: attr fn; a and b of one dtype, y of it too or bool (comparisons). */
+ipu_status ipu__verify_binary(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                              ipu__instr *ins) {
+    ipu_dtype dt = in[1]->desc.dtype;
+    if (ins->attr[0] < 0 || ins->attr[0] >= IPU__BIN_COUNT)
+        return bad(v, "unknown binary function %lld", (long long)ins->attr[0]);
+    int fn = (int)ins->attr[0];
+    if (!binary_dtype_ok(fn, dt))
+        return bad(v, "binary function %d does not take dtype %s", fn, dt_str(dt));
+    ipu_dtype want = ipu__bin_is_cmp(fn) ? IPU_DTYPE_BOOL : dt;
+    if (in[0]->desc.dtype != dt || y->desc.dtype != want)
+        return bad(v, "dtypes %s, %s -> %s, expected %s, %s -> %s", dt_str(in[0]->desc.dtype),
+                   dt_str(dt), dt_str(y->desc.dtype), dt_str(dt), dt_str(dt), dt_str(want));
+    return plan_nary(v, in, y, ins, fn, dt);
+}
+
+/* WHERE (cond, x, z): cond bool, x, z and y of one dtype; the plan's fn is its element size. */
+ipu_status ipu__verify_where(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                             ipu__instr *ins) {
+    ipu_dtype dt = in[2]->desc.dtype;
+    if (in[0]->desc.dtype != IPU_DTYPE_BOOL || in[1]->desc.dtype != dt || y->desc.dtype != dt ||
+        !is_castable(dt))
+        return bad(v, "dtypes (%s, %s, %s) -> %s, expected (bool, T, T) -> T",
+                   dt_str(in[0]->desc.dtype), dt_str(in[1]->desc.dtype), dt_str(dt),
+                   dt_str(y->desc.dtype));
+    return plan_nary(v, in, y, ins, (int)ipu_dtype_size(dt), dt);
 }

@@ -1,4 +1,4 @@
-/* CONV2D (conv.c, conv_window.c, winograd.c, conv_epilogue.c; verify_conv.c): the plan and
+/* CONV2D (conv.c, conv_window.c, winograd.c, conv_epilogue.c; conv_plan.c): the plan and
  * the pieces its paths share. */
 #ifndef IPU_CONV_H
 #define IPU_CONV_H
@@ -10,7 +10,7 @@
  * channels); the float32 paths take all IPU__MM_MB-channel sub-blocks of a group per item (the
  * window path at most IPU__CONV_WIN_MPER) unless that leaves fewer than 8 items (for an even
  * split over workers); the small-map and Winograd paths share out their weight panels
- * (tpose_items in verify_conv.c). The GEMM paths' row blocks cover about P output pixels (P
+ * (tpose_items in conv_plan.c). The GEMM paths' row blocks cover about P output pixels (P
  * from K: the share of scratch left after IPU__CONV_SG_BYTES); the float16 GEMM path takes one
  * IPU__MM_MB-channel block per item (conv.c, run_gemm_f16), the float16 window path as the
  * float32 one; `direct`: depthwise (Cig = Cog = 1)

@@ -218,7 +218,7 @@ void ipu__conv_run_window(const ipu__conv_plan *p, const void *x, const void *w,
                            sizeof(float) * (size_t)np);
         for (int64_t k0 = 0; k0 < p->K; k0 += IPU__SGEMM_KC) {
             int64_t kc = p->K - k0 < IPU__SGEMM_KC ? p->K - k0 : IPU__SGEMM_KC;
-            /* B(kk, j) = src[off[kk] + j] (float16: always a copy, verify_conv.c) */
+            /* B(kk, j) = src[off[kk] + j] (float16: always a copy, conv_plan.c) */
             const float *src = p->f16 ? xq : (const float *)x + xoff + oh0 * p->W + t0;
             int64_t base = 0;
             if (p->xcopy) {

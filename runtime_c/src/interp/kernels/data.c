@@ -1,10 +1,34 @@
 /* Data movement kernels: BIND, COPY, EXPAND, CONCAT, TRANSPOSE (all dtypes, by element size)
  * and CAST between any two dtypes (docs/bytecode.md: float -> int truncates and saturates,
- * NaN -> 0; int -> int wraps; to bool: x != 0). */
+ * NaN -> 0; int -> int wraps; to bool: x != 0). Their plan functions are at the end. */
 #include <math.h>
 #include <string.h>
 
+#include "../verify_internal.h"
 #include "eltwise.h"
+
+/* COPY (bytes) and CAST (elements). */
+typedef struct ipu__flat_plan {
+    ipu__plan hdr;
+    uint64_t count; /* bytes for COPY, elements for CAST */
+    ipu_dtype src, dst;
+} ipu__flat_plan;
+
+/* CONCAT: work item = (outer row, input). */
+typedef struct ipu__concat_plan {
+    ipu__plan hdr;
+    uint64_t outer, yrow; /* bytes per outer row of y */
+    uint32_t n_in;
+    uint64_t row[]; /* [2*n_in]: bytes per outer row of input i, then its offset in y's row */
+} ipu__concat_plan;
+
+/* TRANSPOSE: collapsed output shape, strides into x (elements). */
+typedef struct ipu__transpose_plan {
+    ipu__plan hdr;
+    uint64_t numel;
+    uint32_t ndim, esize;
+    int64_t shape[IPU_MAX_DIMS], xs[IPU_MAX_DIMS];
+} ipu__transpose_plan;
 
 ipu_status ipu__k_bind(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
                        void *scratch) {
@@ -254,4 +278,151 @@ ipu_status ipu__k_cast(const ipu__frame *f, const ipu__instr *ins, size_t b, siz
         }
     }
     return IPU_OK;
+}
+
+/* Plan functions (verify_internal.h, ipu_ops.def's `plan` column): shapes, attributes, the plan. */
+
+ipu_status ipu__verify_concat(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                              ipu__instr *ins) {
+    char s1[160], s2[160];
+    uint32_t nd = y->desc.ndim;
+    int64_t axis = ins->attr[0];
+    if (axis < 0 || axis >= (int64_t)nd)
+        return bad(v, "axis %lld out of range for output with %u dims", (long long)axis, nd);
+    uint64_t outer = 1, inner = ipu_dtype_size(y->desc.dtype), sum = 0;
+    for (int64_t d = 0; d < axis; d++) outer *= (uint64_t)y->desc.dims[d];
+    for (uint32_t d = (uint32_t)axis + 1; d < nd; d++) inner *= (uint64_t)y->desc.dims[d];
+    for (uint32_t i = 0; i < ins->n_in; i++) {
+        const ipu__tensor *x = in[i];
+        if (x->desc.dtype != y->desc.dtype)
+            return bad(v, "input %u has dtype %s, output %s", i, dt_str(x->desc.dtype),
+                       dt_str(y->desc.dtype));
+        if (x->desc.ndim != nd)
+            return bad(v, "input %u has %u dims, output %u", i, x->desc.ndim, nd);
+        for (uint32_t d = 0; d < nd; d++)
+            if (d != (uint32_t)axis && x->desc.dims[d] != y->desc.dims[d])
+                return bad(v, "input %u x%s differs from output y%s in dim %u (axis %lld)", i,
+                           shape_str(s1, sizeof s1, x), shape_str(s2, sizeof s2, y), d,
+                           (long long)axis);
+        sum += (uint64_t)x->desc.dims[axis]; /* <= 255 * 2^62: no overflow */
+    }
+    if (sum != (uint64_t)y->desc.dims[axis])
+        return bad(v, "input sizes along axis %lld sum to %llu, output has %lld", (long long)axis,
+                   (unsigned long long)sum, (long long)y->desc.dims[axis]);
+    ipu__concat_plan *p;
+    p = alloc_plan(sizeof *p + 2 * sizeof(uint64_t) * ins->n_in);
+    if (!p) return plan_nomem();
+    p->outer = outer;
+    p->n_in = ins->n_in;
+    p->yrow = (uint64_t)y->desc.dims[axis] * inner;
+    uint64_t off = 0;
+    for (uint32_t i = 0; i < ins->n_in; i++) {
+        p->row[2 * i] = (uint64_t)in[i]->desc.dims[axis] * inner;
+        p->row[2 * i + 1] = off;
+        off += p->row[2 * i];
+    }
+    p->hdr.work = y->numel == 0 ? 0 : (size_t)(outer * ins->n_in);
+    p->hdr.fn = ipu__select_kernel(ins->op, y->desc.dtype);
+    ins->plan = p;
+    return IPU_OK;
+}
+
+ipu_status ipu__verify_transpose(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                                 ipu__instr *ins) {
+    const ipu__tensor *x = in[0];
+    char s1[160], s2[160];
+    uint32_t nd = x->desc.ndim;
+    if (y->desc.ndim != nd) return bad(v, "output has %u dims, input %u", y->desc.ndim, nd);
+    bool seen[IPU_MAX_DIMS] = {false};
+    for (uint32_t i = 0; i < nd; i++) {
+        int64_t q = ins->attr[i];
+        if (q < 0 || q >= (int64_t)nd || seen[q])
+            return bad(v, "perm is not a permutation of 0..%u (perm[%u] = %lld)", nd - 1, i,
+                       (long long)q);
+        seen[q] = true;
+        if (y->desc.dims[i] != x->desc.dims[q])
+            return bad(v, "y%s is not x%s transposed: y dim %u != x dim %lld",
+                       shape_str(s1, sizeof s1, y), shape_str(s2, sizeof s2, x), i, (long long)q);
+    }
+    ipu__transpose_plan *p;
+    p = alloc_plan(sizeof *p);
+    if (!p) return plan_nomem();
+    int64_t xs[IPU_MAX_DIMS], s = 1;
+    for (uint32_t d = nd; d-- > 0;) {
+        xs[d] = s;
+        s *= x->desc.dims[d];
+    }
+    for (uint32_t i = 0; i < nd; i++) {
+        p->shape[i] = y->desc.dims[i];
+        p->xs[i] = xs[ins->attr[i]];
+    }
+    p->ndim = ipu__vcollapse(nd, p->shape, p->xs, NULL);
+    p->numel = y->numel;
+    p->esize = (uint32_t)ipu_dtype_size(y->desc.dtype);
+    p->hdr.work = (size_t)ceil_div(y->numel, IPU__ELT_BLOCK);
+    p->hdr.fn = ipu__select_kernel(ins->op, y->desc.dtype);
+    ins->plan = p;
+    return IPU_OK;
+}
+
+static ipu_status plan_flat(ipu__instr *ins, uint64_t count, uint64_t block, ipu_dtype src,
+                            ipu_dtype dst) {
+    ipu__flat_plan *p;
+    p = alloc_plan(sizeof *p);
+    if (!p) return plan_nomem();
+    p->count = count;
+    p->src = src;
+    p->dst = dst;
+    p->hdr.work = (size_t)ceil_div(count, block);
+    p->hdr.fn = ipu__select_kernel(ins->op, dst);
+    ins->plan = p;
+    return IPU_OK;
+}
+
+/* BIND: the generic rules (ipu_ops.def's LOAD flag) are all there is; one work item. */
+ipu_status ipu__verify_bind(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                            ipu__instr *ins) {
+    (void)v;
+    (void)in;
+    ipu__plan *p = alloc_plan(sizeof *p);
+    if (!p) return plan_nomem();
+    p->work = 1;
+    p->fn = ipu__select_kernel(ins->op, y->desc.dtype);
+    ins->plan = p;
+    return IPU_OK;
+}
+
+ipu_status ipu__verify_copy(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                            ipu__instr *ins) {
+    if (in[0]->desc.nbytes != y->desc.nbytes)
+        return bad(v, "input has %llu bytes, output %llu", (unsigned long long)in[0]->desc.nbytes,
+                   (unsigned long long)y->desc.nbytes);
+    return plan_flat(ins, y->desc.nbytes, IPU__COPY_BLOCK, y->desc.dtype, y->desc.dtype);
+}
+
+ipu_status ipu__verify_expand(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                              ipu__instr *ins) {
+    char s1[160], s2[160];
+    const ipu__tensor *x = in[0];
+    bool ok = x->desc.ndim <= y->desc.ndim;
+    for (uint32_t i = 0; ok && i < x->desc.ndim; i++) {
+        int64_t dx = x->desc.dims[x->desc.ndim - 1 - i];
+        ok = dx == 1 || dx == y->desc.dims[y->desc.ndim - 1 - i];
+    }
+    if (!ok)
+        return bad(v, "x%s does not broadcast to y%s", shape_str(s1, sizeof s1, x),
+                   shape_str(s2, sizeof s2, y));
+    return ipu__vplan_bcast(v, x, NULL, y, ins);
+}
+
+ipu_status ipu__verify_cast(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                            ipu__instr *ins) {
+    char s1[160], s2[160];
+    ipu_dtype dt = y->desc.dtype;
+    if (!is_castable(in[0]->desc.dtype) || !is_castable(dt))
+        return bad(v, "unsupported cast %s -> %s", dt_str(in[0]->desc.dtype), dt_str(dt));
+    if (!same_shape(in[0], y))
+        return bad(v, "output y%s differs from input x%s", shape_str(s1, sizeof s1, y),
+                   shape_str(s2, sizeof s2, in[0]));
+    return plan_flat(ins, y->numel, IPU__ELT_BLOCK, in[0]->desc.dtype, dt);
 }

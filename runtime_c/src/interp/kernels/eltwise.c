@@ -1,11 +1,21 @@
 /* Element-wise kernels: ADD/SUB/MUL/DIV with numpy broadcasting and RELU, for float32, float16
  * (computed in float32) and every integer type of IPU__INT_TYPES (wrap-around, computed in
  * unsigned types; division truncates, x/0 == 0, MIN/-1 == MIN). Work item = IPU__ELT_BLOCK
- * output elements. */
+ * output elements. Their plan functions (bcast, relu, scale_shift) are at the end. */
 #include <string.h>
 
+#include "../verify_internal.h"
 #include "eltwise.h"
 #include "isa.h"
+
+/* SCALE_SHIFT: x viewed as [outer, c, inner] (c = x.dims[axis]); y = act(x * scale[ch] +
+ * shift[ch]). Work item = IPU__ELT_BLOCK output elements. */
+typedef struct ipu__affine_plan {
+    ipu__plan hdr;
+    ipu_dtype dtype;
+    uint64_t numel, c, inner;
+    int relu;
+} ipu__affine_plan;
 
 #if IPU_X86
 #include <immintrin.h>
@@ -328,4 +338,58 @@ ipu_status ipu__k_scale_shift(const ipu__frame *f, const ipu__instr *ins, size_t
         lo += run;
     }
     return IPU_OK;
+}
+
+/* Plan functions (verify_internal.h, ipu_ops.def's `plan` column): shapes, attributes, the plan. */
+
+/* SCALE_SHIFT: attrs axis, activation; scale and shift have x.dims[axis] elements. */
+ipu_status ipu__verify_scale_shift(const vctx *v, const ipu__tensor *const *in,
+                                   const ipu__tensor *y, ipu__instr *ins) {
+    char s1[160], s2[160];
+    const ipu__tensor *x = in[0];
+    int64_t axis = ins->attr[0], act = ins->attr[1];
+    if (!same_shape(x, y))
+        return bad(v, "output y%s differs from input x%s", shape_str(s1, sizeof s1, y),
+                   shape_str(s2, sizeof s2, x));
+    if (axis < 0 || axis >= (int64_t)x->desc.ndim)
+        return bad(v, "axis %lld outside [0, %u)", (long long)axis, x->desc.ndim);
+    ipu_status st = ipu__vact(v, act);
+    if (st) return st;
+    uint64_t c = (uint64_t)x->desc.dims[axis], inner = 1;
+    for (uint32_t i = 1; i < 3; i++)
+        if (in[i]->numel != c)
+            return bad(v, "%s has %llu elements, expected x.dims[%lld] = %llu",
+                       i == 1 ? "scale" : "shift", (unsigned long long)in[i]->numel,
+                       (long long)axis, (unsigned long long)c);
+    for (uint32_t d = (uint32_t)axis + 1; d < x->desc.ndim; d++)
+        if (!ipu__mul_u64(inner, (uint64_t)x->desc.dims[d], &inner))
+            return bad(v, "x%s is too large", shape_str(s1, sizeof s1, x));
+    ipu__affine_plan *p = alloc_plan(sizeof *p);
+    if (!p) return plan_nomem();
+    p->dtype = x->desc.dtype;
+    p->numel = x->numel;
+    p->c = c;
+    p->inner = inner;
+    p->relu = (int)act;
+    p->hdr.work = (size_t)ceil_div(x->numel, IPU__ELT_BLOCK);
+    p->hdr.fn = ipu__select_kernel(ins->op, p->dtype);
+    ins->plan = p;
+    return IPU_OK;
+}
+
+/* ADD, SUB, MUL, DIV: a and b broadcast to y. */
+ipu_status ipu__verify_bcast(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                             ipu__instr *ins) {
+    ipu_status st = ipu__vcheck_bcast(v, in[0], in[1], y, 0, "shapes");
+    if (st) return st;
+    return ipu__vplan_bcast(v, in[0], in[1], y, ins);
+}
+
+ipu_status ipu__verify_relu(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                            ipu__instr *ins) {
+    char s1[160], s2[160];
+    if (!same_shape(in[0], y))
+        return bad(v, "output y%s differs from input x%s", shape_str(s1, sizeof s1, y),
+                   shape_str(s2, sizeof s2, in[0]));
+    return ipu__vplan_bcast(v, in[0], NULL, y, ins);
 }

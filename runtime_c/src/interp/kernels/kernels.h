@@ -1,8 +1,10 @@
 /* Internal: what every kernel family shares. The verifier builds a plan per instruction, which
  * its kernels consume: ONE allocation (freed with ipu__free) that starts with an ipu__plan
  * header holding the number of work items and the kernel selected for the instruction (by
- * ipu__select_kernel in dispatch.c). Each family's plan struct lives in the family's header,
- * with its kernels: eltwise.h, matmul.h, reduce.h, conv.h, pool.h, gather.h, reindex.h. */
+ * ipu__select_kernel in dispatch.c). A plan struct and the plan function that builds it
+ * (ipu__verify_<plan>, verify_internal.h) live with the kernels that read it: in the kernel file
+ * itself when one file reads it, else in the family's header (eltwise.h, matmul.h, conv.h,
+ * pool.h). The conv and pool plan functions have a file of their own, conv_plan.c. */
 #ifndef IPU_KERNELS_H
 #define IPU_KERNELS_H
 
@@ -158,7 +160,7 @@ static inline __attribute__((always_inline)) void ipu__copy_row_phase(float *res
  * For CAST the kernel is dtype-generic. */
 ipu__kernel_fn ipu__select_kernel(ipu_opcode op, ipu_dtype dtype);
 
-/* verify.c: verify one instruction (number `index` of the program with id `program_id`, which
+/* verify_ops.c: verify one instruction (number `index` of the program with id `program_id`, which
  * is the Load program when `is_load`) against docs/bytecode.md and build its plan (replacing
  * any previous one). Needs e->tensors and e->info.num_tensors only. Exposed so tests can build
  * executables by hand. IPU_ERR_BAD_PROGRAM / IPU_ERR_NOMEM. */

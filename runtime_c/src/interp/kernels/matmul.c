@@ -3,10 +3,11 @@
  * (B packed once per block of columns and K-block within a call, or at load when it is a
  * weight), or, for at most IPU__GEMV_MAX_M rows, blocks of columns through the GEMV kernels.
  * float16 takes the float32 paths but GEMV (converted while packing, B packed as float32 at load
- * when it is a weight, accumulated in float32); integers: a simple wrap-around kernel. */
+ * when it is a weight, accumulated in float32); integers: a simple wrap-around kernel. The plan functions (matmul, gemm) are at the end. */
 #include <stdbool.h>
 #include <string.h>
 
+#include "../verify_internal.h"
 #include "matmul.h"
 
 static void batch_offsets(const ipu__mm_plan *p, uint64_t bi, int64_t *oa, int64_t *ob) {
@@ -288,4 +289,156 @@ void ipu__mm_pack_b(const ipu__mm_plan *p, const void *b, uint64_t nmat, int nr,
         g.b_cs = p->trans_b ? p->K : 1;
         ipu__sgemm_pack_b_all(&g, nr, dst + i * per);
     }
+}
+
+/* Plan functions (verify_internal.h, ipu_ops.def's `plan` column): shapes, attributes, the plan. */
+
+typedef struct mm_pack {
+    const ipu__mm_plan *plan;
+    const void *b;
+    uint64_t nmat;
+    int nr;
+} mm_pack;
+
+static void pack_mm_weights(const void *ctx, void *out) {
+    const mm_pack *c = ctx;
+    ipu__mm_pack_b(c->plan, c->b, c->nmat, c->nr, out);
+}
+
+/* The blocking of a MATMUL/GEMM plan, and its B packed (as float32) once when it is stored in the
+ * executable (used while the session does not bind another tensor in its place): mapped from
+ * the PopEF's packed blob when it has it, else packed here (prepack.h). */
+static ipu_status mm_finish(const vctx *v, const ipu__mm_plan *t, const ipu__tensor *b,
+                            ipu__instr *ins) {
+    ipu__mm_plan *p = alloc_plan(sizeof *p);
+    if (!p) return plan_nomem();
+    *p = *t;
+    ipu__mm_plan_blocks(p);
+    p->hdr.fn = ipu__select_kernel(ins->op, p->dtype);
+    ipu__ukr u;
+    ipu__sgemm_ukr(&u);
+    uint64_t kn = (uint64_t)p->K * (uint64_t)p->N, nmat = kn ? b->numel / kn : 0;
+    size_t nf = 0;
+    if (b->loc == IPU_LOC_TENSOR_DATA && v->e->tensor_data && p->hdr.work > 0 &&
+        b->desc.dtype == p->dtype && nmat * kn <= ((uint64_t)1 << 40))
+        nf = ipu__mm_packed_floats(p, nmat, u.nr);
+    if (nf) {
+        mm_pack mp = {p, v->e->tensor_data + b->offset, nmat, u.nr};
+        /* version 1 of ipu__mm_pack_b's bytes (ipu__sgemm_pack_b_all): bump it when they change;
+         * geom[2]: packed from float16 */
+        ipu__pack_tag tag = {IPU__PACK_SGEMM_B,
+                             1,
+                             (uint32_t)u.isa,
+                             {(uint32_t)u.nr, IPU__SGEMM_KC,
+                              (uint32_t)(p->dtype == IPU_DTYPE_FLOAT16), 0}};
+        const void *dst;
+        ipu_status st = ipu__vpacked(v, 1, &tag, nf * sizeof(float), pack_mm_weights, &mp, &dst);
+        if (st == IPU_OK) {
+            p->packed = dst;
+            p->packed_nr = u.nr;
+            p->packed_mat = (int64_t)(nf / nmat);
+        } else if (st == IPU_ERR_NOMEM) { /* no room for a packed copy: pack per call instead */
+            ipu__clear_error();
+        } else {
+            ipu__free(p);
+            return st;
+        }
+    }
+    /* mm_run packs B once for a run of items of one column block (unless packed here) */
+    p->hdr.contiguous = p->path == IPU__MM_PACKED && !p->packed && p->mblocks > 1;
+    ins->plan = p;
+    return IPU_OK;
+}
+
+/* MATMUL: a[..., M, K] @ b[..., K, N], batch dims broadcast. */
+ipu_status ipu__verify_matmul(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                              ipu__instr *ins) {
+    const ipu__tensor *a = in[0], *b = in[1];
+    char s1[160], s2[160], s3[160];
+    if (a->desc.ndim < 2 || b->desc.ndim < 2)
+        return bad(v, "operands must have ndim >= 2: a%s b%s", shape_str(s1, sizeof s1, a),
+                   shape_str(s2, sizeof s2, b));
+    uint32_t an = a->desc.ndim, bn = b->desc.ndim;
+    int64_t M = a->desc.dims[an - 2], K = a->desc.dims[an - 1];
+    int64_t K2 = b->desc.dims[bn - 2], N = b->desc.dims[bn - 1];
+    if (K != K2)
+        return bad(v, "inner dims differ: a[...,K=%lld] vs b[K=%lld,...]", (long long)K,
+                   (long long)K2);
+    ipu_status st = ipu__vcheck_bcast(v, a, b, y, 2, "batch dims");
+    if (st) return st;
+    uint32_t yn = y->desc.ndim;
+    if (y->desc.dims[yn - 2] != M || y->desc.dims[yn - 1] != N)
+        return bad(v, "output y%s, expected [...,%lld,%lld]", shape_str(s3, sizeof s3, y),
+                   (long long)M, (long long)N);
+    ipu__mm_plan pl = {0}, *p = &pl;
+    uint32_t nb = yn - 2;
+    memcpy(p->bshape, y->desc.dims, sizeof(int64_t) * nb);
+    ipu__vbcast_strides(a, 2, nb, y->desc.dims, p->abs);
+    ipu__vbcast_strides(b, 2, nb, y->desc.dims, p->bbs);
+    uint64_t batch = 1;
+    for (uint32_t d = 0; d < nb; d++) batch *= (uint64_t)y->desc.dims[d]; /* <= y.numel or 0 */
+    p->bdim = nb ? ipu__vcollapse(nb, p->bshape, p->abs, p->bbs) : 0;
+    if (nb == 0) p->bshape[0] = 1;
+    p->dtype = y->desc.dtype;
+    p->M = M;
+    p->N = N;
+    p->K = K;
+    p->batch = batch;
+    return mm_finish(v, p, b, ins);
+}
+
+ipu_status ipu__verify_gemm(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                            ipu__instr *ins) {
+    char s1[160], s2[160], s3[160];
+    const ipu__tensor *a = in[0], *b = in[1], *c = ins->n_in == 3 ? in[2] : NULL;
+    if (a->desc.ndim != 2 || b->desc.ndim != 2)
+        return bad(v, "A and B must be 2-D: A%s B%s", shape_str(s1, sizeof s1, a),
+                   shape_str(s2, sizeof s2, b));
+    for (int i = 0; i < 2; i++)
+        if (ins->attr[i] != 0 && ins->attr[i] != 1)
+            return bad(v, "%s must be 0 or 1, got %lld", i ? "transB" : "transA",
+                       (long long)ins->attr[i]);
+    int ta = (int)ins->attr[0], tb = (int)ins->attr[1];
+    int64_t act = ins->n_attr == 5 ? ins->attr[4] : IPU__ACT_NONE;
+    ipu_status st = ipu__vact(v, act);
+    if (st) return st;
+    int64_t M = a->desc.dims[ta], K = a->desc.dims[1 - ta];
+    int64_t K2 = b->desc.dims[tb], N = b->desc.dims[1 - tb];
+    if (K != K2)
+        return bad(v, "inner dims differ: op(A)[M=%lld,K=%lld] vs op(B)[K=%lld,N=%lld]",
+                   (long long)M, (long long)K, (long long)K2, (long long)N);
+    if (y->desc.ndim != 2 || y->desc.dims[0] != M || y->desc.dims[1] != N)
+        return bad(v, "output Y%s, expected [%lld,%lld]", shape_str(s3, sizeof s3, y), (long long)M,
+                   (long long)N);
+    int64_t cr = 1, cc = 1;
+    if (c) {
+        if (c->desc.ndim > 2)
+            return bad(v, "C%s has more than 2 dims", shape_str(s1, sizeof s1, c));
+        if (c->desc.ndim == 2) cr = c->desc.dims[0];
+        if (c->desc.ndim >= 1) cc = c->desc.dims[c->desc.ndim - 1];
+        if ((cr != 1 && cr != M) || (cc != 1 && cc != N))
+            return bad(v, "C%s does not broadcast to [%lld,%lld]", shape_str(s1, sizeof s1, c),
+                       (long long)M, (long long)N);
+    }
+    ipu__mm_plan pl = {0}, *p = &pl;
+    double alpha, beta;
+    memcpy(&alpha, &ins->attr[2], sizeof alpha);
+    memcpy(&beta, &ins->attr[3], sizeof beta);
+    p->dtype = y->desc.dtype;
+    p->M = M;
+    p->N = N;
+    p->K = K;
+    p->batch = 1;
+    p->bdim = 0;
+    p->bshape[0] = 1;
+    p->is_gemm = 1;
+    p->act = (int)act;
+    p->trans_a = ta;
+    p->trans_b = tb;
+    p->has_c = c != NULL;
+    p->alpha = (float)alpha;
+    p->beta = (float)beta;
+    p->c_rs = cr == 1 ? 0 : cc;
+    p->c_cs = cc == 1 ? 0 : 1;
+    return mm_finish(v, p, b, ins);
 }

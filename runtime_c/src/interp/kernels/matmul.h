@@ -1,4 +1,5 @@
-/* MATMUL and GEMM (matmul.c, gemv_f32.c, gemm_f32.c; verify.c): the plan and its blocking. */
+/* MATMUL and GEMM (matmul.c, gemv_f32.c, gemm_f32.c): the plan and its blocking (plan functions
+ * in matmul.c). */
 #ifndef IPU_MATMUL_H
 #define IPU_MATMUL_H
 

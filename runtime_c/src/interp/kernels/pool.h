@@ -1,4 +1,4 @@
-/* POOL2D (pool.c; verify_conv.c): the plan. */
+/* POOL2D (pool.c, pool_s2.c; plan function in conv_plan.c): the plan. */
 #ifndef IPU_POOL_H
 #define IPU_POOL_H
 

@@ -3,12 +3,20 @@
  * (float16 is converted on load), integers in their own type (wrapping; computed in uint64 and
  * truncated); integer mean = wrapped sum / reduce, truncating toward zero; reduce == 0 gives
  * sum 0, float mean NaN, integer mean 0. A work item over millions of elements asks the stop
- * hook between chunks (ipu__stop_check). */
+ * hook between chunks (ipu__stop_check). Their plan function (red, softmax) is at the end. */
 #include <math.h>
 #include <string.h>
 
+#include "../verify_internal.h"
 #include "reduce.h"
 #include "vmath.h"
+
+/* REDUCE_SUM/REDUCE_MEAN/SOFTMAX: x as [outer, red, inner]; work = outer * ceil(inner/IB). */
+typedef struct ipu__red_plan {
+    ipu__plan hdr;
+    ipu_dtype dtype;
+    int64_t outer, red, inner, nib;
+} ipu__red_plan;
 
 #define IB IPU__RED_IB
 #define CH 256   /* conversion chunk for contiguous rows */
@@ -281,4 +289,51 @@ ipu_status ipu__k_softmax_f32(const ipu__frame *f, const ipu__instr *ins, size_t
 ipu_status ipu__k_softmax_f16(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
                               void *scratch) {
     return softmax(f, ins, b, e, 1, scratch);
+}
+
+/* Plan functions (verify_internal.h, ipu_ops.def's `plan` column): shapes, attributes, the plan. */
+
+/* REDUCE_SUM, REDUCE_MEAN (y [outer, inner]) and SOFTMAX (`softmax`: y of x's shape): attrs
+ * outer, reduce (axis_len), inner. */
+static ipu_status plan_red(const vctx *v, const ipu__tensor *x, const ipu__tensor *y,
+                           ipu__instr *ins, bool softmax) {
+    for (int i = 0; i < 3; i++)
+        if (ins->attr[i] < 0)
+            return bad(v, "attribute %d is negative (%lld)", i, (long long)ins->attr[i]);
+    uint64_t o = (uint64_t)ins->attr[0], r = (uint64_t)ins->attr[1], n = (uint64_t)ins->attr[2];
+    uint64_t orn, on;
+    if (!ipu__mul_u64(o, n, &on) || !ipu__mul_u64(on, r, &orn))
+        return bad(v, "attributes %llu x %llu x %llu overflow", (unsigned long long)o,
+                   (unsigned long long)r, (unsigned long long)n);
+    if (orn != x->numel)
+        return bad(v, "outer*%s*inner = %llu != input numel %llu", softmax ? "axis_len" : "reduce",
+                   (unsigned long long)orn, (unsigned long long)x->numel);
+    if (softmax) {
+        if (!same_shape(x, y)) return bad(v, "output shape differs from input shape");
+    } else if (on != y->numel) {
+        return bad(v, "outer*inner = %llu != output numel %llu", (unsigned long long)on,
+                   (unsigned long long)y->numel);
+    }
+    ipu__red_plan *p;
+    p = alloc_plan(sizeof *p);
+    if (!p) return plan_nomem();
+    p->dtype = y->desc.dtype;
+    p->outer = (int64_t)o;
+    p->red = (int64_t)r;
+    p->inner = (int64_t)n;
+    p->nib = (int64_t)ceil_div(n, (uint64_t)IPU__RED_IB);
+    p->hdr.work = (on == 0 || (softmax && r == 0)) ? 0 : (size_t)(o * (uint64_t)p->nib);
+    p->hdr.fn = ipu__select_kernel(ins->op, y->desc.dtype);
+    ins->plan = p;
+    return IPU_OK;
+}
+
+ipu_status ipu__verify_red(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                           ipu__instr *ins) {
+    return plan_red(v, in[0], y, ins, false);
+}
+
+ipu_status ipu__verify_softmax(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                               ipu__instr *ins) {
+    return plan_red(v, in[0], y, ins, true);
 }

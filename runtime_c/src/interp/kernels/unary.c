@@ -3,11 +3,22 @@
  * ERF and GELU (erf form), which use the vectorised vmath.c (a few ulp); float16 is computed
  * in float32 in chunks; integers (IPU__INT_TYPES) wrap; bool (NOT). ISNAN/ISINF write bool.
  * Work item = IPU__ELT_BLOCK elements. One switch per work item, then a tight loop per
- * function. */
+ * function. The plan function is at the end. */
 #include <math.h>
+#include <string.h>
 
+#include "../verify_internal.h"
 #include "eltwise.h"
 #include "vmath.h"
+
+/* UNARY: flat element ranges (input and output have the same shape). */
+typedef struct ipu__unary_plan {
+    ipu__plan hdr;
+    uint64_t numel;
+    int fn;
+    float p0, p1;   /* float parameters (alpha, beta, clip bounds) */
+    int64_t i0, i1; /* CLIP bounds for integer dtypes */
+} ipu__unary_plan;
 
 static void elt_range(const ipu__unary_plan *p, size_t b, size_t e, uint64_t *lo, uint64_t *hi) {
     *lo = (uint64_t)b * IPU__ELT_BLOCK;
@@ -202,5 +213,53 @@ ipu_status ipu__k_unary_b8(const ipu__frame *f, const ipu__instr *ins, size_t b,
     const uint8_t *x = f->ptr[ins->in[0]];
     uint8_t *restrict y = f->ptr[ins->out[0]];
     for (uint64_t i = lo; i < hi; i++) y[i] = (uint8_t)(x[i] == 0);
+    return IPU_OK;
+}
+
+/* Plan functions (verify_internal.h, ipu_ops.def's `plan` column): shapes, attributes, the plan. */
+
+/* UNARY: attrs fn, p0, p1 (float64 bits for floats; CLIP bounds as integers for int dtypes). */
+static bool unary_dtype_ok(int64_t fn, ipu_dtype dt) {
+    switch (fn) {
+        case IPU__UN_NOT: return dt == IPU_DTYPE_BOOL;
+        case IPU__UN_NEG: return is_float(dt) || is_sint(dt);
+        case IPU__UN_ABS:
+        case IPU__UN_SIGN:
+        case IPU__UN_CLIP:
+        case IPU__UN_SHRINK: return is_arith(dt);
+        case IPU__UN_BITWISE_NOT: return is_int(dt);
+        default: return is_float(dt);
+    }
+}
+
+ipu_status ipu__verify_unary(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                             ipu__instr *ins) {
+    const ipu__tensor *x = in[0];
+    char s1[160], s2[160];
+    int64_t fn = ins->attr[0];
+    ipu_dtype dt = x->desc.dtype;
+    if (fn < 0 || fn >= IPU__UN_COUNT) return bad(v, "unknown unary function %lld", (long long)fn);
+    if (!unary_dtype_ok(fn, dt))
+        return bad(v, "unary function %lld does not take dtype %s", (long long)fn, dt_str(dt));
+    ipu_dtype want = (fn == IPU__UN_ISNAN || fn == IPU__UN_ISINF) ? IPU_DTYPE_BOOL : dt;
+    if (y->desc.dtype != want)
+        return bad(v, "output dtype %s, expected %s", dt_str(y->desc.dtype), dt_str(want));
+    if (!same_shape(x, y))
+        return bad(v, "output y%s differs from input x%s", shape_str(s1, sizeof s1, y),
+                   shape_str(s2, sizeof s2, x));
+    ipu__unary_plan *p;
+    if (!(p = alloc_plan(sizeof *p))) return plan_nomem();
+    double d0, d1;
+    memcpy(&d0, &ins->attr[1], sizeof d0);
+    memcpy(&d1, &ins->attr[2], sizeof d1);
+    p->fn = (int)fn;
+    p->p0 = (float)d0;
+    p->p1 = (float)d1;
+    p->i0 = ins->attr[1];
+    p->i1 = ins->attr[2];
+    p->numel = y->numel;
+    p->hdr.work = (size_t)ceil_div(y->numel, IPU__ELT_BLOCK);
+    p->hdr.fn = ipu__select_kernel(ins->op, dt);
+    ins->plan = p;
     return IPU_OK;
 }

@@ -1,14 +1,12 @@
-/* Verifier for CONV2D and POOL2D (docs/bytecode.md): attributes, shapes and the kernel plans
- * (kernels/conv.h, kernels/pool.h). ipu_ops.def names these plan functions. */
-#include "kernels/conv.h"
-#include "kernels/pool.h"
-#include "verify_internal.h"
+/* The plan functions of CONV2D and POOL2D (docs/bytecode.md; ipu_ops.def names them):
+ * attributes, shapes and the kernel plans (conv.h, read by conv.c, conv_window.c,
+ * conv_epilogue.c and winograd.c; pool.h, read by pool.c and pool_s2.c). The two share the
+ * window arithmetic; the conv plan also chooses its path (packed GEMM, windowed rows, Winograd)
+ * and packs constant weights once. */
+#include "../verify_internal.h"
+#include "conv.h"
+#include "pool.h"
 
-static uint64_t ceil_div(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
-static void *alloc_plan(size_t size) { return ipu__calloc(1, size); }
-static ipu_status plan_nomem(void) {
-    return ipu__fail(IPU_ERR_NOMEM, "out of memory allocating an instruction plan");
-}
 #define IPU__ATTR_MAX ((int64_t)1 << 30)
 
 /* Output size of a window of k taps at dilation d over n (+ pads) elements, stride s: floor and
