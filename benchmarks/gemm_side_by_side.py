@@ -15,10 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
-from collections.abc import Callable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.join(HERE, "..", "tests")]  # python -P does not add HERE
@@ -30,32 +27,11 @@ from side_by_side import (  # noqa: E402
     OrtEngine,
     PyipuEngine,
     compile_model,
+    interleaved,
     ort_session,
     relative_error,
 )
 from zoo import MODELS  # noqa: E402
-
-
-def interleaved(
-    a: Callable[[], None], b: Callable[[], None], budget_s: float
-) -> tuple[float, float]:
-    """Median seconds per call of a and of b, alternating rounds of about 4 ms or one call."""
-    a()
-    b()
-    t0 = time.perf_counter()
-    a()
-    b()
-    pair = time.perf_counter() - t0
-    calls = max(1, int(0.004 // max(pair / 2, 1e-7)))
-    rounds = max(5, int(budget_s / (pair * calls)))
-    ta, tb = [], []
-    for _ in range(rounds):
-        for fn, out in ((a, ta), (b, tb)):
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            out.append((time.perf_counter() - t0) / calls)
-    return statistics.median(ta), statistics.median(tb)
 
 
 def sgemm(n: int, threads: int, budget_s: float) -> str:

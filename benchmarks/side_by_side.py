@@ -11,6 +11,7 @@ before each timed round, so both see the same caches and the same neighbours on 
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -174,3 +175,25 @@ def looped(fn: Callable[[], None], calls: int) -> Callable[[], None]:
             fn()
 
     return loop
+
+
+def interleaved(
+    a: Callable[[], None], b: Callable[[], None], budget_s: float
+) -> tuple[float, float]:
+    """Median seconds per call of a and of b, alternating rounds of about 4 ms or one call."""
+    a()
+    b()
+    t0 = time.perf_counter()
+    a()
+    b()
+    pair = time.perf_counter() - t0
+    calls = max(1, int(0.004 // max(pair / 2, 1e-7)))
+    rounds = max(5, int(budget_s / (pair * calls)))
+    ta, tb = [], []
+    for _ in range(rounds):
+        for fn, out in ((a, ta), (b, tb)):
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            out.append((time.perf_counter() - t0) / calls)
+    return statistics.median(ta), statistics.median(tb)
