@@ -180,7 +180,8 @@ def looped(fn: Callable[[], None], calls: int) -> Callable[[], None]:
 def interleaved(
     a: Callable[[], None], b: Callable[[], None], budget_s: float
 ) -> tuple[float, float]:
-    """Median seconds per call of a and of b, alternating rounds of about 4 ms or one call."""
+    """Median seconds per call of a and of b, alternating rounds of about 4 ms or one call,
+    each round after the other engine's thread pool has stopped spinning (wait_until_idle)."""
     a()
     b()
     t0 = time.perf_counter()
@@ -188,10 +189,11 @@ def interleaved(
     b()
     pair = time.perf_counter() - t0
     calls = max(1, int(0.004 // max(pair / 2, 1e-7)))
-    rounds = max(5, int(budget_s / (pair * calls)))
+    rounds = max(5, int(budget_s / (pair * calls + 2 * SETTLE_WINDOW)))
     ta, tb = [], []
     for _ in range(rounds):
         for fn, out in ((a, ta), (b, tb)):
+            wait_until_idle()
             t0 = time.perf_counter()
             for _ in range(calls):
                 fn()

@@ -70,12 +70,14 @@ def case(name: str, threads: int, budget_s: float) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("cases", nargs="*", default=list(CASES), choices=list(CASES))
+    ap.add_argument("cases", nargs="*", help=f"default: all of {', '.join(CASES)}")
     ap.add_argument("--threads", type=int, nargs="+", default=[1])
     ap.add_argument("--seconds", type=float, default=1.5, help="time budget per case")
     args = ap.parse_args()
+    if unknown := set(args.cases) - set(CASES):
+        ap.error(f"unknown case(s) {sorted(unknown)}; choose from {', '.join(CASES)}")
     print("load average", os.getloadavg(), flush=True)
-    for name in args.cases:
+    for name in args.cases or CASES:
         for t in args.threads:
             print(case(name, t, args.seconds), flush=True)
     print("load average", os.getloadavg())
