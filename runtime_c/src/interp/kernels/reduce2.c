@@ -488,11 +488,13 @@ static inline __attribute__((always_inline)) ipu_status topk_scan(const ipu__fra
 static ipu_status topk_packed(const ipu__frame *f, const void *x, ipu_dtype dt, int64_t xb,
                               int64_t s, int64_t n, int64_t k, int largest, uint64_t *h) {
     for (int64_t j = 0; j < k; j++) h[j * s] = entry(x, dt, xb, s, j, largest);
-    for (int64_t j = k / 2; j-- > 0;) sift_min(h, s, j, k);
-    ipu_status st = dt != IPU_DTYPE_FLOAT32 ? topk_scan(f, x, dt, xb, s, n, k, largest, h)
-                    : largest               ? topk_scan(f, x, IPU_DTYPE_FLOAT32, xb, s, n, k, 1, h)
-                                            : topk_scan(f, x, IPU_DTYPE_FLOAT32, xb, s, n, k, 0, h);
-    if (st != IPU_OK) return st;
+    if (k < n) { /* the heap serves the scan only: k = n (a whole sort) goes straight on */
+        for (int64_t j = k / 2; j-- > 0;) sift_min(h, s, j, k);
+        ipu_status st = dt != IPU_DTYPE_FLOAT32 ? topk_scan(f, x, dt, xb, s, n, k, largest, h)
+                        : largest ? topk_scan(f, x, IPU_DTYPE_FLOAT32, xb, s, n, k, 1, h)
+                                  : topk_scan(f, x, IPU_DTYPE_FLOAT32, xb, s, n, k, 0, h);
+        if (st != IPU_OK) return st;
+    }
     int depth = 2;
     for (int64_t m = k; m > 1; m >>= 1) depth += 2;
     return sort_desc(f, h, s, k, depth);
