@@ -8,6 +8,7 @@ verb's help and the magic returns None rather than exiting the kernel.
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -15,7 +16,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic_arguments import MagicArgumentParser
 from IPython.utils.text import dedent
 
-VERBS = ("devices", "compile", "fuse", "run", "compare", "dump", "profile")
+VERBS = ("devices", "compile", "fuse", "run", "compare", "dump", "profile", "graph", "timeline")
 
 
 class HelpShown(Exception):
@@ -89,6 +90,17 @@ def _add_compile_options(p: argparse.ArgumentParser) -> None:
         help="compile a model that does not fit on the IPU, for CPU use",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no summary")
+
+
+def _window(text: str) -> tuple[float, float]:
+    """--window START,END in ms: two numbers, START < END."""
+    try:
+        lo, hi = (float(v) for v in text.split(","))
+    except ValueError:
+        lo = hi = math.nan
+    if not 0 <= lo < hi:
+        raise argparse.ArgumentTypeError(f"expected START,END in ms with START < END, got {text!r}")
+    return lo, hi
 
 
 def _build() -> _Parser:
@@ -230,6 +242,27 @@ def _build() -> _Parser:
     p.add_argument("--no-timeline", action="store_true", help="only the IPU Model's pictures")
     p.add_argument("--top", type=_positive, default=30, metavar="N", help="instructions shown")
     p.add_argument("--ipu", type=int, default=0, metavar="I", help="which IPU's tiles (default 0)")
+
+    p = verbs.add_parser(
+        "graph",
+        add_help=True,
+        help="the compiled model's ONNX nodes as a graph: what each became (instructions, "
+        "fused, view), output shapes, estimated cycles and bytes per node",
+    )
+    p.add_argument("exe", metavar="EXE", help="an Executable, a PopEF path or a variable")
+
+    p = verbs.add_parser(
+        "timeline",
+        add_help=True,
+        help="a recorded run's load / compute / store lanes, with zoom and pan",
+    )
+    p.add_argument("run", metavar="RESULT", help="a RunResult of `%%ipu run EXE --record`")
+    p.add_argument(
+        "--window",
+        type=_window,
+        metavar="START,END",
+        help="the part shown first, in ms since the first event (default: the whole run)",
+    )
     return top
 
 

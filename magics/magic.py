@@ -103,6 +103,21 @@ class IpuMagics(Magics):
             )
         return profile(ns.exe, exe, ns.ipu, ns.top, recorded, notes)
 
+    def _graph(self, ns: argparse.Namespace, cell: str | None, scope: dict[str, Any]) -> Any:
+        from .graph import graph
+
+        _no_cell(ns, cell)
+        return graph(ns.exe, sources.executable(ns.exe, scope))
+
+    def _timeline(self, ns: argparse.Namespace, cell: str | None, scope: dict[str, Any]) -> Any:
+        from .timeline import timeline
+
+        _no_cell(ns, cell)
+        view = timeline(ns.run, sources.lookup(ns.run, scope))
+        if ns.window is not None:
+            view.set_window(ns.window[0] * 1e6, ns.window[1] * 1e6)
+        return view
+
     def _run(self, ns: argparse.Namespace, cell: str | None, scope: dict[str, Any]) -> Any:
         from .run import PreparedRun, RunPlan, check_feeds, run
 

@@ -93,6 +93,9 @@ def memory_heatmap(report: Any, ipu: int = 0) -> bytes:
     return _png(fig)
 
 
+_CATEGORY_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd")  # CATEGORIES order
+
+
 def memory_categories(report: Any, ipu: int = 0) -> bytes:
     """What fills tile memory: the fullest tile's and the average tile's bytes by category
     (weights, activations, io, temporaries, code) against the tile capacity."""
@@ -107,10 +110,9 @@ def memory_categories(report: Any, ipu: int = 0) -> bytes:
     }
     fig = _figure(9, 2.4)
     ax = fig.add_subplot()
-    colors = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd")
     parts = [
         (name, color, np.array([p[i] for p in rows.values()], dtype=np.float64) / 1024)
-        for i, (name, color) in enumerate(zip(CATEGORIES, colors, strict=False))
+        for i, (name, color) in enumerate(zip(CATEGORIES, _CATEGORY_COLORS, strict=True))
     ]
     totals = _stacked_bars(ax, list(rows), parts)
     ax.axvline(cap_kib, color="black", linestyle="--", linewidth=1)
@@ -121,6 +123,57 @@ def memory_categories(report: Any, ipu: int = 0) -> bytes:
         f"({memory[fullest] / report.target.memory_bytes_per_tile:.1%} of capacity)",
         fontsize=10,
     )
+    return _png(fig)
+
+
+def liveness(report: Any) -> bytes:
+    """Bytes live over each program, summed over the tiles, stacked by category (PopVision's
+    liveness report); the peak marked with the instruction running there."""
+    from pyipu.compiler.ipu_model.report import CATEGORIES
+
+    lives = report.liveness
+    fig = _figure(10, 3.2)
+    ax = fig.add_subplot()
+    x0 = 0
+    peak = (-1.0, 0, "")
+    for lv in lives:
+        x = np.arange(x0, x0 + len(lv.instructions) + 2)
+        ys = [lv.bytes[k] / 2**20 for k in CATEGORIES]
+        ax.stackplot(
+            x,
+            *ys,
+            colors=_CATEGORY_COLORS,
+            labels=CATEGORIES if x0 == 0 else None,
+            step="mid",
+            alpha=0.85,
+        )
+        total = lv.total / 2**20
+        i = int(np.argmax(total))
+        if total[i] > peak[0]:
+            what = (
+                _instruction_label(lv.instructions[i - 1]) if 0 < i <= len(lv.instructions) else ""
+            )
+            peak = (float(total[i]), int(x[i]), what)
+        if x0:
+            ax.axvline(x0 - 0.5, color="black", linewidth=0.8)
+        x0 += len(lv.instructions) + 2
+    if peak[0] >= 0:
+        ax.axvline(peak[1], color="black", linestyle="--", linewidth=0.8)
+        ax.set_ylim(0, peak[0] * 1.3)  # room above the data for the note
+        ax.annotate(
+            f"peak {peak[0]:.1f} MiB: {peak[2]}",
+            (peak[1], peak[0] * 1.27),
+            xytext=(4, 0),
+            textcoords="offset points",
+            va="top",
+            fontsize=8,
+        )
+    ax.set_xlim(0, max(x0 - 1, 1))
+    ax.set_xlabel("position in the program (instruction; 0: before the first)")
+    ax.set_ylabel("MiB, all tiles")
+    programs = ", ".join(str(p) for lv in lives for p in lv.programs)
+    ax.set_title(f"Memory live over the program (program {programs}), by category", fontsize=10)
+    _legend_beside(ax)
     return _png(fig)
 
 
@@ -139,10 +192,19 @@ def _tile_outline(first: int, end: int, cols: int) -> list[Any]:
 
 
 def _instruction_label(c: Any) -> str:
-    """ "matmul → Act1 (p1#0)": the op, the model value it writes, where it is in the program."""
-    value = c.output if len(c.output) <= 32 else c.output[:31] + "…"
-    what = f"{c.opcode.lower()} → {value}" if value else c.opcode.lower()
+    """ "n140…n142 Conv+BatchNormalization+Relu (conv2d)": the ONNX nodes an instruction
+    computes (fused nodes included) and its opcode; a file without sources.py's record gives
+    "conv2d → r142 (p1#44)": the value it writes and where it is in the program."""
+    if c.node:
+        names = c.node.split("+")
+        who = names[0] if len(names) == 1 else f"{names[0]}…{names[-1]}"
+        return f"{_short(f'{who} {c.op_type}', 44)} ({c.opcode.lower()})"
+    what = f"{c.opcode.lower()} → {_short(c.output, 32)}" if c.output else c.opcode.lower()
     return f"{what} (p{c.program}#{c.index})"
+
+
+def _short(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
 
 
 def instruction_cycles(report: Any, top: int = 30) -> bytes:

@@ -11,6 +11,7 @@ from . import pictures
 CAPTIONS = {
     "memory": "Per-tile memory (IPU Model estimate, peak over the program)",
     "categories": "What fills tile memory, by category (IPU Model estimate)",
+    "liveness": "Memory live over the program, all tiles, by category (IPU Model estimate)",
     "cycles": "Estimated cycles per instruction (IPU Model)",
     "timeline": "Load / compute / store timeline of a recorded run (measured)",
 }
@@ -18,7 +19,8 @@ CAPTIONS = {
 
 @dataclass
 class ProfileResult:
-    """`figures`: name ("memory", "categories", "cycles", "timeline") -> PNG bytes; `overlap`:
+    """`figures`: name ("memory", "categories", "liveness", "cycles", "timeline") -> PNG bytes;
+    `overlap`:
     the share of load+store time that overlapped compute in the recorded run (None without a
     timeline)."""
 
@@ -53,6 +55,7 @@ def profile(name: str, exe: Any, ipu: int, top: int, run: Any | None, notes: lis
     figures = {
         "memory": pictures.memory_heatmap(report, ipu),
         "categories": pictures.memory_categories(report, ipu),
+        "liveness": pictures.liveness(report),
         "cycles": pictures.instruction_cycles(report, top),
     }
     overlap = None

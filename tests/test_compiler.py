@@ -513,7 +513,8 @@ def test_options_validation() -> None:
         opts.batch_per_step = 2  # type: ignore[attr-defined]
     opts = CompilerOptions.from_dict({"ipu_version": "ipu21", "opaque_blobs": {"cfg": "x"}})
     ir = compile_ir(fusion_model0(), None, opts)
-    assert ir.ipu_version == 21 and ir.opaque == (("cfg", b"x"),)
+    assert ir.ipu_version == 21 and ir.opaque[0] == ("cfg", b"x")
+    assert [name for name, _ in ir.opaque[1:]] == ["pyipu.sources"]
     seen: list[tuple[int, int]] = []
     opts.compilation_progress_logger = lambda p, n: seen.append((p, n))
     compile_ir(fusion_model0(), None, opts)

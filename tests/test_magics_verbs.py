@@ -125,14 +125,14 @@ def test_profile_pictures_and_recorded_timeline(ip: Any, exe: Executable) -> Non
     ip.user_ns["recorded"] = run
     assert run.trace is not None and len(run.trace) == 3 * run.stats["iterations"]
     res = magic(ip, "profile exe --run recorded --top 5")
-    assert set(res.figures) == {"memory", "categories", "cycles", "timeline"}
+    assert set(res.figures) == {"memory", "categories", "liveness", "cycles", "timeline"}
     for png in res.figures.values():
         width, height = _png_size(png)
         assert width > 300 and height > 100
     assert 0.0 <= res.overlap <= 1.0
     html = res._repr_html_()
-    assert html.count("data:image/png;base64,") == 4
-    for key in ("memory", "categories", "cycles", "timeline"):
+    assert html.count("data:image/png;base64,") == 5
+    for key in ("memory", "categories", "liveness", "cycles", "timeline"):
         assert f"ipu-figure-{key}" in html
     encoded = re.search(r'src="data:image/png;base64,([^"]+)"', html).group(1)
     assert base64.b64decode(encoded).startswith(PNG_MAGIC)
@@ -170,7 +170,7 @@ def test_profile_records_a_run_itself(ip: Any, exe: Executable) -> None:
     res = magic(ip, "profile exe --requests 4")
     assert "timeline" in res.figures and "recorded by %ipu profile" in res.notes[0]
     res = magic(ip, "profile exe --no-timeline")
-    assert set(res.figures) == {"memory", "categories", "cycles"} and res.overlap is None
+    assert set(res.figures) == {"memory", "categories", "liveness", "cycles"} and res.overlap is None
     with pytest.raises(UsageError, match="--ipu 3"):
         magic(ip, "profile exe --ipu 3 --no-timeline")
     ip.user_ns["not_recorded"] = magic(ip, "run exe --requests 2 --no-widgets")
@@ -215,11 +215,11 @@ def test_compare_runs_side_by_side(ip: Any, exe: Executable, monkeypatch: Any) -
     assert list(frame.index) == ["exe", "exe4"] and frame.loc["exe", "vs first"] == 1.0
 
 
-def test_cycle_bars_name_the_model_values(exe: Executable) -> None:
+def test_cycle_bars_name_the_onnx_nodes(exe: Executable) -> None:
     from pyipu.magics import pictures
 
     labels = [pictures._instruction_label(c) for c in exe.report().instructions]
-    assert "matmul → h (p1#0)" in labels  # small_model: h = x @ W
+    assert "MatMul_0 MatMul (matmul)" in labels  # small_model: h = x @ W, an unnamed node
 
 
 def test_memory_categories_picture(exe: Executable) -> None:

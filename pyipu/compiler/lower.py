@@ -38,6 +38,7 @@ from pyipu.compiler.ir import (
     dtype_of,
 )
 from pyipu.compiler.onnx_import import ImportedGraph, ValueSpec, check_declared_shape
+from pyipu.compiler.sources import NO_NODE, SourceNode, Sources, node_name
 from pyipu.enums import DType, Op
 from pyipu.errors import Error
 
@@ -55,6 +56,7 @@ class BuildTensor:
     data: bytes | None = None  # WEIGHT roots
     stage: int = 0  # pipeline stage whose node created it (manual sharding)
     offset: int = 0  # bytes into the root (a view of part of it: concat_inplace.py)
+    node: int = NO_NODE  # index into GraphBuilder.nodes of the ONNX node that made it
 
     @property
     def nbytes(self) -> int:
@@ -100,6 +102,8 @@ class GraphBuilder:
     # that binding a new value works; the instruction-level fusions then fold none of them
     constant_weights: bool = True
     current_stage: int = 0  # stage of the node being lowered (manual sharding)
+    nodes: list[SourceNode] = field(default_factory=list)  # the ONNX nodes lowered, in order
+    current_node: int = NO_NODE  # the one being lowered: its tensors record it (sources.py)
     instr_stages: list[list[int]] = field(default_factory=list)  # parallel to programs
 
     def __post_init__(self) -> None:
@@ -145,9 +149,28 @@ class GraphBuilder:
             raise UnsupportedError(f"tensor {name!r} has zero-size shape {list(shape)}")
         check_size(name, shape, np.dtype(_np_name(dt)).itemsize)
         self.tensors.append(
-            BuildTensor(name, dt, shape, kind, subgraph, base, data, self.current_stage, offset)
+            BuildTensor(
+                name,
+                dt,
+                shape,
+                kind,
+                subgraph,
+                base,
+                data,
+                self.current_stage,
+                offset,
+                self.current_node,
+            )
         )
         return len(self.tensors) - 1
+
+    def sources(self) -> Sources:
+        return Sources(
+            tuple(self.nodes),
+            tuple(t.name for t in self.tensors),
+            tuple(t.node for t in self.tensors),
+            tuple(-1 if t.base is None else t.base for t in self.tensors),
+        )
 
     def root(self, t: int) -> int:
         base = self.tensors[t].base
@@ -560,10 +583,18 @@ def lower_subgraph(
     for proto in nodes:
         if stage_of is not None:
             builder.current_stage = stage_of(proto)
+        builder.current_node = len(builder.nodes)
+        name = node_name(proto.name, proto.op_type, builder.current_node)
+        builder.nodes.append(
+            SourceNode(name, proto.op_type, tuple(proto.input), tuple(proto.output))
+        )
         low.lower_node(proto, registry)
     builder.current_stage = last
-    for name in outputs:
+    made_by = {o: k for k, n in enumerate(builder.nodes) for o in n.outputs}
+    for name in outputs:  # a copy into an output's own storage belongs to the node making it
+        builder.current_node = made_by.get(name, NO_NODE)
         low.add_output(name)
+    builder.current_node = NO_NODE
     builder.current_stage = 0
 
 

@@ -269,5 +269,5 @@ def build_ir(
         num_ipus=num_ipus,
         batches_per_step=batches_per_step,
         num_io_tiles=num_io_tiles,
-        opaque=opaque,
+        opaque=(*opaque, b.sources().blob()),
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import struct
 
+from pyipu.compiler import sources
 from pyipu.compiler.ir import (
     ALIGN,
     MAX_ATTRS,
@@ -399,7 +400,7 @@ def decode_blobs(blobs: list[Blob]) -> ModelIR:
         for b in blobs
         if b[0] == BLOB_OPAQUE and b[2] not in _DERIVED_BLOBS
     )
-    return ModelIR(programs=tuple(programs), opaque=opaque, **meta)
+    return sources.named(ModelIR(programs=tuple(programs), opaque=opaque, **meta))
 
 
 def decode(data: bytes) -> ModelIR:

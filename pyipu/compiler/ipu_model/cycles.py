@@ -54,6 +54,8 @@ class InstructionCost:
     sync_cycles: int
     temp_bytes: int  # temporary bytes on its busiest tile (per pass)
     output: str = ""  # the value it writes (its first output's name: the ONNX value, mostly)
+    node: str = ""  # the ONNX node it was lowered from ("" when unknown: compiler/sources.py)
+    op_type: str = ""  # that node's op type
 
     @property
     def cycles(self) -> int:

@@ -11,9 +11,11 @@ import dataclasses
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from pyipu.compiler import sources
 from pyipu.compiler.ipu_model.cycles import InstructionCost, instruction_cost
 from pyipu.compiler.ipu_model.mapping import (
     WEIGHTS,
@@ -22,8 +24,9 @@ from pyipu.compiler.ipu_model.mapping import (
     live_segments,
     map_tensors,
 )
-from pyipu.compiler.ipu_model.report import IPUModelReport, TensorMemory
+from pyipu.compiler.ipu_model.report import CATEGORIES, IPUModelReport, Liveness, TensorMemory
 from pyipu.compiler.ir import NO_INDEX, ModelIR
+from pyipu.compiler.sources import Sources
 from pyipu.ipu_targets import IPUTarget, target
 
 SETTINGS_BLOB = "pyipu.ipu_model"
@@ -113,7 +116,14 @@ def _columns(tiles: int, *edges: np.ndarray) -> np.ndarray:
 
 
 def _timeline(
-    ir: ModelIR, m: Mapping, tl: Timeline, tpi: int, budget: int, tgt: IPUTarget, code: _Rects
+    ir: ModelIR,
+    m: Mapping,
+    tl: Timeline,
+    tpi: int,
+    budget: int,
+    tgt: IPUTarget,
+    code: _Rects,
+    src: _Sources | None,
 ) -> tuple[list[InstructionCost], dict[str, _Rects]]:
     """Costs and the live bytes of activations, io and temporaries over the timeline."""
     live = {k: _Rects() for k in _DYNAMIC}
@@ -125,23 +135,67 @@ def _timeline(
     for pos, step in enumerate(tl.steps, start=1):
         cost, work, temps = instruction_cost(ir, m, step, tgt, budget)
         if step.instr.outputs:
-            cost = dataclasses.replace(cost, output=ir.tensors[step.instr.outputs[0]].name)
+            out = step.instr.outputs[0]
+            node, op_type = _node_of(src, out)
+            cost = dataclasses.replace(
+                cost, output=ir.tensors[out].name, node=node, op_type=op_type
+            )
         costs.append(cost)
         code.add(0, 0, [(a, b, CODE_BYTES_PER_INSTRUCTION) for a, b in work])
         live["temporaries"].add(pos, pos, temps)
     return costs, live
 
 
+@dataclass(frozen=True)
+class _Sources:
+    """The compiled graph's nodes and which of them each node's instructions also do."""
+
+    src: Sources
+    doing: dict[int, list[int]]  # node → the nodes whose work its instructions do
+
+    @classmethod
+    def of(cls, ir: ModelIR) -> _Sources | None:
+        src = sources.of(ir.opaque, len(ir.tensors))
+        if src is None:
+            return None
+        written = {
+            o
+            for p in ir.programs
+            if p.id != ir.load_program
+            for ins in p.instrs
+            for o in ins.outputs
+        }
+        doing: dict[int, list[int]] = {}
+        for k, (_, doer) in enumerate(sources.roles(src, written)):
+            if doer != sources.NO_NODE:
+                doing.setdefault(doer, []).append(k)
+        return cls(src, doing)
+
+
+def _node_of(s: _Sources | None, tensor: int) -> tuple[str, str]:
+    """("Conv_3+Relu_4", "Conv+Relu"): the nodes an instruction writing `tensor` computes."""
+    k = s.src.tensor_nodes[tensor] if s is not None else sources.NO_NODE
+    if s is None or k == sources.NO_NODE:
+        return "", ""
+    nodes = [s.src.nodes[j] for j in sorted(s.doing.get(k, [k]))]
+    return "+".join(n.name for n in nodes), "+".join(n.op_type for n in nodes)
+
+
 def _keep_peak(
     live: dict[str, _Rects], positions: int, peak: np.ndarray, dyn: dict[str, np.ndarray]
-) -> None:
-    """Raise `peak` (per tile) to this timeline's peak, recording the categories there."""
+) -> dict[str, np.ndarray]:
+    """Raise `peak` (per tile) to this timeline's peak, recording the categories there.
+    Returns each category's bytes over the timeline, summed over the tiles."""
     cols = _columns(peak.size, *(live[k].edges() for k in _DYNAMIC))
     groups = np.arange(cols.size - 1)
     best = np.full(groups.size, -1, np.int64)  # per column group, over the timeline
     parts_at = {k: np.zeros(groups.size, np.int64) for k in _DYNAMIC}
     gens = [live[k].chunks(positions, cols) for k in _DYNAMIC]
+    width = np.diff(cols)
+    totals: dict[str, list[np.ndarray]] = {k: [] for k in _DYNAMIC}
     for parts in zip(*gens, strict=True):
+        for k, arr in zip(_DYNAMIC, parts, strict=True):
+            totals[k].append(arr @ width)
         total = sum(parts[1:], start=parts[0])  # an array, as every part is
         at = total.argmax(0)
         here = total[at, groups]
@@ -149,12 +203,12 @@ def _keep_peak(
         best[better] = here[better]
         for k, arr in zip(_DYNAMIC, parts, strict=True):
             parts_at[k][better] = arr[at, groups][better]
-    width = np.diff(cols)
     tile_best = np.repeat(best, width)
     better = tile_best > peak
     peak[better] = tile_best[better]
     for k in _DYNAMIC:
         dyn[k][better] = np.repeat(parts_at[k], width)[better]
+    return {k: np.concatenate(v) for k, v in totals.items()}
 
 
 def _host_bytes(ir: ModelIR, anchors: tuple[int, ...]) -> int:
@@ -173,6 +227,7 @@ def estimate(ir: ModelIR, settings: Settings | None = None) -> IPUModelReport:
     tiles = ir.num_ipus * tpi
     budget = int(cfg.available_memory_proportion * tgt.memory_bytes_per_tile)
     m = map_tensors(ir, tpi)
+    src = _Sources.of(ir)
 
     weights, io_buf, code = _Rects(), _Rects(), _Rects()
     for slot in m.slots:
@@ -186,13 +241,16 @@ def estimate(ir: ModelIR, settings: Settings | None = None) -> IPUModelReport:
     costs: list[InstructionCost] = []
     program_cycles: dict[int, int] = {}
     host_bytes = 0
+    timelines: list[tuple[tuple[int, ...], tuple[InstructionCost, ...], dict[str, Any]]] = []
     for tl in m.timelines:
-        c, live = _timeline(ir, m, tl, tpi, budget, tgt, code)
+        c, live = _timeline(ir, m, tl, tpi, budget, tgt, code, src)
         costs += c
         for cost in c:
             program_cycles[cost.program] = program_cycles.get(cost.program, 0) + cost.cycles
         host_bytes = max(host_bytes, _host_bytes(ir, tl.anchors))
-        _keep_peak(live, len(tl.steps) + 2, peak, dyn)
+        positions = len(tl.steps) + 2
+        over_time = _keep_peak(live, positions, peak, dyn)
+        timelines.append((tuple(dict.fromkeys(st.program for st in tl.steps)), tuple(c), over_time))
     for pid in ir.main_programs:
         program_cycles.setdefault(pid, 0)
 
@@ -205,6 +263,21 @@ def estimate(ir: ModelIR, settings: Settings | None = None) -> IPUModelReport:
     }
     shape = (ir.num_ipus, tpi)
     categories = {k: v.reshape(shape) for k, v in cats.items()}
+    static = {"weights": cats["weights"].sum(), "io": io_buf.static(tiles).sum()}
+    static["code"] = cats["code"].sum()
+    liveness = tuple(
+        Liveness(
+            programs,
+            steps,
+            {
+                k: over_time[k] + static.get(k, 0)
+                if k in over_time
+                else np.full(len(steps) + 2, static[k], np.int64)
+                for k in CATEGORIES
+            },
+        )
+        for programs, steps, over_time in timelines
+    )
     memory = sum(categories.values()).reshape(shape)
 
     clock = tgt.tile_clock_frequency
@@ -258,5 +331,6 @@ def estimate(ir: ModelIR, settings: Settings | None = None) -> IPUModelReport:
         host_io_cycles=host,
         step_cycles=step,
         latency_s=(batch + host) / clock,
+        liveness=liveness,
         throughput=throughput,
     )

@@ -27,12 +27,28 @@ class TensorMemory:
 
 
 @dataclass(frozen=True, eq=False)
+class Liveness:
+    """Bytes live over one timeline (a Main program, or a sharded model's stages in order),
+    summed over every tile, per category. Position 0 is before the first instruction, i + 1
+    while `instructions[i]` runs, the last after the last one."""
+
+    programs: tuple[int, ...]
+    instructions: tuple[InstructionCost, ...] = field(repr=False)
+    bytes: dict[str, np.ndarray] = field(repr=False)  # CATEGORIES -> one value per position
+
+    @property
+    def total(self) -> np.ndarray:
+        return sum(self.bytes.values(), start=np.zeros(len(self.instructions) + 2, np.int64))
+
+
+@dataclass(frozen=True, eq=False)
 class IPUModelReport:
     """What the IPU Model estimates for an executable (see docs/ipu-model.md).
 
     `memory[ipu, tile]` is each tile's peak bytes; `categories[name]` splits it exactly
     (weights, activations, io, temporaries, code: the dynamic ones taken at the tile's peak), so
-    `sum(categories.values()) == memory`. Cycles are per batch on one replica.
+    `sum(categories.values()) == memory`. Cycles are per batch on one replica. `liveness`:
+    the bytes live over each program, summed over the tiles (PopVision's liveness report).
 
     Example:
         >>> rep = exe.report()  # doctest: +SKIP
@@ -57,6 +73,7 @@ class IPUModelReport:
     step_cycles: int  # one step of batches_per_step batches, overlap and pipelining applied
     latency_s: float
     throughput: float  # batches per second (all replicas)
+    liveness: tuple[Liveness, ...] = field(default=(), repr=False)  # one per timeline
 
     @property
     def tiles_per_ipu(self) -> int:
@@ -141,7 +158,8 @@ class IPUModelReport:
             passes = f" in {ic.passes} passes" if ic.passes > 1 else ""
             lines.append(
                 f"  program {ic.program} #{ic.index} {ic.opcode.lower()}"
-                f"{f' -> {ic.output}' if ic.output else ''} on {ic.tiles} tiles"
+                f"{f' -> {ic.output}' if ic.output else ''}"
+                f"{f' ({ic.node}: {ic.op_type})' if ic.node else ''} on {ic.tiles} tiles"
                 f"{passes}: {ic.cycles} = {ic.compute_cycles} + {ic.exchange_cycles} + "
                 f"{ic.sync_cycles}"
             )
