@@ -21,6 +21,7 @@ _COLORS = {"load": "#ff7f0e", "compute": "#1f77b4", "store": "#2ca02c"}
 WIDTH, LABEL_W, LANE_H, AXIS_H = 900, 90, 20, 34
 MIN_PX = 2.0  # the narrowest interval drawn
 MIN_SPAN_NS = 1000  # the deepest zoom: a 1 µs window
+_WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
 @dataclass
@@ -133,8 +134,10 @@ class TimelineView:
 
         self._handle = display(HTML(self._repr_html_()), display_id=True)
         controls = self.controls()
-        if controls is not None:
-            display(controls)
+        if controls is not None:  # without a kernel (an exported page) a note, not a repr
+            view = {"version_major": 2, "version_minor": 0, "model_id": controls.model_id}
+            note = "(zoom and pan controls: they need a running kernel)"
+            display({_WIDGET_VIEW: view, "text/plain": note}, raw=True)
 
     def controls(self) -> Any:
         """The zoom / pan widgets bound to this view (None without ipywidgets)."""
