@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy
 from Cython.Build import cythonize
-from setuptools import Extension, setup
+from setuptools import Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).parent
@@ -73,19 +73,8 @@ extensions = [
 setup(
     name="pyipu",
     version=(ROOT / "VERSION").read_text().strip(),
-    packages=[
-        "pyipu",
-        "pyipu.cli",
-        "pyipu.compiler",
-        "pyipu.compiler.ipu_model",
-        "pyipu.compiler.rewrites",
-        "pyipu.converter",
-        "pyipu.model_runtime",
-        "pyipu.passes",
-        "pyipu.reference",
-        "pyipu.runtime",
-        "pyipu.magics",
-    ],
+    # every package under pyipu/ (the tree is the list), and the magics installed inside it
+    packages=[*find_packages(include=["pyipu", "pyipu.*"]), "pyipu.magics"],
     package_dir={"pyipu.magics": "magics"},
     package_data={"pyipu": ["py.typed", "*.pyi"]},
     ext_modules=cythonize(extensions, language_level=3),

@@ -170,7 +170,9 @@ def test_profile_records_a_run_itself(ip: Any, exe: Executable) -> None:
     res = magic(ip, "profile exe --requests 4")
     assert "timeline" in res.figures and "recorded by %ipu profile" in res.notes[0]
     res = magic(ip, "profile exe --no-timeline")
-    assert set(res.figures) == {"memory", "categories", "liveness", "cycles"} and res.overlap is None
+    assert (
+        set(res.figures) == {"memory", "categories", "liveness", "cycles"} and res.overlap is None
+    )
     with pytest.raises(UsageError, match="--ipu 3"):
         magic(ip, "profile exe --ipu 3 --no-timeline")
     ip.user_ns["not_recorded"] = magic(ip, "run exe --requests 2 --no-widgets")
