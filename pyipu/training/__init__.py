@@ -1,0 +1,7 @@
+"""Training on pyipu: reverse-mode differentiation of ONNX graphs (`gradients`), written as
+ONNX nodes that pyipu's compiler and kernels run like any model (docs/training.md)."""
+
+from pyipu.training.autodiff import gradients
+from pyipu.training.rules import RULES
+
+__all__ = ["RULES", "gradients"]

@@ -1,0 +1,337 @@
+"""Gradient rules (pyipu.training): each checked against central finite differences in float64
+(onnx's reference evaluator runs both graphs), then the float32 backward graph compiled and run
+by pyipu against the same reference."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+from pyipu.compiler import Compiler
+from pyipu.compiler.errors import UnsupportedOpError
+from pyipu.runtime import Runner
+from pyipu.training import RULES, gradients
+
+F64, F32 = TensorProto.DOUBLE, TensorProto.FLOAT
+
+
+@dataclass
+class Case:
+    """nodes(dtype) -> ONNX nodes computing "y" from the graph inputs; `inputs`: name -> shape;
+    `wrt`: the inputs differentiated; `positive`: inputs drawn > 0.5 (Log, Sqrt, Pow...)."""
+
+    name: str
+    nodes: Callable[[int], list[onnx.NodeProto]]
+    inputs: dict[str, tuple[int, ...]]
+    wrt: tuple[str, ...]
+    opset: int = 13
+    positive: tuple[str, ...] = ()
+    eps: float = 1e-6  # the finite-difference step
+    ort: bool = False  # evaluate with ONNX Runtime (onnx's reference gets the op wrong)
+
+
+def _n(op: str, ins: list[str], out: str = "y", **attrs) -> onnx.NodeProto:
+    return helper.make_node(op, ins, [out], **attrs)
+
+
+def _c(name: str, value, dtype) -> onnx.NodeProto:
+    arr = np.asarray(value, helper.tensor_dtype_to_np_dtype(dtype))
+    return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(arr))
+
+
+def _i(name: str, value) -> onnx.NodeProto:
+    return helper.make_node(
+        "Constant", [], [name], value=numpy_helper.from_array(np.asarray(value, np.int64))
+    )
+
+
+CASES = [
+    Case(
+        "add_broadcast",
+        lambda t: [_n("Add", ["a", "b"])],
+        {"a": (2, 3, 4), "b": (3, 1)},
+        ("a", "b"),
+    ),
+    Case("sub", lambda t: [_n("Sub", ["a", "b"])], {"a": (3, 4), "b": (4,)}, ("a", "b")),
+    Case("mul", lambda t: [_n("Mul", ["a", "b"])], {"a": (2, 3), "b": (1, 3)}, ("a", "b")),
+    Case(
+        "div",
+        lambda t: [_n("Div", ["a", "b"])],
+        {"a": (2, 3), "b": (2, 3)},
+        ("a", "b"),
+        positive=("b",),
+    ),
+    Case("sum3", lambda t: [_n("Sum", ["a", "b", "a"])], {"a": (2, 3), "b": (3,)}, ("a", "b")),
+    Case("neg_exp", lambda t: [_n("Neg", ["a"], "m"), _n("Exp", ["m"])], {"a": (5,)}, ("a",)),
+    Case("log", lambda t: [_n("Log", ["a"])], {"a": (5,)}, ("a",), positive=("a",)),
+    Case("sqrt", lambda t: [_n("Sqrt", ["a"])], {"a": (5,)}, ("a",), positive=("a",)),
+    Case("abs", lambda t: [_n("Abs", ["a"])], {"a": (6,)}, ("a",)),
+    Case("reciprocal", lambda t: [_n("Reciprocal", ["a"])], {"a": (4,)}, ("a",), positive=("a",)),
+    Case("sigmoid", lambda t: [_n("Sigmoid", ["a"])], {"a": (2, 5)}, ("a",)),
+    Case("tanh", lambda t: [_n("Tanh", ["a"])], {"a": (2, 5)}, ("a",)),
+    Case("sin_cos", lambda t: [_n("Sin", ["a"], "s"), _n("Cos", ["s"])], {"a": (5,)}, ("a",)),
+    Case("relu", lambda t: [_n("Relu", ["a"])], {"a": (3, 4)}, ("a",)),
+    Case("leaky_relu", lambda t: [_n("LeakyRelu", ["a"], alpha=0.2)], {"a": (3, 4)}, ("a",)),
+    # onnx's reference Erf is an approximation (1e-8 off): a larger step
+    Case("erf", lambda t: [_n("Erf", ["a"])], {"a": (6,)}, ("a",), eps=1e-3),
+    Case(
+        "pow",
+        lambda t: [_c("p", 3.0, t), _n("Pow", ["a", "p"])],
+        {"a": (4,)},
+        ("a",),
+        positive=("a",),
+    ),
+    Case(
+        "clip",
+        lambda t: [_c("lo", -0.5, t), _c("hi", 0.5, t), _n("Clip", ["a", "lo", "hi"])],
+        {"a": (8,)},
+        ("a",),
+    ),
+    Case(
+        "clip_opset10",
+        lambda t: [_n("Clip", ["a"], min=-0.5, max=0.5)],
+        {"a": (8,)},
+        ("a",),
+        opset=10,
+    ),
+    Case(
+        "where",
+        lambda t: [_c("z", 0.0, t), _n("Greater", ["a", "z"], "c"), _n("Where", ["c", "a", "b"])],
+        {"a": (3, 4), "b": (4,)},
+        ("a", "b"),
+    ),
+    # linear, but through float32: a step far above float32's rounding
+    Case(
+        "cast_roundtrip",
+        lambda t: [_n("Cast", ["a"], "f", to=F32), _n("Cast", ["f"], to=t)],
+        {"a": (4,)},
+        ("a",),
+        eps=1e-2,
+    ),
+    Case("matmul", lambda t: [_n("MatMul", ["a", "b"])], {"a": (3, 4), "b": (4, 5)}, ("a", "b")),
+    Case(
+        "matmul_batched",
+        lambda t: [_n("MatMul", ["a", "b"])],
+        {"a": (2, 3, 4), "b": (4, 5)},
+        ("a", "b"),
+    ),
+    Case(
+        "matmul_vector",
+        lambda t: [_n("MatMul", ["a", "b"])],
+        {"a": (4,), "b": (2, 4, 3)},
+        ("a", "b"),
+    ),
+    Case(
+        "matmul_bcast",
+        lambda t: [_n("MatMul", ["a", "b"])],
+        {"a": (2, 1, 3, 4), "b": (3, 4, 2)},
+        ("a", "b"),
+    ),
+    Case(
+        "gemm",
+        lambda t: [_n("Gemm", ["a", "b", "c"], alpha=0.5, beta=2.0)],
+        {"a": (3, 4), "b": (4, 5), "c": (5,)},
+        ("a", "b", "c"),
+    ),
+    Case(
+        "gemm_trans",
+        lambda t: [_n("Gemm", ["a", "b", "c"], transA=1, transB=1)],
+        {"a": (4, 3), "b": (5, 4), "c": (3, 5)},
+        ("a", "b", "c"),
+    ),
+    Case(
+        "gather_rows",
+        lambda t: [_i("idx", [[0, 2], [2, 3]]), _n("Gather", ["a", "idx"])],
+        {"a": (4, 3)},
+        ("a",),
+    ),
+    Case("reshape", lambda t: [_i("s", [4, 3]), _n("Reshape", ["a", "s"])], {"a": (2, 6)}, ("a",)),
+    Case("flatten", lambda t: [_n("Flatten", ["a"], axis=2)], {"a": (2, 3, 4)}, ("a",)),
+    Case(
+        "squeeze_unsqueeze",
+        lambda t: [_i("ax", [0]), _n("Unsqueeze", ["a", "ax"], "u"), _n("Squeeze", ["u", "ax"])],
+        {"a": (3, 2)},
+        ("a",),
+    ),
+    Case("expand", lambda t: [_i("s", [2, 3, 4]), _n("Expand", ["a", "s"])], {"a": (3, 1)}, ("a",)),
+    Case("transpose", lambda t: [_n("Transpose", ["a"], perm=[2, 0, 1])], {"a": (2, 3, 4)}, ("a",)),
+    Case(
+        "concat",
+        lambda t: [_n("Concat", ["a", "b", "a"], axis=1)],
+        {"a": (2, 3), "b": (2, 2)},
+        ("a", "b"),
+    ),
+    Case(
+        "concat_opset11",
+        lambda t: [_n("Concat", ["a", "b"], axis=0)],
+        {"a": (2, 3), "b": (1, 3)},
+        ("a", "b"),
+        opset=11,
+    ),
+    Case(
+        "reduce_sum",
+        lambda t: [_i("ax", [1]), _n("ReduceSum", ["a", "ax"], keepdims=0)],
+        {"a": (2, 3, 4)},
+        ("a",),
+    ),
+    Case(
+        "reduce_mean_opset11",
+        lambda t: [_n("ReduceMean", ["a"], axes=[0, 2])],
+        {"a": (2, 3, 4)},
+        ("a",),
+        opset=11,
+    ),
+    Case("reduce_all", lambda t: [_n("ReduceSum", ["a"], keepdims=0)], {"a": (2, 3)}, ("a",)),
+    Case("softmax", lambda t: [_n("Softmax", ["a"], axis=1)], {"a": (2, 4, 3)}, ("a",)),
+    # before opset 13 Softmax normalises over every axis from `axis` on (onnx's reference
+    # evaluator normalises over `axis` only)
+    Case(
+        "softmax_opset11",
+        lambda t: [_n("Softmax", ["a"], axis=1)],
+        {"a": (2, 4, 3)},
+        ("a",),
+        opset=11,
+        ort=True,
+    ),
+    Case("log_softmax", lambda t: [_n("LogSoftmax", ["a"], axis=-1)], {"a": (3, 5)}, ("a",)),
+    Case(
+        "mlp",
+        lambda t: [
+            _n("MatMul", ["x", "w1"], "h"),
+            _n("Add", ["h", "b1"], "hb"),
+            _n("Relu", ["hb"], "r"),
+            _n("MatMul", ["r", "w2"], "o"),
+            _n("LogSoftmax", ["o"], "y", axis=1),
+        ],
+        {"x": (4, 6), "w1": (6, 5), "b1": (5,), "w2": (5, 3)},
+        ("w1", "b1", "w2"),
+    ),
+]
+
+
+def _model(case: Case, dtype: int) -> onnx.ModelProto:
+    """The case's graph with loss = sum(y * r), r a fixed random weighting (so every element of
+    y's gradient differs)."""
+    rng = np.random.default_rng(1)
+    nodes = case.nodes(dtype)
+    probe = helper.make_model(
+        helper.make_graph(
+            nodes,
+            "probe",
+            [helper.make_tensor_value_info(n, dtype, s) for n, s in case.inputs.items()],
+            [helper.make_tensor_value_info("y", dtype, None)],
+        ),
+        opset_imports=[helper.make_opsetid("", case.opset)],
+    )
+    shape = onnx.shape_inference.infer_shapes(probe).graph.output[0].type.tensor_type.shape
+    yshape = [d.dim_value for d in shape.dim]
+    r = rng.standard_normal(yshape).astype(helper.tensor_dtype_to_np_dtype(dtype))
+    loss = [
+        helper.make_node("Constant", [], ["loss_w"], value=numpy_helper.from_array(r)),
+        _n("Mul", ["y", "loss_w"], "loss_yr"),
+        _n("ReduceSum", ["loss_yr"], "loss", keepdims=0),
+    ]
+    g = helper.make_graph(
+        nodes + loss,
+        case.name,
+        [helper.make_tensor_value_info(n, dtype, s) for n, s in case.inputs.items()],
+        [helper.make_tensor_value_info("loss", dtype, [])],
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", case.opset)])
+
+
+def _feeds(case: Case, np_dtype) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    out = {}
+    for name, shape in case.inputs.items():
+        v = rng.standard_normal(shape)
+        if name in case.positive:
+            v = 0.5 + np.abs(v)
+        else:  # away from the kinks of Relu, Abs, Clip
+            v = np.where(np.abs(v) < 0.05, v + 0.1, v)
+            v = np.where(np.abs(np.abs(v) - 0.5) < 0.05, v + 0.1, v)
+        out[name] = v.astype(np_dtype)
+    return out
+
+
+def _evaluator(model: onnx.ModelProto, case: Case):
+    if not case.ort:
+        return ReferenceEvaluator(model)
+    ort = pytest.importorskip("onnxruntime")
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    m.ir_version = min(m.ir_version, 10)
+    return ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def _with_outputs(model: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    del m.graph.output[:]
+    for n in names:
+        m.graph.output.append(onnx.ValueInfoProto(name=n))
+    return m
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_gradient_matches_finite_differences(case: Case) -> None:
+    model = _model(case, F64)
+    grad_model, names = gradients(model, "loss", list(case.wrt))
+    feeds = _feeds(case, np.float64)
+    got = _evaluator(_with_outputs(grad_model, [names[w] for w in case.wrt]), case).run(None, feeds)
+    forward = _evaluator(model, case)
+    eps = case.eps
+    for w, g in zip(case.wrt, got, strict=True):
+        assert g.shape == feeds[w].shape, f"{w}: gradient shape {g.shape}"
+        numeric = np.zeros_like(feeds[w])
+        for i in np.ndindex(feeds[w].shape):
+            hi, lo = dict(feeds), dict(feeds)
+            hi[w], lo[w] = feeds[w].copy(), feeds[w].copy()
+            hi[w][i] += eps
+            lo[w][i] -= eps
+            numeric[i] = (forward.run(None, hi)[0] - forward.run(None, lo)[0]) / (2 * eps)
+        tol = 1e-5 if case.eps <= 1e-5 else 1e-4
+        np.testing.assert_allclose(g, numeric, rtol=tol, atol=tol / 10, err_msg=f"d loss / d {w}")
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_pyipu_runs_the_backward_graph(case: Case) -> None:
+    model = _model(case, F32)
+    grad_model, names = gradients(model, "loss", list(case.wrt))
+    outs = [names[w] for w in case.wrt]
+    feeds = _feeds(case, np.float32)
+    want = _evaluator(_with_outputs(grad_model, outs), case).run(None, feeds)
+    exe = Compiler.compile(grad_model, outs)
+    with Runner(exe) as runner:
+        got = runner.run(outs, feeds)
+    for w, a, b in zip(case.wrt, got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5, err_msg=f"d loss / d {w}")
+
+
+def test_an_op_without_a_rule_is_named() -> None:
+    case = Case(
+        "topk",
+        lambda t: [_i("k", [2]), helper.make_node("TopK", ["a", "k"], ["y", "i"], name="pick")],
+        {"a": (4,)},
+        ("a",),
+    )
+    assert "TopK" not in RULES
+    with pytest.raises(UnsupportedOpError, match="no gradient for TopK \\(node 'pick'\\)"):
+        gradients(_model(case, F64), "loss", ["a"])
+
+
+def test_unused_and_integer_paths() -> None:
+    case = Case("partial", lambda t: [_n("Mul", ["a", "a"])], {"a": (3,), "b": (2,)}, ("a", "b"))
+    grad_model, names = gradients(_model(case, F64), "loss", ["a", "b"])
+    feeds = _feeds(case, np.float64)
+    ga, gb = ReferenceEvaluator(_with_outputs(grad_model, [names["a"], names["b"]])).run(
+        None, feeds
+    )
+    assert not gb.any() and gb.shape == (2,)  # the loss does not depend on b
+    assert ga.shape == (3,)
