@@ -3,8 +3,9 @@
 `gradients(model, loss, wrt)` returns the model with the backward pass appended: for each tensor
 of `wrt` (weights or inputs) a value holding d(loss)/d(tensor), computed by standard ONNX ops at
 the model's opset, so pyipu's compiler and kernels run the backward pass as they run any model
-(and any ONNX runtime can check it). Each op's rule lives in `rules_*.py`; an op on the path from
-`wrt` to the loss without a rule is an `UnsupportedOpError` naming it.
+(and any ONNX runtime can check it). Each op's rule lives in a `rules_*.py` module (registered
+in registry.py); an op on the path from `wrt` to the loss without a rule is an
+`UnsupportedOpError` naming it.
 """
 
 from __future__ import annotations
@@ -80,6 +81,11 @@ class GradGraph:
             return self.op(op_type, [x, self.ints(axes)], keepdims=keepdims)
         return self.op(op_type, [x], axes=list(axes), keepdims=keepdims)
 
+    def unsqueeze(self, x: str, axes: Sequence[int]) -> str:
+        if self.opset >= 13:
+            return self.op("Unsqueeze", [x, self.ints(axes)])
+        return self.op("Unsqueeze", [x], axes=list(axes))
+
     def reshape(self, x: str, shape: Sequence[int]) -> str:
         return self.op("Reshape", [x, self.ints(shape)])
 
@@ -104,7 +110,8 @@ def gradients(
     """The model with d(loss)/d(t) for each t of `wrt` computed after the forward pass, and the
     name of each gradient value. The loss must be a float tensor (a scalar, usually): the
     gradient of its sum is taken."""
-    from pyipu.training.rules import RULES
+    from pyipu.training import rules_math, rules_nn, rules_shape  # noqa: F401 - they register
+    from pyipu.training.registry import RULES
 
     g = GradGraph(model)
     if g.opset < MIN_OPSET:
@@ -136,6 +143,9 @@ def gradients(
         outs = [g.add_all(grads[o]) if o in grads else None for o in n.output]
         if not any(outs):
             continue
+        for o, go in zip(n.output, outs, strict=True):  # a gradient has its value's type
+            if go is not None and o in g.types:
+                g.types.setdefault(go, g.types[o])
         need = [i in live and i in needed and i != "" for i in n.input]
         if not any(need):
             continue

@@ -1,69 +1,30 @@
-"""Gradient rules: for each ONNX op, the ONNX nodes computing its inputs' gradients from its
-outputs' gradients.
-
-A rule is `rule(g, node, gy, need) -> [gradient or None per input]`: `gy[k]` is the gradient
-of output k (None when the loss does not depend on it), `need[i]` says whether input i wants
-one. Shapes are static (GradGraph.shape). Broadcasting binary ops sum their gradients back to
-each input's shape (GradGraph.unbroadcast).
-"""
+"""Gradient rules of element-wise ops, matrix products and Gather."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 import onnx
-from onnx import helper
 
 from pyipu.compiler.errors import UnsupportedAttributeError, UnsupportedOpError
 from pyipu.training.autodiff import GradGraph
-
-Grads = list[str | None]
-Rule = Callable[[GradGraph, onnx.NodeProto, Grads, list[bool]], Grads]
-RULES: dict[str, Rule] = {}
-
-
-def rule(*ops: str) -> Callable[[Rule], Rule]:
-    def register(fn: Rule) -> Rule:
-        for op in ops:
-            RULES[op] = fn
-        return fn
-
-    return register
-
-
-def _attr(node: onnx.NodeProto, name: str, default: Any = None) -> Any:
-    for a in node.attribute:
-        if a.name == name:
-            return helper.get_attribute_value(a)
-    return default
-
-
-def _dy(gy: Grads) -> str:
-    """The gradient of a node's first output (nodes reach their rule only with one)."""
-    d = gy[0]
-    assert d is not None
-    return d
-
-
-def _out_shape(g: GradGraph, node: onnx.NodeProto) -> tuple[int, ...]:
-    return g.shape(node.output[0])
+from pyipu.training.registry import RULES, Grads, Rule, attr, dy, out_shape, rule
 
 
 # --- element-wise ------------------------------------------------------------------------
 @rule("Add")
 def _add(g: GradGraph, n: onnx.NodeProto, gy: Grads, need: list[bool]) -> Grads:
-    d = _dy(gy)
-    s = _out_shape(g, n)
+    d = dy(gy)
+    s = out_shape(g, n)
     return [g.unbroadcast(d, s, x) if need[i] else None for i, x in enumerate(n.input)]
 
 
 @rule("Sub")
 def _sub(g: GradGraph, n: onnx.NodeProto, gy: Grads, need: list[bool]) -> Grads:
-    d = _dy(gy)
-    s = _out_shape(g, n)
+    d = dy(gy)
+    s = out_shape(g, n)
     a, b = n.input
     return [
         g.unbroadcast(d, s, a) if need[0] else None,
@@ -73,8 +34,8 @@ def _sub(g: GradGraph, n: onnx.NodeProto, gy: Grads, need: list[bool]) -> Grads:
 
 @rule("Mul")
 def _mul(g: GradGraph, n: onnx.NodeProto, gy: Grads, need: list[bool]) -> Grads:
-    d = _dy(gy)
-    s = _out_shape(g, n)
+    d = dy(gy)
+    s = out_shape(g, n)
     a, b = n.input
     return [
         g.unbroadcast(g.op("Mul", [d, b]), s, a) if need[0] else None,
@@ -84,8 +45,8 @@ def _mul(g: GradGraph, n: onnx.NodeProto, gy: Grads, need: list[bool]) -> Grads:
 
 @rule("Div")
 def _div(g: GradGraph, n: onnx.NodeProto, gy: Grads, need: list[bool]) -> Grads:
-    d = _dy(gy)
-    s = _out_shape(g, n)
+    d = dy(gy)
+    s = out_shape(g, n)
     a, b = n.input
     ga = g.op("Div", [d, b])
     return [
@@ -104,7 +65,7 @@ def _unary(fn: Callable[[GradGraph, onnx.NodeProto, str], str]) -> Rule:
     """A rule for y = f(x): d(x) = fn(g, node, d(y))."""
 
     def grad(g: GradGraph, n: onnx.NodeProto, gy: Grads, need: list[bool]) -> Grads:
-        return [fn(g, n, _dy(gy))] + [None] * (len(n.input) - 1)
+        return [fn(g, n, dy(gy))] + [None] * (len(n.input) - 1)
 
     return grad
 
@@ -146,15 +107,15 @@ RULES["Relu"] = _unary(lambda g, n, d: g.op("Mul", [d, _positive(g, n.input[0])]
 
 @rule("LeakyRelu")
 def _leaky(g: GradGraph, n: onnx.NodeProto, gy: Grads, need: list[bool]) -> Grads:
-    x, d = n.input[0], _dy(gy)
-    alpha = float(_attr(n, "alpha", 0.01))
+    x, d = n.input[0], dy(gy)
+    alpha = float(attr(n, "alpha", 0.01))
     pos = g.op("Greater", [x, g.const(0.0, x)])
     return [g.op("Where", [pos, d, g.op("Mul", [d, g.const(alpha, x)])])]
 
 
 @rule("Erf")
 def _erf(g: GradGraph, n: onnx.NodeProto, gy: Grads, need: list[bool]) -> Grads:
-    x, d = n.input[0], _dy(gy)
+    x, d = n.input[0], dy(gy)
     # d erf(x) = 2/sqrt(pi) exp(-x^2)
     e = g.op("Exp", [g.op("Neg", [g.op("Mul", [x, x])])])
     return [g.op("Mul", [d, g.op("Mul", [e, g.const(2 / math.sqrt(math.pi), x)])])]
@@ -163,18 +124,18 @@ def _erf(g: GradGraph, n: onnx.NodeProto, gy: Grads, need: list[bool]) -> Grads:
 @rule("Pow")
 def _pow(g: GradGraph, n: onnx.NodeProto, gy: Grads, need: list[bool]) -> Grads:
     x, p = n.input
-    d = _dy(gy)
+    d = dy(gy)
     if need[1]:
         raise UnsupportedOpError(f"Pow {n.name!r}: no gradient with respect to the exponent")
     # d x^p = p x^(p-1)
     pm1 = g.op("Sub", [p, g.const(1.0, p)])
     local = g.op("Mul", [g.op("Cast", [p], to=g.dtype(x)), g.op("Pow", [x, pm1])])
-    return [g.unbroadcast(g.op("Mul", [d, local]), _out_shape(g, n), x), None]
+    return [g.unbroadcast(g.op("Mul", [d, local]), out_shape(g, n), x), None]
 
 
 @rule("Clip")
 def _clip(g: GradGraph, n: onnx.NodeProto, gy: Grads, need: list[bool]) -> Grads:
-    x, d = n.input[0], _dy(gy)
+    x, d = n.input[0], dy(gy)
     # the gradient passes where min <= x <= max: not (x < min), not (x > max)
     bounds = [
         (n.input[i], op)
@@ -183,8 +144,8 @@ def _clip(g: GradGraph, n: onnx.NodeProto, gy: Grads, need: list[bool]) -> Grads
     ]
     if g.opset < 11:
         for name, op in (("min", "Less"), ("max", "Greater")):
-            if _attr(n, name) is not None:
-                bounds.append((g.const(_attr(n, name), x), op))
+            if attr(n, name) is not None:
+                bounds.append((g.const(attr(n, name), x), op))
     for bound, op in bounds:
         inside = g.op("Not", [g.op(op, [x, bound])])
         d = g.op("Mul", [d, g.op("Cast", [inside], to=g.dtype(x))])
@@ -194,8 +155,8 @@ def _clip(g: GradGraph, n: onnx.NodeProto, gy: Grads, need: list[bool]) -> Grads
 @rule("Where")
 def _where(g: GradGraph, n: onnx.NodeProto, gy: Grads, need: list[bool]) -> Grads:
     c, a, b = n.input
-    d = _dy(gy)
-    s = _out_shape(g, n)
+    d = dy(gy)
+    s = out_shape(g, n)
     zero = g.const(0.0, n.output[0])
     return [
         None,
@@ -206,7 +167,7 @@ def _where(g: GradGraph, n: onnx.NodeProto, gy: Grads, need: list[bool]) -> Grad
 
 @rule("Cast")
 def _cast(g: GradGraph, n: onnx.NodeProto, gy: Grads, need: list[bool]) -> Grads:
-    return [g.op("Cast", [_dy(gy)], to=g.dtype(n.input[0]))]
+    return [g.op("Cast", [dy(gy)], to=g.dtype(n.input[0]))]
 
 
 # --- matrix products ---------------------------------------------------------------------
@@ -219,7 +180,7 @@ def _swap_last(g: GradGraph, x: str, rank: int) -> str:
 @rule("MatMul")
 def _matmul(g: GradGraph, n: onnx.NodeProto, gy: Grads, need: list[bool]) -> Grads:
     a, b = n.input
-    d = _dy(gy)
+    d = dy(gy)
     sa, sb = g.shape(a), g.shape(b)
     # 1-D operands as matrices: a [K] is [1, K], b [K] is [K, 1]
     a2 = a if len(sa) > 1 else g.reshape(a, (1, sa[0]))
@@ -254,9 +215,9 @@ def _sum_to(
 @rule("Gemm")
 def _gemm(g: GradGraph, n: onnx.NodeProto, gy: Grads, need: list[bool]) -> Grads:
     a, b = n.input[0], n.input[1]
-    d = _dy(gy)
-    alpha, beta = float(_attr(n, "alpha", 1.0)), float(_attr(n, "beta", 1.0))
-    ta, tb = int(_attr(n, "transA", 0)), int(_attr(n, "transB", 0))
+    d = dy(gy)
+    alpha, beta = float(attr(n, "alpha", 1.0)), float(attr(n, "beta", 1.0))
+    ta, tb = int(attr(n, "transA", 0)), int(attr(n, "transB", 0))
     y = n.output[0]
     da = d if alpha == 1.0 else g.op("Mul", [d, g.const(alpha, y)])
     out: Grads = [None] * len(n.input)
@@ -270,15 +231,15 @@ def _gemm(g: GradGraph, n: onnx.NodeProto, gy: Grads, need: list[bool]) -> Grads
         out[1] = g.op("Transpose", [gb], perm=[1, 0]) if tb else gb
     if len(n.input) > 2 and n.input[2] and need[2]:
         dc = d if beta == 1.0 else g.op("Mul", [d, g.const(beta, y)])
-        out[2] = g.unbroadcast(dc, _out_shape(g, n), n.input[2])
+        out[2] = g.unbroadcast(dc, out_shape(g, n), n.input[2])
     return out
 
 
 @rule("Gather")
 def _gather(g: GradGraph, n: onnx.NodeProto, gy: Grads, need: list[bool]) -> Grads:
     data, idx = n.input
-    d = _dy(gy)
-    axis = int(_attr(n, "axis", 0))
+    d = dy(gy)
+    axis = int(attr(n, "axis", 0))
     shape = g.shape(data)
     if axis not in (0, -len(shape)):
         raise UnsupportedAttributeError(f"Gather {n.name!r}: gradient only along axis 0")
@@ -288,86 +249,3 @@ def _gather(g: GradGraph, n: onnx.NodeProto, gy: Grads, need: list[bool]) -> Gra
     hot = g.op("OneHot", [flat, g.const(np.int64(rows)), g.const(np.array([0, 1]), data)], axis=-1)
     gd = g.op("MatMul", [g.op("Transpose", [hot], perm=[1, 0]), g.reshape(d, (-1, rest))])
     return [g.reshape(gd, shape) if need[0] else None, None]
-
-
-# --- shapes ------------------------------------------------------------------------------
-@rule("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Expand")
-def _reshape(g: GradGraph, n: onnx.NodeProto, gy: Grads, need: list[bool]) -> Grads:
-    d = _dy(gy)
-    x = n.input[0]
-    if n.op_type == "Expand":
-        grad = g.unbroadcast(d, _out_shape(g, n), x)
-    else:
-        grad = g.reshape(d, g.shape(x))
-    return [grad] + [None] * (len(n.input) - 1)
-
-
-@rule("Transpose")
-def _transpose(g: GradGraph, n: onnx.NodeProto, gy: Grads, need: list[bool]) -> Grads:
-    d = _dy(gy)
-    rank = len(g.shape(n.input[0]))
-    perm = _attr(n, "perm", list(reversed(range(rank))))
-    return [g.op("Transpose", [d], perm=[int(i) for i in np.argsort(perm)])]
-
-
-@rule("Concat")
-def _concat(g: GradGraph, n: onnx.NodeProto, gy: Grads, need: list[bool]) -> Grads:
-    d = _dy(gy)
-    rank = len(_out_shape(g, n))
-    axis = int(_attr(n, "axis")) % rank
-    sizes = [g.shape(x)[axis] for x in n.input]
-    if g.opset >= 13:
-        parts = g.op("Split", [d, g.ints(sizes)], n_out=len(sizes), axis=axis)
-    else:
-        parts = g.op("Split", [d], n_out=len(sizes), axis=axis, split=sizes)
-    parts = [parts] if isinstance(parts, str) else parts
-    return [p if need[i] else None for i, p in enumerate(parts)]
-
-
-def _reduce_axes(g: GradGraph, n: onnx.NodeProto) -> list[int]:
-    rank = len(g.shape(n.input[0]))
-    axes = _attr(n, "axes")
-    if axes is None and len(n.input) > 1 and n.input[1]:
-        value = g.constant(n.input[1])
-        if value is None:
-            raise UnsupportedOpError(f"{n.op_type} {n.name!r}: axes must be constant to train")
-        axes = value.tolist()
-    if not axes:
-        return [] if int(_attr(n, "noop_with_empty_axes", 0)) else list(range(rank))
-    return sorted(int(a) % rank for a in axes)
-
-
-@rule("ReduceSum", "ReduceMean")
-def _reduce(g: GradGraph, n: onnx.NodeProto, gy: Grads, need: list[bool]) -> Grads:
-    d = _dy(gy)
-    x = n.input[0]
-    shape = g.shape(x)
-    axes = _reduce_axes(g, n)
-    kept = tuple(1 if i in axes else s for i, s in enumerate(shape))
-    grad = g.op("Expand", [g.reshape(d, kept), g.ints(shape)])
-    if n.op_type == "ReduceMean":
-        count = int(np.prod([shape[a] for a in axes], dtype=np.int64)) or 1
-        grad = g.op("Div", [grad, g.const(float(count), x)])
-    return [grad] + [None] * (len(n.input) - 1)
-
-
-def _softmax_axes(g: GradGraph, n: onnx.NodeProto) -> list[int]:
-    rank = len(g.shape(n.input[0]))
-    default = -1 if g.opset >= 13 else 1
-    axis = int(_attr(n, "axis", default)) % rank
-    # before opset 13 the input is seen as 2-D: [dims before axis, dims from axis on]
-    return [axis] if g.opset >= 13 else list(range(axis, rank))
-
-
-@rule("Softmax")
-def _softmax(g: GradGraph, n: onnx.NodeProto, gy: Grads, need: list[bool]) -> Grads:
-    d, y = _dy(gy), n.output[0]
-    s = g.reduce("ReduceSum", g.op("Mul", [d, y]), _softmax_axes(g, n), keepdims=1)
-    return [g.op("Mul", [y, g.op("Sub", [d, s])])]
-
-
-@rule("LogSoftmax")
-def _log_softmax(g: GradGraph, n: onnx.NodeProto, gy: Grads, need: list[bool]) -> Grads:
-    d, y = _dy(gy), n.output[0]
-    s = g.reduce("ReduceSum", d, _softmax_axes(g, n), keepdims=1)
-    return [g.op("Sub", [d, g.op("Mul", [g.op("Exp", [y]), s])])]
