@@ -18,16 +18,20 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper, shape_inference
 
 from pyipu.compiler.errors import CompileError, UnsupportedOpError
+from pyipu.training.nodes import NodeWriter
 
 MIN_OPSET = 9  # the backward ops used (Where, OneHot, ConstantOfShape, Sign) exist from 9
 FLOATS = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16)
 
 
-class GradGraph:
+class GradGraph(NodeWriter):
     """The backward nodes being written, with the forward graph's static shapes at hand."""
 
     def __init__(self, model: onnx.ModelProto) -> None:
-        self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+        super().__init__(
+            next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1),
+            "grad",
+        )
         inferred = shape_inference.infer_shapes(model, strict_mode=True)
         self.types: dict[str, tuple[int, tuple[int, ...]]] = {}
         for v in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]:
@@ -41,8 +45,6 @@ class GradGraph:
         for n in model.graph.node:
             if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
                 self.constants[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
-        self.nodes: list[onnx.NodeProto] = []
-        self._count = 0
 
     # --- facts about forward values --------------------------------------------------------
     def shape(self, name: str) -> tuple[int, ...]:
@@ -58,36 +60,10 @@ class GradGraph:
         return self.constants.get(name)
 
     # --- writing nodes ---------------------------------------------------------------------
-    def op(self, op_type: str, inputs: Sequence[str], n_out: int = 1, **attrs: Any) -> Any:
-        self._count += 1
-        outs = [f"grad/{op_type}:{self._count}" + (f".{i}" if i else "") for i in range(n_out)]
-        self.nodes.append(helper.make_node(op_type, list(inputs), outs, name=outs[0], **attrs))
-        return outs[0] if n_out == 1 else outs
-
     def const(self, value: Any, like: str | None = None) -> str:
         """A Constant; `like` gives it that value's element type."""
-        array = np.asarray(value)
-        if like is not None:
-            array = array.astype(helper.tensor_dtype_to_np_dtype(self.dtype(like)))
-        return self.op("Constant", [], value=numpy_helper.from_array(array))
-
-    def ints(self, values: Sequence[int]) -> str:
-        return self.const(np.array(list(values), np.int64))
-
-    def reduce(self, op_type: str, x: str, axes: Sequence[int], keepdims: int) -> str:
-        """ReduceSum / ReduceMean over `axes` (an attribute or an input, by opset)."""
-        as_input = self.opset >= (13 if op_type == "ReduceSum" else 18)
-        if as_input:
-            return self.op(op_type, [x, self.ints(axes)], keepdims=keepdims)
-        return self.op(op_type, [x], axes=list(axes), keepdims=keepdims)
-
-    def unsqueeze(self, x: str, axes: Sequence[int]) -> str:
-        if self.opset >= 13:
-            return self.op("Unsqueeze", [x, self.ints(axes)])
-        return self.op("Unsqueeze", [x], axes=list(axes))
-
-    def reshape(self, x: str, shape: Sequence[int]) -> str:
-        return self.op("Reshape", [x, self.ints(shape)])
+        dtype = helper.tensor_dtype_to_np_dtype(self.dtype(like)) if like is not None else None
+        return super().const(value, dtype)
 
     def unbroadcast(self, grad: str, grad_shape: Sequence[int], target: str) -> str:
         """`grad` (of a broadcast result's shape) summed back to `target`'s shape."""
