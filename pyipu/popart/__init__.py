@@ -45,12 +45,36 @@ from pyipu.popart.errors import (
     poplar_exception,
 )
 from pyipu.popart.losses import ReductionType
+from pyipu.popart.optimizers import (
+    SGD,
+    Adam,
+    AdamMode,
+    Adaptive,
+    AdaptiveMode,
+    ConstSGD,
+    IdentityLoss,
+    L1Loss,
+    NllLoss,
+    WeightDecayMode,
+)
 from pyipu.popart.options import SessionOptions, SyntheticDataMode, VirtualGraphMode
 from pyipu.popart.session import InferenceSession, InputShapeInfo, Patterns
 from pyipu.popart.stepio import PyStepIO, PyStepIOCallback, PyWeightsIO
 from pyipu.popart.tensorinfo import TensorInfo
+from pyipu.popart.training import TrainingSession
 
 __all__ = [
+    "SGD",
+    "Adam",
+    "AdamMode",
+    "Adaptive",
+    "AdaptiveMode",
+    "ConstSGD",
+    "IdentityLoss",
+    "L1Loss",
+    "NllLoss",
+    "TrainingSession",
+    "WeightDecayMode",
     "AnchorReturnType",
     "AnchorReturnTypeId",
     "Builder",

@@ -70,7 +70,7 @@ class AiGraphcore:
         logp = probs if inputIsLogProbability else on.log([probs])
         # one-hot of the label along axis 1 picks each sample's class
         onehot = on.onehot(
-            [label, self._const(np.int64(classes)), self._const(np.array([0, 1], np.float32))],
+            [label, self._const(np.float32(classes)), self._const(np.array([0, 1], np.float32))],
             axis=1,
         )
         picked = on.reducesum([on.mul([logp, onehot])], axes=[1], keepdims=0)

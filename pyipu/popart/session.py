@@ -85,7 +85,10 @@ class _Session:
         self.model = _load(fnModel)
         for tid, info in (inputShapeInfo.infos if inputShapeInfo else {}).items():
             _set_input_shape(self.model, tid, info)
-        self.weights = {i.name: numpy_helper.to_array(i) for i in self.model.graph.initializer}
+        self._extend_model()
+        self.weights = {
+            i.name: np.array(numpy_helper.to_array(i)) for i in self.model.graph.initializer
+        }
         self._values = _value_names(self.model)
         for tid in dataFlow.anchors:
             if tid not in self._values:
@@ -98,6 +101,9 @@ class _Session:
         self._exe: Any = None
         self._weights_dirty = False
         self._inferred: dict[str, TensorInfo] | None = None
+
+    def _extend_model(self) -> None:
+        """Ops the session adds to the model before anything else reads it (none here)."""
 
     # --- compile ---------------------------------------------------------------------------
     def prepareDevice(self, loadEngine: bool = True) -> None:  # noqa: N802, N803

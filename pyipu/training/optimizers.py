@@ -121,7 +121,8 @@ class SGD(Optimizer):
             running = w.op(
                 "Add", [w.op("Mul", [state["momentum"], mom]), w.op("Mul", [g, one_minus_damp])]
             )
-            first = w.op("Equal", [step, w.const(np.asarray(1.0, dtype))])
+            # step 1 (Less, not Equal: float Equal needs opset 11)
+            first = w.op("Less", [step, w.const(np.asarray(1.5, dtype))])
             buf = w.op("Where", [first, g, running])
             new_state["momentum"] = buf
             g = w.op("Add", [g, w.op("Mul", [buf, mom])]) if self.nesterov else buf

@@ -246,6 +246,8 @@ def _gather(g: GradGraph, n: onnx.NodeProto, gy: Grads, need: list[bool]) -> Gra
     rows, rest = shape[0], int(np.prod(shape[1:], dtype=np.int64))
     # d(data) = onehot(indices)^T @ d(y): every row gets the sum of the rows that read it
     flat = g.reshape(idx, (-1,))
-    hot = g.op("OneHot", [flat, g.const(np.int64(rows)), g.const(np.array([0, 1]), data)], axis=-1)
+    hot = g.op(
+        "OneHot", [flat, g.const(np.float32(rows)), g.const(np.array([0, 1]), data)], axis=-1
+    )
     gd = g.op("MatMul", [g.op("Transpose", [hot], perm=[1, 0]), g.reshape(d, (-1, rest))])
     return [g.reshape(gd, shape) if need[0] else None, None]

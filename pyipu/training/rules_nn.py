@@ -347,7 +347,7 @@ def _nll_backward(
         scale = g.op("Div", [d, total])
     per = g.op("Neg", [g.op("Mul", [w, scale])])  # label's shape [N, d...]
     hot = g.op(
-        "OneHot", [safe, g.const(np.int64(classes)), g.const(np.array([0.0, 1.0]), logp)], axis=1
+        "OneHot", [safe, g.const(np.float32(classes)), g.const(np.array([0.0, 1.0]), logp)], axis=1
     )
     return g.op("Mul", [hot, g.unsqueeze(per, [1])])
 
