@@ -13,7 +13,8 @@ import numpy as np
 
 # Share of the heat map's viridis pixels that may lie in the colour map's top quarter (yellow)
 # and must lie in its bottom sixteenth (dark purple): every notebook's model uses under 5 % of
-# tile memory, and the heat map scales to tile capacity, so its grid is nearly all dark purple.
+# the memory of most tiles, and the heat map scales to tile capacity, so its grid is nearly all
+# dark purple.
 # (Scaled to the fullest tile instead, the grid is yellow, or with 128 KiB I/O tiles the
 # fullest, a lighter purple around 9 % of the scale.)
 TOP_SHARE_MAX = 0.5

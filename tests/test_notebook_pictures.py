@@ -18,9 +18,16 @@ from pyipu import demo  # noqa: E402
 from pyipu.compiler import Compiler, CompilerOptions  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def report():
-    return Compiler.compile(demo.demo_model(), None, CompilerOptions()).report()
+def _report(num_io_tiles: int) -> object:
+    options = CompilerOptions()
+    options.batches_per_step = 4
+    options.num_io_tiles = num_io_tiles
+    return Compiler.compile(demo.demo_model(), None, options).report()
+
+
+@pytest.fixture(scope="module", params=[0, 4], ids=["no-io-tiles", "io-tiles"])
+def report(request):
+    return _report(request.param)
 
 
 def _events(kinds: list[int], n: int = 200) -> np.ndarray:
@@ -38,7 +45,8 @@ def _events(kinds: list[int], n: int = 200) -> np.ndarray:
 def test_heatmap_check(report) -> None:
     from pyipu.magics import pictures
 
-    assert report.memory.max() < 0.05 * report.target.memory_bytes_per_tile  # a small model
+    cap = report.target.memory_bytes_per_tile
+    assert np.median(report.memory) < 0.05 * cap  # a small model, on most tiles
     assert P.heatmap_problems(pictures.memory_heatmap(report)) == []
     # the same memory scaled to its fullest tile: nearly every tile is the top colour
     full = dataclasses.replace(
@@ -46,7 +54,10 @@ def test_heatmap_check(report) -> None:
         target=dataclasses.replace(report.target, memory_bytes_per_tile=int(report.memory.max())),
     )
     problems = P.heatmap_problems(pictures.memory_heatmap(full))
-    assert any("top colours" in p for p in problems), problems
+    if report.num_io_tiles:  # the I/O tiles are the fullest: the rest turn a lighter purple
+        assert any("low end" in p for p in problems), problems
+    else:  # nearly every tile is the fullest: top colours
+        assert any("top colours" in p for p in problems), problems
 
 
 def test_timeline_check() -> None:
