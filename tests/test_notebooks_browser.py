@@ -306,6 +306,7 @@ def test_notebook_in_jupyterlab(lab: Lab, path: pathlib.Path) -> None:
         stderr = page.evaluate(JS.STDERR)
         pictures = page.evaluate(JS.PICTURES)
         problems = _picture_problems(page, name)
+        contrast = page.evaluate(JS.CONTRAST)  # the light theme, the dark one is tested below
     finally:
         _shutdown(page)
     assert all(c["count"] for c in cells), f"a code cell did not run: {cells}"
@@ -314,6 +315,8 @@ def test_notebook_in_jupyterlab(lab: Lab, path: pathlib.Path) -> None:
     assert all(pictures.values()), f"a picture did not load: {pictures}"
     assert {k.removeprefix("ipu-figure-") for k in pictures} == FIGURES.get(name, set())
     assert problems == [], problems
+    low = [t for t in contrast if t["ratio"] < 4.5]
+    assert low == [], f"text below 4.5:1 contrast: {low[:10]}"
     if name == "quickstart":  # what the page showed while the run was going
         live = [s for s in samples if s and s["status"] == "running"]
         bars = {s["bar"] for s in live}
