@@ -2,8 +2,9 @@
 # CI for the notebooks (docs/notebooks.md): Debian's chromium for the real-browser test, then
 #   - tests/test_notebooks.py: every notebook in notebooks/ run top to bottom by nbclient;
 #   - tests/test_notebooks_browser.py: JupyterLab on 127.0.0.1 driven by headless chromium through
-#     Playwright (the pip package; no browser download): the quickstart's live widgets change
-#     while its run goes, the profile pictures render, screenshots in test-artifacts/;
+#     Playwright (the pip package; no browser download): every notebook runs from the page, its
+#     pictures pass pixel checks, Run All + interrupt, the Dark theme's contrast, screenshots in
+#     test-artifacts/; tests/test_notebook_pictures.py: the pixel checks reject broken pictures;
 #   - the magics' own tests (kernel-less, and through a real kernel) and the runtime's
 #     tracepoints they draw.
 # Run from anywhere; exits non-zero on any failure. `--deps-only` installs chromium and stops:
@@ -22,5 +23,6 @@ fi
 
 python3 -m pip install ".[test]"
 export CI="${CI:-true}"  # a missing tool must fail the tests, not skip them
-pytest -rfE tests/test_notebooks.py tests/test_notebooks_browser.py tests/test_magics.py \
+pytest -rfE tests/test_notebooks.py tests/test_notebooks_browser.py tests/test_notebook_pictures.py \
+  tests/test_magics.py \
   tests/test_magics_verbs.py tests/test_magics_kernel.py tests/test_tracepoints.py

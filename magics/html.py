@@ -7,8 +7,10 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+# JupyterLab's theme variables (light or dark), with light fallbacks where they are undefined
+# (nbviewer, other front ends): text and background come from the page, only lines are set.
 _STYLE = "border-collapse:collapse;font-size:12px;margin:4px 0"
-_CELL = "border:1px solid #ccc;padding:2px 6px;text-align:left"
+_CELL = "border:1px solid var(--jp-border-color2, #ccc);padding:2px 6px;text-align:left"
 
 
 def esc(value: Any) -> str:

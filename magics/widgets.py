@@ -80,6 +80,13 @@ class CompileProgress:
         )
 
 
+# The chart's colours follow JupyterLab's theme (light fallbacks outside JupyterLab); the
+# line's mid blue reads on light and dark backgrounds.
+_LINE = "var(--jp-border-color2, #ddd)"
+_BACKGROUND = "var(--jp-layout-color1, #fafafa)"
+_TEXT = "var(--jp-ui-font-color1, #555)"
+
+
 def sparkline(values: Sequence[float], width: int = 320, height: int = 60) -> str:
     """An inline SVG line chart (no JavaScript library: renders offline and in exports)."""
     pts = list(values)[-CHART_POINTS:]
@@ -92,8 +99,8 @@ def sparkline(values: Sequence[float], width: int = 320, height: int = 60) -> st
     last = f"{pts[-1]:,.0f} req/s" if pts else "no data yet"
     return (
         f'<svg class="ipu-throughput" data-n="{n}" width="{width}" height="{height}" '
-        f'style="border:1px solid #ddd;background:#fafafa">'
-        f'<text x="4" y="11" font-size="10" fill="#555">throughput: {H.esc(last)} '
+        f'style="border:1px solid {_LINE};background:{_BACKGROUND}">'
+        f'<text x="4" y="11" font-size="10" style="fill:{_TEXT}">throughput: {H.esc(last)} '
         f"(max {top:,.0f})</text>"
         f'<polyline fill="none" stroke="#1f77b4" stroke-width="1.5" points="{coords}"/></svg>'
     )

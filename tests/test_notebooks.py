@@ -18,6 +18,8 @@ EXPECTED = {
     "dynamic_batching",
     "ipu_model_report",
     "c_embedding",
+    "converter_and_precision",
+    "model_runtime_session",
 }
 
 
