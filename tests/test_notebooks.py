@@ -20,6 +20,7 @@ EXPECTED = {
     "c_embedding",
     "converter_and_precision",
     "model_runtime_session",
+    "training",
 }
 
 

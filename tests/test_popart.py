@@ -246,8 +246,9 @@ def test_weights_in_and_out(tmp_path) -> None:
     s.close()
 
 
-def test_losses_match_numpy() -> None:
-    b = Builder()
+@pytest.mark.parametrize("opset", [10, 13])
+def test_losses_match_numpy(opset: int) -> None:
+    b = Builder(opsets={"ai.onnx": opset, "ai.graphcore": 1})
     p = b.addInputTensor(TensorInfo("FLOAT", [4, 3]), "probs")
     label = b.addInputTensor(TensorInfo("INT32", [4]), "label")
     probs = b.aiOnnx.softmax([p], 1)

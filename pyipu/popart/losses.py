@@ -73,7 +73,11 @@ class AiGraphcore:
             [label, self._const(np.float32(classes)), self._const(np.array([0, 1], np.float32))],
             axis=1,
         )
-        picked = on.reducesum([on.mul([logp, onehot])], axes=[1], keepdims=0)
+        chosen = on.mul([logp, onehot])
+        if self.b.opsets["ai.onnx"] >= 13:  # axes became an input
+            picked = on.reducesum([chosen, self._const(np.array([1], np.int64))], keepdims=0)
+        else:
+            picked = on.reducesum([chosen], axes=[1], keepdims=0)
         loss = on.neg([picked])
         if ignoreIndex is None:
             return self._reduce(loss, reduction)
