@@ -343,23 +343,15 @@ class _Session:
 
     def readWeights(self, weightsIo: PyWeightsIO) -> None:  # noqa: N802, N803
         for tid, dest in weightsIo.weights.items():
-            src = self._weight(tid)
-            if dest.shape != src.shape:
-                raise popart_exception(
-                    f"readWeights {tid!r}: the array is {list(dest.shape)}, "
-                    f"the weight {list(src.shape)}"
-                )
-            dest[...] = src
+            dest[...] = self._matching_weight(tid, dest, "readWeights")
 
     def writeWeights(self, weightsIo: PyWeightsIO) -> None:  # noqa: N802, N803
         for tid, src in weightsIo.weights.items():
-            dest = self._weight(tid)
-            if src.shape != dest.shape:
-                raise popart_exception(
-                    f"writeWeights {tid!r}: the array is {list(src.shape)}, "
-                    f"the weight {list(dest.shape)}"
-                )
-            self.weights[tid] = np.array(src, dest.dtype)
+            self._store_weight(tid, src, self._matching_weight(tid, src, "writeWeights"))
+
+    def _store_weight(self, tid: str, src: np.ndarray, dest: np.ndarray) -> None:
+        """A written weight reaches the device at weightsFromHost (a recompile)."""
+        self.weights[tid] = np.array(src, dest.dtype)
         self._weights_dirty = True
 
     def resetHostWeights(
@@ -388,6 +380,15 @@ class _Session:
                 f"(weights: {', '.join(sorted(self.weights)[:10])})"
             )
         return self.weights[tid]
+
+    def _matching_weight(self, tid: str, array: np.ndarray, what: str) -> np.ndarray:
+        """The weight `tid`, which `array` must match in shape."""
+        weight = self._weight(tid)
+        if array.shape != weight.shape:
+            raise popart_exception(
+                f"{what} {tid!r}: the array is {list(array.shape)}, the weight {list(weight.shape)}"
+            )
+        return weight
 
     # --- reports and the rest --------------------------------------------------------------
     def getSummaryReport(self, resetProfile: bool = True) -> str:  # noqa: N802, N803

@@ -25,7 +25,6 @@ from pyipu.popart.errors import popart_exception
 from pyipu.popart.optimizers import IdentityLoss, L1Loss, Loss, NllLoss, Optimizer
 from pyipu.popart.options import SessionOptions
 from pyipu.popart.session import InputShapeInfo, Patterns, _Session
-from pyipu.popart.stepio import PyWeightsIO
 from pyipu.training import gradients
 from pyipu.training.nodes import NodeWriter
 
@@ -203,15 +202,9 @@ class TrainingSession(_Session):
     def weightsFromHost(self) -> None:  # noqa: N802
         self._check_compiled()
 
-    def writeWeights(self, weightsIo: PyWeightsIO) -> None:  # noqa: N802, N803
-        for tid, src in weightsIo.weights.items():
-            dest = self._weight(tid)
-            if src.shape != dest.shape:
-                raise popart_exception(
-                    f"writeWeights {tid!r}: the array is {list(src.shape)}, "
-                    f"the weight {list(dest.shape)}"
-                )
-            np.copyto(dest, src, casting="same_kind")
+    def _store_weight(self, tid: str, src: np.ndarray, dest: np.ndarray) -> None:
+        """Into the array the next step reads: no recompile."""
+        np.copyto(dest, src, casting="same_kind")
 
     def optimizerFromHost(self) -> None:  # noqa: N802
         self._check_compiled()
