@@ -350,32 +350,40 @@ void ipu_executable_packed_counts(const ipu_executable *e, uint32_t *mapped, uin
 
 static uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
+/* Is x written into a packed blob? Not Winograd weights: U = G g G^T does not invert exactly, so
+ * their 3x3 originals stay in TENSOR_DATA, and a file carrying U as well would hold them 25/9
+ * times; they are packed at load (ipu__wino_pack_weights). */
+static bool written(const pk_rec *x) { return x->tag.layout != IPU__PACK_WINO; }
+
 ipu_status ipu_executable_packed_blob(const ipu_executable *e, void *dst, size_t cap,
                                       size_t *size) {
     if (!e || !size)
         return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ipu_executable_packed_blob: NULL argument");
     const ipu__prepack *pk = e->prepack;
-    if (!pk || pk->n_used == 0)
-        return ipu__fail(IPU_ERR_NOT_FOUND, "the executable has no packed operands");
+    uint32_t n = 0;
+    for (uint32_t i = 0; pk && i < pk->n_used; i++) n += written(&pk->used[i]);
+    if (n == 0) return ipu__fail(IPU_ERR_NOT_FOUND, "the executable has no packed operands");
     /* the payload starts this far into its 64-byte aligned blob: the OPAQUE name header */
     uint64_t lead = (4 + sizeof IPU_PACKED_BLOB_NAME - 1 + 7) & ~(uint64_t)7;
-    uint64_t end = HEAD + (uint64_t)pk->n_used * ENTRY;
+    uint64_t end = HEAD + (uint64_t)n * ENTRY;
     for (uint32_t i = 0; i < pk->n_used; i++)
-        end = align_up(lead + end, IPU_CONTAINER_ALIGN) - lead + pk->used[i].size;
+        if (written(&pk->used[i]))
+            end = align_up(lead + end, IPU_CONTAINER_ALIGN) - lead + pk->used[i].size;
     *size = (size_t)end;
     if (!dst) return IPU_OK;
     if (cap < end)
         return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "packed blob: %llu bytes do not fit in %zu",
                          (unsigned long long)end, cap);
     uint8_t *p = dst;
-    memset(p, 0, HEAD + (size_t)pk->n_used * ENTRY);
+    memset(p, 0, HEAD + (size_t)n * ENTRY);
     memcpy(p, MAGIC, sizeof MAGIC);
     ipu__st_u32(p + 8, IPU_PACKED_VERSION);
-    ipu__st_u32(p + 12, pk->n_used);
-    uint64_t off = HEAD + (uint64_t)pk->n_used * ENTRY;
-    for (uint32_t i = 0; i < pk->n_used; i++) {
+    ipu__st_u32(p + 12, n);
+    uint64_t off = HEAD + (uint64_t)n * ENTRY;
+    for (uint32_t i = 0, j = 0; i < pk->n_used; i++) {
         const pk_rec *x = &pk->used[i];
-        uint8_t *r = p + HEAD + (uint64_t)i * ENTRY;
+        if (!written(x)) continue;
+        uint8_t *r = p + HEAD + (uint64_t)j++ * ENTRY;
         uint64_t at = align_up(lead + off, IPU_CONTAINER_ALIGN) - lead;
         memset(p + off, 0, (size_t)(at - off)); /* zero padding */
         off = at;
