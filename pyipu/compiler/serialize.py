@@ -453,7 +453,9 @@ def decode_blobs(blobs: list[Blob]) -> ModelIR:
     # bytes() of a bytes payload is the same object: no copy unless a blob is a memoryview
     packs = [b for b in blobs if b[0] == BLOB_OPAQUE and b[2] == PACKED_BLOB]
     meta = decode_metadata(
-        bytes(metas[0][3]), bytes(datas[0][3]) if datas else b"", bytes(packs[0][3]) if packs else None
+        bytes(metas[0][3]),
+        bytes(datas[0][3]) if datas else b"",
+        bytes(packs[0][3]) if packs else None,
     )
     n = len(meta["tensors"])
     programs = [decode_program(b[1], bytes(b[3]), n) for b in blobs if b[0] == BLOB_PROGRAM]
@@ -477,6 +479,20 @@ def decode_blobs(blobs: list[Blob]) -> ModelIR:
         if b[0] == BLOB_OPAQUE and b[2] not in _DERIVED_BLOBS
     )
     return ModelIR(programs=tuple(programs), opaque=opaque, **meta)
+
+
+def stored_packed(blobs: list[Blob]) -> dict[int, int]:
+    """{tensor index: bytes} of the tensors a container stores only packed (from its METADATA)."""
+    (meta,) = [b[3] for b in blobs if b[0] == BLOB_METADATA]
+    head = _META_HEAD.unpack_from(meta)
+    num_tensors, num_subgraphs, num_stages = head[5], head[7], head[12]
+    at = align(_META_HEAD.size + 4 * num_subgraphs + (4 + 12 * num_stages if num_stages else 0), 8)
+    out = {}
+    for i in range(num_tensors):
+        _dt, _nd, _loc, flags, _off, nbytes, *_ = _TENSOR.unpack_from(meta, at + i * _TENSOR.size)
+        if flags & TENSOR_STORED_PACKED:
+            out[i] = nbytes
+    return out
 
 
 def decode(data: bytes) -> ModelIR:
