@@ -135,7 +135,9 @@ def packed_unpack(payload, uint32_t tensor, size_t nbytes):
 def set_isa(int level):
     """Force one instruction-set level (ISA_LEVELS) for every kernel family, process-wide; 0, or
     a level this CPU does not run, means automatic (the best it runs). Returns the level now in
-    use. Set it between runs: for tests, benchmarks and PYIPU_ISA."""
+    use. Set it between runs: for tests, benchmarks and PYIPU_ISA. An executable whose weights
+    are stored packed for the micro-kernel in use at load refuses to run after a change
+    (InvalidStateError): load it again."""
     return ipu__isa_force(level)
 
 

@@ -2,8 +2,9 @@
 
 Byte layouts: runtime_c/include/ipu/ipu_container.h, ipu_executable.h and docs/bytecode.md.
 `encode` produces the blob list that `pyipu._core.write_container` turns into a file; `decode` is
-a pure-Python reader of a whole container (checksum not verified) so the NumPy reference can run a
-saved file without the C extension. Anything malformed raises CorruptFileError (a ValueError).
+a Python reader of a whole container (checksum not verified) so the NumPy reference can run a
+saved file; only weights stored packed need the C extension (its unpacking of their layout).
+Anything malformed raises CorruptFileError (a ValueError).
 """
 
 from __future__ import annotations

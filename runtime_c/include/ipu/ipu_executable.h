@@ -154,8 +154,11 @@ IPU_API IPU_NODISCARD ipu_status ipu_executable_stage(const ipu_executable *e, u
  * packs some constant operands (float32 convolution weights, ...) into the layout of the
  * micro-kernel in use. A container may carry them already packed, in the OPAQUE blob named
  * IPU_PACKED_BLOB_NAME: an entry whose key, layout tag and size match is used in place (read from
- * the mapped file, no copy); any other operand is packed at load as without the blob. A malformed
- * packed blob makes ipu_executable_create fail with IPU_ERR_CORRUPT. */
+ * the mapped file, no copy); any other operand is packed at load as without the blob. A tensor
+ * flagged IPU_TENSOR_STORED_PACKED exists only as its entry's packed bytes: unpacked at load
+ * where its packed form is not used as it is. A malformed packed blob, or a tensor stored packed
+ * without an entry that unpacks into it exactly, makes ipu_executable_create fail with
+ * IPU_ERR_CORRUPT. */
 #define IPU_PACKED_BLOB_NAME "pyipu.packed"
 #define IPU_PACKED_VERSION 2u /* version 1 (64-byte entries, no source tensor) is read too */
 /* How many packed operands the executable holds: `mapped` used in place from the container's
