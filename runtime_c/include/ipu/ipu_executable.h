@@ -176,8 +176,8 @@ IPU_API IPU_NODISCARD ipu_status ipu_executable_packed_blob(const ipu_executable
  * float32 weight whose one use in every program (its Load BIND aside) is an operand packed in a
  * layout that ipu_packed_unpack inverts exactly; else 0. IPU_ERR_NOT_FOUND for an index out of
  * range. */
-IPU_API IPU_NODISCARD ipu_status ipu_executable_packed_only(const ipu_executable *e,
-                                                            uint32_t index, int *out);
+IPU_API IPU_NODISCARD ipu_status ipu_executable_packed_only(const ipu_executable *e, uint32_t index,
+                                                            int *out);
 /* The original bytes of tensor `tensor` from the packed blob payload (size bytes, 4-byte
  * aligned) whose entry names it as its source, unpacked into dst (nbytes, which must be the
  * tensor's size). IPU_ERR_NOT_FOUND: no entry names it (or the payload is another version);

@@ -208,8 +208,7 @@ static ipu_status find_stored(ipu_executable *e, ipu__prepack *pk) {
             return ipu__fail(IPU_ERR_CORRUPT, "packed blob: two entries hold tensor %u", t);
         const char *why;
         if (!unpackable(x, e->tensors[t].desc.nbytes, &why))
-            return ipu__fail(IPU_ERR_CORRUPT, "packed blob: the entry of tensor %u has %s", t,
-                             why);
+            return ipu__fail(IPU_ERR_CORRUPT, "packed blob: the entry of tensor %u has %s", t, why);
         pk->tens[t].entry = x;
     }
     for (uint32_t t = first; t < nt; t++)
@@ -289,9 +288,9 @@ void ipu__prepack_destroy(ipu_executable *e) {
 }
 
 static const pk_rec *lookup(const ipu__prepack *pk, const pk_rec *r) {
-    const pk_rec *hit = pk->n_index ? bsearch(&r->key, pk->index, pk->n_index, sizeof *pk->index,
-                                              cmp_key)
-                                    : NULL;
+    const pk_rec *hit = pk->n_index
+                            ? bsearch(&r->key, pk->index, pk->n_index, sizeof *pk->index, cmp_key)
+                            : NULL;
     if (!hit || hit->size != r->size || memcmp(&hit->tag, &r->tag, sizeof r->tag) != 0) return NULL;
     if (hit->src.tensor != IPU_NO_INDEX && memcmp(&hit->src, &r->src, sizeof r->src) != 0)
         return NULL; /* made from another tensor or shape */
@@ -451,7 +450,8 @@ ipu_status ipu_packed_unpack(const void *payload, size_t size, uint32_t tensor, 
     const pk_rec *x = NULL;
     for (uint32_t i = 0; !st && i < n; i++)
         if (index[i].src.tensor == tensor) {
-            if (x) st = ipu__fail(IPU_ERR_CORRUPT, "packed blob: two entries hold tensor %u", tensor);
+            if (x)
+                st = ipu__fail(IPU_ERR_CORRUPT, "packed blob: two entries hold tensor %u", tensor);
             x = &index[i];
         }
     const char *why;

@@ -95,7 +95,7 @@ static ipu_status mm_run(const ipu__frame *f, const ipu__instr *ins, size_t b, s
     const void *c = p->has_c ? f->ptr[ins->in[2]] : NULL;
     const float *pre = p->packed && B == (const void *)ipu__tensor_bytes(f->exe, ins->in[1])
                            ? p->packed
-                           : NULL; /* not if the session bound another B */
+                           : NULL;       /* not if the session bound another B */
     if (pre && B == (const void *)pre) { /* stored packed only: no other path */
         ipu__ukr u;
         ipu__sgemm_ukr(&u);
@@ -324,8 +324,8 @@ static ipu_status mm_finish(const vctx *v, const ipu__mm_plan *t, const ipu__ten
     ipu__sgemm_ukr(&u);
     uint64_t kn = (uint64_t)p->K * (uint64_t)p->N, nmat = kn ? b->numel / kn : 0;
     size_t nf = 0;
-    if (b->loc == IPU_LOC_TENSOR_DATA && p->hdr.work > 0 &&
-        b->desc.dtype == p->dtype && nmat * kn <= ((uint64_t)1 << 40))
+    if (b->loc == IPU_LOC_TENSOR_DATA && p->hdr.work > 0 && b->desc.dtype == p->dtype &&
+        nmat * kn <= ((uint64_t)1 << 40))
         nf = ipu__mm_packed_floats(p, nmat, u.nr);
     if (nf) {
         mm_pack mp = {p, nmat, u.nr};
@@ -342,7 +342,7 @@ static ipu_status mm_finish(const vctx *v, const ipu__mm_plan *t, const ipu__ten
                               (uint32_t)(p->dtype == IPU_DTYPE_FLOAT16), 0}};
         const void *dst;
         ipu_status st = ipu__vpacked(v, 1, &src, &tag, nf * sizeof(float), pack_mm_weights, &mp,
-                                      &dst);
+                                     &dst);
         if (st == IPU_OK) {
             p->packed = dst;
             p->packed_nr = u.nr;
