@@ -570,3 +570,29 @@ def test_popef_dump_counts_the_weights_stored_packed(exe: Executable, tmp_path) 
     dump(str(tmp_path / "m.popef"), out)
     nbytes = (W1[0] * W1[1] * 9 + 24 * 60) * 4
     assert f"(2 of them, {nbytes} bytes, stored only packed)" in out.getvalue()
+
+
+@pytest.mark.parametrize("hw,layout", [(20, 1), (4, 2)], ids=["a_panels", "b_panels"])
+def test_unpacking_covers_k_chunks_and_partial_blocks(hw: int, layout: int) -> None:
+    """Conv 1x1, 300 → 100 channels: K spans two sgemm K chunks, the channels two row blocks
+    of 96 and a partial micro-kernel panel (A panels on a 20x20 map, B panels of 32 columns on
+    the 4x4 small-map path, AVX-512); decode() gives the weights back exactly and the outputs match the file
+    packed at load."""
+    w = arr((100, 300, 1, 1), F32, 51, low=-0.2, high=0.2)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"])]
+    model = _float_model(
+        "k_chunks", nodes, {"x": [1, 300, hw, hw]}, [numpy_helper.from_array(w, "w")]
+    )
+    exe = Compiler.compile(model)
+    data = exe.to_bytes()
+    assert list(stored_packed(split_container(data)).values()) == [w.nbytes]
+    if auto_sgemm_isa() == 3:
+        (payload,) = [b[3] for b in split_container(data) if b[2] == PACKED_BLOB]
+        assert field(bytearray(payload), 0, 12, "<I") == layout
+    (t,) = [t for t in decode(data).tensors if t.name == "w"]
+    assert t.data == w.tobytes()
+    feeds = {"x": arr((1, 300, hw, hw), F32, 52, low=-1, high=1)}
+    got = run_c(Executable.from_bytes(data), feeds)["y"]
+    at_load = encode_container(exe.program, prepack=False)
+    np.testing.assert_array_equal(got, run_c(Executable.from_bytes(at_load), feeds)["y"])
+    assert_matches_reference({"y": got}, exe.run_reference(feeds))
