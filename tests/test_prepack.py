@@ -576,8 +576,8 @@ def test_popef_dump_counts_the_weights_stored_packed(exe: Executable, tmp_path) 
 def test_unpacking_covers_k_chunks_and_partial_blocks(hw: int, layout: int) -> None:
     """Conv 1x1, 300 → 100 channels: K spans two sgemm K chunks, the channels two row blocks
     of 96 and a partial micro-kernel panel (A panels on a 20x20 map, B panels of 32 columns on
-    the 4x4 small-map path, AVX-512); decode() gives the weights back exactly and the outputs match the file
-    packed at load."""
+    the 4x4 small-map path, AVX-512); decode() gives the weights back exactly and the outputs
+    match the file packed at load."""
     w = arr((100, 300, 1, 1), F32, 51, low=-0.2, high=0.2)
     nodes = [helper.make_node("Conv", ["x", "w"], ["y"])]
     model = _float_model(
