@@ -117,6 +117,10 @@ cdef extern from "ipu/ipu.h" nogil:
     void ipu_executable_packed_counts(const ipu_executable *e, uint32_t *mapped, uint32_t *packed)
     ipu_status ipu_executable_packed_blob(const ipu_executable *e, void *dst, size_t cap,
                                           size_t *size)
+    ipu_status ipu_executable_packed_only(const ipu_executable *e, uint32_t index, int *out)
+    ipu_status ipu_packed_unpack(const void *payload, size_t size, uint32_t tensor, void *dst,
+                                 size_t nbytes)
+    enum: IPU_TENSOR_STORED_PACKED
 
     # session (low-level API)
     ctypedef struct ipu_session:

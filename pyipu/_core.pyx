@@ -36,6 +36,7 @@ BIND_EMPTY = IPU_BIND_EMPTY
 BIND_CALLBACK = IPU_BIND_CALLBACK
 BIND_TENSOR_DATA = IPU_BIND_TENSOR_DATA
 PACKED_BLOB_NAME = IPU_PACKED_BLOB_NAME.decode()
+TENSOR_STORED_PACKED = IPU_TENSOR_STORED_PACKED  # tensor flag: bytes only in the packed blob
 # Tracepoint kinds (ipu_trace.h), by value.
 TRACE_KINDS = {IPU_TRACE_LOAD: "load", IPU_TRACE_COMPUTE: "compute", IPU_TRACE_STORE: "store"}
 # ipu_trace_event, field for field.
@@ -116,10 +117,27 @@ cdef dict _isa_levels():
 ISA_LEVELS = _isa_levels()
 
 
+def packed_unpack(payload, uint32_t tensor, size_t nbytes):
+    """The original bytes of `tensor` (nbytes) from a PACKED_BLOB_NAME payload whose entry holds
+    it stored packed: the C unpacking of its layout (docs/popef.md, "Pre-packed operands")."""
+    cdef const unsigned char[::1] src = bytes(payload) if not isinstance(payload, bytes) else payload
+    cdef bytes out = PyBytes_FromStringAndSize(NULL, nbytes)
+    cdef char *dst = <char *>out
+    cdef const void *p = &src[0] if src.shape[0] else NULL
+    cdef size_t n = src.shape[0]
+    cdef ipu_status s
+    with nogil:
+        s = ipu_packed_unpack(p, n, tensor, dst, nbytes)
+    _check(s)
+    return out
+
+
 def set_isa(int level):
     """Force one instruction-set level (ISA_LEVELS) for every kernel family, process-wide; 0, or
     a level this CPU does not run, means automatic (the best it runs). Returns the level now in
-    use. Set it between runs: for tests, benchmarks and PYIPU_ISA."""
+    use. Set it between runs: for tests, benchmarks and PYIPU_ISA. An executable whose weights
+    are stored packed for the micro-kernel in use at load refuses to run after a change
+    (InvalidStateError): load it again."""
     return ipu__isa_force(level)
 
 
@@ -326,6 +344,16 @@ cdef class Executable:
         _check(s)
         out = PyBytes_FromStringAndSize(NULL, size)  # written in place: no second copy
         _check(ipu_executable_packed_blob(self.e, <char *>out, size, &size))
+        return out
+
+    def packed_only(self):
+        """Indices of the tensors a writer may store only packed (TENSOR_STORED_PACKED)."""
+        cdef int yes = 0
+        out = []
+        for t in range(self.info.num_tensors):
+            _check(ipu_executable_packed_only(self.e, t, &yes))
+            if yes:
+                out.append(t)
         return out
 
     def program_flow(self):

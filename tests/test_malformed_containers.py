@@ -133,3 +133,72 @@ def test_truncation_with_fixed_header_at_every_byte() -> None:
     msgs = [msg for v in seen.values() for n, msg in v if n >= 64]
     assert not [m for m in msgs if "checksum" in m or "file_size" in m]  # the fix-up worked
     assert any("exceeds file size" in m for m in msgs)  # cuts reach the blob table checks
+
+
+def _stored_packed_file() -> bytes:
+    """A compiled model whose two MatMul weights are stored only packed."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from pyipu.compiler import Compiler
+
+    rng = np.random.default_rng(3)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((32, 48), np.float32), "w1"),
+        numpy_helper.from_array(rng.standard_normal((48, 16), np.float32), "w2"),
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h"]),
+        helper.make_node("MatMul", ["h", "w2"], ["y"]),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "stored",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [16, 32])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return Compiler.compile(model).to_bytes()
+
+
+def test_broken_entry_of_a_weight_stored_packed_is_a_corrupt_file(tmp_path) -> None:
+    """Its packed entry is the only copy of the weight: a blob cut short, an entry whose size
+    or source shape is off, or no entry at all is a CorruptFileError (checksum valid), never a
+    weight packed at load from nothing."""
+    import struct
+
+    from pyipu import _core
+    from pyipu.compiler.serialize import PACKED_BLOB, split_container, stored_packed
+
+    data = _stored_packed_file()
+    blobs = split_container(data)
+    assert len(stored_packed(blobs)) == 2
+    (i,) = [k for k, b in enumerate(blobs) if b[2] == PACKED_BLOB]
+
+    def with_payload(edit) -> bytes:
+        edited = list(blobs)
+        t, bid, name, payload = edited[i]
+        edited[i] = (t, bid, name, bytes(edit(bytearray(payload))))
+        return bytes(_core.write_container(edited))
+
+    def entry(p: bytearray, off: int, fmt: str, delta: int) -> bytearray:
+        at = 16 + off
+        struct.pack_into(fmt, p, at, struct.unpack_from(fmt, p, at)[0] + delta)
+        return p
+
+    cases = {
+        "short": (with_payload(lambda p: p[: len(p) - 64]), "exceed the blob"),
+        "size": (with_payload(lambda p: entry(p, 56, "<Q", -64)), "not its geometry"),
+        "rows": (with_payload(lambda p: entry(p, 72, "<Q", 1)), "not the tensor's"),
+        "gone": (bytes(_core.write_container(blobs[:i] + blobs[i + 1 :])), "no packed blob entry"),
+    }
+    paths = []
+    for name, (image, _) in cases.items():
+        (tmp_path / f"{name}.bin").write_bytes(image)
+        paths.append(str(tmp_path / f"{name}.bin"))
+    results = _run_child(_CHILD, *paths)
+    for path, (name, (_, regex)) in zip(paths, cases.items(), strict=True):
+        for got, msg in results[path]:
+            assert got == "pyipu.errors.CorruptFileError" and re.search(regex, msg), (name, msg)

@@ -1,7 +1,9 @@
 """Operands pre-packed at compile time (docs/popef.md, "Pre-packed operands"): the PopEF carries
 the convolution weights already in the sgemm panel layout, the loader maps them instead of
-packing, and anything that does not match (another micro-kernel, another layout version, a
-different size) is packed at load as before. A malformed packed blob is a CorruptFileError."""
+packing, and anything that does not match (another micro-kernel, a different key) is packed at
+load as before. A weight whose one use is such an operand is stored only packed (its bytes leave
+TENSOR_DATA) and unpacked exactly where its values are needed. A malformed packed blob is a
+CorruptFileError."""
 
 from __future__ import annotations
 
@@ -17,11 +19,19 @@ from onnx import TensorProto, helper, numpy_helper
 
 from pyipu import _core, errors
 from pyipu.compiler import CompileError, Compiler, CompilerOptions, Executable
-from pyipu.compiler.serialize import BLOB_OPAQUE, PACKED_BLOB, encode_container, split_container
+from pyipu.compiler.serialize import (
+    BLOB_OPAQUE,
+    PACKED_BLOB,
+    TENSOR_STORED_PACKED,
+    decode,
+    encode_container,
+    split_container,
+    stored_packed,
+)
 from pyipu.model_runtime import AnchorCallbackPolicy, Session
 
 F32 = np.float32
-HEAD, ENTRY = 16, 64  # packed blob header and entry sizes (prepack.c)
+HEAD, ENTRY = 16, 96  # packed blob header and entry sizes (prepack.c)
 
 
 def _float_model(
@@ -43,16 +53,20 @@ def _float_model(
     return model
 
 
+W1 = (120, 4, 3, 3)
+
+
 def _model() -> onnx.ModelProto:
-    """x[1,8,10,10] → Conv 3x3 (120 channels; the Winograd path on the AVX2 tile) → Relu →
-    grouped Conv 1x1 (group 2, 24 channels) → y; weights w1, w2 and bias b1 in the PopEF."""
+    """x[1,8,10,10] → grouped Conv 3x3 (group 2, 120 channels: not Winograd) → Relu → grouped
+    Conv 1x1 (group 2, 24 channels) → y; weights w1, w2 and bias b1 in the PopEF, w1 and w2
+    stored only packed (A panels)."""
     inits = [
-        numpy_helper.from_array(arr((120, 8, 3, 3), F32, 1, low=-0.3, high=0.3), "w1"),
+        numpy_helper.from_array(arr(W1, F32, 1, low=-0.3, high=0.3), "w1"),
         numpy_helper.from_array(arr((120,), F32, 2), "b1"),
         numpy_helper.from_array(arr((24, 60, 1, 1), F32, 3, low=-0.3, high=0.3), "w2"),
     ]
     nodes = [
-        helper.make_node("Conv", ["x", "w1", "b1"], ["c"], pads=[1] * 4),
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c"], pads=[1] * 4, group=2),
         helper.make_node("Relu", ["c"], ["r"]),
         helper.make_node("Conv", ["r", "w2"], ["y"], group=2),
     ]
@@ -185,15 +199,14 @@ def test_packed_for_another_isa_is_packed_at_load(exe: Executable) -> None:
 
 
 def test_file_packed_for_avx512_is_packed_at_load_on_another_cpu(exe: Executable) -> None:
-    """Tags say ISA 3 (AVX-512, micro-kernel height 12): unless this CPU runs that micro-kernel,
-    nothing matches and the weights are packed at load."""
+    """Tags say ISA 3 (AVX-512): unless this CPU runs that micro-kernel, nothing matches and the
+    weights, stored only packed, are unpacked and packed again at load."""
     if auto_sgemm_isa() == 3:
         pytest.skip("this CPU runs the AVX-512 micro-kernel")
 
     def avx512(p: bytearray) -> bytearray:
         for e in range(struct.unpack_from("<I", p, 12)[0]):
             entry_field(p, e, 20, "<I", 3)
-            entry_field(p, e, 24, "<I", 12)
         return p
 
     data = patched(exe.to_bytes(), avx512)
@@ -201,20 +214,31 @@ def test_file_packed_for_avx512_is_packed_at_load_on_another_cpu(exe: Executable
     np.testing.assert_array_equal(run(data), run(exe.to_bytes()))
 
 
-@pytest.mark.parametrize(
-    "edit,kept",
-    [
-        (lambda p: struct.pack_into("<I", p, 8, 99) or p, 0),  # a newer blob version: ignored
-        (lambda p: entry_field(p, 0, 16, "<I", 7), 1),  # another version of the layout
-        (lambda p: entry_field(p, 1, 56, "<Q", field(p, 1, 56, "<Q") - 64), 1),
-        (lambda p: entry_field(p, 0, 4, "<I", 999), 1),  # an instruction that does not exist
-    ],
-    ids=["blob_version", "layout_version", "size", "key"],
-)
-def test_entries_that_do_not_match_are_packed_at_load(exe: Executable, edit, kept: int) -> None:
-    data = patched(exe.to_bytes(), edit)
-    assert counts(data) == (kept, 2 - kept)
+def test_entry_under_another_key_is_unpacked_and_packed_at_load(exe: Executable) -> None:
+    data = patched(exe.to_bytes(), lambda p: entry_field(p, 0, 4, "<I", 999))
+    assert counts(data) == (1, 1)
     np.testing.assert_array_equal(run(data), run(exe.to_bytes()))
+
+
+@pytest.mark.parametrize(
+    "edit,message",
+    [
+        (lambda p: struct.pack_into("<I", p, 8, 99) or p, "no packed blob entry holds it"),
+        (lambda p: entry_field(p, 0, 16, "<I", 7), "cannot be unpacked exactly"),
+        (lambda p: entry_field(p, 1, 56, "<Q", field(p, 1, 56, "<Q") - 64), "not its geometry"),
+        (lambda p: entry_field(p, 1, 72, "<Q", field(p, 1, 72, "<Q") + 1), "not the tensor's"),
+        (lambda p: entry_field(p, 1, 40, "<I", 0), "no packed blob entry holds it"),
+    ],
+    ids=["blob_version", "layout_version", "size", "shape", "tensor"],
+)
+def test_weights_stored_packed_need_their_entry(exe: Executable, edit, message: str) -> None:
+    """Nothing else holds a weight stored packed: an entry that is gone, of an unknown version
+    or with a shape that is not the tensor's is a CorruptFileError, never packed at load."""
+    data = patched(exe.to_bytes(), edit)
+    with pytest.raises(errors.CorruptFileError, match=message):
+        Executable.from_bytes(data).native()
+    with pytest.raises(errors.CorruptFileError):
+        decode(data)
 
 
 @pytest.mark.parametrize(
@@ -227,7 +251,7 @@ def test_entries_that_do_not_match_are_packed_at_load(exe: Executable, edit, kep
         (lambda p: entry_field(p, 0, 48, "<Q", 2**64 - 8), "exceed the blob"),
         (lambda p: entry_field(p, 0, 48, "<Q", 8), "overlaps the entry table"),
         (lambda p: entry_field(p, 0, 48, "<Q", field(p, 0, 48, "<Q") + 4), "aligned"),
-        (lambda p: entry_field(p, 0, 40, "<Q", 1), "reserved"),
+        (lambda p: entry_field(p, 0, 88, "<Q", 1), "reserved"),
         (lambda p: entry_field(p, 1, 4, "<I", field(p, 0, 4, "<I")), "two entries"),
     ],
     ids=[
@@ -267,7 +291,7 @@ def test_second_packed_blob_is_a_corrupt_file(exe: Executable) -> None:
 
 
 def test_session_weights_override_the_packed_ones(exe: Executable) -> None:
-    w1 = arr((120, 8, 3, 3), F32, 9, low=-0.3, high=0.3)
+    w1 = arr(W1, F32, 9, low=-0.3, high=0.3)
     model = _model()
     model.graph.initializer[0].CopyFrom(numpy_helper.from_array(w1, "w1"))
     want = Compiler.compile(model).run_reference(FEEDS)
@@ -391,18 +415,17 @@ def _wino_model() -> onnx.ModelProto:
     return _float_model("wino", nodes, {"x": [1, 32, 14, 14]}, inits)
 
 
-def test_winograd_convolutions_carry_transformed_weights() -> None:
-    """The Winograd path's weights travel transformed and packed (layout 3) and give the same
-    bytes mapped or packed at load; weights bound by the session run the window path, which
-    sums differently (within rounding of the reference, not bit-identical)."""
+def test_winograd_weights_are_packed_at_load() -> None:
+    """The Winograd path's transformed weights (U = G g G^T) do not invert exactly: the file keeps
+    the 3x3 originals in TENSOR_DATA and no packed copy (no packed blob for this model), and
+    loading packs them; weights bound by the session run the window path, which sums
+    differently (within rounding of the reference, not bit-identical)."""
     exe = Compiler.compile(_wino_model())
     data = exe.to_bytes()
     feeds = {"x": arr((1, 32, 14, 14), F32, 23, low=-1, high=1)}
-    assert counts(data) == (1, 0)
+    assert PACKED_BLOB not in [b[2] for b in split_container(data)]
     if auto_sgemm_isa() == 2:  # the AVX2 tile (the others may keep it direct)
-        (payload,) = [b[3] for b in split_container(data) if b[2] == PACKED_BLOB]
-        assert field(bytearray(payload), 0, 12, "<I") == 3
-        assert field(bytearray(payload), 0, 56, "<Q") == 16 * 66 * 32 * 4  # 11 panels of 6
+        assert counts(data) == (0, 1)
     got = run_c(Executable.from_bytes(data), feeds)["y"]
     assert_matches_reference({"y": got}, exe.run_reference(feeds))
     at_load = encode_container(exe.program, prepack=False)
@@ -411,3 +434,165 @@ def test_winograd_convolutions_carry_transformed_weights() -> None:
     w1 = numpy_helper.to_array(_wino_model().graph.initializer[0])
     y = run_bound(data, feeds, {"w1": w1}, (1, 64, 14, 14))
     assert_matches_reference({"y": y}, exe.run_reference(feeds))
+
+
+def test_stored_packed_flag_is_the_c_constant() -> None:
+    assert TENSOR_STORED_PACKED == _core.TENSOR_STORED_PACKED
+
+
+def _mixed_model() -> onnx.ModelProto:
+    """x[1,48,14,14] → Conv 3x3 (96 channels: Winograd on the AVX2 tile) → Relu → Conv 1x1 (96
+    channels: A panels) → GlobalAveragePool → Flatten → + z[16,96] → Gemm (transB, 96 → 192)
+    → MatMul (192 → 96) → y: every kind of packed weight, channel counts whole panels of every
+    tile."""
+    inits = [
+        numpy_helper.from_array(arr((96, 48, 3, 3), F32, 31, low=-0.2, high=0.2), "w1"),
+        numpy_helper.from_array(arr((96, 96, 1, 1), F32, 32, low=-0.2, high=0.2), "w2"),
+        numpy_helper.from_array(arr((192, 96), F32, 33, low=-0.2, high=0.2), "w3"),
+        numpy_helper.from_array(arr((192, 96), F32, 34, low=-0.2, high=0.2), "w4"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c"], pads=[1] * 4),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("Conv", ["r", "w2"], ["d"]),
+        helper.make_node("GlobalAveragePool", ["d"], ["p"]),
+        helper.make_node("Flatten", ["p"], ["f"]),
+        helper.make_node("Add", ["z", "f"], ["h"]),
+        helper.make_node("Gemm", ["h", "w3"], ["g"], transB=1),
+        helper.make_node("MatMul", ["g", "w4"], ["y"]),
+    ]
+    return _float_model("mixed", nodes, {"x": [1, 48, 14, 14], "z": [16, 96]}, inits)
+
+
+MIXED_FEEDS = {
+    "x": arr((1, 48, 14, 14), F32, 35, low=-1, high=1),
+    "z": arr((16, 96), F32, 36, low=-1, high=1),
+}
+
+
+def _weights(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    return {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+
+
+def test_file_holds_each_weight_once() -> None:
+    """Conv (Winograd and panel paths), Gemm and MatMul weights: the file is at most 1.1x the
+    weights' bytes, each panel-packed weight only in the packed blob."""
+    model = _mixed_model()
+    exe = Compiler.compile(model)
+    data = exe.to_bytes()
+    weight_bytes = sum(w.nbytes for w in _weights(model).values())
+    assert len(data) <= 1.1 * weight_bytes, (len(data), weight_bytes)
+    stored = stored_packed(split_container(data))
+    assert sum(stored.values()) >= _weights(model)["w2"].nbytes + 2 * 192 * 96 * 4
+    assert len(encode_container(exe.program, prepack=False)) < len(data) + 1024
+
+
+def test_stored_packed_outputs_are_bit_identical_on_every_path() -> None:
+    """The stored-packed file, the same file loaded under another instruction-set level (its
+    weights unpacked and packed again), and files packed at load give the same bytes; the
+    reference interpreter agrees, and decode() gives back the original weights exactly."""
+    model = _mixed_model()
+    exe = Compiler.compile(model)
+    data = exe.to_bytes()
+    assert stored_packed(split_container(data))
+    got = run_c(Executable.from_bytes(data), MIXED_FEEDS)["y"]
+    at_load = encode_container(exe.program, prepack=False)
+    np.testing.assert_array_equal(got, run_c(Executable.from_bytes(at_load), MIXED_FEEDS)["y"])
+    assert_matches_reference({"y": got}, exe.run_reference(MIXED_FEEDS))
+    decoded = Executable.from_bytes(data)
+    np.testing.assert_array_equal(
+        decoded.run_reference(MIXED_FEEDS)["y"], exe.run_reference(MIXED_FEEDS)["y"]
+    )
+    by_name = {t.name: t for t in decode(data).tensors}
+    for name, w in _weights(model).items():
+        assert by_name[name].data == w.tobytes(), name
+    best = auto_sgemm_isa()
+    for level in sorted(set(_core.ISA_LEVELS.values())):
+        if level >= best or level == 0:
+            continue
+        _core.set_isa(level)
+        other = run_c(Executable.from_bytes(data), MIXED_FEEDS)["y"]
+        same = run_c(Executable.from_bytes(at_load), MIXED_FEEDS)["y"]
+        _core.set_isa(0)
+        np.testing.assert_array_equal(other, same)
+        assert_matches_reference({"y": other}, exe.run_reference(MIXED_FEEDS))
+
+
+def test_weight_with_another_use_is_stored_unpacked() -> None:
+    """A weight shared by two packed operands, or also read by another instruction, keeps its
+    bytes in TENSOR_DATA; a weight whose one use is a packed operand does not."""
+    inits = [
+        numpy_helper.from_array(arr((48, 48), F32, 41, low=-0.3, high=0.3), "shared"),
+        numpy_helper.from_array(arr((48, 48), F32, 42, low=-0.3, high=0.3), "also_added"),
+        numpy_helper.from_array(arr((48, 48), F32, 43, low=-0.3, high=0.3), "alone"),
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "shared"], ["a"]),
+        helper.make_node("MatMul", ["a", "shared"], ["b"]),
+        helper.make_node("MatMul", ["b", "also_added"], ["c"]),
+        helper.make_node("Add", ["c", "also_added"], ["d"]),
+        helper.make_node("MatMul", ["d", "alone"], ["y"]),
+    ]
+    model = _float_model("uses", nodes, {"x": [48, 48]}, inits)
+    exe = Compiler.compile(model)
+    data = exe.to_bytes()
+    names = {i: a.name for a in exe.program.anchors for i in [a.tensor]}
+    stored = {names.get(i) for i in stored_packed(split_container(data))}
+    assert stored == {"alone"}
+    feeds = {"x": arr((48, 48), F32, 44, low=-1, high=1)}
+    got = run_c(Executable.from_bytes(data), feeds)["y"]
+    at_load = encode_container(exe.program, prepack=False)
+    np.testing.assert_array_equal(got, run_c(Executable.from_bytes(at_load), feeds)["y"])
+
+
+def test_isa_changed_after_load_is_an_error_for_weights_stored_packed(exe: Executable) -> None:
+    """A weight stored only packed has no other form to fall back on once the micro-kernel it
+    was packed for is gone: loading again after the change packs it for the new one."""
+    if auto_sgemm_isa() == 1:
+        pytest.skip("only the portable micro-kernel on this CPU")
+    loaded = Executable.from_bytes(exe.to_bytes())
+    loaded.native()
+    _core.set_isa(1)
+    with pytest.raises(errors.InvalidStateError, match="stored packed"):
+        run_c(loaded, FEEDS)
+    np.testing.assert_array_equal(
+        run(exe.to_bytes()), run(encode_container(exe.program, prepack=False))
+    )
+
+
+def test_popef_dump_counts_the_weights_stored_packed(exe: Executable, tmp_path) -> None:
+    import io
+
+    from pyipu.cli.popef_dump import dump
+
+    exe.save(tmp_path / "m.popef")
+    out = io.StringIO()
+    dump(str(tmp_path / "m.popef"), out)
+    nbytes = (W1[0] * W1[1] * 9 + 24 * 60) * 4
+    assert f"(2 of them, {nbytes} bytes, stored only packed)" in out.getvalue()
+
+
+@pytest.mark.parametrize("hw,layout", [(20, 1), (4, 2)], ids=["a_panels", "b_panels"])
+def test_unpacking_covers_k_chunks_and_partial_blocks(hw: int, layout: int) -> None:
+    """Conv 1x1, 300 → 100 channels: K spans two sgemm K chunks, the channels two row blocks
+    of 96 and a partial micro-kernel panel (A panels on a 20x20 map, B panels of 32 columns on
+    the 4x4 small-map path, AVX-512); decode() gives the weights back exactly and the outputs
+    match the file packed at load."""
+    w = arr((100, 300, 1, 1), F32, 51, low=-0.2, high=0.2)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"])]
+    model = _float_model(
+        "k_chunks", nodes, {"x": [1, 300, hw, hw]}, [numpy_helper.from_array(w, "w")]
+    )
+    exe = Compiler.compile(model)
+    data = exe.to_bytes()
+    assert list(stored_packed(split_container(data)).values()) == [w.nbytes]
+    if auto_sgemm_isa() == 3:
+        (payload,) = [b[3] for b in split_container(data) if b[2] == PACKED_BLOB]
+        assert field(bytearray(payload), 0, 12, "<I") == layout
+    (t,) = [t for t in decode(data).tensors if t.name == "w"]
+    assert t.data == w.tobytes()
+    feeds = {"x": arr((1, 300, hw, hw), F32, 52, low=-1, high=1)}
+    got = run_c(Executable.from_bytes(data), feeds)["y"]
+    at_load = encode_container(exe.program, prepack=False)
+    np.testing.assert_array_equal(got, run_c(Executable.from_bytes(at_load), feeds)["y"])
+    assert_matches_reference({"y": got}, exe.run_reference(feeds))

@@ -202,6 +202,12 @@ def footprint_rows(benches: list[dict[str, Any]]) -> list[str]:
             f"| load: `Runner(popef)` vs `InferenceSession(onnx)` | {fmt_time(per_call(p))} | "
             f"{fmt_time(per_call(o))} | **{per_call(p) / per_call(o):.2f}** of ORT's time | ≤ 0.2 |"
         )
+        pf, of = p["extra_info"].get("file_bytes"), o["extra_info"].get("file_bytes")
+        if pf and of:  # the PopEF holds each weight once (docs/popef.md, "Weights stored packed")
+            rows.append(
+                f"| file: PopEF vs ONNX | {pf / 1e6:.1f} MB | {of / 1e6:.1f} MB | "
+                f"**{pf / of:.2f}** | |"
+            )
     p, o = by.get(("resnet50_peak_rss", "pyipu")), by.get(("resnet50_peak_rss", "ort"))
     if p and o:
         pe, oe = p["extra_info"], o["extra_info"]

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from pyipu import _core
+from pyipu.compiler.serialize import BLOB_METADATA, stored_packed
 from pyipu.enums import DType, Op
 from pyipu.errors import Error
 from pyipu.ipu_targets import TARGETS, TILES_PER_IPU
@@ -36,6 +37,7 @@ class PopefDescription:
     programs: list[tuple[int, str, list[tuple[str, list[int], list[int], list[int]]]]]
     blobs: list[tuple[str, str, int]]  # (type, id or name, bytes)
     packed: tuple[int, int]  # operands (mapped from the file, packed at load)
+    stored_packed: dict[int, int]  # tensors stored only packed: index -> bytes
 
     @property
     def fused(self) -> bool:
@@ -82,7 +84,8 @@ def describe(path: str) -> PopefDescription:
         for pid, instrs in exe.programs()
     ]
     blobs = []
-    for btype, bid, name, size in container.blobs():
+    blist = container.blobs()
+    for btype, bid, name, size in blist:
         ident = f"id={bid}" if btype == 3 else (f"name={name!r}" if name else "")
         blobs.append((_BLOB_TYPES.get(btype, str(btype)), ident, int(size)))
     return PopefDescription(
@@ -99,6 +102,13 @@ def describe(path: str) -> PopefDescription:
         programs=programs,
         blobs=blobs,
         packed=tuple(exe.packed_counts()),  # type: ignore[arg-type]
+        stored_packed=stored_packed(
+            [
+                (BLOB_METADATA, 0, None, container.blob_bytes(i))
+                for i, b in enumerate(blist)
+                if b[0] == BLOB_METADATA
+            ]
+        ),
     )
 
 
@@ -149,7 +159,11 @@ def dump(
     for i, (label, ident, size) in enumerate(d.blobs):
         w(f"  [{i}] {label:<11}{' ' + ident if ident else ''} {size} bytes\n")
     total = sum(a[4] for a in d.weights)
-    w(f"Tensor data: {len(d.weights)} tensors, {total} bytes\n")
+    w(f"Tensor data: {len(d.weights)} tensors, {total} bytes")
+    if d.stored_packed:
+        n, b = len(d.stored_packed), sum(d.stored_packed.values())
+        w(f" ({n} of them, {b} bytes, stored only packed)")
+    w("\n")
     mapped, packed = d.packed
     if mapped or packed:
         w(f"Packed operands: {mapped} mapped from the file, {packed} packed at load\n")

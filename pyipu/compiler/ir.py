@@ -200,19 +200,18 @@ class ModelIR:
                 return a
         raise KeyError(f"no anchor named {name!r}")
 
-    def tensor_data_blob(self) -> bytes:
-        """The TENSOR_DATA blob: every TENSOR_DATA tensor's bytes at its offset, zero padded."""
-        size = max(
-            (
-                align(t.offset + t.nbytes)
-                for t in self.tensors
-                if t.location == Location.TENSOR_DATA
-            ),
-            default=0,
-        )
+    def tensor_data_blob(self, skip: frozenset[int] = frozenset()) -> bytes:
+        """The TENSOR_DATA blob: every TENSOR_DATA tensor's bytes at its offset, zero padded
+        (but the tensors in `skip`: stored packed)."""
+        kept = [
+            t
+            for i, t in enumerate(self.tensors)
+            if t.location == Location.TENSOR_DATA and i not in skip
+        ]
+        size = max((align(t.offset + t.nbytes) for t in kept), default=0)
         blob = bytearray(size)
-        for t in self.tensors:
-            if t.location == Location.TENSOR_DATA and t.data is not None:
+        for t in kept:
+            if t.data is not None:
                 blob[t.offset : t.offset + t.nbytes] = t.data
         return bytes(blob)
 

@@ -2,12 +2,14 @@
 
 Byte layouts: runtime_c/include/ipu/ipu_container.h, ipu_executable.h and docs/bytecode.md.
 `encode` produces the blob list that `pyipu._core.write_container` turns into a file; `decode` is
-a pure-Python reader of a whole container (checksum not verified) so the NumPy reference can run a
-saved file without the C extension. Anything malformed raises CorruptFileError (a ValueError).
+a Python reader of a whole container (checksum not verified) so the NumPy reference can run a
+saved file; only weights stored packed need the C extension (its unpacking of their layout).
+Anything malformed raises CorruptFileError (a ValueError).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 
 from pyipu.compiler import sources
@@ -36,6 +38,8 @@ MAGIC = b"PYIPUEF\0"
 FORMAT_VERSION = 2  # IPU_CONTAINER_VERSION, what the C writer writes
 MIN_FORMAT_VERSION = 1  # version 1 differs only in its checksum: still read
 ANCHOR_TENSOR_DATA = 1
+# Tensor flag IPU_TENSOR_STORED_PACKED (ipu_executable.h): the bytes are only in the packed blob.
+TENSOR_STORED_PACKED = 1
 STAGES_PIPELINED = 1  # stage table flags
 # OPAQUE blob of operands pre-packed for the kernels (IPU_PACKED_BLOB_NAME, ipu_executable.h):
 # derived from the other blobs, so never part of a ModelIR; encode_container writes a fresh one.
@@ -62,7 +66,8 @@ def _pad8(b: bytearray) -> None:
 # ---------------------------------------------------------------- encode
 
 
-def encode_metadata(ir: ModelIR) -> bytes:
+def encode_metadata(ir: ModelIR, stored: frozenset[int] = frozenset()) -> bytes:
+    """The METADATA blob; tensors in `stored` are flagged as stored packed (offset 0)."""
     strings = bytearray()
     anchors = bytearray()
     for a in ir.anchors:
@@ -97,11 +102,12 @@ def encode_metadata(ir: ModelIR) -> bytes:
     elif ir.pipelined:
         raise ValueError("a pipelined model needs a stage table")
     _pad8(out)
-    for t in ir.tensors:
+    for i, t in enumerate(ir.tensors):
         if t.ndim > MAX_DIMS:
             raise ValueError(f"tensor {t.name!r} has more than {MAX_DIMS} dims")
         dims = list(t.shape) + [0] * (MAX_DIMS - t.ndim)
-        out += _TENSOR.pack(t.dtype, t.ndim, t.location, 0, t.offset, t.nbytes, *dims)
+        flags, offset = (TENSOR_STORED_PACKED, 0) if i in stored else (0, t.offset)
+        out += _TENSOR.pack(t.dtype, t.ndim, t.location, flags, offset, t.nbytes, *dims)
     out += anchors
     out += strings
     _pad8(out)
@@ -122,10 +128,14 @@ def encode_program(instrs: tuple[Instr, ...] | list[Instr]) -> bytes:
     return bytes(out)
 
 
-def encode(ir: ModelIR) -> list[Blob]:
-    """The container blobs of a ModelIR, for pyipu._core.write_container."""
-    blobs: list[Blob] = [(BLOB_METADATA, 0, None, encode_metadata(ir))]
-    data = ir.tensor_data_blob()
+def encode(ir: ModelIR, stored: frozenset[int] = frozenset()) -> list[Blob]:
+    """The container blobs of a ModelIR, for pyipu._core.write_container. The tensors in `stored`
+    are left out of TENSOR_DATA (the others moved up to close the gaps) and flagged as stored
+    packed: only a packed blob that holds them makes the container valid."""
+    if stored:
+        ir = _without(ir, stored)
+    blobs: list[Blob] = [(BLOB_METADATA, 0, None, encode_metadata(ir, stored))]
+    data = ir.tensor_data_blob(stored)
     if data:
         blobs.append((BLOB_TENSOR_DATA, 0, None, data))
     blobs += [(BLOB_PROGRAM, p.id, None, encode_program(p.instrs)) for p in ir.programs]
@@ -135,11 +145,43 @@ def encode(ir: ModelIR) -> list[Blob]:
     return blobs
 
 
+def _without(ir: ModelIR, stored: frozenset[int]) -> ModelIR:
+    """ir with the TENSOR_DATA tensors in `stored` dropped from the TENSOR_DATA blob (location
+    kept, no data, offset 0) and the others' byte ranges moved up, overlapping ones together."""
+    spans = sorted(
+        (t.offset, t.offset + t.nbytes)
+        for i, t in enumerate(ir.tensors)
+        if t.location == Location.TENSOR_DATA and i not in stored
+    )
+    moved: dict[int, int] = {}  # start of each merged run of ranges -> its new start
+    runs: list[list[int]] = []
+    for lo, hi in spans:
+        if runs and lo < runs[-1][1]:
+            runs[-1][1] = max(runs[-1][1], hi)
+        else:
+            runs.append([lo, hi])
+    at = 0
+    for lo, hi in runs:
+        moved[lo] = at
+        at = align(at + hi - lo)
+    starts = [r[0] for r in runs]
+    tensors = []
+    for i, t in enumerate(ir.tensors):
+        if i in stored:
+            t = dataclasses.replace(t, offset=0, data=None)
+        elif t.location == Location.TENSOR_DATA:
+            lo = max(s for s in starts if s <= t.offset)
+            t = dataclasses.replace(t, offset=moved[lo] + t.offset - lo)
+        tensors.append(t)
+    return dataclasses.replace(ir, tensors=tuple(tensors))
+
+
 def encode_container(ir: ModelIR, compiler_hash: int | None = None, prepack: bool = True) -> bytes:
     """A complete container image, written by the C writer (needs pyipu._core). With `prepack`,
     the C verifier packs the operands its kernels want packed (for this machine's micro-kernel)
     and the image carries them in a PACKED_BLOB blob, so loading it maps them instead of packing
-    (docs/popef.md, "Pre-packed operands")."""
+    (docs/popef.md, "Pre-packed operands"). A weight whose one use is such an operand, in a
+    layout that unpacks exactly, is stored only packed: its bytes leave TENSOR_DATA."""
     try:
         from pyipu import _core
     except ImportError as e:
@@ -155,10 +197,13 @@ def encode_container(ir: ModelIR, compiler_hash: int | None = None, prepack: boo
     except Error:  # the runtime would refuse the image anyway (some tests write such files)
         return image
     packed = native.packed_blob()
+    stored = frozenset(native.packed_only())
     del native  # its copy of the image and its packed buffers
     if packed is None:
         return image
     del image
+    if stored:
+        blobs = encode(ir, stored)
     blobs.append((BLOB_OPAQUE, 0, PACKED_BLOB, packed))
     return bytes(_core.write_container(blobs, compiler_hash=compiler_hash))
 
@@ -257,7 +302,29 @@ def decode_program(pid: int, data: bytes, num_tensors: int) -> Program:
     return Program(pid, tuple(instrs))
 
 
-def decode_metadata(data: bytes, tensor_data: bytes) -> dict:
+def _unpacker(packed: bytes | None):
+    """unpack(i, nbytes): the bytes of tensor i, stored packed in the payload `packed`."""
+
+    def unpack(i: int, nbytes: int) -> bytes:
+        if packed is None:
+            raise CorruptFileError(f"metadata: tensor {i} is stored packed, but no packed blob")
+        try:
+            from pyipu import _core
+        except ImportError as e:
+            raise ImportError(
+                f"tensor {i} is stored packed: unpacking it needs the pyipu._core extension"
+            ) from e
+        try:
+            return _core.packed_unpack(packed, i, nbytes)
+        except Error as e:
+            raise CorruptFileError(f"tensor {i}: {e}") from None
+
+    return unpack
+
+
+def decode_metadata(data: bytes, tensor_data: bytes, packed: bytes | None = None) -> dict:
+    """The METADATA fields; a tensor stored packed is unpacked from the `packed` blob payload and
+    placed after the TENSOR_DATA blob's bytes (a ModelIR holds every weight unpacked)."""
     r = _Reader(data, "metadata")
     (
         ipu_version,
@@ -282,8 +349,14 @@ def decode_metadata(data: bytes, tensor_data: bytes) -> dict:
     stages, pipelined = _decode_stages(r, num_stages, num_ipus, num_subgraphs)
     r.skip_pad8()
     tensors = []
+    unpack, end = _unpacker(packed), align(len(tensor_data))
     for i in range(num_tensors):
         dtype, ndim, loc, flags, offset, nbytes, *dims = r.take(_TENSOR)
+        stored = flags == TENSOR_STORED_PACKED
+        if stored:
+            if loc != Location.TENSOR_DATA or dtype != DType.FLOAT32 or offset:
+                raise CorruptFileError(f"metadata: tensor {i} is stored packed but not float32")
+            flags = 0
         try:
             dt, location = DType(dtype), Location(loc)
             itemsize = np_dtype(dt).itemsize
@@ -298,11 +371,13 @@ def decode_metadata(data: bytes, tensor_data: bytes) -> dict:
         if nbytes != numel * itemsize or offset % ALIGN:
             raise CorruptFileError(f"metadata: tensor {i} has bad nbytes/offset")
         limit = arena_size if location == Location.ARENA else len(tensor_data)
-        if offset + nbytes > limit:
+        if offset + nbytes > limit and not stored:
             raise CorruptFileError(f"metadata: tensor {i} lies outside its {location.name} storage")
         payload = (
             tensor_data[offset : offset + nbytes] if location == Location.TENSOR_DATA else None
         )
+        if stored:
+            payload, offset, end = unpack(i, nbytes), end, align(end + nbytes)
         tensors.append(TensorSpec(f"t{i}", dt, shape, location, offset, payload))
     raw_anchors = [r.take(_ANCHOR) for _ in range(num_anchors)]
     strings = data[r.pos : r.pos + strings_size]
@@ -378,7 +453,12 @@ def decode_blobs(blobs: list[Blob]) -> ModelIR:
             "a container needs exactly one METADATA and at most one TENSOR_DATA blob"
         )
     # bytes() of a bytes payload is the same object: no copy unless a blob is a memoryview
-    meta = decode_metadata(bytes(metas[0][3]), bytes(datas[0][3]) if datas else b"")
+    packs = [b for b in blobs if b[0] == BLOB_OPAQUE and b[2] == PACKED_BLOB]
+    meta = decode_metadata(
+        bytes(metas[0][3]),
+        bytes(datas[0][3]) if datas else b"",
+        bytes(packs[0][3]) if packs else None,
+    )
     n = len(meta["tensors"])
     programs = [decode_program(b[1], bytes(b[3]), n) for b in blobs if b[0] == BLOB_PROGRAM]
     ids = [p.id for p in programs]
@@ -401,6 +481,20 @@ def decode_blobs(blobs: list[Blob]) -> ModelIR:
         if b[0] == BLOB_OPAQUE and b[2] not in _DERIVED_BLOBS
     )
     return sources.named(ModelIR(programs=tuple(programs), opaque=opaque, **meta))
+
+
+def stored_packed(blobs: list[Blob]) -> dict[int, int]:
+    """{tensor index: bytes} of the tensors a container stores only packed (from its METADATA)."""
+    (meta,) = [b[3] for b in blobs if b[0] == BLOB_METADATA]
+    head = _META_HEAD.unpack_from(meta)
+    num_tensors, num_subgraphs, num_stages = head[5], head[7], head[12]
+    at = align(_META_HEAD.size + 4 * num_subgraphs + (4 + 12 * num_stages if num_stages else 0), 8)
+    out = {}
+    for i in range(num_tensors):
+        _dt, _nd, _loc, flags, _off, nbytes, *_ = _TENSOR.unpack_from(meta, at + i * _TENSOR.size)
+        if flags & TENSOR_STORED_PACKED:
+            out[i] = nbytes
+    return out
 
 
 def decode(data: bytes) -> ModelIR:

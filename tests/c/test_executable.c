@@ -381,9 +381,61 @@ static void test_roles(void) {
     }
 }
 
+/* ---- ipu_packed_unpack ---------------------------------------------------------------------- */
+
+static void put_u64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static void put_u32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* A version-2 payload with one entry: B [3, 5] of tensor 7 in B panels of width 4. */
+static void test_packed_unpack(void) {
+    enum { K = 3, N = 5, NR = 4, PANELS = 2, AT = 16 + 96 };
+    _Alignas(64) uint8_t p[AT + PANELS * NR * K * 4];
+    float b[K * N], packed[PANELS * NR * K], got[K * N]; /* (the host's float bytes) */
+    memset(p, 0, sizeof p);
+    memset(packed, 0, sizeof packed);
+    for (int i = 0; i < K * N; i++) b[i] = (float)i * 0.25f - 1.0f;
+    for (int k = 0; k < K; k++)
+        for (int j = 0; j < N; j++) packed[j / NR * K * NR + k * NR + j % NR] = b[k * N + j];
+    memcpy(p, "PYIPUPK", 8);
+    put_u32(p + 8, IPU_PACKED_VERSION);
+    put_u32(p + 12, 1);
+    uint8_t *r = p + 16;
+    put_u32(r + 12, 2); /* layout 2 */
+    put_u32(r + 16, 1);
+    put_u32(r + 20, 2);
+    put_u32(r + 24, NR);
+    put_u32(r + 28, 256);
+    put_u32(r + 40, 7);
+    put_u64(r + 48, AT);
+    put_u64(r + 56, sizeof packed);
+    put_u64(r + 64, 1);
+    put_u64(r + 72, K);
+    put_u64(r + 80, N);
+    memcpy(p + AT, packed, sizeof packed);
+    CHECK(ipu_packed_unpack(p, sizeof p, 7, got, sizeof got) == IPU_OK &&
+              memcmp(got, b, sizeof b) == 0,
+          "B panels unpacked exactly: %s", ipu_last_error_message());
+    CHECK(ipu_packed_unpack(p, sizeof p, 6, got, sizeof got) == IPU_ERR_NOT_FOUND, "tensor 6");
+    CHECK(ipu_packed_unpack(p, sizeof p, 7, got, sizeof got - 4) == IPU_ERR_CORRUPT, "nbytes");
+    CHECK(ipu_packed_unpack(p + 1, sizeof p - 1, 7, got, sizeof got) == IPU_ERR_INVALID_ARGUMENT,
+          "misaligned payload");
+    CHECK(ipu_packed_unpack(p, sizeof p - 4, 7, got, sizeof got) == IPU_ERR_CORRUPT, "cut short");
+    put_u32(r + 44, 1); /* trans: stored [N, K], the same bytes read as the transpose */
+    CHECK(ipu_packed_unpack(p, sizeof p, 7, got, sizeof got) == IPU_ERR_CORRUPT,
+          "trans: B [5, 3], one panel of 5 rows, is another size");
+    put_u32(r + 44, 0);
+    put_u32(r + 12, 3); /* Winograd: not invertible */
+    CHECK(ipu_packed_unpack(p, sizeof p, 7, got, sizeof got) == IPU_ERR_CORRUPT, "layout 3");
+}
+
 int main(void) {
     test_verifier();
     test_container();
     test_roles();
+    test_packed_unpack();
     return check_summary();
 }

@@ -23,8 +23,10 @@
  *       the next stage) or 0xFFFFFFFF
  *       zero pad to a multiple of 8
  *   then tensors[num_tensors], 96 bytes each:
- *       u32 dtype (ipu_dtype), u32 ndim (0..8), u32 location (ipu_location), u32 flags (0),
- *       u64 offset (into the arena, or into the TENSOR_DATA blob; multiple of 64),
+ *       u32 dtype (ipu_dtype), u32 ndim (0..8), u32 location (ipu_location),
+ *       u32 flags (IPU_TENSOR_STORED_PACKED, or 0),
+ *       u64 offset (into the arena, or into the TENSOR_DATA blob; multiple of 64; 0 when stored
+ *       packed),
  *       u64 nbytes (== product(dims) * dtype size), i64 dims[8] (unused entries 0)
  *   then anchors[num_anchors], 24 bytes each:
  *       u32 name_offset, u32 name_len (into the string table; 1..1024 bytes, unique),
@@ -56,6 +58,10 @@ extern "C" {
 typedef enum ipu_location { IPU_LOC_ARENA = 1, IPU_LOC_TENSOR_DATA = 2 } ipu_location;
 typedef enum ipu_direction { IPU_DIR_INPUT = 1, IPU_DIR_OUTPUT = 2 } ipu_direction;
 enum { IPU_ANCHOR_TENSOR_DATA = 1u };
+/* Tensor flag: a float32 TENSOR_DATA tensor whose bytes are not in the TENSOR_DATA blob but only
+ * in its packed form, in the entry of the packed blob that names it (docs/popef.md, "Pre-packed
+ * operands"); its offset is 0. A reader that does not know the flag refuses the file. */
+enum { IPU_TENSOR_STORED_PACKED = 1u };
 enum { IPU_STAGES_PIPELINED = 1u };
 #define IPU_MAX_STAGES 4096u
 
@@ -148,10 +154,13 @@ IPU_API IPU_NODISCARD ipu_status ipu_executable_stage(const ipu_executable *e, u
  * packs some constant operands (float32 convolution weights, ...) into the layout of the
  * micro-kernel in use. A container may carry them already packed, in the OPAQUE blob named
  * IPU_PACKED_BLOB_NAME: an entry whose key, layout tag and size match is used in place (read from
- * the mapped file, no copy); any other operand is packed at load as without the blob. A malformed
- * packed blob makes ipu_executable_create fail with IPU_ERR_CORRUPT. */
+ * the mapped file, no copy); any other operand is packed at load as without the blob. A tensor
+ * flagged IPU_TENSOR_STORED_PACKED exists only as its entry's packed bytes: unpacked at load
+ * where its packed form is not used as it is. A malformed packed blob, or a tensor stored packed
+ * without an entry that unpacks into it exactly, makes ipu_executable_create fail with
+ * IPU_ERR_CORRUPT. */
 #define IPU_PACKED_BLOB_NAME "pyipu.packed"
-#define IPU_PACKED_VERSION 1u
+#define IPU_PACKED_VERSION 2u /* version 1 (64-byte entries, no source tensor) is read too */
 /* How many packed operands the executable holds: `mapped` used in place from the container's
  * packed blob, `packed` packed at load. Either pointer may be NULL. */
 IPU_API void ipu_executable_packed_counts(const ipu_executable *e, uint32_t *mapped,
@@ -163,6 +172,19 @@ IPU_API void ipu_executable_packed_counts(const ipu_executable *e, uint32_t *map
  * `cap` is too small. */
 IPU_API IPU_NODISCARD ipu_status ipu_executable_packed_blob(const ipu_executable *e, void *dst,
                                                             size_t cap, size_t *size);
+/* *out: 1 when a writer may store tensor `index` only packed (IPU_TENSOR_STORED_PACKED): a
+ * float32 weight whose one use in every program (its Load BIND aside) is an operand packed in a
+ * layout that ipu_packed_unpack inverts exactly; else 0. IPU_ERR_NOT_FOUND for an index out of
+ * range. */
+IPU_API IPU_NODISCARD ipu_status ipu_executable_packed_only(const ipu_executable *e, uint32_t index,
+                                                            int *out);
+/* The original bytes of tensor `tensor` from the packed blob payload (size bytes, 4-byte
+ * aligned) whose entry names it as its source, unpacked into dst (nbytes, which must be the
+ * tensor's size). IPU_ERR_NOT_FOUND: no entry names it (or the payload is another version);
+ * IPU_ERR_CORRUPT: a malformed payload or entry, a layout that cannot be unpacked exactly, or
+ * a source of another size than nbytes; IPU_ERR_INVALID_ARGUMENT: NULL, misaligned payload. */
+IPU_API IPU_NODISCARD ipu_status ipu_packed_unpack(const void *payload, size_t size,
+                                                   uint32_t tensor, void *dst, size_t nbytes);
 
 #ifdef __cplusplus
 }

@@ -53,8 +53,14 @@ static ipu_status parse_tensor(ipu_executable *e, uint32_t i, const uint8_t *r) 
                          IPU_MAX_DIMS);
     if (loc != IPU_LOC_ARENA && loc != IPU_LOC_TENSOR_DATA)
         return ipu__fail(IPU_ERR_CORRUPT, "metadata: tensor %u: unknown location %u", i, loc);
-    if (flags != 0)
+    if (flags & ~(uint32_t)IPU_TENSOR_STORED_PACKED)
         return ipu__fail(IPU_ERR_CORRUPT, "metadata: tensor %u: reserved flags 0x%x", i, flags);
+    bool stored = flags & IPU_TENSOR_STORED_PACKED; /* its bytes are in the packed blob */
+    if (stored && (loc != IPU_LOC_TENSOR_DATA || dtype != IPU_DTYPE_FLOAT32 || off != 0))
+        return ipu__fail(IPU_ERR_CORRUPT,
+                         "metadata: tensor %u: stored packed but not a float32 TENSOR_DATA "
+                         "tensor at offset 0",
+                         i);
     if (off % IPU_CONTAINER_ALIGN != 0)
         return ipu__fail(IPU_ERR_CORRUPT, "metadata: tensor %u: offset %llu not a multiple of 64",
                          i, (unsigned long long)off);
@@ -84,7 +90,8 @@ static ipu_status parse_tensor(ipu_executable *e, uint32_t i, const uint8_t *r) 
                          (unsigned long long)nbytes, (unsigned long long)numel, es,
                          ipu_dtype_name((ipu_dtype)dtype));
     uint64_t end, limit = loc == IPU_LOC_ARENA ? e->info.arena_size : e->tensor_data_size;
-    if (loc == IPU_LOC_TENSOR_DATA && !e->tensor_data)
+    if (stored) limit = UINT64_MAX; /* checked against its packed blob entry */
+    if (loc == IPU_LOC_TENSOR_DATA && !stored && !e->tensor_data)
         return ipu__fail(IPU_ERR_CORRUPT,
                          "metadata: tensor %u is in TENSOR_DATA but the container has none", i);
     if (!ipu__add_u64(off, nbytes, &end) || end > limit)
@@ -97,6 +104,7 @@ static ipu_status parse_tensor(ipu_executable *e, uint32_t i, const uint8_t *r) 
     t->desc.ndim = ndim;
     t->desc.nbytes = nbytes;
     t->loc = (ipu_location)loc;
+    t->flags = flags;
     t->offset = off;
     t->numel = numel;
     return IPU_OK;
@@ -477,6 +485,7 @@ ipu_status ipu_executable_create(const ipu_container *c, ipu_executable **out) {
                 goto fail;
     }
     if ((st = ipu__verify_binds(e)) || (st = ipu__verify_stages(e))) goto fail;
+    if ((st = ipu__prepack_finish(e))) goto fail;
     ipu__free(keys);
     *out = e;
     return IPU_OK;

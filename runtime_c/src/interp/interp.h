@@ -21,6 +21,7 @@
 typedef struct ipu__tensor {
     ipu_tensor_desc desc;
     ipu_location loc;
+    uint32_t flags; /* IPU_TENSOR_STORED_PACKED */
     uint64_t offset;
     uint64_t numel;
 } ipu__tensor;
@@ -67,6 +68,11 @@ struct ipu_executable {
     uint64_t tensor_data_size;
     struct ipu__prepack *prepack; /* packed operands (prepack.h); mutable while verifying */
 };
+
+/* The bytes of TENSOR_DATA tensor `t`: in the TENSOR_DATA blob or, stored packed, unpacked at
+ * load or else (its one reader uses the packed form) the packed bytes themselves, which the
+ * reader's kernel recognises by their address (prepack.c). */
+const uint8_t *ipu__tensor_bytes(const ipu_executable *e, uint32_t t);
 
 /* Execution frame: base pointer of every tensor. ARENA tensors are set by the runtime
  * (arena + offset); TENSOR_DATA tensors are set by BIND instructions of the Load program.

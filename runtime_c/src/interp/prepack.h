@@ -28,18 +28,34 @@ typedef struct ipu__pack_tag {
     uint32_t geom[4]; /* layout-specific geometry; unused entries 0 */
 } ipu__pack_tag;
 
-/* Fills the `size` bytes at dst (64-byte aligned, zeroed) from ctx. */
-typedef void (*ipu__pack_fn)(const void *ctx, void *dst);
+/* The constant tensor a packed operand is made from, seen as `nmat` matrices of rows x cols
+ * (row-major, float32 for the layouts a tensor may be stored in): layout 1 (A panels): G groups
+ * of [Cog, K]; layout 2 (B panels): B [K, N], or stored as its transpose [N, K] (trans). Written
+ * into the packed blob, so that a tensor stored packed can be unpacked from its entry alone. */
+typedef struct ipu__pack_src {
+    uint32_t tensor, trans;
+    uint64_t nmat, rows, cols;
+} ipu__pack_src;
 
-/* Parse the container's packed blob, if any (before verifying). IPU_ERR_CORRUPT if malformed. */
+/* Fills the `size` bytes at dst (64-byte aligned, zeroed) from ctx and the tensor's bytes w. */
+typedef void (*ipu__pack_fn)(const void *ctx, const void *w, void *dst);
+
+/* Parse the container's packed blob, if any (after the metadata, before verifying), and find
+ * the entry of every tensor stored packed. IPU_ERR_CORRUPT if malformed, or if a tensor stored
+ * packed has no entry that can be unpacked exactly. */
 ipu_status ipu__prepack_open(ipu_executable *e);
+/* After verifying: unpack every tensor stored packed whose packed form is not what its one
+ * reader uses (a file packed for another micro-kernel, ...), so that ipu__tensor_bytes holds its
+ * values. IPU_ERR_NOMEM. */
+ipu_status ipu__prepack_finish(ipu_executable *e);
 void ipu__prepack_destroy(ipu_executable *e);
 
-/* *out: the packed bytes for `slot` of instruction `index` of program `program_id` (see above).
+/* *out: the packed bytes for `slot` of instruction `index` of program `program_id` (see above),
+ * made from `src`'s tensor (unpacked first when it is stored packed and the entry is not used).
  * Each slot at most once per instruction (IPU_ERR_INTERNAL otherwise); IPU_ERR_NOMEM if the
  * buffer cannot be allocated. */
 ipu_status ipu__packed_operand(const ipu_executable *e, uint32_t program_id, uint32_t index,
-                               uint32_t slot, const ipu__pack_tag *tag, size_t size,
-                               ipu__pack_fn fn, const void *ctx, const void **out);
+                               uint32_t slot, const ipu__pack_src *src, const ipu__pack_tag *tag,
+                               size_t size, ipu__pack_fn fn, const void *ctx, const void **out);
 
 #endif

@@ -24,10 +24,10 @@ const char *ipu__shape_str(char *buf, size_t cap, const ipu__tensor *t);
 
 /* The packed buffer for `slot` of the instruction being verified (prepack.h): mapped from the
  * container's packed blob when it has a matching entry, else allocated and filled by fn(ctx). */
-static inline ipu_status ipu__vpacked(const vctx *v, uint32_t slot, const ipu__pack_tag *tag,
-                                      size_t size, ipu__pack_fn fn, const void *ctx,
-                                      const void **out) {
-    return ipu__packed_operand(v->e, v->prog, v->idx, slot, tag, size, fn, ctx, out);
+static inline ipu_status ipu__vpacked(const vctx *v, uint32_t slot, const ipu__pack_src *src,
+                                      const ipu__pack_tag *tag, size_t size, ipu__pack_fn fn,
+                                      const void *ctx, const void **out) {
+    return ipu__packed_operand(v->e, v->prog, v->idx, slot, src, tag, size, fn, ctx, out);
 }
 
 /* Short names used throughout the verifier. */

@@ -637,17 +637,20 @@ ipu_status ipu__k_conv2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
     const void *bias = p->has_bias ? f->ptr[ins->in[2]] : NULL;
     const void *res = p->has_res ? f->ptr[ins->in[ins->n_in - 1]] : NULL;
     void *y = f->ptr[ins->out[0]];
-    const ipu__tensor *wt = &f->exe->tensors[ins->in[1]];
-    const float *apre = p->packed && f->exe->tensor_data &&
-                                w == (const void *)(f->exe->tensor_data + wt->offset)
+    const float *apre = p->packed && w == (const void *)ipu__tensor_bytes(f->exe, ins->in[1])
                             ? p->packed
                             : NULL; /* not if the session bound other weights */
     bool tposed = false, wino = false;
-    if ((p->tpose || p->wino) && apre) { /* packed for this micro-kernel: else the other paths */
+    if (apre) { /* packed for this micro-kernel: else the other paths */
         ipu__ukr u;
         ipu__sgemm_ukr(&u);
         tposed = p->tpose && u.nr == p->packed_nr;
         wino = p->wino && u.mr == p->packed_mr && p->wnt % u.nr == 0; /* its V panels */
+        /* weights stored packed only (their bytes are the packed ones) have no other path */
+        if (w == (const void *)apre && (p->tpose ? !tposed : u.mr != p->packed_mr))
+            return ipu__fail(IPU_ERR_INVALID_STATE,
+                             "conv2d: its weights are stored packed for the instruction-set "
+                             "level in use at load; load the executable again after changing it");
     }
     if (p->wino && !wino) apre = NULL; /* the window path with unpacked weights */
     for (size_t it = b; it < e; it++) {

@@ -87,6 +87,11 @@ static inline void ipu__conv_item_channels(const ipu__conv_plan *p, int64_t mb0,
 /* winograd.c: U[xi][panel][ci][mr] = (G g G^T)[xi] of w[Co][Ci][3][3], Co zero-padded to whole
  * panels of mr rows (16 * ceil(Co / mr) * mr * Ci floats). */
 void ipu__wino_pack_weights(const void *w, int f16, int64_t Co, int64_t Ci, int mr, float *u);
+/* conv_plan.c: the float32 weights w[G * Cog, K] from the A panels the plan packs them into
+ * (micro-kernel height mr, sub-blocks of mb rows, K chunks of kc: the layout tag's geometry),
+ * exactly: packing only moves values and pads with zeros. */
+void ipu__conv_unpack_weights(const float *src, int64_t G, int64_t Cog, int64_t K, int mr,
+                              int64_t kc, int64_t mb, float *w);
 /* Channel items [mb0, mb1) of tile-row block r of image n (above, `wino`). False (nothing
  * written) if the input rows the block reads hold an infinity or a NaN: the transforms would
  * spread it over whole tiles (0 * inf), so the caller computes such blocks by direct sums. */

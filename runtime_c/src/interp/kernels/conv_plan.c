@@ -211,21 +211,20 @@ static int64_t wino_rows(const ipu__ukr *u, int64_t Cig, int64_t Cog, int64_t OH
  * kernels read (kernels/conv.h, ipu__conv_plan.packed): sub-block (g, mb) of IPU__MM_MB rows at
  * (g * mbl + mb) * blk, its K chunk k0 at + mpad * k0 (ipu__sgemm_pack_a's layout). */
 typedef struct conv_pack {
-    const void *w; /* float32 weights, or float16 ones (f16) */
     int64_t G, Cog, K, mbl, blk;
     int mr; /* the micro-kernel's height (its width nr for pack_conv_weights_t) */
     int f16;
 } conv_pack;
 
-static void pack_conv_weights(const void *ctx, void *out) {
-    const conv_pack *c = ctx;
+static void pack_conv_weights(const void *ctx, const void *w, void *out) {
+    const conv_pack *c = ctx; /* w: float32 weights, or float16 ones (f16) */
     float *dst = out;
     for (int64_t g = 0; g < c->G; g++)
         for (int64_t mb = 0; mb < c->mbl; mb++) {
             ipu__sgemm_args a = {0};
             int64_t m0 = mb * IPU__MM_MB;
             a.m = c->Cog - m0 < IPU__MM_MB ? c->Cog - m0 : IPU__MM_MB;
-            a.a = (const char *)c->w + (size_t)((g * c->Cog + m0) * c->K) * (c->f16 ? 2 : 4);
+            a.a = (const char *)w + (size_t)((g * c->Cog + m0) * c->K) * (c->f16 ? 2 : 4);
             a.a_rs = c->K;
             a.a_cs = 1;
             a.a_f16 = c->f16;
@@ -237,21 +236,40 @@ static void pack_conv_weights(const void *ctx, void *out) {
         }
 }
 
+void ipu__conv_unpack_weights(const float *src, int64_t G, int64_t Cog, int64_t K, int mr,
+                              int64_t kc, int64_t mb, float *w) {
+    int64_t mbl = (Cog + mb - 1) / mb, blk = (mb + mr - 1) / mr * mr * K;
+    for (int64_t g = 0; g < G; g++)
+        for (int64_t b = 0; b < mbl; b++) {
+            int64_t m0 = b * mb, m = Cog - m0 < mb ? Cog - m0 : mb;
+            int64_t mpad = (m + mr - 1) / mr * mr;
+            const float *sb = src + (g * mbl + b) * blk;
+            for (int64_t k0 = 0; k0 < K; k0 += kc) {
+                int64_t c = K - k0 < kc ? K - k0 : kc;
+                for (int64_t r = 0; r < m; r++) {
+                    const float *a = sb + mpad * k0 + r / mr * mr * c + r % mr;
+                    float *row = w + (g * Cog + m0 + r) * K + k0;
+                    for (int64_t k = 0; k < c; k++) row[k] = a[k * mr];
+                }
+            }
+        }
+}
+
 /* The Winograd path's U (ipu__wino_pack_weights; one group). */
-static void pack_wino_weights(const void *ctx, void *out) {
+static void pack_wino_weights(const void *ctx, const void *w, void *out) {
     const conv_pack *c = ctx;
-    ipu__wino_pack_weights(c->w, c->f16, c->Cog, c->K / 9, c->mr, out);
+    ipu__wino_pack_weights(w, c->f16, c->Cog, c->K / 9, c->mr, out);
 }
 
 /* The same weights for the small-map path: per group, w transposed to [K, Cog] in B panels of
  * width nr (ipu__sgemm_pack_b_all), group g at g * blk. */
-static void pack_conv_weights_t(const void *ctx, void *out) {
+static void pack_conv_weights_t(const void *ctx, const void *w, void *out) {
     const conv_pack *c = ctx;
     for (int64_t g = 0; g < c->G; g++) {
         ipu__sgemm_args b = {0};
         b.n = c->Cog;
         b.k = c->K;
-        b.b = (const char *)c->w + (size_t)(g * c->Cog * c->K) * (c->f16 ? 2 : 4);
+        b.b = (const char *)w + (size_t)(g * c->Cog * c->K) * (c->f16 ? 2 : 4);
         b.b_f16 = c->f16;
         b.b_rs = 1;
         b.b_cs = c->K;
@@ -376,8 +394,7 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
     }
     /* float32 weights stored in the executable: packed once, here, for the path that runs */
     /* float16 ones too, as float32, for the float16 GEMM path (the GEMM layout below) */
-    bool pack = (f32 || (p->f16 && y->numel > 0)) && !p->direct && w->loc == IPU_LOC_TENSOR_DATA &&
-                v->e->tensor_data;
+    bool pack = (f32 || (p->f16 && y->numel > 0)) && !p->direct && w->loc == IPU_LOC_TENSOR_DATA;
     int64_t trows = 0;
     if ((f32 || f16) && pack && (wrows || pw)) { /* the small-map and Winograd paths */
         if (pw) { /* the small-map path reads x's channel planes in place */
@@ -476,7 +493,11 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
                             : (IPU__MM_MB + u.mr - 1) / u.mr * u.mr * p->K;
     uint64_t nblk = (uint64_t)G * (uint64_t)(p->tpose || p->wino ? 1 : mbl);
     if (pack && nblk * (uint64_t)blk < ((uint64_t)1 << 32)) {
-        conv_pack cp = {v->e->tensor_data + w->offset, G, p->Cog, p->K, mbl, blk, tile, p->f16};
+        conv_pack cp = {G, p->Cog, p->K, mbl, blk, tile, p->f16};
+        /* the source as the layouts see it: G groups of [Cog, K] (small-map: B = each's
+         * transpose) */
+        ipu__pack_src src = {ins->in[1], p->tpose ? 1 : 0, (uint64_t)G, (uint64_t)p->Cog,
+                             (uint64_t)p->K};
         /* version 1 of the packing functions' bytes: bump it when they change */
         uint32_t rows_per_block = p->tpose ? 0 : (uint32_t)IPU__MM_MB;
         ipu__pack_tag tag = {p->tpose ? IPU__PACK_SGEMM_B : IPU__PACK_SGEMM_A,
@@ -489,7 +510,7 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
                                   (uint32_t)u.isa,
                                   {(uint32_t)tile, (uint32_t)p->f16}};
         const void *dst;
-        st = ipu__vpacked(v, 1, &tag, (size_t)(nblk * (uint64_t)blk) * sizeof(float),
+        st = ipu__vpacked(v, 1, &src, &tag, (size_t)(nblk * (uint64_t)blk) * sizeof(float),
                           p->tpose  ? pack_conv_weights_t
                           : p->wino ? pack_wino_weights
                                     : pack_conv_weights,

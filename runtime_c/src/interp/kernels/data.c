@@ -35,9 +35,10 @@ ipu_status ipu__k_bind(const ipu__frame *f, const ipu__instr *ins, size_t b, siz
     (void)b, (void)e, (void)scratch;
     const ipu_executable *x = f->exe;
     uint32_t t = ins->out[0];
-    if (!x || !x->tensor_data || !x->tensors || t >= x->info.num_tensors)
+    if (!x || !x->tensors || t >= x->info.num_tensors ||
+        (!x->tensor_data && !(x->tensors[t].flags & IPU_TENSOR_STORED_PACKED)))
         return ipu__fail(IPU_ERR_INTERNAL, "BIND: executable has no tensor data");
-    f->ptr[t] = (void *)(x->tensor_data + x->tensors[t].offset);
+    f->ptr[t] = (void *)ipu__tensor_bytes(x, t);
     return IPU_OK;
 }
 

@@ -612,6 +612,15 @@ void ipu__sgemm_pack_b_all(const ipu__sgemm_args *g, int nr, float *dst) {
     if (g->n > 0 && g->k > 0) pack_b(g, 0, g->k, 0, g->n, nr, dst, g->k * nr);
 }
 
+void ipu__sgemm_unpack_b_all(const float *bp, int64_t k, int64_t n, int nr, float *b, int64_t b_rs,
+                             int64_t b_cs) {
+    for (int64_t j = 0; j < n; j++) {
+        const float *col = bp + j / nr * k * nr + j % nr;
+        float *d = b + j * b_cs;
+        for (int64_t p = 0; p < k; p++) d[p * b_rs] = col[p * nr];
+    }
+}
+
 /* Ap[p][k][0..mr) = A(i0+p*mr+i, k0+k), zero beyond m. */
 void ipu__sgemm_pack_a(const ipu__sgemm_args *g, int64_t k0, int64_t kc, int mr, float *ap) {
     float rows16[MAX_MR][KC]; /* float16 rows converted, then packed as float32 ones */

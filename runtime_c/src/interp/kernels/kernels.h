@@ -273,6 +273,10 @@ void ipu__sgemm_pack_a(const ipu__sgemm_args *g, int64_t k0, int64_t kc, int mr,
  * b_rs, b_cs, b_f16, k and n. */
 size_t ipu__sgemm_packed_b_floats(int64_t k, int64_t n, int nr);
 void ipu__sgemm_pack_b_all(const ipu__sgemm_args *g, int nr, float *dst);
+/* Its inverse for float32: B (element (p, j) at b + p * b_rs + j * b_cs) from the panels at bp
+ * of k rows and n columns, width nr. Exact: packing only moves values and pads with zeros. */
+void ipu__sgemm_unpack_b_all(const float *bp, int64_t k, int64_t n, int nr, float *b, int64_t b_rs,
+                             int64_t b_cs);
 /* ipu__sgemm with B already packed: bp holds panels of width nr for g's n columns (panel stride
  * bstride floats, row p at + p * nr); any m. Returns 0 (and does nothing) when the micro-kernel
  * in use has another width than nr. */

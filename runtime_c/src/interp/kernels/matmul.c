@@ -93,11 +93,17 @@ static ipu_status mm_run(const ipu__frame *f, const ipu__instr *ins, size_t b, s
     void *y = f->ptr[ins->out[0]];
     const void *A = f->ptr[ins->in[0]], *B = f->ptr[ins->in[1]];
     const void *c = p->has_c ? f->ptr[ins->in[2]] : NULL;
-    const ipu__tensor *bt = &f->exe->tensors[ins->in[1]];
-    const float *pre = p->packed && f->exe->tensor_data &&
-                               (const void *)B == (const void *)(f->exe->tensor_data + bt->offset)
+    const float *pre = p->packed && B == (const void *)ipu__tensor_bytes(f->exe, ins->in[1])
                            ? p->packed
-                           : NULL; /* not if the session bound another B */
+                           : NULL;       /* not if the session bound another B */
+    if (pre && B == (const void *)pre) { /* stored packed only: no other path */
+        ipu__ukr u;
+        ipu__sgemm_ukr(&u);
+        if (u.nr != p->packed_nr)
+            return ipu__fail(IPU_ERR_INVALID_STATE,
+                             "matmul: its B is stored packed for the instruction-set level in use "
+                             "at load; load the executable again after changing it");
+    }
     size_t es = f16 ? 2 : 4;
     /* float16: the sgemm packs in the first IPU__SCRATCH_BYTES, the tile takes the rest */
     size_t sg_bytes = f16 ? IPU__SCRATCH_BYTES : IPU__WORKER_SCRATCH_BYTES;
@@ -295,14 +301,13 @@ void ipu__mm_pack_b(const ipu__mm_plan *p, const void *b, uint64_t nmat, int nr,
 
 typedef struct mm_pack {
     const ipu__mm_plan *plan;
-    const void *b;
     uint64_t nmat;
     int nr;
 } mm_pack;
 
-static void pack_mm_weights(const void *ctx, void *out) {
+static void pack_mm_weights(const void *ctx, const void *b, void *out) {
     const mm_pack *c = ctx;
-    ipu__mm_pack_b(c->plan, c->b, c->nmat, c->nr, out);
+    ipu__mm_pack_b(c->plan, b, c->nmat, c->nr, out);
 }
 
 /* The blocking of a MATMUL/GEMM plan, and its B packed (as float32) once when it is stored in the
@@ -319,11 +324,15 @@ static ipu_status mm_finish(const vctx *v, const ipu__mm_plan *t, const ipu__ten
     ipu__sgemm_ukr(&u);
     uint64_t kn = (uint64_t)p->K * (uint64_t)p->N, nmat = kn ? b->numel / kn : 0;
     size_t nf = 0;
-    if (b->loc == IPU_LOC_TENSOR_DATA && v->e->tensor_data && p->hdr.work > 0 &&
-        b->desc.dtype == p->dtype && nmat * kn <= ((uint64_t)1 << 40))
+    if (b->loc == IPU_LOC_TENSOR_DATA && p->hdr.work > 0 && b->desc.dtype == p->dtype &&
+        nmat * kn <= ((uint64_t)1 << 40))
         nf = ipu__mm_packed_floats(p, nmat, u.nr);
     if (nf) {
-        mm_pack mp = {p, v->e->tensor_data + b->offset, nmat, u.nr};
+        mm_pack mp = {p, nmat, u.nr};
+        /* nmat matrices B [K, N], stored as [N, K] under trans_b */
+        ipu__pack_src src = {ins->in[1], p->trans_b ? 1 : 0, nmat,
+                             (uint64_t)(p->trans_b ? p->N : p->K),
+                             (uint64_t)(p->trans_b ? p->K : p->N)};
         /* version 1 of ipu__mm_pack_b's bytes (ipu__sgemm_pack_b_all): bump it when they change;
          * geom[2]: packed from float16 */
         ipu__pack_tag tag = {IPU__PACK_SGEMM_B,
@@ -332,7 +341,8 @@ static ipu_status mm_finish(const vctx *v, const ipu__mm_plan *t, const ipu__ten
                              {(uint32_t)u.nr, IPU__SGEMM_KC,
                               (uint32_t)(p->dtype == IPU_DTYPE_FLOAT16), 0}};
         const void *dst;
-        ipu_status st = ipu__vpacked(v, 1, &tag, nf * sizeof(float), pack_mm_weights, &mp, &dst);
+        ipu_status st = ipu__vpacked(v, 1, &src, &tag, nf * sizeof(float), pack_mm_weights, &mp,
+                                     &dst);
         if (st == IPU_OK) {
             p->packed = dst;
             p->packed_nr = u.nr;

@@ -23,31 +23,42 @@
 void ipu__wino_pack_weights(const void *w, int f16, int64_t Co, int64_t Ci, int mr, float *u) {
     int64_t npan = (Co + mr - 1) / mr;
     size_t xs = (size_t)(npan * mr * Ci); /* floats per xi */
-    for (int64_t co = 0; co < Co; co++)
+    /* a panel's mr channels at a time, side by side (g[k][j]: element k of channel j's kernel), so
+     * that each step is one vector operation and each of the 16 stores one run of mr floats;
+     * every element goes through the same operations as one kernel at a time would */
+    float g[9][IPU__SGEMM_MAX_MR], t[4][3][IPU__SGEMM_MAX_MR];
+    for (int64_t pan = 0; pan < npan; pan++) {
+        int64_t h = Co - pan * mr < mr ? Co - pan * mr : mr;
         for (int64_t ci = 0; ci < Ci; ci++) {
-            float g16[9];
-            const float *g = (const float *)w + (co * Ci + ci) * 9;
-            if (f16) {
-                ipu__cvt_f16_to_f32((const uint16_t *)w + (co * Ci + ci) * 9, g16, 9);
-                g = g16;
+            for (int64_t j = 0; j < mr; j++) {
+                float k9[9] = {0};
+                size_t at = (size_t)(((pan * mr + j) * Ci + ci) * 9);
+                if (j >= h)
+                    ; /* padding channels: zero */
+                else if (f16)
+                    ipu__cvt_f16_to_f32((const uint16_t *)w + at, k9, 9);
+                else
+                    memcpy(k9, (const float *)w + at, sizeof k9);
+                for (int k = 0; k < 9; k++) g[k][j] = k9[k];
             }
-            float t[4][3], v[16];
-            for (int c = 0; c < 3; c++) { /* G g: rows of the kernel combined */
-                t[0][c] = g[c];
-                t[1][c] = (g[c] + g[3 + c] + g[6 + c]) * 0.5f;
-                t[2][c] = (g[c] - g[3 + c] + g[6 + c]) * 0.5f;
-                t[3][c] = g[6 + c];
-            }
-            for (int i = 0; i < 4; i++) { /* (G g) G^T */
-                float a = t[i][0], b = t[i][1], c = t[i][2];
-                v[4 * i] = a;
-                v[4 * i + 1] = (a + b + c) * 0.5f;
-                v[4 * i + 2] = (a - b + c) * 0.5f;
-                v[4 * i + 3] = c;
-            }
-            float *d = u + (co / mr) * mr * Ci + ci * mr + co % mr;
-            for (int xi = 0; xi < 16; xi++) d[xi * xs] = v[xi];
+            for (int c = 0; c < 3; c++) /* G g: rows of the kernel combined */
+                for (int64_t j = 0; j < mr; j++) {
+                    t[0][c][j] = g[c][j];
+                    t[1][c][j] = (g[c][j] + g[3 + c][j] + g[6 + c][j]) * 0.5f;
+                    t[2][c][j] = (g[c][j] - g[3 + c][j] + g[6 + c][j]) * 0.5f;
+                    t[3][c][j] = g[6 + c][j];
+                }
+            float *d = u + pan * mr * Ci + ci * mr;
+            for (int i = 0; i < 4; i++) /* (G g) G^T */
+                for (int64_t j = 0; j < mr; j++) {
+                    float a = t[i][0][j], b = t[i][1][j], c = t[i][2][j];
+                    d[(size_t)(4 * i) * xs + j] = a;
+                    d[(size_t)(4 * i + 1) * xs + j] = (a + b + c) * 0.5f;
+                    d[(size_t)(4 * i + 2) * xs + j] = (a - b + c) * 0.5f;
+                    d[(size_t)(4 * i + 3) * xs + j] = c;
+                }
         }
+    }
 }
 
 /* B^T d along one axis for n tiles: their elements 0..3 in a..d (columns of an input row, or
