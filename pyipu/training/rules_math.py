@@ -152,6 +152,23 @@ def _clip(g: GradGraph, n: onnx.NodeProto, gy: Grads, need: list[bool]) -> Grads
     return [d] + [None] * (len(n.input) - 1)
 
 
+@rule("Min", "Max")
+def _min_max(g: GradGraph, n: onnx.NodeProto, gy: Grads, need: list[bool]) -> Grads:
+    d = dy(gy)
+    if len(n.input) != 2:
+        raise UnsupportedOpError(f"{n.op_type} {n.name!r}: gradient only with two inputs")
+    a, b = n.input
+    s = out_shape(g, n)
+    # the input that was picked gets the gradient; on a tie, the first one
+    beaten = g.op("Less" if n.op_type == "Max" else "Greater", [a, b])
+    first = g.op("Not", [beaten])
+    zero = g.const(0.0, n.output[0])
+    return [
+        g.unbroadcast(g.op("Where", [first, d, zero]), s, a) if need[0] else None,
+        g.unbroadcast(g.op("Where", [first, zero, d]), s, b) if need[1] else None,
+    ]
+
+
 @rule("Where")
 def _where(g: GradGraph, n: onnx.NodeProto, gy: Grads, need: list[bool]) -> Grads:
     c, a, b = n.input
