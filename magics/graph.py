@@ -152,7 +152,7 @@ def _units(nodes: tuple[NodeCost, ...], exe: Any) -> tuple[list[_Unit], list[tup
     edges: list[tuple[str, str]] = []
     for n in nodes:
         key = n.done_by if n.role == sources.FUSED else n.name
-        if n.role in (sources.FOLDED,) or not key:
+        if n.role == sources.FOLDED or not key:
             continue
         for v in n.inputs:
             src = owner.get(v)
@@ -250,5 +250,4 @@ def _compact(shape: str) -> str:
 
 def _fit(text: str, px: float) -> str:
     """Cut text to about `px` pixels of an 11 px sans-serif font."""
-    n = int(px / 6.2)
-    return text if len(text) <= n else text[: n - 1] + "…"
+    return H.short(text, int(px / 6.2))

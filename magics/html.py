@@ -48,6 +48,11 @@ def size(nbytes: float) -> str:
     return f"{nbytes / 1024**power:.4g} {('KiB', 'MiB', 'GiB')[power - 1]}"
 
 
+def short(text: str, n: int) -> str:
+    """`text` cut to n characters, an ellipsis marking the cut."""
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
 def duration(seconds: float) -> str:
     if seconds >= 1:
         return f"{seconds:.3g} s"

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from . import html as H
+
 GRID_COLS = 46  # 46 x 32 = 1472 tiles, drawn row by row from tile 0
 DPI = 100
 
@@ -198,13 +200,9 @@ def _instruction_label(c: Any) -> str:
     if c.node:
         names = c.node.split("+")
         who = names[0] if len(names) == 1 else f"{names[0]}…{names[-1]}"
-        return f"{_short(f'{who} {c.op_type}', 44)} ({c.opcode.lower()})"
-    what = f"{c.opcode.lower()} → {_short(c.output, 32)}" if c.output else c.opcode.lower()
+        return f"{H.short(f'{who} {c.op_type}', 44)} ({c.opcode.lower()})"
+    what = f"{c.opcode.lower()} → {H.short(c.output, 32)}" if c.output else c.opcode.lower()
     return f"{what} (p{c.program}#{c.index})"
-
-
-def _short(text: str, n: int) -> str:
-    return text if len(text) <= n else text[: n - 1] + "…"
 
 
 def instruction_cycles(report: Any, top: int = 30) -> bytes:

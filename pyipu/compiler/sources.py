@@ -46,10 +46,6 @@ class Sources:
     tensor_nodes: tuple[int, ...]  # per tensor: index into nodes, NO_NODE if none made it
     tensor_bases: tuple[int, ...]  # per tensor: the root it is a zero-copy view of, or -1
 
-    def node_of(self, tensor: int) -> SourceNode | None:
-        k = self.tensor_nodes[tensor]
-        return None if k == NO_NODE else self.nodes[k]
-
     def blob(self) -> tuple[str, bytes]:
         doc = {
             "version": _VERSION,
@@ -62,10 +58,14 @@ class Sources:
         return SOURCES_BLOB, json.dumps(doc, separators=(",", ":")).encode()
 
 
-def roles(src: Sources, written: set[int]) -> list[tuple[str, int]]:
-    """Per node: (how its work is done, the node whose instructions do it). `written` holds
-    the tensors some instruction writes. A fused node's work is done by the first node
-    downstream of it that has instructions (NO_NODE when its result is never used)."""
+def roles(src: Sources, ir: ModelIR) -> list[tuple[str, int]]:
+    """Per node of `ir`'s record: (how its work is done, the node whose instructions do it).
+    A fused node's work is done by the first node downstream of it that has instructions
+    (NO_NODE when its result is never used)."""
+    # tensors some instruction of a run writes (the Load program's BINDs are not a computation)
+    written = {
+        o for p in ir.programs if p.id != ir.load_program for ins in p.instrs for o in ins.outputs
+    }
     owned: list[list[int]] = [[] for _ in src.nodes]
     for t, k in enumerate(src.tensor_nodes):
         if k != NO_NODE:

@@ -125,14 +125,19 @@ class _Session:
         produced = {o for n in self.model.graph.node for o in n.output}
         return [t for t in self.dataFlow.anchors if t in produced]
 
+    def _model_to_compile(self) -> tuple[onnx.ModelProto, list[str]]:
+        """The model the executable runs and its outputs: the anchors it computes."""
+        outputs = self._computed_anchors() or [o.name for o in self.model.graph.output]
+        return self._model_with_weights(), outputs
+
     def _compile(self) -> Any:
         from pyipu.compiler import Compiler
         from pyipu.compiler.errors import IPUOutOfMemoryError
 
-        outputs = self._computed_anchors() or [o.name for o in self.model.graph.output]
+        model, outputs = self._model_to_compile()
         options = self.options.compiler_options(self.device.numIpus)
         try:
-            return Compiler.compile(self._model_with_weights(), outputs, options)
+            return Compiler.compile(model, outputs, options)
         except IPUOutOfMemoryError as e:
             raise OutOfMemoryException(str(e)) from None
         except Error as e:
@@ -281,10 +286,14 @@ class _Session:
         for p in pending:
             p.wait()
         for feed, outs in zip(feeds, results, strict=True):
-            for tid in self.dataFlow.anchors:
-                if tid not in outs:  # an anchored input or weight
-                    outs[tid] = feed[tid] if tid in feed else self.weights[tid]
+            self._add_fed_anchors(feed, outs)
         return results
+
+    def _add_fed_anchors(self, feed: dict[str, np.ndarray], outs: dict[str, np.ndarray]) -> None:
+        """Anchors the executable does not compute: an input's fed value, a weight's."""
+        for tid in self.dataFlow.anchors:
+            if tid not in outs:
+                outs[tid] = feed[tid] if tid in feed else self.weights[tid]
 
     def _per_replica(
         self, results: list[dict[str, np.ndarray]], tid: str

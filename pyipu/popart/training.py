@@ -104,7 +104,7 @@ class TrainingSession(_Session):
         self.model = b.model
 
     # --- compile ---------------------------------------------------------------------------
-    def _training_model(self) -> tuple[onnx.ModelProto, list[str]]:
+    def _model_to_compile(self) -> tuple[onnx.ModelProto, list[str]]:
         """The model with the weights as inputs, the backward pass and the update; and the
         outputs to compile: computed anchors, then new weights and state."""
         base = onnx.ModelProto()
@@ -146,21 +146,6 @@ class TrainingSession(_Session):
         self._updated = new_outputs
         return model, [*self._computed_anchors(), *new_outputs]
 
-    def _compile(self) -> Any:
-        from pyipu.compiler import Compiler
-        from pyipu.compiler.errors import IPUOutOfMemoryError
-        from pyipu.errors import Error
-        from pyipu.popart.errors import OutOfMemoryException
-
-        model, outputs = self._training_model()
-        options = self.options.compiler_options(self.device.numIpus)
-        try:
-            return Compiler.compile(model, outputs, options)
-        except IPUOutOfMemoryError as e:
-            raise OutOfMemoryException(str(e)) from None
-        except Error as e:
-            raise popart_exception(f"{self.name}: the model cannot be compiled: {e}") from e
-
     # --- steps -----------------------------------------------------------------------------
     def _execute(self, feeds: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
         outs_desc = {d.name: d for d in self._runner.get_execute_outputs()}
@@ -187,9 +172,7 @@ class TrainingSession(_Session):
             }
             self._runner.execute(full, outs)
             outs.update(anchored)  # an anchored weight: its value this step read
-            for t in self.dataFlow.anchors:
-                if t not in outs:
-                    outs[t] = feed[t]
+            self._add_fed_anchors(feed, outs)
             results.append(outs)
         return results
 

@@ -158,15 +158,8 @@ class _Sources:
         src = sources.of(ir.opaque, len(ir.tensors))
         if src is None:
             return None
-        written = {
-            o
-            for p in ir.programs
-            if p.id != ir.load_program
-            for ins in p.instrs
-            for o in ins.outputs
-        }
         doing: dict[int, list[int]] = {}
-        for k, (_, doer) in enumerate(sources.roles(src, written)):
+        for k, (_, doer) in enumerate(sources.roles(src, ir)):
             if doer != sources.NO_NODE:
                 doing.setdefault(doer, []).append(k)
         return cls(src, doing)
@@ -254,17 +247,17 @@ def estimate(ir: ModelIR, settings: Settings | None = None) -> IPUModelReport:
     for pid in ir.main_programs:
         program_cycles.setdefault(pid, 0)
 
+    io_static = io_buf.static(tiles)
     cats = {
         "weights": weights.static(tiles),
         "activations": dyn["activations"],
-        "io": dyn["io"] + io_buf.static(tiles),
+        "io": dyn["io"] + io_static,
         "temporaries": dyn["temporaries"],
         "code": code.static(tiles),
     }
     shape = (ir.num_ipus, tpi)
     categories = {k: v.reshape(shape) for k, v in cats.items()}
-    static = {"weights": cats["weights"].sum(), "io": io_buf.static(tiles).sum()}
-    static["code"] = cats["code"].sum()
+    static = {"weights": cats["weights"].sum(), "io": io_static.sum(), "code": cats["code"].sum()}
     liveness = tuple(
         Liveness(
             programs,

@@ -49,10 +49,7 @@ def node_costs(ir: ModelIR, report: IPUModelReport) -> tuple[NodeCost, ...] | No
     src = sources.of(ir.opaque, len(ir.tensors))
     if src is None:
         return None
-    written = {
-        o for p in ir.programs if p.id != ir.load_program for ins in p.instrs for o in ins.outputs
-    }
-    roles = sources.roles(src, written)
+    roles = sources.roles(src, ir)
     by_node: dict[int, list[InstructionCost]] = {}
     for c in report.instructions:
         instr = ir.program(c.program).instrs[c.index]
