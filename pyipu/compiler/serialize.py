@@ -9,6 +9,7 @@ Anything malformed raises CorruptFileError (a ValueError).
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import struct
 
@@ -170,7 +171,7 @@ def _without(ir: ModelIR, stored: frozenset[int]) -> ModelIR:
         if i in stored:
             t = dataclasses.replace(t, offset=0, data=None)
         elif t.location == Location.TENSOR_DATA:
-            lo = max(s for s in starts if s <= t.offset)
+            lo = starts[bisect.bisect_right(starts, t.offset) - 1]  # the run holding it
             t = dataclasses.replace(t, offset=moved[lo] + t.offset - lo)
         tensors.append(t)
     return dataclasses.replace(ir, tensors=tuple(tensors))
