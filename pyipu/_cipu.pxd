@@ -77,6 +77,7 @@ cdef extern from "ipu/ipu.h" nogil:
         uint64_t arena_size
         uint32_t num_stages
         int pipelined
+        uint32_t num_variables
     ctypedef struct ipu_tensor_desc:
         ipu_dtype dtype
         uint32_t ndim
@@ -113,6 +114,8 @@ cdef extern from "ipu/ipu.h" nogil:
     ctypedef struct ipu_stage_info:
         uint32_t program, ipu, copy_program
     ipu_status ipu_executable_stage(const ipu_executable *e, uint32_t stage, ipu_stage_info *out)
+    ipu_status ipu_executable_variable(const ipu_executable *e, uint32_t anchor,
+                                       uint32_t *tensor_out)
     const char *IPU_PACKED_BLOB_NAME
     void ipu_executable_packed_counts(const ipu_executable *e, uint32_t *mapped, uint32_t *packed)
     ipu_status ipu_executable_packed_blob(const ipu_executable *e, void *dst, size_t cap,
@@ -152,6 +155,10 @@ cdef extern from "ipu/ipu.h" nogil:
                                 void *user_data)
     ipu_binding ipu_session_binding(const ipu_session *s, uint32_t anchor)
     ipu_status ipu_session_run_load(ipu_session *s)
+    ipu_status ipu_session_read_variable(ipu_session *s, uint32_t anchor, void *dst,
+                                         size_t nbytes)
+    ipu_status ipu_session_write_variable(ipu_session *s, uint32_t anchor, const void *src,
+                                          size_t nbytes)
     ctypedef struct ipu_step_result:
         uint32_t iterations
         uint32_t padded_iterations
@@ -204,6 +211,10 @@ cdef extern from "ipu/ipu.h" nogil:
     ipu_status ipu_runtime_close(ipu_runtime *rt)
     void ipu_runtime_destroy(ipu_runtime *rt)
     ipu_status ipu_runtime_reset(ipu_runtime *rt)
+    ipu_status ipu_runtime_read_variable(ipu_runtime *rt, uint32_t anchor, void *dst,
+                                         size_t nbytes)
+    ipu_status ipu_runtime_write_variable(ipu_runtime *rt, uint32_t anchor, const void *src,
+                                          size_t nbytes)
     ipu_status ipu_runtime_set_stream_callback(ipu_runtime *rt, uint32_t anchor, ipu_stream_fn fn,
                                                void *user_data)
     ctypedef void (*ipu_request_done_fn)(ipu_request *req, ipu_status status, void *user_data)

@@ -1,6 +1,8 @@
 # The cdef classes and C-level helpers of pyipu._core that its sibling modules cimport
 # (pyipu/_session.pyx, pyipu/_fast_path.pyx). The modules share one libipu.so (meson.build), so
 # the C state these handles point into (last error, log sink, forced ISA, allocator) is one.
+cimport numpy as cnp
+
 from pyipu._cipu cimport *
 
 
@@ -51,3 +53,5 @@ cpdef uint64_t timeout_ns(timeout) except? 0
 cdef bint _wait_request(ipu_request *r, uint64_t left, _ErrorBox box) except -1
 cdef void _cancel_and_wait(ipu_request *r) noexcept
 cdef int _raise_interrupt() except -1
+# The data of an array handed to C whole (C-contiguous; writable when the C side writes it).
+cdef void *_contiguous(cnp.ndarray a, bint writable) except NULL

@@ -104,6 +104,13 @@ cdef int _check(ipu_status s) except -1:
     raise _errors.from_status(ipu_status_name(s).decode(), s, detail or ipu_status_str(s).decode())
 
 
+cdef void *_contiguous(cnp.ndarray a, bint writable) except NULL:
+    if not a.flags.c_contiguous or (writable and not a.flags.writeable):
+        raise _errors.InvalidArgumentError(
+            "the array must be C-contiguous" + (" and writable" if writable else ""))
+    return cnp.PyArray_DATA(a) if a.nbytes else <void *>1
+
+
 cdef dict _isa_levels():
     levels = {}
     cdef int i = 1
@@ -301,6 +308,18 @@ cdef class Executable:
             out.append((a.name.decode(), a.direction, dtype, shape, nbytes,
                         None if a.subgraph == IPU_NO_INDEX else a.subgraph,
                         bool(a.has_tensor_data), a.tensor))
+        return out
+
+    def variables(self):
+        """{name: (anchor index, tensor index)} of the weights kept as variables: state the
+        programs update and that persists between steps (ipu_executable_variable)."""
+        cdef ipu_anchor_info a
+        cdef uint32_t t
+        out = {}
+        for i in range(self.info.num_anchors):
+            _check(ipu_executable_anchor(self.e, i, &a))
+            if a.has_tensor_data and ipu_executable_variable(self.e, i, &t) == IPU_OK:
+                out[a.name.decode()] = (i, t)
         return out
 
     def tensors(self):
@@ -683,6 +702,24 @@ cdef class Runtime:
         cdef ipu_status s
         with nogil:
             s = ipu_runtime_reset(self.rt)
+        _check(s)
+
+    def read_variable(self, uint32_t anchor, cnp.ndarray out not None):
+        """Copy variable `anchor` into `out` (C-contiguous, its size) between two steps."""
+        cdef void *dst = _contiguous(out, True)
+        cdef size_t n = out.nbytes
+        cdef ipu_status s
+        with nogil:
+            s = ipu_runtime_read_variable(self.rt, anchor, dst, n)
+        _check(s)
+
+    def write_variable(self, uint32_t anchor, cnp.ndarray value not None):
+        """Copy `value` (C-contiguous, the variable's size) into variable `anchor`."""
+        cdef const void *src = _contiguous(value, False)
+        cdef size_t n = value.nbytes
+        cdef ipu_status s
+        with nogil:
+            s = ipu_runtime_write_variable(self.rt, anchor, src, n)
         _check(s)
 
     def queue_depth(self, uint32_t anchor):

@@ -12,6 +12,7 @@ from pyipu._cipu cimport *
 from pyipu._core cimport (
     Executable,
     _check,
+    _contiguous,
     _ErrorBox,
     _handler,
     _slot_trampoline,
@@ -107,6 +108,24 @@ cdef class Session:
 
     def stopped(self):
         return bool(ipu_session_stopped(self.s))
+
+    def read_variable(self, uint32_t anchor, cnp.ndarray out not None):
+        """Copy variable `anchor` into `out` (C-contiguous, its size) between two steps."""
+        cdef void *dst = _contiguous(out, True)
+        cdef size_t n = out.nbytes
+        cdef ipu_status st
+        with nogil:
+            st = ipu_session_read_variable(self.s, anchor, dst, n)
+        _check(st)
+
+    def write_variable(self, uint32_t anchor, cnp.ndarray value not None):
+        """Copy `value` (C-contiguous, the variable's size) into variable `anchor`."""
+        cdef const void *src = _contiguous(value, False)
+        cdef size_t n = value.nbytes
+        cdef ipu_status st
+        with nogil:
+            st = ipu_session_write_variable(self.s, anchor, src, n)
+        _check(st)
 
     def enqueue(self, uint32_t anchor, cnp.ndarray array not None, uint32_t rows=0,
                 callback=None, timeout=None):

@@ -180,6 +180,9 @@ def test_optimizer_values_change_between_steps() -> None:
         before = read["W2"].copy()
         session.run(PyStepIO({ids["x"]: x, ids["label"]: y}, anchors))
         session.readWeights(PyWeightsIO(read))
+        assert np.array_equal(read["W2"], before)  # the host copy waits for weightsToHost
+        session.weightsToHost()
+        session.readWeights(PyWeightsIO(read))
         return np.abs(read["W2"] - before).max()
 
     first = step()

@@ -26,7 +26,7 @@ from pyipu.compiler.ir import ModelIR
 from pyipu.compiler.lower import GraphBuilder, add_index_anchor, lower_subgraph
 from pyipu.compiler.memory import build_ir
 from pyipu.compiler.model_fusion import FUSION_KEY, read_fusion_info
-from pyipu.compiler.onnx_import import ModelLike, import_model
+from pyipu.compiler.onnx_import import ModelLike, import_model, load_model
 from pyipu.compiler.ops import REGISTRY
 from pyipu.compiler.options import CompilerOptions
 from pyipu.compiler.rewrites.affine import fuse_affine_chains
@@ -35,6 +35,7 @@ from pyipu.compiler.rewrites.conv_epilogue import fuse_conv_epilogues
 from pyipu.compiler.rewrites.expand import drop_broadcast_expands
 from pyipu.compiler.rewrites.gelu import fuse_gelu
 from pyipu.compiler.staging import Placement, place_nodes, split_stages, stage_callback
+from pyipu.compiler.variables import make_variables, read_variables, weights_as_inputs
 from pyipu.errors import CallbackError, Error
 
 _STEPS = 4
@@ -59,7 +60,11 @@ def compile_ir(
 
 def _compile_ir(model: ModelLike, outputs: Sequence[str] | None, opts: CompilerOptions) -> ModelIR:
     _progress(opts, 0)
-    graph = import_model(model)
+    proto = load_model(model)
+    variables = read_variables(proto)
+    if variables:
+        proto, initial = weights_as_inputs(proto, variables)
+    graph = import_model(proto)
     _progress(opts, 1)
     fusion = read_fusion_info(graph.model)
     opaque = [
@@ -69,17 +74,22 @@ def _compile_ir(model: ModelLike, outputs: Sequence[str] | None, opts: CompilerO
         raise CompileError(f"outputs must be None or a non-empty list of names, got {outputs!r}")
 
     placement = _placement(graph.nodes, opts, fusion is not None)
+    if variables and (fusion is not None or placement is not None):
+        raise CompileError("variables are not supported in fused or manually sharded models")
     if fusion is None:
         builder = GraphBuilder(1, constant_weights=opts.constant_weights)
+        requested = list(outputs or graph.graph_outputs)
         lower_subgraph(
             builder,
             graph,
             0,
             graph.inputs,
-            list(outputs or graph.graph_outputs),
+            requested + [u for u in variables.values() if u not in requested],
             REGISTRY,
             stage_callback(placement),
         )
+        if variables:
+            make_variables(builder, variables, initial, set(requested))
         index_name = None
     else:
         builder = GraphBuilder(len(fusion.subgraphs), constant_weights=opts.constant_weights)

@@ -105,6 +105,8 @@ class GraphBuilder:
     nodes: list[SourceNode] = field(default_factory=list)  # the ONNX nodes lowered, in order
     current_node: int = NO_NODE  # the one being lowered: its tensors record it (sources.py)
     instr_stages: list[list[int]] = field(default_factory=list)  # parallel to programs
+    # variables (variables.py): arena root → the weight the Load program copies into it
+    variables: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.programs = [[] for _ in range(self.num_subgraphs)]

@@ -88,6 +88,8 @@ def lifetimes(b: GraphBuilder, pin_anchors: bool = False) -> dict[int, Lifetime]
     for i, spec in enumerate(b.tensors):
         if spec.base is None and spec.kind == ARENA:
             out[i] = Lifetime.of(spec.subgraph, events.get(i))
+    for r in b.variables:  # the device's state: its bytes are its own for the whole run
+        out[r] = Lifetime(NO_INDEX, -1, 0)
     if pin_anchors:
         for a in b.anchors:
             r = b.root(a.tensor)
@@ -199,7 +201,8 @@ def build_ir(
 ) -> ModelIR:
     """Plan memory and assemble the ModelIR.
 
-    Program 0 (Load) binds every weight; program i + 1 is the Main program of subgraph i. With a
+    Program 0 (Load) binds every weight and copies each variable's weight into the variable's
+    arena tensor (variables.py); program i + 1 is the Main program of subgraph i. With a
     stage plan (manual sharding, one subgraph) programs 1..S are the stage programs (Main is
     stage 0's) and the non-empty copy programs follow (staging.py).
     """
@@ -235,7 +238,8 @@ def build_ir(
         for i, t in enumerate(tensors)
         if t.location == Location.TENSOR_DATA
     )
-    programs = [Program(0, binds)]
+    starts = tuple(Instr(Op.COPY, (w,), (v,)) for v, w in b.variables.items())
+    programs = [Program(0, binds + starts)]
     stages: list[Stage] = []
     if plan is None:
         programs += [Program(s + 1, tuple(prog)) for s, prog in enumerate(b.programs)]

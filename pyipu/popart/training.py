@@ -1,12 +1,13 @@
 """`TrainingSession`: the model, its loss, the backward pass (pyipu.training.gradients) and an
 optimizer's update of every weight compiled into one pyipu executable.
 
-The trainable weights are the model's float initializers. The executable takes them, their
-optimizer state and the step count as inputs and writes their new values as outputs; the
-session keeps them in its own arrays between steps and runs each step with those arrays as both
-the inputs and the outputs (the runtime gives overlapping outputs the out-of-place result), so
-nothing is copied through Python. Micro-batches run one after another: each step's weights are
-the previous step's result.
+The trained weights are the float initializers the loss depends on. They, their optimizer state,
+the step count and BatchNormalization's running statistics are the executable's variables
+(pyipu.compiler.variables): they live on the device, each step updates them in place, and they
+reach the host only when asked (`weightsToHost`, `modelToHost`, `saveExecutable`). Micro-batches
+run one after another: each reads the weights the previous one wrote. Non-const optimizer values
+(learning rate, ...) are inputs fed with every micro-batch, so `updateOptimizerFromHost` needs no
+recompile.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import helper
+from onnx import helper, numpy_helper
 
+from pyipu.compiler.variables import set_variables
 from pyipu.popart.builder import Builder
 from pyipu.popart.dataflow import DataFlow
 from pyipu.popart.devices import DeviceInfo
@@ -25,7 +27,9 @@ from pyipu.popart.errors import popart_exception
 from pyipu.popart.optimizers import IdentityLoss, L1Loss, Loss, NllLoss, Optimizer
 from pyipu.popart.options import SessionOptions
 from pyipu.popart.session import InputShapeInfo, Patterns, _Session
+from pyipu.popart.stepio import PyWeightsIO
 from pyipu.training import gradients
+from pyipu.training.autodiff import differentiable
 from pyipu.training.nodes import NodeWriter
 
 STEP = "optimizer/step"
@@ -71,11 +75,14 @@ class TrainingSession(_Session):
             raise popart_exception(
                 "TrainingSession: replication and gradient accumulation are not supported yet"
             )
-        self.trainable = [
+        self.running = _running_statistics(self.model)
+        floats = [
             i.name
             for i in self.model.graph.initializer
             if i.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)
+            and i.name not in self.running
         ]
+        self.trainable = differentiable(self.model, self.loss, floats)
         self.state = {
             (w, s): np.full(self.weights[w].shape, self._opt.initial(s), self.weights[w].dtype)
             for w in self.trainable
@@ -83,6 +90,8 @@ class TrainingSession(_Session):
         }
         self.hyper = {v.name: v.value for v in self._opt.variables()}
         self.steps = 0
+        self._written: set[str] = set()  # variables written on the host since weightsFromHost
+        self._value_anchors: dict[str, str] = {}  # anchored variable → the value a step read
 
     def _extend_model(self) -> None:
         """The older API's losses, written into the model as builder ops."""
@@ -105,89 +114,98 @@ class TrainingSession(_Session):
 
     # --- compile ---------------------------------------------------------------------------
     def _model_to_compile(self) -> tuple[onnx.ModelProto, list[str]]:
-        """The model with the weights as inputs, the backward pass and the update; and the
-        outputs to compile: computed anchors, then new weights and state."""
-        base = onnx.ModelProto()
-        base.CopyFrom(self.model)
-        keep = [i for i in base.graph.initializer if i.name not in self.trainable]
-        trainable = [i for i in base.graph.initializer if i.name in self.trainable]
-        del base.graph.initializer[:]
-        base.graph.initializer.extend(keep)
-        names = {v.name for v in base.graph.input}
-        for i in trainable:
-            if i.name not in names:
-                base.graph.input.append(
-                    helper.make_tensor_value_info(i.name, i.data_type, list(i.dims))
-                )
+        """The model with the backward pass and the update, its variables named (weights,
+        optimizer state, step, running statistics); and the outputs: the computed anchors."""
         try:
-            model, grads = gradients(base, self.loss, self.trainable)
+            model, grads = gradients(self._model_with_weights(), self.loss, self.trainable)
         except Exception as e:
             raise popart_exception(f"{self.name}: cannot differentiate the model: {e}") from e
         opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
         w = NodeWriter(opset, "optimizer")
-        new_outputs = []
+        step = w.op("Add", [STEP, w.const(np.asarray(1, np.float32))])
+        updates = {STEP: step, **self.running}
+        initial = [numpy_helper.from_array(np.asarray(self.steps, np.float32), STEP)]
         for name in self.trainable:
             dtype = self.weights[name].dtype
             state = {s: f"{name}/{s}" for s in self._opt.slots()}
-            new, new_state = self._opt.update(w, name, grads[name], state, STEP, dtype)
-            new_outputs.append(w.op("Identity", [new]))
-            new_outputs += [w.op("Identity", [new_state[s]]) for s in self._opt.slots()]
-            for slot_input in state.values():
-                model.graph.input.append(
-                    helper.make_tensor_value_info(
-                        slot_input, _onnx(dtype), self.weights[name].shape
-                    )
-                )
+            new, new_state = self._opt.update(w, name, grads[name], state, step, dtype)
+            updates[name] = new
+            for s, slot in state.items():
+                updates[slot] = new_state[s]
+                initial.append(numpy_helper.from_array(self.state[(name, s)], slot))
+        # an anchored variable returns the value the micro-batch read
+        self._value_anchors = {
+            t: w.op("Identity", [t]) for t in self.dataFlow.anchors if t in updates
+        }
         model.graph.node.extend(w.nodes)
+        model.graph.initializer.extend(initial)
         f32 = onnx.TensorProto.FLOAT
-        model.graph.input.append(helper.make_tensor_value_info(STEP, f32, []))
         for var in self._opt.variables():
             model.graph.input.append(helper.make_tensor_value_info(var.name, f32, []))
-        self._updated = new_outputs
-        return model, [*self._computed_anchors(), *new_outputs]
+        set_variables(model, updates)
+        anchors = [*self._computed_anchors(), *self._value_anchors.values()]
+        return model, [a for a in anchors if a not in updates] or [self.loss]
 
     # --- steps -----------------------------------------------------------------------------
     def _execute(self, feeds: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
-        outs_desc = {d.name: d for d in self._runner.get_execute_outputs()}
-        updated = iter(self._updated)
-        writes: dict[str, np.ndarray] = {}
-        for name in self.trainable:  # the new values land in the arrays they were read from
-            writes[next(updated)] = self.weights[name]
-            for s in self._opt.slots():
-                writes[next(updated)] = self.state[(name, s)]
-        results = []
-        for feed in feeds:
-            self.steps += 1
-            full = dict(feed)
-            full.update(self.weights)
-            full.update({f"{w}/{s}": a for (w, s), a in self.state.items()})
-            full[STEP] = np.array(self.steps, np.float32)
-            full.update({k: np.array(v, np.float32) for k, v in self.hyper.items()})
-            outs = {
-                n: writes[n] if n in writes else np.empty(d.shape, d.numpy_data_type())
-                for n, d in outs_desc.items()
-            }
-            anchored = {
-                t: self.weights[t].copy() for t in self.dataFlow.anchors if t in self.weights
-            }
-            self._runner.execute(full, outs)
-            outs.update(anchored)  # an anchored weight: its value this step read
-            self._add_fed_anchors(feed, outs)
-            results.append(outs)
+        hyper = {k: np.array(v, np.float32) for k, v in self.hyper.items()}
+        results = super()._execute([{**feed, **hyper} for feed in feeds])
+        self.steps += len(feeds)
+        for outs in results:
+            for tid, value in self._value_anchors.items():
+                outs[tid] = outs.pop(value)
         return results
 
     def _input_infos(self) -> dict[str, Any]:
-        infos = super()._input_infos()
-        fed = {*self.weights, STEP, *self.hyper, *(f"{w}/{s}" for w, s in self.state)}
-        return {k: v for k, v in infos.items() if k not in fed}
+        return {k: v for k, v in super()._input_infos().items() if k not in self.hyper}
 
     # --- weights and the optimizer ---------------------------------------------------------
+    def _variables(self) -> set[str]:
+        return {*self.trainable, *self.running}
+
+    def _pull(self) -> None:
+        """The device's variables into the host copies."""
+        if self._runner is None:
+            return
+        for name, value in self._runner.read_variables().items():
+            if name == STEP:
+                self.steps = int(value)
+            elif name in self.weights:
+                self.weights[name] = value
+            else:
+                weight, slot = name.rsplit("/", 1)
+                self.state[(weight, slot)] = value
+
     def weightsFromHost(self) -> None:  # noqa: N802
+        """Copy the weights written on the host (writeWeights) to the device; a written
+        non-trained weight (a constant of the model) recompiles, keeping the trained state."""
         self._check_compiled()
+        if self._weights_dirty:
+            self._pull()
+            self._written.clear()
+            super().weightsFromHost()
+            return
+        if self._runner is not None and self._written:
+            self._runner.write_variables({t: self.weights[t] for t in self._written})
+        self._written.clear()
+
+    def weightsToHost(self) -> None:  # noqa: N802
+        """Copy the device's weights, optimizer state and step count to the host."""
+        self._check_compiled()
+        self._pull()
 
     def _store_weight(self, tid: str, src: np.ndarray, dest: np.ndarray) -> None:
-        """Into the array the next step reads: no recompile."""
-        np.copyto(dest, src, casting="same_kind")
+        if tid not in self._variables():
+            super()._store_weight(tid, src, dest)
+            return
+        self.weights[tid] = np.array(src, dest.dtype)
+        self._written.add(tid)
+
+    def modelToHost(self, fn: str | os.PathLike) -> None:  # noqa: N802
+        """Write the ONNX model with the device's current weights."""
+        if self._exe is not None:
+            self._pull()
+        super().modelToHost(fn)
 
     def optimizerFromHost(self) -> None:  # noqa: N802
         self._check_compiled()
@@ -196,6 +214,27 @@ class TrainingSession(_Session):
         """New values of the optimizer's non-const hyperparameters, from the next step on."""
         self.hyper.update(self.optimizer.update_from(optimizer))
 
+    def readOptimizerState(self, weightsIo: PyWeightsIO) -> None:  # noqa: N802, N803
+        """The host copies of optimizer state ("W/velocity", "W/m", ...; after weightsToHost)."""
+        for tid, dest in weightsIo.weights.items():
+            weight, _, slot = tid.rpartition("/")
+            if (weight, slot) not in self.state:
+                raise popart_exception(
+                    f"{tid!r} is not optimizer state of {self.name} "
+                    f"(slots: {', '.join(self._opt.slots()) or 'none'})"
+                )
+            dest[...] = self.state[(weight, slot)]
 
-def _onnx(dtype: np.dtype) -> int:
-    return helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+
+def _running_statistics(model: onnx.ModelProto) -> dict[str, str]:
+    """{initializer: new value} for the running mean and variance BatchNormalization updates in
+    training mode (outputs 1 and 2 in every opset)."""
+    inits = {i.name for i in model.graph.initializer}
+    out = {}
+    for n in model.graph.node:
+        if n.op_type != "BatchNormalization" or len(n.output) < 3:
+            continue
+        for k in (1, 2):
+            if n.output[k] and n.input[2 + k] in inits:
+                out[n.input[2 + k]] = n.output[k]
+    return out

@@ -103,15 +103,7 @@ def gradients(
             raise CompileError(f"{name!r} is not a value of the model")
     if g.dtype(loss) not in FLOATS:
         raise CompileError(f"the loss {loss!r} is not a float tensor")
-    # values that depend on a wrt tensor through float ops, and those the loss depends on
-    live = set(wrt)
-    for n in nodes:
-        if any(i in live for i in n.input):
-            live.update(o for o in n.output if o and g.types.get(o, (0,))[0] in FLOATS)
-    needed = {loss}
-    for n in reversed(nodes):
-        if any(o in needed for o in n.output):
-            needed.update(n.input)
+    live, needed = _paths(g, nodes, loss, wrt)
     grads: dict[str, list[str]] = {
         loss: [g.op("ConstantOfShape", [g.ints(g.shape(loss))], value=_one(g.dtype(loss)))]
     }
@@ -143,6 +135,30 @@ def gradients(
     out.CopyFrom(model)
     out.graph.node.extend(g.nodes)
     return out, names
+
+
+def _paths(
+    g: GradGraph, nodes: Sequence[onnx.NodeProto], loss: str, wrt: Sequence[str]
+) -> tuple[set[str], set[str]]:
+    """The values that depend on a `wrt` tensor through float ops, and those the loss depends
+    on: a gradient flows through their intersection."""
+    live = set(wrt)
+    for n in nodes:
+        if any(i in live for i in n.input):
+            live.update(o for o in n.output if o and g.types.get(o, (0,))[0] in FLOATS)
+    needed = {loss}
+    for n in reversed(nodes):
+        if any(o in needed for o in n.output):
+            needed.update(n.input)
+    return live, needed
+
+
+def differentiable(model: onnx.ModelProto, loss: str, candidates: Sequence[str]) -> list[str]:
+    """The candidates (weights) the loss depends on through float ops: those a gradient
+    reaches, in the candidates' order."""
+    g = GradGraph(model)
+    live, needed = _paths(g, list(model.graph.node), loss, candidates)
+    return [c for c in candidates if c in needed and c in live]
 
 
 def _one(dtype: int) -> onnx.TensorProto:

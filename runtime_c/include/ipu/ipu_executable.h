@@ -72,8 +72,9 @@ typedef struct ipu_executable_info {
     uint32_t num_tensors, num_anchors, num_subgraphs, num_programs;
     uint32_t index_anchor; /* IPU_NO_INDEX when the model is not fused */
     uint64_t arena_size;
-    uint32_t num_stages; /* 0: not sharded (manual sharding: see ipu_executable_stage) */
-    int pipelined;       /* stages of consecutive batches run concurrently */
+    uint32_t num_stages;    /* 0: not sharded (manual sharding: see ipu_executable_stage) */
+    int pipelined;          /* stages of consecutive batches run concurrently */
+    uint32_t num_variables; /* weight anchors kept as variables (ipu_executable_variable) */
 } ipu_executable_info;
 
 /* One stage of a sharded model. A Main iteration runs the stages in order, each followed by its
@@ -146,6 +147,16 @@ IPU_API uint32_t ipu_executable_load_program(const ipu_executable *e);
 /* Program id of subgraph `subgraph`'s Main program (< num_subgraphs). */
 IPU_API IPU_NODISCARD ipu_status ipu_executable_main_program(const ipu_executable *e,
                                                              uint32_t subgraph, uint32_t *id_out);
+/* Variables: state that programs update and that persists between steps (trained weights,
+ * optimizer state). A weight anchor is a variable when the Load program COPYs its tensor into
+ * an ARENA tensor: that tensor then holds the variable's current value, starting from the
+ * weight's bytes (or what its binding supplies) at every Load, read and written by the Main
+ * programs (the compiler keeps its arena bytes for it alone), and read or written between steps
+ * with ipu_session_read_variable / ipu_runtime_read_variable and their _write_ pairs. *out: the
+ * ARENA tensor of weight anchor `anchor` (< num_anchors); IPU_ERR_NOT_FOUND when it is not a
+ * variable. */
+IPU_API IPU_NODISCARD ipu_status ipu_executable_variable(const ipu_executable *e, uint32_t anchor,
+                                                         uint32_t *tensor_out);
 /* Stage `stage` (< num_stages) of a sharded executable. */
 IPU_API IPU_NODISCARD ipu_status ipu_executable_stage(const ipu_executable *e, uint32_t stage,
                                                       ipu_stage_info *out);

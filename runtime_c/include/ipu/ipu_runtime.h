@@ -101,6 +101,15 @@ IPU_API void ipu_runtime_destroy(ipu_runtime *rt);
  * a callback's (IPU_ERR_INVALID_STATE); IPU_ERR_CLOSED once closed. */
 IPU_API IPU_NODISCARD ipu_status ipu_runtime_reset(ipu_runtime *rt);
 
+/* Copy variable `anchor` (ipu_executable_variable: trained weights, optimizer state) out of /
+ * into the device. Runs between two steps on the device thread (the requests submitted before
+ * it have run, those after it have not) and waits for it; any thread but a callback's
+ * (IPU_ERR_INVALID_STATE); IPU_ERR_CLOSED once closed. Errors as ipu_session_read_variable. */
+IPU_API IPU_NODISCARD ipu_status ipu_runtime_read_variable(ipu_runtime *rt, uint32_t anchor,
+                                                           void *dst, size_t nbytes);
+IPU_API IPU_NODISCARD ipu_status ipu_runtime_write_variable(ipu_runtime *rt, uint32_t anchor,
+                                                            const void *src, size_t nbytes);
+
 /* Stream callback (ipu_stream_fn, ipu_session.h): moves one batch between user memory and the
  * device buffer; runs on the device thread; a non-OK return fails the iteration.
  * `user_data` is borrowed until the runtime is destroyed. fn NULL restores the queue.

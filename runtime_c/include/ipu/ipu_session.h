@@ -149,6 +149,15 @@ typedef struct ipu_step_result {
 IPU_API ipu_status ipu_session_run_main(ipu_session *s, ipu_step_result *out);
 /* Make a blocked or future run_main / enqueue return IPU_ERR_CLOSED. Idempotent, any thread. */
 IPU_API void ipu_session_stop(ipu_session *s);
+/* Copy variable `anchor` (ipu_executable_variable) out of / into the device between steps, on
+ * the thread that runs the programs (after run_load, not during run_main, not from a callback:
+ * IPU_ERR_INVALID_STATE). nbytes must be the anchor's desc.nbytes (IPU_ERR_INVALID_ARGUMENT);
+ * IPU_ERR_NOT_FOUND for an anchor that is not a variable. A written value is what the next
+ * step reads; ipu_session_run_load restores every variable to its weight's value. */
+IPU_API IPU_NODISCARD ipu_status ipu_session_read_variable(ipu_session *s, uint32_t anchor,
+                                                           void *dst, size_t nbytes);
+IPU_API IPU_NODISCARD ipu_status ipu_session_write_variable(ipu_session *s, uint32_t anchor,
+                                                            const void *src, size_t nbytes);
 IPU_API int ipu_session_stopped(const ipu_session *s);
 
 /* Called exactly once per queued slot with its final status (see "Slots" above for when and

@@ -153,6 +153,7 @@ static ipu_status parse_anchor(ipu_executable *e, uint32_t i, const uint8_t *r,
     a->tensor = tensor;
     a->subgraph = sg;
     a->flags = flags;
+    a->variable = IPU_NO_INDEX;
     return IPU_OK;
 }
 
@@ -418,6 +419,45 @@ static ipu_status resolve_stages(ipu_executable *e, const prog_key *keys, uint32
     return IPU_OK;
 }
 
+/* Variables (ipu_executable_variable): the first COPY of the Load program from each weight
+ * anchor's tensor into an ARENA tensor. A variable's tensor is the device's state, so no anchor
+ * may stream it and no two weights may share it. */
+static ipu_status find_variables(ipu_executable *e) {
+    const ipu__program *load = &e->programs[e->load_program];
+    uint32_t nt = e->info.num_tensors;
+    uint32_t *anchor_of = ipu__calloc(nt ? nt : 1, sizeof *anchor_of); /* anchor + 1, or 0 */
+    uint32_t *var_of = ipu__calloc(nt ? nt : 1, sizeof *var_of);       /* anchor + 1, or 0 */
+    ipu_status st = IPU_OK;
+    if (!anchor_of || !var_of) {
+        st = ipu__fail(IPU_ERR_NOMEM, "out of memory loading executable");
+        goto done;
+    }
+    for (uint32_t a = e->info.num_anchors; a-- > 0;) anchor_of[e->anchors[a].tensor] = a + 1;
+    for (uint32_t i = 0; i < load->n_instr; i++) {
+        const ipu__instr *ins = &load->instr[i];
+        if (ins->op != IPU_OP_COPY || e->tensors[ins->out[0]].loc != IPU_LOC_ARENA) continue;
+        uint32_t src = anchor_of[ins->in[0]], dst = ins->out[0];
+        if (!src || !(e->anchors[src - 1].flags & IPU_ANCHOR_TENSOR_DATA)) continue;
+        ipu__anchor *A = &e->anchors[src - 1];
+        if (A->variable != IPU_NO_INDEX) continue; /* a second copy of it: not its variable */
+        uint32_t clash = anchor_of[dst] ? anchor_of[dst] : var_of[dst];
+        if (clash) {
+            st = ipu__fail(IPU_ERR_BAD_PROGRAM,
+                           "Load program instruction %u: variable '%s' is tensor %u, which "
+                           "anchor '%s' also uses",
+                           i, A->name, dst, e->anchors[clash - 1].name);
+            goto done;
+        }
+        A->variable = dst;
+        var_of[dst] = src;
+        e->info.num_variables++;
+    }
+done:
+    ipu__free(anchor_of);
+    ipu__free(var_of);
+    return st;
+}
+
 ipu_status ipu_executable_create(const ipu_container *c, ipu_executable **out) {
     if (!c || !out)
         return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ipu_executable_create: NULL argument");
@@ -485,6 +525,7 @@ ipu_status ipu_executable_create(const ipu_container *c, ipu_executable **out) {
                 goto fail;
     }
     if ((st = ipu__verify_binds(e)) || (st = ipu__verify_stages(e))) goto fail;
+    if ((st = find_variables(e))) goto fail;
     if ((st = ipu__prepack_finish(e))) goto fail;
     ipu__free(keys);
     *out = e;
@@ -598,6 +639,19 @@ ipu_status ipu_executable_instruction(const ipu_executable *e, uint32_t program_
     out->inputs = ins->in;
     out->outputs = ins->out;
     out->attrs = ins->attr;
+    return IPU_OK;
+}
+
+ipu_status ipu_executable_variable(const ipu_executable *e, uint32_t anchor, uint32_t *tensor_out) {
+    if (!e || !tensor_out)
+        return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ipu_executable_variable: NULL argument");
+    if (anchor >= e->info.num_anchors)
+        return ipu__fail(IPU_ERR_NOT_FOUND, "anchor %u out of range (%u anchors)", anchor,
+                         e->info.num_anchors);
+    if (e->anchors[anchor].variable == IPU_NO_INDEX)
+        return ipu__fail(IPU_ERR_NOT_FOUND, "anchor '%s' is not a variable",
+                         e->anchors[anchor].name);
+    *tensor_out = e->anchors[anchor].variable;
     return IPU_OK;
 }
 

@@ -32,6 +32,7 @@ typedef struct ipu__anchor {
     uint32_t tensor;
     uint32_t subgraph;
     uint32_t flags;
+    uint32_t variable; /* the ARENA tensor Load copies this weight into, or IPU_NO_INDEX */
 } ipu__anchor;
 
 typedef struct ipu__instr {

@@ -1,6 +1,6 @@
 /* The runtime's device thread: ipu_session_run_main in a loop, failure handling (fail every
- * enqueued request, then reload with auto_reset or wait for ipu_runtime_reset) and resets asked
- * for by ipu_runtime_reset. See runtime_internal.h for the protocol. */
+ * enqueued request, then reload with auto_reset or wait for ipu_runtime_reset) and the device
+ * tasks asked for between steps (ipu_runtime_reset, variable access). See runtime_internal.h for the protocol. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -70,18 +70,15 @@ static void handle_failure(ipu_runtime *rt, ipu_status st) {
     ipu__recover(rt);
 }
 
-/* Device thread: rerun Load for ipu_runtime_reset callers. */
-static void do_reset(ipu_runtime *rt) {
-    pthread_mutex_lock(&rt->state_mu);
-    uint64_t gen = rt->reset_req_gen;
-    pthread_mutex_unlock(&rt->state_mu);
+ipu_status ipu__run_task(ipu_runtime *rt, const ipu__task *t) {
+    if (t->kind == IPU__TASK_READ)
+        return ipu_session_read_variable(rt->s, t->anchor, t->buf, t->nbytes);
+    if (t->kind == IPU__TASK_WRITE)
+        return ipu_session_write_variable(rt->s, t->anchor, t->buf, t->nbytes);
     ipu_status ls = ipu_session_run_load(rt->s);
     char lmsg[IPU__MSG_BYTES] = "";
     if (ls != IPU_OK) snprintf(lmsg, sizeof lmsg, "%s", ipu_last_error_message());
     pthread_mutex_lock(&rt->state_mu);
-    rt->reset_done_gen = gen;
-    rt->reset_status = ls;
-    if (gen == rt->reset_req_gen) atomic_store(&rt->reset_pending, 0);
     if (ls == IPU_OK) {
         atomic_store(&rt->health, IPU__HEALTH_OK);
     } else {
@@ -89,6 +86,23 @@ static void do_reset(ipu_runtime *rt) {
         snprintf(rt->fail_msg, sizeof rt->fail_msg, "reset failed: %.400s", lmsg);
         atomic_store(&rt->health, IPU__HEALTH_NEEDS_RESET);
     }
+    pthread_mutex_unlock(&rt->state_mu);
+    if (ls != IPU_OK) ipu__fail(ls, "%s", rt->fail_msg);
+    return ls;
+}
+
+/* Device thread: run the pending task for the caller waiting in device_task (runtime.c). */
+static void do_task(ipu_runtime *rt) {
+    pthread_mutex_lock(&rt->state_mu);
+    uint64_t gen = rt->task_req_gen;
+    ipu__task t = rt->task;
+    pthread_mutex_unlock(&rt->state_mu);
+    ipu_status st = ipu__run_task(rt, &t);
+    pthread_mutex_lock(&rt->state_mu);
+    rt->task_done_gen = gen;
+    rt->task_status = st;
+    snprintf(rt->task_msg, sizeof rt->task_msg, "%s", st != IPU_OK ? ipu_last_error_message() : "");
+    atomic_store(&rt->task_pending, 0);
     pthread_cond_broadcast(&rt->state_cv);
     pthread_mutex_unlock(&rt->state_mu);
 }
@@ -98,8 +112,8 @@ void *ipu__device_main(void *arg) {
     if (rt->cfg.pin_threads) ipu__pool_pin_self(rt->s->pool);
     for (;;) {
         if (ipu__closed(rt) || ipu_session_stopped(rt->s)) break;
-        if (atomic_load(&rt->reset_pending)) {
-            do_reset(rt);
+        if (atomic_load(&rt->task_pending)) {
+            do_task(rt);
             continue;
         }
         ipu_status st = ipu_session_run_main(rt->s, NULL);

@@ -636,7 +636,7 @@ static ipu_status run_inline(ipu_runtime *rt, const ipu_request_desc *d) {
 /* Under submit_mu: may this request run inline (given a claimed or never started device)? */
 static bool inline_allowed(const ipu_runtime *rt) {
     if (ipu__closed(rt) || atomic_load(&rt->health) != IPU__HEALTH_OK ||
-        atomic_load(&rt->reset_pending))
+        atomic_load(&rt->task_pending))
         return false;
     for (uint32_t a = 0; a < rt->num_anchors; a++)
         if (rt->s->binds[a].kind == IPU_BIND_CALLBACK) return false;

@@ -299,41 +299,66 @@ ipu_status ipu_runtime_set_stream_callback(ipu_runtime *rt, uint32_t anchor, ipu
     return st;
 }
 
-ipu_status ipu_runtime_reset(ipu_runtime *rt) {
-    if (!rt) return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ipu_runtime_reset: rt is NULL");
+/* Run `t` on the device thread between steps (or here, while it has not started) and wait. */
+static ipu_status device_task(ipu_runtime *rt, ipu__task t, const char *fn) {
+    if (!rt) return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "%s: rt is NULL", fn);
     if (ipu__tl_in_callback)
-        return ipu__fail(IPU_ERR_INVALID_STATE, "ipu_runtime_reset called from a stream or done "
-                                                "callback");
+        return ipu__fail(IPU_ERR_INVALID_STATE, "%s called from a stream or done callback", fn);
+    pthread_mutex_lock(&rt->state_mu);
+    while (rt->task_busy && !ipu__closed(rt)) pthread_cond_wait(&rt->state_cv, &rt->state_mu);
+    bool closed = ipu__closed(rt);
+    if (!closed) rt->task_busy = true;
+    pthread_mutex_unlock(&rt->state_mu);
+    if (closed) return ipu__fail(IPU_ERR_CLOSED, "%s: the runtime is closed", fn);
+    ipu_status st;
+    char m[IPU__MSG_BYTES] = "";
     pthread_mutex_lock(&rt->submit_mu);
     if (ipu__closed(rt)) {
         pthread_mutex_unlock(&rt->submit_mu);
-        return ipu__fail(IPU_ERR_CLOSED, "ipu_runtime_reset: the runtime is closed");
-    }
-    if (!rt->device_started) {
-        /* No device thread: Load runs here (submit_mu keeps it from starting meanwhile). */
-        ipu_status st = ipu_session_run_load(rt->s);
-        pthread_mutex_lock(&rt->state_mu);
-        if (st == IPU_OK) atomic_store(&rt->health, IPU__HEALTH_OK);
-        pthread_mutex_unlock(&rt->state_mu);
+        st = IPU_ERR_CLOSED;
+        snprintf(m, sizeof m, "the runtime is closed");
+    } else if (!rt->device_started) {
+        /* No device thread: the task runs here (submit_mu keeps it from starting meanwhile). */
+        st = ipu__run_task(rt, &t);
+        if (st != IPU_OK) snprintf(m, sizeof m, "%s", ipu_last_error_message());
         pthread_mutex_unlock(&rt->submit_mu);
-        return st;
+    } else {
+        pthread_mutex_unlock(&rt->submit_mu);
+        pthread_mutex_lock(&rt->state_mu);
+        rt->task = t;
+        uint64_t gen = ++rt->task_req_gen;
+        atomic_store(&rt->task_pending, 1);
+        pthread_mutex_unlock(&rt->state_mu);
+        ipu__session_interrupt(rt->s);
+        pthread_mutex_lock(&rt->state_mu);
+        while (rt->task_done_gen < gen && !ipu__closed(rt))
+            pthread_cond_wait(&rt->state_cv, &rt->state_mu);
+        st = rt->task_done_gen >= gen ? rt->task_status : IPU_ERR_CLOSED;
+        snprintf(m, sizeof m, "%s", st == IPU_ERR_CLOSED ? "the runtime closed" : rt->task_msg);
+        pthread_mutex_unlock(&rt->state_mu);
     }
-    pthread_mutex_unlock(&rt->submit_mu);
     pthread_mutex_lock(&rt->state_mu);
-    uint64_t gen = ++rt->reset_req_gen;
-    atomic_store(&rt->reset_pending, 1);
+    rt->task_busy = false;
+    pthread_cond_broadcast(&rt->state_cv);
     pthread_mutex_unlock(&rt->state_mu);
-    ipu__session_interrupt(rt->s);
-    pthread_mutex_lock(&rt->state_mu);
-    while (rt->reset_done_gen < gen && !ipu__closed(rt))
-        pthread_cond_wait(&rt->state_cv, &rt->state_mu);
-    ipu_status st = rt->reset_done_gen >= gen ? rt->reset_status : IPU_ERR_CLOSED;
-    char m[IPU__MSG_BYTES];
-    snprintf(m, sizeof m, "%s", rt->fail_msg);
-    pthread_mutex_unlock(&rt->state_mu);
-    if (st == IPU_ERR_CLOSED) return ipu__fail(st, "ipu_runtime_reset: the runtime closed");
-    if (st != IPU_OK) return ipu__fail(st, "ipu_runtime_reset: %s", m);
+    if (st != IPU_OK) return ipu__fail(st, "%s: %s", fn, m);
     return IPU_OK;
+}
+
+ipu_status ipu_runtime_reset(ipu_runtime *rt) {
+    return device_task(rt, (ipu__task){IPU__TASK_RESET, 0, NULL, 0}, "ipu_runtime_reset");
+}
+
+ipu_status ipu_runtime_read_variable(ipu_runtime *rt, uint32_t anchor, void *dst, size_t nbytes) {
+    return device_task(rt, (ipu__task){IPU__TASK_READ, anchor, dst, nbytes},
+                       "ipu_runtime_read_variable");
+}
+
+ipu_status ipu_runtime_write_variable(ipu_runtime *rt, uint32_t anchor, const void *src,
+                                      size_t nbytes) {
+    /* the task only reads *src; ipu__task holds one pointer for both directions */
+    return device_task(rt, (ipu__task){IPU__TASK_WRITE, anchor, (void *)(uintptr_t)src, nbytes},
+                       "ipu_runtime_write_variable");
 }
 
 ipu_status ipu_runtime_close(ipu_runtime *rt) {

@@ -36,7 +36,7 @@
  * flag is &health) and fails. The device then waits out submit_mu (no producer left), disconnects every
  * queued slot with the failure status (every enqueued request fails), and with auto_reset reruns
  * Load (health = OK); otherwise health = NEEDS_RESET and submits fail with IPU_ERR_NEEDS_RESET
- * until ipu_runtime_reset, which asks the device thread (reset_req_gen + session interrupt) to
+ * until ipu_runtime_reset, which asks the device thread (a device task, below) to
  * rerun Load and waits for it (or runs Load itself if the device never started). Submits that
  * find health == FAILING with auto_reset wait (without submit_mu) for the device to finish.
  *
@@ -58,6 +58,14 @@
 enum { IPU__REQ_PENDING = 0, IPU__REQ_CLAIMED = 1, IPU__REQ_DONE = 2 };
 enum { IPU__ROLE_NONE = 0, IPU__ROLE_RING = 1, IPU__ROLE_CALLBACK = 2 };
 enum { IPU__HEALTH_OK = 0, IPU__HEALTH_FAILING = 1, IPU__HEALTH_NEEDS_RESET = 2 };
+enum { IPU__TASK_RESET = 0, IPU__TASK_READ = 1, IPU__TASK_WRITE = 2 };
+
+typedef struct ipu__task {
+    int kind; /* IPU__TASK_* */
+    uint32_t anchor;
+    void *buf; /* READ: destination; WRITE: source (not written) */
+    size_t nbytes;
+} ipu__task;
 
 #define IPU__LAT_SUB 16u
 #define IPU__LAT_BUCKETS (64u * IPU__LAT_SUB)
@@ -117,13 +125,20 @@ struct ipu_runtime {
 
     _Alignas(64) atomic_bool closed;
     atomic_int health; /* IPU__HEALTH_*: also the producers' abort flag */
-    atomic_int reset_pending;
+    atomic_int task_pending;
     /* Written under state_mu; the session reads both lock-free once it sees health != OK
      * (written before that store, rewritten only by the device thread after run_main). */
     ipu_status fail_status;
     char fail_msg[IPU__MSG_BYTES];
-    uint64_t reset_req_gen, reset_done_gen; /* under state_mu */
-    ipu_status reset_status;
+    /* Device tasks: work that must run on the device thread between steps (ipu_runtime_reset,
+     * variable access). One at a time (task_busy); the caller stores `task`, bumps task_req_gen,
+     * sets task_pending and interrupts the session, then waits for task_done_gen (or runs it
+     * itself under submit_mu while the device thread has not started). Under state_mu. */
+    ipu__task task;
+    bool task_busy;
+    uint64_t task_req_gen, task_done_gen;
+    ipu_status task_status;
+    char task_msg[IPU__MSG_BYTES];
 
     _Alignas(64) atomic_uint_fast64_t st_submitted, st_completed, st_failed;
     atomic_uint_fast64_t st_in_place; /* request buffers the program used in place */
@@ -162,6 +177,8 @@ IPU_NODISCARD ipu_status ipu__start_device(ipu_runtime *rt);
 /* First failure wins: health OK -> FAILING with status and message; wakes producers and the
  * device. */
 void ipu__mark_failed(ipu_runtime *rt, ipu_status st, const char *msg);
+/* Run `t` on the thread that owns the device; a reset also sets health. */
+ipu_status ipu__run_task(ipu_runtime *rt, const ipu__task *t);
 /* After a failure, nothing queued, on the thread owning the device: reload with auto_reset,
  * else NEEDS_RESET (under state_mu, broadcast). */
 void ipu__recover(ipu_runtime *rt);

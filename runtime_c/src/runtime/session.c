@@ -225,8 +225,9 @@ ipu_status ipu_session_create(const ipu_executable *exe, const ipu_session_confi
     st = ipu__pipeline_create(s);
     if (st == IPU_OK) st = ipu__stages_create(s);
     if (st != IPU_OK) goto fail;
+    /* a second arena would fork the variables' state */
     s->par_ok = s->nth >= 2 && info->num_stages == 0 && s->index_anchor == IPU_NO_INDEX &&
-                s->num_subgraphs == 1 && !s->batching;
+                s->num_subgraphs == 1 && !s->batching && info->num_variables == 0;
     s->prewake = ipu__main_splits(s);
     *out = s;
     return IPU_OK;
@@ -552,6 +553,50 @@ void ipu_session_get_stats(const ipu_session *s, ipu_session_stats *out) {
     out->concurrent_ticks = atomic_load_explicit(&s->st_concurrent_ticks, memory_order_relaxed);
     out->concurrent_iterations = atomic_load_explicit(&s->st_concurrent_iters,
                                                       memory_order_relaxed);
+}
+
+/* ---- Variables ---------------------------------------------------------------------------- */
+
+/* The arena bytes of variable `anchor`, checked against the caller's buffer size. */
+static ipu_status variable_bytes(ipu_session *s, uint32_t anchor, size_t nbytes, const char *fn,
+                                 uint8_t **out) {
+    if (!s) return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "%s: session is NULL", fn);
+    if (ipu__tl_in_callback)
+        return ipu__fail(IPU_ERR_INVALID_STATE, "%s called from a stream or done callback", fn);
+    if (anchor >= s->num_anchors)
+        return ipu__fail(IPU_ERR_NOT_FOUND, "%s: anchor %u out of range (%u anchors)", fn, anchor,
+                         s->num_anchors);
+    uint32_t t;
+    ipu_status st = ipu_executable_variable(s->exe, anchor, &t);
+    if (st != IPU_OK) return st;
+    if (!s->loaded) return ipu__fail(IPU_ERR_INVALID_STATE, "%s: run the Load program first", fn);
+    if (nbytes != (size_t)s->anchors[anchor].desc.nbytes)
+        return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "%s: variable '%s' has %llu bytes, not %zu", fn,
+                         s->anchors[anchor].name,
+                         (unsigned long long)s->anchors[anchor].desc.nbytes, nbytes);
+    *out = s->tensor_ptr[t];
+    return IPU_OK;
+}
+
+ipu_status ipu_session_read_variable(ipu_session *s, uint32_t anchor, void *dst, size_t nbytes) {
+    uint8_t *p = NULL;
+    ipu_status st = variable_bytes(s, anchor, nbytes, "ipu_session_read_variable", &p);
+    if (st != IPU_OK) return st;
+    if (!dst && nbytes)
+        return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ipu_session_read_variable: dst is NULL");
+    if (nbytes) memcpy(dst, p, nbytes);
+    return IPU_OK;
+}
+
+ipu_status ipu_session_write_variable(ipu_session *s, uint32_t anchor, const void *src,
+                                      size_t nbytes) {
+    uint8_t *p = NULL;
+    ipu_status st = variable_bytes(s, anchor, nbytes, "ipu_session_write_variable", &p);
+    if (st != IPU_OK) return st;
+    if (!src && nbytes)
+        return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ipu_session_write_variable: src is NULL");
+    if (nbytes) memcpy(p, src, nbytes);
+    return IPU_OK;
 }
 
 /* ---- Load --------------------------------------------------------------------------------- */
