@@ -209,8 +209,8 @@ def test_training_misuse_is_a_typed_error() -> None:
     with pytest.raises(popart_exception, match="not a tensor of the model"):
         TrainingSession(b.getModelProto(), flow, "nope", SGD(), dev)
     opts = SessionOptions()
-    opts.enableGradientAccumulation, opts.accumulationFactor = True, 4
-    with pytest.raises(popart_exception, match="not supported yet"):
+    opts.enablePipelining = True
+    with pytest.raises(popart_exception, match="pipelining are not supported for training"):
         TrainingSession(b.getModelProto(), flow, ids["loss"], SGD(), dev, userOptions=opts)
     bad = Builder()
     x = bad.addInputTensor(TensorInfo("FLOAT", [4]), "x")

@@ -213,10 +213,13 @@ def GlobalMaxPool(n: Node) -> None:  # noqa: N802 - a [1, S] max-pool window ove
 @register("BatchNormalization", 9, 14, 15)
 def BatchNormalization(n: Node) -> None:  # noqa: N802 - inference: y = x * scale' + shift'
     dt = n.check_dtype(FLOAT_DTYPES, 0)
-    if n.attr("training_mode", 0):
-        n.fail("training_mode=1 is not supported (inference only)")
-    if any(o for o in n.outputs[1:]):
-        n.fail("the running mean/variance outputs (training) are not supported")
+    # training: training_mode=1, or before opset 14 the running statistics asked for
+    training = bool(n.attr("training_mode", 0)) or (n.opset < 14 and any(n.outputs[1:]))
+    if training or any(n.inputs[i] not in n.low.constants for i in range(1, 5)):
+        from pyipu.compiler.batch_norm import expand_batch_norm
+
+        expand_batch_norm(n, training)
+        return
     src = n.shape(0)
     if len(src) < 2:
         n.shape_error(f"input {list(src)} must have rank >= 2")

@@ -15,15 +15,19 @@ everything a step changes stays on the device.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 
+import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
 from pyipu.compiler.errors import CompileError
+from pyipu.compiler.ir import ModelIR, np_dtype
 from pyipu.compiler.lower import ARENA, GraphBuilder
 from pyipu.enums import Op
+from pyipu.errors import InvalidArgumentError, NotFoundError
 
 VARIABLES_KEY = "pyipu.variables"
 
@@ -118,3 +122,41 @@ def make_variables(
         init = b.weight(f"{name}/initial", initial[name], 0, anchor=name)  # type: ignore[arg-type]
         b.variables[a_in.tensor] = init
     b.anchors[:] = [a for a in b.anchors if id(a) not in dropped]
+
+
+def variable_anchors(ir: ModelIR) -> dict[str, int]:
+    """{name: tensor index of its initial value} of the executable's variables (the weights the
+    Load program copies into the arena)."""
+    load = next(p for p in ir.programs if p.id == ir.load_program)
+    copied = {ins.inputs[0] for ins in load.instrs if ins.op == Op.COPY}
+    return {a.name: a.tensor for a in ir.anchors if a.has_tensor_data and a.tensor in copied}
+
+
+def initial_values(ir: ModelIR) -> dict[str, np.ndarray]:
+    """The values every Load gives the variables."""
+    out = {}
+    for name, t in variable_anchors(ir).items():
+        spec = ir.tensors[t]
+        out[name] = np.frombuffer(spec.data or b"", np_dtype(spec.dtype)).reshape(spec.shape)
+    return out
+
+
+def with_initial_values(ir: ModelIR, values: Mapping[str, np.ndarray]) -> ModelIR:
+    """The executable with new initial values for some variables (a checkpoint: written to a
+    PopEF, it resumes from these values)."""
+    anchors = variable_anchors(ir)
+    tensors = list(ir.tensors)
+    for name, value in values.items():
+        if name not in anchors:
+            raise NotFoundError(f"{name!r} is not a variable of the executable")
+        spec = tensors[anchors[name]]
+        array = np.asarray(value)
+        if array.dtype != np_dtype(spec.dtype) or array.shape != spec.shape:
+            raise InvalidArgumentError(
+                f"variable {name!r} is {spec.dtype.name.lower()} {list(spec.shape)}, got "
+                f"{array.dtype} {list(array.shape)}"
+            )
+        tensors[anchors[name]] = dataclasses.replace(
+            spec, data=np.ascontiguousarray(array).tobytes()
+        )
+    return dataclasses.replace(ir, tensors=tuple(tensors))

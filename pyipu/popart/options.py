@@ -33,6 +33,7 @@ _DEFAULTS: dict[str, Any] = {
     "replicatedGraphCount": 1,
     "enableGradientAccumulation": False,
     "accumulationFactor": 1,
+    "accumulationAndReplicationReductionType": 0,  # ReductionType.Sum
     "virtualGraphMode": VirtualGraphMode.Off,
     "virtualGraphSplitRatios": [],
     "enablePipelining": False,
@@ -88,6 +89,11 @@ class SessionOptions:
     @property
     def accumulation(self) -> int:
         return int(self.accumulationFactor) if self.enableGradientAccumulation else 1
+
+    @property
+    def reduction(self) -> int:
+        """How replicas' and accumulated micro-batches' gradients combine (ReductionType)."""
+        return int(self.accumulationAndReplicationReductionType)
 
     def compiler_options(self, num_ipus: int) -> Any:
         """The CompilerOptions of a session on `num_ipus` IPUs (batchesPerStep is handled by

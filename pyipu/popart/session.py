@@ -135,13 +135,16 @@ class _Session:
         from pyipu.compiler.errors import IPUOutOfMemoryError
 
         model, outputs = self._model_to_compile()
-        options = self.options.compiler_options(self.device.numIpus)
+        options = self._compiler_options()
         try:
             return Compiler.compile(model, outputs, options)
         except IPUOutOfMemoryError as e:
             raise OutOfMemoryException(str(e)) from None
         except Error as e:
             raise popart_exception(f"{self.name}: the model cannot be compiled: {e}") from e
+
+    def _compiler_options(self) -> Any:
+        return self.options.compiler_options(self.device.numIpus)
 
     def _load_engine(self) -> None:
         from pyipu.runtime import Runner, RuntimeConfig

@@ -12,27 +12,29 @@ recompile.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper
 
-from pyipu.compiler.variables import set_variables
+from pyipu.compiler.executable import Executable
+from pyipu.compiler.variables import initial_values, with_initial_values
+from pyipu.errors import Error
+from pyipu.popart import training_graph
 from pyipu.popart.builder import Builder
 from pyipu.popart.dataflow import DataFlow
 from pyipu.popart.devices import DeviceInfo
 from pyipu.popart.errors import popart_exception
+from pyipu.popart.losses import ReductionType
 from pyipu.popart.optimizers import IdentityLoss, L1Loss, Loss, NllLoss, Optimizer
 from pyipu.popart.options import SessionOptions
 from pyipu.popart.session import InputShapeInfo, Patterns, _Session
 from pyipu.popart.stepio import PyWeightsIO
-from pyipu.training import gradients
+from pyipu.popart.training_graph import replica_name
 from pyipu.training.autodiff import differentiable
-from pyipu.training.nodes import NodeWriter
-
-STEP = "optimizer/step"
 
 
 class TrainingSession(_Session):
@@ -71,9 +73,10 @@ class TrainingSession(_Session):
         super().__init__(fnModel, dataFlow, deviceInfo, inputShapeInfo, patterns, userOptions, name)
         if self.loss not in self._values:
             raise popart_exception(f"the loss {self.loss!r} is not a tensor of the model")
-        if self.options.replicas > 1 or self.options.accumulation > 1:
+        if self.options.enablePipelining or self.options.virtualGraphMode != 0:
             raise popart_exception(
-                "TrainingSession: replication and gradient accumulation are not supported yet"
+                "TrainingSession: virtual graphs and pipelining are not supported for training "
+                "(use replication or gradient accumulation to spread the batch)"
             )
         self.running = _running_statistics(self.model)
         floats = [
@@ -86,12 +89,12 @@ class TrainingSession(_Session):
         self.state = {
             (w, s): np.full(self.weights[w].shape, self._opt.initial(s), self.weights[w].dtype)
             for w in self.trainable
-            for s in self._opt.slots()
+            for s in training_graph.state_slots(self._opt, self.options.accumulation)
         }
         self.hyper = {v.name: v.value for v in self._opt.variables()}
         self.steps = 0
         self._written: set[str] = set()  # variables written on the host since weightsFromHost
-        self._value_anchors: dict[str, str] = {}  # anchored variable → the value a step read
+        self._graph: training_graph.TrainingGraph | None = None
 
     def _extend_model(self) -> None:
         """The older API's losses, written into the model as builder ops."""
@@ -114,50 +117,68 @@ class TrainingSession(_Session):
 
     # --- compile ---------------------------------------------------------------------------
     def _model_to_compile(self) -> tuple[onnx.ModelProto, list[str]]:
-        """The model with the backward pass and the update, its variables named (weights,
-        optimizer state, step, running statistics); and the outputs: the computed anchors."""
-        try:
-            model, grads = gradients(self._model_with_weights(), self.loss, self.trainable)
-        except Exception as e:
-            raise popart_exception(f"{self.name}: cannot differentiate the model: {e}") from e
-        opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
-        w = NodeWriter(opset, "optimizer")
-        step = w.op("Add", [STEP, w.const(np.asarray(1, np.float32))])
-        updates = {STEP: step, **self.running}
-        initial = [numpy_helper.from_array(np.asarray(self.steps, np.float32), STEP)]
-        for name in self.trainable:
-            dtype = self.weights[name].dtype
-            state = {s: f"{name}/{s}" for s in self._opt.slots()}
-            new, new_state = self._opt.update(w, name, grads[name], state, step, dtype)
-            updates[name] = new
-            for s, slot in state.items():
-                updates[slot] = new_state[s]
-                initial.append(numpy_helper.from_array(self.state[(name, s)], slot))
-        # an anchored variable returns the value the micro-batch read
-        self._value_anchors = {
-            t: w.op("Identity", [t]) for t in self.dataFlow.anchors if t in updates
-        }
-        model.graph.node.extend(w.nodes)
-        model.graph.initializer.extend(initial)
-        f32 = onnx.TensorProto.FLOAT
-        for var in self._opt.variables():
-            model.graph.input.append(helper.make_tensor_value_info(var.name, f32, []))
-        set_variables(model, updates)
-        anchors = [*self._computed_anchors(), *self._value_anchors.values()]
-        return model, [a for a in anchors if a not in updates] or [self.loss]
+        """The training graph (training_graph.py) at the current weights and state, and the
+        outputs to compile: the computed anchors of every replica."""
+        opts = self.options
+        self._graph = training_graph.build(
+            self._model_with_weights(),
+            self.loss,
+            self.trainable,
+            self.running,
+            self._opt,
+            self.state,
+            self.steps,
+            list(self.dataFlow.anchors),
+            replicas=opts.replicas,
+            accumulation=opts.accumulation,
+            mean_reduction=opts.reduction == ReductionType.Mean,
+        )
+        return self._graph.model, self._graph.outputs
+
+    def _compiler_options(self) -> Any:
+        """One executable holds every replica (and their all-reduce), on all the IPUs."""
+        return dataclasses.replace(
+            super()._compiler_options(), replication_factor=1, num_ipus=self.device.numIpus
+        )
 
     # --- steps -----------------------------------------------------------------------------
     def _execute(self, feeds: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+        """One execution per group of `replicas` micro-batches (replica fastest, as PopART
+        lays them out), each replica's data fed to its own inputs."""
+        reps = self.options.replicas
         hyper = {k: np.array(v, np.float32) for k, v in self.hyper.items()}
-        results = super()._execute([{**feed, **hyper} for feed in feeds])
-        self.steps += len(feeds)
-        for outs in results:
-            for tid, value in self._value_anchors.items():
-                outs[tid] = outs.pop(value)
+        grouped = []
+        for k in range(0, len(feeds), reps):
+            feed = dict(hyper)
+            for r in range(reps):
+                feed.update({replica_name(t, r): a for t, a in feeds[k + r].items()})
+            grouped.append(feed)
+        results = []
+        for feed, outs in zip(grouped, super()._execute(grouped), strict=True):
+            self.steps += 1
+            for r in range(reps):
+                mine = {
+                    t: outs[replica_name(t, r)]
+                    for t in self.dataFlow.anchors
+                    if replica_name(t, r) in outs
+                }
+                mine.update({t: outs[v] for t, v in self._compiled_graph.anchors.items()})
+                for t in self.dataFlow.anchors:  # a fed input, or a constant weight
+                    if t not in mine:
+                        fed = feed.get(replica_name(t, r))
+                        mine[t] = fed if fed is not None else self.weights[t]
+                results.append(mine)
         return results
 
+    @property
+    def _compiled_graph(self) -> training_graph.TrainingGraph:
+        if self._graph is None:
+            raise popart_exception(f"{self.name}: call prepareDevice() first")
+        return self._graph
+
     def _input_infos(self) -> dict[str, Any]:
-        return {k: v for k, v in super()._input_infos().items() if k not in self.hyper}
+        data = set(self._compiled_graph.data_inputs)
+        return {k: v for k, v in super()._input_infos().items() if k in data}
 
     # --- weights and the optimizer ---------------------------------------------------------
     def _variables(self) -> set[str]:
@@ -168,7 +189,7 @@ class TrainingSession(_Session):
         if self._runner is None:
             return
         for name, value in self._runner.read_variables().items():
-            if name == STEP:
+            if name == training_graph.MICRO:
                 self.steps = int(value)
             elif name in self.weights:
                 self.weights[name] = value
@@ -209,6 +230,41 @@ class TrainingSession(_Session):
 
     def optimizerFromHost(self) -> None:  # noqa: N802
         self._check_compiled()
+
+    # --- checkpoints (pyipu extensions) ----------------------------------------------------
+    def saveCheckpoint(self, path: str | os.PathLike) -> None:  # noqa: N802
+        """Write the executable as a PopEF file whose variables (weights, optimizer state, step
+        count, running statistics) start from the device's current values: loadCheckpoint
+        resumes from it, and any pyipu runtime loading it continues training from there."""
+        self._check_ready()
+        ir = with_initial_values(self._exe.program, self._runner.read_variables())
+        Executable.from_program(ir).save(path)
+
+    def loadCheckpoint(self, path: str | os.PathLike) -> None:  # noqa: N802
+        """Resume from a saveCheckpoint file of the same model and optimizer: its variables'
+        values go to the device (and the host copies)."""
+        self._check_ready()
+        try:
+            values = initial_values(Executable.open(path).program)
+        except (Error, OSError) as e:
+            raise popart_exception(f"loadCheckpoint {os.fspath(path)!r}: {e}") from e
+        mine = {d.name: d for d in self._runner.get_variables()}
+        if set(values) != set(mine):
+            raise popart_exception(
+                f"loadCheckpoint: the file's variables differ from {self.name}'s "
+                f"(missing {sorted(set(mine) - set(values))[:5]}, "
+                f"unknown {sorted(set(values) - set(mine))[:5]})"
+            )
+        for name, value in values.items():
+            want = (mine[name].numpy_data_type(), tuple(mine[name].shape))
+            if (value.dtype, value.shape) != want:
+                raise popart_exception(
+                    f"loadCheckpoint: {name!r} is {value.dtype}{list(value.shape)} in the file, "
+                    f"{want[0]}{list(want[1])} here"
+                )
+        self._runner.write_variables(values)
+        self._written.clear()
+        self._pull()
 
     def updateOptimizerFromHost(self, optimizer: Optimizer) -> None:  # noqa: N802
         """New values of the optimizer's non-const hyperparameters, from the next step on."""

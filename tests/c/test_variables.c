@@ -116,7 +116,9 @@ static int test_session_state_persists(void) {
 static ipu_status rt_step(ipu_runtime *rt, const float *x, float *z) {
     const void *ins[3] = {x, NULL, NULL};
     void *outs[3] = {NULL, NULL, z};
-    ipu_request_desc d = {.num_batches = 1, .inputs = ins, .outputs = outs,
+    ipu_request_desc d = {.num_batches = 1,
+                          .inputs = ins,
+                          .outputs = outs,
                           .subgraph = IPU_NO_INDEX};
     ipu_request *r = NULL;
     ipu_status st = ipu_runtime_execute(rt, &d, &r);

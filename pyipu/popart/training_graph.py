@@ -1,0 +1,180 @@
+"""The ONNX graph of one training micro-batch: replicas of the forward pass, the backward pass,
+gradient accumulation and the optimizer's update, every piece of state named as a variable
+(pyipu.compiler.variables) so that it stays on the device between micro-batches.
+
+Replication (data parallelism): the forward pass is written once per replica, each reading its
+own copy of the data inputs (`x@replica1`, ...) and the shared weights; the loss differentiated
+is the sum (or, with `ReductionType.Mean`, the mean) of the replicas' losses, so each weight's
+gradient is the sum of the replicas' gradients: the all-reduce, as a Sum node. Running statistics
+are averaged over the replicas.
+
+Gradient accumulation: gradients add up in an accumulator per weight over `accumulation`
+micro-batches; on the last one the optimizer applies their sum (or mean) and the accumulator
+restarts from zero. The update is written as `Where(last, updated, unchanged)` for weights and
+optimizer state, so one executable serves every micro-batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from pyipu.compiler.variables import set_variables
+from pyipu.popart.errors import popart_exception
+from pyipu.training import gradients
+from pyipu.training.nodes import NodeWriter
+from pyipu.training.optimizers import Optimizer
+
+MICRO = "optimizer/micro_batches"  # int64 variable: micro-batches run so far
+
+
+def replica_name(name: str, replica: int) -> str:
+    return name if replica == 0 else f"{name}@replica{replica}"
+
+
+@dataclass
+class TrainingGraph:
+    """What the session compiles and how it feeds and reads it."""
+
+    model: onnx.ModelProto
+    outputs: list[str]  # to compile: computed anchors of every replica
+    data_inputs: list[str]  # the model's own inputs, fed per replica
+    anchors: dict[str, str] = field(default_factory=dict)  # anchored variable → value it read
+
+
+def build(
+    model: onnx.ModelProto,
+    loss: str,
+    trainable: Sequence[str],
+    running: Mapping[str, str],
+    optimizer: Optimizer,
+    state: Mapping[tuple[str, str], np.ndarray],
+    micro_batches: int,
+    anchors: Sequence[str],
+    replicas: int = 1,
+    accumulation: int = 1,
+    mean_reduction: bool = False,
+) -> TrainingGraph:
+    """`model` (weights as initializers, holding their current values), `state` the optimizer
+    state's current values, `micro_batches` how many have run (the step count)."""
+    inits = {i.name for i in model.graph.initializer}
+    data = [v.name for v in model.graph.input if v.name not in inits]
+    computed = [a for a in anchors if a in {o for n in model.graph.node for o in n.output}]
+    base, total, running = _replicate(model, loss, running, data, replicas, mean_reduction)
+    try:
+        train, grads = gradients(base, total, list(trainable))
+    except Exception as e:
+        raise popart_exception(f"cannot differentiate the model: {e}") from e
+    opset = next((o.version for o in train.opset_import if o.domain in ("", "ai.onnx")), 1)
+    w = NodeWriter(opset, "optimizer")
+    i64 = np.int64
+    micro = w.op("Add", [MICRO, w.const(np.asarray(1, i64))])
+    if accumulation > 1:
+        acc = w.const(np.asarray(accumulation, i64))
+        last = w.op("Equal", [w.op("Mod", [micro, acc]), w.const(np.asarray(0, i64))])
+        step = w.op(
+            "Cast",
+            [w.op("Add", [w.op("Div", [MICRO, acc]), w.const(np.asarray(1, i64))])],
+            to=onnx.TensorProto.FLOAT,
+        )
+    else:
+        step = w.op("Cast", [micro], to=onnx.TensorProto.FLOAT)
+    updates = {MICRO: micro, **running}
+    initial = [numpy_helper.from_array(np.asarray(micro_batches, i64), MICRO)]
+    weights = {i.name: i for i in train.graph.initializer}
+    for name in trainable:
+        dtype = helper.tensor_dtype_to_np_dtype(weights[name].data_type)
+        slots = {s: f"{name}/{s}" for s in optimizer.slots()}
+        grad = grads[name]
+        if accumulation > 1:
+            buf = f"{name}/accumulated"
+            grad = w.op("Add", [buf, grad])
+            kept = w.op("Where", [last, w.const(np.asarray(0, dtype)), grad])
+            updates[buf] = kept
+            initial.append(numpy_helper.from_array(state[(name, "accumulated")], buf))
+            if mean_reduction:
+                grad = w.op("Div", [grad, w.const(np.asarray(accumulation, dtype))])
+        new, new_state = optimizer.update(w, name, grad, slots, step, dtype)
+        if accumulation > 1:
+            new = w.op("Where", [last, new, name])
+            new_state = {s: w.op("Where", [last, v, slots[s]]) for s, v in new_state.items()}
+        updates[name] = new
+        for s, slot in slots.items():
+            updates[slot] = new_state[s]
+            initial.append(numpy_helper.from_array(state[(name, s)], slot))
+    out = TrainingGraph(train, [], data)
+    out.anchors = {t: w.op("Identity", [t]) for t in anchors if t in updates}
+    train.graph.node.extend(w.nodes)
+    train.graph.initializer.extend(initial)
+    for var in optimizer.variables():
+        train.graph.input.append(
+            helper.make_tensor_value_info(var.name, onnx.TensorProto.FLOAT, [])
+        )
+    set_variables(train, updates)
+    per_replica = [replica_name(a, r) for a in computed for r in range(replicas)]
+    wanted = [a for a in [*per_replica, *out.anchors.values()] if a not in updates]
+    out.outputs = wanted or [total]
+    return out
+
+
+def state_slots(optimizer: Optimizer, accumulation: int) -> tuple[str, ...]:
+    """The per-weight state: the optimizer's, and the gradient accumulator."""
+    return (*optimizer.slots(), *(("accumulated",) if accumulation > 1 else ()))
+
+
+def _replicate(
+    model: onnx.ModelProto,
+    loss: str,
+    running: Mapping[str, str],
+    data: Sequence[str],
+    replicas: int,
+    mean: bool,
+) -> tuple[onnx.ModelProto, str, dict[str, str]]:
+    """The model with one forward pass per replica; the loss to differentiate; the running
+    statistics' new values (averaged over the replicas)."""
+    if replicas == 1:
+        return model, loss, dict(running)
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    g = out.graph
+    shared = {i.name for i in g.initializer}
+    nodes = list(g.node)
+    if any(
+        a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+        for n in nodes
+        for a in n.attribute
+    ):
+        raise popart_exception(
+            "replicated training of models with control flow (If, Loop, Scan) is not supported"
+        )
+    for r in range(1, replicas):
+        for n in nodes:
+            c = onnx.NodeProto()
+            c.CopyFrom(n)
+            c.name = replica_name(n.name, r) if n.name else ""
+            c.input[:] = [i if not i or i in shared else replica_name(i, r) for i in n.input]
+            c.output[:] = [replica_name(o, r) if o else o for o in n.output]
+            g.node.append(c)
+        for v in list(g.input):
+            if v.name in data:
+                c = onnx.ValueInfoProto()
+                c.CopyFrom(v)
+                c.name = replica_name(v.name, r)
+                g.input.append(c)
+    w = NodeWriter(
+        next((o.version for o in out.opset_import if o.domain in ("", "ai.onnx")), 1), "replicas"
+    )
+    scale = 1.0 / replicas
+    total = w.op("Sum", [replica_name(loss, r) for r in range(replicas)])
+    if mean:
+        total = w.op("Mul", [total, w.const(np.asarray(scale, np.float32))])
+    averaged = {}
+    for init, value in running.items():
+        s = w.op("Sum", [replica_name(value, r) for r in range(replicas)])
+        averaged[init] = w.op("Mul", [s, w.const(np.asarray(scale, np.float32))])
+    g.node.extend(w.nodes)
+    return out, total, averaged
