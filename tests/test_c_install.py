@@ -4,7 +4,7 @@ Installs libipu.so, the public headers and ipu.pc into a temporary prefix, then 
   * the include directory holds exactly runtime_c/include/ipu/, and every header compiles on its
     own with -std=c11 -Wall -Wextra -Wpedantic -Werror;
   * the library exports exactly the IPU_API functions the headers declare (no internals);
-  * the two C examples build with `pkg-config --cflags --libs ipu` alone and run correctly
+  * the C examples build with `pkg-config --cflags --libs ipu` alone and run correctly
     against the installed library;
   * the Python package's own libipu.so exports the same functions plus the internal ones its
     extension modules call, and an example links and runs against it.
@@ -97,21 +97,24 @@ def test_exports_exactly_the_public_api(repo: Path, prefix: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("example", ["embed.c", "embed_callbacks.c"])
+@pytest.mark.parametrize(
+    ("example", "popef"),
+    [("embed.c", "add.popef"), ("embed_callbacks.c", "add.popef"), ("train.c", "train.popef")],
+)
 def test_example_builds_with_pkg_config(
-    repo: Path, prefix: Path, tmp_path: Path, example: str
+    repo: Path, prefix: Path, tmp_path: Path, example: str, popef: str
 ) -> None:
     exe = tmp_path / Path(example).stem
     flags = _pkg_config(prefix, "--cflags", "--libs")
     _run(
         ["cc", "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror",
-         str(repo / "examples" / example), *flags, "-pthread", "-o", str(exe)],
+         str(repo / "examples" / example), *flags, "-pthread", "-lm", "-o", str(exe)],
         subprocess_env(),
     )  # fmt: skip
     env = subprocess_env()
     env["LD_LIBRARY_PATH"] = str(prefix / "lib")
     result = subprocess.run(
-        [str(exe), str(repo / "examples" / "data" / "add.popef")],
+        [str(exe), str(repo / "examples" / "data" / popef)],
         capture_output=True,
         text=True,
         env=env,

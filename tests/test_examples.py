@@ -127,6 +127,14 @@ def _ir7(path) -> bytes:
     return model.SerializeToString()
 
 
+def test_committed_train_popef_is_current(repo):
+    """examples/train.c (run by meson test) trains with a committed PopEF made by pyipu.popart."""
+    maker = _load_example(repo, "data/make_train.py")
+    assert (repo / "examples/data/train.popef").read_bytes() == maker.train_popef_bytes(), (
+        "regenerate with: python examples/data/make_train.py"
+    )
+
+
 def test_committed_add_popef_is_current(repo):
     """examples/embed.c (run by meson test) uses a committed PopEF; it must match the compiler."""
     maker = _load_example(repo, "data/make_add.py")
