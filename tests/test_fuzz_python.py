@@ -44,7 +44,7 @@ ONNX_SEEDS = [
 ]
 POPEF_SEEDS = [
     (FUZZ / "corpus" / "container" / f"{name}.bin").read_bytes()
-    for name in ("scale", "gather", "conv", "topk", "fused")
+    for name in ("scale", "gather", "conv", "topk", "fused", "variables")
 ]
 
 

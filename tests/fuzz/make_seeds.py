@@ -27,6 +27,7 @@ from test_sharding import compile_sharded, mlp  # noqa: E402
 from pyipu import _core  # noqa: E402
 from pyipu.compiler import Compiler, fuse_models  # noqa: E402
 from pyipu.compiler.executable import Executable  # noqa: E402
+from pyipu.compiler.variables import set_variables  # noqa: E402
 
 METADATA, TENSOR_DATA, PROGRAM = 1, 2, 3
 META_MAX_PROGRAM_ID = 8  # fuzz_metadata.c: NUM_PROGRAMS
@@ -90,7 +91,17 @@ def seed_models() -> dict[str, Callable[[], Executable]]:
         fuse_models([models.fusion_model0(), models.scale_model()])
     )
     out["sharded_pipelined"] = lambda: compile_sharded(True, 3, mlp(8))
+    out["variables"] = lambda: Compiler.compile(_variables_model())
     return out
+
+
+def _variables_model() -> onnx.ModelProto:
+    """Y = X + W with W a variable (updated to W + X each step: a Load COPY, a Main COPY)."""
+    m = _one("Add", [_f32(2, 3)], const_inputs={1: _f32(2, 3, seed=1)})
+    g = m.graph
+    g.node.append(onnx.helper.make_node("Add", [g.node[0].input[1], g.input[0].name], ["W_new"]))
+    set_variables(m, {g.node[0].input[1]: "W_new"})
+    return m
 
 
 def _sections(parts: list[bytes]) -> bytes:
