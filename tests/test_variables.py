@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from pyipu import _core, errors
-from pyipu.compiler import Compiler, Executable
+from pyipu.compiler import Compiler, CompilerOptions, Executable
 from pyipu.compiler.errors import CompileError
 from pyipu.compiler.ir import Location
 from pyipu.compiler.variables import VARIABLES_KEY, read_variables, set_variables
@@ -192,3 +192,19 @@ def test_metadata_is_checked() -> None:
                 p.value = bad
         with pytest.raises(CompileError, match=VARIABLES_KEY):
             Compiler.compile(m)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [CompilerOptions(num_io_tiles=1), CompilerOptions(batches_per_step=4)],
+    ids=["overlap_io", "batches_per_step"],
+)
+def test_every_iteration_updates_the_state(options: CompilerOptions) -> None:
+    """A request of N batches runs N iterations, each reading the state the previous left;
+    overlap I/O (inputs of the next iteration loaded during this one) keeps the order."""
+    xs = [RNG.standard_normal((4, 4)).astype(np.float32) for _ in range(8)]
+    with Runner(Compiler.compile(momentum_model(), options=options)) as r:
+        ys = r.run(["Y"], {"X": np.concatenate(xs)})[0]  # one request, eight batches
+        assert float(r.read_variables(["C"])["C"]) == len(xs)
+    want_ys, _ = numpy_steps(xs)
+    np.testing.assert_allclose(ys, np.concatenate(want_ys), rtol=1e-4, atol=1e-5)
