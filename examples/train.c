@@ -56,7 +56,9 @@ static ipu_status step(ipu_runtime *rt, const uint32_t *anchor, unsigned *seed, 
     inputs[anchor[0]] = x;
     inputs[anchor[1]] = t;
     outputs[anchor[2]] = loss;
-    ipu_request_desc desc = {.num_batches = 1, .inputs = inputs, .outputs = outputs,
+    ipu_request_desc desc = {.num_batches = 1,
+                             .inputs = inputs,
+                             .outputs = outputs,
                              .subgraph = IPU_NO_INDEX};
     ipu_request *req = NULL;
     ipu_status st = ipu_runtime_execute(rt, &desc, &req); /* req NULL: it ran inline */

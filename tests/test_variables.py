@@ -208,3 +208,29 @@ def test_every_iteration_updates_the_state(options: CompilerOptions) -> None:
         assert float(r.read_variables(["C"])["C"]) == len(xs)
     want_ys, _ = numpy_steps(xs)
     np.testing.assert_allclose(ys, np.concatenate(want_ys), rtol=1e-4, atol=1e-5)
+
+
+def test_model_runtime_session_reads_and_writes_variables() -> None:
+    from pyipu.model_runtime import Session
+
+    xs = [RNG.standard_normal((4, 4)).astype(np.float32) for _ in range(3)]
+    with Session(Compiler.compile(momentum_model())) as session:
+        assert sorted(d.name for d in session.get_variables()) == ["C", "V", "W"]
+        with pytest.raises(errors.InvalidStateError, match="run_load_programs"):
+            session.read_variables()
+        qm = session.create_queue_manager(timeout_ns=0)
+        session.run_load_programs()
+        y = np.empty((4, 4), np.float32)
+        for x in xs:
+            qm.input_queue("X").enqueue(x)
+            qm.output_queue("Y").enqueue(y)
+            session.run_main_programs()
+        _, want = numpy_steps(xs)
+        np.testing.assert_allclose(session.read_variables(["W"])["W"], want["W"], rtol=1e-5)
+        session.write_variables({"W": np.zeros((4, 4), np.float32)})
+        qm.input_queue("X").enqueue(xs[0])
+        qm.output_queue("Y").enqueue(y)
+        session.run_main_programs()
+        assert not y.any()
+        with pytest.raises(errors.NotFoundError):
+            session.write_variables({"Y": y})

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +25,7 @@ from pyipu.model_runtime.predicates import AnchorCallbackPolicy, Predicate, pred
 from pyipu.runtime.config import BATCHING_DIM_DISABLED, DeviceWaitConfig, c_settings
 from pyipu.runtime.descriptors import DataDesc, check_buffer
 from pyipu.runtime.runner import describe_anchors, load_executable
+from pyipu.runtime.variables import Variables
 
 _INPUT = 1
 
@@ -59,6 +60,7 @@ class Session:
         self._exe = load_executable(popef)
         self._info = self._exe.get_info()
         self._anchors, self._directions = describe_anchors(self._exe)
+        self._variables = Variables(self._exe, self._anchors)
         self._core: _core.Session | None = None
         self._handlers: dict[int, tuple[Callable[[np.ndarray], Any], bool]] = {}
         self._loaded = False
@@ -178,6 +180,24 @@ class Session:
         if not self._loaded:
             raise InvalidStateError("run_load_programs() must run before run_main_programs()")
         return StepResult(*self._session().run_main())
+
+    def get_variables(self) -> list[DataDesc]:
+        """The weights kept as variables (state the Main program updates and keeps between
+        steps: trained weights, optimizer state; pyipu.compiler.variables)."""
+        return self._variables.descs()
+
+    def read_variables(self, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        """Current values (all by default), between steps, on the thread running them."""
+        return self._variables.read(self._loaded_session("read_variables"), names)
+
+    def write_variables(self, values: Mapping[str, Any]) -> None:
+        """New values, read by the next step (run_load_programs restores the initial ones)."""
+        self._variables.write([self._loaded_session("write_variables")], values)
+
+    def _loaded_session(self, what: str) -> _core.Session:
+        if not self._loaded:
+            raise InvalidStateError(f"{what}() needs run_load_programs() first")
+        return self._session()
 
     def stop(self) -> None:
         """Make a blocked run_main_programs() (in another thread) and enqueues return."""

@@ -28,6 +28,7 @@ from pyipu.errors import (
 from pyipu.runtime.config import BATCHING_DIM_DISABLED, RuntimeConfig
 from pyipu.runtime.descriptors import DataDesc, check_buffer
 from pyipu.runtime.tracepoints import Tracepoints, merge
+from pyipu.runtime.variables import Variables
 
 _INPUT, _OUTPUT = 1, 2
 _live_runners: weakref.WeakSet[Runner] = weakref.WeakSet()
@@ -133,7 +134,7 @@ class Runner:
         if settings["num_threads"] is None:
             settings["num_threads"] = _config.num_threads()
         self._anchors, self._directions = describe_anchors(executable)
-        self._variables: dict[str, int] = {n: a for n, (a, _) in executable.variables().items()}
+        self._variables = Variables(executable, self._anchors)
         self._batching_dim = _batching_dim(self.config.batching_dim, self._anchors, self._info)
         available = _config.num_devices()
         if replicas > available:
@@ -417,39 +418,19 @@ class Runner:
     def get_variables(self) -> list[DataDesc]:
         """The weights kept as variables: state each request updates on the device (trained
         weights, optimizer state; pyipu.compiler.variables)."""
-        return [self._anchors[a] for a in self._variables.values()]
+        return self._variables.descs()
 
     def read_variables(self, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         """Current values (all variables by default), read between two requests: every
         request submitted before this call has run, none submitted after it. With replication
         each replica has its own; these are the first replica's."""
         self._check_open()
-        out = {}
-        for name in self._variables if names is None else names:
-            desc = self._anchors[self._variable(name)]
-            out[name] = np.empty(desc.shape, desc.numpy_data_type())
-            self._runtimes[0].read_variable(self._variables[name], out[name])
-        return out
+        return self._variables.read(self._runtimes[0], names)
 
     def write_variables(self, values: Mapping[str, Any]) -> None:
         """New values (of every replica), read by the requests submitted after this call."""
         self._check_open()
-        for name, value in values.items():
-            desc = self._anchors[self._variable(name)]
-            array = np.asarray(value)
-            if array.dtype != desc.numpy_data_type() or array.shape != tuple(desc.shape):
-                raise InvalidArgumentError(
-                    f"variable {name!r} is {desc.data_type.name.lower()} {list(desc.shape)}, "
-                    f"got {array.dtype} {list(array.shape)}"
-                )
-            for rt in self._runtimes:
-                rt.write_variable(self._variables[name], np.ascontiguousarray(array))
-
-    def _variable(self, name: str) -> int:
-        if name not in self._variables:
-            known = ", ".join(sorted(self._variables)) or "none"
-            raise NotFoundError(f"{name!r} is not a variable of the model (variables: {known})")
-        return self._variables[name]
+        self._variables.write(self._runtimes, values)
 
     def reset(self) -> None:
         """Reload the device after a failure, when auto_reset is off (see ResetRequiredError)."""
