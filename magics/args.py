@@ -16,7 +16,18 @@ from IPython.core.error import UsageError
 from IPython.core.magic_arguments import MagicArgumentParser
 from IPython.utils.text import dedent
 
-VERBS = ("devices", "compile", "fuse", "run", "compare", "dump", "profile", "graph", "timeline")
+VERBS = (
+    "devices",
+    "compile",
+    "fuse",
+    "run",
+    "compare",
+    "dump",
+    "profile",
+    "graph",
+    "timeline",
+    "train",
+)
 
 
 class HelpShown(Exception):
@@ -262,6 +273,29 @@ def _build() -> _Parser:
         type=_window,
         metavar="START,END",
         help="the part shown first, in ms since the first event (default: the whole run)",
+    )
+    p = verbs.add_parser(
+        "train",
+        add_help=True,
+        help="run a pyipu.popart.TrainingSession with a live loss curve (Ctrl-C stops after "
+        "the run in flight)",
+    )
+    p.add_argument("session", metavar="SESSION", help="a TrainingSession variable")
+    p.add_argument(
+        "feeds",
+        metavar="FEEDS",
+        help="the runs' inputs: a dict (the same every run), a function of the run number "
+        "returning one, or an iterable of dicts",
+    )
+    p.add_argument("--runs", type=_positive, metavar="N", help="how many runs (session.run calls)")
+    p.add_argument("--anchor", metavar="ID", help="the anchor plotted (default: the loss)")
+    p.add_argument(
+        "-o",
+        "--output-var",
+        type=_identifier,
+        metavar="VAR",
+        help="also keep the TrainResult (losses, runs, samples/s) in the variable VAR "
+        "(it is always in _ipu_last_train)",
     )
     return top
 

@@ -118,6 +118,23 @@ class IpuMagics(Magics):
             view.set_window(ns.window[0] * 1e6, ns.window[1] * 1e6)
         return view
 
+    def _train(self, ns: argparse.Namespace, cell: str | None, scope: dict[str, Any]) -> Any:
+        from .train import train
+
+        _no_cell(ns, cell)
+        session = sources.lookup(ns.session, scope)
+        feeds = sources.lookup(ns.feeds, scope)
+        result = train(ns.session, session, feeds, ns.runs, ns.anchor, display)
+        self.shell.user_ns["_ipu_last_train"] = result
+        self._keep(ns, result)
+        if result.interrupted:
+            print(
+                f"%ipu train: interrupted after {result.runs} runs; the losses are in "
+                "_ipu_last_train"
+            )
+            raise KeyboardInterrupt  # as %ipu run does, so Run All stops at this cell
+        return None  # the live panel is the cell's output
+
     def _run(self, ns: argparse.Namespace, cell: str | None, scope: dict[str, Any]) -> Any:
         from .run import PreparedRun, RunPlan, check_feeds, run
 

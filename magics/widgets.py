@@ -87,8 +87,16 @@ _BACKGROUND = "var(--jp-layout-color1, #fafafa)"
 _TEXT = "var(--jp-ui-font-color1, #555)"
 
 
-def sparkline(values: Sequence[float], width: int = 320, height: int = 60) -> str:
-    """An inline SVG line chart (no JavaScript library: renders offline and in exports)."""
+def sparkline(
+    values: Sequence[float],
+    width: int = 320,
+    height: int = 60,
+    title: str = "throughput",
+    unit: str = " req/s",
+    fmt: str = ",.0f",
+) -> str:
+    """An inline SVG line chart (no JavaScript library: renders offline and in exports); the
+    caption shows the last value and the largest."""
     pts = list(values)[-CHART_POINTS:]
     top = max(pts) if pts and max(pts) > 0 else 1.0
     n = len(pts)
@@ -96,12 +104,12 @@ def sparkline(values: Sequence[float], width: int = 320, height: int = 60) -> st
         f"{(i * (width - 4) / max(n - 1, 1)) + 2:.1f},{height - 2 - v / top * (height - 14):.1f}"
         for i, v in enumerate(pts)
     )
-    last = f"{pts[-1]:,.0f} req/s" if pts else "no data yet"
+    last = f"{pts[-1]:{fmt}}{unit}" if pts else "no data yet"
     return (
-        f'<svg class="ipu-throughput" data-n="{n}" width="{width}" height="{height}" '
+        f'<svg class="ipu-{H.esc(title)}" data-n="{n}" width="{width}" height="{height}" '
         f'style="border:1px solid {_LINE};background:{_BACKGROUND}">'
-        f'<text x="4" y="11" font-size="10" style="fill:{_TEXT}">throughput: {H.esc(last)} '
-        f"(max {top:,.0f})</text>"
+        f'<text x="4" y="11" font-size="10" style="fill:{_TEXT}">{H.esc(title)}: {H.esc(last)} '
+        f"(max {top:{fmt}})</text>"
         f'<polyline fill="none" stroke="#1f77b4" stroke-width="1.5" points="{coords}"/></svg>'
     )
 
