@@ -175,3 +175,16 @@ def test_trained_model_runs_in_onnx_runtime_with_pyipus_outputs(tmp_path) -> Non
         np.testing.assert_array_equal(inits[name], s.weights[name])
     (loss,) = ort.InferenceSession(trained.SerializeToString()).run(["loss"], {"x": xs[4]})
     assert train(s, [xs[4]])[0] == pytest.approx(float(loss), rel=1e-4)
+
+
+def test_optimizer_state_reaches_the_host() -> None:
+    s = session(bn_model())
+    train(s, batches(2))
+    velocity = np.zeros((K, C, 3, 3), np.float32)
+    s.readOptimizerState(PyWeightsIO({"w/momentum": velocity}))
+    assert not velocity.any()  # the host copy: before weightsToHost
+    s.weightsToHost()
+    s.readOptimizerState(PyWeightsIO({"w/momentum": velocity}))
+    assert velocity.any() and s.steps == 2
+    with pytest.raises(popart_exception, match="not optimizer state"):
+        s.readOptimizerState(PyWeightsIO({"w/nope": velocity}))

@@ -4,7 +4,7 @@ optimizer's update of every weight compiled into one pyipu executable.
 The trained weights are the float initializers the loss depends on. They, their optimizer state,
 the step count and BatchNormalization's running statistics are the executable's variables
 (pyipu.compiler.variables): they live on the device, each step updates them in place, and they
-reach the host only when asked (`weightsToHost`, `modelToHost`, `saveExecutable`). Micro-batches
+reach the host only when asked (`weightsToHost`, `modelToHost`, `saveCheckpoint`). Micro-batches
 run one after another: each reads the weights the previous one wrote. Non-const optimizer values
 (learning rate, ...) are inputs fed with every micro-batch, so `updateOptimizerFromHost` needs no
 recompile.
