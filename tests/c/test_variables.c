@@ -194,9 +194,58 @@ static int test_runtime_variables(void) {
     return 0;
 }
 
+typedef struct {
+    ipu_runtime *rt;
+    int ok, closed, other;
+} reader;
+
+static void *read_until_closed(void *p) {
+    reader *a = p;
+    for (;;) {
+        float v[NV];
+        ipu_status st = ipu_runtime_read_variable(a->rt, 1, v, NB);
+        if (st == IPU_OK)
+            a->ok++;
+        else if (st == IPU_ERR_CLOSED) {
+            a->closed++;
+            return NULL;
+        } else {
+            a->other++;
+            return NULL;
+        }
+    }
+}
+
+/* Reads racing a close: each returns OK or IPU_ERR_CLOSED, none hangs, and none returns while
+ * the device thread may still write its buffer (checked by the sanitizer builds). */
+static int test_reads_racing_close(void) {
+    m_model m = variable_model();
+    ipu_container *c;
+    ipu_executable *e;
+    REQUIRE_OK(build(&m, &c, &e));
+    for (int round = 0; round < 20; round++) {
+        ipu_runtime *rt;
+        REQUIRE_OK(ipu_runtime_create(e, NULL, &rt));
+        float x[NV] = {1, 1, 1, 1, 1, 1}, z[NV];
+        REQUIRE_OK(rt_step(rt, x, z)); /* the device thread is running */
+        reader a = {rt, 0, 0, 0};
+        pthread_t th;
+        REQUIRE(pthread_create(&th, NULL, read_until_closed, &a) == 0);
+        sleep_ms(round % 3);
+        REQUIRE_OK(ipu_runtime_close(rt));
+        pthread_join(th, NULL);
+        REQUIRE(a.closed == 1 && a.other == 0);
+        ipu_runtime_destroy(rt);
+    }
+    ipu_executable_destroy(e);
+    ipu_container_destroy(c);
+    return 0;
+}
+
 int main(void) {
     RUN(test_executable_reports_variables);
     RUN(test_session_state_persists);
     RUN(test_runtime_variables);
+    RUN(test_reads_racing_close);
     return 0;
 }

@@ -96,8 +96,11 @@ static void do_task(ipu_runtime *rt) {
     pthread_mutex_lock(&rt->state_mu);
     uint64_t gen = rt->task_req_gen;
     ipu__task t = rt->task;
+    bool closed = ipu__closed(rt);
+    if (!closed) rt->task_taken_gen = gen;
     pthread_mutex_unlock(&rt->state_mu);
-    ipu_status st = ipu__run_task(rt, &t);
+    ipu_status st = closed ? ipu__fail(IPU_ERR_CLOSED, "the runtime closed")
+                           : ipu__run_task(rt, &t);
     pthread_mutex_lock(&rt->state_mu);
     rt->task_done_gen = gen;
     rt->task_status = st;

@@ -331,7 +331,8 @@ static ipu_status device_task(ipu_runtime *rt, ipu__task t, const char *fn) {
         pthread_mutex_unlock(&rt->state_mu);
         ipu__session_interrupt(rt->s);
         pthread_mutex_lock(&rt->state_mu);
-        while (rt->task_done_gen < gen && !ipu__closed(rt))
+        /* closed: the device takes no more tasks, but one it took may still use t.buf */
+        while (rt->task_done_gen < gen && !(ipu__closed(rt) && rt->task_taken_gen < gen))
             pthread_cond_wait(&rt->state_cv, &rt->state_mu);
         st = rt->task_done_gen >= gen ? rt->task_status : IPU_ERR_CLOSED;
         snprintf(m, sizeof m, "%s", st == IPU_ERR_CLOSED ? "the runtime closed" : rt->task_msg);

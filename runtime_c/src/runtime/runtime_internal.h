@@ -133,10 +133,13 @@ struct ipu_runtime {
     /* Device tasks: work that must run on the device thread between steps (ipu_runtime_reset,
      * variable access). One at a time (task_busy); the caller stores `task`, bumps task_req_gen,
      * sets task_pending and interrupts the session, then waits for task_done_gen (or runs it
-     * itself under submit_mu while the device thread has not started). Under state_mu. */
+     * itself under submit_mu while the device thread has not started). The device takes a task
+     * (task_taken_gen) only while the runtime is open, and a caller that sees the runtime
+     * closed still waits for a task taken (it may be writing the caller's buffer). Under
+     * state_mu. */
     ipu__task task;
     bool task_busy;
-    uint64_t task_req_gen, task_done_gen;
+    uint64_t task_req_gen, task_taken_gen, task_done_gen;
     ipu_status task_status;
     char task_msg[IPU__MSG_BYTES];
 
