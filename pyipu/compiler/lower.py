@@ -284,6 +284,11 @@ class Lowering:
         `fold`: compute it now if its inputs are known (folding.py lowers with fold=False)."""
         opset = self.graph.opset if opset is None else opset
         label = node_label(proto.name, proto.op_type, opset)
+        if proto.domain not in DEFAULT_DOMAINS:  # named with its own domain's version
+            imported = {o.domain: o.version for o in self.graph.model.opset_import}
+            label = node_label(
+                proto.name, f"{proto.domain}.{proto.op_type}", imported.get(proto.domain, 1)
+            )
         if not domain_supported(proto.domain, proto.op_type):
             if proto.domain not in (*DEFAULT_DOMAINS, *OP_DOMAINS.values()):
                 raise UnsupportedOpError(f"{label}: domain {proto.domain!r} is not supported")
