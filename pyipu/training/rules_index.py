@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from pyipu.compiler.errors import UnsupportedAttributeError
+from pyipu.compiler.errors import UnsupportedAttributeError, UnsupportedOpError
 from pyipu.training.autodiff import GradGraph
 from pyipu.training.registry import Grads, attr, dy, rule, text, zeros
 
@@ -41,6 +41,8 @@ def _gather_elements(g: GradGraph, n: onnx.NodeProto, gy: Grads, need: list[bool
 @rule("TopK")
 def _topk(g: GradGraph, n: onnx.NodeProto, gy: Grads, need: list[bool]) -> Grads:
     axis = int(attr(n, "axis", -1))
+    if len(n.output) < 2 or not n.output[1]:
+        raise UnsupportedOpError(f"TopK {n.name!r}: the gradient needs the indices output")
     return [_gather_back(g, dy(gy), n.output[1], axis, n.input[0])] + [None] * (len(n.input) - 1)
 
 
