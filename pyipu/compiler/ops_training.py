@@ -12,6 +12,7 @@ are lowered like any others, so the optimizers run on the existing element-wise 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from onnx import helper, numpy_helper
@@ -38,7 +39,7 @@ class _Body:
         self.count = 0
         self.scalars: dict[tuple[int, bool], str] = {}
 
-    def op(self, op_type: str, *inputs: str, out: str | None = None, **attrs: object) -> str:
+    def op(self, op_type: str, *inputs: str, out: str | None = None, **attrs: Any) -> str:
         self.count += 1
         name = out or f"{self.prefix}{op_type}{self.count}"
         node = helper.make_node(op_type, list(inputs), [name], name=name, **attrs)

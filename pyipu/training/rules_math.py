@@ -176,15 +176,13 @@ def _clip(g: GradGraph, n: onnx.NodeProto, gy: Grads, need: list[bool]) -> Grads
         hi = g.const(attr(n, "max"), x) if attr(n, "max") is not None else None
     # y = min(max(x, lo), hi): x passes where lo <= x <= hi; lo is taken where x < lo <= hi,
     # hi where max(x, lo) > hi
-    took: list[str | None] = [None, None]
-    if lo is not None:
-        took[0] = g.op("Less", [x, lo])
-    if hi is not None:
-        took[1] = g.op("Greater", [x, hi])
-    if lo is not None and hi is not None:
+    below = g.op("Less", [x, lo]) if lo is not None else None
+    above = g.op("Greater", [x, hi]) if hi is not None else None
+    if lo is not None and hi is not None and below is not None and above is not None:
         crossed = g.op("Greater", [lo, hi])
-        took[0] = g.op("And", [took[0], g.op("Not", [crossed])])
-        took[1] = g.op("Or", [took[1], crossed])
+        below = g.op("And", [below, g.op("Not", [crossed])])
+        above = g.op("Or", [above, crossed])
+    took = [below, above]
     out: Grads = [None] * len(n.input)
     dx = d
     for t in took:
