@@ -1,62 +1,30 @@
-"""Gradient rules (pyipu.training): each checked against central finite differences in float64
-(onnx's reference evaluator runs both graphs), then the float32 backward graph compiled and run
-by pyipu against the same reference."""
+"""Gradient rules (pyipu.training) of element-wise ops, matrix products, reshaping, reductions,
+softmax, convolution, pooling, normalisation and the losses: each case checked against central
+finite differences in float64, then its float32 backward graph run by pyipu
+(tests/gradient_check.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from gradient_check import (
+    F32,
+    F64,
+    Case,
+    check_finite_differences,
+    check_pyipu,
+    feeds_of,
+    model_of,
+    with_outputs,
+)
+from gradient_check import const as _c
+from gradient_check import ints as _i
+from gradient_check import op as _n
+from onnx import helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
-from pyipu.compiler import Compiler
-from pyipu.compiler.errors import UnsupportedOpError
-from pyipu.runtime import Runner
+from pyipu.compiler.errors import UnsupportedAttributeError, UnsupportedOpError
 from pyipu.training import RULES, gradients
-
-F64, F32 = TensorProto.DOUBLE, TensorProto.FLOAT
-
-
-@dataclass
-class Case:
-    """nodes(dtype) -> ONNX nodes computing "y" from the graph inputs; `inputs`: name -> shape;
-    `wrt`: the inputs differentiated; `positive`: inputs drawn > 0.5 (Log, Sqrt, Pow...)."""
-
-    name: str
-    nodes: Callable[[int], list[onnx.NodeProto]]
-    inputs: dict[str, tuple[int, ...]]
-    wrt: tuple[str, ...]
-    opset: int = 13
-    positive: tuple[str, ...] = ()
-    eps: float = 1e-6  # the finite-difference step
-    # evaluate with ONNX Runtime where onnx's reference gets an op wrong (grouped
-    # ConvTranspose, Softmax before opset 13, BatchNormalization's training mode)
-    ort: bool = False
-    pyipu: bool = True  # also run the float32 backward graph on pyipu
-    # finite differences in float32 with a step of at least 1e-2, for ops ONNX Runtime has no
-    # float64 kernel for (ConvTranspose, AveragePool): they are piecewise linear, so a large
-    # step costs no accuracy (a linear one, as Conv, takes a larger step still)
-    fd_f32: bool = False
-
-
-def _n(op: str, ins: list[str], out: str = "y", **attrs) -> onnx.NodeProto:
-    return helper.make_node(op, ins, [out], **attrs)
-
-
-def _c(name: str, value, dtype) -> onnx.NodeProto:
-    arr = np.asarray(value, helper.tensor_dtype_to_np_dtype(dtype))
-    return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(arr))
-
-
-def _i(name: str, value) -> onnx.NodeProto:
-    return helper.make_node(
-        "Constant", [], [name], value=numpy_helper.from_array(np.asarray(value, np.int64))
-    )
-
 
 CASES = [
     Case(
@@ -413,7 +381,7 @@ CASES = [
         ],
         {"x": (4, 5)},
         ("x",),
-        pyipu=False,  # pyipu draws other masks than onnx's reference
+        no_pyipu="random: pyipu draws other masks than onnx's reference",
     ),
     Case("dropout_inference", lambda t: [_n("Dropout", ["x"])], {"x": (4, 5)}, ("x",)),
     Case(
@@ -436,6 +404,67 @@ CASES = [
         {"x": (2, 3, 2)},
         ("x",),
     ),
+    Case("erf_2d", lambda t: [_n("Erf", ["a"])], {"a": (3, 4)}, ("a",), eps=1e-3),
+    Case(
+        "pow_both",
+        lambda t: [_n("Pow", ["a", "p"])],
+        {"a": (3, 4), "p": (4,)},
+        ("a", "p"),
+        positive=("a",),
+    ),
+    Case(
+        "pow_scalar_exponent",
+        lambda t: [_n("Pow", ["a", "p"])],
+        {"a": (5,), "p": (1,)},
+        ("a", "p"),
+        positive=("a", "p"),
+    ),
+    Case(
+        "clip_bound_inputs",
+        lambda t: [_n("Neg", ["p"], "lo"), _n("Clip", ["a", "lo", "q"])],
+        {"a": (3, 4), "p": (), "q": ()},
+        ("a", "p", "q"),
+        positive=("p", "q"),
+    ),
+    Case(
+        "clip_min_input_only",
+        lambda t: [_n("Clip", ["a", "lo"])],
+        {"a": (6,), "lo": ()},
+        ("a", "lo"),
+    ),
+    Case(
+        "clip_max_input_only",
+        lambda t: [_n("Clip", ["a", "", "hi"])],
+        {"a": (2, 3), "hi": ()},
+        ("a", "hi"),
+    ),
+    Case(
+        "where_cond_broadcast",
+        lambda t: [_c("z", 0.0, t), _n("Greater", ["c0", "z"], "c"), _n("Where", ["c", "a", "b"])],
+        {"c0": (4,), "a": (3, 1), "b": (2, 3, 4)},
+        ("a", "b"),
+    ),
+    Case(
+        "expand_both_ways",
+        lambda t: [_i("s", [4, 1]), _n("Expand", ["a", "s"])],
+        {"a": (2, 1, 3)},
+        ("a",),
+    ),
+    Case(
+        "gelu_exact",
+        lambda t: [_n("Gelu", ["a"])],
+        {"a": (3, 5)},
+        ("a",),
+        opset=20,
+        eps=1e-3,  # onnx's reference Gelu is built on its approximate erf
+    ),
+    Case(
+        "gelu_tanh",
+        lambda t: [_n("Gelu", ["a"], approximate="tanh")],
+        {"a": (2, 3, 4)},
+        ("a",),
+        opset=20,
+    ),
     Case(
         "mlp",
         lambda t: [
@@ -451,127 +480,61 @@ CASES = [
 ]
 
 
-def _model(case: Case, dtype: int) -> onnx.ModelProto:
-    """The case's graph with loss = sum(y * r), r a fixed random weighting (so every element of
-    y's gradient differs)."""
-    rng = np.random.default_rng(1)
-    nodes = case.nodes(dtype)
-    probe = helper.make_model(
-        helper.make_graph(
-            nodes,
-            "probe",
-            [helper.make_tensor_value_info(n, dtype, s) for n, s in case.inputs.items()],
-            [helper.make_tensor_value_info("y", dtype, None)],
-        ),
-        opset_imports=[helper.make_opsetid("", case.opset)],
-    )
-    shape = onnx.shape_inference.infer_shapes(probe).graph.output[0].type.tensor_type.shape
-    yshape = [d.dim_value for d in shape.dim]
-    r = rng.standard_normal(yshape).astype(helper.tensor_dtype_to_np_dtype(dtype))
-    loss = [
-        helper.make_node("Constant", [], ["loss_w"], value=numpy_helper.from_array(r)),
-        _n("Mul", ["y", "loss_w"], "loss_yr"),
-        _n("ReduceSum", ["loss_yr"], "loss", keepdims=0),
-    ]
-    g = helper.make_graph(
-        nodes + loss,
-        case.name,
-        [helper.make_tensor_value_info(n, dtype, s) for n, s in case.inputs.items()],
-        [helper.make_tensor_value_info("loss", dtype, [])],
-    )
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", case.opset)])
-
-
-def _feeds(case: Case, np_dtype) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(0)
-    out = {}
-    for name, shape in case.inputs.items():
-        v = rng.standard_normal(shape)
-        if name in case.positive:
-            v = 0.5 + np.abs(v)
-        else:  # away from the kinks of Relu, Abs, Clip
-            v = np.where(np.abs(v) < 0.05, v + 0.1, v)
-            v = np.where(np.abs(np.abs(v) - 0.5) < 0.05, v + 0.1, v)
-        out[name] = v.astype(np_dtype)
-    return out
-
-
-def _evaluator(model: onnx.ModelProto, case: Case):
-    if not case.ort:
-        return ReferenceEvaluator(model)
-    ort = pytest.importorskip("onnxruntime")
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    m.ir_version = min(m.ir_version, 10)
-    return ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
-
-
-def _with_outputs(model: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    del m.graph.output[:]
-    for n in names:
-        m.graph.output.append(onnx.ValueInfoProto(name=n))
-    return m
-
-
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_gradient_matches_finite_differences(case: Case) -> None:
-    dtype, np_dtype = (F32, np.float32) if case.fd_f32 else (F64, np.float64)
-    model = _model(case, dtype)
-    grad_model, names = gradients(model, "loss", list(case.wrt))
-    feeds = _feeds(case, np_dtype)
-    got = _evaluator(_with_outputs(grad_model, [names[w] for w in case.wrt]), case).run(None, feeds)
-    forward = _evaluator(model, case)
-    eps = max(case.eps, 1e-2) if case.fd_f32 else case.eps
-    for w, g in zip(case.wrt, got, strict=True):
-        assert g.shape == feeds[w].shape, f"{w}: gradient shape {g.shape}"
-        numeric = np.zeros_like(feeds[w])
-        for i in np.ndindex(feeds[w].shape):
-            hi, lo = dict(feeds), dict(feeds)
-            hi[w], lo[w] = feeds[w].copy(), feeds[w].copy()
-            hi[w][i] += eps
-            lo[w][i] -= eps
-            diff = forward.run(None, hi)[0].astype(np.float64) - forward.run(None, lo)[0]
-            numeric[i] = diff / (2 * eps)
-        tol = 1e-3 if case.fd_f32 else 1e-5 if case.eps <= 1e-5 else 1e-4
-        np.testing.assert_allclose(g, numeric, rtol=tol, atol=tol / 10, err_msg=f"d loss / d {w}")
+    check_finite_differences(case)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_pyipu_runs_the_backward_graph(case: Case) -> None:
-    if not case.pyipu:
-        pytest.skip("random: pyipu and the reference draw different values")
-    model = _model(case, F32)
-    grad_model, names = gradients(model, "loss", list(case.wrt))
-    outs = [names[w] for w in case.wrt]
-    feeds = _feeds(case, np.float32)
-    want = _evaluator(_with_outputs(grad_model, outs), case).run(None, feeds)
-    exe = Compiler.compile(grad_model, outs)
-    with Runner(exe) as runner:
-        got = runner.run(outs, feeds)
-    for w, a, b in zip(case.wrt, got, want, strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5, err_msg=f"d loss / d {w}")
+    check_pyipu(case)
 
 
-def test_an_op_without_a_rule_is_named() -> None:
-    case = Case(
-        "topk",
-        lambda t: [_i("k", [2]), helper.make_node("TopK", ["a", "k"], ["y", "i"], name="pick")],
-        {"a": (4,)},
-        ("a",),
-    )
-    assert "TopK" not in RULES
-    with pytest.raises(UnsupportedOpError, match="no gradient for TopK \\(node 'pick'\\)"):
-        gradients(_model(case, F64), "loss", ["a"])
+@pytest.mark.parametrize("op", ["Softplus", "Elu"])
+def test_an_op_without_a_rule_is_named(op: str) -> None:
+    case = Case(op, lambda t: [_n(op, ["a"], name="pick")], {"a": (4,)}, ("a",))
+    assert op not in RULES
+    with pytest.raises(UnsupportedOpError, match=f"no gradient for {op} \\(node 'pick'\\)"):
+        gradients(model_of(case, F64), "loss", ["a"])
+
+
+@pytest.mark.parametrize(
+    ("name", "nodes", "message"),
+    [
+        (
+            "resize_cubic",
+            lambda t: [_c("sc", [1, 1, 2, 2], F32), _n("Resize", ["a", "", "sc"], mode="cubic")],
+            "modes nearest and linear",
+        ),
+        (
+            "scatter_mul",
+            lambda t: [
+                _i("ix", [[0, 1]]),
+                _n("ScatterElements", ["a", "ix", "u"], axis=1, reduction="mul"),
+            ],
+            "reduction 'none' and 'add'",
+        ),
+        (
+            "conv_transpose_output_shape",
+            lambda t: [_n("ConvTranspose", ["a", "w"], output_shape=[4, 4])],
+            "explicit pads",
+        ),
+    ],
+)
+def test_attributes_without_a_gradient_are_named(name: str, nodes, message: str) -> None:
+    shapes = {"a": (1, 1, 2, 2), "u": (1, 2), "w": (1, 1, 3, 3)}
+    if name == "scatter_mul":
+        shapes["a"] = (2, 2)
+    used = {v for node in nodes(F64) for v in node.input}
+    case = Case(name, nodes, {k: v for k, v in shapes.items() if k in used}, ("a",))
+    with pytest.raises(UnsupportedAttributeError, match=message):
+        gradients(model_of(case, F64), "loss", ["a"])
 
 
 def test_unused_and_integer_paths() -> None:
     case = Case("partial", lambda t: [_n("Mul", ["a", "a"])], {"a": (3,), "b": (2,)}, ("a", "b"))
-    grad_model, names = gradients(_model(case, F64), "loss", ["a", "b"])
-    feeds = _feeds(case, np.float64)
-    ga, gb = ReferenceEvaluator(_with_outputs(grad_model, [names["a"], names["b"]])).run(
-        None, feeds
-    )
+    grad_model, names = gradients(model_of(case, F64), "loss", ["a", "b"])
+    feeds = feeds_of(case, np.float64)
+    ga, gb = ReferenceEvaluator(with_outputs(grad_model, [names["a"], names["b"]])).run(None, feeds)
     assert not gb.any() and gb.shape == (2,)  # the loss does not depend on b
     assert ga.shape == (3,)

@@ -57,7 +57,7 @@ def _documented_registry() -> dict[str, tuple[int, ...]]:
     """The "Ops in the compiler registry" table of docs/onnx-support.md: op -> opsets."""
     text = (ROOT / "docs/onnx-support.md").read_text()
     table = text.split("## Ops in the compiler registry", 1)[1].split("\n## ", 1)[0]
-    rows = re.findall(r"^\| (\w+) \| ([\d, ]+) \|", table, re.MULTILINE)
+    rows = re.findall(r"^\| ([\w.]+) \| ([\d, ]+) \|", table, re.MULTILINE)
     return {op: tuple(int(v) for v in since.split(", ")) for op, since in rows}
 
 

@@ -43,6 +43,17 @@ from pyipu.enums import DType, Op
 from pyipu.errors import Error
 
 ARENA, WEIGHT = "arena", "weight"
+DEFAULT_DOMAINS = ("", "ai.onnx")
+# op type -> the domain other than ONNX's default its lowering is registered for (ops.register
+# fills it: the ai.onnx.preview.training optimizers of ops_training.py)
+OP_DOMAINS: dict[str, str] = {}
+
+
+def domain_supported(domain: str, op_type: str) -> bool:
+    """Whether a node of `op_type` in `domain` has a lowering (or a default-domain function)."""
+    if domain in DEFAULT_DOMAINS:
+        return op_type not in OP_DOMAINS
+    return OP_DOMAINS.get(op_type) == domain
 
 
 @dataclass
@@ -275,8 +286,18 @@ class Lowering:
         `fold`: compute it now if its inputs are known (folding.py lowers with fold=False)."""
         opset = self.graph.opset if opset is None else opset
         label = node_label(proto.name, proto.op_type, opset)
-        if proto.domain not in ("", "ai.onnx"):
-            raise UnsupportedOpError(f"{label}: domain {proto.domain!r} is not supported")
+        if proto.domain not in DEFAULT_DOMAINS:  # named with its own domain's version
+            imported = {o.domain: o.version for o in self.graph.model.opset_import}
+            label = node_label(
+                proto.name, f"{proto.domain}.{proto.op_type}", imported.get(proto.domain, 1)
+            )
+        if not domain_supported(proto.domain, proto.op_type):
+            if proto.domain not in (*DEFAULT_DOMAINS, *OP_DOMAINS.values()):
+                raise UnsupportedOpError(f"{label}: domain {proto.domain!r} is not supported")
+            raise UnsupportedOpError(
+                f"{label}: op {proto.op_type} of domain {proto.domain or 'ai.onnx'!r} is not "
+                "supported by pyipu"
+            )
         if fold and foldable(proto, self.constants):
             # Inputs became known during lowering (Shape of a static tensor...): fold.
             results = fold_node(proto, self.constants, self.graph.model, opset)

@@ -146,6 +146,10 @@ def _default_opset(model: onnx.ModelProto) -> int:
                     f"the model imports ai.onnx opset {o.version}; pyipu supports 1..{newest}"
                 )
             return int(o.version)
+    if model.graph.node and all(n.domain not in ("", "ai.onnx") for n in model.graph.node):
+        # no default-domain node to version (a graph of ai.onnx.preview.training optimizers):
+        # their lowerings write the ONNX nodes they expand to at an opset of their own
+        return onnx.defs.onnx_opset_version()
     raise CompileError("the model imports no default-domain ('ai.onnx') opset")
 
 

@@ -14,7 +14,7 @@ import onnx
 
 @dataclass(frozen=True)
 class OpSupport:
-    """One ONNX op (default domain) the compiler accepts.
+    """One ONNX op the compiler accepts (named `domain.op` outside the default domain).
 
     `since`: the opset versions where one of pyipu's lowerings starts (a model uses the largest
     one <= its opset), or, for an `expanded` op, the versions where its ONNX function body
@@ -28,9 +28,17 @@ class OpSupport:
 
 def supported_ops() -> list[OpSupport]:
     """Every op the compiler accepts, sorted by name: the lowered ones, then the expanded ones."""
+    from pyipu.compiler.lower import OP_DOMAINS
     from pyipu.compiler.ops import REGISTRY
 
-    lowered = [OpSupport(op, tuple(sorted(v))) for op, v in sorted(REGISTRY.items())]
+    lowered = sorted(
+        # an op of another domain is named with it
+        (
+            OpSupport(f"{OP_DOMAINS[op]}.{op}" if op in OP_DOMAINS else op, tuple(sorted(v)))
+            for op, v in REGISTRY.items()
+        ),
+        key=lambda o: o.op_type,
+    )
     expanded = []
     # Any: onnx's stub lacks the schemas' function fields
     schemas: Sequence[Any] = onnx.defs.get_all_schemas()

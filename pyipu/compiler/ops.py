@@ -22,17 +22,21 @@ from pyipu.compiler.ir import (
     f64_bits,
     np_dtype,
 )
-from pyipu.compiler.lower import Node
+from pyipu.compiler.lower import OP_DOMAINS, Node
 from pyipu.enums import BinaryFn, DType, Op, UnaryFn
 
 LowerFn = Callable[[Node], None]
 REGISTRY: dict[str, dict[int, LowerFn]] = {}
 
 
-def register(op_type: str, *since: int) -> Callable[[LowerFn], LowerFn]:
+def register(op_type: str, *since: int, domain: str = "") -> Callable[[LowerFn], LowerFn]:
+    """`domain`: an op of a domain other than ONNX's default (its opset versions in `since`)."""
+
     def deco(fn: LowerFn) -> LowerFn:
         for v in since:
             REGISTRY.setdefault(op_type, {})[v] = fn
+        if domain:
+            OP_DOMAINS[op_type] = domain
         return fn
 
     return deco

@@ -86,7 +86,7 @@ def gradients(
     """The model with d(loss)/d(t) for each t of `wrt` computed after the forward pass, and the
     name of each gradient value. The loss must be a float tensor (a scalar, usually): the
     gradient of its sum is taken."""
-    from pyipu.training import rules_math, rules_nn, rules_shape  # noqa: F401 - they register
+    from pyipu.training import rules_index, rules_math, rules_nn, rules_shape  # noqa: F401
     from pyipu.training.registry import RULES
 
     g = GradGraph(model)

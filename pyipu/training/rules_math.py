@@ -10,7 +10,7 @@ import onnx
 
 from pyipu.compiler.errors import UnsupportedAttributeError, UnsupportedOpError
 from pyipu.training.autodiff import GradGraph
-from pyipu.training.registry import RULES, Grads, Rule, attr, dy, out_shape, rule
+from pyipu.training.registry import RULES, Grads, Rule, attr, dy, out_shape, rule, text
 
 
 # --- element-wise ------------------------------------------------------------------------
@@ -121,35 +121,81 @@ def _erf(g: GradGraph, n: onnx.NodeProto, gy: Grads, need: list[bool]) -> Grads:
     return [g.op("Mul", [d, g.op("Mul", [e, g.const(2 / math.sqrt(math.pi), x)])])]
 
 
+@rule("Gelu")
+def _gelu(g: GradGraph, n: onnx.NodeProto, gy: Grads, need: list[bool]) -> Grads:
+    x, d = n.input[0], dy(gy)
+
+    def mul(*v: str) -> str:
+        return v[0] if len(v) == 1 else g.op("Mul", [v[0], mul(*v[1:])])
+
+    def add(a: str, b: str) -> str:
+        return g.op("Add", [a, b])
+
+    def c(value: float) -> str:
+        return g.const(value, x)
+
+    x2 = mul(x, x)
+    if text(n, "approximate", "none") == "tanh":
+        # y = x/2 (1 + t), t = tanh(u), u = s (x + k x^3):
+        # dy/dx = (1 + t)/2 + x/2 (1 - t^2) s (1 + 3k x^2)
+        s, k = math.sqrt(2 / math.pi), 0.044715
+        t = g.op("Tanh", [mul(c(s), add(x, mul(c(k), x2, x)))])
+        dt = mul(g.op("Sub", [c(1.0), mul(t, t)]), c(s), add(c(1.0), mul(c(3 * k), x2)))
+        local = mul(c(0.5), add(add(c(1.0), t), mul(x, dt)))
+    else:
+        # y = x Phi(x): dy/dx = Phi(x) + x phi(x), Phi(x) = (1 + erf(x / sqrt 2)) / 2
+        cdf = mul(c(0.5), add(c(1.0), g.op("Erf", [mul(x, c(1 / math.sqrt(2)))])))
+        pdf = mul(c(1 / math.sqrt(2 * math.pi)), g.op("Exp", [mul(x2, c(-0.5))]))
+        local = add(cdf, mul(x, pdf))
+    return [mul(d, local)]
+
+
 @rule("Pow")
 def _pow(g: GradGraph, n: onnx.NodeProto, gy: Grads, need: list[bool]) -> Grads:
     x, p = n.input
     d = dy(gy)
-    if need[1]:
-        raise UnsupportedOpError(f"Pow {n.name!r}: no gradient with respect to the exponent")
-    # d x^p = p x^(p-1)
-    pm1 = g.op("Sub", [p, g.const(1.0, p)])
-    local = g.op("Mul", [g.op("Cast", [p], to=g.dtype(x)), g.op("Pow", [x, pm1])])
-    return [g.unbroadcast(g.op("Mul", [d, local]), out_shape(g, n), x), None]
+    s = out_shape(g, n)
+    out: Grads = [None, None]
+    if need[0]:  # d x^p / dx = p x^(p-1)
+        pm1 = g.op("Sub", [p, g.const(1.0, p)])
+        local = g.op("Mul", [g.op("Cast", [p], to=g.dtype(x)), g.op("Pow", [x, pm1])])
+        out[0] = g.unbroadcast(g.op("Mul", [d, local]), s, x)
+    if need[1]:  # d x^p / dp = x^p log(x), for x > 0 (the exponent is a float tensor here)
+        local = g.op("Mul", [n.output[0], g.op("Log", [x])])
+        out[1] = g.unbroadcast(g.op("Cast", [g.op("Mul", [d, local])], to=g.dtype(p)), s, p)
+    return out
 
 
 @rule("Clip")
 def _clip(g: GradGraph, n: onnx.NodeProto, gy: Grads, need: list[bool]) -> Grads:
     x, d = n.input[0], dy(gy)
-    # the gradient passes where min <= x <= max: not (x < min), not (x > max)
-    bounds = [
-        (n.input[i], op)
-        for i, op in ((1, "Less"), (2, "Greater"))
-        if len(n.input) > i and n.input[i]
-    ]
+    lo = n.input[1] if len(n.input) > 1 and n.input[1] else None
+    hi = n.input[2] if len(n.input) > 2 and n.input[2] else None
     if g.opset < 11:
-        for name, op in (("min", "Less"), ("max", "Greater")):
-            if attr(n, name) is not None:
-                bounds.append((g.const(attr(n, name), x), op))
-    for bound, op in bounds:
-        inside = g.op("Not", [g.op(op, [x, bound])])
-        d = g.op("Mul", [d, g.op("Cast", [inside], to=g.dtype(x))])
-    return [d] + [None] * (len(n.input) - 1)
+        lo = g.const(attr(n, "min"), x) if attr(n, "min") is not None else None
+        hi = g.const(attr(n, "max"), x) if attr(n, "max") is not None else None
+    # y = min(max(x, lo), hi): x passes where lo <= x <= hi; lo is taken where x < lo <= hi,
+    # hi where max(x, lo) > hi
+    below = g.op("Less", [x, lo]) if lo is not None else None
+    above = g.op("Greater", [x, hi]) if hi is not None else None
+    if lo is not None and hi is not None and below is not None and above is not None:
+        crossed = g.op("Greater", [lo, hi])
+        below = g.op("And", [below, g.op("Not", [crossed])])
+        above = g.op("Or", [above, crossed])
+    took = [below, above]
+    out: Grads = [None] * len(n.input)
+    dx = d
+    for t in took:
+        if t is not None:
+            dx = g.op("Mul", [dx, g.op("Cast", [g.op("Not", [t])], to=g.dtype(x))])
+    out[0] = dx
+    rank = len(out_shape(g, n))
+    for i, (bound, t) in enumerate(zip((lo, hi), took, strict=True), start=1):
+        if i < len(n.input) and need[i] and t is not None and bound is not None:
+            part = g.op("Mul", [d, g.op("Cast", [t], to=g.dtype(x))])
+            total = g.reduce("ReduceSum", part, list(range(rank)), keepdims=0) if rank else part
+            out[i] = g.reshape(total, g.shape(bound))
+    return out
 
 
 @rule("Min", "Max")

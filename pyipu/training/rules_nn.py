@@ -2,7 +2,8 @@
 
 Convolution: dX is a ConvTranspose of dY by the same weights; dW a convolution of the input by
 dY with strides and dilations swapped (channels of each group and the batch exchanged, so a
-grouped or depthwise convolution is one node too). Pooling: dY spread back over each window by
+grouped or depthwise convolution is one node too). ConvTranspose, the adjoint of a convolution,
+the other way round. Pooling: dY spread back over each window by
 a depthwise ConvTranspose (MaxPool: to the window's first maximum, found by comparing the
 window's elements with the output in order).
 """
@@ -17,7 +18,7 @@ from onnx import helper
 
 from pyipu.compiler.errors import UnsupportedAttributeError, UnsupportedOpError
 from pyipu.training.autodiff import GradGraph
-from pyipu.training.registry import Grads, attr, dy, out_shape, rule
+from pyipu.training.registry import Grads, attr, dy, out_shape, rule, text
 
 
 def _window(g: GradGraph, n: onnx.NodeProto, kernel: tuple[int, ...]) -> dict[str, list[int]]:
@@ -91,23 +92,79 @@ def _conv(g: GradGraph, n: onnx.NodeProto, gy: Grads, need: list[bool]) -> Grads
     if need[0]:
         out[0] = _transpose_back(g, d, out_shape(g, n), w, ws, x, win, group)
     if need[1]:
-        batch, chans = xs[0], xs[1] // group
-        # x as [C/group, group·N, spatial]: each group's N "channels" meet dY's channels
-        xt = g.reshape(x, (batch, group, chans, *xs[2:]))
-        xt = g.op("Transpose", [xt], perm=[2, 1, 0, *range(3, 3 + r)])
-        xt = g.reshape(xt, (chans, group * batch, *xs[2:]))
-        dt = g.op("Transpose", [d], perm=[1, 0, *range(2, 2 + r)])  # [M, N, out spatial]
-        gw = g.op(
-            "Conv",
-            [xt, dt],
-            strides=win["dilations"],
-            dilations=win["strides"],
-            pads=win["begin"] + win["end"],
-            group=group,
+        out[1] = _weight_grad(g, x, xs, d, ws, win, group)
+    if len(n.input) > 2 and n.input[2] and need[2]:
+        out[2] = g.reduce("ReduceSum", d, [0, *range(2, 2 + r)], keepdims=0)
+    return out
+
+
+def _weight_grad(
+    g: GradGraph,
+    x: str,
+    xs: tuple[int, ...],
+    d: str,
+    ws: tuple[int, ...],
+    win: dict[str, list[int]],
+    group: int,
+) -> str:
+    """d(W) of y = Conv(x, W) (W of shape ws) given d = d(y): a convolution of x by d."""
+    r = len(ws) - 2
+    batch, chans = xs[0], xs[1] // group
+    # x as [C/group, group·N, spatial]: each group's N "channels" meet dY's channels
+    xt = g.reshape(x, (batch, group, chans, *xs[2:]))
+    xt = g.op("Transpose", [xt], perm=[2, 1, 0, *range(3, 3 + r)])
+    xt = g.reshape(xt, (chans, group * batch, *xs[2:]))
+    dt = g.op("Transpose", [d], perm=[1, 0, *range(2, 2 + r)])  # [M, N, out spatial]
+    gw = g.op(
+        "Conv",
+        [xt, dt],
+        strides=win["dilations"],
+        dilations=win["strides"],
+        pads=win["begin"] + win["end"],
+        group=group,
+    )
+    gw = g.op("Transpose", [gw], perm=[1, 0, *range(2, 2 + r)])  # [M, C/group, k']
+    starts, ends = [0] * r, list(ws[2:])
+    return g.op("Slice", [gw, g.ints(starts), g.ints(ends), g.ints(range(2, 2 + r))])
+
+
+@rule("ConvTranspose")
+def _conv_transpose(g: GradGraph, n: onnx.NodeProto, gy: Grads, need: list[bool]) -> Grads:
+    """y = ConvTranspose(x, W) is the adjoint of the convolution c(z) = Conv(z, W): so
+    d(x) = c(d(y)), and d(W) is the weight gradient of c at input d(y) and output gradient x."""
+    d = dy(gy)
+    x, w = n.input[0], n.input[1]
+    xs, ws, ys = g.shape(x), g.shape(w), out_shape(g, n)
+    r = len(ws) - 2
+    group = int(attr(n, "group", 1))
+    auto = text(n, "auto_pad", "NOTSET")
+    if attr(n, "output_shape") is not None or auto not in ("NOTSET", "VALID"):
+        raise UnsupportedAttributeError(
+            f"ConvTranspose {n.name!r}: gradient only with explicit pads (no output_shape, "
+            "auto_pad NOTSET or VALID)"
         )
-        gw = g.op("Transpose", [gw], perm=[1, 0, *range(2, 2 + r)])  # [M, C/group, k']
-        starts, ends = [0] * r, list(ws[2:])
-        out[1] = g.op("Slice", [gw, g.ints(starts), g.ints(ends), g.ints(range(2, 2 + r))])
+    strides = list(attr(n, "strides", [1] * r))
+    dil = list(attr(n, "dilations", [1] * r))
+    pads = [0] * (2 * r) if auto == "VALID" else list(attr(n, "pads", [0] * (2 * r)))
+    begin, end = pads[:r], list(pads[r:])
+    out: Grads = [None] * len(n.input)
+    if need[0]:
+        out[0] = g.op("Conv", [d, w], strides=strides, dilations=dil, pads=pads, group=group)
+    if need[1]:
+        # c's windows over d(y): the rows past the last window (output_padding beyond the end
+        # pad) were written by no element of x, so they are cut off
+        cut = list(ys)
+        for i in range(r):
+            span = (xs[2 + i] - 1) * strides[i] + (ws[2 + i] - 1) * dil[i] + 1
+            end[i] = span - ys[2 + i] - begin[i]
+            if end[i] < 0:
+                cut[2 + i] += end[i]
+                end[i] = 0
+        dc = d
+        if tuple(cut) != tuple(ys):
+            dc = g.op("Slice", [d, g.ints([0] * r), g.ints(cut[2:]), g.ints(range(2, 2 + r))])
+        win = {"strides": strides, "dilations": dil, "begin": begin, "end": end}
+        out[1] = _weight_grad(g, dc, tuple(cut), x, ws, win, group)
     if len(n.input) > 2 and n.input[2] and need[2]:
         out[2] = g.reduce("ReduceSum", d, [0, *range(2, 2 + r)], keepdims=0)
     return out
