@@ -8,7 +8,8 @@ exporter in training mode: BatchNormalization keeps its batch statistics
 (`training_mode=1`), parameters keep their names, nothing is folded. No Dropout (p = 0): the
 two engines' random streams differ.
 
-Shared by tests/test_training_vs_torch.py and benchmarks/train_side_by_side.py; needs torch.
+Shared by tests/test_training_vs_torch.py and benchmarks/train_side_by_side.py; needs torch
+(tests/training_sessions.py, the pyipu side, does not).
 """
 
 from __future__ import annotations
@@ -24,18 +25,7 @@ import onnx
 import torch
 from torch import nn
 from torch.nn import functional as F
-
-from pyipu.popart import (
-    SGD,
-    Adam,
-    AnchorReturnType,
-    DataFlow,
-    DeviceManager,
-    PyStepIO,
-    PyWeightsIO,
-    TrainingSession,
-    WeightDecayMode,
-)
+from training_sessions import ADAM_EPS, OPTIMIZERS, PyipuTrainer
 
 OPSET = 17  # GELU exports as its Erf formula below opset 20
 NOISE = 2.0  # the inputs: a class prototype plus this much unit noise
@@ -181,13 +171,6 @@ CASES = {
     "transformer": Case("transformer", Transformer, 8, (16,), 64, (16,), tokens=True),
 }
 
-# lr, momentum and weight decay of SGD; lr and weight decay (L2, torch.optim.Adam) of Adam
-OPTIMIZERS: dict[str, dict[str, float]] = {
-    "sgd": {"lr": 0.02, "momentum": 0.9, "weight_decay": 1e-4},
-    "adam": {"lr": 2e-3, "weight_decay": 1e-4},
-}
-ADAM_EPS = 1e-8  # torch.optim.Adam's (PopART's default is 1e-6)
-
 
 def build(case: Case, seed: int = 0) -> nn.Module:
     torch.manual_seed(seed)
@@ -220,26 +203,6 @@ def torch_optimizer(model: nn.Module, kind: str) -> torch.optim.Optimizer:
     return torch.optim.Adam(model.parameters(), eps=ADAM_EPS, **cfg)
 
 
-def popart_optimizer(kind: str) -> SGD | Adam:
-    cfg = OPTIMIZERS[kind]
-    if kind == "sgd":
-        return SGD(
-            {
-                "defaultLearningRate": (cfg["lr"], True),
-                "defaultMomentum": (cfg["momentum"], True),
-                "defaultWeightDecay": (cfg["weight_decay"], True),
-            }
-        )
-    return Adam(
-        {
-            "defaultLearningRate": (cfg["lr"], True),
-            "defaultEps": (ADAM_EPS, True),
-            "defaultWeightDecay": (cfg["weight_decay"], True),
-        },
-        weight_decay_mode=WeightDecayMode.L2Regularization,
-    )
-
-
 class TorchTrainer:
     """torch eager: one optimizer step per call of `step(x, y)`; returns the loss."""
 
@@ -259,38 +222,6 @@ class TorchTrainer:
         return {k: v.detach().numpy().copy() for k, v in self.model.named_parameters()}
 
 
-class PyipuTrainer:
-    """pyipu.popart.TrainingSession over the exported graph, `batches_per_step` optimizer
-    steps per `run`; the initial weights are the same seed's torch parameters."""
-
-    def __init__(self, case: Case, kind: str, batches_per_step: int = 1, seed: int = 0) -> None:
-        model = build(case, seed)
-        self.names = [k for k, _ in model.named_parameters()]
-        self.proto = export(case, model)
-        self.bps = batches_per_step
-        self.session = TrainingSession(
-            self.proto.SerializeToString(),
-            DataFlow(batches_per_step, {"loss": AnchorReturnType("ALL")}),
-            "loss",
-            popart_optimizer(kind),
-            DeviceManager().createCpuDevice(),
-        )
-        self.session.prepareDevice()
-        self.session.weightsFromHost()
-        self.session.optimizerFromHost()
-        self.anchors = self.session.initAnchorArrays()
-
-    def run(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-        """`batches_per_step` steps on x[i], y[i]; the loss of each."""
-        self.session.run(PyStepIO({"x": x, "y": y}, self.anchors))
-        return self.anchors["loss"].reshape(self.bps).copy()
-
-    def parameters(self) -> dict[str, np.ndarray]:
-        shapes = {i.name: tuple(i.dims) for i in self.proto.graph.initializer}
-        out = {k: np.zeros(shapes[k], np.float32) for k in self.names}
-        self.session.weightsToHost()
-        self.session.readWeights(PyWeightsIO(out))
-        return out
-
-    def close(self) -> None:
-        self.session.close()
+def pyipu_trainer(case: Case, kind: str, batches_per_step: int = 1, seed: int = 0) -> PyipuTrainer:
+    """The exported model of the same seed's torch parameters in a TrainingSession."""
+    return PyipuTrainer(export(case, build(case, seed)), kind, batches_per_step)
