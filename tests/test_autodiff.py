@@ -129,6 +129,19 @@ CASES = [
         ("a", "b"),
     ),
     Case(
+        "matmul_rank4_by_matrix",
+        lambda t: [_n("MatMul", ["a", "b"])],
+        {"a": (2, 2, 3, 4), "b": (4, 5)},
+        ("a", "b"),
+    ),
+    Case(
+        "matmul_batched_opset9",  # no Gemm without C: batched MatMuls and a ReduceSum
+        lambda t: [_n("MatMul", ["a", "b"])],
+        {"a": (2, 3, 4), "b": (4, 5)},
+        ("a", "b"),
+        opset=9,
+    ),
+    Case(
         "matmul_vector",
         lambda t: [_n("MatMul", ["a", "b"])],
         {"a": (4,), "b": (2, 4, 3)},
@@ -151,6 +164,25 @@ CASES = [
         lambda t: [_n("Gemm", ["a", "b", "c"], transA=1, transB=1)],
         {"a": (4, 3), "b": (5, 4), "c": (3, 5)},
         ("a", "b", "c"),
+    ),
+    Case(
+        "gemm_transA",
+        lambda t: [_n("Gemm", ["a", "b", "c"], transA=1, alpha=1.5)],
+        {"a": (4, 3), "b": (4, 5), "c": (5,)},
+        ("a", "b", "c"),
+    ),
+    Case(
+        "gemm_transB",  # torch's Linear
+        lambda t: [_n("Gemm", ["a", "b", "c"], transB=1)],
+        {"a": (3, 4), "b": (5, 4), "c": (5,)},
+        ("a", "b", "c"),
+    ),
+    Case(
+        "gemm_opset9",  # C required: the gradients are MatMuls and Transposes
+        lambda t: [_n("Gemm", ["a", "b", "c"], transB=1, alpha=0.5)],
+        {"a": (3, 4), "b": (5, 4), "c": (3, 5)},
+        ("a", "b", "c"),
+        opset=9,
     ),
     Case(
         "gather_rows",
