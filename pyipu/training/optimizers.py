@@ -115,15 +115,19 @@ class SGD(Optimizer):
         new_state: dict[str, str] = {}
         if self.momentum != 0.0:
             mom = _value(w, self.momentum, dtype)
-            one_minus_damp = w.op(
-                "Sub", [w.const(np.asarray(1.0, dtype)), _value(w, self.dampening, dtype)]
-            )
-            running = w.op(
-                "Add", [w.op("Mul", [state["momentum"], mom]), w.op("Mul", [g, one_minus_damp])]
-            )
-            # step 1 (Less, not Equal: float Equal needs opset 11)
+            # step 1 (Less, not Equal: float Equal needs opset 11) sets the buffer to the
+            # gradient: the old buffer weighs 0 then and the gradient 1, not 1 - dampening.
+            # Scalar factors picked by the step, so the choice costs no pass over the tensor.
             first = w.op("Less", [step, w.const(np.asarray(1.5, dtype))])
-            buf = w.op("Where", [first, g, running])
+            kept = w.op("Where", [first, w.const(np.asarray(0.0, dtype)), mom])
+            scaled = g
+            if self.dampening != 0.0:
+                one_minus_damp = w.op(
+                    "Sub", [w.const(np.asarray(1.0, dtype)), _value(w, self.dampening, dtype)]
+                )
+                factor = w.op("Where", [first, w.const(np.asarray(1.0, dtype)), one_minus_damp])
+                scaled = w.op("Mul", [g, factor])
+            buf = w.op("Add", [w.op("Mul", [state["momentum"], kept]), scaled])
             new_state["momentum"] = buf
             g = w.op("Add", [g, w.op("Mul", [buf, mom])]) if self.nesterov else buf
         new = w.op("Sub", [weight, w.op("Mul", [g, _value(w, self.lr, dtype)])])
