@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import onnx
@@ -261,7 +262,7 @@ def _batch_norm_nodes(n: Node, training: bool) -> list[onnx.NodeProto]:
     p = f"{n.outputs[0]}:bn:"
     nodes: list[onnx.NodeProto] = []
 
-    def op(op_type: str, inputs: list[str], name: str, **attrs: object) -> str:
+    def op(op_type: str, inputs: list[str], name: str, **attrs: Any) -> str:
         nodes.append(helper.make_node(op_type, inputs, [p + name], p + name, **attrs))
         return p + name
 

@@ -20,7 +20,6 @@
 
 #include "../verify_internal.h"
 #include "reduce.h"
-#include "vmath.h"
 
 /* The plan of the reduction family: x as
  * [outer, n, inner]; work item = (outer, block of IPU__RED_IB inner columns), except TOPK:
@@ -293,32 +292,6 @@ ipu_status ipu__k_hardmax(const ipu__frame *f, const ipu__instr *ins, size_t b, 
 
 /* ---- LOG_SOFTMAX: (x - max) - log(sum exp(x - max)) --------------------------------------- */
 
-/* One contiguous float32 row with the vectorised softmax passes (vmath.h), chunk by chunk with
- * the stop hook asked between two: exp(x - max) goes to `tmp` (y may be x, and x is read
- * again), the chunks' sums add up in double. */
-static ipu_status log_softmax_row(const ipu__frame *f, const float *x, float *y, int64_t L,
-                                  float *tmp) {
-    const int64_t C = IPU__STOP_CHUNK;
-    ipu_status st = IPU_OK;
-    float m = -INFINITY;
-    double s = 0.0;
-    for (int64_t j = 0; j < L && st == IPU_OK; j += C) {
-        m = fmaxn(m, ipu__vm_max(x + j, (size_t)(L - j < C ? L - j : C)));
-        if (j + C < L) st = ipu__stop_check(f);
-    }
-    for (int64_t j = 0; j < L && st == IPU_OK; j += C) {
-        s += ipu__vm_exp_sum(x + j, tmp, (size_t)(L - j < C ? L - j : C), m);
-        if (j + C < L) st = ipu__stop_check(f);
-    }
-    const float ls = (float)log(s);
-    for (int64_t j = 0; j < L && st == IPU_OK; j += C) {
-        const int64_t end = L - j < C ? L : j + C;
-        for (int64_t i = j; i < end; i++) y[i] = (x[i] - m) - ls;
-        if (end < L) st = ipu__stop_check(f);
-    }
-    return st;
-}
-
 ipu_status ipu__k_log_softmax(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
                               void *scratch) {
     const ipu__rfam_plan *p = ins->plan;
@@ -332,8 +305,8 @@ ipu_status ipu__k_log_softmax(const ipu__frame *f, const ipu__instr *ins, size_t
         red_item r = item_of(p, it);
         if (dt == IPU_DTYPE_FLOAT32 && p->inner == 1) {
             int64_t base = r.o * p->n;
-            ipu_status st = log_softmax_row(f, (const float *)x + base, (float *)y + base, p->n,
-                                            scratch);
+            ipu_status st = ipu__log_softmax_row(f, (const float *)x + base, (float *)y + base,
+                                                 p->n, scratch);
             if (st != IPU_OK) return st;
             continue;
         }
