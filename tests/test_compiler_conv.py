@@ -480,15 +480,17 @@ def test_batchnorm_training_mode(opset: int, shape: tuple[int, ...]) -> None:
         np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-5, err_msg=name)
 
 
+@pytest.mark.parametrize("fed", [(1, 2, 3, 4), (3, 4)], ids=["all", "statistics"])
 @pytest.mark.parametrize("opset", [9, 15])
-def test_batchnorm_with_runtime_parameters(opset: int) -> None:
-    """Inference mode with the scale, bias and statistics fed at run time (weights a training
-    session feeds): the same results as onnxruntime."""
+def test_batchnorm_with_runtime_parameters(opset: int, fed: tuple[int, ...]) -> None:
+    """Inference mode with parameters fed at run time (weights a training session feeds): the
+    same results as onnxruntime."""
     rng = np.random.default_rng(4)
     params = [rng.uniform(0.5, 2, 4), rng.uniform(-1, 1, 4), rng.uniform(-1, 1, 4)]
-    var = rng.uniform(0.5, 2, 4)
-    inputs = [arr((2, 4, 3, 5), F32, 6), *[p.astype(np.float32) for p in (*params, var)]]
-    check_op("BatchNormalization", inputs, {"epsilon": 1e-3}, opset=opset)
+    values = [p.astype(np.float32) for p in (*params, rng.uniform(0.5, 2, 4))]
+    inputs = [arr((2, 4, 3, 5), F32, 6), *[values[i - 1] for i in fed]]
+    consts = {i: values[i - 1] for i in range(1, 5) if i not in fed}
+    check_op("BatchNormalization", inputs, {"epsilon": 1e-3}, opset=opset, const_inputs=consts)
 
 
 def _tampered(op: str, inputs: list[np.ndarray], attrs: dict, pos: int, value: int) -> Any:

@@ -218,7 +218,9 @@ def BatchNormalization(n: Node) -> None:  # noqa: N802 - inference: y = x * scal
     dt = n.check_dtype(FLOAT_DTYPES, 0)
     # training mode: training_mode=1, or (before opset 14) the running statistics as outputs
     training = bool(n.attr("training_mode", 0)) or (n.opset < 14 and any(o for o in n.outputs[1:]))
-    if training or any(not n.has_input(i) or n.inputs[i] not in n.low.constants for i in (1, 2)):
+    if training or any(
+        not n.has_input(i) or n.inputs[i] not in n.low.constants for i in range(1, 5)
+    ):
         for node in _batch_norm_nodes(n, training):
             n.low.lower_node(node, REGISTRY, n.opset)
         return
