@@ -97,6 +97,19 @@ CASES = [
         ("a", "b"),
     ),
     Case(
+        "matmul_rank4_by_matrix",
+        lambda t: [_n("MatMul", ["a", "b"])],
+        {"a": (2, 2, 3, 4), "b": (4, 5)},
+        ("a", "b"),
+    ),
+    Case(
+        "matmul_batched_opset9",  # no Gemm without C: batched MatMuls and a ReduceSum
+        lambda t: [_n("MatMul", ["a", "b"])],
+        {"a": (2, 3, 4), "b": (4, 5)},
+        ("a", "b"),
+        opset=9,
+    ),
+    Case(
         "matmul_vector",
         lambda t: [_n("MatMul", ["a", "b"])],
         {"a": (4,), "b": (2, 4, 3)},
@@ -119,6 +132,25 @@ CASES = [
         lambda t: [_n("Gemm", ["a", "b", "c"], transA=1, transB=1)],
         {"a": (4, 3), "b": (5, 4), "c": (3, 5)},
         ("a", "b", "c"),
+    ),
+    Case(
+        "gemm_transA",
+        lambda t: [_n("Gemm", ["a", "b", "c"], transA=1, alpha=1.5)],
+        {"a": (4, 3), "b": (4, 5), "c": (5,)},
+        ("a", "b", "c"),
+    ),
+    Case(
+        "gemm_transB",  # torch's Linear
+        lambda t: [_n("Gemm", ["a", "b", "c"], transB=1)],
+        {"a": (3, 4), "b": (5, 4), "c": (5,)},
+        ("a", "b", "c"),
+    ),
+    Case(
+        "gemm_opset9",  # C required: the gradients are MatMuls and Transposes
+        lambda t: [_n("Gemm", ["a", "b", "c"], transB=1, alpha=0.5)],
+        {"a": (3, 4), "b": (5, 4), "c": (3, 5)},
+        ("a", "b", "c"),
+        opset=9,
     ),
     Case(
         "gather_rows",
@@ -538,3 +570,41 @@ def test_unused_and_integer_paths() -> None:
     ga, gb = ReferenceEvaluator(with_outputs(grad_model, [names["a"], names["b"]])).run(None, feeds)
     assert not gb.any() and gb.shape == (2,)  # the loss does not depend on b
     assert ga.shape == (3,)
+
+
+def test_shapes_computed_in_the_graph_are_folded() -> None:
+    """A Reshape to [batch, -1] with the batch read by Shape/Gather/Unsqueeze/Concat, as torch's
+    exporter writes `x.view(x.shape[0], -1)`: shape inference leaves its output unknown, the
+    differentiation folds the shape first. The weight stays an initializer, W's use unfolded."""
+    rng = np.random.default_rng(2)
+    x, w = rng.standard_normal((2, 3, 4)), rng.standard_normal((12, 5))
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "zero"], ["b"], axis=0),
+        helper.make_node("Unsqueeze", ["b", "axes"], ["b1"]),
+        helper.make_node("Concat", ["b1", "minus1"], ["shape"], axis=0),
+        helper.make_node("Reshape", ["x", "shape"], ["flat"]),
+        helper.make_node("MatMul", ["flat", "W"], ["y"]),
+        helper.make_node("Mul", ["y", "y"], ["sq"]),
+        helper.make_node("ReduceSum", ["sq"], ["loss"], keepdims=0),
+    ]
+    inits = [
+        numpy_helper.from_array(w, "W"),
+        numpy_helper.from_array(np.array(0, np.int64), "zero"),
+        numpy_helper.from_array(np.array([0], np.int64), "axes"),
+        numpy_helper.from_array(np.array([-1], np.int64), "minus1"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "reshape",
+        [helper.make_tensor_value_info("x", F64, x.shape)],
+        [helper.make_tensor_value_info("loss", F64, [])],
+        inits,
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    grad_model, names = gradients(model, "loss", ["W"])
+    assert "W" in {i.name for i in grad_model.graph.initializer}
+    assert "Shape" not in {n.op_type for n in grad_model.graph.node}
+    (got,) = ReferenceEvaluator(with_outputs(grad_model, [names["W"]])).run(None, {"x": x})
+    flat = x.reshape(2, 12)
+    np.testing.assert_allclose(got, 2 * flat.T @ (flat @ w), rtol=1e-12)

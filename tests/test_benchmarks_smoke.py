@@ -45,3 +45,20 @@ def test_pass_ab_tool(repo):
     ).stdout  # fmt: skip
     assert "max rel. diff 0.0e+00" in out, out
     assert out.count("instructions") == 2 and "with/without" in out, out
+
+
+def test_train_side_by_side_quick(repo):
+    """benchmarks/train_side_by_side.py on the MLP at 1 thread, two steps a round: the
+    throughput row and both engines' peak RSS (children of their own). No timing asserted."""
+    pytest.importorskip("torch")
+    out = subprocess.run(
+        [sys.executable, "-P", str(repo / "benchmarks" / "train_side_by_side.py"), "mlp",
+         "--threads", "1", "--steps", "2", "--seconds", "0.2", "--rss-rounds", "1"],
+        cwd=repo, check=True, capture_output=True, text=True, timeout=300,
+    ).stdout  # fmt: skip
+    (row,) = [line for line in out.splitlines() if line.startswith("| mlp | 32 | 1 |")]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert float(cells[3].replace(",", "")) > 0 and float(cells[5]) > 0, row
+    (rss,) = [line for line in out.splitlines() if line.startswith("| mlp |") and "MB" in line]
+    pyipu_mb, torch_mb = (float(c.split()[0]) for c in rss.strip("|").split("|")[1:3])
+    assert 0 < pyipu_mb < torch_mb, rss  # pyipu's child does not import torch

@@ -8,9 +8,19 @@ from typing import Any
 
 import numpy as np
 import pytest
-from models import F16, F32, arr, assert_matches_reference, check_op, compile_single_op, run_c
+from models import (
+    F16,
+    F32,
+    arr,
+    assert_matches_reference,
+    check_op,
+    compile_single_op,
+    feeds_of,
+    run_c,
+    single_node,
+)
 
-from pyipu.compiler import CompileError
+from pyipu.compiler import CompileError, Compiler
 from pyipu.enums import Op
 
 # (x shape, w shape, attrs)
@@ -433,6 +443,54 @@ def test_batchnorm(opset: int, dt: Any, shape: tuple[int, ...]) -> None:
         opset=opset,
         const_inputs=consts,
     )
+
+
+@pytest.mark.parametrize("opset", [14, 15, 18])
+@pytest.mark.parametrize("shape", [(4, 3, 5, 6), (6, 3)])
+def test_batchnorm_training_mode(opset: int, shape: tuple[int, ...]) -> None:
+    """training_mode=1: normalised by the batch's statistics, the running mean and variance
+    updated with momentum (ONNX's biased variance); scale and bias are runtime inputs, as in
+    a TrainingSession."""
+    c = shape[1]
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal(shape) * 2 + 0.5).astype(np.float32)
+    scale, bias = rng.uniform(0.5, 2, c).astype(np.float32), rng.uniform(-1, 1, c)
+    mean, var = rng.uniform(-1, 1, c), rng.uniform(0.5, 2, c)
+    model = single_node(
+        "BatchNormalization",
+        [x, scale, bias.astype(np.float32)],
+        {"epsilon": 1e-3, "momentum": 0.8, "training_mode": 1},
+        opset=opset,
+        const_inputs={3: mean.astype(np.float32), 4: var.astype(np.float32)},
+        num_outputs=3,
+    )
+    exe = Compiler.compile(model, None)
+    feeds = feeds_of(model, [x, scale, bias.astype(np.float32)])
+    got = run_c(exe, feeds)
+    axes = (0, *range(2, len(shape)))
+    chan = (c, *[1] * (len(shape) - 2))
+    mu, v = x.mean(axes, dtype=np.float64), x.var(axes, dtype=np.float64)
+    y = (x - mu.reshape(chan)) / np.sqrt(v.reshape(chan) + 1e-3) * scale.reshape(chan)
+    want = {
+        "out0": y + bias.reshape(chan),
+        "out1": mean * 0.8 + mu * 0.2,
+        "out2": var * 0.8 + v * 0.2,
+    }
+    for name, w in want.items():
+        np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-5, err_msg=name)
+
+
+@pytest.mark.parametrize("fed", [(1, 2, 3, 4), (3, 4)], ids=["all", "statistics"])
+@pytest.mark.parametrize("opset", [9, 15])
+def test_batchnorm_with_runtime_parameters(opset: int, fed: tuple[int, ...]) -> None:
+    """Inference mode with parameters fed at run time (weights a training session feeds): the
+    same results as onnxruntime."""
+    rng = np.random.default_rng(4)
+    params = [rng.uniform(0.5, 2, 4), rng.uniform(-1, 1, 4), rng.uniform(-1, 1, 4)]
+    values = [p.astype(np.float32) for p in (*params, rng.uniform(0.5, 2, 4))]
+    inputs = [arr((2, 4, 3, 5), F32, 6), *[values[i - 1] for i in fed]]
+    consts = {i: values[i - 1] for i in range(1, 5) if i not in fed}
+    check_op("BatchNormalization", inputs, {"epsilon": 1e-3}, opset=opset, const_inputs=consts)
 
 
 def _tampered(op: str, inputs: list[np.ndarray], attrs: dict, pos: int, value: int) -> Any:

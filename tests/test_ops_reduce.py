@@ -323,6 +323,22 @@ def test_softmax_like(op: str, dt: Any, opset: int, axis: int) -> None:
     check_op(op, [x], {"axis": axis}, opset=opset, tol=2e-2 if dt == F16 else 1e-5)
 
 
+def test_log_softmax_rows_with_infinities_and_nan() -> None:
+    """float32 rows (the vectorised path): -inf entries stay -inf, a NaN makes its row NaN,
+    a row longer than one chunk of the stop hook, large magnitudes without overflow."""
+    x = arr((4, 70000), F32, 14, low=-5, high=5)
+    x[0, :3] = -np.inf
+    x[1, 5] = np.nan
+    x[2] *= 1e4
+    exe, feeds, _ = compile_single_op("LogSoftmax", [x], {"axis": 1})
+    got = run_c(exe, feeds)["out0"]
+    x64 = x.astype(np.float64)
+    m = np.nanmax(x64, axis=1, keepdims=True)
+    want = x64 - m - np.log(np.exp(x64 - m).sum(1, keepdims=True))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    assert np.isneginf(got[0, :3]).all() and np.isnan(got[1]).all()
+
+
 @pytest.mark.parametrize("p", [1, 2])
 @pytest.mark.parametrize("dt", [F32, F16])
 @pytest.mark.parametrize("axis", [0, -1])

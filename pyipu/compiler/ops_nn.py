@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
+import onnx
+from onnx import helper, numpy_helper
 
 from pyipu.compiler.ir import FLOAT_DTYPES
 from pyipu.compiler.lower import Node
-from pyipu.compiler.ops import LowerFn, _prod, register
+from pyipu.compiler.ops import REGISTRY, LowerFn, _prod, register
 from pyipu.compiler.ops_data import _bits as pad_bits
 from pyipu.enums import BinaryFn, DType, Op, UnaryFn
 
@@ -213,12 +216,13 @@ def GlobalMaxPool(n: Node) -> None:  # noqa: N802 - a [1, S] max-pool window ove
 @register("BatchNormalization", 9, 14, 15)
 def BatchNormalization(n: Node) -> None:  # noqa: N802 - inference: y = x * scale' + shift'
     dt = n.check_dtype(FLOAT_DTYPES, 0)
-    # training: training_mode=1, or before opset 14 the running statistics asked for
-    training = bool(n.attr("training_mode", 0)) or (n.opset < 14 and any(n.outputs[1:]))
-    if training or any(n.inputs[i] not in n.low.constants for i in range(1, 5)):
-        from pyipu.compiler.batch_norm import expand_batch_norm
-
-        expand_batch_norm(n, training)
+    # training mode: training_mode=1, or (before opset 14) the running statistics as outputs
+    training = bool(n.attr("training_mode", 0)) or (n.opset < 14 and any(o for o in n.outputs[1:]))
+    if training or any(
+        not n.has_input(i) or n.inputs[i] not in n.low.constants for i in range(1, 5)
+    ):
+        for node in _batch_norm_nodes(n, training):
+            n.low.lower_node(node, REGISTRY, n.opset)
         return
     src = n.shape(0)
     if len(src) < 2:
@@ -239,6 +243,66 @@ def BatchNormalization(n: Node) -> None:  # noqa: N802 - inference: y = x * scal
     ts = b.weight(n.outputs[0] + ":bn_shift", shift.astype(npdt).reshape(shape), n.low.subgraph)
     t = n.emit_temp(Op.MUL, [n.input(0), tk], src, dt, suffix=":bn_mul")
     n.emit(Op.ADD, [t, ts], src, dt)
+
+
+def _batch_norm_nodes(n: Node, training: bool) -> list[onnx.NodeProto]:
+    """BatchNormalization as element-wise ops and reductions, for the batch's own statistics
+    (training mode) or a scale and bias computed at run time (a TrainingSession's weights):
+    y = (x - mean) * (scale / sqrt(var + eps)) + B. Training mode also writes the running
+    statistics, running = input * momentum + batch * (1 - momentum), with the batch's biased
+    variance (the ONNX definition)."""
+    for i, name in enumerate(("X", "scale", "B", "input_mean", "input_var")):
+        if not n.has_input(i):
+            n.fail(f"input {i} ({name}) is required")
+    if n.opset < 14 and any(o for o in n.outputs[3:5]):
+        n.fail("the saved mean and variance outputs are not supported")
+    x, scale, bias, mean, var = n.inputs[:5]
+    src = n.shape(0)
+    if len(src) < 2:
+        n.shape_error(f"input {list(src)} must have rank >= 2")
+    npdt = np.float16 if n.dtype(0) == DType.FLOAT16 else np.float32
+    p = f"{n.outputs[0]}:bn:"
+    nodes: list[onnx.NodeProto] = []
+
+    def op(op_type: str, inputs: list[str], name: str, **attrs: Any) -> str:
+        nodes.append(helper.make_node(op_type, inputs, [p + name], p + name, **attrs))
+        return p + name
+
+    def const(name: str, value: np.ndarray) -> str:
+        return op("Constant", [], name, value=numpy_helper.from_array(value))
+
+    chan = const("chan", np.array([src[1], *[1] * (len(src) - 2)], np.int64))
+    axes = [0, *range(2, len(src))]
+
+    def reduce_mean(t: str, name: str) -> str:
+        if n.opset >= 18:
+            return op("ReduceMean", [t, const(name + "_axes", np.array(axes, np.int64))], name)
+        return op("ReduceMean", [t], name, axes=axes, keepdims=1)
+
+    if training:
+        batch_mean = reduce_mean(x, "mean")
+        centred = op("Sub", [x, batch_mean], "centred")
+        batch_var = reduce_mean(op("Mul", [centred, centred], "sq"), "var")
+    else:
+        centred = op("Sub", [x, op("Reshape", [mean, chan], "mean")], "centred")
+        batch_var = op("Reshape", [var, chan], "var")
+    eps = const("eps", np.array(float(n.attr("epsilon", 1e-5)), npdt))
+    inv = op("Reciprocal", [op("Sqrt", [op("Add", [batch_var, eps], "var_eps")], "std")], "inv")
+    k = op("Mul", [inv, op("Reshape", [scale, chan], "scale")], "k")
+    scaled = op("Mul", [centred, k], "scaled")
+    nodes.append(
+        helper.make_node("Add", [scaled, op("Reshape", [bias, chan], "B")], [n.outputs[0]], p)
+    )
+    if training:
+        momentum = float(n.attr("momentum", 0.9))
+        flat = const("flat", np.array([src[1]], np.int64))
+        for i, given, batch in ((1, mean, batch_mean), (2, var, batch_var)):
+            if i < len(n.outputs) and n.outputs[i]:
+                old = op("Mul", [given, const(f"m{i}", np.array(momentum, npdt))], f"old{i}")
+                new = op("Reshape", [batch, flat], f"flat{i}")
+                new = op("Mul", [new, const(f"m1{i}", np.array(1 - momentum, npdt))], f"new{i}")
+                nodes.append(helper.make_node("Add", [old, new], [n.outputs[i]], f"{p}run{i}"))
+    return nodes
 
 
 # ---------------------------------------------------------------- composed normalisations

@@ -89,6 +89,7 @@ def gradients(
     from pyipu.training import rules_index, rules_math, rules_nn, rules_shape  # noqa: F401
     from pyipu.training.registry import RULES
 
+    model = _static_shapes(model, wrt)
     g = GradGraph(model)
     if g.opset < MIN_OPSET:
         raise CompileError(
@@ -156,9 +157,45 @@ def _paths(
 def differentiable(model: onnx.ModelProto, loss: str, candidates: Sequence[str]) -> list[str]:
     """The candidates (weights) the loss depends on through float ops: those a gradient
     reaches, in the candidates' order."""
-    g = GradGraph(model)
-    live, needed = _paths(g, list(model.graph.node), loss, candidates)
+    folded = _static_shapes(model, candidates)
+    live, needed = _paths(GradGraph(folded), list(folded.graph.node), loss, candidates)
     return [c for c in candidates if c in needed and c in live]
+
+
+def _static_shapes(model: onnx.ModelProto, wrt: Sequence[str]) -> onnx.ModelProto:
+    """The model with its shape computations folded (Shape of a statically shaped value, and
+    the integer arithmetic on it), as exporters write them for `x.view(b, s, h, d)`: shape
+    inference alone leaves those Reshapes' outputs unknown. The `wrt` initializers are held
+    out of the folding, so nothing computed from them becomes a constant."""
+    from pyipu.passes.folding import ConstantFolding, ConstInputShape
+
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    g = out.graph
+    held = [i for i in g.initializer if i.name in set(wrt)]
+    if held:
+        keep = [i for i in g.initializer if i.name not in set(wrt)]
+        del g.initializer[:]
+        g.initializer.extend(keep)
+        declared = {v.name for v in g.input}
+        g.input.extend(
+            helper.make_tensor_value_info(i.name, i.data_type, list(i.dims))
+            for i in held
+            if i.name not in declared
+        )
+    while True:
+        count = len(g.node)
+        out = ConstantFolding().run(ConstInputShape().run(out))
+        g = out.graph
+        if len(g.node) == count:
+            break
+    if held:
+        names = {i.name for i in held} - {v.name for v in model.graph.input}
+        kept_inputs = [v for v in g.input if v.name not in names]
+        del g.input[:]
+        g.input.extend(kept_inputs)
+        g.initializer.extend(held)
+    return out
 
 
 def _one(dtype: int) -> onnx.TensorProto:

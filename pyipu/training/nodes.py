@@ -3,7 +3,7 @@ pass and the optimizers' update graphs are written with)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import numpy as np
@@ -17,6 +17,7 @@ class NodeWriter:
         self.prefix = prefix
         self.nodes: list[onnx.NodeProto] = []
         self._count = 0
+        self._shared: dict[Hashable, str] = {}
 
     def op(self, op_type: str, inputs: Sequence[str], n_out: int = 1, **attrs: Any) -> Any:
         """One node; its output name (a list of them when n_out > 1)."""
@@ -25,6 +26,14 @@ class NodeWriter:
         outs = [base + (f".{i}" if i else "") for i in range(n_out)]
         self.nodes.append(helper.make_node(op_type, list(inputs), outs, name=base, **attrs))
         return outs[0] if n_out == 1 else outs
+
+    def shared(self, key: Hashable, build: Callable[[], str]) -> str:
+        """The value `build` writes, written once per writer for each `key`: the scalars every
+        weight's update reads (a bias correction of the step) are one node each, not one per
+        weight. The key names everything the value depends on."""
+        if key not in self._shared:
+            self._shared[key] = build()
+        return self._shared[key]
 
     def const(self, value: Any, dtype: Any = None) -> str:
         array = np.asarray(value) if dtype is None else np.asarray(value, dtype)

@@ -115,15 +115,30 @@ class SGD(Optimizer):
         new_state: dict[str, str] = {}
         if self.momentum != 0.0:
             mom = _value(w, self.momentum, dtype)
-            one_minus_damp = w.op(
-                "Sub", [w.const(np.asarray(1.0, dtype)), _value(w, self.dampening, dtype)]
+            # step 1 (Less, not Equal: float Equal needs opset 11) sets the buffer to the
+            # gradient: the old buffer weighs 0 then and the gradient 1, not 1 - dampening.
+            # Scalar factors picked by the step, so the choice costs no pass over the tensor.
+            dt = np.dtype(dtype).str
+            first = w.shared(
+                ("first", step, dt),
+                lambda: w.op("Less", [step, w.const(np.asarray(1.5, dtype))]),
             )
-            running = w.op(
-                "Add", [w.op("Mul", [state["momentum"], mom]), w.op("Mul", [g, one_minus_damp])]
+            kept = w.shared(
+                ("sgd/kept", self.momentum, step, dt),
+                lambda: w.op("Where", [first, w.const(np.asarray(0.0, dtype)), mom]),
             )
-            # step 1 (Less, not Equal: float Equal needs opset 11)
-            first = w.op("Less", [step, w.const(np.asarray(1.5, dtype))])
-            buf = w.op("Where", [first, g, running])
+            scaled = g
+            if self.dampening != 0.0:
+
+                def factor() -> str:
+                    damp = _value(w, self.dampening, dtype)
+                    one_minus = w.op("Sub", [w.const(np.asarray(1.0, dtype)), damp])
+                    return w.op("Where", [first, w.const(np.asarray(1.0, dtype)), one_minus])
+
+                scaled = w.op(
+                    "Mul", [g, w.shared(("sgd/factor", self.dampening, step, dt), factor)]
+                )
+            buf = w.op("Add", [w.op("Mul", [state["momentum"], kept]), scaled])
             new_state["momentum"] = buf
             g = w.op("Add", [g, w.op("Mul", [buf, mom])]) if self.nesterov else buf
         new = w.op("Sub", [weight, w.op("Mul", [g, _value(w, self.lr, dtype)])])
@@ -180,13 +195,25 @@ class Adam(Optimizer):
         m = w.op(
             "Add", [w.op("Mul", [state["exp_avg"], b1]), w.op("Mul", [g, w.op("Sub", [one, b1])])]
         )
-        correct1 = w.op("Sub", [one, w.op("Pow", [b1, step])])
+        dt = np.dtype(dtype).str
+
+        def correction(beta: str, value: Number) -> str:  # 1 - beta^step, once per step
+            return w.shared(
+                ("adam/correction", value, step, dt),
+                lambda: w.op("Sub", [one, w.op("Pow", [beta, step])]),
+            )
+
+        # lr / (1 - beta1^step): torch's step size, once per step
+        step_size = w.shared(
+            ("adam/step_size", self.lr, self.beta1, step, dt),
+            lambda: w.op("Div", [lr, correction(b1, self.beta1)]),
+        )
         if self.mode == "adamax":
             u = w.op(
                 "Max", [w.op("Mul", [state["exp_inf"], b2]), w.op("Add", [w.op("Abs", [g]), eps])]
             )
-            direction = w.op("Div", [w.op("Div", [m, correct1]), u])
-            return w.op("Sub", [weight, w.op("Mul", [direction, lr])]), {"exp_avg": m, "exp_inf": u}
+            new = w.op("Sub", [weight, w.op("Div", [w.op("Mul", [m, step_size]), u])])
+            return new, {"exp_avg": m, "exp_inf": u}
         v = w.op(
             "Add",
             [
@@ -194,10 +221,18 @@ class Adam(Optimizer):
                 w.op("Mul", [w.op("Mul", [g, g]), w.op("Sub", [one, b2])]),
             ],
         )
+        if self.mode in ("adam", "adamw"):  # torch's order: w - step_size·m / (√v / √c2 + ε)
+            root = w.shared(
+                ("adam/root_correction", self.beta2, step, dt),
+                lambda: w.op("Sqrt", [correction(b2, self.beta2)]),
+            )
+            denom = w.op("Add", [w.op("Div", [w.op("Sqrt", [v]), root]), eps])
+            new = w.op("Sub", [weight, w.op("Div", [w.op("Mul", [m, step_size]), denom])])
+            return new, {"exp_avg": m, "exp_avg_sq": v}
         mhat, vhat = m, v
         if self.mode != "adam_no_bias":
-            mhat = w.op("Div", [m, correct1])
-            vhat = w.op("Div", [v, w.op("Sub", [one, w.op("Pow", [b2, step])])])
+            mhat = w.op("Div", [m, correction(b1, self.beta1)])
+            vhat = w.op("Div", [v, correction(b2, self.beta2)])
         direction = w.op("Div", [mhat, w.op("Add", [w.op("Sqrt", [vhat]), eps])])
         if self.mode == "lamb":
             if wd is not None:

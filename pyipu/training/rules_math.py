@@ -245,6 +245,8 @@ def _matmul(g: GradGraph, n: onnx.NodeProto, gy: Grads, need: list[bool]) -> Gra
     a, b = n.input
     d = dy(gy)
     sa, sb = g.shape(a), g.shape(b)
+    if len(sa) >= 2 and len(sb) == 2 and g.opset >= 11:
+        return _matmul_by_matrix(g, a, b, d, sa, sb, need)
     # 1-D operands as matrices: a [K] is [1, K], b [K] is [K, 1]
     a2 = a if len(sa) > 1 else g.reshape(a, (1, sa[0]))
     b2 = b if len(sb) > 1 else g.reshape(b, (sb[0], 1))
@@ -261,6 +263,30 @@ def _matmul(g: GradGraph, n: onnx.NodeProto, gy: Grads, need: list[bool]) -> Gra
     if need[1]:
         gb = g.op("MatMul", [_swap_last(g, a2, ra), d2])
         out[1] = _sum_to(g, gb, (*batch, mb[-2], mb[-1]), mb, sb)
+    return out
+
+
+def _matmul_by_matrix(
+    g: GradGraph,
+    a: str,
+    b: str,
+    d: str,
+    sa: tuple[int, ...],
+    sb: tuple[int, ...],
+    need: list[bool],
+) -> Grads:
+    """A [..., M, K] times a matrix B [K, N] (a linear layer): the batch folded into the rows,
+    each gradient one Gemm with the transposes as attributes, dB's sum over the batch inside
+    the product."""
+    rows = int(np.prod(sa[:-1], dtype=np.int64))
+    a2 = g.reshape(a, (rows, sa[-1])) if len(sa) > 2 else a
+    d2 = g.reshape(d, (rows, sb[-1])) if len(sa) > 2 else d
+    out: Grads = [None, None]
+    if need[0]:  # dA = dY B^T
+        ga = g.op("Gemm", [d2, b], transB=1)
+        out[0] = g.reshape(ga, sa) if len(sa) > 2 else ga
+    if need[1]:  # dB = A^T dY, over all rows
+        out[1] = g.op("Gemm", [a2, d2], transA=1)
     return out
 
 
@@ -282,8 +308,19 @@ def _gemm(g: GradGraph, n: onnx.NodeProto, gy: Grads, need: list[bool]) -> Grads
     alpha, beta = float(attr(n, "alpha", 1.0)), float(attr(n, "beta", 1.0))
     ta, tb = int(attr(n, "transA", 0)), int(attr(n, "transB", 0))
     y = n.output[0]
-    da = d if alpha == 1.0 else g.op("Mul", [d, g.const(alpha, y)])
     out: Grads = [None] * len(n.input)
+    if g.opset >= 11:  # Gemm's C is optional: each gradient one Gemm, transposes as attributes
+        if need[0]:  # dA' = dY B'^T, and dA = (dA')^T = B' dY^T when A is stored transposed
+            args = ([d, b], 0, 1 - tb) if not ta else ([b, d], tb, 1)
+            out[0] = g.op("Gemm", args[0], alpha=alpha, transA=args[1], transB=args[2])
+        if need[1]:  # dB' = A'^T dY, and dB = dY^T A' when B is stored transposed
+            args = ([a, d], 1 - ta, 0) if not tb else ([d, a], 1, ta)
+            out[1] = g.op("Gemm", args[0], alpha=alpha, transA=args[1], transB=args[2])
+        if len(n.input) > 2 and n.input[2] and need[2]:
+            dc = d if beta == 1.0 else g.op("Mul", [d, g.const(beta, y)])
+            out[2] = g.unbroadcast(dc, out_shape(g, n), n.input[2])
+        return out
+    da = d if alpha == 1.0 else g.op("Mul", [d, g.const(alpha, y)])
     if need[0]:  # dA' = dY B'^T
         bt = b if tb else g.op("Transpose", [b], perm=[1, 0])
         ga = g.op("MatMul", [da, bt])

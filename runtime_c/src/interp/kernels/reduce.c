@@ -200,6 +200,32 @@ static ipu_status softmax_row(const ipu__frame *f, const float *x, float *y, int
     return st;
 }
 
+/* One contiguous float32 row with the vectorised softmax passes (vmath.h), chunk by chunk with
+ * the stop hook asked between two: exp(x - max) goes to `tmp` (y may be x, and x is read
+ * again), the chunks' sums add up in double. */
+ipu_status ipu__log_softmax_row(const ipu__frame *f, const float *x, float *y, int64_t L,
+                                float *tmp) {
+    const int64_t C = IPU__STOP_CHUNK;
+    ipu_status st = IPU_OK;
+    float m = -INFINITY;
+    double s = 0.0;
+    for (int64_t j = 0; j < L && st == IPU_OK; j += C) {
+        m = nanmax(m, ipu__vm_max(x + j, (size_t)(L - j < C ? L - j : C)));
+        if (j + C < L) st = ipu__stop_check(f);
+    }
+    for (int64_t j = 0; j < L && st == IPU_OK; j += C) {
+        s += ipu__vm_exp_sum(x + j, tmp, (size_t)(L - j < C ? L - j : C), m);
+        if (j + C < L) st = ipu__stop_check(f);
+    }
+    const float ls = (float)log(s);
+    for (int64_t j = 0; j < L && st == IPU_OK; j += C) {
+        const int64_t end = L - j < C ? L : j + C;
+        for (int64_t i = j; i < end; i++) y[i] = (x[i] - m) - ls;
+        if (end < L) st = ipu__stop_check(f);
+    }
+    return st;
+}
+
 static ipu_status softmax(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e, int f16,
                           float *scratch) {
     const ipu__red_plan *p = ins->plan;

@@ -13,4 +13,9 @@ typedef enum ipu__reduce_fn {
     IPU__RED_COUNT
 } ipu__reduce_fn;
 
+/* LOG_SOFTMAX of one contiguous float32 row through the vectorised softmax passes (reduce.c);
+ * `tmp` holds IPU__STOP_CHUNK floats; y may be x. */
+ipu_status ipu__log_softmax_row(const ipu__frame *f, const float *x, float *y, int64_t L,
+                                float *tmp);
+
 #endif

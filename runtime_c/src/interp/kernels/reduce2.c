@@ -294,15 +294,22 @@ ipu_status ipu__k_hardmax(const ipu__frame *f, const ipu__instr *ins, size_t b, 
 
 ipu_status ipu__k_log_softmax(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
                               void *scratch) {
-    (void)scratch;
     const ipu__rfam_plan *p = ins->plan;
     const void *x = f->ptr[ins->in[0]];
     void *y = f->ptr[ins->out[0]];
     ipu_dtype dt = p->dtype;
     float m[IB];
     double s[IB];
+    _Static_assert(IPU__STOP_CHUNK * sizeof(float) <= IPU__SCRATCH_BYTES, "a chunk of exp");
     for (size_t it = b; it < e; it++) {
         red_item r = item_of(p, it);
+        if (dt == IPU_DTYPE_FLOAT32 && p->inner == 1) {
+            int64_t base = r.o * p->n;
+            ipu_status st = ipu__log_softmax_row(f, (const float *)x + base, (float *)y + base,
+                                                 p->n, scratch);
+            if (st != IPU_OK) return st;
+            continue;
+        }
         int64_t base = r.o * p->n * p->inner + r.c0;
         const int64_t mask = ipu__stop_mask(r.w);
         for (int64_t c = 0; c < r.w; c++) {
