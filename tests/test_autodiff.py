@@ -539,6 +539,22 @@ def test_an_op_without_a_rule_is_named(op: str) -> None:
             "modes nearest and linear",
         ),
         (
+            "resize_tf_crop",
+            lambda t: [
+                _c("sc", [1, 1, 2, 2], F32),
+                _n("Resize", ["a", "", "sc"], coordinate_transformation_mode="tf_crop_and_resize"),
+            ],
+            "coordinate_transformation_mode 'tf_crop_and_resize'",
+        ),
+        (
+            "resize_nearest_mode",
+            lambda t: [
+                _c("sc", [1, 1, 2, 2], F32),
+                _n("Resize", ["a", "", "sc"], nearest_mode="up"),
+            ],
+            "unknown nearest_mode 'up'",
+        ),
+        (
             "scatter_mul",
             lambda t: [
                 _i("ix", [[0, 1]]),

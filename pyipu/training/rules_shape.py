@@ -199,6 +199,10 @@ def _pad_matrix(mode: str, dim: int, before: int, after: int) -> np.ndarray:
 
 
 # --- resizing ----------------------------------------------------------------------------
+_CTMS = ("align_corners", "asymmetric", "pytorch_half_pixel", "half_pixel", "half_pixel_symmetric")
+_NEAREST = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+
+
 def _source(ctm: str, out: int, dim: int, scale: float) -> np.ndarray:
     """Where each output position of one axis reads x (ONNX's coordinate transformation)."""
     o = np.arange(out, dtype=np.float64)
@@ -282,8 +286,13 @@ def _resize(g: GradGraph, n: onnx.NodeProto, gy: Grads, need: list[bool]) -> Gra
         raise UnsupportedAttributeError(
             f"Resize {n.name!r}: gradient only for modes nearest and linear without antialias"
         )
-    if ctm == "tf_crop_and_resize":
-        raise UnsupportedAttributeError(f"Resize {n.name!r}: no gradient for {ctm}")
+    if ctm not in _CTMS:
+        raise UnsupportedAttributeError(
+            f"Resize {n.name!r}: no gradient for coordinate_transformation_mode {ctm!r}"
+        )
+    nearest = text(n, "nearest_mode", "round_prefer_floor")
+    if mode == "nearest" and nearest not in _NEAREST:
+        raise UnsupportedAttributeError(f"Resize {n.name!r}: unknown nearest_mode {nearest!r}")
     shape, out = g.shape(x), out_shape(g, n)
     for a, scale in enumerate(_resize_scales(g, n)):
         if out[a] == shape[a] and scale == 1.0:
