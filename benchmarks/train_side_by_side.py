@@ -111,7 +111,7 @@ def run_child(engine: str, name: str, args: argparse.Namespace, work: Path) -> t
 
 def profile(name: str, args: argparse.Namespace, work: Path) -> str:
     """pyipu's time per opcode for one round, from perf samples of its child."""
-    from profile_ops import attribute
+    from profile_ops import RECORD, attribute_file
 
     data = work / f"{name}.perf"
     cmd = [*child_command("pyipu", name, args, work), "--seconds", str(args.profile_seconds)]
@@ -125,21 +125,14 @@ def profile(name: str, args: argparse.Namespace, work: Path) -> str:
     assert proc.stdin is not None and proc.stdout is not None
     if proc.stdout.readline().strip() != "ready":
         raise RuntimeError(f"the profiled child of {name} did not start")
-    record = ["perf", "record", "-q", "-F", "499", "--call-graph", "dwarf,16384"]
-    perf = subprocess.Popen([*record, "-o", str(data), "-p", str(proc.pid)])
+    perf = subprocess.Popen([*RECORD, "-o", str(data), "-p", str(proc.pid)])
     time.sleep(0.5)  # perf attached: only the training rounds are sampled
     proc.stdin.write("go\n")
     proc.stdin.flush()
     seconds = float(proc.stdout.read().split()[-2])
     proc.wait()
     perf.wait()
-    script = subprocess.run(
-        ["perf", "script", "-i", str(data), "-F", "ip,sym", "--no-inline"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    kernels, leaves, samples = attribute(script)
+    kernels, leaves, samples = attribute_file(data)
     total = sum(kernels.values())
     ms = seconds / args.steps * 1e3 / samples  # per step, per sample
 

@@ -50,6 +50,19 @@ print(len(times), float(np.median(times)))
 """
 
 FRAME = re.compile(r"^\s+[0-9a-f]+\s+(\S+)")
+# call graphs deep enough to reach the kernel frame under the runtime's own
+RECORD = ["perf", "record", "-q", "-F", "499", "--call-graph", "dwarf,16384"]
+
+
+def attribute_file(data: Path) -> tuple[collections.Counter, collections.Counter, int]:
+    """`attribute` of the samples in the perf.data file `data`."""
+    script = subprocess.run(
+        ["perf", "script", "-i", str(data), "-F", "ip,sym", "--no-inline"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return attribute(script)
 
 
 def attribute(script: str) -> tuple[collections.Counter, collections.Counter, int]:
@@ -109,20 +122,14 @@ def profile_pyipu(name: str, threads: int, seconds: float, work: Path) -> dict[s
     popef, xpath, data = work / f"{name}.popef", work / f"{name}.npz", work / f"{name}.perf"
     exe.save(popef)
     np.savez(xpath, **feeds)
-    cmd = ["perf", "record", "-q", "-F", "499", "--call-graph", "dwarf,16384", "-o", str(data)]
+    cmd = [*RECORD, "-o", str(data)]
     cmd += ["--", sys.executable, "-P", "-c", CHILD, str(popef), str(xpath), str(seconds)]
     cmd.append(str(threads))
     # one OpenBLAS thread: numpy's BLAS pool spins at import and would show up in the samples
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout.split()
     runs, median = int(out[-2]), float(out[-1])
-    script = subprocess.run(
-        ["perf", "script", "-i", str(data), "-F", "ip,sym", "--no-inline"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    kernels, leaves, samples = attribute(script)
+    kernels, leaves, samples = attribute_file(data)
     total = sum(kernels.values())
     per_op = {k: v / total * median for k, v in kernels.most_common()}
     return {

@@ -24,6 +24,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from pyipu.compiler.variables import set_variables
+from pyipu.passes.graph import default_opset
 from pyipu.popart.errors import popart_exception
 from pyipu.training import gradients
 from pyipu.training.nodes import NodeWriter
@@ -69,8 +70,7 @@ def build(
         train, grads = gradients(base, total, list(trainable))
     except Exception as e:
         raise popart_exception(f"cannot differentiate the model: {e}") from e
-    opset = next((o.version for o in train.opset_import if o.domain in ("", "ai.onnx")), 1)
-    w = NodeWriter(opset, "optimizer")
+    w = NodeWriter(default_opset(train), "optimizer")
     i64 = np.int64
     micro = w.op("Add", [MICRO, w.const(np.asarray(1, i64))])
     if accumulation > 1:
@@ -165,9 +165,7 @@ def _replicate(
                 c.CopyFrom(v)
                 c.name = replica_name(v.name, r)
                 g.input.append(c)
-    w = NodeWriter(
-        next((o.version for o in out.opset_import if o.domain in ("", "ai.onnx")), 1), "replicas"
-    )
+    w = NodeWriter(default_opset(out), "replicas")
     scale = 1.0 / replicas
     total = w.op("Sum", [replica_name(loss, r) for r in range(replicas)])
     if mean:
