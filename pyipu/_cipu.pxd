@@ -78,6 +78,7 @@ cdef extern from "ipu/ipu.h" nogil:
         uint32_t num_stages
         int pipelined
         uint32_t num_variables
+        uint32_t step_end_program
     ctypedef struct ipu_tensor_desc:
         ipu_dtype dtype
         uint32_t ndim

@@ -296,7 +296,9 @@ cdef class Executable:
                     index_anchor=None if self.info.index_anchor == IPU_NO_INDEX
                     else self.info.index_anchor,
                     arena_size=self.info.arena_size, num_stages=self.info.num_stages,
-                    pipelined=bool(self.info.pipelined))
+                    pipelined=bool(self.info.pipelined),
+                    step_end_program=(None if self.info.step_end_program == IPU_NO_INDEX
+                                      else self.info.step_end_program))
 
     def anchors(self):
         """[(name, direction, dtype, shape, nbytes, subgraph or None, has_tensor_data, tensor)]."""

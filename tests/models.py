@@ -315,3 +315,64 @@ def check_op(
 
 def arr(shape: tuple[int, ...], dt: Any, seed: int = 0, **kw: Any) -> np.ndarray:
     return random_array(shape, dt, np.random.default_rng(seed), **kw)
+
+
+def step_end_model() -> onnx.ModelProto:
+    """Two stages with variables and a step-end program: stage 0 (IPU 0) Y = X * W, stage 1
+    (IPU 1) Z = Y + 1 and SUM += Z every batch; at the end of every step W -= 0.5 * SUM and
+    COUNT += 1. X, W, Y, Z, SUM: float32[2, 3]; COUNT: float32 scalar."""
+
+    def placed(node: onnx.NodeProto, ipu: int | None) -> onnx.NodeProto:
+        if ipu is None:
+            node.attribute.append(helper.make_attribute("__step_end", 1))
+        else:
+            node.attribute.append(helper.make_attribute("__ipu_number", ipu))
+            node.attribute.append(helper.make_attribute("__pipeline_stage", ipu))
+        return node
+
+    nodes = [
+        placed(helper.make_node("Mul", ["X", "W"], ["Y"]), 0),
+        placed(helper.make_node("Add", ["Y", "one"], ["Z"]), 1),
+        placed(helper.make_node("Add", ["SUM", "Z"], ["SUM_new"]), 1),
+        placed(helper.make_node("Mul", ["SUM", "half"], ["scaled"]), None),
+        placed(helper.make_node("Sub", ["W", "scaled"], ["W_new"]), None),
+        placed(helper.make_node("Add", ["COUNT", "one"], ["COUNT_new"]), None),
+    ]
+    f32 = TensorProto.FLOAT
+    inits = [
+        numpy_helper.from_array(np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3), "W"),
+        numpy_helper.from_array(np.zeros((2, 3), np.float32), "SUM"),
+        numpy_helper.from_array(np.zeros((), np.float32), "COUNT"),
+        numpy_helper.from_array(np.ones((), np.float32), "one"),
+        numpy_helper.from_array(np.full((), 0.5, np.float32), "half"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "step_end",
+        [helper.make_tensor_value_info("X", f32, [2, 3])],
+        [helper.make_tensor_value_info("Z", f32, [2, 3])],
+        inits,
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = ORT_IR_VERSION
+    from pyipu.compiler.variables import set_variables
+
+    set_variables(m, {"W": "W_new", "SUM": "SUM_new", "COUNT": "COUNT_new"})
+    return m
+
+
+def step_end_reference(xs: np.ndarray, bps: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """What step_end_model computes for the batches `xs` run `bps` per step: each Z and the
+    variables at the end."""
+    w = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
+    total = np.zeros((2, 3), np.float32)
+    count = np.float32(0)
+    zs = []
+    for start in range(0, len(xs), bps):
+        for x in xs[start : start + bps]:
+            z = x * w + np.float32(1)
+            total = total + z
+            zs.append(z)
+        w = w - np.float32(0.5) * total
+        count += np.float32(1)
+    return np.stack(zs), {"W": w, "SUM": total, "COUNT": np.asarray(count)}

@@ -296,6 +296,31 @@ def test_manual_virtual_graphs_shard_the_model() -> None:
     s.close()
 
 
+def test_the_pipelining_slide_runs() -> None:
+    """The slide places ops with virtualGraph only: each IPU is its own pipeline stage (PopART's
+    default), and a step of batchesPerStep batches fills and drains the pipeline."""
+    b = Builder()
+    o1, o2, o4 = (b.addInputTensor(TensorInfo("FLOAT", [2]), n) for n in ("o1", "o2", "o4"))
+    with b.virtualGraph(0):
+        o3 = b.aiOnnx.add([o1, o2])
+    with b.virtualGraph(1):
+        o5 = b.aiOnnx.add([o3, o4])
+    b.addOutputTensor(o5)
+    s = _session(
+        b,
+        {o5: AnchorReturnType("ALL")},
+        bps=4,
+        virtualGraphMode=VirtualGraphMode.Manual,
+        enablePipelining=True,
+    )
+    out = s.initAnchorArrays()
+    x = np.arange(8, dtype=np.float32).reshape(4, 2)
+    s.run(PyStepIO({o1: x, o2: 2 * x, o4: np.ones_like(x)}, out))
+    np.testing.assert_array_equal(out[o5], 3 * x + 1)
+    assert s._runner.stats()["pipeline_ticks"] == 5
+    s.close()
+
+
 def test_a_model_too_big_for_the_ipu() -> None:
     b = Builder()
     x = b.addInputTensor(TensorInfo("FLOAT", [1]), "x")

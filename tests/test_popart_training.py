@@ -210,7 +210,7 @@ def test_training_misuse_is_a_typed_error() -> None:
         TrainingSession(b.getModelProto(), flow, "nope", SGD(), dev)
     opts = SessionOptions()
     opts.enablePipelining = True
-    with pytest.raises(popart_exception, match="pipelining are not supported for training"):
+    with pytest.raises(popart_exception, match="enablePipelining needs virtualGraphMode Manual"):
         TrainingSession(b.getModelProto(), flow, ids["loss"], SGD(), dev, userOptions=opts)
     bad = Builder()
     x = bad.addInputTensor(TensorInfo("FLOAT", [4]), "x")

@@ -34,7 +34,13 @@ from pyipu.compiler.rewrites.concat_inplace import concat_in_place
 from pyipu.compiler.rewrites.conv_epilogue import fuse_conv_epilogues
 from pyipu.compiler.rewrites.expand import drop_broadcast_expands
 from pyipu.compiler.rewrites.gelu import fuse_gelu
-from pyipu.compiler.staging import Placement, place_nodes, split_stages, stage_callback
+from pyipu.compiler.staging import (
+    Placement,
+    output_stages,
+    place_nodes,
+    split_stages,
+    stage_callback,
+)
 from pyipu.compiler.variables import make_variables, read_variables, weights_as_inputs
 from pyipu.errors import CallbackError, Error
 
@@ -73,20 +79,24 @@ def _compile_ir(model: ModelLike, outputs: Sequence[str] | None, opts: CompilerO
     if outputs is not None and (isinstance(outputs, str) or not outputs):
         raise CompileError(f"outputs must be None or a non-empty list of names, got {outputs!r}")
 
-    placement = _placement(graph.nodes, opts, fusion is not None)
-    if variables and (fusion is not None or placement is not None):
-        raise CompileError("variables are not supported in fused or manually sharded models")
+    placement = _placement(graph.nodes, opts, fusion is not None, bool(variables))
+    if variables and fusion is not None:
+        raise CompileError("variables are not supported in fused models")
     if fusion is None:
         builder = GraphBuilder(1, constant_weights=opts.constant_weights)
         requested = list(outputs or graph.graph_outputs)
+        lowered = requested + [u for u in variables.values() if u not in requested]
         lower_subgraph(
             builder,
             graph,
             0,
             graph.inputs,
-            requested + [u for u in variables.values() if u not in requested],
+            lowered,
             REGISTRY,
             stage_callback(placement),
+            None
+            if placement is None
+            else output_stages(graph.nodes, placement, lowered, variables.values()),
         )
         if variables:
             make_variables(builder, variables, initial, set(requested))
@@ -111,7 +121,9 @@ def _compile_ir(model: ModelLike, outputs: Sequence[str] | None, opts: CompilerO
     if placement is None:  # manual sharding: stages exchange whole tensors (staging.py)
         concat_in_place(builder)
     _progress(opts, 2)
-    plan = split_stages(builder, placement.stage_ipus) if placement is not None else None
+    plan = None
+    if placement is not None:
+        plan = split_stages(builder, placement.stage_ipus, placement.step_end)
     ir = build_ir(
         builder,
         index_name=index_name,
@@ -154,9 +166,11 @@ def _check_options(options: CompilerOptions | None) -> CompilerOptions:
 
 
 def _placement(
-    nodes: Sequence[onnx.NodeProto], opts: CompilerOptions, fused: bool
+    nodes: Sequence[onnx.NodeProto], opts: CompilerOptions, fused: bool, trains: bool
 ) -> Placement | None:
-    """The manual sharding of the model, validated against the options (None: not sharded)."""
+    """The manual sharding of the model, validated against the options (None: not sharded).
+    A model with variables (training) runs any number of batches per step through its
+    pipeline; inference keeps PopRT's rule of a multiple of the number of stages."""
     if opts.enable_pipelining and opts.virtual_graph_mode != "manual":
         raise CompileError("enable_pipelining needs virtual_graph_mode='manual'")
     if opts.virtual_graph_mode != "manual":
@@ -169,7 +183,7 @@ def _placement(
             "num_io_tiles=0"
         )
     placement = place_nodes(nodes, opts.num_ipus, opts.enable_pipelining)
-    if opts.enable_pipelining and opts.batches_per_step % placement.num_stages:
+    if opts.enable_pipelining and not trains and opts.batches_per_step % placement.num_stages:
         raise CompileError(
             f"with enable_pipelining, batches_per_step ({opts.batches_per_step}) must be a "
             f"multiple of the number of pipeline stages ({placement.num_stages})"

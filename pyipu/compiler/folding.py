@@ -123,8 +123,13 @@ def evaluate(
     from onnx.reference import ReferenceEvaluator
 
     check_generated_size(node, known, opset)
+    plain = onnx.NodeProto()
+    plain.CopyFrom(node)  # without pyipu's placement attributes (`__ipu_number`, ...)
+    kept = [a for a in plain.attribute if not a.name.startswith("__")]
+    del plain.attribute[:]
+    plain.attribute.extend(kept)
     graph = helper.make_graph(
-        [node],
+        [plain],
         "fold",
         [
             helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)

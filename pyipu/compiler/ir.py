@@ -183,6 +183,7 @@ class ModelIR:
     opaque: tuple[tuple[str, bytes], ...] = ()
     stages: tuple[Stage, ...] = ()  # empty: not sharded, every program runs on IPU 0
     pipelined: bool = False  # stages of consecutive batches run concurrently
+    step_end_program: int = NO_INDEX  # sharded only: runs alone after every step (training)
 
     @property
     def num_subgraphs(self) -> int:
@@ -241,6 +242,8 @@ class ModelIR:
         for k, st in enumerate(self.stages):
             roles[st.program] = f"stage {k} on IPU {st.ipu}"
             roles[st.copy_program] = f"copies of stage {k} to stage {k + 1}"
+        if self.step_end_program != NO_INDEX:
+            roles[self.step_end_program] = "step end"
         if self.stages:
             mode = "pipelined" if self.pipelined else "sequential"
             lines.append(f"stages: {len(self.stages)} ({mode})")

@@ -9,7 +9,7 @@ constants), attributes and the means to emit instructions, views and constant ou
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
@@ -590,9 +590,11 @@ def lower_subgraph(
     outputs: Sequence[str],
     registry: dict[str, dict[int, Callable]],
     stage_of: Callable[[onnx.NodeProto], int] | None = None,
+    output_stages: Mapping[str, int] | None = None,
 ) -> None:
     """Lower the nodes `outputs` need. With `stage_of` (manual sharding) every tensor and
-    instruction records the stage of the node that made it; outputs belong to the last stage."""
+    instruction records the stage of the node that made it; an output belongs to its stage in
+    `output_stages`, by default the last stage."""
     low = Lowering(builder, graph, subgraph)
     low.output_names = set(outputs)
     for spec in inputs:
@@ -612,9 +614,9 @@ def lower_subgraph(
             SourceNode(name, proto.op_type, tuple(proto.input), tuple(proto.output))
         )
         low.lower_node(proto, registry)
-    builder.current_stage = last
     made_by = {o: k for k, n in enumerate(builder.nodes) for o in n.outputs}
     for name in outputs:  # a copy into an output's own storage belongs to the node making it
+        builder.current_stage = (output_stages or {}).get(name, last)
         builder.current_node = made_by.get(name, NO_NODE)
         low.add_output(name)
     builder.current_node = NO_NODE

@@ -204,7 +204,7 @@ def build_ir(
     Program 0 (Load) binds every weight and copies each variable's weight into the variable's
     arena tensor (variables.py); program i + 1 is the Main program of subgraph i. With a
     stage plan (manual sharding, one subgraph) programs 1..S are the stage programs (Main is
-    stage 0's) and the non-empty copy programs follow (staging.py).
+    stage 0's), the non-empty copy programs follow, then the step-end program (staging.py).
     """
     if plan is not None:
         from pyipu.compiler.staging import plan_stage_memory
@@ -241,6 +241,7 @@ def build_ir(
     starts = tuple(Instr(Op.COPY, (w,), (v,)) for v, w in b.variables.items())
     programs = [Program(0, binds + starts)]
     stages: list[Stage] = []
+    step_end = NO_INDEX
     if plan is None:
         programs += [Program(s + 1, tuple(prog)) for s, prog in enumerate(b.programs)]
     else:
@@ -251,6 +252,9 @@ def build_ir(
                 copy_id = len(programs)
                 programs.append(Program(copy_id, tuple(plan.copies[k])))
             stages.append(Stage(k + 1, ipu, copy_id))
+        if plan.step_end is not None:
+            step_end = len(programs)
+            programs.append(Program(step_end, tuple(plan.step_end)))
     # Runtime inputs first, then weights, then outputs (stable within each group).
     ordered = sorted(b.anchors, key=lambda a: (a.direction == Direction.OUTPUT, a.has_tensor_data))
     anchors = tuple(
@@ -267,6 +271,7 @@ def build_ir(
         main_programs=tuple(range(1, len(b.programs) + 1)),
         stages=tuple(stages),
         pipelined=pipelined,
+        step_end_program=step_end,
         arena_size=arena_size,
         index_anchor=index_anchor,
         ipu_version=ipu_version,

@@ -41,7 +41,7 @@ MIN_FORMAT_VERSION = 1  # version 1 differs only in its checksum: still read
 ANCHOR_TENSOR_DATA = 1
 # Tensor flag IPU_TENSOR_STORED_PACKED (ipu_executable.h): the bytes are only in the packed blob.
 TENSOR_STORED_PACKED = 1
-STAGES_PIPELINED = 1  # stage table flags
+STAGES_PIPELINED, STAGES_STEP_END = 1, 2  # stage table flags
 # OPAQUE blob of operands pre-packed for the kernels (IPU_PACKED_BLOB_NAME, ipu_executable.h):
 # derived from the other blobs, so never part of a ModelIR; encode_container writes a fresh one.
 PACKED_BLOB = "pyipu.packed"
@@ -96,12 +96,16 @@ def encode_metadata(ir: ModelIR, stored: frozenset[int] = frozenset()) -> bytes:
         )
     )
     out += struct.pack(f"<{ir.num_subgraphs}I", *ir.main_programs)
+    step_end = ir.step_end_program != NO_INDEX
     if ir.stages:
-        out += struct.pack("<I", STAGES_PIPELINED if ir.pipelined else 0)
+        flags = (STAGES_PIPELINED if ir.pipelined else 0) | (STAGES_STEP_END if step_end else 0)
+        out += struct.pack("<I", flags)
         for st in ir.stages:
             out += struct.pack("<3I", st.program, st.ipu, st.copy_program)
-    elif ir.pipelined:
-        raise ValueError("a pipelined model needs a stage table")
+        if step_end:
+            out += struct.pack("<I", ir.step_end_program)
+    elif ir.pipelined or step_end:
+        raise ValueError("pipelining and a step-end program need a stage table")
     _pad8(out)
     for i, t in enumerate(ir.tensors):
         if t.ndim > MAX_DIMS:
@@ -347,7 +351,7 @@ def decode_metadata(data: bytes, tensor_data: bytes, packed: bytes | None = None
     if num_anchors > num_tensors or arena_size % ALIGN:
         raise CorruptFileError("metadata: bad counts")
     mains = r.take(f"<{num_subgraphs}I")
-    stages, pipelined = _decode_stages(r, num_stages, num_ipus, num_subgraphs)
+    stages, pipelined, step_end = _decode_stages(r, num_stages, num_ipus, num_subgraphs)
     r.skip_pad8()
     tensors = []
     unpack, end = _unpacker(packed), align(len(tensor_data))
@@ -417,19 +421,20 @@ def decode_metadata(data: bytes, tensor_data: bytes, packed: bytes | None = None
         num_io_tiles=io_tiles,
         stages=stages,
         pipelined=pipelined,
+        step_end_program=step_end,
     )
 
 
 def _decode_stages(
     r: _Reader, num_stages: int, num_ipus: int, num_subgraphs: int
-) -> tuple[tuple[Stage, ...], bool]:
+) -> tuple[tuple[Stage, ...], bool, int]:
     """The stage table after main_programs (present when num_stages > 0)."""
     if num_stages == 0:
-        return (), False
+        return (), False, NO_INDEX
     if num_subgraphs != 1:
         raise CorruptFileError("metadata: a sharded model has exactly one subgraph")
     (flags,) = r.take("<I")
-    if flags & ~STAGES_PIPELINED:
+    if flags & ~(STAGES_PIPELINED | STAGES_STEP_END):
         raise CorruptFileError(f"metadata: unknown stage flags {flags:#x}")
     stages = []
     for k in range(num_stages):
@@ -439,7 +444,8 @@ def _decode_stages(
                 f"metadata: stage {k} is on IPU {ipu} but num_ipus is {num_ipus}"
             )
         stages.append(Stage(program, ipu, copy_program))
-    return tuple(stages), bool(flags & STAGES_PIPELINED)
+    step_end = r.take("<I")[0] if flags & STAGES_STEP_END else NO_INDEX
+    return tuple(stages), bool(flags & STAGES_PIPELINED), step_end
 
 
 def _fields_after_name(t: TensorSpec) -> tuple:
@@ -489,7 +495,11 @@ def stored_packed(blobs: list[Blob]) -> dict[int, int]:
     (meta,) = [b[3] for b in blobs if b[0] == BLOB_METADATA]
     head = _META_HEAD.unpack_from(meta)
     num_tensors, num_subgraphs, num_stages = head[5], head[7], head[12]
-    at = align(_META_HEAD.size + 4 * num_subgraphs + (4 + 12 * num_stages if num_stages else 0), 8)
+    at = _META_HEAD.size + 4 * num_subgraphs
+    if num_stages:
+        (flags,) = struct.unpack_from("<I", meta, at)
+        at += 4 + 12 * num_stages + (4 if flags & STAGES_STEP_END else 0)
+    at = align(at, 8)
     out = {}
     for i in range(num_tensors):
         _dt, _nd, _loc, flags, _off, nbytes, *_ = _TENSOR.unpack_from(meta, at + i * _TENSOR.size)

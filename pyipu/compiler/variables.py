@@ -118,7 +118,10 @@ def make_variables(
         dropped.add(id(a_in))
         if update not in keep_outputs:
             dropped.add(id(a_out))
+        # the update's stage (manual sharding) writes the variable
+        b.current_stage = b.tensors[b.root(a_out.tensor)].stage
         b.emit(0, Op.COPY, [a_out.tensor], [a_in.tensor])
+        b.current_stage = 0
         init = b.weight(f"{name}/initial", initial[name], 0, anchor=name)  # type: ignore[arg-type]
         b.variables[a_in.tensor] = init
     b.anchors[:] = [a for a in b.anchors if id(a) not in dropped]

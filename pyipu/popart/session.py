@@ -10,6 +10,7 @@ asks for.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -144,7 +145,11 @@ class _Session:
             raise popart_exception(f"{self.name}: the model cannot be compiled: {e}") from e
 
     def _compiler_options(self) -> Any:
-        return self.options.compiler_options(self.device.numIpus)
+        """A pipeline fills and drains once per step: batchesPerStep micro-batches."""
+        opts = self.options.compiler_options(self.device.numIpus)
+        if opts.enable_pipelining:
+            opts = dataclasses.replace(opts, batches_per_step=self.dataFlow.batchesPerStep)
+        return opts
 
     def _load_engine(self) -> None:
         from pyipu.runtime import Runner, RuntimeConfig

@@ -30,11 +30,12 @@ from pyipu.popart.devices import DeviceInfo
 from pyipu.popart.errors import popart_exception
 from pyipu.popart.losses import ReductionType
 from pyipu.popart.optimizers import IdentityLoss, L1Loss, Loss, NllLoss, Optimizer
-from pyipu.popart.options import SessionOptions
+from pyipu.popart.options import SessionOptions, VirtualGraphMode
 from pyipu.popart.session import InputShapeInfo, Patterns, _Session
 from pyipu.popart.stepio import PyWeightsIO
 from pyipu.popart.training_graph import replica_name
 from pyipu.training.autodiff import differentiable
+from pyipu.training.placement import pipeline_stages
 
 
 class TrainingSession(_Session):
@@ -73,11 +74,7 @@ class TrainingSession(_Session):
         super().__init__(fnModel, dataFlow, deviceInfo, inputShapeInfo, patterns, userOptions, name)
         if self.loss not in self._values:
             raise popart_exception(f"the loss {self.loss!r} is not a tensor of the model")
-        if self.options.enablePipelining or self.options.virtualGraphMode != 0:
-            raise popart_exception(
-                "TrainingSession: virtual graphs and pipelining are not supported for training "
-                "(use replication or gradient accumulation to spread the batch)"
-            )
+        self._sharded = self._check_sharding()
         self.running = _running_statistics(self.model)
         floats = [
             i.name
@@ -89,12 +86,29 @@ class TrainingSession(_Session):
         self.state = {
             (w, s): np.full(self.weights[w].shape, self._opt.initial(s), self.weights[w].dtype)
             for w in self.trainable
-            for s in training_graph.state_slots(self._opt, self.options.accumulation)
+            for s in training_graph.state_slots(self._opt, self.options.accumulation, self._sharded)
         }
         self.hyper = {v.name: v.value for v in self._opt.variables()}
         self.steps = 0
         self._written: set[str] = set()  # variables written on the host since weightsFromHost
         self._graph: training_graph.TrainingGraph | None = None
+
+    def _check_sharding(self) -> bool:
+        """Whether the model is placed on virtual graphs; PopART's rule for pipelining: a
+        pipeline of 2S - 1 stages (S forward stages) needs at least that many micro-batches per
+        weight update."""
+        opts = self.options
+        if opts.enablePipelining and opts.virtualGraphMode != VirtualGraphMode.Manual:
+            raise popart_exception("enablePipelining needs virtualGraphMode Manual")
+        if opts.enablePipelining:
+            depth = 2 * pipeline_stages(self.model.graph.node) - 1
+            if opts.accumulation < depth:
+                raise popart_exception(
+                    f"pipelined training runs {depth} stages (forward and backward): it needs "
+                    f"enableGradientAccumulation with accumulationFactor >= {depth} (now "
+                    f"{opts.accumulation})"
+                )
+        return opts.virtualGraphMode != VirtualGraphMode.Off
 
     def _extend_model(self) -> None:
         """The older API's losses, written into the model as builder ops."""
@@ -132,13 +146,20 @@ class TrainingSession(_Session):
             replicas=opts.replicas,
             accumulation=opts.accumulation,
             mean_reduction=opts.reduction == ReductionType.Mean,
+            sharded=self._sharded,
         )
         return self._graph.model, self._graph.outputs
 
     def _compiler_options(self) -> Any:
-        """One executable holds every replica (and their all-reduce), on all the IPUs."""
+        """One executable holds every replica (and their all-reduce), on all the IPUs; a
+        sharded one runs a weight update's micro-batches as one step (its step-end program
+        applies the optimizer)."""
+        bps = self.options.accumulation if self._sharded else 1
         return dataclasses.replace(
-            super()._compiler_options(), replication_factor=1, num_ipus=self.device.numIpus
+            super()._compiler_options(),
+            replication_factor=1,
+            num_ipus=self.device.numIpus,
+            batches_per_step=bps,
         )
 
     # --- steps -----------------------------------------------------------------------------
@@ -191,6 +212,8 @@ class TrainingSession(_Session):
         for name, value in self._runner.read_variables().items():
             if name == training_graph.MICRO:
                 self.steps = int(value)
+            elif name.startswith(training_graph.MICRO):  # a stage's count: the same
+                continue
             elif name in self.weights:
                 self.weights[name] = value
             else:

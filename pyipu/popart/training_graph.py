@@ -29,8 +29,10 @@ from pyipu.popart.errors import popart_exception
 from pyipu.training import gradients
 from pyipu.training.nodes import NodeWriter
 from pyipu.training.optimizers import Optimizer
+from pyipu.training.placement import Stages, mark_step_end
 
 MICRO = "optimizer/micro_batches"  # int64 variable: micro-batches run so far
+_FLOAT = onnx.TensorProto.FLOAT
 
 
 def replica_name(name: str, replica: int) -> str:
@@ -59,18 +61,60 @@ def build(
     replicas: int = 1,
     accumulation: int = 1,
     mean_reduction: bool = False,
+    sharded: bool = False,
 ) -> TrainingGraph:
     """`model` (weights as initializers, holding their current values), `state` the optimizer
-    state's current values, `micro_batches` how many have run (the step count)."""
+    state's current values, `micro_batches` how many have run (the step count). `sharded`: the
+    model's nodes are placed on virtual IPUs (see `_sharded_updates`)."""
     inits = {i.name for i in model.graph.initializer}
     data = [v.name for v in model.graph.input if v.name not in inits]
     computed = [a for a in anchors if a in {o for n in model.graph.node for o in n.output}]
     base, total, running = _replicate(model, loss, running, data, replicas, mean_reduction)
+    stages = Stages(base.graph.node) if sharded else None
+    origin: dict[str, onnx.NodeProto] = {}
     try:
-        train, grads = gradients(base, total, list(trainable))
+        train, grads = gradients(base, total, list(trainable), origin)
     except Exception as e:
         raise popart_exception(f"cannot differentiate the model: {e}") from e
     w = NodeWriter(default_opset(train), "optimizer")
+    args = (trainable, grads, train, optimizer, state, micro_batches, accumulation, mean_reduction)
+    if stages is not None:
+        stages.place(train.graph.node, origin)
+        updates, initial = _sharded_updates(w, stages, *args)
+    else:
+        updates, initial = _updates(w, *args)
+    updates.update(running)
+    out = TrainingGraph(train, [], data)
+    anchored = len(w.nodes)
+    out.anchors = {t: w.op("Identity", [t]) for t in anchors if t in updates}
+    if stages is not None:
+        stages.place(w.nodes[anchored:], {})
+    train.graph.node.extend(w.nodes)
+    train.graph.initializer.extend(initial)
+    for var in optimizer.variables():
+        train.graph.input.append(
+            helper.make_tensor_value_info(var.name, onnx.TensorProto.FLOAT, [])
+        )
+    set_variables(train, updates)
+    per_replica = [replica_name(a, r) for a in computed for r in range(replicas)]
+    wanted = [a for a in [*per_replica, *out.anchors.values()] if a not in updates]
+    out.outputs = wanted or [total]
+    return out
+
+
+def _updates(
+    w: NodeWriter,
+    trainable: Sequence[str],
+    grads: Mapping[str, str],
+    train: onnx.ModelProto,
+    optimizer: Optimizer,
+    state: Mapping[tuple[str, str], np.ndarray],
+    micro_batches: int,
+    accumulation: int,
+    mean_reduction: bool,
+) -> tuple[dict[str, str], list[onnx.TensorProto]]:
+    """Every micro-batch's variable updates (one executable serves every micro-batch, see
+    module) and the new variables' initial values."""
     i64 = np.int64
     micro = w.op("Add", [MICRO, w.const(np.asarray(1, i64))])
     if accumulation > 1:
@@ -83,7 +127,7 @@ def build(
         )
     else:
         step = w.op("Cast", [micro], to=onnx.TensorProto.FLOAT)
-    updates = {MICRO: micro, **running}
+    updates = {MICRO: micro}
     initial = [numpy_helper.from_array(np.asarray(micro_batches, i64), MICRO)]
     weights = {i.name: i for i in train.graph.initializer}
     for name in trainable:
@@ -106,24 +150,80 @@ def build(
         for s, slot in slots.items():
             updates[slot] = new_state[s]
             initial.append(numpy_helper.from_array(state[(name, s)], slot))
-    out = TrainingGraph(train, [], data)
-    out.anchors = {t: w.op("Identity", [t]) for t in anchors if t in updates}
-    train.graph.node.extend(w.nodes)
-    train.graph.initializer.extend(initial)
-    for var in optimizer.variables():
-        train.graph.input.append(
-            helper.make_tensor_value_info(var.name, onnx.TensorProto.FLOAT, [])
-        )
-    set_variables(train, updates)
-    per_replica = [replica_name(a, r) for a in computed for r in range(replicas)]
-    wanted = [a for a in [*per_replica, *out.anchors.values()] if a not in updates]
-    out.outputs = wanted or [total]
-    return out
+    return updates, initial
 
 
-def state_slots(optimizer: Optimizer, accumulation: int) -> tuple[str, ...]:
+def _sharded_updates(
+    w: NodeWriter,
+    stages: Stages,
+    trainable: Sequence[str],
+    grads: Mapping[str, str],
+    train: onnx.ModelProto,
+    optimizer: Optimizer,
+    state: Mapping[tuple[str, str], np.ndarray],
+    micro_batches: int,
+    accumulation: int,
+    mean_reduction: bool,
+) -> tuple[dict[str, str], list[onnx.TensorProto]]:
+    """The updates of a sharded (or pipelined) training graph, compiled with one step per
+    weight update (`accumulation` batches per step). Each weight's gradient adds up in its
+    accumulator in the stage computing it, restarting on a step's first micro-batch (a counter
+    per such stage tells); the step-end program, which runs once the step's micro-batches have
+    left the pipeline, applies the optimizer. So no stage writes a weight another reads while
+    the pipeline runs."""
+    i64 = np.int64
+    a = accumulation
+    updates: dict[str, str] = {}
+    initial: list[onnx.TensorProto] = []
+    firsts: dict[int, str] = {}
+
+    def first(j: int) -> str:  # in stage j: is this micro-batch the first of its step?
+        if j not in firsts:
+            start = len(w.nodes)
+            counter = f"{MICRO}@stage{j}"
+            updates[counter] = w.op("Add", [counter, w.const(np.asarray(1, i64))])
+            initial.append(numpy_helper.from_array(np.asarray(micro_batches, i64), counter))
+            zero = w.const(np.asarray(0, i64))
+            firsts[j] = w.op("Equal", [w.op("Mod", [counter, w.const(np.asarray(a, i64))]), zero])
+            stages.put_all(w.nodes[start:], j)
+        return firsts[j]
+
+    weights = {i.name: i for i in train.graph.initializer}
+    accumulated = {}
+    for name in trainable:
+        grad = grads[name]
+        j = stages.stage.get(grad, stages.count - 1)
+        acc = f"{name}/accumulated"
+        if a > 1:
+            is_first = first(j)
+            start = len(w.nodes)
+            grad = w.op("Where", [is_first, grad, w.op("Add", [acc, grad])])
+            stages.put_all(w.nodes[start:], j)
+        updates[acc] = grad
+        initial.append(numpy_helper.from_array(state[(name, "accumulated")], acc))
+        accumulated[name] = acc
+    start = len(w.nodes)
+    micro = w.op("Add", [MICRO, w.const(np.asarray(a, i64))])
+    step = w.op("Cast", [w.op("Div", [micro, w.const(np.asarray(a, i64))])], to=_FLOAT)
+    updates[MICRO] = micro
+    initial.append(numpy_helper.from_array(np.asarray(micro_batches, i64), MICRO))
+    for name in trainable:
+        dtype = helper.tensor_dtype_to_np_dtype(weights[name].data_type)
+        slots = {s: f"{name}/{s}" for s in optimizer.slots()}
+        grad = accumulated[name]
+        if mean_reduction and a > 1:
+            grad = w.op("Div", [grad, w.const(np.asarray(a, dtype))])
+        updates[name], new_state = optimizer.update(w, name, grad, slots, step, dtype)
+        for s, slot in slots.items():
+            updates[slot] = new_state[s]
+            initial.append(numpy_helper.from_array(state[(name, s)], slot))
+    mark_step_end(w.nodes[start:])
+    return updates, initial
+
+
+def state_slots(optimizer: Optimizer, accumulation: int, sharded: bool) -> tuple[str, ...]:
     """The per-weight state: the optimizer's, and the gradient accumulator."""
-    return (*optimizer.slots(), *(("accumulated",) if accumulation > 1 else ()))
+    return (*optimizer.slots(), *(("accumulated",) if accumulation > 1 or sharded else ()))
 
 
 def _replicate(

@@ -545,7 +545,8 @@ def run(
 
     Returns output anchor name → N batches stacked along dim 0 (a 0-d output gives shape (N,),
     or () when N == 1). For a fused model the subgraph is `subgraph`, else the value of the
-    `index` input, else the one the given input names belong to. Errors are pyipu.Error
+    `index` input, else the one the given input names belong to. A step-end program runs after
+    every `batches_per_step` batches and after the last. Errors are pyipu.Error
     subclasses: the verifier's for a malformed model (`verify`), InvalidArgumentError and
     DTypeError for inputs that do not fit it, InvalidArgumentError for an index out of range.
     """
@@ -592,6 +593,9 @@ def run(
         machine.run_main(sub)
         for a in outs:
             results[a.name].append(machine.view(a.tensor).copy())
+        step_done = (i + 1) % model.batches_per_step == 0 or i == n - 1
+        if step_done and model.step_end_program != NO_INDEX:
+            machine.run_program(model.step_end_program)
     out: dict[str, np.ndarray] = {}
     for a in outs:
         stacked = np.stack(results[a.name])

@@ -81,11 +81,15 @@ class GradGraph(NodeWriter):
 
 
 def gradients(
-    model: onnx.ModelProto, loss: str, wrt: Sequence[str]
+    model: onnx.ModelProto,
+    loss: str,
+    wrt: Sequence[str],
+    origin: dict[str, onnx.NodeProto] | None = None,
 ) -> tuple[onnx.ModelProto, dict[str, str]]:
     """The model with d(loss)/d(t) for each t of `wrt` computed after the forward pass, and the
     name of each gradient value. The loss must be a float tensor (a scalar, usually): the
-    gradient of its sum is taken."""
+    gradient of its sum is taken. `origin`, when given, receives the forward node each backward
+    node was written for (by name; the seed and the final sums have none)."""
     from pyipu.training import rules_index, rules_math, rules_nn, rules_shape  # noqa: F401
     from pyipu.training.registry import RULES
 
@@ -109,6 +113,7 @@ def gradients(
         loss: [g.op("ConstantOfShape", [g.ints(g.shape(loss))], value=_one(g.dtype(loss)))]
     }
     for n in reversed(nodes):
+        start = len(g.nodes)
         outs = [g.add_all(grads[o]) if o in grads else None for o in n.output]
         if not any(outs):
             continue
@@ -127,6 +132,8 @@ def gradients(
         for i, gi in enumerate(rule(g, n, outs, need)):
             if gi is not None and need[i]:
                 grads.setdefault(n.input[i], []).append(gi)
+        if origin is not None:
+            origin.update((m.name, n) for m in g.nodes[start:])
     names: dict[str, str] = {}
     for t in wrt:
         if t not in grads:  # the loss does not depend on it: its gradient is zero

@@ -133,7 +133,10 @@ static int fz_meta_view(fz_blob *b, fz_meta *v) {
     v->num_anchors = fz_ld_u32(p + 24);
     v->num_subgraphs = fz_ld_u32(p + 28);
     uint32_t stages = fz_ld_u32(p + 52);
-    uint64_t end = 56 + 4 * (uint64_t)v->num_subgraphs + (stages ? 4 + 12 * (uint64_t)stages : 0);
+    uint64_t stage_at = 56 + 4 * (uint64_t)v->num_subgraphs;
+    if (stages && stage_at + 4 > b->size) return 0;
+    uint32_t step_end = stages ? (fz_ld_u32(p + stage_at) & IPU_STAGES_STEP_END) != 0 : 0;
+    uint64_t end = stage_at + (stages ? 4 + 12 * (uint64_t)stages : 0) + 4 * step_end;
     v->tensors = (size_t)((end + 7) & ~(uint64_t)7);
     v->anchors = v->tensors + 96 * (size_t)v->num_tensors;
     return v->num_subgraphs <= 1024 && v->num_tensors <= 4096 && v->num_anchors <= 4096 &&
@@ -200,10 +203,15 @@ static void fz_mutate_meta(fz_image *m, fz_meta *v, fz_rng *r) {
             memmove(t + 16, u + 16, 8);
             break;
         }
-        case 8: { /* a stage's compute or copy program (after the main programs) */
+        case 8: { /* a stage's compute, copy or step-end program (after the main programs) */
             uint32_t ns = fz_ld_u32(p + 52);
             if (!ns || ns > 4096) break;
-            size_t at = 56 + 4 * (size_t)v->num_subgraphs + 4 + 12 * (size_t)fz_rand(r, ns);
+            size_t table = 56 + 4 * (size_t)v->num_subgraphs;
+            if ((fz_ld_u32(p + table) & IPU_STAGES_STEP_END) && fz_rand(r, 3) == 0) {
+                st32(p + table + 4 + 12 * (size_t)ns, fz_program_id(m, r));
+                break;
+            }
+            size_t at = table + 4 + 12 * (size_t)fz_rand(r, ns);
             st32(p + at + (fz_rand(r, 2) ? 8 : 0), fz_program_id(m, r));
             break;
         }

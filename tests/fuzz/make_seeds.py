@@ -25,7 +25,7 @@ import models  # noqa: E402
 from test_sharding import compile_sharded, mlp  # noqa: E402
 
 from pyipu import _core  # noqa: E402
-from pyipu.compiler import Compiler, fuse_models  # noqa: E402
+from pyipu.compiler import Compiler, CompilerOptions, fuse_models  # noqa: E402
 from pyipu.compiler.executable import Executable  # noqa: E402
 from pyipu.compiler.variables import set_variables  # noqa: E402
 
@@ -92,7 +92,19 @@ def seed_models() -> dict[str, Callable[[], Executable]]:
     )
     out["sharded_pipelined"] = lambda: compile_sharded(True, 3, mlp(8))
     out["variables"] = lambda: Compiler.compile(_variables_model())
+    out["step_end"] = lambda: Compiler.compile(models.step_end_model(), None, _pipelined(2))
     return out
+
+
+def _pipelined(bps: int) -> CompilerOptions:
+    o = CompilerOptions()
+    o.virtual_graph_mode, o.num_ipus, o.enable_pipelining, o.batches_per_step = (
+        "manual",
+        2,
+        True,
+        bps,
+    )
+    return o
 
 
 def _variables_model() -> onnx.ModelProto:

@@ -17,10 +17,11 @@
  *   52  u32 num_stages         0: not sharded; else the stage table follows main_programs
  *   56  u32 main_programs[num_subgraphs]   program id of each subgraph's Main program
  *       when num_stages > 0 (manual sharding; num_subgraphs must be 1):
- *       u32 stage_flags (IPU_STAGES_PIPELINED), then num_stages records of 3 u32:
- *       program id (the stage's compute program; stage 0's is main_programs[0]), ipu
+ *       u32 stage_flags (IPU_STAGES_PIPELINED, IPU_STAGES_STEP_END), then num_stages records
+ *       of 3 u32: program id (the stage's compute program; stage 0's is main_programs[0]), ipu
  *       (< num_ipus), copy program id (only COPY instructions: the stage's inter-IPU copies to
- *       the next stage) or 0xFFFFFFFF
+ *       the next stage) or 0xFFFFFFFF; with IPU_STAGES_STEP_END one more u32: the program id
+ *       of the step-end program (see ipu_executable_info.step_end_program)
  *       zero pad to a multiple of 8
  *   then tensors[num_tensors], 96 bytes each:
  *       u32 dtype (ipu_dtype), u32 ndim (0..8), u32 location (ipu_location),
@@ -62,7 +63,7 @@ enum { IPU_ANCHOR_TENSOR_DATA = 1u };
  * in its packed form, in the entry of the packed blob that names it (docs/popef.md, "Pre-packed
  * operands"); its offset is 0. A reader that does not know the flag refuses the file. */
 enum { IPU_TENSOR_STORED_PACKED = 1u };
-enum { IPU_STAGES_PIPELINED = 1u };
+enum { IPU_STAGES_PIPELINED = 1u, IPU_STAGES_STEP_END = 2u };
 #define IPU_MAX_STAGES 4096u
 
 typedef struct ipu_executable ipu_executable;
@@ -75,6 +76,11 @@ typedef struct ipu_executable_info {
     uint32_t num_stages;    /* 0: not sharded (manual sharding: see ipu_executable_stage) */
     int pipelined;          /* stages of consecutive batches run concurrently */
     uint32_t num_variables; /* weight anchors kept as variables (ipu_executable_variable) */
+    /* Program id of the step-end program, or IPU_NO_INDEX. A sharded executable may have one:
+     * it runs once after every step in which a batch ran (after a pipeline drained), alone on
+     * the device, and may use every stage's memory; a streamed input anchor then holds the
+     * step's last batch. Training applies a step's accumulated gradients in it. */
+    uint32_t step_end_program;
 } ipu_executable_info;
 
 /* One stage of a sharded model. A Main iteration runs the stages in order, each followed by its

@@ -256,7 +256,16 @@ static ipu_status parse_metadata(ipu_executable *e, const ipu_container *c) {
                          in->num_stages, in->num_subgraphs);
     /* Layout: all counts are < 2^32, so these sums cannot overflow 64 bits. */
     uint64_t stage_at = 56 + 4 * (uint64_t)in->num_subgraphs;
-    uint64_t main_end = stage_at + (in->num_stages ? 4 + 12 * (uint64_t)in->num_stages : 0);
+    uint32_t stage_flags = 0;
+    if (in->num_stages) {
+        if (stage_at + 4 > size)
+            return ipu__fail(IPU_ERR_CORRUPT, "metadata: blob ends before the stage table");
+        stage_flags = ipu__ld_u32(p + stage_at);
+        if (stage_flags & ~(uint32_t)(IPU_STAGES_PIPELINED | IPU_STAGES_STEP_END))
+            return ipu__fail(IPU_ERR_CORRUPT, "metadata: unknown stage flags 0x%x", stage_flags);
+    }
+    uint64_t main_end = stage_at + (in->num_stages ? 4 + 12 * (uint64_t)in->num_stages : 0) +
+                        (stage_flags & IPU_STAGES_STEP_END ? 4 : 0);
     uint64_t tens_at = pad8(main_end);
     uint64_t anch_at = tens_at + (uint64_t)TENSOR_REC * in->num_tensors;
     uint64_t str_at = anch_at + (uint64_t)ANCHOR_REC * in->num_anchors;
@@ -275,11 +284,11 @@ static ipu_status parse_metadata(ipu_executable *e, const ipu_container *c) {
     if (!e->main_programs || !e->tensors || !e->anchors) return nomem();
     for (uint32_t s = 0; s < in->num_subgraphs; s++)
         e->main_programs[s] = ipu__ld_u32(p + 56 + 4 * (uint64_t)s);
+    in->step_end_program = IPU_NO_INDEX;
     if (in->num_stages) {
-        uint32_t flags = ipu__ld_u32(p + stage_at);
-        if (flags & ~(uint32_t)IPU_STAGES_PIPELINED)
-            return ipu__fail(IPU_ERR_CORRUPT, "metadata: unknown stage flags 0x%x", flags);
-        in->pipelined = (flags & IPU_STAGES_PIPELINED) != 0;
+        in->pipelined = (stage_flags & IPU_STAGES_PIPELINED) != 0;
+        if (stage_flags & IPU_STAGES_STEP_END)
+            in->step_end_program = ipu__ld_u32(p + stage_at + 4 + 12 * (uint64_t)in->num_stages);
         e->stages = ipu__calloc(in->num_stages, sizeof *e->stages);
         if (!e->stages) return nomem();
         for (uint32_t k = 0; k < in->num_stages; k++) {
@@ -393,6 +402,13 @@ static ipu_status find_prog(const prog_key *keys, uint32_t n, uint32_t id, uint3
 
 /* Stage program ids → indices; copy programs must hold only COPY instructions. */
 static ipu_status resolve_stages(ipu_executable *e, const prog_key *keys, uint32_t np) {
+    uint32_t end_id = e->info.step_end_program;
+    e->step_end = IPU_NO_INDEX;
+    if (end_id != IPU_NO_INDEX &&
+        (find_prog(keys, np, end_id, &e->step_end) || e->step_end == e->load_program))
+        return ipu__fail(IPU_ERR_CORRUPT,
+                         "metadata: step-end program %u does not exist or is the Load program",
+                         end_id);
     for (uint32_t k = 0; k < e->info.num_stages; k++) {
         ipu__stage *sg = &e->stages[k];
         uint32_t id = sg->program;

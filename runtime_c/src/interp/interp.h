@@ -65,6 +65,7 @@ struct ipu_executable {
     uint32_t load_program;      /* index into programs[] (not the id) */
     uint32_t *main_programs;    /* [num_subgraphs] indices into programs[] */
     ipu__stage *stages;         /* [info.num_stages] or NULL */
+    uint32_t step_end;          /* index into programs[], or IPU_NO_INDEX */
     const uint8_t *tensor_data; /* TENSOR_DATA blob or NULL */
     uint64_t tensor_data_size;
     struct ipu__prepack *prepack; /* packed operands (prepack.h); mutable while verifying */

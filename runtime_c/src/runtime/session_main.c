@@ -559,6 +559,15 @@ static ipu_status run_serial(ipu_session *s, ipu_step_result *r) {
     return IPU_OK;
 }
 
+/* The step-end program (ipu_executable_info.step_end_program): alone, over the whole pool. */
+static ipu_status run_step_end(ipu_session *s) {
+    ipu_status st = ipu__run_program(s, &s->frame, s->exe->step_end);
+    if (st == IPU_OK) return IPU_OK;
+    char m[IPU__MSG_BYTES];
+    snprintf(m, sizeof m, "%s", ipu_last_error_message());
+    return ipu__fail(st, "step-end program failed: %s", m);
+}
+
 ipu_status ipu_session_run_main(ipu_session *s, ipu_step_result *out) {
     if (!s) return ipu__fail(IPU_ERR_INVALID_ARGUMENT, "ipu_session_run_main: session is NULL");
     if (!s->loaded)
@@ -569,6 +578,8 @@ ipu_status ipu_session_run_main(ipu_session *s, ipu_step_result *out) {
     ipu_status ret = ipu__stages_pipelined(s)  ? ipu__stages_run_main(s, &r)
                      : ipu__pipeline_usable(s) ? ipu__pipeline_run_main(s, &r)
                                                : run_serial(s, &r);
+    if (ret == IPU_OK && r.iterations > 0 && s->exe->step_end != IPU_NO_INDEX)
+        ret = run_step_end(s);
     if (r.padded_iterations)
         atomic_fetch_add_explicit(&s->st_padded, r.padded_iterations, memory_order_relaxed);
     if (r.iterations + r.padded_iterations == s->bps)
