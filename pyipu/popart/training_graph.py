@@ -77,12 +77,15 @@ def build(
     except Exception as e:
         raise popart_exception(f"cannot differentiate the model: {e}") from e
     w = NodeWriter(default_opset(train), "optimizer")
-    args = (trainable, grads, train, optimizer, state, micro_batches, accumulation, mean_reduction)
+    dtypes = {i.name: helper.tensor_dtype_to_np_dtype(i.data_type) for i in train.graph.initializer}
+    step = _Step(
+        trainable, grads, dtypes, optimizer, state, micro_batches, accumulation, mean_reduction
+    )
     if stages is not None:
         stages.place(train.graph.node, origin)
-        updates, initial = _sharded_updates(w, stages, *args)
+        updates, initial = _sharded_updates(w, stages, step)
     else:
-        updates, initial = _updates(w, *args)
+        updates, initial = _updates(w, step)
     updates.update(running)
     out = TrainingGraph(train, [], data)
     anchored = len(w.nodes)
@@ -102,68 +105,68 @@ def build(
     return out
 
 
-def _updates(
-    w: NodeWriter,
-    trainable: Sequence[str],
-    grads: Mapping[str, str],
-    train: onnx.ModelProto,
-    optimizer: Optimizer,
-    state: Mapping[tuple[str, str], np.ndarray],
-    micro_batches: int,
-    accumulation: int,
-    mean_reduction: bool,
-) -> tuple[dict[str, str], list[onnx.TensorProto]]:
+@dataclass(frozen=True)
+class _Step:
+    """What the weights' updates are written from."""
+
+    trainable: Sequence[str]
+    grads: Mapping[str, str]  # weight → its gradient's value
+    dtypes: Mapping[str, np.dtype]  # weight → its dtype
+    optimizer: Optimizer
+    state: Mapping[tuple[str, str], np.ndarray]
+    micro_batches: int
+    accumulation: int
+    mean_reduction: bool
+
+    def slots(self, name: str) -> dict[str, str]:
+        return {s: f"{name}/{s}" for s in self.optimizer.slots()}
+
+    def initial(self, name: str, slot: str, variable: str) -> onnx.TensorProto:
+        return numpy_helper.from_array(self.state[(name, slot)], variable)
+
+
+def _updates(w: NodeWriter, u: _Step) -> tuple[dict[str, str], list[onnx.TensorProto]]:
     """Every micro-batch's variable updates (one executable serves every micro-batch, see
     module) and the new variables' initial values."""
     i64 = np.int64
+    a = u.accumulation
     micro = w.op("Add", [MICRO, w.const(np.asarray(1, i64))])
-    if accumulation > 1:
-        acc = w.const(np.asarray(accumulation, i64))
+    if a > 1:
+        acc = w.const(np.asarray(a, i64))
         last = w.op("Equal", [w.op("Mod", [micro, acc]), w.const(np.asarray(0, i64))])
         step = w.op(
             "Cast",
             [w.op("Add", [w.op("Div", [MICRO, acc]), w.const(np.asarray(1, i64))])],
-            to=onnx.TensorProto.FLOAT,
+            to=_FLOAT,
         )
     else:
-        step = w.op("Cast", [micro], to=onnx.TensorProto.FLOAT)
+        step = w.op("Cast", [micro], to=_FLOAT)
     updates = {MICRO: micro}
-    initial = [numpy_helper.from_array(np.asarray(micro_batches, i64), MICRO)]
-    weights = {i.name: i for i in train.graph.initializer}
-    for name in trainable:
-        dtype = helper.tensor_dtype_to_np_dtype(weights[name].data_type)
-        slots = {s: f"{name}/{s}" for s in optimizer.slots()}
-        grad = grads[name]
-        if accumulation > 1:
+    initial = [numpy_helper.from_array(np.asarray(u.micro_batches, i64), MICRO)]
+    for name in u.trainable:
+        dtype = u.dtypes[name]
+        slots = u.slots(name)
+        grad = u.grads[name]
+        if a > 1:
             buf = f"{name}/accumulated"
             grad = w.op("Add", [buf, grad])
-            kept = w.op("Where", [last, w.const(np.asarray(0, dtype)), grad])
-            updates[buf] = kept
-            initial.append(numpy_helper.from_array(state[(name, "accumulated")], buf))
-            if mean_reduction:
-                grad = w.op("Div", [grad, w.const(np.asarray(accumulation, dtype))])
-        new, new_state = optimizer.update(w, name, grad, slots, step, dtype)
-        if accumulation > 1:
+            updates[buf] = w.op("Where", [last, w.const(np.asarray(0, dtype)), grad])
+            initial.append(u.initial(name, "accumulated", buf))
+            if u.mean_reduction:
+                grad = w.op("Div", [grad, w.const(np.asarray(a, dtype))])
+        new, new_state = u.optimizer.update(w, name, grad, slots, step, dtype)
+        if a > 1:
             new = w.op("Where", [last, new, name])
             new_state = {s: w.op("Where", [last, v, slots[s]]) for s, v in new_state.items()}
         updates[name] = new
         for s, slot in slots.items():
             updates[slot] = new_state[s]
-            initial.append(numpy_helper.from_array(state[(name, s)], slot))
+            initial.append(u.initial(name, s, slot))
     return updates, initial
 
 
 def _sharded_updates(
-    w: NodeWriter,
-    stages: Stages,
-    trainable: Sequence[str],
-    grads: Mapping[str, str],
-    train: onnx.ModelProto,
-    optimizer: Optimizer,
-    state: Mapping[tuple[str, str], np.ndarray],
-    micro_batches: int,
-    accumulation: int,
-    mean_reduction: bool,
+    w: NodeWriter, stages: Stages, u: _Step
 ) -> tuple[dict[str, str], list[onnx.TensorProto]]:
     """The updates of a sharded (or pipelined) training graph, compiled with one step per
     weight update (`accumulation` batches per step). Each weight's gradient adds up in its
@@ -172,7 +175,7 @@ def _sharded_updates(
     left the pipeline, applies the optimizer. So no stage writes a weight another reads while
     the pipeline runs."""
     i64 = np.int64
-    a = accumulation
+    a = u.accumulation
     updates: dict[str, str] = {}
     initial: list[onnx.TensorProto] = []
     firsts: dict[int, str] = {}
@@ -182,16 +185,15 @@ def _sharded_updates(
             start = len(w.nodes)
             counter = f"{MICRO}@stage{j}"
             updates[counter] = w.op("Add", [counter, w.const(np.asarray(1, i64))])
-            initial.append(numpy_helper.from_array(np.asarray(micro_batches, i64), counter))
+            initial.append(numpy_helper.from_array(np.asarray(u.micro_batches, i64), counter))
             zero = w.const(np.asarray(0, i64))
             firsts[j] = w.op("Equal", [w.op("Mod", [counter, w.const(np.asarray(a, i64))]), zero])
             stages.put_all(w.nodes[start:], j)
         return firsts[j]
 
-    weights = {i.name: i for i in train.graph.initializer}
     accumulated = {}
-    for name in trainable:
-        grad = grads[name]
+    for name in u.trainable:
+        grad = u.grads[name]
         j = stages.stage.get(grad, stages.count - 1)
         acc = f"{name}/accumulated"
         if a > 1:
@@ -200,23 +202,23 @@ def _sharded_updates(
             grad = w.op("Where", [is_first, grad, w.op("Add", [acc, grad])])
             stages.put_all(w.nodes[start:], j)
         updates[acc] = grad
-        initial.append(numpy_helper.from_array(state[(name, "accumulated")], acc))
+        initial.append(u.initial(name, "accumulated", acc))
         accumulated[name] = acc
     start = len(w.nodes)
     micro = w.op("Add", [MICRO, w.const(np.asarray(a, i64))])
     step = w.op("Cast", [w.op("Div", [micro, w.const(np.asarray(a, i64))])], to=_FLOAT)
     updates[MICRO] = micro
-    initial.append(numpy_helper.from_array(np.asarray(micro_batches, i64), MICRO))
-    for name in trainable:
-        dtype = helper.tensor_dtype_to_np_dtype(weights[name].data_type)
-        slots = {s: f"{name}/{s}" for s in optimizer.slots()}
+    initial.append(numpy_helper.from_array(np.asarray(u.micro_batches, i64), MICRO))
+    for name in u.trainable:
+        dtype = u.dtypes[name]
+        slots = u.slots(name)
         grad = accumulated[name]
-        if mean_reduction and a > 1:
+        if u.mean_reduction and a > 1:
             grad = w.op("Div", [grad, w.const(np.asarray(a, dtype))])
-        updates[name], new_state = optimizer.update(w, name, grad, slots, step, dtype)
+        updates[name], new_state = u.optimizer.update(w, name, grad, slots, step, dtype)
         for s, slot in slots.items():
             updates[slot] = new_state[s]
-            initial.append(numpy_helper.from_array(state[(name, s)], slot))
+            initial.append(u.initial(name, s, slot))
     mark_step_end(w.nodes[start:])
     return updates, initial
 
