@@ -1,0 +1,83 @@
+"""`pyipu serve MODEL_REPOSITORY`: serve until SIGTERM or SIGINT, then stop gracefully."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+
+from pyipu.serve.server import TOKEN_ENV
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="pyipu serve",
+        description="Serve a Triton-style model repository over the KServe v2 protocol "
+        "(HTTP and gRPC).",
+    )
+    p.add_argument("repository", metavar="MODEL_REPOSITORY", help="<repo>/<model>/<version>/")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--http-port", type=int, default=8000, help="HTTP port (default 8000, -1 off)")
+    p.add_argument("--grpc-port", type=int, default=8001, help="gRPC port (default 8001, -1 off)")
+    p.add_argument(
+        "--token", help=f"bearer token required on every endpoint but health (or ${TOKEN_ENV})"
+    )
+    p.add_argument(
+        "--max-body-mb", type=int, default=64, help="HTTP body / gRPC message limit (default 64)"
+    )
+    p.add_argument(
+        "--grace", type=float, default=30.0, help="seconds accepted requests get at shutdown"
+    )
+    p.add_argument(
+        "--log-level",
+        default="warning",
+        choices=["debug", "info", "warning", "error"],
+        help="JSON-lines logs on stderr at this level (default warning)",
+    )
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        from pyipu.serve.metrics import JsonFormatter
+        from pyipu.serve.server import Server, ServerConfig, resolve_token
+    except ImportError as e:
+        print(f"pyipu serve: error: {e} (install the extra: pip install pyipu[serve])",
+              file=sys.stderr)
+        return 2
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("pyipu.serve")
+    logger.addHandler(handler)
+    logger.setLevel(args.log_level.upper())
+    logger.propagate = False
+    config = ServerConfig(
+        repository=args.repository,
+        host=args.host,
+        http_port=None if args.http_port < 0 else args.http_port,
+        grpc_port=None if args.grpc_port < 0 else args.grpc_port,
+        token=resolve_token(args.token),
+        max_body_bytes=args.max_body_mb << 20,
+        grace_s=args.grace,
+    )
+    server = Server(config)
+    done = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        done.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    server.start()
+    print(
+        f"pyipu serve: http {config.host}:{server.http_port} grpc {config.host}:{server.grpc_port}",
+        file=sys.stderr,
+        flush=True,
+    )
+    while not done.wait(0.5):
+        pass
+    server.stop()
+    return 0
