@@ -36,7 +36,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     add_model(
         repo,
         "slowt",
-        slow_model(4 * SLOW_DEPTH),
+        slow_model(SLOW_DEPTH),
         config={"request_timeout_s": 0.2, "num_threads": 1},
     )
     add_model(repo, "wide", slow_model(SLOW_DEPTH), config={"max_inflight": 16, "num_threads": 1})

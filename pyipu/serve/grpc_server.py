@@ -1,5 +1,5 @@
 """The KServe v2 gRPC service (`inference.GRPCInferenceService`) on grpc.aio, with the message
-classes and servicer base that tritonclient ships."""
+classes and service descriptor that tritonclient ships."""
 
 from __future__ import annotations
 
@@ -10,11 +10,12 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
+from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
 from pyipu.errors import Error
-from pyipu.serve.errors import UnauthorizedError, UnavailableError, status_of
+from pyipu.serve.errors import BadRequestError, UnauthorizedError, UnavailableError, status_of
 from pyipu.serve.protocol import decode_grpc, encode_grpc
 from pyipu.serve.repository import check_name, check_version
 
@@ -23,6 +24,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("pyipu.serve")
 T = TypeVar("T")
+_SERVICE = "inference.GRPCInferenceService"
+_METHODS = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods
+_REQUEST_TYPES = {m.name: getattr(pb, m.input_type.name) for m in _METHODS}
+_RESPONSE_TYPES = {m.name: getattr(pb, m.output_type.name) for m in _METHODS}
 
 
 def _handled(
@@ -36,6 +41,11 @@ def _handled(
             try:
                 if check_token:
                     self._check_token(context)
+                if isinstance(request, bytes):  # registered by start_grpc: parse it here
+                    try:
+                        request = _REQUEST_TYPES[fn.__name__].FromString(request)
+                    except DecodeError as e:
+                        raise BadRequestError(f"not a valid {fn.__name__} request: {e}") from e
                 return await fn(self, request, context)
             except Exception as e:
                 _status, grpc_name, kind = status_of(e)
@@ -149,7 +159,17 @@ async def start_grpc(server: Server, host: str, port: int) -> tuple[Any, int]:
             ("grpc.so_reuseport", 0),
         ]
     )
-    pb_grpc.add_GRPCInferenceServiceServicer_to_server(Servicer(server), aio)
+    # The messages are parsed in the methods (not by grpc's deserializer), so that bytes that
+    # are no message of the method's type get INVALID_ARGUMENT rather than UNKNOWN.
+    servicer = Servicer(server)
+    handlers = {
+        name: grpc.unary_unary_rpc_method_handler(
+            getattr(servicer, name), response_serializer=_RESPONSE_TYPES[name].SerializeToString
+        )
+        for name in _REQUEST_TYPES
+        if name in Servicer.__dict__
+    }
+    aio.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(_SERVICE, handlers),))
     bound = aio.add_insecure_port(f"{host}:{port}")
     if bound == 0:
         raise OSError(f"cannot bind gRPC to {host}:{port}")

@@ -100,8 +100,13 @@ class Server:
         if self._thread is not None:
             raise InvalidStateError("the server was already started")
         if self.config.load_models:
+            # A folder without a usable version is skipped (the index lists it UNAVAILABLE);
+            # a model that fails to load stops the start, as Triton's --exit-on-error does.
             for name in self.models.repository.models():
-                self.models.load(name)
+                if self.models.repository.versions(name):
+                    self.models.load(name)
+                else:
+                    log.warning("no model file", extra={"fields": {"model": name}})
         started: asyncio.Future | None = None
         ready = threading.Event()
         failure: list[BaseException] = []
