@@ -18,7 +18,13 @@ from onnx import TensorProto, helper, numpy_helper
 
 def need_serve() -> None:
     """Skip without the serve extra, except in CI, where its absence is a failure."""
-    for module in ("aiohttp", "grpc", "tritonclient.http", "tritonclient.grpc", "prometheus_client"):
+    for module in (
+        "aiohttp",
+        "grpc",
+        "tritonclient.http",
+        "tritonclient.grpc",
+        "prometheus_client",
+    ):
         if os.environ.get("CI") == "true":
             __import__(module)
         else:

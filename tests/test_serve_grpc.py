@@ -50,7 +50,9 @@ def test_health_and_metadata(client: Any) -> None:
     meta = client.get_model_metadata("scale", as_json=True)
     assert meta["inputs"] == [{"name": "X", "datatype": "FP32", "shape": ["-1", "3"]}]
     config = client.get_model_config("scale", as_json=True)["config"]
-    assert config["dynamic_batching"]["max_queue_delay_microseconds"] == "2000"  # uint64 as JSON text
+    assert (
+        config["dynamic_batching"]["max_queue_delay_microseconds"] == "2000"
+    )  # uint64 as JSON text
 
 
 def test_infer_matches_numpy(client: Any) -> None:
@@ -65,10 +67,16 @@ def test_dtypes_and_requested_outputs(client: Any) -> None:
     x = np.arange(8, dtype=np.float32).reshape(2, 4)
     i = -np.arange(8, dtype=np.int64).reshape(2, 4)
     h = np.arange(8, dtype=np.float16).reshape(2, 4)
-    inputs = [infer_input("X", x, "FP32"), infer_input("I", i, "INT64"),
-              infer_input("H", h, "FP16")]
-    result = client.infer("multi", inputs, outputs=[grpcclient.InferRequestedOutput("G"),
-                                                    grpcclient.InferRequestedOutput("J")])
+    inputs = [
+        infer_input("X", x, "FP32"),
+        infer_input("I", i, "INT64"),
+        infer_input("H", h, "FP16"),
+    ]
+    result = client.infer(
+        "multi",
+        inputs,
+        outputs=[grpcclient.InferRequestedOutput("G"), grpcclient.InferRequestedOutput("J")],
+    )
     assert [o.name for o in result.get_response().outputs] == ["G", "J"]
     np.testing.assert_array_equal(result.as_numpy("J"), i + 1)
     np.testing.assert_array_equal(result.as_numpy("G"), h + h)
@@ -115,9 +123,10 @@ def test_status_codes(stub: Any) -> None:
         invalid
     )
     assert code_of(stub.ModelInfer, variant(lambda r: r.inputs[0].shape.append(1))) == invalid
-    assert code_of(
-        stub.ModelInfer, variant(lambda r: setattr(r.inputs[0], "datatype", "FP64"))
-    ) == invalid
+    assert (
+        code_of(stub.ModelInfer, variant(lambda r: setattr(r.inputs[0], "datatype", "FP64")))
+        == invalid
+    )
     assert code_of(stub.ModelInfer, variant(lambda r: setattr(r.inputs[0], "name", "Q"))) == (
         invalid
     )

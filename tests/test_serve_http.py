@@ -80,8 +80,11 @@ def test_dtypes_and_requested_outputs(client: Any) -> None:
     x = np.arange(8, dtype=np.float32).reshape(2, 4)
     i = np.arange(8, dtype=np.int64).reshape(2, 4) * (1 << 40)
     h = (np.arange(8, dtype=np.float16) / 4).reshape(2, 4)
-    inputs = [infer_input("X", x, "FP32"), infer_input("I", i, "INT64", False),
-              infer_input("H", h, "FP16")]
+    inputs = [
+        infer_input("X", x, "FP32"),
+        infer_input("I", i, "INT64", False),
+        infer_input("H", h, "FP16"),
+    ]
     result = client.infer("multi", inputs)  # no outputs named: all of them
     np.testing.assert_array_equal(result.as_numpy("Y"), 2 * x)
     np.testing.assert_array_equal(result.as_numpy("J"), i + 1)
@@ -146,8 +149,12 @@ def test_malformed_requests(server: Any, body: Any, status: int, words: str) -> 
 def test_missing_input_and_binary_errors(server: Any) -> None:
     status, message = bad(server, {"inputs": [{**X_OK, "name": "X"}]}, "/v2/models/multi/infer")
     assert status == 400 and "missing inputs" in message
-    spec = {"name": "X", "shape": [2, 16], "datatype": "FP32",
-            "parameters": {"binary_data_size": 128}}
+    spec = {
+        "name": "X",
+        "shape": [2, 16],
+        "datatype": "FP32",
+        "parameters": {"binary_data_size": 128},
+    }
     header = json.dumps({"inputs": [spec]}).encode()
     for tail, length, words in [
         (b"\0" * 100, len(header), "ends before"),
@@ -155,11 +162,17 @@ def test_missing_input_and_binary_errors(server: Any) -> None:
         (b"\0" * 128, len(header) + 500, "Inference-Header-Content-Length"),
         (b"\0" * 128, -3, "Inference-Header-Content-Length"),
     ]:
-        status, message = bad(server, header + tail, **{
-            "Inference-Header-Content-Length": str(length)})
+        status, message = bad(
+            server, header + tail, **{"Inference-Header-Content-Length": str(length)}
+        )
         assert status == 400 and words in message, message
-    ok_status, _ = raw(server, "POST", "/v2/models/mlp/infer", header + b"\0" * 128,
-                       {"Inference-Header-Content-Length": str(len(header))})
+    ok_status, _ = raw(
+        server,
+        "POST",
+        "/v2/models/mlp/infer",
+        header + b"\0" * 128,
+        {"Inference-Header-Content-Length": str(len(header))},
+    )
     assert ok_status == 200
 
 

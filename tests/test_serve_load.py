@@ -17,7 +17,15 @@ from typing import Any
 
 import numpy as np
 import pytest
-from serve_helpers import add_model, metric, need_serve, running, slow_model, standard_repo, wait_for
+from serve_helpers import (
+    add_model,
+    metric,
+    need_serve,
+    running,
+    slow_model,
+    standard_repo,
+    wait_for,
+)
 
 need_serve()
 import tritonclient.grpc as grpcclient  # noqa: E402
@@ -126,8 +134,10 @@ def test_concurrent_clients_are_batched(server: Any) -> None:
 def test_backpressure(server: Any) -> None:
     model = server.models.get("slow")
     x = np.ones((1, 256), np.float32)
-    first = [lambda: http_infer(server.http_port, "slow", x),
-             lambda: grpc_infer(server.grpc_port, "slow", x)]
+    first = [
+        lambda: http_infer(server.http_port, "slow", x),
+        lambda: grpc_infer(server.grpc_port, "slow", x),
+    ]
     out: list[Any] = []
     t = threading.Thread(target=lambda: out.extend(in_threads(first)))
     t.start()
@@ -164,8 +174,16 @@ def test_client_goes_away(server: Any) -> None:
     before = model.stats()["requests_completed"]
     x = np.ones((1, 256), np.float32)
     header = json.dumps(
-        {"inputs": [{"name": "X", "shape": [1, 256], "datatype": "FP32",
-                     "parameters": {"binary_data_size": x.nbytes}}]}
+        {
+            "inputs": [
+                {
+                    "name": "X",
+                    "shape": [1, 256],
+                    "datatype": "FP32",
+                    "parameters": {"binary_data_size": x.nbytes},
+                }
+            ]
+        }
     ).encode()
     body = header + x.tobytes()
     for _ in range(3):
@@ -208,8 +226,20 @@ def test_graceful_shutdown_with_requests_in_flight(repo: Path) -> None:
 def test_command_line_sigterm(tmp_path: Path) -> None:
     repo = standard_repo(tmp_path)
     proc = subprocess.Popen(
-        [sys.executable, "-P", "-m", "pyipu", "serve", str(repo), "--http-port", "0",
-         "--grpc-port", "0", "--log-level", "info"],
+        [
+            sys.executable,
+            "-P",
+            "-m",
+            "pyipu",
+            "serve",
+            str(repo),
+            "--http-port",
+            "0",
+            "--grpc-port",
+            "0",
+            "--log-level",
+            "info",
+        ],
         stderr=subprocess.PIPE,
         text=True,
     )
@@ -223,7 +253,7 @@ def test_command_line_sigterm(tmp_path: Path) -> None:
         else:
             pytest.fail("".join(lines))
         http_port = int(line.split()[3].rsplit(":", 1)[1])
-        assert any(json.loads(l)["msg"] == "model loaded" for l in lines[:-1])
+        assert any(json.loads(entry)["msg"] == "model loaded" for entry in lines[:-1])
         x = np.ones((2, 3), np.float32)
         np.testing.assert_array_equal(http_infer(http_port, "scale", x), 3 * x)
         proc.send_signal(signal.SIGTERM)

@@ -35,8 +35,12 @@ def _valid_http() -> tuple[bytes, int]:
         {
             "id": "1",
             "inputs": [
-                {"name": "X", "shape": [2, 3], "datatype": "FP32",
-                 "parameters": {"binary_data_size": x.nbytes}},
+                {
+                    "name": "X",
+                    "shape": [2, 3],
+                    "datatype": "FP32",
+                    "parameters": {"binary_data_size": x.nbytes},
+                },
             ],
             "outputs": [{"name": "Y", "parameters": {"binary_data": True}}],
         }
@@ -44,8 +48,27 @@ def _valid_http() -> tuple[bytes, int]:
     return header + x.tobytes(), len(header)
 
 
-_JUNK: list[Any] = [None, True, -1, 0, 1.5, 1e308, "", "FP32", "X", [], [-1], [1 << 62], {}, [[]],
-                    {"a": 1}, "../..", [1, 2, 3], "\u0000", 2**70]
+_JUNK: list[Any] = [
+    None,
+    True,
+    -1,
+    0,
+    1.5,
+    1e308,
+    "",
+    "FP32",
+    "X",
+    [],
+    [-1],
+    [1 << 62],
+    {},
+    [[]],
+    {"a": 1},
+    "../..",
+    [1, 2, 3],
+    "\u0000",
+    2**70,
+]
 
 
 def _mutate_json(rng: random.Random) -> bytes:
@@ -57,8 +80,19 @@ def _mutate_json(rng: random.Random) -> bytes:
     targets = [doc, doc["inputs"][0], doc["outputs"][0]]
     for _ in range(rng.randint(1, 3)):
         target = rng.choice(targets)
-        key = rng.choice(["inputs", "outputs", "name", "shape", "datatype", "data",
-                          "parameters", "binary_data_size", "id"])
+        key = rng.choice(
+            [
+                "inputs",
+                "outputs",
+                "name",
+                "shape",
+                "datatype",
+                "data",
+                "parameters",
+                "binary_data_size",
+                "id",
+            ]
+        )
         target[key] = rng.choice(_JUNK)
     return json.dumps(doc).encode()
 
@@ -90,7 +124,8 @@ def test_http_fuzz(server: Any) -> None:
             body = _mutate_bytes(rng, valid)
             headers["Inference-Header-Content-Length"] = str(
                 rng.choice([header_len, header_len + rng.randint(-9, 9), rng.randint(-5, 99999)])
-                if kind == 1 else header_len
+                if kind == 1
+                else header_len
             )
         model = rng.choice(["scale", "scale", "mlp", "multi", "nope"])
         conn.request("POST", f"/v2/models/{model}/infer", body=body, headers=headers)
@@ -117,8 +152,11 @@ def test_grpc_fuzz(server: Any) -> None:
     request.raw_input_contents.append(np.ones(6, np.float32).tobytes())
     request.outputs.add(name="Y")
     valid = request.SerializeToString()
-    allowed = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
-               grpc.StatusCode.RESOURCE_EXHAUSTED}
+    allowed = {
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+    }
     with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as channel:
         call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
         for _ in range(300):
@@ -183,10 +221,20 @@ def test_model_configs(tmp_path: Path) -> None:
     a = r.config("a")
     assert a.batching_dim == 0 and a.max_inflight == 3
     b = r.config("b")
-    assert (b.batching_dim, b.batch_timeout_us, b.replication_factor, b.max_versions,
-            b.max_inflight) == (0, 500, 2, 2, 7)
-    for bad in ({"batching_dim": 99}, {"max_inflight": 0}, {"nope": 1},
-                {"request_timeout_s": -1}, [1]):
+    assert (
+        b.batching_dim,
+        b.batch_timeout_us,
+        b.replication_factor,
+        b.max_versions,
+        b.max_inflight,
+    ) == (0, 500, 2, 2, 7)
+    for bad in (
+        {"batching_dim": 99},
+        {"max_inflight": 0},
+        {"nope": 1},
+        {"request_timeout_s": -1},
+        [1],
+    ):
         (tmp_path / "a" / "config.json").write_text(json.dumps(bad))
         with pytest.raises(ConfigError):
             r.config("a")

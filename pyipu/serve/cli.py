@@ -45,8 +45,10 @@ def main(argv: list[str] | None = None) -> int:
         from pyipu.serve.metrics import JsonFormatter
         from pyipu.serve.server import Server, ServerConfig, resolve_token
     except ImportError as e:
-        print(f"pyipu serve: error: {e} (install the extra: pip install pyipu[serve])",
-              file=sys.stderr)
+        print(
+            f"pyipu serve: error: {e} (install the extra: pip install pyipu[serve])",
+            file=sys.stderr,
+        )
         return 2
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())

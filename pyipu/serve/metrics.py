@@ -73,10 +73,14 @@ class _RunnerCollector:
             "pyipu_serve_runtime_padded_rows", "Zero rows padding partial batches", labels=labels
         )
         done = CounterMetricFamily(
-            "pyipu_serve_runtime_requests_completed", "Requests the runtime completed", labels=labels
+            "pyipu_serve_runtime_requests_completed",
+            "Requests the runtime completed",
+            labels=labels,
         )
         queue = GaugeMetricFamily(
-            "pyipu_serve_runtime_queue_depth", "Queued batches of the model's anchors", labels=labels
+            "pyipu_serve_runtime_queue_depth",
+            "Queued batches of the model's anchors",
+            labels=labels,
         )
         for model, version, stats in self._source():
             key = [model, version]

@@ -204,8 +204,7 @@ class ModelManager:
         chosen = versions[-config.max_versions :]
         try:
             loaded = {
-                v: LoadedModel(name, v, self.repository.model_file(name, v), config)
-                for v in chosen
+                v: LoadedModel(name, v, self.repository.model_file(name, v), config) for v in chosen
             }
         except Exception as e:
             with self._lock:

@@ -119,7 +119,9 @@ class Repository:
             path = folder / file
             if path.is_file():
                 return self._inside(path)
-        raise ModelNotFoundError(f"model {name!r} version {version} has no {' or '.join(MODEL_FILES)}")
+        raise ModelNotFoundError(
+            f"model {name!r} version {version} has no {' or '.join(MODEL_FILES)}"
+        )
 
     def config(self, name: str) -> ModelConfig:
         folder = self._model_dir(name)

@@ -79,10 +79,14 @@ class Server:
             "name": model.name,
             "platform": "pyipu_popef",
             "max_batch_size": 0,
-            "input": [{"name": t.name, "data_type": "TYPE_" + t.datatype, "dims": t.shape}
-                      for t in model.inputs],
-            "output": [{"name": t.name, "data_type": "TYPE_" + t.datatype, "dims": t.shape}
-                       for t in model.outputs],
+            "input": [
+                {"name": t.name, "data_type": "TYPE_" + t.datatype, "dims": t.shape}
+                for t in model.inputs
+            ],
+            "output": [
+                {"name": t.name, "data_type": "TYPE_" + t.datatype, "dims": t.shape}
+                for t in model.outputs
+            ],
         }
         if model.batching_dim is not None:
             doc["dynamic_batching"] = {
@@ -137,22 +141,25 @@ class Server:
         self.accepting = True
         log.info(
             "serving",
-            extra={"fields": {"http_port": self.http_port, "grpc_port": self.grpc_port,
-                              "host": self.config.host}},
+            extra={
+                "fields": {
+                    "http_port": self.http_port,
+                    "grpc_port": self.grpc_port,
+                    "host": self.config.host,
+                }
+            },
         )
         return self
 
     async def _bind(self) -> None:
         cfg = self.config
         if cfg.http_port is not None:
-            runner = web.AppRunner(
-                build_app(self), access_log=None, shutdown_timeout=cfg.grace_s
-            )
+            runner = web.AppRunner(build_app(self), access_log=None, shutdown_timeout=cfg.grace_s)
             await runner.setup()
             self._http = runner
             site = web.TCPSite(runner, cfg.host, cfg.http_port)
             await site.start()
-            self.http_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+            self.http_port = int(runner.addresses[0][1])
         if cfg.grpc_port is not None:
             self._grpc, self.grpc_port = await start_grpc(self, cfg.host, cfg.grpc_port)
 
