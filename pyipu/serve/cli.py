@@ -74,11 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     server.start()
-    print(
-        f"pyipu serve: http {config.host}:{server.http_port} grpc {config.host}:{server.grpc_port}",
-        file=sys.stderr,
-        flush=True,
-    )
+    http = f"{config.host}:{server.http_port}" if server.http_port is not None else "off"
+    grpc = f"{config.host}:{server.grpc_port}" if server.grpc_port is not None else "off"
+    print(f"pyipu serve: http {http} grpc {grpc}", file=sys.stderr, flush=True)
     while not done.wait(0.5):
         pass
     server.stop()
