@@ -222,3 +222,11 @@ def test_token(tmp_path: Path) -> None:
         assert raw(s, "GET", "/v2", headers={"Authorization": "Bearer wrong"})[0] == 401
         ok = anon.get_model_metadata("mlp", headers={"Authorization": "Bearer s3cret"})
         assert ok["name"] == "mlp"
+
+
+def test_large_json_request(client: Any) -> None:
+    """Bodies over 256 KiB are decoded and encoded off the event loop: same answers."""
+    x = np.random.default_rng(9).standard_normal((30000, 3)).astype(np.float32)
+    out = httpclient.InferRequestedOutput("Y", binary_data=False)
+    y = client.infer("scale", [infer_input("X", x, "FP32", False)], outputs=[out]).as_numpy("Y")
+    np.testing.assert_allclose(y, 2 * x + 1, rtol=1e-6)

@@ -200,6 +200,31 @@ def test_client_goes_away(server: Any) -> None:
     np.testing.assert_array_equal(http_infer(server.http_port, "wide", x), slow_reference(x))
 
 
+def test_unload_with_requests_in_flight(server: Any) -> None:
+    model = server.models.get("wide")
+    x = np.full((1, 256), 0.5, np.float32)
+    out: list[Any] = []
+    calls = [
+        lambda: http_infer(server.http_port, "wide", x),
+        lambda: grpc_infer(server.grpc_port, "wide", x),
+    ]
+    t = threading.Thread(target=lambda: out.extend(in_threads(calls)))
+    t.start()
+    wait_for(lambda: model.inflight == 2, what="two requests in flight")
+    client = httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}")
+    client.unload_model("wide")  # returns once both have completed
+    assert model.inflight == 0 and not client.is_model_ready("wide")
+    t.join(300)
+    expected = slow_reference(x)
+    for y in out:
+        assert not isinstance(y, Exception), y
+        np.testing.assert_array_equal(y, expected)
+    with pytest.raises(InferenceServerException, match="not loaded"):
+        http_infer(server.http_port, "wide", x)
+    client.load_model("wide")
+    assert client.is_model_ready("wide")
+
+
 @pytest.mark.slow
 def test_graceful_shutdown_with_requests_in_flight(repo: Path) -> None:
     x = np.random.default_rng(2).standard_normal((1, 256)).astype(np.float32)

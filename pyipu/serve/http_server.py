@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("pyipu.serve")
 _OPEN_PATHS = ("/v2/health/live", "/v2/health/ready")  # no token needed (probes)
+_INLINE_BYTES = 256 << 10  # bodies up to this size are decoded on the event loop
 
 
 def _json(doc: Any, status: int = 200) -> web.Response:
@@ -90,9 +91,19 @@ def build_app(server: Server) -> web.Application:
             raise UnavailableError("the server is shutting down")
         model = _model(request)
         body = await request.read()
-        req = decode_http(body, request.headers.get(HEADER_LENGTH), cfg.max_body_bytes)
+        header = request.headers.get(HEADER_LENGTH)
+        # Large bodies are decoded and encoded off the loop (JSON tensors take a while).
+        if len(body) > _INLINE_BYTES:
+            req = await server.run_io(decode_http, body, header, cfg.max_body_bytes)
+        else:
+            req = decode_http(body, header, cfg.max_body_bytes)
         results = await model.infer(req, server.metrics, "http")
-        payload, header_len = encode_http(model.name, model.version, req, results)
+        if sum(a.nbytes for a in results.values()) > _INLINE_BYTES:
+            payload, header_len = await server.run_io(
+                encode_http, model.name, model.version, req, results
+            )
+        else:
+            payload, header_len = encode_http(model.name, model.version, req, results)
         if header_len is None:
             return web.Response(body=payload, content_type="application/json")
         return web.Response(

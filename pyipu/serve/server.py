@@ -52,6 +52,7 @@ class Server:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._blocking = ThreadPoolExecutor(2, "pyipu-serve-admin")  # loads, unloads, index
+        self._io = ThreadPoolExecutor(2, "pyipu-serve-io")  # decoding large requests
         self._http: web.AppRunner | None = None
         self._grpc: Any = None
         self._stopped = threading.Event()
@@ -96,6 +97,9 @@ class Server:
 
     async def run_blocking(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._blocking, fn, *args)
+
+    async def run_io(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._io, fn, *args)
 
     # --- lifecycle --------------------------------------------------------------------------
     def start(self) -> Server:
@@ -177,6 +181,7 @@ class Server:
                 thread.join()
             self.models.close()
             self._blocking.shutdown(wait=True)
+            self._io.shutdown(wait=True)
             self._stopped.set()
             log.info("stopped", extra={"fields": {}})
 
