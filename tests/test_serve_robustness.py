@@ -241,3 +241,17 @@ def test_model_configs(tmp_path: Path) -> None:
     (tmp_path / "b" / "config.pbtxt").write_text("dynamic_batching { bogus: 1 }")
     with pytest.raises(ConfigError):
         r.config("b")
+
+
+def test_command_line_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from pyipu.cli.main import main
+
+    assert main(["serve", str(tmp_path / "missing")]) == 1
+    assert "pyipu serve: error:" in capsys.readouterr().err
+    (tmp_path / "m" / "1").mkdir(parents=True)
+    (tmp_path / "m" / "1" / "model.onnx").write_bytes(b"junk")
+    assert main(["serve", str(tmp_path), "--http-port", "0", "--grpc-port", "0"]) == 1
+    assert "not a readable ONNX model" in capsys.readouterr().err
+    (tmp_path / "m" / "config.json").write_text('{"max_inflight": "many"}')
+    assert main(["serve", str(tmp_path), "--http-port", "0", "--grpc-port", "0"]) == 1
+    assert "max_inflight" in capsys.readouterr().err

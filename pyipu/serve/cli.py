@@ -43,7 +43,6 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         from pyipu.serve.metrics import JsonFormatter
-        from pyipu.serve.server import Server, ServerConfig, resolve_token
     except ImportError as e:
         print(
             f"pyipu serve: error: {e} (install the extra: pip install pyipu[serve])",
@@ -53,9 +52,21 @@ def main(argv: list[str] | None = None) -> int:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
     logger = logging.getLogger("pyipu.serve")
+    saved = logger.level, logger.propagate
     logger.addHandler(handler)
     logger.setLevel(args.log_level.upper())
     logger.propagate = False
+    try:
+        return _serve(args)
+    finally:  # main() may run inside another program (the tests): leave logging as it was
+        logger.removeHandler(handler)
+        logger.setLevel(saved[0])
+        logger.propagate = saved[1]
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from pyipu.serve.server import Server, ServerConfig, resolve_token
+
     config = ServerConfig(
         repository=args.repository,
         host=args.host,
@@ -65,19 +76,21 @@ def main(argv: list[str] | None = None) -> int:
         max_body_bytes=args.max_body_mb << 20,
         grace_s=args.grace,
     )
-    server = Server(config)
+    server = Server(config).start()
     done = threading.Event()
 
     def on_signal(signum: int, frame: object) -> None:
         done.set()
 
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    server.start()
-    http = f"{config.host}:{server.http_port}" if server.http_port is not None else "off"
-    grpc = f"{config.host}:{server.grpc_port}" if server.grpc_port is not None else "off"
-    print(f"pyipu serve: http {http} grpc {grpc}", file=sys.stderr, flush=True)
-    while not done.wait(0.5):
-        pass
-    server.stop()
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        http = f"{config.host}:{server.http_port}" if server.http_port is not None else "off"
+        grpc = f"{config.host}:{server.grpc_port}" if server.grpc_port is not None else "off"
+        print(f"pyipu serve: http {http} grpc {grpc}", file=sys.stderr, flush=True)
+        while not done.wait(0.5):
+            pass
+    finally:
+        server.stop()
+        for s, handler in previous.items():
+            signal.signal(s, handler)
     return 0

@@ -110,11 +110,15 @@ class Server:
         if self.config.load_models:
             # A folder without a usable version is skipped (the index lists it UNAVAILABLE);
             # a model that fails to load stops the start, as Triton's --exit-on-error does.
-            for name in self.models.repository.models():
-                if self.models.repository.versions(name):
-                    self.models.load(name)
-                else:
-                    log.warning("no model file", extra={"fields": {"model": name}})
+            try:
+                for name in self.models.repository.models():
+                    if self.models.repository.versions(name):
+                        self.models.load(name)
+                    else:
+                        log.warning("no model file", extra={"fields": {"model": name}})
+            except BaseException:
+                self.models.close()  # the runners of the models loaded before this one
+                raise
         started: asyncio.Future | None = None
         ready = threading.Event()
         failure: list[BaseException] = []
