@@ -131,6 +131,20 @@ def load(port: int, clients: int, seconds: float) -> tuple[float, float, float]:
     return len(lat) / elapsed, float(np.percentile(lat, 50)), float(np.percentile(lat, 99))
 
 
+def rows_per_iteration(port: int) -> str:
+    """How many requests' rows the runtime ran per iteration, from /metrics."""
+    import urllib.request
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
+    values = {}
+    for line in text.splitlines():
+        if line.startswith(("pyipu_serve_runtime_iterations_total", "pyipu_serve_runtime_req")):
+            values[line.split("{")[0]] = float(line.rsplit(" ", 1)[1])
+    done = values["pyipu_serve_runtime_requests_completed_total"]
+    iters = values["pyipu_serve_runtime_iterations_total"]
+    return f"  (all points: {done:.0f} one-row requests in {iters:.0f} iterations)"
+
+
 def free_port() -> int:
     import socket
 
@@ -199,6 +213,8 @@ def main() -> int:
                 for n in counts:
                     rps, p50, p99 = load(port, n, args.seconds)
                     print(f"{name:<12} {n:>7} {rps:>9.0f} {p50:>8.2f} {p99:>8.2f}", flush=True)
+                if name == "pyipu serve":
+                    print(rows_per_iteration(port))
             finally:
                 proc.terminate()
                 proc.wait(60)
