@@ -169,6 +169,32 @@ def test_timeout(server: Any) -> None:
     assert stats["requests_failed"] == 2 and stats["requests_submitted"] == 2
 
 
+def test_request_timeout_parameter(server: Any) -> None:
+    """The request's own timeout (microseconds, Triton's parameter) and a gRPC deadline."""
+    model = server.models.get("wide")
+    x = np.ones((1, 256), np.float32)
+    before = model.stats()["requests_failed"]
+    http = httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}")
+    i = httpclient.InferInput("X", [1, 256], "FP32")
+    i.set_data_from_numpy(x)
+    with pytest.raises(InferenceServerException) as info:
+        http.infer("wide", [i], timeout=100_000)
+    assert info.value.status() == "504" and "within 0.1 s" in str(info.value)
+    rpc = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc_port}")
+    g = grpcclient.InferInput("X", [1, 256], "FP32")
+    g.set_data_from_numpy(x)
+    with pytest.raises(InferenceServerException) as info:
+        rpc.infer("wide", [g], timeout=100_000)
+    assert info.value.status() == "StatusCode.DEADLINE_EXCEEDED"
+    with pytest.raises(InferenceServerException) as info:
+        rpc.infer("wide", [g], client_timeout=0.2)
+    assert info.value.status() == "StatusCode.DEADLINE_EXCEEDED"
+    wait_for(lambda: model.inflight == 0, what="cancelled requests to complete")
+    assert model.stats()["requests_failed"] == before + 3
+    with pytest.raises(InferenceServerException, match="timeout"):
+        http.infer("wide", [i], timeout=-5)
+
+
 def test_client_goes_away(server: Any) -> None:
     model = server.models.get("wide")
     before = model.stats()["requests_completed"]

@@ -123,6 +123,9 @@ class Servicer(pb_grpc.GRPCInferenceServiceServicer):
             raise UnavailableError("the server is shutting down")
         model = self._model(request.model_name, request.model_version)
         req = decode_grpc(request, self.server.config.max_body_bytes)
+        remaining = context.time_remaining()  # the client's deadline, if it set one
+        if remaining is not None and (req.timeout_s is None or remaining < req.timeout_s):
+            req.timeout_s = max(remaining, 1e-3)
         results = await model.infer(req, self.server.metrics, "grpc")
         response = pb.ModelInferResponse(
             model_name=model.name, model_version=model.version, id=request.id

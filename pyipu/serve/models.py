@@ -136,25 +136,30 @@ class LoadedModel:
             # thread too. The waiter owns the arrays until the runtime completes the request,
             # even if this task is cancelled (a client that goes away): exactly once.
             loop = asyncio.get_running_loop()
-            await loop.run_in_executor(self._waiters, self._run, req.inputs, outputs, metrics)
+            timeout = self.config.request_timeout_s
+            if req.timeout_s is not None:
+                timeout = min(timeout, req.timeout_s)
+            await loop.run_in_executor(
+                self._waiters, self._run, req.inputs, outputs, timeout, metrics
+            )
             metrics.latency.labels(*labels).observe(time.perf_counter() - start)
             return {name: outputs[name] for name in wanted}
         except BaseException as e:
             metrics.failures.labels(*labels, protocol, status_of(e)[2]).inc()
             raise
 
-    def _run(self, inputs: dict, outputs: dict, metrics: Metrics) -> None:  # a waiter thread
+    def _run(
+        self, inputs: dict, outputs: dict, timeout: float, metrics: Metrics
+    ) -> None:  # on a waiter thread
         try:
             future = self.runner.execute_async(inputs, outputs)
-            if not future.wait(self.config.request_timeout_s):
+            if not future.wait(timeout):
                 future.cancel()
                 try:
                     future.wait()
                 except CancelledError:
                     pass
-                raise DeadlineError(
-                    f"model {self.name!r}: no result within {self.config.request_timeout_s} s"
-                )
+                raise DeadlineError(f"model {self.name!r}: no result within {timeout:g} s")
             future.wait()  # raises the request's error
         finally:
             with self._lock:

@@ -67,6 +67,7 @@ class InferRequest:
     inputs: dict[str, np.ndarray] = field(default_factory=dict)
     outputs: list[RequestedOutput] | None = None
     binary_output: bool = False  # request-level "binary_data_output"
+    timeout_s: float | None = None  # the request's own "timeout" parameter (or gRPC deadline)
 
 
 def check_shape(name: str, shape: Any) -> tuple[int, ...]:
@@ -152,6 +153,7 @@ def decode_http(body: bytes, header_length: str | None, max_bytes: int) -> Infer
     req = InferRequest(id=str(doc.get("id", "")))
     params = _params(doc, "request")
     req.binary_output = params.get("binary_data_output") is True
+    req.timeout_s = _timeout(params.get("timeout"))
     inputs = doc.get("inputs")
     if not isinstance(inputs, list) or not inputs:
         raise BadRequestError("request needs a non-empty 'inputs' list")
@@ -191,6 +193,15 @@ def decode_http(body: bytes, header_length: str | None, max_bytes: int) -> Infer
             binary_flag = _params(spec, f"output {spec['name']!r}").get("binary_data")
             req.outputs.append(RequestedOutput(spec["name"], binary_flag is True))
     return req
+
+
+def _timeout(value: Any) -> float | None:
+    """The "timeout" request parameter (microseconds, Triton's meaning) in seconds."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise BadRequestError(f"bad timeout parameter {value!r} (positive microseconds)")
+    return value / 1e6
 
 
 def _params(obj: dict, what: str) -> dict:
@@ -234,6 +245,8 @@ def encode_http(
 def decode_grpc(request: Any, max_bytes: int) -> InferRequest:
     """A ModelInferRequest's tensors (raw_input_contents or typed contents) as arrays."""
     req = InferRequest(id=request.id)
+    if "timeout" in request.parameters:
+        req.timeout_s = _timeout(request.parameters["timeout"].int64_param)
     raw = list(request.raw_input_contents)
     if raw and len(raw) != len(request.inputs):
         raise BadRequestError(
