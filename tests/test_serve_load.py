@@ -307,10 +307,19 @@ def test_command_line_sigterm(tmp_path: Path) -> None:
         assert any(json.loads(entry)["msg"] == "model loaded" for entry in lines[:-1])
         x = np.ones((2, 3), np.float32)
         np.testing.assert_array_equal(http_infer(http_port, "scale", x), 3 * x)
+        with pytest.raises(InferenceServerException):
+            http_infer(http_port, "scale", np.ones((2, 4), np.float32))
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err
-        assert json.loads(err.splitlines()[-1])["msg"] == "stopped"
+        logs = [json.loads(line) for line in err.splitlines()]
+        assert logs[-1]["msg"] == "stopped"
+        refused = [e for e in logs if e["msg"] == "request refused"]
+        assert len(refused) == 1 and refused[0]["status"] == 400
+        assert (
+            refused[0]["path"] == "/v2/models/scale/infer"
+            and "expected shape" in (refused[0]["error"])
+        )
     finally:
         proc.kill()
         proc.wait()

@@ -48,10 +48,13 @@ def _handled(
                         raise BadRequestError(f"not a valid {fn.__name__} request: {e}") from e
                 return await fn(self, request, context)
             except Exception as e:
-                _status, grpc_name, kind = status_of(e)
-                if grpc_name == "INTERNAL":
-                    log.error("internal error", exc_info=e, extra={"fields": {"kind": kind}})
+                _status, grpc_name, _kind = status_of(e)
                 message = str(e) if isinstance(e, Error) else f"internal error: {type(e).__name__}"
+                fields = {"protocol": "grpc", "method": fn.__name__, "status": grpc_name}
+                if grpc_name == "INTERNAL":
+                    log.error("internal error", exc_info=e, extra={"fields": fields})
+                else:
+                    log.info("request refused", extra={"fields": {**fields, "error": message}})
                 await context.abort(getattr(grpc.StatusCode, grpc_name), message)
                 raise AssertionError("unreachable: abort raises") from e
 

@@ -27,11 +27,14 @@ def _json(doc: Any, status: int = 200) -> web.Response:
     return web.json_response(doc, status=status)
 
 
-def _error(e: BaseException) -> web.Response:
+def _error(e: BaseException, request: web.Request) -> web.Response:
     status, _grpc, kind = status_of(e)
-    if status == 500:
-        log.error("internal error", exc_info=e, extra={"fields": {"kind": kind}})
     message = str(e) if isinstance(e, Error) else f"internal error: {type(e).__name__}"
+    fields = {"protocol": "http", "path": request.path, "status": status, "kind": kind}
+    if status == 500:
+        log.error("internal error", exc_info=e, extra={"fields": fields})
+    else:
+        log.info("request refused", extra={"fields": {**fields, "error": message}})
     return _json({"error": message}, status)
 
 
@@ -54,7 +57,7 @@ def build_app(server: Server) -> web.Application:
                 return _json({"error": e.reason}, e.status)
             raise
         except Exception as e:
-            return _error(e)
+            return _error(e, request)
 
     async def live(request: web.Request) -> web.Response:
         return _json({"live": True})
