@@ -139,9 +139,14 @@ class LoadedModel:
             timeout = self.config.request_timeout_s
             if req.timeout_s is not None:
                 timeout = min(timeout, req.timeout_s)
-            await loop.run_in_executor(
-                self._waiters, self._run, req.inputs, outputs, timeout, metrics
-            )
+            try:
+                waiting = loop.run_in_executor(
+                    self._waiters, self._run, req.inputs, outputs, timeout, metrics
+                )
+            except RuntimeError as e:  # the pool shut down: close() gave up waiting for us
+                self._release(metrics)
+                raise UnavailableError(f"model {self.name!r} is unloading") from e
+            await waiting
             metrics.latency.labels(*labels).observe(time.perf_counter() - start)
             return {name: outputs[name] for name in wanted}
         except BaseException as e:
@@ -162,10 +167,13 @@ class LoadedModel:
                 raise DeadlineError(f"model {self.name!r}: no result within {timeout:g} s")
             future.wait()  # raises the request's error
         finally:
-            with self._lock:
-                self._inflight -= 1
-                self._idle.notify_all()
-            metrics.inflight.labels(self.name, self.version).dec()
+            self._release(metrics)
+
+    def _release(self, metrics: Metrics) -> None:
+        with self._lock:
+            self._inflight -= 1
+            self._idle.notify_all()
+        metrics.inflight.labels(self.name, self.version).dec()
 
     def close(self, grace_s: float) -> None:
         """Refuse new requests, let those in flight finish (up to `grace_s`), close the runner:
