@@ -255,3 +255,18 @@ def test_command_line_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     (tmp_path / "m" / "config.json").write_text('{"max_inflight": "many"}')
     assert main(["serve", str(tmp_path), "--http-port", "0", "--grpc-port", "0"]) == 1
     assert "max_inflight" in capsys.readouterr().err
+
+
+def test_command_line_without_the_extra(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sys
+
+    from pyipu.cli.main import main
+
+    for name in [m for m in sys.modules if m.startswith("pyipu.serve.")]:
+        if name != "pyipu.serve.cli":
+            monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "aiohttp", None)
+    assert main(["serve", "."]) == 2
+    assert "pip install pyipu[serve]" in capsys.readouterr().err

@@ -7,6 +7,20 @@ speaks it) over pyipu's runtime. Needs the `serve` extra: `pip install pyipu[ser
 
 docs/serving.md describes the repository layout, the endpoints, metrics and security."""
 
-from pyipu.serve.server import Server, ServerConfig
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyipu.serve.server import Server, ServerConfig
 
 __all__ = ["Server", "ServerConfig"]
+
+
+def __getattr__(name: str) -> Any:
+    # Imported on first use, so that `pyipu serve` without the extra can say what to install.
+    if name in __all__:
+        from pyipu.serve import server
+
+        return getattr(server, name)
+    raise AttributeError(f"module 'pyipu.serve' has no attribute {name!r}")

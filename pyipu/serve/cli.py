@@ -8,7 +8,7 @@ import signal
 import sys
 import threading
 
-from pyipu.serve.server import TOKEN_ENV
+TOKEN_ENV = "PYIPU_SERVE_TOKEN"  # the bearer token when --token is not given
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         from pyipu.serve.metrics import JsonFormatter
+        from pyipu.serve.server import Server  # noqa: F401 - grpc, aiohttp, tritonclient
     except ImportError as e:
         print(
             f"pyipu serve: error: {e} (install the extra: pip install pyipu[serve])",

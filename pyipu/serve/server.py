@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from aiohttp import web
 
 from pyipu.errors import InvalidStateError
+from pyipu.serve.cli import TOKEN_ENV
 from pyipu.serve.grpc_server import start_grpc
 from pyipu.serve.http_server import build_app
 from pyipu.serve.metrics import Metrics
@@ -24,7 +25,6 @@ from pyipu.serve.repository import Repository
 
 log = logging.getLogger("pyipu.serve")
 T = TypeVar("T")
-TOKEN_ENV = "PYIPU_SERVE_TOKEN"
 # KServe protocol extensions this server implements (Triton's names).
 EXTENSIONS = ["binary_tensor_data", "model_repository", "model_configuration"]
 
