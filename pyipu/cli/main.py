@@ -60,6 +60,8 @@ _EXAMPLES = """examples:
       fuse the models a config's model_fusion list names into one executable
   pyipu --list_ops
       the ONNX ops and opset versions the compiler accepts
+  pyipu serve models/ --http-port 8000 --grpc-port 8001
+      serve a model repository over KServe v2 HTTP and gRPC (pyipu serve --help)
 """
 
 
@@ -413,6 +415,15 @@ def _reference(
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["serve"]:  # the inference server: its own options (pyipu serve --help)
+        from pyipu.serve.cli import main as serve_main
+
+        try:
+            return serve_main(argv[1:])
+        except (Error, OSError) as e:
+            print(f"pyipu serve: error: {e}", file=sys.stderr)
+            return 1
     args = build_parser().parse_args(argv)
     try:
         return run(args)
