@@ -257,11 +257,11 @@ class Runner:
         if not isinstance(input_feed, Mapping):
             raise InvalidArgumentError("input_feed must be a dict of name -> numpy array")
         n = self.check_request(input_feed, {})  # the batches the outputs must carry
-        arrays = {d.name: np.empty(self._shape_of(d, n), d.numpy_data_type()) for d in outputs}
+        arrays = {d.name: np.empty(self.shape_for(d, n), d.numpy_data_type()) for d in outputs}
         self.execute(input_feed, arrays)
         return [arrays[name] for name in names]
 
-    def _shape_of(self, desc: DataDesc, n: int) -> tuple[int, ...]:
+    def shape_for(self, desc: DataDesc, n: int) -> tuple[int, ...]:
         """The shape of an array of `desc` that carries n batches (or rows, with batching_dim)."""
         shape = list(desc.shape)
         if self._batching_dim is not None:

@@ -108,7 +108,7 @@ class LoadedModel:
         except Error as e:  # ShapeError and friends: the request's fault
             raise BadRequestError(str(e)) from e
         outputs = {
-            d.name: np.empty(self.runner._shape_of(d, n), d.numpy_data_type())
+            d.name: np.empty(self.runner.shape_for(d, n), d.numpy_data_type())
             for d in self._outputs.values()
         }
         return outputs, wanted, n
