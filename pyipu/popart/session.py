@@ -116,6 +116,27 @@ class _Session:
         self._check_compiled()
         self._load_engine()
 
+    def loadExecutable(self, executable: Any) -> None:  # noqa: N802
+        """Run `executable` (an Executable, or the path of the PopEF file compileAndExport wrote
+        for the same model, options and optimizer) instead of compiling: a pyipu extension."""
+        from pyipu.compiler.executable import Executable
+
+        if not isinstance(executable, Executable):
+            try:
+                executable = Executable.open(executable)
+            except (Error, OSError) as e:
+                raise popart_exception(f"{self.name}: cannot load {executable!r}: {e}") from e
+        _, outputs = self._model_to_compile()
+        names = {a.name for a in executable.program.anchors}
+        missing = sorted(set(outputs) - names)
+        if missing:
+            raise popart_exception(
+                f"{self.name}: the executable does not compute {missing[:5]}: it was compiled "
+                "for another model"
+            )
+        self._exe = executable
+        self._load_engine()
+
     def compileAndExport(self, filename: str | os.PathLike) -> None:  # noqa: N802
         """Compile and write the PopEF file (for Triton / Model Runtime / pyipu.runtime)."""
         self._exe = self._compile()
