@@ -119,7 +119,13 @@ class PoplarExecutor:
         self._sync.busy = True
         try:
             low = _lowering.lower(
-                self.model, args, kwargs, factor, self._mode, self.options.execution_strategy
+                self.model,
+                args,
+                kwargs,
+                factor,
+                self._mode,
+                self.options.execution_strategy,
+                with_loss=self.training,
             )
             named = {**dict(self.model.named_parameters()), **dict(self.model.named_buffers())}
         finally:

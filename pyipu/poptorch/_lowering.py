@@ -140,14 +140,17 @@ def lower(
     args: tuple,
     kwargs: dict,
     factor: int,
-    training: bool,
+    train_mode: bool,
     strategy: Any,
+    with_loss: bool = False,
 ) -> Lowered:
-    """Trace `model` on the first micro-batch of `args`/`kwargs` into an ONNX model."""
+    """Trace `model` on the first micro-batch of `args`/`kwargs` into an ONNX model, its
+    modules in training mode or not (`train_mode`); `with_loss` finds the training loss."""
     global _running
     tensors, in_spec, in_leaves = flatten_inputs(args, kwargs)
     micro = micro_batches(tensors, factor)
     flat = _Flat(model, in_spec, in_leaves)
+    modes = {m: m.training for m in model.modules()}  # the exporter resets them all
     names = [f"input{k}" for k in range(len(micro))]
     f = io.BytesIO()
     traced: list[blocks.BlockSpec] = []
@@ -162,7 +165,7 @@ def lower(
                 input_names=names,
                 opset_version=OPSET,
                 training=torch.onnx.TrainingMode.TRAINING
-                if training
+                if train_mode
                 else torch.onnx.TrainingMode.EVAL,
                 do_constant_folding=False,
                 custom_opsets={"poptorch": 1},
@@ -176,6 +179,8 @@ def lower(
         ) from e
     finally:
         blocks._TRACED, _running = None, False
+        for m, mode in modes.items():
+            m.training = mode
     proto = onnx.load_from_string(f.getvalue())
     outputs = [o.name for o in proto.graph.output]
     host = {n: n for n, _ in model.named_parameters()}
@@ -196,7 +201,7 @@ def lower(
         params,
     )
     _replace_identity_losses(out)
-    if training:
+    if with_loss:
         _find_loss(out)
     out.placement = blocks.place(proto, traced, strategy)
     return out

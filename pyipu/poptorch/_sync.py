@@ -38,12 +38,18 @@ _CLASSES: dict[type, type] = {}
 
 
 def sync_of(model: torch.nn.Module) -> HostSync:
+    """The model's HostSync; the model and its submodules pull newer weights when used (so
+    `model.layer.weight` read through a submodule kept from before is up to date too)."""
     sync = _SYNCS.get(model)
     if sync is None:
-        sync = _SYNCS[model] = HostSync()
-        cls = type(model)
-        if not getattr(cls, "_poptorch_synced", False):
-            model.__class__ = _synced_class(cls)
+        sync = HostSync()
+        for m in model.modules():
+            if m in _SYNCS:
+                continue
+            _SYNCS[m] = sync
+            cls = type(m)
+            if not getattr(cls, "_poptorch_synced", False):
+                m.__class__ = _synced_class(cls)
     return sync
 
 
