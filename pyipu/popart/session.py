@@ -277,19 +277,19 @@ class _Session:
                     f"input {tid!r}: dtype {a.dtype}, the model wants {info.numpy_dtype()}"
                 )
             try:
-                steps = split_steps(np.ascontiguousarray(a), self._lead, tuple(info.shape()))
+                steps = split_steps(np.asarray(a, order="C"), self._lead, tuple(info.shape()))
             except ValueError as e:
                 raise popart_exception(
                     f"input {tid!r}: {e} (batchesPerStep, accumulation, replicas lead)"
                 ) from None
             for i in range(n):
-                per[i][tid] = steps[i]
+                per[i][tid] = steps[i, ...]  # a 0-d array, not a NumPy scalar, for scalars
         return per
 
     def _callback_inputs(self, io: PyStepIOCallback) -> dict[str, np.ndarray]:
         feed = {}
         for tid, info in self._input_infos().items():
-            a = np.ascontiguousarray(io.input_cb(tid, False))
+            a = np.asarray(io.input_cb(tid, False), order="C")  # keeps 0-d arrays 0-d
             if a.dtype != info.numpy_dtype() or list(a.shape) != info.shape():
                 raise popart_exception(
                     f"input callback for {tid!r} gave {a.dtype}{list(a.shape)}, the model wants "

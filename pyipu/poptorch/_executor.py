@@ -224,7 +224,7 @@ class PoplarExecutor:
         tensors, _, _ = _lowering.flatten_inputs(args, kwargs)
         lead = self._lead()
         feeds = {
-            spec.name: np.ascontiguousarray(t.detach().cpu().numpy()).reshape(lead + spec.shape)
+            spec.name: t.detach().cpu().contiguous().numpy().reshape(lead + spec.shape)
             for spec, t in zip(low.inputs, tensors, strict=True)
         }
         anchors = session.initAnchorArrays()
@@ -420,8 +420,12 @@ class PoplarExecutor:
 
         exe = Executable.open(filename)
         meta = _metadata(exe, filename)
+        if meta["training"] != self.training:
+            kind = "trainingModel" if meta["training"] else "inferenceModel"
+            raise InvalidStateError(f"{os.fspath(filename)!r} holds a {kind}'s executable")
         if self._session is not None:
             self.destroy()
+        self._mode = meta["mode"]  # the executable's: the modules' modes when it was exported
         args, kwargs = meta["example"]
         self._sync.pull()
         self._lower(args, kwargs)

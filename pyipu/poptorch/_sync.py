@@ -64,6 +64,15 @@ def _pull(model: Any) -> None:
         sync.pull()
 
 
+def _restore(cls: type, state: dict[str, Any]) -> Any:
+    obj = cls.__new__(cls)
+    if hasattr(obj, "__setstate__"):
+        obj.__setstate__(state)
+    else:
+        obj.__dict__.update(state)
+    return obj
+
+
 def _synced_class(cls: type) -> type:
     if cls in _CLASSES:
         return _CLASSES[cls]
@@ -86,11 +95,7 @@ def _synced_class(cls: type) -> type:
     def __reduce_ex__(self: Any, protocol: Any) -> Any:  # noqa: N807
         """Pickled as the user's class (the subclass is created at run time)."""
         _pull(self)
-        self.__class__ = cls
-        try:
-            return self.__reduce_ex__(protocol)
-        finally:
-            self.__class__ = synced
+        return (_restore, (cls, self.__dict__.copy()))
 
     attrs: dict[str, Any] = {
         "_poptorch_synced": True,
