@@ -165,7 +165,10 @@ class _Session:
             raise popart_exception(f"{self.name}: the model cannot be compiled: {e}") from e
 
     def _compiler_options(self) -> Any:
-        return self.options.compiler_options(self.device.numIpus)
+        opts = self.options.compiler_options(self.device.numIpus)
+        if opts.enable_pipelining:  # a step's batches are what fills the pipeline
+            opts.batches_per_step = self.dataFlow.batchesPerStep
+        return opts
 
     def _load_engine(self) -> None:
         from pyipu.runtime import Runner, RuntimeConfig

@@ -48,7 +48,7 @@ def _open(spec: BlockSpec, kind: str) -> bool:
     if state is None or _TRACED is None:
         return False
     _TRACED.append(spec)
-    state.push_scope(f"__poptorch_{kind}{len(_TRACED) - 1}")
+    state.push_scope(f"PoptorchBlock::__poptorch_{kind}{len(_TRACED) - 1}")
     return True
 
 
