@@ -34,8 +34,7 @@ class Network(torch.nn.Module):
             x = self.act(self.layer3(x))
             x = self.act(self.layer4(x))
         with poptorch.Block(ipu_id=3):
-            x = self.softmax(x)
-        return x
+            return self.softmax(x)
 
 
 class FunctionNetwork(Network):
@@ -120,8 +119,7 @@ def test_explicit_stages_and_auto_increment() -> None:
             with poptorch.Block("B", ipu_id=1):
                 x = x * 2
             with poptorch.Block("C", ipu_id=0):
-                x = x - 3
-            return x
+                return x - 3
 
     staged = _placement(
         ThreeBlocks(),

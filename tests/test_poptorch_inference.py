@@ -81,9 +81,7 @@ def test_changed_inputs_raise_typed_errors() -> None:
     with pytest.raises(poptorch.InputShapeError, match="structure"):
         wrapped(torch.randn(8, 4), torch.randn(8, 4))
     with pytest.raises(poptorch.InputShapeError, match="multiple of 2"):
-        poptorch.inferenceModel(_mlp(), poptorch.Options().deviceIterations(2))(
-            torch.randn(5, 4)
-        )
+        poptorch.inferenceModel(_mlp(), poptorch.Options().deviceIterations(2))(torch.randn(5, 4))
 
 
 def test_is_running_on_ipu_picks_the_path_while_lowering() -> None:

@@ -277,8 +277,11 @@ class PoplarExecutor:
         try:
             if self._attached:
                 session.weightsToHost()
-            arrays = {n: np.empty(session.weights[n].shape, session.weights[n].dtype)
-                      for n in self._host if n in session.weights}
+            arrays = {
+                n: np.empty(session.weights[n].shape, session.weights[n].dtype)
+                for n in self._host
+                if n in session.weights
+            }
             session.readWeights(PyWeightsIO(arrays))
             with torch.no_grad():
                 for n, a in arrays.items():
@@ -482,9 +485,7 @@ def _training_loss(
         )
         value = "poptorch/loss_sum"
     if scale != 1.0:
-        dtype = next(
-            v.type.tensor_type.elem_type for v in out.graph.output if v.name == loss
-        )
+        dtype = next(v.type.tensor_type.elem_type for v in out.graph.output if v.name == loss)
         const = helper.make_tensor("poptorch/loss_scaling_value", dtype, [], [scale])
         out.graph.node.append(
             helper.make_node("Constant", [], ["poptorch/loss_scaling"], value=const)

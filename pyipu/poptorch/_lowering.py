@@ -168,7 +168,6 @@ def lower(
                 if train_mode
                 else torch.onnx.TrainingMode.EVAL,
                 do_constant_folding=False,
-                custom_opsets={"poptorch": 1},
                 dynamo=False,
             )
     except Error:
@@ -246,8 +245,7 @@ def _find_loss(low: Lowered) -> None:
     low.loss = low.outputs[-1]
     low.loss_output = len(low.outputs) - 1
     shapes = {
-        v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
-        for v in low.model.graph.output
+        v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in low.model.graph.output
     }
     if int(np.prod(shapes.get(low.loss, [1]))) != 1:
         raise Error(

@@ -53,4 +53,3 @@ class DataLoader(torch.utils.data.DataLoader):
             persistent_workers=persistent_workers,
             **kwargs,
         )
-

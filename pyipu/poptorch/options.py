@@ -217,7 +217,9 @@ class Options:
         self._values["input_group_size"] = 1
         return self
 
-    def outputMode(self, mode: enums.OutputMode, output_return_period: int | None = None) -> Options:  # noqa: N802
+    def outputMode(
+        self, mode: enums.OutputMode, output_return_period: int | None = None
+    ) -> Options:  # noqa: N802
         mode = enums.OutputMode(mode)
         if mode == enums.OutputMode.EveryN:
             self._values["output_return_period"] = _positive(
