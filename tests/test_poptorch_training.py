@@ -288,3 +288,29 @@ def test_unsupported_optimizers_and_param_groups_are_refused() -> None:
     ]
     with pytest.raises(poptorch.UnsupportedFeatureError, match="param groups"):
         poptorch.trainingModel(model, optimizer=torch.optim.SGD(groups))
+
+
+def test_batch_norm_trains_and_its_running_statistics_reach_the_host() -> None:
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = torch.nn.Linear(6, 8)
+            self.bn = torch.nn.BatchNorm1d(8)
+            self.head = torch.nn.Linear(8, 2)
+
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            out = self.head(torch.relu(self.bn(self.fc(x))))
+            return out, torch.nn.functional.mse_loss(out, y)
+
+    torch.manual_seed(0)
+    model = Net()
+    ref = copy.deepcopy(model)
+    data = _data(4, 8)
+    wrapped = poptorch.trainingModel(model, optimizer=torch.optim.SGD(model.parameters(), 0.1))
+    wrapped.compile(*data[0])
+    assert torch.equal(model.bn.running_mean, ref.bn.running_mean)  # lowering moved nothing
+    losses = [float(wrapped(x, y)[1]) for x, y in data]
+    expected = _torch_steps(ref, torch.optim.SGD(ref.parameters(), 0.1), data)
+    assert losses == pytest.approx(expected, rel=1e-4, abs=1e-6)
+    torch.testing.assert_close(model.bn.running_mean, ref.bn.running_mean, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(model.bn.running_var, ref.bn.running_var, rtol=1e-4, atol=1e-6)

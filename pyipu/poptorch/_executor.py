@@ -165,6 +165,7 @@ class PoplarExecutor:
             assert self._optimizer is not None and low.loss is not None
             popart_opt = optim.to_popart(self._optimizer)
             model, loss = _training_loss(model, low.loss, self._optimizer)
+            model, running_var = _unbiased_running_var(model)
             session = TrainingSession(
                 model.SerializeToString(),
                 flow,
@@ -174,6 +175,7 @@ class PoplarExecutor:
                 userOptions=so,
                 name="trainingModel",
             )
+            session.running.update(running_var)
             _restrict_training(session, self._host, self._optimizer)
             self._constants = optim.constants(popart_opt)
         if opts.random_seed is not None:
@@ -495,6 +497,51 @@ def _training_loss(
         )
         value = "poptorch/scaled_loss"
     return out, value
+
+
+def _unbiased_running_var(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, str]]:
+    """torch's BatchNorm running variance averages the unbiased batch variance, ONNX's the
+    population variance σ²: ONNX's new value v' = m·v + (1-m)·σ² becomes v' + (1-m)·σ²/(n-1),
+    n the values per channel (σ² computed again from the input). {running var: new value}."""
+    inits = {i.name for i in model.graph.initializer}
+    bns = [
+        n
+        for n in model.graph.node
+        if n.op_type == "BatchNormalization" and len(n.output) > 2 and n.input[4] in inits
+    ]
+    if not bns:
+        return model, {}
+    shapes = {
+        v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
+        for v in [*onnx.shape_inference.infer_shapes(model).graph.value_info, *model.graph.input]
+    }
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    mapping = {}
+    for k, bn in enumerate(bns):
+        shape = shapes.get(bn.input[0], [])
+        if len(shape) < 2 or any(d <= 0 for d in shape) or int(np.prod(shape)) <= shape[1]:
+            continue
+        n = int(np.prod(shape)) // shape[1]
+        axes = [a for a in range(len(shape)) if a != 1]
+        attrs = {a.name: helper.get_attribute_value(a) for a in bn.attribute}
+        scale = (1.0 - float(attrs.get("momentum", 0.9))) / (n - 1)
+        p = f"poptorch/bn{k}/"
+        dtype = next(i.data_type for i in model.graph.initializer if i.name == bn.input[4])
+        const = helper.make_tensor(p + "scale_value", dtype, [], [scale])
+        out.graph.node.extend(
+            [
+                helper.make_node("ReduceMean", [bn.input[0]], [p + "mean"], axes=axes),
+                helper.make_node("Sub", [bn.input[0], p + "mean"], [p + "centred"]),
+                helper.make_node("Mul", [p + "centred", p + "centred"], [p + "squares"]),
+                helper.make_node("ReduceMean", [p + "squares"], [p + "var"], axes=axes, keepdims=0),
+                helper.make_node("Constant", [], [p + "scale"], value=const),
+                helper.make_node("Mul", [p + "var", p + "scale"], [p + "extra"]),
+                helper.make_node("Add", [bn.output[2], p + "extra"], [p + "running_var"]),
+            ]
+        )
+        mapping[bn.input[4]] = p + "running_var"
+    return out, mapping
 
 
 def _restrict_training(

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import onnx
 import torch
-from onnx import helper
+from onnx import helper, numpy_helper
 from torch.utils import _pytree as pytree
 
 from pyipu.poptorch import blocks
@@ -151,6 +151,9 @@ def lower(
     micro = micro_batches(tensors, factor)
     flat = _Flat(model, in_spec, in_leaves)
     modes = {m: m.training for m in model.modules()}  # the exporter resets them all
+    # tracing runs forward on the host: BatchNorm's running statistics, a counter buffer...
+    # must not move because the model was lowered
+    buffers = [(b, b.detach().clone()) for b in model.buffers()]
     names = [f"input{k}" for k in range(len(micro))]
     f = io.BytesIO()
     traced: list[blocks.BlockSpec] = []
@@ -180,6 +183,9 @@ def lower(
         blocks._TRACED, _running = None, False
         for m, mode in modes.items():
             m.training = mode
+        with torch.no_grad():
+            for b, saved in buffers:
+                b.copy_(saved)
     proto = onnx.load_from_string(f.getvalue())
     outputs = [o.name for o in proto.graph.output]
     host = {n: n for n, _ in model.named_parameters()}
@@ -189,6 +195,12 @@ def lower(
         name = init.name[len("model.") :] if init.name.startswith("model.") else init.name
         if name in host:
             params[init.name] = name
+    # the exporter read the buffers after tracing moved them: the values from before
+    named = dict(model.named_buffers())
+    for init in proto.graph.initializer:
+        buf = named.get(params.get(init.name, ""))
+        if buf is not None:
+            init.CopyFrom(numpy_helper.from_array(buf.detach().cpu().numpy(), init.name))
     out = Lowered(
         proto,
         [InputSpec(n, tuple(t.shape), t.dtype) for n, t in zip(names, micro, strict=True)],
