@@ -59,7 +59,7 @@ class PoplarExecutor:
         optimizer: torch.optim.Optimizer | None = None,
     ) -> None:
         if isinstance(model, PoplarExecutor):
-            model = model.model
+            model = model.__dict__["model"]
         if not isinstance(model, torch.nn.Module):
             raise Error(
                 f"expected a torch.nn.Module, got {type(model).__name__}",

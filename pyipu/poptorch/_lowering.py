@@ -37,7 +37,7 @@ def isRunningOnIpu() -> bool:  # noqa: N802
 
 class _IdentityLoss(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, x: torch.Tensor, reduction: int) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx: Any, x: torch.Tensor, reduction: int) -> torch.Tensor:
         return _reduce(x, reduction)
 
     @staticmethod
@@ -155,7 +155,7 @@ def lower(
     # must not move because the model was lowered
     buffers = [(b, b.detach().clone()) for b in model.buffers()]
     names = [f"input{k}" for k in range(len(micro))]
-    f = io.BytesIO()
+    f: Any = io.BytesIO()  # torch's annotation names paths only
     traced: list[blocks.BlockSpec] = []
     blocks._TRACED, _running = traced, True
     try:
@@ -225,8 +225,9 @@ def _replace_identity_losses(low: Lowered) -> None:
             continue
         reduction = helper.get_attribute_value(node.attribute[0]) if node.attribute else 0
         op = {0: "ReduceSum", 1: "ReduceMean", 2: "Identity"}[int(reduction)]
-        attrs = {"keepdims": 0} if op != "Identity" else {}
-        new = helper.make_node(op, [node.input[0]], [node.output[0]], name=node.name, **attrs)
+        new = helper.make_node(op, [node.input[0]], [node.output[0]], name=node.name)
+        if op != "Identity":
+            new.attribute.append(helper.make_attribute("keepdims", 0))
         g.node[i].CopyFrom(new)
         if low.loss is not None:
             raise Error(

@@ -65,7 +65,7 @@ def _pull(model: Any) -> None:
 
 
 def _restore(cls: type, state: dict[str, Any]) -> Any:
-    obj = cls.__new__(cls)
+    obj: Any = object.__new__(cls)
     if hasattr(obj, "__setstate__"):
         obj.__setstate__(state)
     else:

@@ -109,11 +109,11 @@ def BeginBlock(layer: Any, user_id: str | None = None, ipu_id: int | None = None
     def post(_module: Any, _inputs: Any, _output: Any) -> None:
         _close(opened.pop())
 
-    layer._poptorch_block_hooks = (
+    layer.__dict__["_poptorch_block_hooks"] = (
         layer.register_forward_pre_hook(pre),
         layer.register_forward_hook(post),
     )
-    layer._poptorch_block = spec
+    layer.__dict__["_poptorch_block"] = spec
     return layer
 
 

@@ -197,7 +197,7 @@ def to_popart(opt: torch.optim.Optimizer) -> popart.Optimizer:
         )
         return popart.Adam(values, mode=popart.AdamMode.Adam, weight_decay_mode=decay)
     if isinstance(opt, torch.optim.RMSprop):
-        mode = popart.AdaptiveMode.CenteredRMSProp if g["centered"] else popart.AdaptiveMode.RMSProp
+        rms = popart.AdaptiveMode.CenteredRMSProp if g["centered"] else popart.AdaptiveMode.RMSProp
         return popart.Adaptive(
             {
                 "defaultLearningRate": lr,
@@ -207,7 +207,7 @@ def to_popart(opt: torch.optim.Optimizer) -> popart.Optimizer:
                 "defaultWeightDecay": (float(g["weight_decay"]), True),
                 "lossScaling": (ls, True),
             },
-            mode=mode,
+            mode=rms,
         )
     raise UnsupportedFeatureError(
         f"optimizer {type(opt).__name__} is not supported: use SGD, Adam, AdamW, RMSprop "
