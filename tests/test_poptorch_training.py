@@ -314,3 +314,26 @@ def test_batch_norm_trains_and_its_running_statistics_reach_the_host() -> None:
     assert losses == pytest.approx(expected, rel=1e-4, abs=1e-6)
     torch.testing.assert_close(model.bn.running_mean, ref.bn.running_mean, rtol=1e-4, atol=1e-6)
     torch.testing.assert_close(model.bn.running_var, ref.bn.running_var, rtol=1e-4, atol=1e-6)
+
+
+def test_guide_optimizer_attribute_update_example() -> None:
+    """The guide's setOptimizer example: loss_scaling changed on the optimizer and its param
+    group, applied by setOptimizer; the training follows plain SGD throughout."""
+    torch.manual_seed(0)
+    model = Regressor()
+    ref = copy.deepcopy(model)
+    data = _data(4, 4)
+    opt = poptorch_optim.SGD(
+        model.parameters(), lr=0.01, loss_scaling=2.0, use_combined_accum=False
+    )
+    assert opt.variable_attrs.isConstant("momentum") and not opt.variable_attrs.isConstant("lr")
+    poptorch_model = poptorch.trainingModel(model, poptorch.Options(), opt)
+    losses = [float(poptorch_model(*data[0])[1]), float(poptorch_model(*data[1])[1])]
+    opt.loss_scaling = 1.0
+    opt.param_groups[0]["loss_scaling"] = 1.0
+    poptorch_model.setOptimizer(opt)
+    losses += [float(poptorch_model(x, y)[1]) for x, y in data[2:]]
+    expected = _torch_steps(ref, torch.optim.SGD(ref.parameters(), lr=0.01), data)
+    assert losses == pytest.approx(expected, rel=1e-5, abs=1e-7)
+    with pytest.raises(poptorch.Error, match="inferenceModel"):
+        poptorch.inferenceModel(model).setOptimizer(opt)
