@@ -195,3 +195,41 @@ def test_error_classes_follow_poptorch() -> None:
     with pytest.raises(poptorch.Error) as info:
         poptorch.inferenceModel(_mlp())(torch.randn(2, 5))  # wrong width: torch refuses it
     assert info.value.message and info.value.type and info.value.location
+
+
+def test_guide_buffer_examples() -> None:
+    """A plain tensor attribute is frozen into the graph (pyipu: with the value the traced
+    forward pass left in it); a registered buffer the forward pass modifies in place keeps its
+    value on the device from call to call, and reaches the host with copyWeightsToHost."""
+
+    class FrozenCounter(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.i = torch.tensor([0.0], dtype=torch.float)
+
+        def forward(self) -> torch.Tensor:
+            self.i += 1
+            return self.i
+
+    counter = FrozenCounter()
+    frozen = poptorch.inferenceModel(counter)
+    first = frozen()
+    assert torch.equal(frozen(), first) and torch.equal(frozen(), first)
+    assert torch.equal(counter.i, torch.tensor([0.0]))  # lowering left the host as it was
+
+    class CounterModel(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("i", torch.tensor([0.0], dtype=torch.float))
+
+        def forward(self) -> torch.Tensor:
+            self.i += 1
+            return self.i
+
+    model = CounterModel()
+    poptorch_model = poptorch.inferenceModel(model)
+    assert torch.equal(poptorch_model(), torch.tensor([1.0]))
+    assert torch.equal(poptorch_model(), torch.tensor([2.0]))
+    assert torch.equal(model.i, torch.tensor([0.0]))  # not copied implicitly
+    poptorch_model.copyWeightsToHost()
+    assert torch.equal(model.i, torch.tensor([2.0]))

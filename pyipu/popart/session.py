@@ -375,7 +375,13 @@ class _Session:
             self._load_engine()
 
     def weightsToHost(self) -> None:  # noqa: N802
+        """Weights are the host's, except variables the executable updates (a model's state
+        kept on the device): their current values are read."""
         self._check_compiled()
+        if self._runner is not None:
+            for name, value in self._runner.read_variables().items():
+                if name in self.weights:
+                    self.weights[name] = value
 
     def readWeights(self, weightsIo: PyWeightsIO) -> None:  # noqa: N802, N803
         for tid, dest in weightsIo.weights.items():

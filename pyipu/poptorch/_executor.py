@@ -107,6 +107,7 @@ class PoplarExecutor:
 
     def compile(self, *args: Any, **kwargs: Any) -> None:
         """Lower and compile for these inputs (the first call does it otherwise)."""
+        self.destroy()  # a compiled model compiles again, from the host's weights
         self._sync.pull()
         self._lower(args, kwargs)
         self._session = self._new_session()
@@ -324,6 +325,7 @@ class PoplarExecutor:
         if not self._attached:
             raise InvalidStateError("the model is not attached to a device")
         if self.training:
+            self._session.weightsToHost()  # the host copies copyWeightsToHost reads meanwhile
             fd, path = tempfile.mkstemp(suffix=".popef", prefix="poptorch-detached-")
             os.close(fd)
             self._session.saveCheckpoint(path)

@@ -22,6 +22,7 @@ import torch
 from onnx import helper, numpy_helper
 from torch.utils import _pytree as pytree
 
+from pyipu.compiler.variables import set_variables
 from pyipu.poptorch import blocks
 from pyipu.poptorch.errors import Error, InputShapeError, UnsupportedFeatureError
 
@@ -86,6 +87,7 @@ class Lowered:
     out_spec: Any
     out_leaves: list[Any]  # non-tensor output leaves (None where a tensor goes)
     params: dict[str, str]  # initializer → the host model's parameter / buffer name
+    buffers: dict[str, str] = field(default_factory=dict)  # initializer → its value after a call
     loss: str | None = None  # the loss the training graph differentiates
     loss_output: int | None = None  # its position among `outputs`
     placement: blocks.Placement = field(default_factory=lambda: blocks.Placement(0, 1, False))
@@ -100,13 +102,14 @@ class _Flat(torch.nn.Module):
         self.in_spec, self.in_leaves = in_spec, in_leaves
         self.out_spec: Any = None
         self.out_leaves: list[Any] = []
+        self.buffers: list[torch.Tensor] = []  # returned after the outputs: their new values
 
     def forward(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         args, kwargs = rebuild(self.in_spec, self.in_leaves, tensors)
         out = self.model(*args, **kwargs)
         leaves, self.out_spec = pytree.tree_flatten(out)
         self.out_leaves = [None if isinstance(v, torch.Tensor) else v for v in leaves]
-        return tuple(v for v in leaves if isinstance(v, torch.Tensor))
+        return tuple(v for v in [*leaves, *self.buffers] if isinstance(v, torch.Tensor))
 
 
 def rebuild(spec: Any, leaves: list[Any], tensors: Sequence[Any]) -> Any:
@@ -146,15 +149,76 @@ def lower(
 ) -> Lowered:
     """Trace `model` on the first micro-batch of `args`/`kwargs` into an ONNX model, its
     modules in training mode or not (`train_mode`); `with_loss` finds the training loss."""
-    global _running
     tensors, in_spec, in_leaves = flatten_inputs(args, kwargs)
     micro = micro_batches(tensors, factor)
     flat = _Flat(model, in_spec, in_leaves)
-    modes = {m: m.training for m in model.modules()}  # the exporter resets them all
-    # tracing runs forward on the host: BatchNorm's running statistics, a counter buffer...
-    # must not move because the model was lowered
-    buffers = [(b, b.detach().clone()) for b in model.buffers()]
     names = [f"input{k}" for k in range(len(micro))]
+    traced, data, changed = _export(model, flat, micro, names, train_mode)
+    if changed and not with_loss:  # an inferenceModel's
+        # buffers forward modifies in place (a counter): export again returning their new
+        # values, which become variables of the executable (kept on the device between calls)
+        flat.buffers = changed
+        traced, data, _ = _export(model, flat, micro, names, train_mode)
+    proto = onnx.load_from_string(data)
+    outputs = [o.name for o in proto.graph.output]
+    extra = outputs[len(outputs) - len(flat.buffers) :] if flat.buffers else []
+    outputs = outputs[: len(outputs) - len(extra)]
+    host = {n: n for n, _ in model.named_parameters()}
+    host.update({n: n for n, _ in model.named_buffers()})
+    params = {}
+    for init in proto.graph.initializer:
+        name = init.name[len("model.") :] if init.name.startswith("model.") else init.name
+        if name in host:
+            params[init.name] = name
+    # the exporter read the buffers after tracing moved them: the values from before
+    named = dict(model.named_buffers())
+    for init in proto.graph.initializer:
+        buf = named.get(params.get(init.name, ""))
+        if buf is not None:
+            init.CopyFrom(numpy_helper.from_array(buf.detach().cpu().numpy(), init.name))
+    out = Lowered(
+        proto,
+        [InputSpec(n, tuple(t.shape), t.dtype) for n, t in zip(names, micro, strict=True)],
+        in_spec,
+        in_leaves,
+        outputs,
+        flat.out_spec,
+        flat.out_leaves,
+        params,
+    )
+    buffer_names = {id(b): n for n, b in model.named_buffers()}
+    by_host = {name: init for init, name in params.items()}
+    for b, value in zip(flat.buffers, extra, strict=True):
+        init = by_host.get(buffer_names.get(id(b), ""))
+        if init is not None:
+            out.buffers[init] = value
+    if out.buffers:
+        set_variables(proto, out.buffers)
+    _replace_identity_losses(out)
+    if with_loss:
+        _find_loss(out)
+    out.placement = blocks.place(proto, traced, strategy)
+    return out
+
+
+def _export(
+    model: torch.nn.Module,
+    flat: _Flat,
+    micro: list[torch.Tensor],
+    names: list[str],
+    train_mode: bool,
+) -> tuple[list[blocks.BlockSpec], bytes, list[torch.Tensor]]:
+    """One export: the blocks traced, the ONNX bytes, the buffers the trace modified (restored
+    since, as are the modules' training flags)."""
+    global _running
+    modes = {m: m.training for m in model.modules()}  # the exporter resets them all
+    buffers = [(b, b.detach().clone()) for b in model.buffers()]
+    plain = [  # tensors kept as plain attributes: constants of the graph
+        (t, t.detach().clone())
+        for m in model.modules()
+        for t in vars(m).values()
+        if isinstance(t, torch.Tensor) and not isinstance(t, torch.nn.Parameter)
+    ]
     f: Any = io.BytesIO()  # torch's annotation names paths only
     traced: list[blocks.BlockSpec] = []
     blocks._TRACED, _running = traced, True
@@ -183,39 +247,11 @@ def lower(
         blocks._TRACED, _running = None, False
         for m, mode in modes.items():
             m.training = mode
+        changed = [b for b, saved in buffers if not torch.equal(b, saved)]
         with torch.no_grad():
-            for b, saved in buffers:
+            for b, saved in [*buffers, *plain]:
                 b.copy_(saved)
-    proto = onnx.load_from_string(f.getvalue())
-    outputs = [o.name for o in proto.graph.output]
-    host = {n: n for n, _ in model.named_parameters()}
-    host.update({n: n for n, _ in model.named_buffers()})
-    params = {}
-    for init in proto.graph.initializer:
-        name = init.name[len("model.") :] if init.name.startswith("model.") else init.name
-        if name in host:
-            params[init.name] = name
-    # the exporter read the buffers after tracing moved them: the values from before
-    named = dict(model.named_buffers())
-    for init in proto.graph.initializer:
-        buf = named.get(params.get(init.name, ""))
-        if buf is not None:
-            init.CopyFrom(numpy_helper.from_array(buf.detach().cpu().numpy(), init.name))
-    out = Lowered(
-        proto,
-        [InputSpec(n, tuple(t.shape), t.dtype) for n, t in zip(names, micro, strict=True)],
-        in_spec,
-        in_leaves,
-        outputs,
-        flat.out_spec,
-        flat.out_leaves,
-        params,
-    )
-    _replace_identity_losses(out)
-    if with_loss:
-        _find_loss(out)
-    out.placement = blocks.place(proto, traced, strategy)
-    return out
+    return traced, f.getvalue(), changed
 
 
 def _replace_identity_losses(low: Lowered) -> None:
