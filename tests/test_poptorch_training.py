@@ -337,3 +337,27 @@ def test_guide_optimizer_attribute_update_example() -> None:
     assert losses == pytest.approx(expected, rel=1e-5, abs=1e-7)
     with pytest.raises(poptorch.Error, match="inferenceModel"):
         poptorch.inferenceModel(model).setOptimizer(opt)
+
+
+def test_identity_loss_none_backpropagates_ones() -> None:
+    class Elementwise(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return poptorch.identity_loss(self.fc(x) ** 2, reduction="none")
+
+    torch.manual_seed(0)
+    model = Elementwise()
+    ref = copy.deepcopy(model)
+    x = torch.randn(5, 4)
+    wrapped = poptorch.trainingModel(model, optimizer=torch.optim.SGD(model.parameters(), 0.01))
+    loss = wrapped(x)
+    assert loss.shape == (5, 3)
+    torch.testing.assert_close(loss, (ref.fc(x) ** 2).detach())
+    opt = torch.optim.SGD(ref.parameters(), 0.01)
+    (ref.fc(x) ** 2).sum().backward()  # a gradient of ones
+    opt.step()
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
