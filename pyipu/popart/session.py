@@ -117,6 +117,27 @@ class _Session:
         self._check_compiled()
         self._load_engine()
 
+    def loadExecutable(self, executable: Any) -> None:  # noqa: N802
+        """Run `executable` (an Executable, or the path of the PopEF file compileAndExport wrote
+        for the same model, options and optimizer) instead of compiling: a pyipu extension."""
+        from pyipu.compiler.executable import Executable
+
+        if not isinstance(executable, Executable):
+            try:
+                executable = Executable.open(executable)
+            except (Error, OSError) as e:
+                raise popart_exception(f"{self.name}: cannot load {executable!r}: {e}") from e
+        _, outputs = self._model_to_compile()
+        names = {a.name for a in executable.program.anchors}
+        missing = sorted(set(outputs) - names)
+        if missing:
+            raise popart_exception(
+                f"{self.name}: the executable does not compute {missing[:5]}: it was compiled "
+                "for another model"
+            )
+        self._exe = executable
+        self._load_engine()
+
     def compileAndExport(self, filename: str | os.PathLike) -> None:  # noqa: N802
         """Compile and write the PopEF file (for Triton / Model Runtime / pyipu.runtime)."""
         self._exe = self._compile()
@@ -261,19 +282,19 @@ class _Session:
                     f"input {tid!r}: dtype {a.dtype}, the model wants {info.numpy_dtype()}"
                 )
             try:
-                steps = split_steps(np.ascontiguousarray(a), self._lead, tuple(info.shape()))
+                steps = split_steps(np.asarray(a, order="C"), self._lead, tuple(info.shape()))
             except ValueError as e:
                 raise popart_exception(
                     f"input {tid!r}: {e} (batchesPerStep, accumulation, replicas lead)"
                 ) from None
             for i in range(n):
-                per[i][tid] = steps[i]
+                per[i][tid] = steps[i, ...]  # a 0-d array, not a NumPy scalar, for scalars
         return per
 
     def _callback_inputs(self, io: PyStepIOCallback) -> dict[str, np.ndarray]:
         feed = {}
         for tid, info in self._input_infos().items():
-            a = np.ascontiguousarray(io.input_cb(tid, False))
+            a = np.asarray(io.input_cb(tid, False), order="C")  # keeps 0-d arrays 0-d
             if a.dtype != info.numpy_dtype() or list(a.shape) != info.shape():
                 raise popart_exception(
                     f"input callback for {tid!r} gave {a.dtype}{list(a.shape)}, the model wants "
@@ -356,7 +377,13 @@ class _Session:
             self._load_engine()
 
     def weightsToHost(self) -> None:  # noqa: N802
+        """Weights are the host's, except variables the executable updates (a model's state
+        kept on the device): their current values are read."""
         self._check_compiled()
+        if self._runner is not None:
+            for name, value in self._runner.read_variables().items():
+                if name in self.weights:
+                    self.weights[name] = value
 
     def readWeights(self, weightsIo: PyWeightsIO) -> None:  # noqa: N802, N803
         for tid, dest in weightsIo.weights.items():
