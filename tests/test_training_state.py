@@ -61,12 +61,17 @@ def bn_model() -> onnx.ModelProto:
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 15)])
 
 
-def session(model: onnx.ModelProto, anchors: dict | None = None) -> TrainingSession:
+def session(
+    model: onnx.ModelProto, anchors: dict | None = None, loss_scaling: tuple | None = None
+) -> TrainingSession:
+    values = {"defaultLearningRate": (0.05, False), "defaultMomentum": (0.9, True)}
+    if loss_scaling is not None:
+        values["lossScaling"] = loss_scaling
     s = TrainingSession(
         model.SerializeToString(),
         DataFlow(1, anchors or {"loss": AnchorReturnType("ALL")}),
         "loss",
-        SGD({"defaultLearningRate": (0.05, False), "defaultMomentum": (0.9, True)}),
+        SGD(values),
         DeviceManager().createCpuDevice(),
     )
     s.prepareDevice()
@@ -101,6 +106,39 @@ def test_running_statistics_follow_the_onnx_momentum_rule() -> None:
     s.readWeights(PyWeightsIO(got))
     np.testing.assert_allclose(got["mean"], mean, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(got["var"], var, rtol=1e-4, atol=1e-6)
+
+
+def test_values_computed_from_running_statistics_follow_them() -> None:
+    """A node reading a running statistic is computed on the device from its current value
+    (nothing built from it is folded with the value it had when compiled)."""
+    m = bn_model()
+    m.graph.initializer.append(numpy_helper.from_array(np.asarray(2, np.float32), "two"))
+    m.graph.node.append(helper.make_node("Mul", ["var", "two"], ["var2"]))
+    s = session(m, {"loss": AnchorReturnType("ALL"), "var2": AnchorReturnType("ALL")})
+    anchors = s.initAnchorArrays()
+    var = np.ones(C)
+    for x in batches(3):
+        s.run(PyStepIO({"x": x}, anchors))
+        np.testing.assert_allclose(anchors["var2"], 2 * var, rtol=1e-5)
+        var = var * MOMENTUM + x.var(axis=(0, 2, 3)) * (1 - MOMENTUM)
+
+
+@pytest.mark.parametrize("scaling", [(64.0, True), (64.0, False)])
+def test_loss_scaling_leaves_the_training_unchanged(scaling) -> None:
+    """PopART's lossScaling multiplies the loss that is differentiated and the optimizer divides
+    it out of the gradients: the same weights (float32 rounding aside), the loss unscaled."""
+    xs, m = batches(3), bn_model()
+    plain, scaled = session(m), session(m, loss_scaling=scaling)
+    np.testing.assert_allclose(train(scaled, xs), train(plain, xs), rtol=1e-5)
+    for s in (plain, scaled):
+        s.weightsToHost()
+    w = {"w": np.zeros((K, C, 3, 3), np.float32)}
+    got = {"w": np.zeros((K, C, 3, 3), np.float32)}
+    plain.readWeights(PyWeightsIO(w))
+    scaled.readWeights(PyWeightsIO(got))
+    np.testing.assert_allclose(got["w"], w["w"], rtol=1e-4, atol=1e-6)
+    initial = numpy_helper.to_array(next(i for i in m.graph.initializer if i.name == "w"))
+    assert not np.allclose(w["w"], initial)
 
 
 def test_weights_written_on_the_host_reach_the_device_at_weights_from_host() -> None:

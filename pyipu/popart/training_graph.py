@@ -28,7 +28,7 @@ from pyipu.passes.graph import default_opset
 from pyipu.popart.errors import popart_exception
 from pyipu.training import gradients
 from pyipu.training.nodes import NodeWriter
-from pyipu.training.optimizers import Optimizer
+from pyipu.training.optimizers import Optimizer, Variable
 from pyipu.training.placement import Stages, mark_step_end
 
 MICRO = "optimizer/micro_batches"  # int64 variable: micro-batches run so far
@@ -70,10 +70,11 @@ def build(
     data = [v.name for v in model.graph.input if v.name not in inits]
     computed = [a for a in anchors if a in {o for n in model.graph.node for o in n.output}]
     base, total, running = _replicate(model, loss, running, data, replicas, mean_reduction)
+    total = _scaled(base, total, optimizer)
     stages = Stages(base.graph.node) if sharded else None
     origin: dict[str, onnx.NodeProto] = {}
     try:
-        train, grads = gradients(base, total, list(trainable), origin)
+        train, grads = gradients(base, total, list(trainable), origin, list(running))
     except Exception as e:
         raise popart_exception(f"cannot differentiate the model: {e}") from e
     w = NodeWriter(default_opset(train), "optimizer")
@@ -94,10 +95,10 @@ def build(
         stages.place(w.nodes[anchored:], {})
     train.graph.node.extend(w.nodes)
     train.graph.initializer.extend(initial)
+    declared = {v.name for v in train.graph.input}
     for var in optimizer.variables():
-        train.graph.input.append(
-            helper.make_tensor_value_info(var.name, onnx.TensorProto.FLOAT, [])
-        )
+        if var.name not in declared:
+            train.graph.input.append(helper.make_tensor_value_info(var.name, _FLOAT, []))
     set_variables(train, updates)
     per_replica = [replica_name(a, r) for a in computed for r in range(replicas)]
     wanted = [a for a in [*per_replica, *out.anchors.values()] if a not in updates]
@@ -221,6 +222,32 @@ def _sharded_updates(
             initial.append(u.initial(name, s, slot))
     mark_step_end(w.nodes[start:])
     return updates, initial
+
+
+def _scaled(model: onnx.ModelProto, loss: str, optimizer: Optimizer) -> str:
+    """The loss times the optimizer's loss scaling (the value differentiated, so every gradient
+    carries the scale; the optimizer divides it out). The anchored loss stays unscaled."""
+    scale = optimizer.loss_scaling
+    if scale == 1.0:
+        return loss
+    inferred = onnx.shape_inference.infer_shapes(model).graph
+    elem = next(
+        (
+            v.type.tensor_type.elem_type
+            for v in [*inferred.value_info, *inferred.output]
+            if v.name == loss
+        ),
+        _FLOAT,
+    )
+    w = NodeWriter(default_opset(model), "loss_scaling")
+    if isinstance(scale, Variable):  # non-const: a float32 input, fed every step
+        model.graph.input.append(helper.make_tensor_value_info(scale.name, _FLOAT, []))
+        factor = scale.name if elem == _FLOAT else w.op("Cast", [scale.name], to=elem)
+    else:
+        factor = w.const(np.asarray(scale, helper.tensor_dtype_to_np_dtype(elem)))
+    out = w.op("Mul", [loss, factor])
+    model.graph.node.extend(w.nodes)
+    return out
 
 
 def state_slots(optimizer: Optimizer, accumulation: int, sharded: bool) -> tuple[str, ...]:

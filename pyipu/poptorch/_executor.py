@@ -166,7 +166,7 @@ class PoplarExecutor:
         else:
             assert self._optimizer is not None and low.loss is not None
             popart_opt = optim.to_popart(self._optimizer)
-            model, loss = _training_loss(model, low.loss, self._optimizer)
+            model, loss = _training_loss(model, low.loss)
             model, running_var = _unbiased_running_var(model)
             session = TrainingSession(
                 model.SerializeToString(),
@@ -475,36 +475,18 @@ def _output(anchor: np.ndarray, shape: list[int]) -> torch.Tensor:
     return torch.from_numpy(a)
 
 
-def _training_loss(
-    model: onnx.ModelProto, loss: str, optimizer: torch.optim.Optimizer
-) -> tuple[onnx.ModelProto, str]:
+def _training_loss(model: onnx.ModelProto, loss: str) -> tuple[onnx.ModelProto, str]:
     """The value the training graph differentiates: the loss, summed when it is not a scalar
-    (identity_loss "none") and multiplied by the loss scaling (the optimizer divides it out)."""
-    scale = float(getattr(optimizer, "loss_scaling", 1.0))
+    (identity_loss "none"). The session applies the optimizer's loss scaling."""
     shapes = {
         v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in model.graph.output
     }
-    if shapes.get(loss, []) == [] and scale == 1.0:
+    if shapes.get(loss, []) == []:
         return model, loss
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    value = loss
-    if shapes.get(loss, []):
-        out.graph.node.append(
-            helper.make_node("ReduceSum", [value], ["poptorch/loss_sum"], keepdims=0)
-        )
-        value = "poptorch/loss_sum"
-    if scale != 1.0:
-        dtype = next(v.type.tensor_type.elem_type for v in out.graph.output if v.name == loss)
-        const = helper.make_tensor("poptorch/loss_scaling_value", dtype, [], [scale])
-        out.graph.node.append(
-            helper.make_node("Constant", [], ["poptorch/loss_scaling"], value=const)
-        )
-        out.graph.node.append(
-            helper.make_node("Mul", [value, "poptorch/loss_scaling"], ["poptorch/scaled_loss"])
-        )
-        value = "poptorch/scaled_loss"
-    return out, value
+    out.graph.node.append(helper.make_node("ReduceSum", [loss], ["poptorch/loss_sum"], keepdims=0))
+    return out, "poptorch/loss_sum"
 
 
 def _unbiased_running_var(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, str]]:

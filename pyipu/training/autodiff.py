@@ -85,15 +85,18 @@ def gradients(
     loss: str,
     wrt: Sequence[str],
     origin: dict[str, onnx.NodeProto] | None = None,
+    changing: Sequence[str] = (),
 ) -> tuple[onnx.ModelProto, dict[str, str]]:
     """The model with d(loss)/d(t) for each t of `wrt` computed after the forward pass, and the
     name of each gradient value. The loss must be a float tensor (a scalar, usually): the
     gradient of its sum is taken. `origin`, when given, receives the forward node each backward
-    node was written for (by name; the seed and the final sums have none)."""
+    node was written for (by name; the seed and the final sums have none). `changing` names
+    initializers that are not constants either (state a training step updates, as running
+    statistics): nothing computed from them is folded."""
     from pyipu.training import rules_index, rules_math, rules_nn, rules_shape  # noqa: F401
     from pyipu.training.registry import RULES
 
-    model = _static_shapes(model, wrt)
+    model = _static_shapes(model, [*wrt, *changing])
     g = GradGraph(model)
     if g.opset < MIN_OPSET:
         raise CompileError(
