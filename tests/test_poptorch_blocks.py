@@ -174,3 +174,44 @@ def test_blocks_outside_lowering_do_nothing() -> None:
     model = Network()
     x = torch.rand(3, 5)
     assert model(x).shape == (3, 5)  # CPU run: no tracer scope opened
+
+
+@pytest.mark.parametrize("strategy", ["pipelined", "sharded"])
+def test_blocks_train_on_virtual_ipus_as_torch_does(strategy: str) -> None:
+    """A trainingModel with two blocks, 4 micro-batches accumulated (PopTorch's mean), trains
+    like torch does: pyipu's backward pass on the blocks' IPUs, pipelined or one after another."""
+    import copy
+
+    class TwoBlocks(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a = poptorch.BeginBlock(torch.nn.Linear(8, 16), ipu_id=0)
+            self.b = poptorch.BeginBlock(torch.nn.Linear(16, 4), ipu_id=1)
+            self.loss = torch.nn.MSELoss()
+
+        def forward(self, x, y):  # noqa: ANN001, ANN201
+            out = self.b(torch.relu(self.a(x)))
+            return out, self.loss(out, y)
+
+    torch.manual_seed(0)
+    model = TwoBlocks()
+    ref = copy.deepcopy(model)
+    opts = poptorch.Options()
+    opts.Training.gradientAccumulation(4)
+    opts.setExecutionStrategy(
+        poptorch.PipelinedExecution() if strategy == "pipelined" else poptorch.ShardedExecution()
+    )
+    trained = poptorch.trainingModel(
+        model, opts, optimizer=torch.optim.SGD(model.parameters(), lr=0.05)
+    )
+    x, y = torch.randn(8, 8), torch.randn(8, 4)
+    opt = torch.optim.SGD(ref.parameters(), lr=0.05)
+    for _ in range(3):
+        trained(x, y)
+        opt.zero_grad()
+        for k in range(4):
+            (ref(x[2 * k : 2 * k + 2], y[2 * k : 2 * k + 2])[1] / 4).backward()
+        opt.step()
+    trained.copyWeightsToHost()
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
