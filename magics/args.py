@@ -277,17 +277,18 @@ def _build() -> _Parser:
     p = verbs.add_parser(
         "train",
         add_help=True,
-        help="run a pyipu.popart.TrainingSession with a live loss curve (Ctrl-C stops after "
-        "the run in flight)",
+        help="run a pyipu.popart.TrainingSession or a pyipu.poptorch trainingModel with a live "
+        "loss curve (Ctrl-C stops after the run in flight)",
     )
-    p.add_argument("session", metavar="SESSION", help="a TrainingSession variable")
+    p.add_argument("session", metavar="SESSION", help="a TrainingSession or trainingModel variable")
     p.add_argument(
         "feeds",
         metavar="FEEDS",
         help="the runs' inputs: a dict (the same every run), a function of the run number "
-        "returning one, or an iterable of dicts",
+        "returning one, or an iterable of them (a trainingModel's: argument tuples, e.g. a "
+        "poptorch.DataLoader)",
     )
-    p.add_argument("--runs", type=_positive, metavar="N", help="how many runs (session.run calls)")
+    p.add_argument("--runs", type=_positive, metavar="N", help="how many runs (calls)")
     p.add_argument("--anchor", metavar="ID", help="the anchor plotted (default: the loss)")
     p.add_argument(
         "-o",

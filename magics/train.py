@@ -1,6 +1,7 @@
-"""`%ipu train SESSION FEEDS`: run a PopART TrainingSession step after step with a live loss
-curve, the steps' speed and the time left; Ctrl-C (or the notebook's stop button) stops after
-the step in flight, and the losses so far are the result."""
+"""`%ipu train SESSION FEEDS`: run a PopART TrainingSession (or a PopTorch trainingModel) step
+after step with a live loss curve, the steps' speed and the time left; Ctrl-C (or the
+notebook's stop button) stops after the step in flight, and the losses so far are the
+result."""
 
 from __future__ import annotations
 
@@ -61,8 +62,9 @@ def _panel(r: TrainResult, total: int | None) -> str:
 
 
 def feed_source(value: Any, runs: int | None) -> tuple[Iterator[Mapping[str, Any]], int | None]:
-    """The feeds of successive runs: a dict (the same every run), a callable run -> dict, or an
-    iterable of dicts; and how many runs there are, when that is known."""
+    """The feeds of successive runs: a dict (the same every run), a callable run -> feed, or an
+    iterable of feeds (dicts; a PopTorch model's also argument tuples, as a DataLoader yields
+    them); and how many runs there are, when that is known."""
     if isinstance(value, Mapping):
         if runs is None:
             raise UsageError("with one feed dict, say how many runs: --runs N")
@@ -81,6 +83,48 @@ def feed_source(value: Any, runs: int | None) -> tuple[Iterator[Mapping[str, Any
     )
 
 
+Step = Callable[[Any], tuple[list[float], int]]  # one run's feed → its losses and samples
+
+
+def _popart_step(session: Any, anchor: str | None) -> Step:
+    from pyipu.popart import PyStepIO
+
+    loss = anchor or session.loss
+    if loss not in session.dataFlow.anchors:
+        raise UsageError(
+            f"{loss!r} is not an anchor of the session's DataFlow (anchors: "
+            f"{', '.join(session.dataFlow.anchors)}): anchor the loss, or name one with --anchor"
+        )
+    if session._exe is None:
+        session.prepareDevice()
+    anchors = session.initAnchorArrays()
+    # samples per run: micro-batches per run × the first input's batch dimension
+    micro = next(iter(session._input_infos().values()), None)
+    per_run = int(np.prod(session._lead)) * (micro.shape()[0] if micro and micro.shape() else 1)
+
+    def step(feed: Any) -> tuple[list[float], int]:
+        if not isinstance(feed, Mapping):
+            raise UsageError(f"the feed is a {type(feed).__name__}, not a dict")
+        session.run(PyStepIO(dict(feed), anchors))
+        return np.asarray(anchors[loss], np.float64).reshape(-1).tolist(), per_run
+
+    return step
+
+
+def _poptorch_step(model: Any) -> Step:
+    """A PopTorch trainingModel: each feed is the call's arguments (a tuple or list, as a
+    DataLoader gives them, or a dict of keyword arguments)."""
+
+    def step(feed: Any) -> tuple[list[float], int]:
+        args, kwargs = ((), dict(feed)) if isinstance(feed, Mapping) else (tuple(feed), {})
+        loss = model.lossOf(model(*args, **kwargs))
+        first = next((a for a in [*args, *kwargs.values()] if hasattr(a, "shape")), None)
+        samples = int(first.shape[0]) if first is not None and len(first.shape) else 1
+        return loss.detach().double().reshape(-1).tolist(), samples
+
+    return step
+
+
 def train(
     name: str,
     session: Any,
@@ -89,23 +133,19 @@ def train(
     anchor: str | None,
     show: Callable[..., Any] | None,
 ) -> TrainResult:
-    from pyipu.popart import PyStepIO, TrainingSession
+    from pyipu.popart import TrainingSession
 
-    if not isinstance(session, TrainingSession):
-        raise UsageError(f"{name!r} is not a pyipu.popart.TrainingSession")
-    loss = anchor or session.loss
-    if loss not in session.dataFlow.anchors:
+    if isinstance(session, TrainingSession):
+        step = _popart_step(session, anchor)
+    elif getattr(session, "training", False) and hasattr(session, "lossOf"):
+        step = _poptorch_step(session)
+        if isinstance(feeds, tuple) and all(hasattr(t, "shape") for t in feeds):
+            feeds = lambda _run, args=feeds: args  # noqa: E731 (one call's arguments, every run)
+    else:
         raise UsageError(
-            f"{loss!r} is not an anchor of the session's DataFlow (anchors: "
-            f"{', '.join(session.dataFlow.anchors)}): anchor the loss, or name one with --anchor"
+            f"{name!r} is not a pyipu.popart.TrainingSession or a pyipu.poptorch trainingModel"
         )
     source, total = feed_source(feeds, runs)
-    if session._exe is None:
-        session.prepareDevice()
-    anchors = session.initAnchorArrays()
-    # samples per run: micro-batches per run × the first input's batch dimension
-    micro = next(iter(session._input_infos().values()), None)
-    per_run = int(np.prod(session._lead)) * (micro.shape()[0] if micro and micro.shape() else 1)
     result = TrainResult(name, np.zeros(0, np.float32), 0, 0, 0.0)
     handle = show(HTML(_panel(result, total)), display_id=True) if show else None
     losses: list[float] = []
@@ -113,14 +153,13 @@ def train(
     last_draw = 0.0
     try:
         for feed in source:
-            if not isinstance(feed, Mapping):
-                raise UsageError(
-                    f"run {result.runs}: the feed is a {type(feed).__name__}, not a dict"
-                )
-            session.run(PyStepIO(dict(feed), anchors))
-            losses.extend(np.asarray(anchors[loss], np.float64).reshape(-1).tolist())
+            try:
+                run_losses, samples = step(feed)
+            except UsageError as e:
+                raise UsageError(f"run {result.runs}: {e}") from None
+            losses.extend(run_losses)
             result.runs += 1
-            result.samples += per_run
+            result.samples += samples
             now = time.perf_counter()
             result.seconds = now - t0
             if handle is not None and now - last_draw > 0.2:

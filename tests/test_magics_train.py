@@ -129,3 +129,38 @@ def test_bad_arguments_are_usage_errors(ip: Any, line: str, message: str) -> Non
     ip.user_ns["s"] = regression_session()
     with pytest.raises(UsageError, match=message):
         magic(ip, line)
+
+
+def test_a_poptorch_training_model_trains_from_argument_tuples(ip: Any) -> None:
+    torch = pytest.importorskip("torch")
+    from pyipu import poptorch
+
+    class Regression(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = torch.nn.Linear(3, 1)
+
+        def forward(self, x, y):  # noqa: ANN001, ANN201
+            out = self.fc(x)
+            return out, torch.nn.functional.mse_loss(out, y)
+
+    def make() -> Any:
+        torch.manual_seed(0)
+        model = Regression()
+        return poptorch.trainingModel(model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+
+    torch.manual_seed(1)
+    x = torch.randn(8, 3)
+    batches = [(x, x @ torch.tensor([[1.0], [-2.0], [0.5]])) for _ in range(4)]
+    ip.user_ns.update(m=make(), batches=batches, one=batches[0])
+    magic(ip, "train m batches")
+    res = ip.user_ns["_ipu_last_train"]
+    assert res.runs == 4 and res.samples == 4 * 8 and len(res.losses) == 4
+    again = make()
+    expected = [float(again(*b)[1]) for b in batches]
+    np.testing.assert_allclose(res.losses, expected, rtol=1e-6)
+    magic(ip, "train m one --runs 3")
+    assert ip.user_ns["_ipu_last_train"].runs == 3
+    ip.user_ns["inference"] = poptorch.inferenceModel(Regression())
+    with pytest.raises(UsageError, match="trainingModel"):
+        magic(ip, "train inference batches")

@@ -21,6 +21,7 @@ EXPECTED = {
     "converter_and_precision",
     "model_runtime_session",
     "training",
+    "poptorch_training",
 }
 
 

@@ -453,6 +453,15 @@ class PoplarExecutor:
         lat = self._latency
         return min(lat), max(lat), sum(lat) / len(lat)
 
+    def lossOf(self, output: Any) -> torch.Tensor:  # noqa: N802
+        """The training loss among the outputs a trainingModel call returned (a pyipu
+        extension: `%ipu train` plots it)."""
+        low = self._lowered
+        if not self.training or low is None or low.loss_output is None:
+            raise InvalidStateError("lossOf: only a trainingModel that ran has a loss")
+        tensors, _, _ = _lowering.flatten_inputs((output,), {})
+        return tensors[low.loss_output]
+
 
 def _signature(args: tuple, kwargs: dict) -> tuple:
     tensors, spec, leaves = _lowering.flatten_inputs(args, kwargs)
