@@ -4,6 +4,13 @@ from __future__ import annotations
 
 import enum
 
+# PopTorch's names for PopART's enumerations: the same values, one definition
+from pyipu.popart.devices import DeviceConnectionType
+from pyipu.popart.devices import SyncPattern as SyncPattern
+from pyipu.popart.losses import ReductionType as ReductionType
+
+ConnectionType = DeviceConnectionType
+
 
 class OutputMode(enum.IntEnum):
     """What a call returns when it runs several batches: the last batch's outputs (Final), all
@@ -17,30 +24,10 @@ class OutputMode(enum.IntEnum):
     Default = 4
 
 
-class ReductionType(enum.IntEnum):
-    """How gradients of replicas and accumulated micro-batches combine."""
-
-    Sum = 0
-    Mean = 1
-    NoReduction = 2
-
-
 class MeanReductionStrategy(enum.IntEnum):
     Running = 0
     Post = 1
     PostAndLoss = 2
-
-
-class ConnectionType(enum.IntEnum):
-    Always = 0
-    OnDemand = 1
-    Never = 2
-
-
-class SyncPattern(enum.IntEnum):
-    Full = 0
-    SinglePipeline = 1
-    ReplicaAndLadder = 2
 
 
 class DataLoaderMode(enum.IntEnum):
