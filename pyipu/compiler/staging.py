@@ -48,7 +48,8 @@ def _node_name(node: onnx.NodeProto) -> str:
     return node.name or f"<{node.op_type} producing {list(node.output)}>"
 
 
-def _int_attr(node: onnx.NodeProto, name: str) -> int | None:
+def int_attr(node: onnx.NodeProto, name: str) -> int | None:
+    """The node's placement attribute `name` (an int >= 0), or None."""
     for a in node.attribute:
         if a.name == name:
             v = helper.get_attribute_value(a)
@@ -60,9 +61,18 @@ def _int_attr(node: onnx.NodeProto, name: str) -> int | None:
     return None
 
 
+def set_int_attr(node: onnx.NodeProto, name: str, value: int) -> None:
+    """Set (or replace) the node's placement attribute `name`."""
+    for a in node.attribute:
+        if a.name == name:
+            a.CopyFrom(helper.make_attribute(name, int(value)))
+            return
+    node.attribute.append(helper.make_attribute(name, int(value)))
+
+
 def _required(nodes: Sequence[onnx.NodeProto], attr: str, why: str) -> dict[int, int]:
     """id(node) → the node's `attr`, which every node must have."""
-    values = {id(n): _int_attr(n, attr) for n in nodes}
+    values = {id(n): int_attr(n, attr) for n in nodes}
     missing = [_node_name(n) for n in nodes if values[id(n)] is None]
     if missing:
         raise CompileError(
@@ -91,13 +101,13 @@ class Placement:
 def user_stage(node: onnx.NodeProto) -> int:
     """A placed node's pipeline stage number: its `__pipeline_stage`, by default (as in PopART)
     its IPU."""
-    stage = _int_attr(node, STAGE_ATTR)
-    return stage if stage is not None else _int_attr(node, IPU_ATTR) or 0
+    stage = int_attr(node, STAGE_ATTR)
+    return stage if stage is not None else int_attr(node, IPU_ATTR) or 0
 
 
 def place_nodes(nodes: Sequence[onnx.NodeProto], num_ipus: int, pipelined: bool) -> Placement:
     """Read and validate the placement attributes of `nodes` (topological order)."""
-    ends = {id(n) for n in nodes if _int_attr(n, STEP_END_ATTR)}
+    ends = {id(n) for n in nodes if int_attr(n, STEP_END_ATTR)}
     placed = [n for n in nodes if id(n) not in ends]
     ipu = _required(placed, IPU_ATTR, "virtual_graph_mode='manual'")
     for n in placed:
@@ -105,7 +115,7 @@ def place_nodes(nodes: Sequence[onnx.NodeProto], num_ipus: int, pipelined: bool)
             raise CompileError(
                 f"node {_node_name(n)!r} is placed on IPU {ipu[id(n)]}, but num_ipus is {num_ipus}"
             )
-    if pipelined or all(_int_attr(n, STAGE_ATTR) is not None for n in placed):
+    if pipelined or all(int_attr(n, STAGE_ATTR) is not None for n in placed):
         raw = {id(n): user_stage(n) for n in placed}
     else:
         raw = dict(ipu)  # the IPUs run in their numeric order

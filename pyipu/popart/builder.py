@@ -20,11 +20,11 @@ import numpy as np
 import onnx
 from onnx import defs, helper, numpy_helper, shape_inference
 
+from pyipu.compiler.staging import IPU_ATTR, STAGE_ATTR, set_int_attr
 from pyipu.popart.errors import popart_exception
 from pyipu.popart.tensorinfo import TensorInfo
 
 DEFAULT_OPSETS = {"ai.onnx": 10, "ai.graphcore": 1}  # PopART's Builder defaults
-IPU_ATTR, STAGE_ATTR = "__ipu_number", "__pipeline_stage"  # read by pyipu's compiler
 
 
 def _onnx_ops() -> dict[str, str]:
@@ -189,7 +189,7 @@ class Builder:
         value = int(args[1]) if len(args) == 2 else 0
         for tid in ids:
             node = self._producer(tid)
-            _set_int_attr(node, attr, value)
+            set_int_attr(node, attr, value)
         return None
 
     @contextlib.contextmanager
@@ -266,7 +266,7 @@ class Builder:
         outputs = [self._new_id(f"{base}:0") for _ in range(n_out)]
         node = helper.make_node(schema.name, args, outputs, name=outputs[0], **attrs)
         for attr, value in self._attrs.items():
-            _set_int_attr(node, attr, value)
+            set_int_attr(node, attr, value)
         self.model.graph.node.append(node)
         self._use_opset("", self.opsets["ai.onnx"])
         return outputs[0] if schema.max_output == 1 else outputs
@@ -311,14 +311,6 @@ def _load(source: bytes | str | os.PathLike) -> onnx.ModelProto:
         raise popart_exception(f"cannot load the model {str(source)[:80]!r}: {e}") from None
     except Exception as e:  # protobuf's DecodeError: not an ONNX model
         raise popart_exception(f"not an ONNX model: {type(e).__name__}: {e}") from None
-
-
-def _set_int_attr(node: onnx.NodeProto, name: str, value: int) -> None:
-    for a in node.attribute:
-        if a.name == name:
-            a.i = value
-            return
-    node.attribute.append(helper.make_attribute(name, int(value)))
 
 
 def _empty_list(v: Any) -> bool:

@@ -14,24 +14,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import onnx
-from onnx import helper
 
-from pyipu.compiler.staging import IPU_ATTR, STAGE_ATTR, STEP_END_ATTR, user_stage
-
-
-def _get(node: onnx.NodeProto, name: str) -> int | None:
-    for a in node.attribute:
-        if a.name == name:
-            return int(helper.get_attribute_value(a))
-    return None
-
-
-def _set(node: onnx.NodeProto, name: str, value: int) -> None:
-    for a in node.attribute:
-        if a.name == name:
-            a.CopyFrom(helper.make_attribute(name, value))
-            return
-    node.attribute.append(helper.make_attribute(name, value))
+from pyipu.compiler.staging import (
+    IPU_ATTR,
+    STAGE_ATTR,
+    STEP_END_ATTR,
+    int_attr,
+    set_int_attr,
+    user_stage,
+)
 
 
 class Stages:
@@ -41,7 +32,7 @@ class Stages:
         forward = list(forward)  # keeps each node's Python object (and so its id) alive
         raw: dict[int, int] = {}  # id(node) → the user's stage number
         for n in forward:
-            if _get(n, IPU_ATTR) is not None:  # else placed below, after its inputs
+            if int_attr(n, IPU_ATTR) is not None:  # else placed below, after its inputs
                 raw[id(n)] = user_stage(n)
         numbers = sorted(set(raw.values())) or [0]
         dense = {v: i for i, v in enumerate(numbers)}
@@ -49,7 +40,7 @@ class Stages:
         self.ipu_of: dict[int, int] = {}  # dense forward stage → IPU
         for n in forward:
             if id(n) in raw:
-                self.ipu_of.setdefault(dense[raw[id(n)]], _get(n, IPU_ATTR) or 0)
+                self.ipu_of.setdefault(dense[raw[id(n)]], int_attr(n, IPU_ATTR) or 0)
         self.stage: dict[str, int] = {}  # value name → stage of the node producing it
         for n in forward:
             k = dense[raw[id(n)]] if id(n) in raw else self._latest(n)
@@ -70,8 +61,8 @@ class Stages:
         return max((self.stage.get(i, 0) for i in n.input if i), default=0)
 
     def put(self, n: onnx.NodeProto, stage: int) -> None:
-        _set(n, IPU_ATTR, self.ipu(stage))
-        _set(n, STAGE_ATTR, stage)
+        set_int_attr(n, IPU_ATTR, self.ipu(stage))
+        set_int_attr(n, STAGE_ATTR, stage)
         for o in n.output:
             self.stage[o] = stage
 
@@ -88,11 +79,11 @@ class Stages:
                 consumers.setdefault(i, []).append(n)
         inputless = []
         for n in nodes:
-            if _get(n, STEP_END_ATTR) or _get(n, STAGE_ATTR) is not None:
+            if int_attr(n, STEP_END_ATTR) or int_attr(n, STAGE_ATTR) is not None:
                 continue
             f = origin.get(n.name)
             if f is not None:
-                k = max(self.mirror(_get(f, STAGE_ATTR) or 0), self._latest(n))
+                k = max(self.mirror(int_attr(f, STAGE_ATTR) or 0), self._latest(n))
             elif not any(n.input):
                 inputless.append(n)
                 continue
@@ -100,15 +91,15 @@ class Stages:
                 k = self._latest(n)
             self.put(n, k)
         for n in inputless:  # with its first consumer (constants then need no forwarding)
-            users = [_get(c, STAGE_ATTR) for c in consumers.get(n.output[0], [])]
+            users = [int_attr(c, STAGE_ATTR) for c in consumers.get(n.output[0], [])]
             self.put(n, min((u for u in users if u is not None), default=0))
 
 
 def pipeline_stages(nodes: Sequence[onnx.NodeProto]) -> int:
     """How many forward stages the placed nodes form."""
-    return len({user_stage(n) for n in nodes if _get(n, IPU_ATTR) is not None}) or 1
+    return len({user_stage(n) for n in nodes if int_attr(n, IPU_ATTR) is not None}) or 1
 
 
 def mark_step_end(nodes: Sequence[onnx.NodeProto]) -> None:
     for n in nodes:
-        _set(n, STEP_END_ATTR, 1)
+        set_int_attr(n, STEP_END_ATTR, 1)
