@@ -233,3 +233,23 @@ def test_guide_buffer_examples() -> None:
     assert torch.equal(model.i, torch.tensor([0.0]))  # not copied implicitly
     poptorch_model.copyWeightsToHost()
     assert torch.equal(model.i, torch.tensor([2.0]))
+
+
+def test_cycle_count_is_the_ipu_model_estimate_of_the_last_call() -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU()).eval()
+    plain = poptorch.inferenceModel(model)
+    plain(torch.randn(2, 16))
+    with pytest.raises(poptorch.Error, match="logCycleCount"):
+        plain.cycleCount()
+    counts = {}
+    for iterations in (1, 4):
+        opts = poptorch.Options().deviceIterations(iterations).logCycleCount(True)
+        wrapped = poptorch.inferenceModel(model, opts)
+        with pytest.raises(errors.InvalidStateError, match="not run yet"):
+            wrapped.cycleCount()
+        wrapped(torch.randn(2 * iterations, 16))
+        counts[iterations] = wrapped.cycleCount()
+        report = wrapped._session.getExecutable().report()
+        assert counts[iterations] == iterations * report.step_cycles // report.batches_per_step
+    assert counts[1] > 0 and counts[4] == 4 * counts[1]

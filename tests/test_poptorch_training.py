@@ -361,3 +361,22 @@ def test_identity_loss_none_backpropagates_ones() -> None:
     opt.step()
     for p, q in zip(model.parameters(), ref.parameters(), strict=True):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+
+
+def test_copy_weights_to_device_after_steps_sends_what_the_host_holds() -> None:
+    """The host writes a parameter through a reference kept from before (no implicit pull): the
+    device, ahead of the session's host copies, still receives it."""
+    torch.manual_seed(0)
+    model = Regressor()
+    bias = model.net[0].bias
+    trainer = poptorch.trainingModel(model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+    x, y = torch.randn(4, 6), torch.randn(4, 2)
+    trainer(x, y)
+    trainer.copyWeightsToHost()
+    saved = bias.detach().clone()
+    trainer(x, y)  # the device moves on; the host is not read
+    with torch.no_grad():
+        bias.copy_(saved)
+    trainer.copyWeightsToDevice()
+    trainer.copyWeightsToHost()
+    torch.testing.assert_close(model.net[0].bias.detach(), saved)

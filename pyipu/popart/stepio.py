@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -56,4 +57,4 @@ def split_steps(array: np.ndarray, lead: tuple[int, ...], shape: tuple[int, ...]
     kept = tuple(d for d in lead if d != 1)
     if array.shape != kept + shape:
         raise ValueError(f"shape {list(array.shape)}, expected {list(kept + shape)}")
-    return array.reshape((int(np.prod(lead, dtype=np.int64)),) + shape)
+    return array.reshape((math.prod(lead),) + shape)

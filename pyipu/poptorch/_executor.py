@@ -84,6 +84,7 @@ class PoplarExecutor:
             if optimizer is None:
                 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
             optim.to_popart(optimizer)  # refuse an unsupported optimizer now
+            optim.bind(optimizer, self)
         self._optimizer = optimizer
         self._session: Any = None
         self._lowered: _lowering.Lowered | None = None
@@ -156,6 +157,7 @@ class PoplarExecutor:
         for k, v in opts._Popart.values.items():
             setattr(so, k, v)
         anchors = {o: self._anchor_type() for o in low.outputs}
+        anchors.update({o: AnchorReturnType("ALL") for o, _ in low.prints})  # each batch's
         flow = DataFlow(opts.device_iterations, anchors)
         device = DeviceManager().createIpuModelDevice({"numIPUs": ipus * reps})
         model = low.model
@@ -180,6 +182,9 @@ class PoplarExecutor:
             session.running.update(running_var)
             _restrict_training(session, self._host, self._optimizer)
             self._constants = optim.constants(popart_opt)
+            loaded = optim.take_loaded_state(self._optimizer)
+            if loaded is not None:
+                self._set_optimizer_state(session, loaded)
         if opts.random_seed is not None:
             session.setRandomSeed(opts.random_seed)
         return session
@@ -218,14 +223,13 @@ class PoplarExecutor:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self._session is None:
             self.compile(*args, **kwargs)
-        else:
-            self._check_inputs(args, kwargs)
+        tensors, structure = _flatten(args, kwargs)
+        self._check_inputs(tensors, structure)
         if not self._attached:
             self.attachToDevice()
         self._sync_to_device()
         low, session = self._lowered, self._session
         assert low is not None
-        tensors, _, _ = _lowering.flatten_inputs(args, kwargs)
         lead = self._lead()
         feeds = {
             spec.name: t.detach().cpu().contiguous().numpy().reshape(lead + spec.shape)
@@ -233,7 +237,7 @@ class PoplarExecutor:
         }
         cached = self._anchors
         if cached is None or cached[0] is not session:  # reused: outputs are copied out
-            shapes = {n: session.getInfo(n).shape() for n in low.outputs}
+            shapes = {n: session.getInfo(n).shape() for n in [*low.outputs, *dict(low.prints)]}
             cached = self._anchors = (session, session.initAnchorArrays(), shapes)
         _, anchors, shapes = cached
         start = time.perf_counter()
@@ -242,6 +246,9 @@ class PoplarExecutor:
         if self.training:
             self._sync.owner = self
         outs = [_output(anchors[name], shapes[name]) for name in low.outputs]
+        for name, fmt in low.prints:  # ipu_print_tensor's, one block per batch run
+            for value in np.reshape(anchors[name], (-1, *shapes[name])):
+                print(fmt.render(value))
         return _lowering.rebuild(low.out_spec, low.out_leaves, outs)
 
     def _lead(self) -> tuple[int, ...]:
@@ -249,15 +256,16 @@ class PoplarExecutor:
         acc = o.gradient_accumulation if self.training else 1
         return tuple(d for d in (o.device_iterations, acc, o.replication_factor) if d != 1)
 
-    def _check_inputs(self, args: tuple, kwargs: dict) -> None:
-        got, want = _signature(args, kwargs), self._signature
+    def _check_inputs(self, tensors: list[torch.Tensor], structure: Any) -> None:
+        want = self._signature
         assert want is not None
-        if got[0] != want[0] or len(got[1]) != len(want[1]):
+        if structure != want[0] or len(tensors) != len(want[1]):
             raise InputShapeError(
                 "the inputs' structure differs from the one the model was compiled for "
-                f"({len(got[1])} tensors, expected {len(want[1])}): create a new wrapper"
+                f"({len(tensors)} tensors, expected {len(want[1])}): create a new wrapper"
             )
-        for k, ((shape, dtype), (wshape, wdtype)) in enumerate(zip(got[1], want[1], strict=True)):
+        for k, (t, (wshape, wdtype)) in enumerate(zip(tensors, want[1], strict=True)):
+            shape, dtype = tuple(t.shape), t.dtype
             if dtype != wdtype:
                 raise InputDTypeError(
                     f"input {k}: dtype {dtype}, the model was compiled for {wdtype}"
@@ -308,6 +316,8 @@ class PoplarExecutor:
         if self._session is None:
             return
         session = self._session
+        if self.training and self._attached:
+            session.weightsToHost()  # its host copies are what the device held when last read
         changed = {}
         for n, t in self._host.items():
             a = t.detach().cpu().numpy()
@@ -357,6 +367,8 @@ class PoplarExecutor:
             return
         if self.training and self._sync.owner is self:
             self.copyWeightsToHost()
+        if self.training:  # a poptorch.optim optimizer keeps it (the next trainingModel resumes)
+            optim.keep_state(self._optimizer, self.optimizerState())
         if self._attached:
             self._session.close()
         if self._checkpoint is not None:
@@ -378,11 +390,17 @@ class PoplarExecutor:
             raise InvalidStateError("setOptimizer: this is an inferenceModel")
         new = optim.to_popart(optimizer)
         self._optimizer = optimizer
+        optim.bind(optimizer, self)
         if self._session is None:
             return
         if optim.constants(new) == self._constants:
             self._session.updateOptimizerFromHost(new)
             return
+        self._recompile()
+
+    def _recompile(self, state: dict[str, Any] | None = None) -> None:
+        """A new training session keeping the weights, optimizer state (or `state`, in
+        `optimizerState`'s layout) and step count."""
         old = self._session
         if self._attached:
             old.weightsToHost()
@@ -390,6 +408,8 @@ class PoplarExecutor:
         session.weights.update({k: v for k, v in old.weights.items() if k in session.weights})
         session.state.update({k: v for k, v in old.state.items() if k in session.state})
         session.steps = old.steps
+        if state is not None:
+            self._set_optimizer_state(session, state)
         if self._attached:
             old.close()
         if self._checkpoint is not None:
@@ -398,6 +418,51 @@ class PoplarExecutor:
         self._session = session
         session.prepareDevice()
         self._attached = True
+
+    def optimizerState(self) -> dict[str, Any]:  # noqa: N802
+        """The device's optimizer state: {"steps": n, "slots": {"<parameter>/<slot>": tensor}}
+        (a poptorch.optim optimizer's `state_dict()["ipu_state"]`)."""
+        session, low = self._session, self._lowered
+        if not self.training or session is None or low is None:
+            raise InvalidStateError("optimizerState: only a compiled trainingModel has one")
+        if self._attached:
+            session.weightsToHost()
+        return {
+            "steps": int(session.steps),
+            "slots": {
+                f"{low.params[w]}/{slot}": torch.from_numpy(np.array(v))
+                for (w, slot), v in session.state.items()
+            },
+        }
+
+    def _set_optimizer_state(self, session: Any, state: dict[str, Any]) -> None:
+        """`optimizerState`'s layout into a session that has not loaded yet."""
+        assert self._lowered is not None
+        init_of = {name: init for init, name in self._lowered.params.items()}
+        try:
+            steps, slots = int(state["steps"]), dict(state["slots"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise OptionError(f"optimizer state: not an ipu_state dict ({e!r})") from None
+        values = {}
+        for key, value in slots.items():
+            name, _, slot = str(key).rpartition("/")
+            k = (init_of.get(name), slot)
+            have = session.state.get(k)
+            array = np.asarray(value.detach().cpu() if isinstance(value, torch.Tensor) else value)
+            if have is None or array.shape != have.shape:
+                known = sorted(f"{self._lowered.params[w]}/{s}" for w, s in session.state)
+                raise OptionError(
+                    f"optimizer state {key!r} does not fit this model and optimizer "
+                    f"(its state: {known[:6]})"
+                )
+            values[k] = array.astype(have.dtype)
+        session.state.update(values)
+        session.steps = steps
+
+    def _load_optimizer_state(self, state: dict[str, Any]) -> None:
+        """A bound optimizer's load_state_dict: the state goes to the device now."""
+        if self._session is not None:
+            self._recompile(state)
 
     # --- export ---------------------------------------------------------------------------
     def compileAndExport(
@@ -453,6 +518,23 @@ class PoplarExecutor:
         lat = self._latency
         return min(lat), max(lat), sum(lat) / len(lat)
 
+    def cycleCount(self) -> int:  # noqa: N802
+        """The IPU Model's estimate of the cycles the last call took on one replica (its
+        batches through the executable; docs/ipu-model.md). Needs `logCycleCount(True)`, as in
+        PopTorch."""
+        if not self.options._values.get("log_cycle_count"):
+            raise Error(
+                "cycleCount: cycle count logging is disabled (Options.logCycleCount(True))",
+                type="poptorch_cpp_error",
+                location="cycleCount",
+            )
+        if not self._latency or self._session is None:
+            raise InvalidStateError("cycleCount: the model has not run yet")
+        report = self._session.getExecutable().report()
+        acc = self.options.gradient_accumulation if self.training else 1
+        batches = self.options.device_iterations * acc
+        return round(report.step_cycles * batches / report.batches_per_step)
+
     def lossOf(self, output: Any) -> torch.Tensor:  # noqa: N802
         """The training loss among the outputs a trainingModel call returned (a pyipu
         extension: `%ipu train` plots it)."""
@@ -463,9 +545,17 @@ class PoplarExecutor:
         return tensors[low.loss_output]
 
 
-def _signature(args: tuple, kwargs: dict) -> tuple:
+def _flatten(args: tuple, kwargs: dict) -> tuple[list[torch.Tensor], Any]:
+    """A call's tensors and a key of its structure (non-tensor arguments included)."""
+    if not kwargs and all(isinstance(a, torch.Tensor) for a in args):
+        return list(args), len(args)  # the common call, without walking a pytree
     tensors, spec, leaves = _lowering.flatten_inputs(args, kwargs)
-    return (str(spec), repr(leaves)), [(tuple(t.shape), t.dtype) for t in tensors]
+    return tensors, (str(spec), repr(leaves))
+
+
+def _signature(args: tuple, kwargs: dict) -> tuple:
+    tensors, structure = _flatten(args, kwargs)
+    return structure, [(tuple(t.shape), t.dtype) for t in tensors]
 
 
 def _zeros_like(tree: Any) -> Any:

@@ -31,6 +31,18 @@ _REDUCTIONS = {"sum": 0, "mean": 1, "none": 2}
 _running = False
 
 
+@dataclass
+class TraceState:
+    """What the helper ops (ops.py) record while `forward` is traced."""
+
+    prints: list[tuple[torch.Tensor, Any]] = field(default_factory=list)  # (tensor, PrintFormat)
+    domains: dict[str, int] = field(default_factory=dict)  # custom_op domain → its version
+    custom_ops: list[Any] = field(default_factory=list)  # custom_op's specs, by index
+
+
+trace_state = TraceState()
+
+
 def isRunningOnIpu() -> bool:  # noqa: N802
     """True while the model is being lowered for pyipu (its `forward` traced), else False."""
     return _running
@@ -91,6 +103,7 @@ class Lowered:
     loss: str | None = None  # the loss the training graph differentiates
     loss_output: int | None = None  # its position among `outputs`
     placement: blocks.Placement = field(default_factory=lambda: blocks.Placement(0, 1, False))
+    prints: list[tuple[str, Any]] = field(default_factory=list)  # (output, PrintFormat)
 
 
 class _Flat(torch.nn.Module):
@@ -105,14 +118,19 @@ class _Flat(torch.nn.Module):
         self.buffers: list[torch.Tensor] = []  # returned after the outputs: their new values
 
     def forward(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        global trace_state
+        trace_state = TraceState()
         args, kwargs = rebuild(self.in_spec, self.in_leaves, tensors)
         out = self.model(*args, **kwargs)
         leaves, self.out_spec = pytree.tree_flatten(out)
         self.out_leaves = [None if isinstance(v, torch.Tensor) else v for v in leaves]
-        return tuple(v for v in [*leaves, *self.buffers] if isinstance(v, torch.Tensor))
+        printed = [t for t, _ in trace_state.prints]
+        return tuple(v for v in [*leaves, *self.buffers, *printed] if isinstance(v, torch.Tensor))
 
 
 def rebuild(spec: Any, leaves: list[Any], tensors: Sequence[Any]) -> Any:
+    if spec.is_leaf():  # a lone tensor
+        return tensors[0] if leaves == [None] else leaves[0]
     it = iter(tensors)
     return pytree.tree_unflatten([next(it) if v is None else v for v in leaves], spec)
 
@@ -160,7 +178,11 @@ def lower(
         flat.buffers = changed
         traced, data, _ = _export(model, flat, micro, names, train_mode)
     proto = onnx.load_from_string(data)
+    _import_domains(proto, trace_state.domains)
     outputs = [o.name for o in proto.graph.output]
+    n_printed = len(trace_state.prints)
+    printed = outputs[len(outputs) - n_printed :] if n_printed else []
+    outputs = outputs[: len(outputs) - n_printed]
     extra = outputs[len(outputs) - len(flat.buffers) :] if flat.buffers else []
     outputs = outputs[: len(outputs) - len(extra)]
     host = {n: n for n, _ in model.named_parameters()}
@@ -185,6 +207,7 @@ def lower(
         flat.out_spec,
         flat.out_leaves,
         params,
+        prints=[(o, fmt) for o, (_, fmt) in zip(printed, trace_state.prints, strict=True)],
     )
     buffer_names = {id(b): n for n, b in model.named_buffers()}
     by_host = {name: init for init, name in params.items()}
@@ -252,6 +275,17 @@ def _export(
             for b, saved in [*buffers, *plain]:
                 b.copy_(saved)
     return traced, f.getvalue(), changed
+
+
+def _import_domains(model: onnx.ModelProto, domains: dict[str, int]) -> None:
+    """The custom ops' domains at the versions `custom_op` named."""
+    for imp in model.opset_import:
+        if imp.domain in domains:
+            imp.version = domains[imp.domain]
+    known = {imp.domain for imp in model.opset_import}
+    model.opset_import.extend(
+        helper.make_opsetid(d, v) for d, v in domains.items() if d not in known
+    )
 
 
 def _replace_identity_losses(low: Lowered) -> None:

@@ -2,8 +2,8 @@
 
 A training executor's steps change the weights on its device only. The host model is brought
 up to date when it is next used: its class is swapped for a subclass whose attribute access,
-`state_dict`, `parameters`, `buffers` and calls first copy the newer device weights to the host
-(PopTorch does the same). Each copy to the host raises the model's `version`; an executor whose
+`state_dict`, `load_state_dict`, `parameters`, `buffers` and calls first copy the newer device
+weights to the host (PopTorch does the same). Each copy to the host raises the model's `version`; an executor whose
 device holds an older version uploads the host weights before it runs, which is how an
 inferenceModel sees what a sibling trainingModel learnt.
 """
@@ -104,7 +104,14 @@ def _synced_class(cls: type) -> type:
         "__module__": cls.__module__,
         "__qualname__": cls.__qualname__,
     }
-    for m in ("state_dict", "parameters", "named_parameters", "buffers", "named_buffers"):
+    for m in (
+        "state_dict",
+        "load_state_dict",  # a partial load keeps the device's values of the rest
+        "parameters",
+        "named_parameters",
+        "buffers",
+        "named_buffers",
+    ):
         attrs[m] = pulling(m)
     attrs["__call__"] = pulling("__call__")
     synced = type(cls.__name__, (cls,), attrs)

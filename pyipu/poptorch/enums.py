@@ -62,3 +62,15 @@ class AutoStage(enum.IntEnum):
 
     SameAsIpu = 0
     AutoIncrement = 1
+
+
+class MatMulSerializationMode(enum.Enum):
+    InputChannels = "input_channels"
+    ReducingDim = "reducing_dim"
+    OutputChannels = "output_channels"
+    Disabled = "none"
+
+
+class MultiConvPlanType(enum.IntEnum):
+    Parallel = 0
+    Serial = 1

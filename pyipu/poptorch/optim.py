@@ -10,7 +10,8 @@ the training executable and keeps the weights, optimizer state and step count.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+import weakref
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -48,7 +49,33 @@ class VariableAttributes:
 
 
 class _Extras:
-    """The PopTorch attributes an optimizer takes beyond torch's."""
+    """The PopTorch attributes an optimizer takes beyond torch's, and its state on the device:
+    `state_dict()` holds it under "ipu_state" (read from the trainingModel training with this
+    optimizer), `load_state_dict()` sends it there (now, or when a trainingModel compiles)."""
+
+    _device: Callable[[], Any] | None = None  # weakref to that trainingModel
+    _loaded: dict[str, Any] | None = None  # loaded or kept state no trainingModel has taken
+
+    def state_dict(self) -> dict[str, Any]:
+        out = super().state_dict()  # type: ignore[misc]
+        executor = self._device() if self._device is not None else None
+        if executor is not None and executor.isCompiled():
+            out["ipu_state"] = executor.optimizerState()
+        elif self._loaded is not None:
+            out["ipu_state"] = self._loaded
+        return out
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        state_dict = dict(state_dict)
+        ipu = state_dict.pop("ipu_state", None)
+        super().load_state_dict(state_dict)  # type: ignore[misc]
+        if ipu is None:
+            return
+        executor = self._device() if self._device is not None else None
+        if executor is not None and executor.isCompiled():
+            executor._load_optimizer_state(ipu)
+        else:
+            self._loaded = ipu
 
     def _init_extras(self, given: dict[str, Any], **extras: Any) -> None:
         self.loss_scaling = float(extras.pop("loss_scaling", None) or 1.0)
@@ -61,35 +88,35 @@ class _Extras:
         self.variable_attrs = VariableAttributes(["lr", *given])
 
 
-class SGD(torch.optim.SGD, _Extras):
+class SGD(_Extras, torch.optim.SGD):
     def __init__(self, params: Any, lr: float = 0.01, momentum: float = 0.0, **kw: Any) -> None:
         extras = {k: kw.pop(k) for k in list(kw) if k in _EXTRA}
         super().__init__(params, lr=lr, momentum=momentum, **kw)
         self._init_extras(kw, **extras)
 
 
-class Adam(torch.optim.Adam, _Extras):
+class Adam(_Extras, torch.optim.Adam):
     def __init__(self, params: Any, lr: float = 0.001, **kw: Any) -> None:
         extras = {k: kw.pop(k) for k in list(kw) if k in _EXTRA}
         super().__init__(params, lr=lr, **kw)
         self._init_extras(kw, **extras)
 
 
-class AdamW(torch.optim.AdamW, _Extras):
+class AdamW(_Extras, torch.optim.AdamW):
     def __init__(self, params: Any, lr: float = 0.001, **kw: Any) -> None:
         extras = {k: kw.pop(k) for k in list(kw) if k in _EXTRA}
         super().__init__(params, lr=lr, **kw)
         self._init_extras(kw, **extras)
 
 
-class RMSprop(torch.optim.RMSprop, _Extras):
+class RMSprop(_Extras, torch.optim.RMSprop):
     def __init__(self, params: Any, lr: float = 0.01, **kw: Any) -> None:
         extras = {k: kw.pop(k) for k in list(kw) if k in _EXTRA}
         super().__init__(params, lr=lr, **kw)
         self._init_extras(kw, **extras)
 
 
-class LAMB(torch.optim.Optimizer, _Extras):
+class LAMB(_Extras, torch.optim.Optimizer):
     """LAMB: the Adam direction plus weight decay, scaled by the trust ratio ‖w‖ / ‖direction‖
     (PopART's Lamb mode; `bias_correction=False` is LambNoBias)."""
 
@@ -137,6 +164,26 @@ class LAMB(torch.optim.Optimizer, _Extras):
                 trust = wn / dn if wn > 0 and dn > 0 else 1.0
                 p.sub_(d, alpha=group["lr"] * trust)
         return loss
+
+
+def bind(opt: torch.optim.Optimizer, executor: Any) -> None:
+    """`executor` trains with `opt` now: a poptorch.optim optimizer reads and writes its state."""
+    if isinstance(opt, _Extras):
+        opt._device = weakref.ref(executor)
+
+
+def keep_state(opt: torch.optim.Optimizer | None, state: dict[str, Any]) -> None:
+    """The state of a trainingModel released with `opt`, for `state_dict()` and the next one."""
+    if isinstance(opt, _Extras):
+        opt._loaded = state
+
+
+def take_loaded_state(opt: torch.optim.Optimizer | None) -> dict[str, Any] | None:
+    """State `opt` holds for the next trainingModel (loaded or kept; taken once)."""
+    if not isinstance(opt, _Extras) or opt._loaded is None:
+        return None
+    state, opt._loaded = opt._loaded, None
+    return state
 
 
 def _group(opt: torch.optim.Optimizer) -> dict[str, Any]:
