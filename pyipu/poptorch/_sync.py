@@ -3,9 +3,9 @@
 A training executor's steps change the weights on its device only. The host model is brought
 up to date when it is next used: its class is swapped for a subclass whose attribute access,
 `state_dict`, `load_state_dict`, `parameters`, `buffers` and calls first copy the newer device
-weights to the host (PopTorch does the same). Each copy to the host raises the model's `version`; an executor whose
-device holds an older version uploads the host weights before it runs, which is how an
-inferenceModel sees what a sibling trainingModel learnt.
+weights to the host (PopTorch does the same). Each copy to the host raises the model's
+`version`; an executor whose device holds an older version uploads the host weights before it
+runs, which is how an inferenceModel sees what a sibling trainingModel learnt.
 """
 
 from __future__ import annotations
