@@ -34,6 +34,7 @@ from pyipu.compiler.rewrites.concat_inplace import concat_in_place
 from pyipu.compiler.rewrites.conv_epilogue import fuse_conv_epilogues
 from pyipu.compiler.rewrites.expand import drop_broadcast_expands
 from pyipu.compiler.rewrites.gelu import fuse_gelu
+from pyipu.compiler.rewrites.swish import fuse_swish
 from pyipu.compiler.staging import (
     Placement,
     output_stages,
@@ -116,6 +117,7 @@ def _compile_ir(model: ModelLike, outputs: Sequence[str] | None, opts: CompilerO
         opaque.append((FUSION_KEY, fusion.to_json().encode()))
     fuse_conv_epilogues(builder)
     fuse_gelu(builder)
+    fuse_swish(builder)
     fuse_affine_chains(builder)
     drop_broadcast_expands(builder)
     if placement is None:  # manual sharding: stages exchange whole tensors (staging.py)

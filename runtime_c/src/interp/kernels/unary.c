@@ -84,7 +84,17 @@ static void unary_f32(const ipu__unary_plan *p, const float *x, float *restrict 
         case IPU__UN_ACOSH: ULOOP(acoshf(v));
         case IPU__UN_ATANH: ULOOP(atanhf(v));
         case IPU__UN_SOFTSIGN: ULOOP(v / (1.0f + fabsf(v)));
-        case IPU__UN_HARD_SWISH: ULOOP(v * fminf(fmaxf(v / 6.0f + 0.5f, 0.0f), 1.0f));
+        case IPU__UN_HARD_SWISH: {
+            /* v * min(max(v/6 + 1/2, 0), 1) with compares, not fminf/fmaxf calls, so that it
+             * vectorises; a NaN v gives NaN either way (NaN * 0) */
+            for (size_t i = 0; i < n; i++) {
+                float t = x[i] / 6.0f + 0.5f;
+                t = t > 0 ? t : 0.0f;
+                t = t < 1 ? t : 1.0f;
+                y[i] = x[i] * t;
+            }
+            break;
+        }
         case IPU__UN_MISH: ULOOP(v * tanhf((v > 0 ? v : 0.0f) + log1pf(expf(-fabsf(v)))));
         case IPU__UN_SELU: ULOOP(v > 0 ? b * v : b * (a * expf(v) - a));
         case IPU__UN_CELU: ULOOP((v > 0 ? v : 0.0f) + fminf(0.0f, a * expm1f(v / a)));
@@ -98,7 +108,16 @@ static void unary_f32(const ipu__unary_plan *p, const float *x, float *restrict 
                 ULOOP(0.5f * v *
                       (1.0f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v))));
             }
-        case IPU__UN_SWISH: ULOOP(v / (1.0f + expf(-a * v)));
+        case IPU__UN_SWISH: /* x / (1 + exp(-a x)), exp vectorised; x is read after exp, so
+                             * the exponentials go to a buffer of their own */
+            for (size_t i0 = 0; i0 < n; i0 += 256) {
+                float t[256];
+                size_t m = n - i0 < 256 ? n - i0 : 256;
+                for (size_t i = 0; i < m; i++) t[i] = -a * x[i0 + i];
+                ipu__vm_exp(t, t, m);
+                for (size_t i = 0; i < m; i++) y[i0 + i] = x[i0 + i] / (1.0f + t[i]);
+            }
+            break;
         default: break;
     }
 }
