@@ -196,6 +196,8 @@ def _edits(case: str, ins: Instr) -> Edit:
     if case == "axis":
         return lambda i: with_attr(i, 0, 3), _same_tensor
     if case == "activation":
+        return lambda i: with_attr(i, 1, 3), _same_tensor
+    if case == "unary activation":
         return lambda i: with_attr(i, 1, 2), _same_tensor
     if case == "shift size":
         return lambda i: dataclasses.replace(i, inputs=(x, i.inputs[1], x)), _same_tensor
@@ -213,7 +215,8 @@ def _edits(case: str, ins: Instr) -> Edit:
 # case -> the verifier's message
 REJECTIONS = {
     "axis": r"axis 3 outside \[0, 3\)",
-    "activation": r"activation must be one of 0 \(NONE\), 1 \(RELU\), got 2",
+    "activation": r"activation must be one of 0 \(NONE\), 1 \(RELU\), 2 \(UNARY\), got 3",
+    "unary activation": r"activation 2 \(UNARY\) is CONV2D's only",
     "shift size": r"shift has 80 elements, expected x.dims\[1\] = 8",
     "output shape": r"output y\[2,40\] differs from input x\[2,8,5\]",
     "dtype": "dtype int32 is not float32/float16",

@@ -17,7 +17,7 @@ from test_compiler_conv import CONV_CASES
 
 from pyipu.compiler import Compiler
 from pyipu.compiler.rewrites.conv_epilogue import ACT_RELU
-from pyipu.enums import ActFn, Op
+from pyipu.enums import ActFn, Op, UnaryFn
 
 
 def _block(
@@ -157,7 +157,7 @@ def test_constant_weights(case: int) -> None:
 
 
 def test_activation_values_come_from_the_c_table() -> None:
-    assert [(a.name, a.value) for a in ActFn] == [("NONE", 0), ("RELU", 1)]
+    assert [(a.name, a.value) for a in ActFn] == [("NONE", 0), ("RELU", 1), ("UNARY", 2)]
     assert ACT_RELU == ActFn.RELU
 
 
@@ -170,9 +170,14 @@ ACT_TABLE = re.escape("".join(f"{a.value} ({a.name}), " for a in ActFn))
     [
         ((len(ActFn), 0), f"activation must be one of {ACT_TABLE}got {len(ActFn)}"),
         ((0, 2), "residual"),
+        ((int(ActFn.UNARY), 0), "go together"),
+        ((int(ActFn.RELU), 0, int(UnaryFn.TANH), 0, 0), "go together"),
+        ((int(ActFn.UNARY), 0, int(UnaryFn.ISNAN), 0, 0), "not a float unary function"),
+        ((int(ActFn.UNARY), 0, 999, 0, 0), "not a float unary function"),
+        ((0, 0, 0), "12 attributes, expected 9, 11 or 14"),
     ],
 )
-def test_verifier_rejects_epilogue_attrs(attrs: tuple[int, int], text: str) -> None:
+def test_verifier_rejects_epilogue_attrs(attrs: tuple[int, ...], text: str) -> None:
     import dataclasses
 
     from pyipu.compiler import Executable

@@ -115,9 +115,9 @@ def _compile_ir(model: ModelLike, outputs: Sequence[str] | None, opts: CompilerO
         add_index_anchor(builder, fusion.index)
         index_name = fusion.index
         opaque.append((FUSION_KEY, fusion.to_json().encode()))
-    fuse_conv_epilogues(builder)
-    fuse_gelu(builder)
+    fuse_gelu(builder)  # before the epilogues: a convolution's GELU or SiLU fuses into it
     fuse_swish(builder)
+    fuse_conv_epilogues(builder)
     fuse_affine_chains(builder)
     drop_broadcast_expands(builder)
     if placement is None:  # manual sharding: stages exchange whole tensors (staging.py)

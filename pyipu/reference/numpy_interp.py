@@ -176,8 +176,13 @@ def _int_shrink(x: np.ndarray, bias: np.float32, lambd: np.float32) -> np.ndarra
 
 @kernel(Op.UNARY)
 def unary(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
-    fn, p0, p1 = (int(a) for a in ins.attrs)
     (x,) = _args(xs)
+    fn, p0, p1 = (int(a) for a in ins.attrs)
+    return _unary_values(fn, p0, p1, x)
+
+
+def _unary_values(fn: int, p0: int, p1: int, x: np.ndarray) -> np.ndarray:
+    """UNARY function `fn` with attributes p0, p1 (also a CONV2D's UNARY activation)."""
     if fn == UnaryFn.NOT:
         return ~x
     floating = np.issubdtype(x.dtype, np.floating)
@@ -392,7 +397,7 @@ def _window(k: int, d: int, s: int, n_out: int) -> slice:
 @kernel(Op.CONV2D)
 def conv2d(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
     g, sh, sw, dh, dw, pt, pl, pb, pr = (int(a) for a in ins.attrs[:9])
-    act, has_res = (int(a) for a in ins.attrs[9:11]) if len(ins.attrs) == 11 else (0, 0)
+    act, has_res = (int(a) for a in ins.attrs[9:11]) if len(ins.attrs) >= 11 else (0, 0)
     args = _args(xs)
     res = args.pop() if has_res else None
     x, w, *bias = args
@@ -414,6 +419,9 @@ def conv2d(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
         out = out + res.astype(np.float32)
     if act == ActFn.RELU:
         out = np.maximum(out, np.float32(0))
+    if act == ActFn.UNARY:  # on the stored sums (rounded to float16 first), as UNARY does
+        fn, p0, p1 = (int(a) for a in ins.attrs[11:14])
+        out = _unary_values(fn, p0, p1, out.astype(y.dtype).astype(np.float32))
     return out
 
 

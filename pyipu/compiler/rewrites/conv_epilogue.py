@@ -7,8 +7,11 @@ Patterns, on the lowered instruction lists before memory planning:
   (in float64). When the convolution is the weight's only reader its TENSOR_DATA is rewritten in
   place (the anchor keeps its name), else a new weight is added;
 * ``CONV2D → RELU``: attrs ``activation = 1``;
-* ``CONV2D → ADD(·, z) [→ RELU]`` with z of the output's shape (a residual connection): z becomes
-  the last input, attrs ``residual = 1`` (and ``activation = 1``);
+* ``CONV2D → UNARY`` of a float function (ReLU6's CLIP, HardSwish, SiLU's SWISH, Sigmoid, GELU,
+  LeakyRelu, ...): attrs ``activation = 2`` then the UNARY's own (fn, p0, p1), applied by the
+  kernel to each block of sums it stores (bit-identical to the separate instruction);
+* ``CONV2D → ADD(·, z) [→ RELU or UNARY]`` with z of the output's shape (a residual
+  connection): z becomes the last input, attrs ``residual = 1`` (and the activation);
 * ``GEMM → RELU`` (Gemm + Relu, an MLP's layers): the GEMM's optional attr ``activation = 1``.
 
 Each intermediate tensor must have exactly one reader, no view, and no anchor. The fused
@@ -35,9 +38,11 @@ from pyipu.compiler.rewrites import (
     single_reader,
     writes_any,
 )
-from pyipu.enums import ActFn, Op
+from pyipu.enums import ActFn, Op, UnaryFn
 
 ACT_RELU = int(ActFn.RELU)  # the CONV2D / GEMM `activation` attribute (ipu_fns.def)
+ACT_UNARY = int(ActFn.UNARY)  # CONV2D's: a UNARY function, its attrs after `residual`
+_NOT_FLOAT = {int(UnaryFn.ISNAN), int(UnaryFn.ISINF), int(UnaryFn.NOT), int(UnaryFn.BITWISE_NOT)}
 CONV_ATTRS = 9  # without the epilogue attrs
 GEMM_ATTRS = 4  # without the activation
 
@@ -130,11 +135,12 @@ def _fuse_at(g: RewriteGraph, prog: list[Instr], stages: list[int], i: int) -> i
     spec = b.tensors[y]
     nxt = prog[j]
     ins_roots = {b.root(t) for t in conv.inputs}
-    inputs, act, res, last, removed = conv.inputs, 0, 0, j, 1
+    inputs, res, last, removed = conv.inputs, 0, j, 1
     out = nxt.outputs
-    if nxt.op == Op.RELU and b.tensors[out[0]].shape == spec.shape:
-        act = ACT_RELU
-    elif nxt.op == Op.ADD and len(set(nxt.inputs)) == 2:
+    act = _activation(b, nxt, y)
+    if not act:
+        if nxt.op != Op.ADD or len(set(nxt.inputs)) != 2:
+            return 0
         (z,) = [t for t in nxt.inputs if t != y]
         zs, os = b.tensors[z], b.tensors[out[0]]
         if zs.shape != spec.shape or os.shape != spec.shape or zs.dtype != spec.dtype:
@@ -142,22 +148,33 @@ def _fuse_at(g: RewriteGraph, prog: list[Instr], stages: list[int], i: int) -> i
         inputs, res = (*conv.inputs, z), 1
         ins_roots.add(b.root(z))
         k = single_reader(g, prog, j, out[0])
-        if (
-            k is not None
-            and stages[k] == stages[i]
-            and prog[k].op == Op.RELU
-            and b.tensors[prog[k].outputs[0]].shape == spec.shape
-        ):
-            act, last, removed, out = ACT_RELU, k, 2, prog[k].outputs
-    else:
-        return 0
+        if k is not None and stages[k] == stages[i]:
+            act = _activation(b, prog[k], out[0])
+            if act:
+                last, removed, out = k, 2, prog[k].outputs
     if writes_any(b, prog, i + 1, last, ins_roots):
         return 0
-    prog[last] = Instr(Op.CONV2D, tuple(inputs), tuple(out), (*conv.attrs, act, res))
+    epilogue = act or (0,)
+    prog[last] = Instr(
+        Op.CONV2D, tuple(inputs), tuple(out), (*conv.attrs, epilogue[0], res, *epilogue[1:])
+    )
     for pos in sorted({i, j, last} - {last}, reverse=True):
         del prog[pos]
         del stages[pos]
     return removed
+
+
+def _activation(b: GraphBuilder, ins: Instr, y: int) -> tuple[int, ...]:
+    """The epilogue activation attrs (activation[, fn, p0, p1]) when `ins` applies one to y
+    (same shape and dtype), else ()."""
+    out = b.tensors[ins.outputs[0]]
+    if (out.shape, out.dtype) != (b.tensors[y].shape, b.tensors[y].dtype):
+        return ()
+    if ins.op == Op.RELU:
+        return (ACT_RELU,)
+    if ins.op == Op.UNARY and ins.attrs[0] not in _NOT_FLOAT:
+        return (ACT_UNARY, *ins.attrs)
+    return ()
 
 
 def _fuse_gemm_relu_at(g: RewriteGraph, prog: list[Instr], stages: list[int], i: int) -> int:

@@ -86,6 +86,7 @@ ipu_status ipu__vplan_bcast(const vctx *v, const ipu__tensor *a, const ipu__tens
 /* An `activation` attribute (docs/bytecode.md says which opcodes have one): a value of
  * ipu_fns.def's IPU_ACT table (its values are 0 .. count - 1). */
 static inline ipu_status ipu__vact(const vctx *v, int64_t act) {
+    if (act == IPU__ACT_UNARY) return bad(v, "activation 2 (UNARY) is CONV2D's only");
     if (act >= 0 && act < IPU__ACT_COUNT) return IPU_OK;
         /* "0 (NONE), 1 (RELU), ": the table spelled out by ipu_fns.def itself */
 #define IPU_ACT(name, value) #value " (" #name "), "

@@ -624,6 +624,32 @@ static void run_direct(const ipu__conv_plan *p, const void *x, const void *w, co
 
 /* The end of the run of channel items mb, mb + 1, ... of one pixel block that items *it, *it +
  * 1, ... (< e) hold; *it moves to the run's last item. */
+/* CONV2D's UNARY activation (ipu_fns.def) over channel blocks [mb0, mb1) of group g, row
+ * block r of image n, after their sums, bias and residual are stored: the rows of a channel
+ * are contiguous (NCHW). float16 through a float32 buffer, as the UNARY instruction does. */
+static void apply_unary(const ipu__conv_plan *p, void *y, int64_t n, int64_t g, int64_t mb0,
+                        int64_t mb1, int64_t r) {
+    int64_t m0, m1;
+    ipu__conv_item_channels(p, mb0, mb1, &m0, &m1);
+    int64_t oh0 = r * p->rows, oh1 = oh0 + p->rows < p->OH ? oh0 + p->rows : p->OH;
+    int64_t len = (oh1 - oh0) * p->OW, OHW = p->OH * p->OW;
+    for (int64_t m = m0; m < m1; m++) {
+        int64_t off = (n * p->M + g * p->Cog + m) * OHW + oh0 * p->OW;
+        if (!p->f16) {
+            ipu__unary_apply_f32(p->act_fn, p->act_p0, p->act_p1, (float *)y + off, (size_t)len);
+            continue;
+        }
+        float t[512];
+        uint16_t *h = (uint16_t *)y + off;
+        for (int64_t j = 0; j < len; j += 512) {
+            size_t c = (size_t)(len - j < 512 ? len - j : 512);
+            ipu__cvt_f16_to_f32(h + j, t, c);
+            ipu__unary_apply_f32(p->act_fn, p->act_p0, p->act_p1, t, c);
+            ipu__cvt_f32_to_f16(t, h + j, c);
+        }
+    }
+}
+
 static int64_t channel_run(const ipu__conv_plan *p, int64_t mb, size_t *it, size_t e) {
     int64_t mb1 = mb + 1;
     for (; *it + 1 < e && mb1 < p->mblocks; mb1++) ++*it;
@@ -662,6 +688,8 @@ ipu_status ipu__k_conv2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
         int64_t r = (int64_t)(rest % (uint64_t)p->rblocks);
         rest /= (uint64_t)p->rblocks;
         int64_t g = (int64_t)(rest % (uint64_t)p->G), n = (int64_t)(rest / (uint64_t)p->G);
+        const int64_t mb_first = mb;
+        const size_t it_first = it;
         if (wino) { /* the following items of the same tiles: one run, the tiles once */
             int64_t mb1 = channel_run(p, mb, &it, e);
             if (!ipu__conv_wino(p, x, apre, bias, res, y, n, mb, mb1, r, scratch)) {
@@ -703,6 +731,10 @@ ipu_status ipu__k_conv2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
             }
             run_gemm_f16(p, x, w, apre, bias, res, y, n, g, mb, mb1, r, scratch);
         }
+        /* items it_first..it (channel blocks from mb_first, one row block) are stored: a
+         * UNARY activation over them while they are in cache */
+        if (p->act == IPU__ACT_UNARY)
+            apply_unary(p, y, n, g, mb_first, mb_first + (int64_t)(it - it_first) + 1, r);
     }
     return IPU_OK;
 }

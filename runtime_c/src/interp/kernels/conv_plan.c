@@ -3,6 +3,8 @@
  * conv_epilogue.c and winograd.c; pool.h, read by pool.c and pool_s2.c). The two share the
  * window arithmetic; the conv plan also chooses its path (packed GEMM, windowed rows, Winograd)
  * and packs constant weights once. */
+#include <string.h>
+
 #include "../verify_internal.h"
 #include "conv.h"
 #include "pool.h"
@@ -282,11 +284,19 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
     static const char *const pos[] = {"group", "stride_h", "stride_w", "dil_h", "dil_w"};
     static const char *const pads[] = {"pad_top", "pad_left", "pad_bottom", "pad_right"};
     char s1[160], s2[160], s3[160];
-    /* attrs 9, 10 (optional, both or neither): activation, residual flag */
-    bool epi = ins->n_attr == 11;
+    /* attrs 9, 10 (optional, both or neither): activation, residual flag; 11..13 with activation
+     * UNARY (and only then): its function and parameters (fn, p0, p1 as UNARY's) */
+    if (ins->n_attr != 9 && ins->n_attr != 11 && ins->n_attr != 14)
+        return bad(v, "%u attributes, expected 9, 11 or 14", ins->n_attr);
+    bool epi = ins->n_attr >= 11;
     int64_t act = epi ? ins->attr[9] : 0, has_res = epi ? ins->attr[10] : 0;
-    ipu_status st = ipu__vact(v, act);
+    ipu_status st = act == IPU__ACT_UNARY ? IPU_OK : ipu__vact(v, act);
     if (st) return st;
+    if ((act == IPU__ACT_UNARY) != (ins->n_attr == 14))
+        return bad(v, "activation UNARY and attributes 11..13 (fn, p0, p1) go together");
+    int64_t ufn = act == IPU__ACT_UNARY ? ins->attr[11] : 0;
+    if (act == IPU__ACT_UNARY && !ipu__unary_float_fn(ufn))
+        return bad(v, "activation UNARY: %lld is not a float unary function", (long long)ufn);
     if (has_res != 0 && has_res != 1)
         return bad(v, "residual must be 0 or 1, got %lld", (long long)has_res);
     if (ins->n_in < 2 + (uint32_t)has_res)
@@ -354,6 +364,14 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
     p->f16 = y->desc.dtype == IPU_DTYPE_FLOAT16;
     p->has_bias = bias != NULL;
     p->act = (int)act;
+    if (act == IPU__ACT_UNARY) {
+        double d0, d1;
+        memcpy(&d0, &ins->attr[12], sizeof d0);
+        memcpy(&d1, &ins->attr[13], sizeof d1);
+        p->act_fn = (int)ufn;
+        p->act_p0 = (float)d0;
+        p->act_p1 = (float)d1;
+    }
     p->has_res = res != NULL;
     p->N = xd[0];
     p->C = C;

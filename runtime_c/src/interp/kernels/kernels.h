@@ -67,6 +67,10 @@ typedef enum ipu__act_fn {
 #undef IPU_ACT
     IPU__ACT_COUNT
 } ipu__act_fn;
+/* unary.c: is fn a float-to-float UNARY function (an epilogue may apply it); y[i] = fn(y[i])
+ * for i < n, as the UNARY instruction computes it (float32; p0, p1 its parameters). */
+bool ipu__unary_float_fn(int64_t fn);
+void ipu__unary_apply_f32(int fn, float p0, float p1, float *y, size_t n);
 /* RELU as every kernel computes it (the instruction, fused conv/GEMM/affine epilogues): NaN
  * stays NaN, -0.0 becomes +0; branch-free, so loops over it vectorise. */
 static inline float ipu__relu_f32(float v) { return (v > 0.0f || v != v) ? v : 0.0f; }

@@ -251,6 +251,25 @@ static bool unary_dtype_ok(int64_t fn, ipu_dtype dt) {
     }
 }
 
+bool ipu__unary_float_fn(int64_t fn) {
+    return fn >= 0 && fn < IPU__UN_COUNT && !is_classify((int)fn) &&
+           unary_dtype_ok(fn, IPU_DTYPE_FLOAT32);
+}
+
+void ipu__unary_apply_f32(int fn, float p0, float p1, float *y, size_t n) {
+    ipu__unary_plan p;
+    memset(&p, 0, sizeof p);
+    p.fn = fn;
+    p.p0 = p0;
+    p.p1 = p1;
+    float t[256]; /* unary_f32 does not work in place (restrict) */
+    for (size_t i = 0; i < n; i += 256) {
+        size_t m = n - i < 256 ? n - i : 256;
+        memcpy(t, y + i, m * sizeof(float));
+        unary_f32(&p, t, y + i, m);
+    }
+}
+
 ipu_status ipu__verify_unary(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
                              ipu__instr *ins) {
     const ipu__tensor *x = in[0];
