@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import logging
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +44,7 @@ if TYPE_CHECKING:
 # models; a redeploy reloads them everywhere).
 EXTENSIONS = ["binary_tensor_data", "model_configuration"]
 DEPLOYMENT = "PyipuReplica"
+log = logging.getLogger("pyipu.serve")
 _MODEL_PATH = re.compile(r"/v2/models/([^/]+)(?:/versions/([^/]+))?(?:/(ready|config|infer))?")
 
 
@@ -171,7 +174,10 @@ class PyipuReplica:
                     raise UnauthorizedError("missing or wrong bearer token")
             return await self._route(request, request.method, path)
         except Exception as e:
-            return _json({"error": public_message(e)}, status_of(e)[0])
+            status = status_of(e)[0]
+            if status == 500:
+                log.error("internal error", exc_info=e, extra={"fields": {"path": path}})
+            return _json({"error": public_message(e)}, status)
 
     async def _route(self, request: Request, method: str, path: str) -> Response:
         if method == "GET" and path in ("/v2/health/live", "/v2/health/ready"):
@@ -252,7 +258,12 @@ def _json(doc: Any, status: int = 200) -> Response:
 def build(config: RayServeConfig) -> Any:
     """The Ray Serve application (`serve.run` it, or `serve build` a config from it)."""
     serve = import_serve()
-    return serve.deployment(PyipuReplica, **config.deployment_options()).bind(config)
+    options = config.deployment_options()
+    try:
+        deployment = serve.deployment(PyipuReplica, **options)
+    except (ValueError, TypeError) as e:  # Ray's checks (pydantic) of the options
+        raise ConfigError(f"Ray Serve refused the deployment options: {e}") from e
+    return deployment.bind(config)
 
 
 def deploy(
@@ -267,4 +278,19 @@ def deploy(
     deploy the repository and return the deployment's handle once every replica is ready."""
     serve = import_serve()
     serve.start(http_options={"host": http_host, "port": http_port})
-    return serve.run(build(config), name=name, route_prefix=route_prefix)
+    handle = serve.run(build(config), name=name, route_prefix=route_prefix)
+    _wait_for_proxies(serve, timeout_s=120.0)
+    return handle
+
+
+def _wait_for_proxies(serve: Any, timeout_s: float) -> None:
+    """Until no HTTP proxy is starting: serve.run returns once the replicas are, while the proxy
+    of a node that just got its first replica may still be starting (and answer 404 until it
+    has the routes)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        proxies = serve.status().proxies
+        if proxies and all(status != "STARTING" for status in proxies.values()):
+            return
+        time.sleep(0.2)
+    log.warning("HTTP proxies not ready", extra={"fields": {"timeout_s": timeout_s}})

@@ -47,7 +47,7 @@ def serve_on_ray(args: argparse.Namespace) -> int:
     autoscaling = _autoscaling(args.autoscaling)
     config = RayServeConfig(
         repository=args.repository,
-        num_replicas=None if autoscaling else args.num_replicas,
+        num_replicas=args.num_replicas if autoscaling is None else None,
         autoscaling_config=autoscaling,
         replica_cpus=args.replica_cpus,
         max_ongoing_requests=args.max_ongoing_requests,
