@@ -231,9 +231,12 @@ class PyipuReplica:
         else:
             req = decode_http(body, header, limit)
         results = await model.infer(req, self.metrics, "http")
-        payload, header_len = await asyncio.to_thread(
-            encode_http, model.name, model.version, req, results
-        )
+        if sum(a.nbytes for a in results.values()) > INLINE_BYTES:
+            payload, header_len = await asyncio.to_thread(
+                encode_http, model.name, model.version, req, results
+            )
+        else:
+            payload, header_len = encode_http(model.name, model.version, req, results)
         if header_len is None:
             return Response(payload, media_type="application/json")
         return Response(

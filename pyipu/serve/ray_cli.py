@@ -11,7 +11,7 @@ from typing import Any
 
 from pyipu.errors import ConfigError
 from pyipu.serve.cli import stop_signals
-from pyipu.serve.ray import RayServeConfig, deploy, import_serve
+from pyipu.serve.ray import RayServeConfig, build, deploy, import_serve
 
 APP = "pyipu"  # the Ray Serve application's name
 
@@ -55,14 +55,15 @@ def serve_on_ray(args: argparse.Namespace) -> int:
         max_body_bytes=args.max_body_mb << 20,
         grace_s=args.grace,
     )
-    config.deployment_options()  # a bad option fails before joining the cluster
+    build(config)  # a bad option fails before joining the cluster
     port = _port(args.host, args.http_port)
     context = ray.init(address=args.ray_address)
     try:
         deploy(config, name=APP, http_host=args.host, http_port=port)
         replicas = config.num_replicas if autoscaling is None else "autoscaling"
+        info = getattr(context, "address_info", None) or {}  # a Ray Client context has none
         print(
-            f"pyipu serve: ray {context.address_info.get('gcs_address', '')} "
+            f"pyipu serve: ray {info.get('gcs_address', args.ray_address)} "
             f"http {args.host}:{port} replicas {replicas} (grpc off)",
             file=sys.stderr,
             flush=True,
