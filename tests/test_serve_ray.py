@@ -5,6 +5,7 @@ requests, a replica killed under load, `pyipu serve --ray`, and the typed error 
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import signal
 import subprocess
@@ -141,6 +142,10 @@ def test_http_and_handle_match_a_local_runner(cluster: Any) -> None:
         out = httpclient.InferRequestedOutput("Y", binary_data=binary)
         r = client.infer("mlp", [infer_input("X", x, "FP32", binary)], outputs=[out])
         np.testing.assert_array_equal(r.as_numpy("Y"), want)
+    handle = cluster.handle
+    assert handle.ready.remote("mlp").result() and not handle.ready.remote("mlp", "1").result()
+    assert handle.model_metadata.remote("scale").result() == meta
+    assert handle.metadata.remote().result()["name"] == "pyipu"
     got = cluster.handle.infer.remote("mlp", {"X": x}).result()
     assert list(got) == ["Y"]
     np.testing.assert_array_equal(got["Y"], want)
@@ -257,13 +262,13 @@ def test_replica_killed_under_load(cluster: Any) -> None:
 @need_ray
 @pytest.mark.timeout(300)
 def test_cli_deploys_on_the_cluster(cluster: Any) -> None:
-    """`pyipu serve --ray --ray-address ADDR` redeploys the application, serves until SIGTERM,
-    then deletes it."""
+    """`pyipu serve --ray --ray-address ADDR` redeploys the application (with a bearer token),
+    serves until SIGTERM, then deletes it."""
     from ray import serve
 
     cmd = [sys.executable, "-P", "-m", "pyipu", "serve", str(cluster.repo), "--ray"]
     cmd += ["--ray-address", cluster.address, "--http-port", str(cluster.port)]
-    cmd += ["--num-replicas", "1", "--max-ongoing-requests", "16"]
+    cmd += ["--num-replicas", "1", "--max-ongoing-requests", "16", "--token", "t0k"]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, cwd=cluster.repo)
     try:
         assert proc.stderr is not None
@@ -274,8 +279,11 @@ def test_cli_deploys_on_the_cluster(cluster: Any) -> None:
             pytest.fail(f"pyipu serve --ray exited with {proc.wait()}")
         assert f"http 127.0.0.1:{cluster.port} replicas 1" in line
         wait_for(lambda: len(replicas()) == 1, 120, "one replica")
-        status, body = raw(cluster.port, "GET", "/v2/models/mlp")
-        assert status == 200 and b'"versions": ["2"]' in body.replace(b'":["', b'": ["')
+        assert raw(cluster.port, "GET", "/v2/health/ready")[0] == 200  # probes need no token
+        assert raw(cluster.port, "GET", "/v2/models/mlp")[0] == 401
+        auth = {"Authorization": "Bearer t0k"}
+        status, body = raw(cluster.port, "GET", "/v2/models/mlp", headers=auth)
+        assert status == 200 and json.loads(body)["versions"] == ["2"]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(120) == 0
     finally:

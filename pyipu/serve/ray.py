@@ -136,6 +136,8 @@ class PyipuReplica:
                 raise BadRequestError(f"input {name!r} must be a NumPy array of a KServe datatype")
             # arrays from Ray's object store are read-only; the runtime takes writable ones
             arrays[name] = np.require(a, requirements=["C", "W"])
+        if timeout_s is not None and not timeout_s > 0:
+            raise BadRequestError(f"timeout_s {timeout_s!r} must be positive")
         req = InferRequest(inputs=arrays, timeout_s=timeout_s)
         if outputs is not None:
             req.outputs = [RequestedOutput(n) for n in outputs]
