@@ -37,6 +37,10 @@ class UnauthorizedError(Error):
     """A missing or wrong bearer token."""
 
 
+class RayNotInstalledError(Error, ImportError):
+    """pyipu.serve.ray without Ray Serve installed (the serve-ray extra)."""
+
+
 # (error class, HTTP status, gRPC status name); the first match wins, so subclasses first.
 STATUS_TABLE: list[tuple[type[BaseException], int, str]] = [
     (BadRequestError, 400, "INVALID_ARGUMENT"),
@@ -51,6 +55,11 @@ STATUS_TABLE: list[tuple[type[BaseException], int, str]] = [
     (NotFoundError, 404, "NOT_FOUND"),
     (ClosedError, 503, "UNAVAILABLE"),
 ]
+
+
+def public_message(error: BaseException) -> str:
+    """What a client is told: a pyipu error's message; nothing of an internal one's."""
+    return str(error) if isinstance(error, Error) else f"internal error: {type(error).__name__}"
 
 
 def status_of(error: BaseException) -> tuple[int, str, str]:

@@ -17,7 +17,7 @@ from tritonclient.grpc import service_pb2_grpc as pb_grpc
 from pyipu.errors import Error
 from pyipu.serve.errors import BadRequestError, UnauthorizedError, UnavailableError, status_of
 from pyipu.serve.protocol import decode_grpc, encode_grpc
-from pyipu.serve.repository import check_name, check_version
+from pyipu.serve.repository import check_name
 
 if TYPE_CHECKING:
     from pyipu.serve.server import Server
@@ -77,7 +77,7 @@ class Servicer(pb_grpc.GRPCInferenceServiceServicer):
             raise UnauthorizedError("missing or wrong bearer token")
 
     def _model(self, name: str, version: str) -> Any:
-        return self.manager.get(check_name(name), check_version(version) if version else None)
+        return self.manager.find(name, version)
 
     @_handled(check_token=False)
     async def ServerLive(self, request: Any, context: Any) -> Any:  # noqa: N802

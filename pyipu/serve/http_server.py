@@ -11,16 +11,22 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from pyipu.errors import Error
-from pyipu.serve.errors import BadRequestError, UnauthorizedError, UnavailableError, status_of
+from pyipu.serve.errors import (
+    BadRequestError,
+    UnauthorizedError,
+    UnavailableError,
+    public_message,
+    status_of,
+)
 from pyipu.serve.protocol import HEADER_LENGTH, decode_http, encode_http
-from pyipu.serve.repository import check_name, check_version
+from pyipu.serve.repository import check_name
 
 if TYPE_CHECKING:
     from pyipu.serve.server import Server
 
 log = logging.getLogger("pyipu.serve")
-_OPEN_PATHS = ("/v2/health/live", "/v2/health/ready")  # no token needed (probes)
-_INLINE_BYTES = 256 << 10  # bodies up to this size are decoded on the event loop
+OPEN_PATHS = ("/v2/health/live", "/v2/health/ready")  # no token needed (probes)
+INLINE_BYTES = 256 << 10  # bodies up to this size are decoded on the event loop
 
 
 def _json(doc: Any, status: int = 200) -> web.Response:
@@ -29,7 +35,7 @@ def _json(doc: Any, status: int = 200) -> web.Response:
 
 def _error(e: BaseException, request: web.Request) -> web.Response:
     status, _grpc, kind = status_of(e)
-    message = str(e) if isinstance(e, Error) else f"internal error: {type(e).__name__}"
+    message = public_message(e)
     fields = {"protocol": "http", "path": request.path, "status": status, "kind": kind}
     if status == 500:
         log.error("internal error", exc_info=e, extra={"fields": fields})
@@ -45,7 +51,7 @@ def build_app(server: Server) -> web.Application:
     @web.middleware
     async def guard(request: web.Request, handler: Any) -> web.StreamResponse:
         try:
-            if cfg.token is not None and request.path not in _OPEN_PATHS:
+            if cfg.token is not None and request.path not in OPEN_PATHS:
                 given = request.headers.get("Authorization", "")
                 if not hmac.compare_digest(given.encode(), f"Bearer {cfg.token}".encode()):
                     raise UnauthorizedError("missing or wrong bearer token")
@@ -70,9 +76,7 @@ def build_app(server: Server) -> web.Application:
         return _json(server.metadata())
 
     def _model(request: web.Request) -> Any:
-        name = check_name(request.match_info["name"])
-        version = request.match_info.get("version")
-        return manager.get(name, check_version(version) if version else None)
+        return manager.find(request.match_info["name"], request.match_info.get("version"))
 
     async def model_ready(request: web.Request) -> web.Response:
         try:
@@ -96,12 +100,12 @@ def build_app(server: Server) -> web.Application:
         body = await request.read()
         header = request.headers.get(HEADER_LENGTH)
         # Large bodies are decoded and encoded off the loop (JSON tensors take a while).
-        if len(body) > _INLINE_BYTES:
+        if len(body) > INLINE_BYTES:
             req = await server.run_io(decode_http, body, header, cfg.max_body_bytes)
         else:
             req = decode_http(body, header, cfg.max_body_bytes)
         results = await model.infer(req, server.metrics, "http")
-        if sum(a.nbytes for a in results.values()) > _INLINE_BYTES:
+        if sum(a.nbytes for a in results.values()) > INLINE_BYTES:
             payload, header_len = await server.run_io(
                 encode_http, model.name, model.version, req, results
             )

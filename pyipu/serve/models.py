@@ -5,6 +5,7 @@ per-request timeouts, and load/unload that complete every accepted request exact
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import threading
 import time
@@ -27,9 +28,17 @@ from pyipu.serve.errors import (
 )
 from pyipu.serve.metrics import Metrics
 from pyipu.serve.protocol import InferRequest, datatype_of
-from pyipu.serve.repository import ModelConfig, Repository
+from pyipu.serve.repository import ModelConfig, Repository, check_name, check_version
 
 log = logging.getLogger("pyipu.serve")
+PLATFORM = "pyipu_popef"  # the platform name in model metadata and configs
+
+
+def server_metadata(extensions: list[str]) -> dict[str, Any]:
+    """The KServe server metadata document, with the protocol extensions a server implements."""
+    from pyipu import __version__
+
+    return {"name": "pyipu", "version": __version__, "extensions": extensions}
 
 
 @dataclass
@@ -187,6 +196,25 @@ class LoadedModel:
     def stats(self) -> dict[str, Any]:
         return self.runner.stats()
 
+    def config_document(self) -> dict[str, Any]:
+        """A Triton ModelConfig subset (JSON field names), for clients that ask for one."""
+        doc: dict[str, Any] = {
+            "name": self.name,
+            "platform": PLATFORM,
+            "max_batch_size": 0,
+            "input": [
+                {"name": t.name, "data_type": "TYPE_" + t.datatype, "dims": t.shape}
+                for t in self.inputs
+            ],
+            "output": [
+                {"name": t.name, "data_type": "TYPE_" + t.datatype, "dims": t.shape}
+                for t in self.outputs
+            ],
+        }
+        if self.batching_dim is not None:
+            doc["dynamic_batching"] = {"max_queue_delay_microseconds": self.config.batch_timeout_us}
+        return doc
+
 
 def _compile_onnx(path: Any, config: ModelConfig) -> Any:
     """Compile an ONNX model file, through the engine cache when it is enabled
@@ -201,9 +229,13 @@ def _compile_onnx(path: Any, config: ModelConfig) -> Any:
 class ModelManager:
     """The loaded models of a repository: name -> version -> LoadedModel."""
 
-    def __init__(self, repository: Repository, grace_s: float = 30.0) -> None:
+    def __init__(
+        self, repository: Repository, grace_s: float = 30.0, default_threads: int | None = None
+    ) -> None:
         self.repository = repository
         self.grace_s = grace_s
+        # compute threads of a model whose config sets none (a Ray replica: its CPU share)
+        self.default_threads = default_threads
         self._lock = threading.Lock()
         self._models: dict[str, dict[str, LoadedModel]] = {}
         self._errors: dict[str, str] = {}
@@ -211,6 +243,8 @@ class ModelManager:
     def load(self, name: str) -> list[str]:
         """Load (or reload) a model's newest versions; returns the versions loaded."""
         config = self.repository.config(name)
+        if config.num_threads is None and self.default_threads is not None:
+            config = dataclasses.replace(config, num_threads=self.default_threads)
         versions = self.repository.versions(name)
         if not versions:
             raise ModelNotFoundError(f"model {name!r} has no version with a model file")
@@ -232,6 +266,20 @@ class ModelManager:
         log.info("model loaded", extra={"fields": {"model": name, "versions": chosen}})
         return chosen
 
+    def load_all(self) -> None:
+        """Load every model of the repository. A folder without a usable version is skipped
+        (the index lists it UNAVAILABLE); a model that fails to load stops the start, as
+        Triton's --exit-on-error does, after closing the models loaded before it."""
+        try:
+            for name in self.repository.models():
+                if self.repository.versions(name):
+                    self.load(name)
+                else:
+                    log.warning("no model file", extra={"fields": {"model": name}})
+        except BaseException:
+            self.close()
+            raise
+
     def unload(self, name: str) -> None:
         with self._lock:
             old = self._models.pop(name, None)
@@ -240,6 +288,11 @@ class ModelManager:
         for model in old.values():
             model.close(self.grace_s)
         log.info("model unloaded", extra={"fields": {"model": name}})
+
+    def find(self, name: str, version: str | None) -> LoadedModel:
+        """A loaded model by the name and version a request gives (checked first: a bad one is
+        a BadRequestError before anything is looked up)."""
+        return self.get(check_name(name), check_version(version) if version else None)
 
     def get(self, name: str, version: str | None = None) -> LoadedModel:
         with self._lock:
@@ -252,6 +305,17 @@ class ModelManager:
         if model is None:
             raise ModelNotFoundError(f"model {name!r} has no loaded version {version!r}")
         return model
+
+    def metadata(self, model: LoadedModel) -> dict[str, Any]:
+        """The KServe model metadata document of a loaded model version."""
+        versions = [m.version for m in self.loaded() if m.name == model.name]
+        return {
+            "name": model.name,
+            "versions": sorted(versions, key=int),
+            "platform": PLATFORM,
+            "inputs": [vars(t) for t in model.inputs],
+            "outputs": [vars(t) for t in model.outputs],
+        }
 
     def loaded(self) -> list[LoadedModel]:
         with self._lock:

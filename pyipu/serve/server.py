@@ -20,7 +20,7 @@ from pyipu.serve.cli import TOKEN_ENV
 from pyipu.serve.grpc_server import start_grpc
 from pyipu.serve.http_server import build_app
 from pyipu.serve.metrics import Metrics
-from pyipu.serve.models import LoadedModel, ModelManager
+from pyipu.serve.models import LoadedModel, ModelManager, server_metadata
 from pyipu.serve.repository import Repository
 
 log = logging.getLogger("pyipu.serve")
@@ -58,42 +58,15 @@ class Server:
         self._stopped = threading.Event()
         self._stop_lock = threading.Lock()
 
-    # --- endpoints' data ------------------------------------------------------------------
+    # --- endpoints' data (built in pyipu.serve.models, shared with pyipu.serve.ray) ---------
     def metadata(self) -> dict[str, Any]:
-        from pyipu import __version__
-
-        return {"name": "pyipu", "version": __version__, "extensions": EXTENSIONS}
+        return server_metadata(EXTENSIONS)
 
     def model_metadata(self, model: LoadedModel) -> dict[str, Any]:
-        versions = [m.version for m in self.models.loaded() if m.name == model.name]
-        return {
-            "name": model.name,
-            "versions": sorted(versions, key=int),
-            "platform": "pyipu_popef",
-            "inputs": [vars(t) for t in model.inputs],
-            "outputs": [vars(t) for t in model.outputs],
-        }
+        return self.models.metadata(model)
 
     def model_config(self, model: LoadedModel) -> dict[str, Any]:
-        """A Triton ModelConfig subset (JSON field names), for clients that ask for one."""
-        doc: dict[str, Any] = {
-            "name": model.name,
-            "platform": "pyipu_popef",
-            "max_batch_size": 0,
-            "input": [
-                {"name": t.name, "data_type": "TYPE_" + t.datatype, "dims": t.shape}
-                for t in model.inputs
-            ],
-            "output": [
-                {"name": t.name, "data_type": "TYPE_" + t.datatype, "dims": t.shape}
-                for t in model.outputs
-            ],
-        }
-        if model.batching_dim is not None:
-            doc["dynamic_batching"] = {
-                "max_queue_delay_microseconds": model.config.batch_timeout_us
-            }
-        return doc
+        return model.config_document()
 
     async def run_blocking(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._blocking, fn, *args)
@@ -108,17 +81,7 @@ class Server:
         if self._thread is not None:
             raise InvalidStateError("the server was already started")
         if self.config.load_models:
-            # A folder without a usable version is skipped (the index lists it UNAVAILABLE);
-            # a model that fails to load stops the start, as Triton's --exit-on-error does.
-            try:
-                for name in self.models.repository.models():
-                    if self.models.repository.versions(name):
-                        self.models.load(name)
-                    else:
-                        log.warning("no model file", extra={"fields": {"model": name}})
-            except BaseException:
-                self.models.close()  # the runners of the models loaded before this one
-                raise
+            self.models.load_all()
         started: asyncio.Future | None = None
         ready = threading.Event()
         failure: list[BaseException] = []
