@@ -185,3 +185,32 @@ def test_isa_levels_force_every_family(isa_level: int) -> None:
     assert _core.sgemm_isa() == isa_level
     assert _core.set_isa(0) == _core.isa_best()
     assert _core.set_isa(_core.isa_best() + 1) == _core.isa_best()  # unknown: automatic
+
+
+CLAMPS = {  # op, attrs, constant inputs: the unary clamps with an AVX2 path (unary.c)
+    "relu6": ("Clip", {}, {1: np.array(0, np.float32), 2: np.array(6, np.float32)}),
+    "hardswish": ("HardSwish", {}, {}),
+    "hardsigmoid": ("HardSigmoid", {"alpha": 0.3, "beta": 0.4}, {}),
+    "leakyrelu": ("LeakyRelu", {"alpha": 0.1}, {}),
+}
+
+
+@pytest.mark.parametrize("case", CLAMPS)
+def test_unary_clamps_are_bit_identical_at_every_level(case: str) -> None:
+    """-0, NaN and the infinities included, the tail of a length not a multiple of 8 too."""
+    from models import compile_single_op
+
+    op, attrs, consts = CLAMPS[case]
+    x = _specials(_u((3, 37), 5, low=-9, high=9))
+    x.reshape(-1)[7] = -0.0
+    exe, feeds, _ = compile_single_op(op, [x], attrs, opset=17, const_inputs=consts)
+    outs = []
+    try:
+        for level in [lv for lv in sorted(_core.ISA_LEVELS.values()) if 0 < lv <= _core.isa_best()]:
+            _core.set_isa(level)
+            outs.append(next(iter(run_c(exe, feeds).values())))
+    finally:
+        _core.set_isa(0)
+    assert_parity({"y": outs[0]}, {"y": next(iter(exe.run_reference(feeds).values()))})
+    for y in outs[1:]:
+        np.testing.assert_array_equal(y.view(np.uint32), outs[0].view(np.uint32))

@@ -9,7 +9,11 @@
 
 #include "../verify_internal.h"
 #include "eltwise.h"
+#include "isa.h"
 #include "vmath.h"
+#if IPU_X86
+#include <immintrin.h>
+#endif
 
 /* UNARY: flat element ranges (input and output have the same shape). */
 typedef struct ipu__unary_plan {
@@ -33,9 +37,55 @@ static void elt_range(const ipu__unary_plan *p, size_t b, size_t e, uint64_t *lo
     }                                \
     break
 
+#if IPU_X86
+/* The clamps an epilogue or a UNARY applies most (ReLU6, HardSwish, HardSigmoid, LeakyRelu), 8
+ * lanes wide with the scalar loops' exact semantics: max_ps(lo, v) and min_ps(hi, t) return
+ * their second operand for a NaN or equal operands, as `v < lo ? lo : v` and `t > hi ? hi : t`
+ * do (HardSwish's clamp sends NaN to 0, as its scalar loop: x · 0 is NaN anyway); no FMA (a * v + b rounds twice, as in C). y may be x. False: not one of them. */
+__attribute__((target("avx2"))) static bool unary_f32_avx2(const ipu__unary_plan *p,
+                                                           const float *x, float *y, size_t n) {
+    const __m256 a = _mm256_set1_ps(p->p0), b = _mm256_set1_ps(p->p1);
+    const __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f);
+    const __m256 six = _mm256_set1_ps(6.0f), half = _mm256_set1_ps(0.5f);
+    const int fn = p->fn;
+    if (fn != IPU__UN_CLIP && fn != IPU__UN_HARD_SWISH && fn != IPU__UN_HARD_SIGMOID &&
+        fn != IPU__UN_LEAKY_RELU)
+        return false;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i), t;
+        switch (fn) {
+            case IPU__UN_CLIP: t = _mm256_min_ps(b, _mm256_max_ps(a, v)); break;
+            case IPU__UN_HARD_SWISH:
+                t = _mm256_add_ps(_mm256_div_ps(v, six), half);
+                t = _mm256_mul_ps(v, _mm256_min_ps(_mm256_max_ps(t, zero), one));
+                break;
+            case IPU__UN_HARD_SIGMOID:
+                t = _mm256_add_ps(_mm256_mul_ps(a, v), b);
+                t = _mm256_min_ps(one, _mm256_max_ps(zero, t));
+                break;
+            default: /* LEAKY_RELU: v >= 0 ? v : a v (NaN: a v, NaN) */
+                t = _mm256_blendv_ps(_mm256_mul_ps(a, v), v, _mm256_cmp_ps(v, zero, _CMP_GE_OQ));
+                break;
+        }
+        _mm256_storeu_ps(y + i, t);
+    }
+    if (i < n) { /* the tail through an 8-float buffer: the same lanes */
+        float bx[8] = {0}, by[8];
+        memcpy(bx, x + i, (n - i) * sizeof(float));
+        unary_f32_avx2(p, bx, by, 8);
+        memcpy(y + i, by, (n - i) * sizeof(float));
+    }
+    return true;
+}
+#endif
+
 static void unary_f32(const ipu__unary_plan *p, const float *x, float *restrict y, size_t n) {
     typedef float T;
     const float a = p->p0, b = p->p1;
+#if IPU_X86
+    if (ipu__isa() >= IPU__ISA_AVX2 && unary_f32_avx2(p, x, y, n)) return;
+#endif
     switch (p->fn) {
         case IPU__UN_NEG: ULOOP(-v);
         case IPU__UN_ABS: ULOOP(fabsf(v));
@@ -59,11 +109,11 @@ static void unary_f32(const ipu__unary_plan *p, const float *x, float *restrict 
         case IPU__UN_SOFTPLUS: ULOOP((v > 0 ? v : 0.0f) + log1pf(expf(-fabsf(v))));
         case IPU__UN_LEAKY_RELU: ULOOP(v >= 0 ? v : a * v);
         case IPU__UN_ELU: ULOOP(v >= 0 ? v : a * expm1f(v));
-        case IPU__UN_HARD_SIGMOID: {
+        case IPU__UN_HARD_SIGMOID: { /* min(max(a x + b, 0), 1): NaN propagates */
             for (size_t i = 0; i < n; i++) {
                 float t = a * x[i] + b;
-                t = t > 0 ? t : 0.0f;
-                y[i] = t < 1 ? t : 1.0f;
+                t = t < 0 ? 0.0f : t;
+                y[i] = t > 1 ? 1.0f : t;
             }
             break;
         }
@@ -262,6 +312,9 @@ void ipu__unary_apply_f32(int fn, float p0, float p1, float *y, size_t n) {
     p.fn = fn;
     p.p0 = p0;
     p.p1 = p1;
+#if IPU_X86
+    if (ipu__isa() >= IPU__ISA_AVX2 && unary_f32_avx2(&p, y, y, n)) return; /* in place */
+#endif
     float t[256]; /* unary_f32 does not work in place (restrict) */
     for (size_t i = 0; i < n; i += 256) {
         size_t m = n - i < 256 ? n - i : 256;
