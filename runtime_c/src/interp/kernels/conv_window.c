@@ -40,8 +40,7 @@ static inline __attribute__((always_inline)) void copy_window_body(const ipu__co
                 if (ih >= 0 && ih < p->H) {
                     ipu__split_row2(in_row(x, xc + ih * W, W, rb), W, -p->pl, Wq, 0.0f, d0, d1);
                 } else {
-                    memset(d0, 0, sizeof(float) * (size_t)Wq);
-                    memset(d1, 0, sizeof(float) * (size_t)Wq);
+                    for (int64_t j = 0; j < Wq; j++) d0[j] = d1[j] = 0.0f;
                 }
             }
         }
@@ -59,7 +58,7 @@ static inline __attribute__((always_inline)) void copy_window_body(const ipu__co
                     float *d = plane + i * Wq;
                     int64_t ih = (oh0 + i) * sh + a - p->pt;
                     if (ih < 0 || ih >= p->H) {
-                        memset(d, 0, sizeof(float) * (size_t)Wq);
+                        for (int64_t j = 0; j < Wq; j++) d[j] = 0.0f;
                         continue;
                     }
                     ipu__copy_row_phase(d, in_row(x, xc + ih * W, W, rb) + lo * sw + c0, lo, hi, Wq,
@@ -70,16 +69,17 @@ static inline __attribute__((always_inline)) void copy_window_body(const ipu__co
         }
         pa++;
     }
-    memset(xq + (ci1 - ci0) * p->nphr * p->nphc * HqWq, 0, sizeof(float) * (size_t)Wq);
+    float *tail = xq + (ci1 - ci0) * p->nphr * p->nphc * HqWq;
+    for (int64_t j = 0; j < Wq; j++) tail[j] = 0.0f;
 }
 
-static void copy_window_base(const ipu__conv_plan *p, const void *x, int64_t xoff, int64_t oh0,
+IPU__INLINE_LOOPS static void copy_window_base(const ipu__conv_plan *p, const void *x, int64_t xoff, int64_t oh0,
                              int64_t nrows, int64_t ci0, int64_t ci1, float *xq, float *rb) {
     copy_window_body(p, x, xoff, oh0, nrows, ci0, ci1, xq, rb);
 }
 
 #if IPU_X86
-__attribute__((target("avx2"))) static void copy_window_avx2(const ipu__conv_plan *p, const void *x,
+IPU__INLINE_LOOPS __attribute__((target("avx2"))) static void copy_window_avx2(const ipu__conv_plan *p, const void *x,
                                                              int64_t xoff, int64_t oh0,
                                                              int64_t nrows, int64_t ci0,
                                                              int64_t ci1, float *xq, float *rb) {

@@ -10,6 +10,14 @@
 
 #include "../interp.h"
 
+/* On a function: its loops stay loops, not memset/memmove calls (GCC turns short copies and
+ * fills into library calls whose overhead dominates rows of a few dozen floats). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define IPU__INLINE_LOOPS __attribute__((optimize("no-tree-loop-distribute-patterns")))
+#else
+#define IPU__INLINE_LOOPS
+#endif
+
 /* 1 where the x86 vector paths (AVX2, AVX-512) are compiled, 0 for the portable ones only. */
 #if defined(__x86_64__) || defined(__i386__)
 #define IPU_X86 1
