@@ -73,16 +73,16 @@ static inline __attribute__((always_inline)) void copy_window_body(const ipu__co
     for (int64_t j = 0; j < Wq; j++) tail[j] = 0.0f;
 }
 
-IPU__INLINE_LOOPS static void copy_window_base(const ipu__conv_plan *p, const void *x, int64_t xoff, int64_t oh0,
-                             int64_t nrows, int64_t ci0, int64_t ci1, float *xq, float *rb) {
+IPU__INLINE_LOOPS static void copy_window_base(const ipu__conv_plan *p, const void *x, int64_t xoff,
+                                               int64_t oh0, int64_t nrows, int64_t ci0, int64_t ci1,
+                                               float *xq, float *rb) {
     copy_window_body(p, x, xoff, oh0, nrows, ci0, ci1, xq, rb);
 }
 
 #if IPU_X86
-IPU__INLINE_LOOPS __attribute__((target("avx2"))) static void copy_window_avx2(const ipu__conv_plan *p, const void *x,
-                                                             int64_t xoff, int64_t oh0,
-                                                             int64_t nrows, int64_t ci0,
-                                                             int64_t ci1, float *xq, float *rb) {
+IPU__INLINE_LOOPS __attribute__((target("avx2"))) static void copy_window_avx2(
+    const ipu__conv_plan *p, const void *x, int64_t xoff, int64_t oh0, int64_t nrows, int64_t ci0,
+    int64_t ci1, float *xq, float *rb) {
     copy_window_body(p, x, xoff, oh0, nrows, ci0, ci1, xq, rb);
 }
 #endif
