@@ -1,0 +1,60 @@
+"""The architecture zoo (benchmarks/arch_zoo): every builder's module exports with torch's
+legacy exporter to a model that onnx.checker accepts, and pyipu compiles it and matches ONNX
+Runtime to 1e-3 (max |Δ| / max |ORT| over all outputs). The detectors carry NonZero and
+NonMaxSuppression: pyipu either compiles and matches them too, or refuses them with a typed
+pyipu.Error. The dynamo exporter needs onnxscript (the bench extra), not installed here: the
+benchmark (benchmarks/zoo_side_by_side.py) exercises it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+import onnx  # noqa: E402
+
+import pyipu  # noqa: E402
+
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent / "benchmarks")]
+from arch_zoo import DETECTORS, HEAVY, NAMES  # noqa: E402
+from arch_zoo.export import export  # noqa: E402
+from side_by_side import PyipuEngine, compile_model, ort_session, relative_error  # noqa: E402
+from zoo_side_by_side import feeds_of  # noqa: E402
+
+TOLERANCE = 1e-3
+CASES = [pytest.param(n, marks=pytest.mark.slow) if n in HEAVY else n for n in NAMES]
+
+
+@pytest.fixture(scope="module")
+def export_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("arch_zoo")
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_zoo_model_exports_and_matches_ort(name, export_dir):
+    path = export(name, "legacy", export_dir)
+    model = onnx.load(str(path))
+    onnx.checker.check_model(model, full_check=True)
+    feeds = feeds_of(name)
+    assert {i.name for i in model.graph.input} == set(feeds)
+    try:
+        exe = compile_model(model)
+    except pyipu.errors.Error:
+        if name in DETECTORS:
+            return  # NonZero / NonMaxSuppression / RoiAlign not supported: a typed refusal
+        raise
+    want = ort_session(model, 1).run(None, feeds)
+    engine = PyipuEngine(exe, feeds, 1)
+    try:
+        engine()
+        got = engine.outputs
+    finally:
+        engine.close()
+    names = [o.name for o in model.graph.output]
+    assert set(got) == set(names)
+    for n, w in zip(names, want, strict=True):
+        assert np.isfinite(w).all(), n
+        assert relative_error(got[n], w) <= TOLERANCE, n
