@@ -3,6 +3,7 @@
     python benchmarks/zoo_side_by_side.py --threads 1 2 --json zoo.json
     python benchmarks/zoo_side_by_side.py --models mobilenet_v2 vit_s16 --quick
     python benchmarks/zoo_side_by_side.py --rss          # peak RSS per engine, child processes
+    python benchmarks/zoo_side_by_side.py --render zoo.json   # the tables again
 
 Each model is exported by both of torch's exporters (arch_zoo.export, cached), then per
 exporter: pyipu compiles it (`Compiler.compile`, debug.allowOutOfMemory as every benchmark),
@@ -53,9 +54,7 @@ def feeds_of(name: str) -> dict[str, np.ndarray]:
     from arch_zoo.export import input_names
 
     _, example = build(name)
-    return {
-        n: t.numpy() for n, t in zip(input_names(name, len(example)), example, strict=True)
-    }
+    return {n: t.numpy() for n, t in zip(input_names(name, len(example)), example, strict=True)}
 
 
 class OvEngine:
@@ -196,7 +195,13 @@ def geomean(xs: list[float]) -> float | None:
 
 
 def ms(s: float | None) -> str:
-    return "" if s is None else f"{s * 1e3:.3g} ms"
+    if s is None:
+        return ""
+    return f"{s:.2f} s" if s >= 1 else f"{s * 1e3:.3g} ms"
+
+
+def bold(x: float | None) -> str:
+    return "" if x is None else f"**{x:.2f}**"
 
 
 def table(records: list[dict], threads: list[int]) -> str:
@@ -220,8 +225,7 @@ def table(records: list[dict], threads: list[int]) -> str:
             )
             lines.append(
                 f"| {r['model']} | {r['exporter']} | {ms(m.get('pyipu'))} | {ms(m.get('ort'))} "
-                f"| {ms(m.get('openvino'))} | **{'' if ro is None else f'{ro:.2f}'}** "
-                f"| **{'' if rv is None else f'{rv:.2f}'}** | {errs} | {comp} |"
+                f"| {ms(m.get('openvino'))} | {bold(ro)} | {bold(rv)} | {errs} | {comp} |"
             )
         lines.append("")
         for exporter in sorted({r["exporter"] for r in records}):
@@ -317,7 +321,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="two rounds: a smoke run")
     ap.add_argument("--rss", action="store_true", help="peak RSS per engine instead of times")
     ap.add_argument("--json", type=Path, help="write the records here")
+    ap.add_argument("--render", type=Path, help="print the tables of an earlier --json file")
     args = ap.parse_args(argv)
+    if args.render:
+        records = json.loads(args.render.read_text())
+        threads = sorted({int(t) for r in records for t in r.get("times", {})})
+        print(table(records, threads))
+        return 0
     os.environ.setdefault("TORCH_LOGS", "-all")
     records = []
     for name in args.models:
@@ -327,9 +337,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(name, exporter, rec["rss_mb"], rec["errors"] or "", flush=True)
             else:
                 rec = run_case(name, exporter, args.threads, args.budget, args.quick)
+                shown = {
+                    t: {k: f"{v * 1e3:.2f}" for k, v in m.items()} for t, m in rec["times"].items()
+                }
                 print(
-                    name, exporter,
-                    {t: {k: f"{v * 1e3:.2f}" for k, v in m.items()} for t, m in rec["times"].items()},
+                    name, exporter, shown,
                     {k: v for k, v in rec.items() if k.endswith("_error")},
                     rec["errors"] or "",
                     flush=True,

@@ -58,3 +58,18 @@ def test_zoo_model_exports_and_matches_ort(name, export_dir):
     for n, w in zip(names, want, strict=True):
         assert np.isfinite(w).all(), n
         assert relative_error(got[n], w) <= TOLERANCE, n
+
+
+def test_dynamo_export_matches_ort(tmp_path):
+    """torch's default exporter on one light model: the same check (needs the bench extra)."""
+    pytest.importorskip("onnxscript")
+    model = onnx.load(str(export("mobilenet_v3_small", "dynamo", tmp_path)))
+    onnx.checker.check_model(model, full_check=True)
+    feeds = feeds_of("mobilenet_v3_small")
+    (want,) = ort_session(model, 1).run(None, feeds)
+    engine = PyipuEngine(compile_model(model), feeds, 1)
+    try:
+        engine()
+        assert relative_error(engine.result(), want) <= TOLERANCE
+    finally:
+        engine.close()

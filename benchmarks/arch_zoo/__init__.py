@@ -29,7 +29,9 @@ def _tokens(vocab: int, mask: bool) -> Example:
     return (ids, torch.ones(1, 128, dtype=torch.int64)) if mask else (ids,)
 
 
-def _vision(cls: Callable[[], nn.Module], size: int = 224) -> Callable[[], tuple[nn.Module, Example]]:
+def _vision(
+    cls: Callable[[], nn.Module], size: int = 224
+) -> Callable[[], tuple[nn.Module, Example]]:
     return lambda: (init_random(cls()), _image(size))
 
 
@@ -53,8 +55,15 @@ NAMES: dict[str, Callable[[], tuple[nn.Module, Example]]] = {
 
 # Several GFLOP or several hundred MB of weights per model: tests/test_arch_zoo.py marks these slow.
 HEAVY = frozenset(
-    ("convnext_tiny", "swin_t", "bert_base_s128", "gpt2_s128", "deeplabv3_resnet50",
-     "fasterrcnn_mobilenet_v2", "vit_s16")  # fmt: skip
+    (
+        "convnext_tiny",
+        "swin_t",
+        "bert_base_s128",
+        "gpt2_s128",
+        "deeplabv3_resnet50",
+        "fasterrcnn_mobilenet_v2",
+        "vit_s16",
+    )  # fmt: skip
 )
 DETECTORS = frozenset(("ssdlite320_mobilenet_v3", "fasterrcnn_mobilenet_v2"))
 

@@ -136,7 +136,10 @@ class ConvNeXtT(nn.Module):
         layers: list[nn.Module] = [nn.Conv2d(3, d0, 4, 4), LayerNorm2d(d0, eps=1e-6)]
         for i, (n, d) in enumerate(zip(self.DEPTHS, self.DIMS, strict=True)):
             if i:
-                layers += [LayerNorm2d(self.DIMS[i - 1], eps=1e-6), nn.Conv2d(self.DIMS[i - 1], d, 2, 2)]
+                layers += [
+                    LayerNorm2d(self.DIMS[i - 1], eps=1e-6),
+                    nn.Conv2d(self.DIMS[i - 1], d, 2, 2),
+                ]
             layers += [ConvNeXtBlock(d) for _ in range(n)]
         self.features = nn.Sequential(*layers)
         self.norm = nn.LayerNorm(self.DIMS[-1], eps=1e-6)

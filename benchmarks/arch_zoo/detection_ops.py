@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.onnx import symbolic_helper
@@ -20,19 +21,18 @@ MAX_BOXES = 1 << 30  # NonMaxSuppression's max_output_boxes_per_class: no limit
 @torch.library.custom_op("arch_zoo::nms", mutates_args=())
 def nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -> torch.Tensor:
     """Indices of the boxes ([N, 4] x1 y1 x2 y2) kept by greedy NMS, by decreasing score."""
-    order = scores.argsort(descending=True)
-    b = boxes[order]
-    area = (b[:, 2] - b[:, 0]).clamp(min=0) * (b[:, 3] - b[:, 1]).clamp(min=0)
+    b = boxes.detach().double().numpy()
+    order = np.argsort(-scores.detach().numpy(), kind="stable")
+    area = np.clip(b[:, 2] - b[:, 0], 0, None) * np.clip(b[:, 3] - b[:, 1], 0, None)
     keep = []
-    rest = torch.arange(len(order))
-    while rest.numel():  # one pass per kept box
-        i, rest = rest[0], rest[1:]
-        keep.append(int(order[i]))
-        lo = torch.maximum(b[i, :2], b[rest, :2])
-        hi = torch.minimum(b[i, 2:], b[rest, 2:])
-        inter = (hi - lo).clamp(min=0).prod(1)
-        iou = inter / (area[i] + area[rest] - inter).clamp(min=1e-12)
-        rest = rest[iou <= iou_threshold]
+    while order.size:  # one pass per kept box
+        i, order = order[0], order[1:]
+        keep.append(int(i))
+        lo = np.maximum(b[i, :2], b[order, :2])
+        hi = np.minimum(b[i, 2:], b[order, 2:])
+        inter = np.clip(hi - lo, 0, None).prod(1)
+        iou = inter / np.maximum(area[i] + area[order] - inter, 1e-12)
+        order = order[iou <= iou_threshold]
     return torch.tensor(keep, dtype=torch.int64)
 
 

@@ -47,7 +47,9 @@ def export(name: str, exporter: str, directory: Path | None = None) -> Path:
     model, example = build(name)
     with torch.no_grad():
         n_out = len(out) if isinstance(out := model(*example), tuple) else 1
-    names = dict(input_names=input_names(name, len(example)), output_names=output_names(name, n_out))
+    names = dict(
+        input_names=input_names(name, len(example)), output_names=output_names(name, n_out)
+    )
     tmp = path.with_suffix(".tmp")
     with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
         warnings.simplefilter("ignore")

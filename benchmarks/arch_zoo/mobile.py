@@ -38,7 +38,8 @@ V3_LARGE = ((3, 16, 16, False, RE, 1), (3, 64, 24, False, RE, 2), (3, 72, 24, Fa
             (5, 72, 40, True, RE, 2), (5, 120, 40, True, RE, 1), (5, 120, 40, True, RE, 1),
             (3, 240, 80, False, HS, 2), (3, 200, 80, False, HS, 1), (3, 184, 80, False, HS, 1),
             (3, 184, 80, False, HS, 1), (3, 480, 112, True, HS, 1), (3, 672, 112, True, HS, 1),
-            (5, 672, 160, True, HS, 2), (5, 960, 160, True, HS, 1), (5, 960, 160, True, HS, 1))  # fmt: skip
+            (5, 672, 160, True, HS, 2), (5, 960, 160, True, HS, 1),
+            (5, 960, 160, True, HS, 1))  # fmt: skip
 V3_SMALL = ((3, 16, 16, True, RE, 2), (3, 72, 24, False, RE, 2), (3, 88, 24, False, RE, 1),
             (5, 96, 40, True, HS, 2), (5, 240, 40, True, HS, 1), (5, 240, 40, True, HS, 1),
             (5, 120, 48, True, HS, 1), (5, 144, 48, True, HS, 1), (5, 288, 96, True, HS, 2),
@@ -50,9 +51,7 @@ def v3_blocks(config: tuple) -> tuple[list[nn.Module], int]:
     layers: list[nn.Module] = [ConvBNAct(3, 16, 3, 2, act=HS)]
     cin = 16
     for k, exp, out, se, act, s in config:
-        gate = (
-            SqueezeExcite(exp, make_divisible(exp // 4), nn.ReLU, nn.Hardsigmoid) if se else None
-        )
+        gate = SqueezeExcite(exp, make_divisible(exp // 4), nn.ReLU, nn.Hardsigmoid) if se else None
         layers.append(InvertedResidual(cin, exp, out, k, s, act, gate))
         cin = out
     return layers, cin

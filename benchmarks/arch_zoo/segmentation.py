@@ -18,7 +18,9 @@ class Bottleneck(nn.Module):
         self.a = ConvBNAct(cin, mid, 1)
         self.b = ConvBNAct(mid, mid, 3, stride, dilation=dilation)
         self.c = ConvBNAct(mid, cout, 1, act=None)
-        self.down = ConvBNAct(cin, cout, 1, stride, act=None) if stride != 1 or cin != cout else None
+        self.down = (
+            ConvBNAct(cin, cout, 1, stride, act=None) if stride != 1 or cin != cout else None
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.c(self.b(self.a(x)))
@@ -36,7 +38,9 @@ def resnet50_dilated() -> nn.Sequential:
             dilation, stride = dilation * stride, 1
         for i in range(n):
             # the first block keeps the previous dilation (torchvision's ResNet)
-            layers.append(Bottleneck(cin, mid, stride if i == 0 else 1, prev if i == 0 else dilation))
+            layers.append(
+                Bottleneck(cin, mid, stride if i == 0 else 1, prev if i == 0 else dilation)
+            )
             cin = mid * 4
     return nn.Sequential(*layers)
 

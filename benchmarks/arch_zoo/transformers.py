@@ -1,7 +1,7 @@
 """Transformers: ViT-S/16, Swin-T, a BERT-base encoder and a GPT-2 (small) decoder.
 
 Attention is `F.scaled_dot_product_attention`, as current PyTorch model code writes it (the
-exporters lower it to MatMul/Softmax or to ONNX Attention, whichever they choose).
+exporters lower it to MatMul/Softmax), except Swin's window attention (see there).
 """
 
 from __future__ import annotations
@@ -51,7 +51,9 @@ class PreNormBlock(nn.Module):
 class ViT(nn.Module):
     """ViT-S/16 by default (Dosovitskiy et al.; DeiT-S dims): 12 pre-norm blocks, class token."""
 
-    def __init__(self, dim: int = 384, depth: int = 12, heads: int = 6, classes: int = 1000) -> None:
+    def __init__(
+        self, dim: int = 384, depth: int = 12, heads: int = 6, classes: int = 1000
+    ) -> None:
         super().__init__()
         self.patch = nn.Conv2d(3, dim, 16, 16)
         self.cls = nn.Parameter(torch.randn(1, 1, dim) * 0.02)
@@ -87,7 +89,9 @@ class Bert(nn.Module):
     """BERT-base (12 layers, 768 wide, 12 heads, vocabulary 30522) with its tanh pooler; inputs
     are token ids and the padding mask, as a tokenizer hands them over."""
 
-    def __init__(self, dim: int = 768, depth: int = 12, heads: int = 12, vocab: int = 30522) -> None:
+    def __init__(
+        self, dim: int = 768, depth: int = 12, heads: int = 12, vocab: int = 30522
+    ) -> None:
         super().__init__()
         self.tok = nn.Embedding(vocab, dim)
         self.pos = nn.Embedding(512, dim)
@@ -111,7 +115,9 @@ class GPT2(nn.Module):
     """GPT-2 small (12 layers, 768 wide, 12 heads, vocabulary 50257): pre-norm, tanh GELU,
     causal attention, the LM head tied to the token embedding."""
 
-    def __init__(self, dim: int = 768, depth: int = 12, heads: int = 12, vocab: int = 50257) -> None:
+    def __init__(
+        self, dim: int = 768, depth: int = 12, heads: int = 12, vocab: int = 50257
+    ) -> None:
         super().__init__()
         self.tok = nn.Embedding(vocab, dim)
         self.pos = nn.Embedding(1024, dim)
@@ -161,8 +167,11 @@ class WindowAttention(nn.Module):
         if mask is not None:  # [windows, n, n] -> [b, heads, n, n], windows vary fastest in b
             nw = mask.shape[0]
             bias = (bias + mask.unsqueeze(1)).repeat(b // nw, 1, 1, 1)
-        y = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], attn_mask=bias)
-        return self.proj(y.transpose(1, 2).reshape(b, n, c))
+        # explicit attention, as torchvision's Swin writes it (with SDPA and this mask,
+        # torch 2.13's dynamo exporter fails in its decompositions: a reshape lowered to view)
+        q = qkv[0] * (c // self.heads) ** -0.5
+        attn = torch.softmax(q @ qkv[1].transpose(-2, -1) + bias, -1)
+        return self.proj((attn @ qkv[2]).transpose(1, 2).reshape(b, n, c))
 
 
 def shift_mask(h: int, wd: int, w: int, s: int) -> torch.Tensor:
