@@ -298,7 +298,7 @@ def rss_case(name: str, exporter: str, threads: int) -> dict:
             rec["errors"]["pyipu"] = describe(e)
         for engine, f in files.items():
             p = subprocess.run(
-                [sys.executable, "-c", RSS_CHILD, engine, f, str(feeds), str(threads)],
+                [sys.executable, "-P", "-c", RSS_CHILD, engine, f, str(feeds), str(threads)],
                 capture_output=True,
                 text=True,
             )

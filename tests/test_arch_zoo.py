@@ -73,3 +73,23 @@ def test_dynamo_export_matches_ort(tmp_path):
         assert relative_error(engine.result(), want) <= TOLERANCE
     finally:
         engine.close()
+
+
+def test_side_by_side_harness_quick(tmp_path, monkeypatch, capsys):
+    """benchmarks/zoo_side_by_side.py in quick mode on one light model: pyipu and ORT timed,
+    pyipu checked, the table printed; OpenVINO too where the bench extra is installed (else
+    its import error is reported, as any engine's failure). No timing is asserted."""
+    import json
+
+    from zoo_side_by_side import main
+
+    monkeypatch.setenv("PYIPU_ZOO_CACHE", str(tmp_path))
+    out = tmp_path / "zoo.json"
+    args = ["--models", "mobilenet_v3_small", "--exporters", "legacy", "--quick"]
+    assert main([*args, "--json", str(out)]) == 0
+    (rec,) = json.loads(out.read_text())
+    assert set(rec["times"]["1"]) >= {"pyipu", "ort"}
+    assert rec["pyipu_error"] <= TOLERANCE
+    assert "pyipu" not in rec["errors"]
+    row = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("| mobilenet_v3")]
+    assert len(row) == 1 and row[0].count("ms") >= 2
