@@ -98,9 +98,19 @@ def opcode_counts(exe: Any) -> dict[str, int]:
 
 
 def model_and_feeds(name: str) -> tuple[Any, dict[str, Any]]:
-    """A benchmark model by name (benchmarks/zoo.py MODELS), or `sgemm_N` for C = A @ B."""
+    """A benchmark model by name (benchmarks/zoo.py MODELS), `sgemm_N` for C = A @ B, or
+    `arch:NAME.EXPORTER` for an architecture-zoo model (benchmarks/arch_zoo) as that exporter
+    (dynamo or legacy) writes it."""
     from models import matmul_model
     from zoo import MODELS
+
+    if name.startswith("arch:"):
+        import onnx
+        from arch_zoo.export import export
+        from zoo_side_by_side import feeds_of
+
+        model, _, exporter = name[len("arch:") :].partition(".")
+        return onnx.load(str(export(model, exporter or "legacy"))), feeds_of(model)
 
     if name.startswith("sgemm_"):
         import numpy as np
@@ -248,7 +258,11 @@ def summary(results: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("models", nargs="*", help="names from benchmarks/zoo.py MODELS, or sgemm_N")
+    ap.add_argument(
+        "models",
+        nargs="*",
+        help="names from benchmarks/zoo.py MODELS, sgemm_N or arch:NAME.EXPORTER",
+    )
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seconds", type=float, default=4.0, help="profiled time per runtime")
     ap.add_argument("--json", help="also write the raw figures here")
