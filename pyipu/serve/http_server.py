@@ -18,7 +18,7 @@ from pyipu.serve.errors import (
     public_message,
     status_of,
 )
-from pyipu.serve.protocol import HEADER_LENGTH, decode_http, encode_http
+from pyipu.serve.protocol import HEADER_LENGTH, infer_http
 from pyipu.serve.repository import check_name
 
 if TYPE_CHECKING:
@@ -26,7 +26,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("pyipu.serve")
 OPEN_PATHS = ("/v2/health/live", "/v2/health/ready")  # no token needed (probes)
-INLINE_BYTES = 256 << 10  # bodies up to this size are decoded on the event loop
 
 
 def _json(doc: Any, status: int = 200) -> web.Response:
@@ -98,19 +97,14 @@ def build_app(server: Server) -> web.Application:
             raise UnavailableError("the server is shutting down")
         model = _model(request)
         body = await request.read()
-        header = request.headers.get(HEADER_LENGTH)
-        # Large bodies are decoded and encoded off the loop (JSON tensors take a while).
-        if len(body) > INLINE_BYTES:
-            req = await server.run_io(decode_http, body, header, cfg.max_body_bytes)
-        else:
-            req = decode_http(body, header, cfg.max_body_bytes)
-        results = await model.infer(req, server.metrics, "http")
-        if sum(a.nbytes for a in results.values()) > INLINE_BYTES:
-            payload, header_len = await server.run_io(
-                encode_http, model.name, model.version, req, results
-            )
-        else:
-            payload, header_len = encode_http(model.name, model.version, req, results)
+        payload, header_len = await infer_http(
+            model,
+            body,
+            request.headers.get(HEADER_LENGTH),
+            cfg.max_body_bytes,
+            server.metrics,
+            server.run_io,
+        )
         if header_len is None:
             return web.Response(body=payload, content_type="application/json")
         return web.Response(

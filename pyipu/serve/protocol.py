@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -298,3 +299,27 @@ def encode_grpc(response: Any, req: InferRequest, results: dict[str, np.ndarray]
         response.raw_output_contents.append(
             np.ascontiguousarray(array).astype(array.dtype.newbyteorder("<")).tobytes()
         )
+
+
+INLINE_BYTES = 256 << 10  # bodies and results up to this size are coded on the event loop
+
+
+async def infer_http(
+    model: Any,
+    body: bytes,
+    header_length: str | None,
+    max_bytes: int,
+    metrics: Any,
+    run_io: Callable[..., Awaitable[Any]],
+) -> tuple[bytes, int | None]:
+    """One HTTP infer request on `model` (a LoadedModel): decoded, run, encoded; a body or
+    results larger than INLINE_BYTES are decoded and encoded by `run_io`, off the event loop
+    (JSON tensors take a while)."""
+    if len(body) > INLINE_BYTES:
+        req = await run_io(decode_http, body, header_length, max_bytes)
+    else:
+        req = decode_http(body, header_length, max_bytes)
+    results = await model.infer(req, metrics, "http")
+    if sum(a.nbytes for a in results.values()) > INLINE_BYTES:
+        return await run_io(encode_http, model.name, model.version, req, results)
+    return encode_http(model.name, model.version, req, results)

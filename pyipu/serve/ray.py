@@ -216,8 +216,7 @@ class PyipuReplica:
     async def _infer_http(self, request: Request, name: str, version: str | None) -> Response:
         from starlette.responses import Response
 
-        from pyipu.serve.http_server import INLINE_BYTES
-        from pyipu.serve.protocol import HEADER_LENGTH, decode_http, encode_http
+        from pyipu.serve.protocol import HEADER_LENGTH, infer_http
 
         model = self.models.find(name, version)
         limit = self.config.max_body_bytes
@@ -227,18 +226,9 @@ class PyipuReplica:
         body = await request.body()
         if len(body) > limit:
             return _json({"error": f"request body exceeds {limit} bytes"}, 413)
-        header = request.headers.get(HEADER_LENGTH)
-        if len(body) > INLINE_BYTES:  # large JSON tensors take a while: off the event loop
-            req = await asyncio.to_thread(decode_http, body, header, limit)
-        else:
-            req = decode_http(body, header, limit)
-        results = await model.infer(req, self.metrics, "http")
-        if sum(a.nbytes for a in results.values()) > INLINE_BYTES:
-            payload, header_len = await asyncio.to_thread(
-                encode_http, model.name, model.version, req, results
-            )
-        else:
-            payload, header_len = encode_http(model.name, model.version, req, results)
+        payload, header_len = await infer_http(
+            model, body, request.headers.get(HEADER_LENGTH), limit, self.metrics, asyncio.to_thread
+        )
         if header_len is None:
             return Response(payload, media_type="application/json")
         return Response(

@@ -6,6 +6,8 @@
 #ifndef IPU_VERIFY_INTERNAL_H
 #define IPU_VERIFY_INTERNAL_H
 
+#include <string.h>
+
 #include "interp.h"
 #include "kernels/kernels.h"
 #include "prepack.h"
@@ -82,6 +84,14 @@ ipu_status ipu__vcheck_bcast(const vctx *v, const ipu__tensor *a, const ipu__ten
 /* The ipu__bcast_plan (kernels/eltwise.h) of y = f(a, b) (b may be NULL), shapes checked. */
 ipu_status ipu__vplan_bcast(const vctx *v, const ipu__tensor *a, const ipu__tensor *b,
                             const ipu__tensor *y, ipu__instr *ins);
+
+/* Attribute k holding a float parameter as float64 bits (UNARY's p0, p1), as the float32 the
+ * kernels compute with. */
+static inline float ipu__attr_f32(const ipu__instr *ins, uint32_t k) {
+    double d;
+    memcpy(&d, &ins->attr[k], sizeof d);
+    return (float)d;
+}
 
 /* An `activation` attribute (docs/bytecode.md says which opcodes have one): a value of
  * ipu_fns.def's IPU_ACT table (its values are 0 .. count - 1). */

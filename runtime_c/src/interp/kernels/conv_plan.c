@@ -3,8 +3,6 @@
  * conv_epilogue.c and winograd.c; pool.h, read by pool.c and pool_s2.c). The two share the
  * window arithmetic; the conv plan also chooses its path (packed GEMM, windowed rows, Winograd)
  * and packs constant weights once. */
-#include <string.h>
-
 #include "../verify_internal.h"
 #include "conv.h"
 #include "pool.h"
@@ -365,12 +363,9 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
     p->has_bias = bias != NULL;
     p->act = (int)act;
     if (act == IPU__ACT_UNARY) {
-        double d0, d1;
-        memcpy(&d0, &ins->attr[12], sizeof d0);
-        memcpy(&d1, &ins->attr[13], sizeof d1);
         p->act_fn = (int)ufn;
-        p->act_p0 = (float)d0;
-        p->act_p1 = (float)d1;
+        p->act_p0 = ipu__attr_f32(ins, 12);
+        p->act_p1 = ipu__attr_f32(ins, 13);
     }
     p->has_res = res != NULL;
     p->N = xd[0];

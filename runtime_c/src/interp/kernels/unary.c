@@ -340,12 +340,9 @@ ipu_status ipu__verify_unary(const vctx *v, const ipu__tensor *const *in, const 
                    shape_str(s2, sizeof s2, x));
     ipu__unary_plan *p;
     if (!(p = alloc_plan(sizeof *p))) return plan_nomem();
-    double d0, d1;
-    memcpy(&d0, &ins->attr[1], sizeof d0);
-    memcpy(&d1, &ins->attr[2], sizeof d1);
     p->fn = (int)fn;
-    p->p0 = (float)d0;
-    p->p1 = (float)d1;
+    p->p0 = ipu__attr_f32(ins, 1);
+    p->p1 = ipu__attr_f32(ins, 2);
     p->i0 = ins->attr[1];
     p->i1 = ins->attr[2];
     p->numel = y->numel;
