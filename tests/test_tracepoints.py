@@ -115,22 +115,29 @@ def test_execute_is_traced_inline_or_on_the_device(threads: int, queued: bool) -
     a, b = (rng.standard_normal((256, 256)).astype(np.float32) for _ in range(2))
     config = RuntimeConfig(record_tracepoints=True, timeout_ns=0, num_threads=threads)
     config.pin_threads = False
-    gc.collect()  # earlier runners close (and join their threads) now, not meanwhile
-    gc.disable()
-    try:
-        with Runner(Compiler.compile(matmul_model(256), None), config) as runner:
-            before = len(os.listdir("/proc/self/task"))
-            for _ in range(4):
-                c = np.zeros((256, 256), np.float32)
-                if queued:
-                    runner.execute_async({"A": a, "B": b}, {"C": c}).wait()
-                else:
-                    runner.execute({"A": a, "B": b}, {"C": c})
-                np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
-            started = len(os.listdir("/proc/self/task")) - before
-    finally:
-        gc.enable()
-    assert started == (1 if queued else 0)  # the device thread
+    exe = Compiler.compile(matmul_model(256), None)
+    expected = 1 if queued else 0  # the device thread
+    # The process's thread count also moves when another library's background thread (Ray's,
+    # gRPC's from earlier tests) starts or ends meanwhile: a fresh runner up to three times.
+    for _ in range(3):
+        gc.collect()  # earlier runners close (and join their threads) now, not meanwhile
+        gc.disable()
+        try:
+            with Runner(exe, config) as runner:
+                before = len(os.listdir("/proc/self/task"))
+                for _ in range(4):
+                    c = np.zeros((256, 256), np.float32)
+                    if queued:
+                        runner.execute_async({"A": a, "B": b}, {"C": c}).wait()
+                    else:
+                        runner.execute({"A": a, "B": b}, {"C": c})
+                    np.testing.assert_allclose(c, a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
+                started = len(os.listdir("/proc/self/task")) - before
+        finally:
+            gc.enable()
+        if started == expected:
+            break
+    assert started == expected
     tp = runner.tracepoints()
     assert tp.kind_names() == ["load", "compute", "store"] * 4 and tp.dropped == 0
     ev = tp.events
