@@ -38,11 +38,10 @@ from pyipu.compiler.rewrites import (
     single_reader,
     writes_any,
 )
-from pyipu.enums import ActFn, Op, UnaryFn
+from pyipu.enums import ActFn, Op
 
 ACT_RELU = int(ActFn.RELU)  # the CONV2D / GEMM `activation` attribute (ipu_fns.def)
 ACT_UNARY = int(ActFn.UNARY)  # CONV2D's: a UNARY function, its attrs after `residual`
-_NOT_FLOAT = {int(UnaryFn.ISNAN), int(UnaryFn.ISINF), int(UnaryFn.NOT), int(UnaryFn.BITWISE_NOT)}
 CONV_ATTRS = 9  # without the epilogue attrs
 GEMM_ATTRS = 4  # without the activation
 
@@ -166,13 +165,13 @@ def _fuse_at(g: RewriteGraph, prog: list[Instr], stages: list[int], i: int) -> i
 
 def _activation(b: GraphBuilder, ins: Instr, y: int) -> tuple[int, ...]:
     """The epilogue activation attrs (activation[, fn, p0, p1]) when `ins` applies one to y
-    (same shape and dtype), else ()."""
+    (same shape and dtype: so a float function, not ISNAN/ISINF's bool), else ()."""
     out = b.tensors[ins.outputs[0]]
     if (out.shape, out.dtype) != (b.tensors[y].shape, b.tensors[y].dtype):
         return ()
     if ins.op == Op.RELU:
         return (ACT_RELU,)
-    if ins.op == Op.UNARY and ins.attrs[0] not in _NOT_FLOAT:
+    if ins.op == Op.UNARY:
         return (ACT_UNARY, *ins.attrs)
     return ()
 

@@ -637,8 +637,6 @@ static void run_direct(const ipu__conv_plan *p, const void *x, const void *w, co
     }
 }
 
-/* The end of the run of channel items mb, mb + 1, ... of one pixel block that items *it, *it +
- * 1, ... (< e) hold; *it moves to the run's last item. */
 /* CONV2D's UNARY activation (ipu_fns.def) over channel blocks [mb0, mb1) of group g, row
  * block r of image n, after their sums, bias and residual are stored: the rows of a channel
  * are contiguous (NCHW). float16 through a float32 buffer, as the UNARY instruction does. */
@@ -665,6 +663,8 @@ static void apply_unary(const ipu__conv_plan *p, void *y, int64_t n, int64_t g, 
     }
 }
 
+/* The end of the run of channel items mb, mb + 1, ... of one pixel block that items *it, *it +
+ * 1, ... (< e) hold; *it moves to the run's last item. */
 static int64_t channel_run(const ipu__conv_plan *p, int64_t mb, size_t *it, size_t e) {
     int64_t mb1 = mb + 1;
     for (; *it + 1 < e && mb1 < p->mblocks; mb1++) ++*it;

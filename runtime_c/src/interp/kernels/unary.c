@@ -41,7 +41,8 @@ static void elt_range(const ipu__unary_plan *p, size_t b, size_t e, uint64_t *lo
 /* The clamps an epilogue or a UNARY applies most (ReLU6, HardSwish, HardSigmoid, LeakyRelu), 8
  * lanes wide with the scalar loops' exact semantics: max_ps(lo, v) and min_ps(hi, t) return
  * their second operand for a NaN or equal operands, as `v < lo ? lo : v` and `t > hi ? hi : t`
- * do (HardSwish's clamp sends NaN to 0, as its scalar loop: x · 0 is NaN anyway); no FMA (a * v + b rounds twice, as in C). y may be x. False: not one of them. */
+ * do (HardSwish's clamp sends NaN to 0, as its scalar loop: x · 0 is NaN anyway); no FMA
+ * (a * v + b rounds twice, as in C). y may be x. False: not one of them. */
 __attribute__((target("avx2"))) static bool unary_f32_avx2(const ipu__unary_plan *p, const float *x,
                                                            float *y, size_t n) {
     const __m256 a = _mm256_set1_ps(p->p0), b = _mm256_set1_ps(p->p1);
