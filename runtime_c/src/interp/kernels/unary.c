@@ -1,6 +1,6 @@
 /* UNARY: one opcode for the element-wise functions of ipu__unary_fn (docs/bytecode.md). float32
  * uses the C math library (the NumPy reference uses the same formulations), except EXP, SIGMOID,
- * ERF and GELU (erf form), which use the vectorised vmath.c (a few ulp); float16 is computed
+ * SWISH, ERF and GELU, which use the vectorised vmath.c (a few ulp); float16 is computed
  * in float32 in chunks; integers (IPU__INT_TYPES) wrap; bool (NOT). ISNAN/ISINF write bool.
  * Work item = IPU__ELT_BLOCK elements. One switch per work item, then a tight loop per
  * function. The plan function is at the end. */
@@ -91,11 +91,7 @@ static void unary_f32(const ipu__unary_plan *p, const float *x, float *restrict 
         case IPU__UN_NEG: ULOOP(-v);
         case IPU__UN_ABS: ULOOP(fabsf(v));
         case IPU__UN_SIGN: ULOOP(v > 0 ? 1.0f : v < 0 ? -1.0f : v); /* NaN, ±0 unchanged */
-        case IPU__UN_SIGMOID:
-            for (size_t i = 0; i < n; i++) y[i] = -x[i];
-            ipu__vm_exp(y, y, n);
-            for (size_t i = 0; i < n; i++) y[i] = 1.0f / (1.0f + y[i]);
-            break;
+        case IPU__UN_SIGMOID: ipu__vm_sigmoid(x, y, n); break;
         case IPU__UN_TANH: ULOOP(tanhf(v));
         case IPU__UN_EXP: ipu__vm_exp(x, y, n); break;
         case IPU__UN_LOG: ULOOP(logf(v));
@@ -151,24 +147,8 @@ static void unary_f32(const ipu__unary_plan *p, const float *x, float *restrict 
         case IPU__UN_CELU: ULOOP((v > 0 ? v : 0.0f) + fminf(0.0f, a * expm1f(v / a)));
         case IPU__UN_THRESHOLDED_RELU: ULOOP(v > a ? v : 0.0f);
         case IPU__UN_SHRINK: ULOOP(v < -b ? v + a : v > b ? v - a : 0.0f);
-        case IPU__UN_GELU:
-            if (a == 0.0f) {
-                ipu__vm_gelu_erf(x, y, n);
-                break;
-            } else {
-                ULOOP(0.5f * v *
-                      (1.0f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v))));
-            }
-        case IPU__UN_SWISH: /* x / (1 + exp(-a x)), exp vectorised; x is read after exp, so
-                             * the exponentials go to a buffer of their own */
-            for (size_t i0 = 0; i0 < n; i0 += 256) {
-                float t[256];
-                size_t m = n - i0 < 256 ? n - i0 : 256;
-                for (size_t i = 0; i < m; i++) t[i] = -a * x[i0 + i];
-                ipu__vm_exp(t, t, m);
-                for (size_t i = 0; i < m; i++) y[i0 + i] = x[i0 + i] / (1.0f + t[i]);
-            }
-            break;
+        case IPU__UN_GELU: (a == 0.0f ? ipu__vm_gelu_erf : ipu__vm_gelu_tanh)(x, y, n); break;
+        case IPU__UN_SWISH: ipu__vm_swish(x, y, n, a); break;
         default: break;
     }
 }

@@ -1,4 +1,4 @@
-/* Vectorised float32 exp, erf, GELU (erf form) and the passes of softmax rows for the element-wise kernels
+/* Vectorised float32 exp, erf, GELU, sigmoid, swish and the passes of softmax rows for the element-wise kernels
  * (libm's scalar expf/erff cost 5-20 ns per element). One algorithm (vmath_body.h), compiled
  * for AVX2 + FMA and portably; the AVX2 build is chosen at run time (use_avx2). */
 #include "vmath.h"
@@ -53,6 +53,13 @@ static bool use_avx2(void) { return ipu__isa() >= IPU__ISA_AVX2; }
 void ipu__vm_exp(const float *x, float *y, size_t n) { VM_DISPATCH(vm_exp_map, x, y, n); }
 void ipu__vm_erf(const float *x, float *y, size_t n) { VM_DISPATCH(vm_erf_map, x, y, n); }
 void ipu__vm_gelu_erf(const float *x, float *y, size_t n) { VM_DISPATCH(vm_gelu_map, x, y, n); }
+void ipu__vm_gelu_tanh(const float *x, float *y, size_t n) {
+    VM_DISPATCH(vm_gelu_tanh_map, x, y, n);
+}
+void ipu__vm_sigmoid(const float *x, float *y, size_t n) { VM_DISPATCH(vm_sigmoid_map, x, y, n); }
+void ipu__vm_swish(const float *x, float *y, size_t n, float a) {
+    VM_DISPATCH(vm_swish_map, x, y, n, a);
+}
 float ipu__vm_max(const float *x, size_t n) { return VM_DISPATCH(vm_max, x, n); }
 float ipu__vm_exp_sum(const float *x, float *y, size_t n, float m) {
     return VM_DISPATCH(vm_exp_sum, x, y, n, m);

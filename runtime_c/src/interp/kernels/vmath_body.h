@@ -41,6 +41,35 @@ VM_ATTR static inline VF VM_FN(vm_exp)(VF x) {
     return VM_FN(vm_sel)(ok, p * s1 * s2, x);
 }
 
+/* The same polynomial for arguments whose result is a normal float, -87.33 <= x <= 88.37 (2^n
+ * applied in one step, n rounded half to even by the 1.5 * 2^23 shift), without the clamps and
+ * NaN selects of vm_exp: erf's exp(-x^2) and the logistic family below. */
+VM_ATTR static inline VF VM_FN(vm_exp_core)(VF x) {
+    const VF shift = (VF){0} + 12582912.0f;
+    VF t = VM_FMA(x, (VF){0} + 1.44269504088896341f, shift);
+    VF fn = t - shift;
+    VI n = (VI)t - (VI)shift;
+    VF r = VM_FMA(fn, (VF){0} - 0.693359375f, x);
+    r = VM_FMA(fn, (VF){0} + 2.12194440e-4f, r);
+    VF p = (VF){0} + 1.9875691500e-4f;
+    p = VM_FMA(p, r, (VF){0} + 1.3981999507e-3f);
+    p = VM_FMA(p, r, (VF){0} + 8.3334519073e-3f);
+    p = VM_FMA(p, r, (VF){0} + 4.1665795894e-2f);
+    p = VM_FMA(p, r, (VF){0} + 1.6666665459e-1f);
+    p = VM_FMA(p, r, (VF){0} + 5.0000001201e-1f);
+    p = VM_FMA(p, r * r, r) + 1.0f;
+    return p * (VF)((n + 127) << 23);
+}
+
+/* exp for 1 / (1 + exp(x)) and x / (1 + exp(x)): below -87.33 the result stays at ~1e-38
+ * instead of going through the subnormals to 0 (1 + e cannot tell them apart), above 88.37 it
+ * is +inf (exp overflows at 88.72: the results agree to the last bit from there on, and below
+ * to float rounding); NaN propagates. */
+VM_ATTR static inline VF VM_FN(vm_exp_sat)(VF x) {
+    VF y = VM_FN(vm_exp_core)(VM_FN(vm_sel)(x < -87.33f, (VF){0} - 87.33f, x));
+    return VM_FN(vm_sel)(x > 88.37f, (VF){0} + INFINITY, y);
+}
+
 VM_ATTR static inline VF VM_FN(vm_erf)(VF x) {
     const VI sign = (VI)x & (int32_t)0x80000000;
     VF a = (VF)((VI)x & 0x7fffffff);
@@ -68,7 +97,7 @@ VM_ATTR static inline VF VM_FN(vm_erf)(VF x) {
     q = VM_FMA(q, u, (VF){0} + 1.9603916e-02f);
     q = VM_FMA(q, u, (VF){0} + 5.6188571e-01f);
     q = VM_FMA(q, u, (VF){0} + 1.1466930e-04f);
-    VF big = 1.0f - VM_FN(vm_exp)(-(b * b)) * q;
+    VF big = 1.0f - VM_FN(vm_exp_core)(-(b * b)) * q; /* -16 <= -b^2 <= -1 */
     VF r = VM_FN(vm_sel)(a < 1.0f, small, big);
     r = (VF)((VI)r | sign);
     return VM_FN(vm_sel)(x == x, r, x);
@@ -92,9 +121,34 @@ VM_ATTR static inline VF VM_FN(vm_erf)(VF x) {
         }                                                                 \
     }
 
+/* As VM_MAP, with a float parameter `a` the expression may read. */
+#define VM_MAP_A(name, EXPR)                                                       \
+    VM_ATTR static void VM_FN(name)(const float *x, float *y, size_t n, float a) { \
+        const VF va = (VF){0} + a;                                                 \
+        size_t i = 0;                                                              \
+        for (; i + VM_N <= n; i += VM_N) {                                         \
+            VF v;                                                                  \
+            memcpy(&v, x + i, sizeof v);                                           \
+            v = (EXPR);                                                            \
+            memcpy(y + i, &v, sizeof v);                                           \
+        }                                                                          \
+        if (i < n) {                                                               \
+            VF v = {0};                                                            \
+            memcpy(&v, x + i, (n - i) * sizeof(float));                            \
+            v = (EXPR);                                                            \
+            memcpy(y + i, &v, (n - i) * sizeof(float));                            \
+        }                                                                          \
+    }
+
 VM_MAP(vm_exp_map, VM_FN(vm_exp)(v))
 VM_MAP(vm_erf_map, VM_FN(vm_erf)(v))
 VM_MAP(vm_gelu_map, 0.5f * v * (1.0f + VM_FN(vm_erf)(v * 0.70710678118654752f)))
+VM_MAP(vm_sigmoid_map, 1.0f / (1.0f + VM_FN(vm_exp_sat)(-v)))
+VM_MAP_A(vm_swish_map, v / (1.0f + VM_FN(vm_exp_sat)(-(va * v))))
+/* 0.5 x (1 + tanh(u)) = x / (1 + exp(-2u)), u = sqrt(2/pi) (x + 0.044715 x^3): no cancellation
+ * where tanh(u) is near -1 */
+VM_MAP(vm_gelu_tanh_map,
+       v / (1.0f + VM_FN(vm_exp_sat)(v * (-1.5957691216057308f - 0.07135481627159562f * v * v))))
 
 /* Softmax of one contiguous row: y = exp(x - max) / sum; the exponentials are stored once. */
 /* max of x[0, n) (-inf for n = 0); NaN when any element is NaN. */
@@ -139,6 +193,7 @@ VM_ATTR static float VM_FN(vm_exp_sum)(const float *x, float *y, size_t n, float
 }
 
 #undef VM_MAP
+#undef VM_MAP_A
 #undef VM_FN
 #undef VM_CAT
 #undef VM_CAT2
