@@ -34,6 +34,7 @@ from pyipu.compiler.rewrites.concat_inplace import concat_in_place
 from pyipu.compiler.rewrites.conv_epilogue import fuse_conv_epilogues
 from pyipu.compiler.rewrites.expand import drop_broadcast_expands
 from pyipu.compiler.rewrites.gelu import fuse_gelu
+from pyipu.compiler.rewrites.linear import fuse_linear
 from pyipu.compiler.rewrites.swish import fuse_swish
 from pyipu.compiler.staging import (
     Placement,
@@ -117,6 +118,7 @@ def _compile_ir(model: ModelLike, outputs: Sequence[str] | None, opts: CompilerO
         opaque.append((FUSION_KEY, fusion.to_json().encode()))
     fuse_gelu(builder)  # before the epilogues: a convolution's GELU or SiLU fuses into it
     fuse_swish(builder)
+    fuse_linear(builder)  # before the epilogues too: a Linear layer's activation fuses into it
     fuse_conv_epilogues(builder)
     fuse_affine_chains(builder)
     drop_broadcast_expands(builder)

@@ -182,7 +182,7 @@ def unary(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
 
 
 def _unary_values(fn: int, p0: int, p1: int, x: np.ndarray) -> np.ndarray:
-    """UNARY function `fn` with attributes p0, p1 (also a CONV2D's UNARY activation)."""
+    """UNARY function `fn` with attributes p0, p1 (also a CONV2D's or GEMM's UNARY activation)."""
     if fn == UnaryFn.NOT:
         return ~x
     floating = np.issubdtype(x.dtype, np.floating)
@@ -325,13 +325,16 @@ def matmul(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
 def gemm(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
     trans_a, trans_b, alpha_bits, beta_bits, *act = ins.attrs
     a, b, *c = _args(xs)
-    a = a.T if trans_a else a
+    a = a.T if trans_a else a  # (an n-D A has no transA: its rows are those of [M, K])
     b = b.T if trans_b else b
     out = np.float32(bits_f64(alpha_bits)) * np.matmul(a, b)
     if c:
         out = out + np.float32(bits_f64(beta_bits)) * c[0]
     if act and act[0] == ActFn.RELU:  # fused by the compiler (conv_epilogue.py)
         out = np.maximum(out, out.dtype.type(0))
+    if act and act[0] == ActFn.UNARY:  # on the sums rounded to the output dtype, as UNARY reads
+        fn, p0, p1 = (int(a) for a in act[1:])
+        out = _unary_values(fn, p0, p1, out.astype(y.dtype).astype(np.float32))
     return out
 
 

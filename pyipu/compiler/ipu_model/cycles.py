@@ -83,7 +83,7 @@ def amp_shape(
         return k, out.shape[2] * out.shape[3], w.shape[1]
     a = ins[0]
     if op == Op.GEMM:
-        k = a.shape[0] if attrs and attrs[0] else a.shape[1]
+        k = a.shape[0] if attrs and attrs[0] else a.shape[-1]
     else:
         k = a.shape[-1]
     return k, out.shape[-1], k

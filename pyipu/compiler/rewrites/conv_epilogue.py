@@ -12,7 +12,8 @@ Patterns, on the lowered instruction lists before memory planning:
   kernel to each block of sums it stores (bit-identical to the separate instruction);
 * ``CONV2D → ADD(·, z) [→ RELU or UNARY]`` with z of the output's shape (a residual
   connection): z becomes the last input, attrs ``residual = 1`` (and the activation);
-* ``GEMM → RELU`` (Gemm + Relu, an MLP's layers): the GEMM's optional attr ``activation = 1``.
+* ``GEMM → RELU`` or ``GEMM → UNARY`` (Gemm + Relu, an MLP's layers; a Linear layer's GELU): the
+  GEMM's optional attrs ``activation`` (1, or 2 followed by the UNARY's fn, p0, p1).
 
 Each intermediate tensor must have exactly one reader, no view, and no anchor. The fused
 instruction takes the place of the last instruction it replaces, so every input it reads is
@@ -41,14 +42,14 @@ from pyipu.compiler.rewrites import (
 from pyipu.enums import ActFn, Op
 
 ACT_RELU = int(ActFn.RELU)  # the CONV2D / GEMM `activation` attribute (ipu_fns.def)
-ACT_UNARY = int(ActFn.UNARY)  # CONV2D's: a UNARY function, its attrs after `residual`
+ACT_UNARY = int(ActFn.UNARY)  # a UNARY function, its attrs last (CONV2D: after `residual`)
 CONV_ATTRS = 9  # without the epilogue attrs
 GEMM_ATTRS = 4  # without the activation
 
 
 def fuse_conv_epilogues(b: GraphBuilder) -> int:
     """Rewrite every subgraph's program in place; returns the number of instructions removed."""
-    return rewrite_programs(b, (_fold_bn_at, _fuse_at, _fuse_gemm_relu_at))
+    return rewrite_programs(b, (_fold_bn_at, _fuse_at, _fuse_gemm_act_at))
 
 
 def _channel_const(b: GraphBuilder, ins: Instr, t: int, m: int) -> np.ndarray | None:
@@ -176,19 +177,15 @@ def _activation(b: GraphBuilder, ins: Instr, y: int) -> tuple[int, ...]:
     return ()
 
 
-def _fuse_gemm_relu_at(g: RewriteGraph, prog: list[Instr], stages: list[int], i: int) -> int:
+def _fuse_gemm_act_at(g: RewriteGraph, prog: list[Instr], stages: list[int], i: int) -> int:
     j = _epilogue_reader(g, prog, stages, i, Op.GEMM, GEMM_ATTRS)
-    if j is None or prog[j].op != Op.RELU:
+    if j is None:
         return 0
     gemm = prog[i]
-    (y,) = gemm.outputs
-    out = prog[j].outputs
-    spec, ospec = g.b.tensors[y], g.b.tensors[out[0]]
-    if ospec.shape != spec.shape or ospec.dtype != spec.dtype:
+    act = _activation(g.b, prog[j], gemm.outputs[0])
+    if not act or writes_any(g.b, prog, i + 1, j, {g.b.root(t) for t in gemm.inputs}):
         return 0
-    if writes_any(g.b, prog, i + 1, j, {g.b.root(t) for t in gemm.inputs}):
-        return 0
-    prog[j] = Instr(Op.GEMM, gemm.inputs, out, (*gemm.attrs, ACT_RELU))
+    prog[j] = Instr(Op.GEMM, gemm.inputs, prog[j].outputs, (*gemm.attrs, *act))
     del prog[i]
     del stages[i]
     return 1

@@ -96,7 +96,7 @@ static inline float ipu__attr_f32(const ipu__instr *ins, uint32_t k) {
 /* An `activation` attribute (docs/bytecode.md says which opcodes have one): a value of
  * ipu_fns.def's IPU_ACT table (its values are 0 .. count - 1). */
 static inline ipu_status ipu__vact(const vctx *v, int64_t act) {
-    if (act == IPU__ACT_UNARY) return bad(v, "activation 2 (UNARY) is CONV2D's only");
+    if (act == IPU__ACT_UNARY) return bad(v, "activation 2 (UNARY) is CONV2D's and GEMM's only");
     if (act >= 0 && act < IPU__ACT_COUNT) return IPU_OK;
         /* "0 (NONE), 1 (RELU), ": the table spelled out by ipu_fns.def itself */
 #define IPU_ACT(name, value) #value " (" #name "), "
@@ -105,6 +105,25 @@ static inline ipu_status ipu__vact(const vctx *v, int64_t act) {
         "";
 #undef IPU_ACT
     return bad(v, "activation must be one of %sgot %lld", table, (long long)act);
+}
+
+/* The activation `act` of CONV2D or GEMM: with IPU__ACT_UNARY, and only then, the instruction's
+ * attributes end with a float UNARY function and its p0, p1 (as UNARY's) from attr `first` on,
+ * returned in *u. */
+static inline ipu_status ipu__vact_epilogue(const vctx *v, const ipu__instr *ins, int64_t act,
+                                            uint32_t first, ipu__unary_act *u) {
+    bool unary = act == IPU__ACT_UNARY;
+    if (unary != (ins->n_attr == first + 3))
+        return bad(v, "activation UNARY and attributes %u..%u (fn, p0, p1) go together", first,
+                   first + 2);
+    if (!unary) return ipu__vact(v, act);
+    if (!ipu__unary_float_fn(ins->attr[first]))
+        return bad(v, "activation UNARY: %lld is not a float unary function",
+                   (long long)ins->attr[first]);
+    u->fn = (int)ins->attr[first];
+    u->p0 = ipu__attr_f32(ins, first + 1);
+    u->p1 = ipu__attr_f32(ins, first + 2);
+    return IPU_OK;
 }
 
 /* The plan function of every opcode (ipu_ops.def's `plan` column): checks what the generic

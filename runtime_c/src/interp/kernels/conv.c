@@ -649,7 +649,8 @@ static void apply_unary(const ipu__conv_plan *p, void *y, int64_t n, int64_t g, 
     for (int64_t m = m0; m < m1; m++) {
         int64_t off = (n * p->M + g * p->Cog + m) * OHW + oh0 * p->OW;
         if (!p->f16) {
-            ipu__unary_apply_f32(p->act_fn, p->act_p0, p->act_p1, (float *)y + off, (size_t)len);
+            ipu__unary_apply_f32(p->unary.fn, p->unary.p0, p->unary.p1, (float *)y + off,
+                                 (size_t)len);
             continue;
         }
         float t[512];
@@ -657,7 +658,7 @@ static void apply_unary(const ipu__conv_plan *p, void *y, int64_t n, int64_t g, 
         for (int64_t j = 0; j < len; j += 512) {
             size_t c = (size_t)(len - j < 512 ? len - j : 512);
             ipu__cvt_f16_to_f32(h + j, t, c);
-            ipu__unary_apply_f32(p->act_fn, p->act_p0, p->act_p1, t, c);
+            ipu__unary_apply_f32(p->unary.fn, p->unary.p0, p->unary.p1, t, c);
             ipu__cvt_f32_to_f16(t, h + j, c);
         }
     }

@@ -30,8 +30,7 @@ typedef struct ipu__conv_plan {
     ipu__plan hdr;
     int f16, has_bias, direct, pointwise; /* pointwise: 1x1, stride 1, no pads: no im2col */
     int act, has_res;                     /* epilogue: y = act(conv + bias + residual) */
-    int act_fn;           /* act UNARY: the UNARY function conv.c applies after each item */
-    float act_p0, act_p1; /* and its parameters */
+    ipu__unary_act unary; /* act UNARY: the function conv.c applies after each item */
     /* float32 weights in TENSOR_DATA, packed at load (NULL if not packed). Used only while w is
      * still that TENSOR_DATA tensor. Without `tpose`, for micro-kernels of height packed_mr:
      * sub-block (g, sb) starts at (g * msub + sb) * packed_blk, its K-chunk k0 at + mpad * k0

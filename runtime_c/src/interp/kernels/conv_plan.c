@@ -288,13 +288,9 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
         return bad(v, "%u attributes, expected 9, 11 or 14", ins->n_attr);
     bool epi = ins->n_attr >= 11;
     int64_t act = epi ? ins->attr[9] : 0, has_res = epi ? ins->attr[10] : 0;
-    ipu_status st = act == IPU__ACT_UNARY ? IPU_OK : ipu__vact(v, act);
+    ipu__unary_act ua = {0};
+    ipu_status st = ipu__vact_epilogue(v, ins, act, 11, &ua);
     if (st) return st;
-    if ((act == IPU__ACT_UNARY) != (ins->n_attr == 14))
-        return bad(v, "activation UNARY and attributes 11..13 (fn, p0, p1) go together");
-    int64_t ufn = act == IPU__ACT_UNARY ? ins->attr[11] : 0;
-    if (act == IPU__ACT_UNARY && !ipu__unary_float_fn(ufn))
-        return bad(v, "activation UNARY: %lld is not a float unary function", (long long)ufn);
     if (has_res != 0 && has_res != 1)
         return bad(v, "residual must be 0 or 1, got %lld", (long long)has_res);
     if (ins->n_in < 2 + (uint32_t)has_res)
@@ -362,11 +358,7 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
     p->f16 = y->desc.dtype == IPU_DTYPE_FLOAT16;
     p->has_bias = bias != NULL;
     p->act = (int)act;
-    if (act == IPU__ACT_UNARY) {
-        p->act_fn = (int)ufn;
-        p->act_p0 = ipu__attr_f32(ins, 12);
-        p->act_p1 = ipu__attr_f32(ins, 13);
-    }
+    p->unary = ua;
     p->has_res = res != NULL;
     p->N = xd[0];
     p->C = C;

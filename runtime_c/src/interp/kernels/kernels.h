@@ -79,6 +79,11 @@ typedef enum ipu__act_fn {
  * for i < n, as the UNARY instruction computes it (float32; p0, p1 its parameters). */
 bool ipu__unary_float_fn(int64_t fn);
 void ipu__unary_apply_f32(int fn, float p0, float p1, float *y, size_t n);
+/* An epilogue's UNARY activation (IPU__ACT_UNARY): the function and its parameters. */
+typedef struct ipu__unary_act {
+    int fn;
+    float p0, p1;
+} ipu__unary_act;
 /* RELU as every kernel computes it (the instruction, fused conv/GEMM/affine epilogues): NaN
  * stays NaN, -0.0 becomes +0; branch-free, so loops over it vectorise. */
 static inline float ipu__relu_f32(float v) { return (v > 0.0f || v != v) ? v : 0.0f; }

@@ -62,7 +62,7 @@ static ipu__sgemm_args mm_args(const ipu__mm_plan *p, const mm_item *r, const vo
 }
 
 /* y[0..n) = act(alpha * acc + beta * C(row, j0 + j)) (row/col strides from the plan; act:
- * ReLU as the RELU instruction computes it, NaN kept). */
+ * ReLU as the RELU instruction computes it, NaN kept, or a UNARY function as UNARY does). */
 static void gemm_epilogue_row(const ipu__mm_plan *p, const void *c, int f16, int64_t row,
                               int64_t j0, const float *acc, float *y, int64_t n) {
     float al = p->alpha, be = p->beta;
@@ -82,6 +82,15 @@ static void gemm_epilogue_row(const ipu__mm_plan *p, const void *c, int f16, int
     }
     if (p->act == IPU__ACT_RELU)
         for (int64_t j = 0; j < n; j++) y[j] = ipu__relu_f32(y[j]);
+    else if (p->act == IPU__ACT_UNARY) {
+        for (int64_t j = 0; f16 && j < n; j += 256) { /* the half sums UNARY would read */
+            uint16_t h[256];
+            size_t k = (size_t)(n - j < 256 ? n - j : 256);
+            ipu__cvt_f32_to_f16(y + j, h, k);
+            ipu__cvt_f16_to_f32(h, y + j, k);
+        }
+        ipu__unary_apply_f32(p->unary.fn, p->unary.p0, p->unary.p1, y, (size_t)n);
+    }
 }
 
 /* float32 and float16 (f16: A, B, C and y in half, computed in float32: the operands converted
@@ -397,38 +406,59 @@ ipu_status ipu__verify_matmul(const vctx *v, const ipu__tensor *const *in, const
     return mm_finish(v, p, b, ins);
 }
 
+/* The product of all dims but the last. */
+static int64_t lead(const ipu_tensor_desc *d) {
+    int64_t m = 1;
+    for (uint32_t i = 0; i + 1 < d->ndim; i++) m *= d->dims[i];
+    return m;
+}
+
 ipu_status ipu__verify_gemm(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
                             ipu__instr *ins) {
     char s1[160], s2[160], s3[160];
     const ipu__tensor *a = in[0], *b = in[1], *c = ins->n_in == 3 ? in[2] : NULL;
-    if (a->desc.ndim != 2 || b->desc.ndim != 2)
-        return bad(v, "A and B must be 2-D: A%s B%s", shape_str(s1, sizeof s1, a),
-                   shape_str(s2, sizeof s2, b));
+    const ipu_tensor_desc *ad = &a->desc, *yd = &y->desc;
+    /* transA, transB, alpha, beta, then optionally activation, and fn, p0, p1 with UNARY */
+    if (ins->n_attr != 4 && ins->n_attr != 5 && ins->n_attr != 8)
+        return bad(v, "%u attributes, expected 4, 5 or 8", ins->n_attr);
+    if (ad->ndim < 2 || b->desc.ndim != 2 || (ad->ndim > 2 && ins->attr[0] != 0))
+        return bad(v, "B must be 2-D and A 2-D, or n-D without transA: A%s B%s",
+                   shape_str(s1, sizeof s1, a), shape_str(s2, sizeof s2, b));
     for (int i = 0; i < 2; i++)
         if (ins->attr[i] != 0 && ins->attr[i] != 1)
             return bad(v, "%s must be 0 or 1, got %lld", i ? "transB" : "transA",
                        (long long)ins->attr[i]);
     int ta = (int)ins->attr[0], tb = (int)ins->attr[1];
-    int64_t act = ins->n_attr == 5 ? ins->attr[4] : IPU__ACT_NONE;
-    ipu_status st = ipu__vact(v, act);
+    int64_t act = ins->n_attr >= 5 ? ins->attr[4] : IPU__ACT_NONE;
+    ipu__unary_act ua = {0};
+    ipu_status st = ipu__vact_epilogue(v, ins, act, 5, &ua);
     if (st) return st;
-    int64_t M = a->desc.dims[ta], K = a->desc.dims[1 - ta];
+    /* n-D A [..., K]: its rows are the M = prod(...) rows of a [M, K] matrix, Y [..., N] */
+    int64_t M = ad->ndim == 2 ? ad->dims[ta] : lead(ad);
+    int64_t K = ad->ndim == 2 ? ad->dims[1 - ta] : ad->dims[ad->ndim - 1];
     int64_t K2 = b->desc.dims[tb], N = b->desc.dims[1 - tb];
     if (K != K2)
         return bad(v, "inner dims differ: op(A)[M=%lld,K=%lld] vs op(B)[K=%lld,N=%lld]",
                    (long long)M, (long long)K, (long long)K2, (long long)N);
-    if (y->desc.ndim != 2 || y->desc.dims[0] != M || y->desc.dims[1] != N)
-        return bad(v, "output Y%s, expected [%lld,%lld]", shape_str(s3, sizeof s3, y), (long long)M,
-                   (long long)N);
+    bool y_ok = yd->ndim == ad->ndim && yd->dims[yd->ndim - 1] == N &&
+                (ad->ndim == 2
+                     ? yd->dims[0] == M
+                     : memcmp(yd->dims, ad->dims, (ad->ndim - 1) * sizeof *ad->dims) == 0);
+    if (!y_ok)
+        return bad(v, "output Y%s, expected A's leading dims then %lld (M=%lld)",
+                   shape_str(s3, sizeof s3, y), (long long)N, (long long)M);
+    /* C: a row [N] or [1,..,1,N], a column [M, 1] (2-D), a scalar, or Y's own shape ([M, N]) */
     int64_t cr = 1, cc = 1;
     if (c) {
-        if (c->desc.ndim > 2)
-            return bad(v, "C%s has more than 2 dims", shape_str(s1, sizeof s1, c));
-        if (c->desc.ndim == 2) cr = c->desc.dims[0];
-        if (c->desc.ndim >= 1) cc = c->desc.dims[c->desc.ndim - 1];
-        if ((cr != 1 && cr != M) || (cc != 1 && cc != N))
-            return bad(v, "C%s does not broadcast to [%lld,%lld]", shape_str(s1, sizeof s1, c),
-                       (long long)M, (long long)N);
+        const ipu_tensor_desc *cd = &c->desc;
+        cc = cd->ndim >= 1 ? cd->dims[cd->ndim - 1] : 1;
+        cr = cd->ndim >= 1 ? lead(cd) : 1;
+        bool full = cd->ndim == yd->ndim &&
+                    memcmp(cd->dims, yd->dims, yd->ndim * sizeof *yd->dims) == 0;
+        bool col = yd->ndim == 2 && cd->ndim <= 2 && cr == M; /* [M, 1] or [M, N] */
+        if ((cr != 1 && !col && !full) || (cc != 1 && cc != N))
+            return bad(v, "C%s does not broadcast to Y%s", shape_str(s1, sizeof s1, c),
+                       shape_str(s3, sizeof s3, y));
     }
     ipu__mm_plan pl = {0}, *p = &pl;
     double alpha, beta;
@@ -443,6 +473,7 @@ ipu_status ipu__verify_gemm(const vctx *v, const ipu__tensor *const *in, const i
     p->bshape[0] = 1;
     p->is_gemm = 1;
     p->act = (int)act;
+    p->unary = ua;
     p->trans_a = ta;
     p->trans_b = tb;
     p->has_c = c != NULL;

@@ -24,7 +24,8 @@ typedef struct ipu__mm_plan {
         bbs[IPU_MAX_DIMS]; /* batch strides, in matrices */
     /* GEMM only */
     int is_gemm, trans_a, trans_b, has_c;
-    int act; /* ipu__act_fn: applied after alpha * op(A) op(B) + beta * C */
+    int act;              /* ipu__act_fn: applied after alpha * op(A) op(B) + beta * C */
+    ipu__unary_act unary; /* act UNARY: its function */
     float alpha, beta;
     int64_t c_rs, c_cs;
     int path;
