@@ -56,6 +56,11 @@ def domain_supported(domain: str, op_type: str) -> bool:
     return OP_DOMAINS.get(op_type) == domain
 
 
+class UseFunctionBody(Exception):
+    """Raised by a lowering, before it emits anything, for a form of its op that the op's ONNX
+    function body covers (LayerNormalization's Mean and InvStdDev outputs, ...)."""
+
+
 @dataclass
 class BuildTensor:
     name: str
@@ -313,6 +318,11 @@ class Lowering:
         if usable:
             try:
                 versions[max(usable)](Node(self, proto, opset, label))
+            except UseFunctionBody:
+                if not self._expand_function(proto, registry, opset):
+                    raise UnsupportedOpError(
+                        f"{label}: this form of {proto.op_type} is not supported"
+                    ) from None
             except Error:
                 raise
             except Exception as e:  # a malformed node the lowering did not anticipate

@@ -14,8 +14,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from pyipu.compiler.ir import FLOAT_DTYPES
-from pyipu.compiler.lower import Node
+from pyipu.compiler.ir import FLOAT_DTYPES, f64_bits
+from pyipu.compiler.lower import Node, UseFunctionBody
 from pyipu.compiler.ops import REGISTRY, LowerFn, _prod, register
 from pyipu.compiler.ops_data import _bits as pad_bits
 from pyipu.enums import BinaryFn, DType, Op, UnaryFn
@@ -367,6 +367,44 @@ def LpPool(n: Node) -> None:  # noqa: N802
     s = n.emit_temp(Op.MUL, [avg, _scalar(n, float(k), dt, "k")], out, dt, suffix=":sum")
     inv = [s, _scalar(n, 1.0 / p, dt, "invp")]
     sp.emit(Op.BINARY, inv, out, dt, [int(BinaryFn.POW)])
+
+
+@register("LayerNormalization", 17)
+def LayerNormalization(n: Node) -> None:  # noqa: N802
+    """One LAYER_NORM over the trailing axes from `axis`, with Scale (and B) of exactly that
+    shape (leading 1s aside); the Mean / InvStdDev outputs and other forms take the function
+    body (ReduceMean, Sub, ...)."""
+    src = n.shape(0)
+    axis = n.axis(int(n.attr("axis", -1)), len(src))
+    trailing = src[axis:]
+    length = _prod(trailing)
+
+    def fits(i: int) -> bool:
+        shape = list(n.shape(i))
+        while len(shape) > len(trailing) and shape[0] == 1:
+            shape.pop(0)
+        return tuple(shape) == trailing
+
+    extra_outputs = any(o for o in n.outputs[1:])
+    biased = n.has_input(2)
+    if (
+        extra_outputs
+        or int(n.attr("stash_type", 1)) != 1
+        or n.dtype(0) not in FLOAT_DTYPES
+        or length == 0
+        or not fits(1)
+        or (biased and not fits(2))
+    ):
+        raise UseFunctionBody
+    dt = n.check_dtype(FLOAT_DTYPES, 0, 1, *((2,) if biased else ()))
+    b, name = n.low.b, n.outputs[0]
+    params = [
+        b.view(n.input(i), (length,), f"{name}:{tag}")
+        for i, tag in ((1, "scale"), (2, "bias"))
+        if i == 1 or biased
+    ]
+    eps = f64_bits(float(n.attr("epsilon", 1e-5)))
+    n.emit(Op.LAYER_NORM, [n.input(0), *params], src, dt, [length, eps])
 
 
 @register("InstanceNormalization", 1, 6)

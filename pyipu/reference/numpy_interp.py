@@ -115,6 +115,22 @@ def scale_shift(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
     return np.maximum(r, r.dtype.type(0)) if act == ActFn.RELU else r
 
 
+@kernel(Op.LAYER_NORM)
+def layer_norm(ins: Instr, xs: list[np.ndarray], y: np.ndarray) -> np.ndarray:
+    """Rows of L elements: (x - mean) / sqrt(var + eps) * scale (+ bias), in float32."""
+    x, scale, *bias = (a.astype(np.float32) for a in xs)
+    length, eps_bits = ins.attrs
+    rows = x.reshape(-1, length)
+    mean = rows.mean(axis=1, keepdims=True, dtype=np.float32)
+    d = rows - mean
+    var = (d * d).mean(axis=1, keepdims=True, dtype=np.float32)
+    r = np.float32(1) / np.sqrt(var + np.float32(bits_f64(eps_bits)))
+    out = d * r * scale.reshape(-1)
+    if bias:
+        out = out + bias[0].reshape(-1)
+    return out.reshape(x.shape).astype(y.dtype)
+
+
 def _erf(x: np.ndarray) -> np.ndarray:
     return np.vectorize(math.erf, otypes=[np.float64])(x).astype(x.dtype)
 
