@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from models import scale_model
 from serve_helpers import (
     add_model,
     metric,
@@ -129,6 +130,21 @@ def test_concurrent_clients_are_batched(server: Any) -> None:
     assert metric(body, "pyipu_serve_requests_total", model="scale", protocol="grpc") >= 80
     assert metric(body, "pyipu_serve_request_duration_seconds_count", model="scale") >= 160
     assert "pyipu_serve_request_batch_size_bucket" in body
+
+
+def test_a_lone_request_does_not_wait_for_other_rows(tmp_path: Path) -> None:
+    # A batch timeout far beyond the request timeout: a lone request that waited for rows of
+    # other requests would be answered 504. A timeout of 0 (Triton's max_queue_delay 0) runs
+    # a partial batch with the rows queued.
+    for name, timeout_us in (("long", 600_000_000), ("zero", 0)):
+        config = {"batching_dim": 0, "batch_timeout_us": timeout_us, "request_timeout_s": 10}
+        add_model(tmp_path, name, scale_model((4, 3)), config={**config, "num_threads": 1})
+    with running(tmp_path) as s:
+        for name in ("long", "zero"):
+            for rows in (1, 5):
+                x = np.arange(rows * 3, dtype=np.float32).reshape(rows, 3)
+                np.testing.assert_array_equal(http_infer(s.http_port, name, x), 2 * x + 1)
+                np.testing.assert_array_equal(grpc_infer(s.grpc_port, name, x), 2 * x + 1)
 
 
 def test_backpressure(server: Any) -> None:
