@@ -227,7 +227,9 @@ def bench_model(model: ServeModel, args: argparse.Namespace, tmp: Path) -> dict[
             b1 = model.name + "_b1"
             load(port, 1, 1.0, model, b1)
             n = max(counts)
-            _point(rows, model.name, "pyipu_batching_off", n, load(port, n, args.seconds, model, b1))
+            _point(
+                rows, model.name, "pyipu_batching_off", n, load(port, n, args.seconds, model, b1)
+            )
         mine = probe(port, model, model.name)
     finally:
         proc.terminate()
@@ -256,7 +258,11 @@ def table(results: dict[str, dict[str, Any]]) -> str:
             py, ort, off = (by.get((s, n)) for s in ("pyipu", "onnxruntime", "pyipu_batching_off"))
             cells = [model, str(n)]
             for p in (py, ort):
-                cells += [f"{p['rps']:.0f}", f"{p['p50_ms']:.2f}", f"{p['p99_ms']:.2f}"] if p else ["–"] * 3
+                cells += (
+                    [f"{p['rps']:.0f}", f"{p['p50_ms']:.2f}", f"{p['p99_ms']:.2f}"]
+                    if p
+                    else ["–"] * 3
+                )
             cells.append(f"{py['rps'] / ort['rps']:.2f}" if py and ort else "–")
             if off and py:
                 cells += [f"{off['rps']:.0f}", f"{py['rps'] / off['rps']:.2f}×"]

@@ -151,32 +151,32 @@ def main(argv: list[str] | None = None) -> int:
             "--log-level",
             "error",
         ]
-        log = open(Path(tmp) / "server.log", "w+")  # a file: a pipe could fill and block it
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
-        try:
-            wait_ready(http_port, proc)
-            start_rss = peak_rss_mb(proc.pid)
-            rng = random.Random(args.seed)
-            t = time.perf_counter()
-            http_seen, problems = http_round(http_port, args.count, rng)
-            grpc_seen, grpc_problems = grpc_round(grpc_port, args.count, rng)
-            elapsed = time.perf_counter() - t
-            problems += grpc_problems
-            if proc.poll() is not None:
-                problems.append(f"the server exited with {proc.returncode}")
-            else:
-                problems += still_serving(http_port, grpc_port)
-            rss = peak_rss_mb(proc.pid) if proc.poll() is None else float("nan")
-        finally:
-            proc.terminate()
+        with open(Path(tmp) / "server.log", "w+") as log:  # a pipe could fill and block it
+            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
             try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+                wait_ready(http_port, proc)
+                start_rss = peak_rss_mb(proc.pid)
+                rng = random.Random(args.seed)
+                t = time.perf_counter()
+                http_seen, problems = http_round(http_port, args.count, rng)
+                grpc_seen, grpc_problems = grpc_round(grpc_port, args.count, rng)
+                elapsed = time.perf_counter() - t
+                problems += grpc_problems
+                if proc.poll() is not None:
+                    problems.append(f"the server exited with {proc.returncode}")
+                else:
+                    problems += still_serving(http_port, grpc_port)
+                rss = peak_rss_mb(proc.pid) if proc.poll() is None else float("nan")
+            finally:
+                proc.terminate()
+                try:
+                    proc.wait(60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
             log.seek(0)
             err = log.read()
-            log.close()
+
     def fmt(c: Counter) -> str:
         return ", ".join(f"{k}: {v}" for k, v in sorted(c.items(), key=lambda kv: str(kv[0])))
 

@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 from serve_fuzz import http_case, mutate_bytes, valid_grpc, valid_http
 from serve_helpers import add_model, mlp_model, need_serve, running, standard_repo
