@@ -216,16 +216,17 @@ def bench_model(model: ServeModel, args: argparse.Namespace, tmp: Path) -> dict[
     ort = [sys.executable, __file__, "--threads", str(args.threads), "--ort-server", ort_model,
            str(port), str(max(counts)), model.name]  # fmt: skip
     out: dict[str, Any] = {"points": rows}
+    warm = min(1.0, args.seconds)  # seconds of one client before the points
     proc = _serve(py, port)
     try:
-        load(port, 1, 1.0, model)  # warm-up
+        load(port, 1, warm, model)  # warm-up
         for n in counts:
             _point(rows, model.name, "pyipu", n, load(port, n, args.seconds, model))
         done, iters = rows_per_iteration(port, model.name)
         out["requests_per_iteration"] = done / iters
         if model.batch is not None:
             b1 = model.name + "_b1"
-            load(port, 1, 1.0, model, b1)
+            load(port, 1, warm, model, b1)
             n = max(counts)
             _point(
                 rows, model.name, "pyipu_batching_off", n, load(port, n, args.seconds, model, b1)
@@ -236,7 +237,7 @@ def bench_model(model: ServeModel, args: argparse.Namespace, tmp: Path) -> dict[
         proc.wait(60)
     proc = _serve(ort, port)
     try:
-        load(port, 1, 1.0, model)
+        load(port, 1, warm, model)
         for n in counts:
             _point(rows, model.name, "onnxruntime", n, load(port, n, args.seconds, model))
         theirs = probe(port, model, model.name)

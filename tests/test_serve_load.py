@@ -339,3 +339,28 @@ def test_command_line_sigterm(tmp_path: Path) -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_load_benchmark_harness(tmp_path: Path) -> None:
+    """benchmarks/serve_load.py on the tiny model, a fraction of a second a point, so that it
+    cannot rot: every point measured on both servers, outputs equal (no timing asserted)."""
+    pytest.importorskip("onnxruntime")
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "serve_load.py"
+    out = subprocess.run(
+        [sys.executable, "-P", str(script), "--models", "tiny", "--clients", "1,2",
+         "--seconds", "0.2", "--json", str(tmp_path / "serve.json")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    tiny = json.loads((tmp_path / "serve.json").read_text())["models"]["tiny"]
+    points = {(p["server"], p["clients"]): p for p in tiny["points"]}
+    assert set(points) == {
+        ("pyipu", 1),
+        ("pyipu", 2),
+        ("pyipu_batching_off", 2),
+        ("onnxruntime", 1),
+        ("onnxruntime", 2),
+    }
+    assert all(p["rps"] > 0 and 0 < p["p50_ms"] <= p["p99_ms"] for p in points.values())
+    assert tiny["max_rel_diff"] == 0.0
+    assert "| tiny | 2 |" in out.stdout
