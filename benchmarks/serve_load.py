@@ -143,13 +143,13 @@ def load(
 
 
 def probe(port: int, model: ServeModel, name: str) -> np.ndarray:
-    """The first output of one request (client 0's), flattened."""
+    """Every output of one request (client 0's), flattened and concatenated by name."""
     import tritonclient.http as httpclient
 
     c = httpclient.InferenceServerClient(f"127.0.0.1:{port}", network_timeout=600)
     result = c.infer(name, _inputs(model.request(), 0))
-    (first, *_) = result.get_response()["outputs"]
-    return np.asarray(result.as_numpy(first["name"]), np.float64).reshape(-1)
+    names = sorted(o["name"] for o in result.get_response()["outputs"])
+    return np.concatenate([np.asarray(result.as_numpy(n), np.float64).ravel() for n in names])
 
 
 def rows_per_iteration(port: int, name: str) -> tuple[float, float]:

@@ -3,8 +3,8 @@ pyipu's compiled batch, a name for ONNX Runtime's dynamic dim) and one request's
 
 - mlp: MatMul 256x1024, Relu, MatMul 1024x256; one-row requests, batches of 8 rows.
 - tiny: one Relu on [rows, 64]; one-row requests, batches of 8 rows.
-- resnet50: onnx's light ResNet-50 with random weights (tests/light_models.py), one
-  3x224x224 image a request, batches of 4 images.
+- resnet50: onnx's light ResNet-50 with random weights (tests/light_models.py) and its logits
+  as a second output, one 3x224x224 image a request, batches of 4 images.
 - seed: the overlap-I/O seed model (tests/models.py), a [256, 256] request; its dim 0 is no
   batch dim (the model broadcasts the input to [4, 4, 256, 256]), so it is served without
   dynamic batching.
@@ -73,9 +73,10 @@ def _set_dim0(vi: onnx.ValueInfoProto, rows: int | str) -> None:
 def resnet50(rows: int | str) -> onnx.ModelProto:
     """The light ResNet-50 with `rows` images: its data input, output and the Reshape before
     the classifier (shipped as [1, 2048]) take any batch."""
-    from light_models import load, with_random_weights
+    from light_models import load, with_logits, with_random_weights
 
-    model = with_random_weights(load("resnet50"))
+    # the logits too: a deep random network's probabilities saturate, the logits differ
+    model = with_logits(with_random_weights(load("resnet50")))
     g = model.graph
     for i, init in enumerate(g.initializer):
         if init.name == "OC2_DUMMY_1":  # the Reshape's target shape
