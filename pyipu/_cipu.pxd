@@ -205,6 +205,7 @@ cdef extern from "ipu/ipu.h" nogil:
         int thread_safe
         int overlap_io
         int pin_threads
+        int no_wait_when_alone
         # END GENERATED ipu_runtime_config
     ipu_runtime_config ipu_runtime_config_default()
     ipu_status ipu_runtime_create(const ipu_executable *exe, const ipu_runtime_config *cfg,

@@ -660,6 +660,7 @@ cdef class Runtime:
         cfg.thread_safe = config.get("thread_safe", cfg.thread_safe)
         cfg.overlap_io = config.get("overlap_io", cfg.overlap_io)
         cfg.pin_threads = config.get("pin_threads", cfg.pin_threads)
+        cfg.no_wait_when_alone = config.get("no_wait_when_alone", cfg.no_wait_when_alone)
         # END GENERATED copy
         self.executable = executable
         self.n_anchors = executable.info.num_anchors

@@ -279,6 +279,17 @@ OPTIONS: tuple[Option, ...] = (
         doc_default="None",
         doc="accepted; virtual IPUs are always available",
     ),
+    Option(
+        name="no_wait_when_alone",
+        ctype=BOOL,
+        default=0,
+        layers=(PY_RUNTIME, C_RUNTIME),
+        pyipu=True,
+        doc="with `batching_dim`: a partial batch whose rows are those of the only request "
+        "pending runs at once instead of waiting for other requests' rows",
+        c_doc="with batching_dim: a partial batch whose rows are those of the only request "
+        "pending runs at once, without the batch timeout",
+    ),
 )
 
 BY_NAME = {o.name: o for o in OPTIONS}

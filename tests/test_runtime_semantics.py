@@ -129,6 +129,44 @@ def test_batch_size_timeout(exe):
         assert future.wait(timeout=5)  # ...which another request brings
 
 
+def test_no_wait_when_alone_runs_the_only_request_at_once(exe):
+    # timeout_ns = 0: a partial batch would wait forever for other requests' rows; the only
+    # request pending runs at once, the remainder of one of several batches too
+    config = runtime.RuntimeConfig(batching_dim=0, timeout_ns=0, no_wait_when_alone=True)
+    with runtime.Runner(exe, config) as r:
+        for rows in (1, 3, 5):
+            x = np.arange(rows * 3, dtype=np.float32).reshape(rows, 3)
+            y = np.zeros_like(x)
+            assert r.execute_async({"X": x}, {"Y": y}).wait(timeout=10)
+            np.testing.assert_array_equal(y, 2 * x + 1)
+        stats = r.stats()
+        assert (stats["iterations"], stats["padded_rows"]) == (4, 3 + 1 + 3)
+
+
+def test_no_wait_when_alone_still_merges_requests_in_flight(exe):
+    # The device is held in its first iteration (an output handler waits) while two one-row
+    # requests queue: neither is alone, so their partial batch waits for a third request.
+    release, batches = threading.Event(), []
+
+    def handler(y: np.ndarray) -> None:
+        batches.append(y.copy())
+        release.wait(10)
+
+    config = runtime.RuntimeConfig(batching_dim=0, timeout_ns=0, no_wait_when_alone=True)
+    with runtime.Runner(exe, config) as r:
+        r.set_user_output_handler("Y", handler)
+        first = r.execute_async({"X": np.zeros((4, 3), np.float32)}, {})
+        assert wait_until(lambda: len(batches) == 1)
+        pair = [r.execute_async({"X": np.full((1, 3), v, np.float32)}, {}) for v in (1, 2)]
+        release.set()
+        assert first.wait(timeout=10)
+        assert not pair[0].wait(timeout=0.2)  # two requests pending: waits for more rows
+        r.execute_async({"X": np.full((2, 3), 3, np.float32)}, {}).wait(timeout=10)
+        assert all(f.wait(timeout=10) for f in pair)
+        assert r.stats()["iterations"] == 2
+        np.testing.assert_array_equal(batches[1][:, 0], [3, 5, 7, 7])
+
+
 # --- failures, auto_reset ---------------------------------------------------------------------
 class HandlerFailure(Exception):
     pass

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from models import scale_model
 from serve_helpers import (
     add_model,
     metric,
@@ -129,6 +130,21 @@ def test_concurrent_clients_are_batched(server: Any) -> None:
     assert metric(body, "pyipu_serve_requests_total", model="scale", protocol="grpc") >= 80
     assert metric(body, "pyipu_serve_request_duration_seconds_count", model="scale") >= 160
     assert "pyipu_serve_request_batch_size_bucket" in body
+
+
+def test_a_lone_request_does_not_wait_for_other_rows(tmp_path: Path) -> None:
+    # A batch timeout far beyond the request timeout: a lone request that waited for rows of
+    # other requests would be answered 504. A timeout of 0 (Triton's max_queue_delay 0) runs
+    # a partial batch with the rows queued.
+    for name, timeout_us in (("long", 600_000_000), ("zero", 0)):
+        config = {"batching_dim": 0, "batch_timeout_us": timeout_us, "request_timeout_s": 10}
+        add_model(tmp_path, name, scale_model((4, 3)), config={**config, "num_threads": 1})
+    with running(tmp_path) as s:
+        for name in ("long", "zero"):
+            for rows in (1, 5):
+                x = np.arange(rows * 3, dtype=np.float32).reshape(rows, 3)
+                np.testing.assert_array_equal(http_infer(s.http_port, name, x), 2 * x + 1)
+                np.testing.assert_array_equal(grpc_infer(s.grpc_port, name, x), 2 * x + 1)
 
 
 def test_backpressure(server: Any) -> None:
@@ -323,3 +339,28 @@ def test_command_line_sigterm(tmp_path: Path) -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_load_benchmark_harness(tmp_path: Path) -> None:
+    """benchmarks/serve_load.py on the tiny model, a fraction of a second a point, so that it
+    cannot rot: every point measured on both servers, outputs equal (no timing asserted)."""
+    pytest.importorskip("onnxruntime")
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "serve_load.py"
+    out = subprocess.run(
+        [sys.executable, "-P", str(script), "--models", "tiny", "--clients", "1,2",
+         "--seconds", "0.2", "--json", str(tmp_path / "serve.json")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    tiny = json.loads((tmp_path / "serve.json").read_text())["models"]["tiny"]
+    points = {(p["server"], p["clients"]): p for p in tiny["points"]}
+    assert set(points) == {
+        ("pyipu", 1),
+        ("pyipu", 2),
+        ("pyipu_batching_off", 2),
+        ("onnxruntime", 1),
+        ("onnxruntime", 2),
+    }
+    assert all(p["rps"] > 0 and 0 < p["p50_ms"] <= p["p99_ms"] for p in points.values())
+    assert tiny["max_rel_diff"] == 0.0
+    assert "| tiny | 2 |" in out.stdout

@@ -56,9 +56,13 @@ class LoadedModel:
         source: Any = path
         if str(path).endswith(".onnx"):
             source = _compile_onnx(path, config)
-        rc = RuntimeConfig(timeout_ns=config.batch_timeout_us * 1000, pin_threads=False)
+        # The runtime's timeout 0 means "forever"; a batch timeout of 0 (Triton's
+        # max_queue_delay 0) runs a partial batch with the rows queued: a 1 ns wait.
+        rc = RuntimeConfig(timeout_ns=max(config.batch_timeout_us * 1000, 1), pin_threads=False)
         if config.batching_dim is not None:
             rc.batching_dim = config.batching_dim
+            # a lone request does not wait for others' rows: none are in flight
+            rc.no_wait_when_alone = True
         if config.num_threads is not None:
             rc.num_threads = config.num_threads
         self.runner = Runner(source, rc)

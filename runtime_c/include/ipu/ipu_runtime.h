@@ -19,6 +19,7 @@
  * Dynamic batching (batching_dim != IPU_NO_INDEX): a request carries any number of rows along
  * that dimension; full batches run at once, a remainder waits up to the batch timeout to merge
  * with other requests' rows and is then zero-padded; each request gets exactly its own rows.
+ * With no_wait_when_alone a remainder of the only request pending runs at once.
  *
  * Failures: when an iteration fails, every request already enqueued fails with the same status
  * (Model Runtime's rule). With auto_reset the Load program runs again and later requests are
@@ -75,6 +76,9 @@ typedef struct ipu_runtime_config {
     int pin_threads;                      /* each compute helper (and a runtime's device thread)
                                              on its own CPU, when the process may use at least
                                              num_threads CPUs (default 1) */
+    int no_wait_when_alone;               /* with batching_dim: a partial batch whose rows are
+                                             those of the only request pending runs at once,
+                                             without the batch timeout (default 0) */
     /* END GENERATED fields */
 } ipu_runtime_config;
 

@@ -289,6 +289,13 @@ const atomic_int *ipu__request_cancel_flag(const ipu_slot *sl) {
     return &((const ipu_request *)sl->user_data)->cancelled;
 }
 
+bool ipu__request_alone(const ipu_slot *sl) {
+    ipu_runtime *rt = ((const ipu_request *)sl->user_data)->rt;
+    /* completions first: a submit meanwhile can only make the count larger (so it waits) */
+    uint64_t done = atomic_load(&rt->st_completed) + atomic_load(&rt->st_failed);
+    return atomic_load(&rt->st_submitted) - done <= 1;
+}
+
 void ipu_request_cancel(ipu_request *req) {
     if (req) atomic_store_explicit(&req->cancelled, 1, memory_order_relaxed);
 }

@@ -23,6 +23,7 @@ ipu_runtime_config ipu_runtime_config_default(void) {
     c.thread_safe = 1;
     c.overlap_io = -1;
     c.pin_threads = 1;
+    c.no_wait_when_alone = 0;
     /* END GENERATED defaults */
     return c;
 }
@@ -228,6 +229,7 @@ ipu_status ipu_runtime_create(const ipu_executable *exe, const ipu_runtime_confi
     rt->s->park_ok = rt->inline_ok;
     rt->s->par_steps = true; /* the device thread runs step after step: two may overlap */
     rt->s->cancel_of = ipu__request_cancel_flag;
+    if (rt->cfg.no_wait_when_alone) rt->s->alone_of = ipu__request_alone;
     rt->s->abort = &rt->health;
     rt->s->abort_status = &rt->fail_status;
     rt->s->abort_msg = rt->fail_msg;

@@ -173,6 +173,8 @@ bool ipu__request_complete(ipu_runtime *rt, ipu_request *req, ipu_status st, con
 void ipu__request_unref(ipu_request *req);
 /* The cancel flag of the request a queued slot belongs to (the session's cancel_of). */
 const atomic_int *ipu__request_cancel_flag(const ipu_slot *sl);
+/* Is the request a queued slot belongs to the only one pending (the session's alone_of)? */
+bool ipu__request_alone(const ipu_slot *sl);
 
 /* device.c */
 void *ipu__device_main(void *arg);

@@ -203,6 +203,10 @@ struct ipu_session {
      * running). A cancelled iteration fails its own slots only (IPU_ERR_CANCELLED) and never
      * ends the step. */
     const atomic_int *(*cancel_of)(const ipu_slot *sl);
+    /* alone_of: true when a queued slot's owner is the only request pending (the runtime's
+     * no_wait_when_alone; NULL: never). A partial batch whose last slot's owner is alone runs
+     * once nothing more is queued, without waiting for the batch timeout. */
+    bool (*alone_of)(const ipu_slot *sl);
     int (*poll)(void *); /* every IPU_POLL_INTERVAL_NS (ipu_runtime.h) */
     void *poll_ud;
     uint64_t poll_t0;    /* when the request started (the first poll is due one interval on) */

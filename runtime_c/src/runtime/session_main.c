@@ -180,6 +180,10 @@ static int gather(ipu_session *s, ipu__iter *c, uint32_t sub, uint32_t it, bool 
             return EV_END_STEP;
         }
         if (got > 0 && outputs_queued(s, sub, true)) break;
+        /* the rows of the only request pending: none but a new request's can come */
+        if (got > 0 && s->alone_of && c->npending > 0 &&
+            s->alone_of(&c->pending[c->npending - 1].sl))
+            break;
         uint64_t deadline = 0;
         if (!s->cfg.flush_on_waiting_outputs ||
             outputs_queued(s, index_phase ? IPU_NO_INDEX : sub, false)) {
