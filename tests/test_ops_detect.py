@@ -238,3 +238,36 @@ def test_roi_align_opset10() -> None:
                             output_width=2)  # fmt: skip
     feeds = {"x": x, "rois": rois, "bi": np.zeros(3, I64)}
     check(graph([node], feeds, ["y"], opset=10), feeds, {}, tol=1e-4)
+
+
+# ---------------------------------------------------------------- TopK with a run-time K
+
+
+@pytest.mark.parametrize("k", [0, 1, 4, 7])
+@pytest.mark.parametrize("largest", [0, 1])
+def test_topk_run_time_k(k: int, largest: int) -> None:
+    x = np.random.default_rng(k).standard_normal((3, 7)).astype(F32)
+    node = helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=1, largest=largest)
+    feeds = {"x": x, "k": np.array([k], I64)}
+    check(graph([node], feeds, ["v", "i"]), feeds, {"v": 1, "i": 1}, zero_padded=False)
+
+
+def test_topk_k_from_a_data_dependent_shape() -> None:
+    """K = min(number of scores above a threshold, 5), as detection post-processing writes
+    it: Shape of NonZero's result, Gather, Min, then TopK over the full scores."""
+    s = np.random.default_rng(4).random(12).astype(F32)
+    nodes = [
+        helper.make_node("Greater", ["s", "t"], ["m"]),
+        helper.make_node("NonZero", ["m"], ["nz"]),
+        helper.make_node("Shape", ["nz"], ["shp"]),
+        helper.make_node("Gather", ["shp", "one"], ["n"], axis=0),
+        helper.make_node("Unsqueeze", ["n", "zero"], ["n1"]),
+        helper.make_node("Min", ["n1", "five"], ["k"]),
+        helper.make_node("TopK", ["s", "k"], ["v", "i"]),
+    ]
+    consts = {"t": np.array(0.5, F32), "one": np.array(1), "zero": np.array([0]),
+              "five": np.array([5])}  # fmt: skip
+    for thr in (0.5, 0.95, 1.5):
+        consts["t"] = np.array(thr, F32)
+        feeds = {"s": s}
+        check(graph(nodes, feeds, ["v", "i"], consts), feeds, {"v": 0, "i": 0}, zero_padded=False)

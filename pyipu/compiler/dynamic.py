@@ -61,6 +61,8 @@ Sym = tuple[SymEntry, ...]
 
 # ops that read their dynamic inputs themselves (ops_detect.py)
 SELF = frozenset({"NonZero", "NonMaxSuppression", "RoiAlign"})
+# ops that may read a run-time input as a bound and give their output a length (TopK's K)
+BOUNDED = frozenset({"TopK"})
 ELEMENTWISE = frozenset(
     """Add Sub Mul Div Pow Max Min Sum Mean Greater Less Equal GreaterOrEqual LessOrEqual And Or
     Xor Not Where Cast CastLike Identity Relu Sigmoid Tanh Exp Log Abs Neg Sqrt Clip Floor Ceil
@@ -97,7 +99,10 @@ def lower_dynamic(low: Lowering, proto: onnx.NodeProto, lower: Callable[[], None
         if op in ("ConstantOfShape", "Expand", "Reshape") and list(sym_in) == [at]:
             _from_sym(low, proto, at, sym_in[at], lower, label)
             return True
-        raise refuse(label, f"{op} reads a shape with a data-dependent dimension")
+        for name in {proto.input[i] for i in sym_in}:
+            _materialize(low, name)
+        if not dyn_in:
+            return False
     lower()
     if op in SELF or all(o in low.dyn for o in proto.output if o):  # or a function body did
         return True
@@ -142,6 +147,11 @@ def _sym_op(low: Lowering, proto: onnx.NodeProto, label: str) -> None:
     op, x = proto.op_type, _sym_values(low, proto.input[0])
     if op in ("Cast", "Identity", "Unsqueeze", "Squeeze"):  # a 1-D shape stays 1-D or 0-D
         out = x
+        if op == "Squeeze" or (op != "Unsqueeze" and proto.input[0] in low.sym_scalars):
+            if len(out) == 1 and not isinstance(out[0], int):
+                low.sym[proto.output[0]] = tuple(out)
+                low.sym_scalars.add(proto.output[0])
+                return
     elif op == "Concat":
         out = [v for name in proto.input for v in _sym_values(low, name)]
     elif op == "Gather":
@@ -151,6 +161,7 @@ def _sym_op(low: Lowering, proto: onnx.NodeProto, label: str) -> None:
         out = [x[int(i)] for i in idx.reshape(-1)]
         if idx.ndim == 0 and not isinstance(out[0], int):
             low.sym[proto.output[0]] = tuple(out)
+            low.sym_scalars.add(proto.output[0])
             return
     else:  # Slice
         starts, ends = n.const_ints(1, "starts"), n.const_ints(2, "ends")
@@ -253,8 +264,8 @@ def _carry(low: Lowering, proto: onnx.NodeProto, dyn_in: dict[int, Dyn], label: 
     elif op == "Gather":
         result = _gather(n, dyn_in, rank, label)
     elif op == "GatherND":
-        if 0 in dyn_in or 1 not in dyn_in or int(n.attr("batch_dims", 0)):
-            raise refuse(label, "GatherND of padded data")
+        if 1 not in dyn_in or int(n.attr("batch_dims", 0)):
+            raise refuse(label, "GatherND of padded data by static indices")
         d = dyn_in[1]
         if d.axis >= rank[1] - 1:
             raise refuse(label, "GatherND with a data-dependent index length")
@@ -281,7 +292,13 @@ def _only(dyn_in: dict[int, Dyn], i: int, label: str, op: str) -> Dyn:
 
 
 def _gather(n, dyn_in: dict[int, Dyn], rank: Sequence[int], label: str) -> Dyn:  # noqa: ANN001
+    """Indices valid for the true extents pick the same elements of the padded data, as the
+    padding is at the end of the dynamic dim; a negative index would count from the capacity,
+    so data gathered along its dynamic dim needs padded (run-time, never negative) indices or
+    non-negative constant ones."""
     axis = n.axis(int(n.attr("axis", 0)), rank[0])
+    if 0 in dyn_in and dyn_in[0].axis == axis:
+        _check_indices(n, 1 in dyn_in, label)
     if 1 in dyn_in:  # the indices' padding rows gather row 0 (or whatever they hold)
         d = dyn_in[1]
         if 0 in dyn_in and dyn_in[0].axis != axis:
@@ -291,6 +308,14 @@ def _gather(n, dyn_in: dict[int, Dyn], rank: Sequence[int], label: str) -> Dyn: 
     if d.axis == axis:
         raise refuse(label, "Gather along the data-dependent dimension by static indices")
     return Dyn(d.axis if d.axis < axis else d.axis + rank[1] - 1, d.length)
+
+
+def _check_indices(n, padded: bool, label: str) -> None:  # noqa: ANN001
+    if padded:
+        return
+    name = n.inputs[1]
+    if name not in n.low.constants or (np.asarray(n.low.constants[name]) < 0).any():
+        raise refuse(label, "indexing a padded dimension by indices that may be negative")
 
 
 def _slice(low: Lowering, n, d: Dyn, rank: int, label: str) -> Dyn:  # noqa: ANN001
@@ -303,14 +328,21 @@ def _slice(low: Lowering, n, d: Dyn, rank: int, label: str) -> Dyn:  # noqa: ANN
     k = axes.index(d.axis)
     if starts[k] != 0 or steps[k] != 1 or ends[k] < 0:
         raise refuse(label, "Slice of the data-dependent dimension other than [0:end]")
-    end = n.low.b.weight(f"{n.outputs[0]}:end", np.array([ends[k]], np.int64), low.subgraph)
-    return Dyn(d.axis, _binary(low, BinaryFn.MIN, d.length, end, n.outputs[0] + ":length"))
+    return Dyn(d.axis, _binary(low, BinaryFn.MIN, d.length, ends[k], n.outputs[0] + ":length"))
 
 
-def _binary(low: Lowering, fn: BinaryFn, a: int, b: int, name: str) -> int:
-    t = low.b.add(name, DType.INT64, (1,), low.subgraph)
-    low.b.emit(low.subgraph, Op.BINARY, [a, b], [t], [int(fn)])
-    return t
+def _binary(low: Lowering, fn: BinaryFn | None, a: int, value: int, name: str) -> int:
+    """fn(length a, constant value) (None: their product), once per pair."""
+    key = ("binary", -1 if fn is None else int(fn), a, value)
+    if key not in low.dyn_cache:
+        b = low.b.weight(f"{name}:{value}", np.array([value], np.int64), low.subgraph)
+        t = low.b.add(name, DType.INT64, (1,), low.subgraph)
+        if fn is None:
+            low.b.emit(low.subgraph, Op.MUL, [a, b], [t])
+        else:
+            low.b.emit(low.subgraph, Op.BINARY, [a, b], [t], [int(fn)])
+        low.dyn_cache[key] = t
+    return low.dyn_cache[key]
 
 
 def _reshaped(
@@ -327,8 +359,8 @@ def _reshaped(
                 mult = inner // inner_out
                 if mult == 1:
                     return Dyn(b, d.length)
-                k = low.b.weight(f"{label}:mult{mult}", np.array([mult], np.int64), low.subgraph)
-                return Dyn(b, _mul(low, d.length, k))
+                name = f"{low.b.tensors[d.length].name}:x"
+                return Dyn(b, _binary(low, None, d.length, mult, name))
             break
         acc *= size
         if acc > before:
@@ -340,7 +372,34 @@ def _reshaped(
     raise refuse(label, f"reshape of {list(src)} (dim {d.axis} data-dependent) to {list(out)}")
 
 
-def _mul(low: Lowering, a: int, b: int) -> int:
-    t = low.b.add(f"{low.b.tensors[a].name}:x", DType.INT64, (1,), low.subgraph)
-    low.b.emit(low.subgraph, Op.MUL, [a, b], [t])
-    return t
+def run_time_k(n, cap: int) -> int:  # noqa: ANN001
+    """TopK's run-time K as a length: K clamped to [0, cap] (ONNX requires K <= the axis; the
+    top `cap` are computed and the first K of them are the result)."""
+    low = n.low
+    if n.dtype(1) != DType.INT64 or math.prod(n.shape(1)) != 1:
+        n.shape_error("K must be one int64")
+    if n.inputs[1] in low.dyn:
+        raise refuse(n.label, "K is a value with a data-dependent dimension")
+    k = n.input(1)
+    if n.shape(1) != (1,):
+        k = low.b.view(k, (1,), n.inputs[1] + ":k")
+    name = f"{n.outputs[0] or n.outputs[1]}:k"
+    return _binary(low, BinaryFn.MIN, _binary(low, BinaryFn.MAX, k, 0, name + "0"), cap, name)
+
+
+def _materialize(low: Lowering, name: str) -> None:
+    """A symbolic value as a run-time int64 tensor (for a reader that computes with it: Min,
+    Sub, TopK's K...): its constant entries and lengths concatenated."""
+    if name in low.values:
+        return
+    parts = []
+    for i, v in enumerate(low.sym[name]):
+        if isinstance(v, Length):
+            parts.append(v.length)
+        else:
+            parts.append(low.b.weight(f"{name}:{i}", np.array([v], np.int64), low.subgraph))
+    n = len(parts)
+    t = low.b.add(name if name not in low.sym_scalars else name + ":1", DType.INT64, (n,),
+                  low.subgraph)  # fmt: skip
+    low.b.emit(low.subgraph, Op.CONCAT, parts, [t], [0])
+    low.values[name] = low.b.view(t, (), name) if name in low.sym_scalars else t

@@ -249,6 +249,10 @@ class Lowering:
         # shapes holding such a length (Shape of those values) → their entries
         self.dyn: dict[str, Dyn] = {}
         self.sym: dict[str, Sym] = {}
+        self.sym_scalars: set[str] = set()  # symbolic values of rank 0 (one entry)
+        # one tensor per run-time computation of the same inputs (NonZero of one mask, a length
+        # times a constant): equal lengths are the same tensor, so values sharing them combine
+        self.dyn_cache: dict[tuple[object, ...], int] = {}
 
     @property
     def constants(self) -> dict[str, np.ndarray]:

@@ -72,7 +72,14 @@ def NonZero(n: Node) -> None:  # noqa: N802
     length = _length_of(n, 0, 0)
     numel = int(np.prod(shape))
     x = n.input(0)
+    key = ("NonZero", x, length)
+    if key in n.low.dyn_cache:  # NonZero of the same mask again (torch exports x[m] so)
+        first = n.low.b.tensors[n.low.dyn_cache[key]].name
+        n.low.values[n.outputs[0]] = n.low.values[first]
+        n.low.dyn[n.outputs[0]] = n.low.dyn[first]
+        return
     _dynamic_output(n, Op.NONZERO, [x] if length is None else [x, length], (len(shape), numel), [])
+    n.low.dyn_cache[key] = n.low.values[n.outputs[0]]
 
 
 @register("NonMaxSuppression", 10, 11)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from pyipu.compiler.ir import ALL_DTYPES, FLOAT_DTYPES
+from pyipu.compiler.dynamic import Dyn, run_time_k
 from pyipu.compiler.lower import Node
 from pyipu.compiler.ops import LowerFn, register
 from pyipu.enums import BinaryFn, DType, Op, ReduceFn
@@ -150,8 +151,11 @@ def TopK(n: Node) -> None:  # noqa: N802
     if not src:
         n.shape_error("input must have rank >= 1")
     axis = n.axis(int(n.attr("axis", -1)), len(src))
+    length = None
     if n.opset < 10:
         k = int(n.attr("k"))
+    elif n.inputs[1] not in n.low.constants:  # K known at run time: the axis is its capacity
+        k, length = src[axis], run_time_k(n, src[axis])
     else:
         k = n.const_int(1, "K")
     if not 1 <= k <= src[axis]:
@@ -173,6 +177,8 @@ def TopK(n: Node) -> None:  # noqa: N802
     for name, t in zip(outs, (tv, ti), strict=True):
         if name:
             n.low.values[name] = t
+            if length is not None:
+                n.low.dyn[name] = Dyn(axis, length)
 
 
 def _softmax_like(op: Op) -> LowerFn:
