@@ -374,7 +374,8 @@ class Lowering:
                 f"graph output {name!r} is declared {_dtype_name(declared_dtype)} "
                 f"but computes {dtype.name.lower()}"
             )
-        shape = check_declared_shape(name, declared_shape, shape)
+        if name not in self.dyn:  # a declared extent of a data-dependent dim is a count
+            shape = check_declared_shape(name, declared_shape, shape)
         if any(a.name == name and a.direction == 1 for a in self.b.anchors):
             raise CompileError(
                 f"graph output {name!r} is also a graph input or weight name; "

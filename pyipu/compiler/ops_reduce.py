@@ -154,7 +154,9 @@ def TopK(n: Node) -> None:  # noqa: N802
     length = None
     if n.opset < 10:
         k = int(n.attr("k"))
-    elif n.inputs[1] not in n.low.constants:  # K known at run time: the axis is its capacity
+    elif n.inputs[1] not in n.low.constants and not _declares_k(n, axis):
+        # K known at run time: the axis is its capacity (a graph output declaring the extent
+        # along axis asks for K's value at compile time instead: const_int's error)
         k, length = src[axis], run_time_k(n, src[axis])
     else:
         k = n.const_int(1, "K")
@@ -179,6 +181,15 @@ def TopK(n: Node) -> None:  # noqa: N802
             n.low.values[name] = t
             if length is not None:
                 n.low.dyn[name] = Dyn(axis, length)
+
+
+def _declares_k(n: Node, axis: int) -> bool:
+    """Whether a graph output of this TopK declares a static extent along `axis`."""
+    for name in n.outputs:
+        dims = n.low.graph.declared.get(name, (0, None))[1] if name else None
+        if dims is not None and axis < len(dims) and isinstance(dims[axis], int):
+            return True
+    return False
 
 
 def _softmax_like(op: Op) -> LowerFn:
