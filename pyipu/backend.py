@@ -37,7 +37,6 @@ import onnx
 from onnx import TensorProto, helper
 from onnx.backend.base import Backend, BackendRep, namedtupledict
 
-from pyipu.compiler.lower import COUNT_SUFFIX
 from pyipu.compiler import (
     Compiler,
     CompilerOptions,
@@ -45,6 +44,7 @@ from pyipu.compiler import (
     UnsupportedError,
 )
 from pyipu.compiler.float64 import float64_to_float32, uses_float64
+from pyipu.compiler.lower import COUNT_SUFFIX
 from pyipu.compiler.onnx_import import set_input_shapes
 from pyipu.enums import DType
 from pyipu.errors import InvalidArgumentError
@@ -266,9 +266,7 @@ class PyipuBackendRep(BackendRep):
         (vi,) = [o for o in self.model.graph.output if o.name == name]
         dims = [d.dim_value if d.HasField("dim_value") else None
                 for d in vi.type.tensor_type.shape.dim]  # fmt: skip
-        axis = next(
-            (i for i, d in enumerate(dims) if i < padded.ndim and d != padded.shape[i]), 0
-        )
+        axis = next((i for i, d in enumerate(dims) if i < padded.ndim and d != padded.shape[i]), 0)
         return np.take(padded, np.arange(count), axis=axis)
 
     def close(self) -> None:

@@ -42,8 +42,13 @@ NEAR_TIES = pytest.mark.xfail(
     strict=True, reason="near-tied scores ordered apart from ORT's exact ties"
 )
 CASES = [
-    pytest.param(n, marks=[*([pytest.mark.slow] if n in HEAVY else []),
-                           *([NEAR_TIES] if n in DETECTORS else [])])  # fmt: skip
+    pytest.param(
+        n,
+        marks=[
+            *([pytest.mark.slow] if n in HEAVY else []),
+            *([NEAR_TIES] if n in DETECTORS else []),
+        ],
+    )  # fmt: skip
     for n in NAMES
 ]
 
@@ -73,7 +78,9 @@ def test_zoo_model_exports_and_matches_ort(name, export_dir):
         assert relative_error(got[n], w) <= TOLERANCE, n
 
 
-def run_pyipu(exe: object, feeds: dict[str, np.ndarray], raw: bool = False) -> dict[str, np.ndarray]:
+def run_pyipu(
+    exe: object, feeds: dict[str, np.ndarray], raw: bool = False
+) -> dict[str, np.ndarray]:
     """pyipu's outputs, cut to their counts (`raw`: as the runner writes them, with counts)."""
     engine = PyipuEngine(exe, feeds, 1)
     try:

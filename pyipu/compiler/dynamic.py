@@ -64,11 +64,67 @@ SELF = frozenset({"NonZero", "NonMaxSuppression", "RoiAlign"})
 # ops that may read a run-time input as a bound and give their output a length (TopK's K)
 BOUNDED = frozenset({"TopK"})
 ELEMENTWISE = frozenset(
-    """Add Sub Mul Div Pow Max Min Sum Mean Greater Less Equal GreaterOrEqual LessOrEqual And Or
-    Xor Not Where Cast CastLike Identity Relu Sigmoid Tanh Exp Log Abs Neg Sqrt Clip Floor Ceil
-    Round Erf HardSigmoid HardSwish LeakyRelu Elu Selu Softplus Softsign Reciprocal Sign Mod IsNaN
-    IsInf Sin Cos Gelu Mish PRelu ThresholdedRelu Celu Shrink BitwiseAnd BitwiseOr BitwiseXor
-    BitwiseNot""".split()
+    [
+        "Add",
+        "Sub",
+        "Mul",
+        "Div",
+        "Pow",
+        "Max",
+        "Min",
+        "Sum",
+        "Mean",
+        "Greater",
+        "Less",
+        "Equal",
+        "GreaterOrEqual",
+        "LessOrEqual",
+        "And",
+        "Or",
+        "Xor",
+        "Not",
+        "Where",
+        "Cast",
+        "CastLike",
+        "Identity",
+        "Relu",
+        "Sigmoid",
+        "Tanh",
+        "Exp",
+        "Log",
+        "Abs",
+        "Neg",
+        "Sqrt",
+        "Clip",
+        "Floor",
+        "Ceil",
+        "Round",
+        "Erf",
+        "HardSigmoid",
+        "HardSwish",
+        "LeakyRelu",
+        "Elu",
+        "Selu",
+        "Softplus",
+        "Softsign",
+        "Reciprocal",
+        "Sign",
+        "Mod",
+        "IsNaN",
+        "IsInf",
+        "Sin",
+        "Cos",
+        "Gelu",
+        "Mish",
+        "PRelu",
+        "ThresholdedRelu",
+        "Celu",
+        "Shrink",
+        "BitwiseAnd",
+        "BitwiseOr",
+        "BitwiseXor",
+        "BitwiseNot",
+    ]
 )
 SYM_OPS = frozenset({"Slice", "Gather", "Concat", "Unsqueeze", "Squeeze", "Cast", "Identity"})
 
@@ -80,7 +136,9 @@ def refuse(label: str, why: str) -> UnsupportedOpError:
     )
 
 
-def lower_dynamic(low: Lowering, proto: onnx.NodeProto, lower: Callable[[], None], label: str) -> bool:
+def lower_dynamic(
+    low: Lowering, proto: onnx.NodeProto, lower: Callable[[], None], label: str
+) -> bool:
     """Lower `proto` when an input has a data-dependent dimension; False when none has."""
     dyn_in = {i: low.dyn[n] for i, n in enumerate(proto.input) if n in low.dyn}
     sym_in = {i: low.sym[n] for i, n in enumerate(proto.input) if n in low.sym}
@@ -91,8 +149,8 @@ def lower_dynamic(low: Lowering, proto: onnx.NodeProto, lower: Callable[[], None
     if not dyn_in and not sym_in:
         return False
     if sym_in:
-        if op in SYM_OPS and not dyn_in and all(i in sym_in or n in low.constants
-                                                 for i, n in enumerate(proto.input) if n):  # fmt: skip
+        known = all(i in sym_in or n in low.constants for i, n in enumerate(proto.input) if n)
+        if op in SYM_OPS and not dyn_in and known:
             _sym_op(low, proto, label)
             return True
         at = 0 if op == "ConstantOfShape" else 1
@@ -147,11 +205,11 @@ def _sym_op(low: Lowering, proto: onnx.NodeProto, label: str) -> None:
     op, x = proto.op_type, _sym_values(low, proto.input[0])
     if op in ("Cast", "Identity", "Unsqueeze", "Squeeze"):  # a 1-D shape stays 1-D or 0-D
         out = x
-        if op == "Squeeze" or (op != "Unsqueeze" and proto.input[0] in low.sym_scalars):
-            if len(out) == 1 and not isinstance(out[0], int):
-                low.sym[proto.output[0]] = tuple(out)
-                low.sym_scalars.add(proto.output[0])
-                return
+        scalar = op == "Squeeze" or (op != "Unsqueeze" and proto.input[0] in low.sym_scalars)
+        if scalar and len(out) == 1 and not isinstance(out[0], int):
+            low.sym[proto.output[0]] = tuple(out)
+            low.sym_scalars.add(proto.output[0])
+            return
     elif op == "Concat":
         out = [v for name in proto.input for v in _sym_values(low, name)]
     elif op == "Gather":
@@ -345,9 +403,7 @@ def _binary(low: Lowering, fn: BinaryFn | None, a: int, value: int, name: str) -
     return low.dyn_cache[key]
 
 
-def _reshaped(
-    low: Lowering, d: Dyn, src: Sequence[int], out: Sequence[int], label: str
-) -> Dyn:
+def _reshaped(low: Lowering, d: Dyn, src: Sequence[int], out: Sequence[int], label: str) -> Dyn:
     """The dynamic dim of a reshape of `src`: the padding must stay at the end of each block
     of the dims before the dynamic one, and the dims after it may merge into it."""
     before, inner = math.prod(src[: d.axis]), math.prod(src[d.axis + 1 :])

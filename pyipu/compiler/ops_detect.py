@@ -55,7 +55,9 @@ def _length_of(n: Node, i: int, axis: int) -> int | None:
     return d.length
 
 
-def _dynamic_output(n: Node, op: Op, inputs: list[int], shape: tuple[int, ...], attrs: list[int]) -> None:
+def _dynamic_output(
+    n: Node, op: Op, inputs: list[int], shape: tuple[int, ...], attrs: list[int]
+) -> None:
     low, b = n.low, n.low.b
     t = b.add(n.outputs[0], DType.INT64, shape, low.subgraph)
     count = b.add(n.outputs[0] + ":length", DType.INT64, (1,), low.subgraph)

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from pyipu.compiler.ir import ALL_DTYPES, FLOAT_DTYPES
 from pyipu.compiler.dynamic import Dyn, run_time_k
+from pyipu.compiler.ir import ALL_DTYPES, FLOAT_DTYPES
 from pyipu.compiler.lower import Node
 from pyipu.compiler.ops import LowerFn, register
 from pyipu.enums import BinaryFn, DType, Op, ReduceFn

@@ -187,7 +187,8 @@ ipu_status ipu__k_nms(const ipu__frame *f, const ipu__instr *ins, size_t b, size
             const float *sc = scores + (bi * p->classes + ci) * p->n;
             int64_t m = 0, nk = 0;
             for (int64_t i = 0; i < n; i++)
-                if (sc[i] == sc[i] && (!p->has_thr || sc[i] > score_thr)) cand[m++] = (nms_cand){sc[i], (uint32_t)i};
+                if (sc[i] == sc[i] && (!p->has_thr || sc[i] > score_thr))
+                    cand[m++] = (nms_cand){sc[i], (uint32_t)i};
             qsort(cand, (size_t)m, sizeof *cand, cand_cmp);
             for (int64_t j = 0; j < m && nk < max_out; j++) {
                 const float *box = bb + (int64_t)cand[j].index * 4;
