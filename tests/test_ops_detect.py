@@ -6,17 +6,20 @@ compared (the padding is zero)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
 import onnx
 import pytest
-from models import assert_matches_reference, run_c, run_ort
+from models import assert_matches_reference, edited, run_c, run_ort, with_attr
 from onnx import TensorProto, helper
 
 from pyipu.compiler import Compiler
 from pyipu.compiler.errors import UnsupportedOpError
 from pyipu.compiler.lower import COUNT_SUFFIX
+from pyipu.enums import Op
+from pyipu.errors import BadProgramError
 
 F32, I64 = np.float32, np.int64
 OPSET = 16
@@ -271,3 +274,58 @@ def test_topk_k_from_a_data_dependent_shape() -> None:
         consts["t"] = np.array(thr, F32)
         feeds = {"s": s}
         check(graph(nodes, feeds, ["v", "i"], consts), feeds, {"v": 0, "i": 0}, zero_padded=False)
+
+
+# ---------------------------------------------------------------- the verifier
+
+
+def _nms_model() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    boxes, scores = boxes_and_scores(1, 10, 2)
+    node = helper.make_node("NonMaxSuppression", ["boxes", "scores", "m", "iou"], ["sel"])
+    feeds = {"boxes": boxes, "scores": scores}
+    consts = {"m": np.array([3], I64), "iou": np.array([0.5], F32)}
+    return graph([node], feeds, ["sel"], consts), feeds
+
+
+@pytest.mark.parametrize(
+    "op,pos,value,text",
+    [
+        (Op.NMS, 0, 2, "attr 0 must be 0 or 1"),
+        (Op.NMS, 1, -1, "attr 1 must be 0 or 1"),
+        (Op.ROI_ALIGN, 0, 3, "mode and half_pixel must be 0 or 1"),
+        (Op.ROI_ALIGN, 2, 5000, r"sampling_ratio in \[0, 1024\]"),
+    ],
+)
+def test_verifier_rejects_bad_attributes(op: Op, pos: int, value: int, text: str) -> None:
+    if op == Op.NMS:
+        model, feeds = _nms_model()
+    else:
+        x, rois = np.ones((1, 1, 4, 4), F32), np.array([[0, 0, 2, 2]], F32)
+        node = helper.make_node("RoiAlign", ["x", "rois", "bi"], ["y"])
+        feeds = {"x": x, "rois": rois, "bi": np.zeros(1, I64)}
+        model = graph([node], feeds, ["y"])
+    exe = edited(Compiler.compile(model), lambda i: with_attr(i, pos, value) if i.op == op else i)
+    with pytest.raises(BadProgramError, match=text):
+        run_c(exe, feeds)
+
+
+def test_verifier_rejects_a_wrong_capacity() -> None:
+    """NONZERO's indices must be [rank, numel]: a shorter output is refused before any run."""
+    x = np.ones((2, 3), bool)
+    model = graph([helper.make_node("NonZero", ["x"], ["y"])], {"x": x}, ["y"])
+    exe = Compiler.compile(model)
+    y = next(k for k, t in enumerate(exe.program.tensors) if tuple(t.shape) == (2, 6))
+    shrunk = edited(exe, tensor=lambda k, t: dataclasses.replace(t, shape=(2, 5)) if k == y else t)
+    with pytest.raises(BadProgramError, match=r"must be int64 \[rank, numel\]"):
+        run_c(shrunk, {"x": x})
+
+
+def test_nms_count_is_clamped_to_the_capacity() -> None:
+    """A run-time max_output_boxes_per_class larger than the boxes: the capacity is the boxes'
+    count per class, and no more rows are ever written."""
+    boxes = np.tile(np.array([[0, 0, 1, 1]], F32), (1, 5, 1)) + np.arange(5, dtype=F32)[:, None] * 2
+    scores = np.random.default_rng(0).random((1, 1, 5)).astype(F32)
+    node = helper.make_node("NonMaxSuppression", ["boxes", "scores", "m"], ["sel"])
+    feeds = {"boxes": boxes.reshape(1, 5, 4), "scores": scores, "m": np.array([1000], I64)}
+    got = check(graph([node], feeds, ["sel"]), feeds, {"sel": 0})
+    assert got["sel"].shape == (5, 3)
