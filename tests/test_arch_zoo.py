@@ -35,9 +35,10 @@ from side_by_side import (  # noqa: E402
 from zoo_side_by_side import feeds_of  # noqa: E402
 
 TOLERANCE = 1e-3
-# pyipu's convolutions round two identical windows of a feature map apart by an ulp where ORT
-# gives equal values, so scores ORT ties are ordered differently; the top-k and NMS cuts then
-# keep other proposals (their NMS matches ORT's exactly on the same inputs: the test below)
+# pyipu's values differ from ORT's in the last bits (1e-3 is the zoo's tolerance), so scores
+# ORT computes exactly equal (identical windows of a feature map) come out an ulp apart here and
+# are ordered otherwise; the top-k and NMS cuts then keep other proposals. Their NMS selects
+# exactly what ORT's does on the same inputs (test_detector_nms_matches_ort_on_pyipu_inputs).
 NEAR_TIES = pytest.mark.xfail(
     strict=True, reason="near-tied scores ordered apart from ORT's exact ties"
 )
