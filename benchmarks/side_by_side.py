@@ -118,6 +118,21 @@ class OrtRunEngine:
         pass
 
 
+COUNT_SUFFIX = ":count"  # pyipu.compiler.lower: the extent of a data-dependent output dim
+
+
+def valid_outputs(outputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """pyipu's outputs as ORT gives them: an output whose leading dim depends on the data
+    (the detectors' boxes, scores, labels) cut to the extent its `<name>:count` output holds."""
+    out = {}
+    for name, v in outputs.items():
+        if name.endswith(COUNT_SUFFIX):
+            continue
+        count = outputs.get(name + COUNT_SUFFIX)
+        out[name] = v if count is None else v[: int(count.reshape(-1)[0])]
+    return out
+
+
 def relative_error(got: np.ndarray, want: np.ndarray) -> float:
     """max |got - want| / max |want|, on the flattened arrays (ORT may keep unit dims)."""
     g = got.astype(np.float64).ravel()

@@ -44,6 +44,7 @@ from pyipu.compiler import (
     UnsupportedError,
 )
 from pyipu.compiler.float64 import float64_to_float32, uses_float64
+from pyipu.compiler.lower import COUNT_SUFFIX
 from pyipu.compiler.onnx_import import set_input_shapes
 from pyipu.enums import DType
 from pyipu.errors import InvalidArgumentError
@@ -244,17 +245,29 @@ class PyipuBackendRep(BackendRep):
                 self._frozen.add(name)
         feeds = {n: a for n, a in feeds.items() if n not in self._frozen}
         descs = {d.name: d for d in runner.get_execute_outputs()}
+        counted = [n for n in self.output_names if n + COUNT_SUFFIX in descs]
         outputs = {
             n: np.empty(tuple(descs[n].shape), descs[n].numpy_data_type())
-            for n in self.output_names
+            for n in [*self.output_names, *(c + COUNT_SUFFIX for c in counted)]
         }
         runner.execute(feeds, outputs)
+        for n in counted:  # a data-dependent dim: ONNX Runtime's result is its first `count`
+            outputs[n] = self._valid_part(n, outputs[n], int(outputs[n + COUNT_SUFFIX][0]))
         return namedtupledict("Outputs", self.output_names)(
             *(
                 outputs[n].astype(np.float64) if n in self._f64 else outputs[n]
                 for n in self.output_names
             )
         )
+
+    def _valid_part(self, name: str, padded: np.ndarray, count: int) -> np.ndarray:
+        """The first `count` entries of the padded output's data-dependent dim: the dim the
+        model leaves symbolic or declares smaller than the capacity (else the first)."""
+        (vi,) = [o for o in self.model.graph.output if o.name == name]
+        dims = [d.dim_value if d.HasField("dim_value") else None
+                for d in vi.type.tensor_type.shape.dim]  # fmt: skip
+        axis = next((i for i, d in enumerate(dims) if i < padded.ndim and d != padded.shape[i]), 0)
+        return np.take(padded, np.arange(count), axis=axis)
 
     def close(self) -> None:
         for runner in self._cache.values():

@@ -216,7 +216,7 @@ def _edits(case: str, ins: Instr) -> Edit:
 REJECTIONS = {
     "axis": r"axis 3 outside \[0, 3\)",
     "activation": r"activation must be one of 0 \(NONE\), 1 \(RELU\), 2 \(UNARY\), got 3",
-    "unary activation": r"activation 2 \(UNARY\) is CONV2D's only",
+    "unary activation": r"activation 2 \(UNARY\) is CONV2D's and GEMM's only",
     "shift size": r"shift has 80 elements, expected x.dims\[1\] = 8",
     "output shape": r"output y\[2,40\] differs from input x\[2,8,5\]",
     "dtype": "dtype int32 is not float32/float16",

@@ -78,10 +78,10 @@ def test_op_with_a_function_body_is_expanded() -> None:
 
 def test_unsupported_op_fails_at_prepare_naming_node_op_and_opset() -> None:
     model = _model(
-        [helper.make_node("NonZero", ["x"], ["y"], name="nz")],
+        [helper.make_node("Unique", ["x"], ["y"], name="nz")],
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
-        [helper.make_tensor_value_info("y", TensorProto.INT64, None)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
         opset=13,
     )
-    with pytest.raises(UnsupportedOpError, match=r"'nz'.*NonZero.*opset 13"):
+    with pytest.raises(UnsupportedOpError, match=r"'nz'.*Unique.*opset 13"):
         pyipu.backend.prepare(model)

@@ -19,7 +19,7 @@ from pyipu.errors import CorruptFileError
 
 def _model() -> onnx.ModelProto:
     """Conv → BatchNormalization → Relu (one fused instruction), Relu and Sigmoid concatenated
-    in place, Shape (folded), Reshape (a view, twice), MatMul + Add, and a Shape output (a copy
+    in place, Shape (folded), Reshape (a view, twice), MatMul + Add (one GEMM), and a Shape output (a copy
     of a compile-time value into the output)."""
     rng = np.random.default_rng(0)
 
@@ -84,7 +84,9 @@ def test_every_node_says_what_it_became(exe: Executable) -> None:
     assert n["flatten"].role == sources.VIEW and n["flatten"].shapes == ("float32[1, 512]",)
     assert n["cat_shape"].role == sources.FOLDED and not n["cat_shape"].instructions
     assert [c.opcode for c in n["shape"].instructions] == ["COPY"]
-    assert n["fc"].role == sources.COMPUTED and n["fc"].weight_bytes >= 512 * 10 * 4
+    assert n["fc"].role == sources.FUSED and n["fc"].done_by == "bias"  # MatMul + Add: a GEMM
+    assert [c.opcode for c in n["bias"].instructions] == ["GEMM"]
+    assert n["bias"].weight_bytes >= 512 * 10 * 4
     assert n["relu"].output_bytes == 4 * 8 * 8 * 4
 
 

@@ -369,18 +369,24 @@ def test_errors() -> None:
     with pytest.raises(ShapeError, match="out of range"):
         compile_single_op("ArgMax", [arr((3, 4), F32)], {"axis": 2}, opset=13)
     h = onnx.helper
-    g = h.make_graph(
-        [h.make_node("TopK", ["x", "k"], ["v", "i"])],
-        "g",
-        [
-            h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, (3, 4)),
-            h.make_tensor_value_info("k", onnx.TensorProto.INT64, (1,)),
-        ],
-        [h.make_tensor_value_info("v", onnx.TensorProto.FLOAT, None)],
-    )
-    model = h.make_model(g, opset_imports=[h.make_opsetid("", 11)])
+
+    def run_time_k(declared: tuple[int, ...] | None) -> onnx.ModelProto:
+        g = h.make_graph(
+            [h.make_node("TopK", ["x", "k"], ["v", "i"])],
+            "g",
+            [
+                h.make_tensor_value_info("x", onnx.TensorProto.FLOAT, (3, 4)),
+                h.make_tensor_value_info("k", onnx.TensorProto.INT64, (1,)),
+            ],
+            [h.make_tensor_value_info("v", onnx.TensorProto.FLOAT, declared)],
+        )
+        return h.make_model(g, opset_imports=[h.make_opsetid("", 11)])
+
+    # a run-time K is a data-dependent extent (tests/test_ops_detect.py), unless a graph
+    # output declares that extent: then K's value is needed when compiling
+    assert Compiler.compile(run_time_k(None)).output_names == ["v", "v:count"]
     with pytest.raises(UnsupportedAttributeError, match="must be a constant"):
-        Compiler.compile(model)
+        Compiler.compile(run_time_k((3, 2)))
 
 
 def _tampered(exe: Executable, op: Op, pos: int, value: int) -> Executable:

@@ -95,7 +95,7 @@ def _with_kernels(
     """Lower the node alone, with its inputs as weights, and run it on the reference
     interpreter (the executable form of the runtime's kernels)."""
     # Lowering imports this module: import it here.
-    from pyipu.compiler.lower import GraphBuilder, Lowering
+    from pyipu.compiler.lower import COUNT_SUFFIX, GraphBuilder, Lowering
     from pyipu.compiler.memory import build_ir
     from pyipu.compiler.onnx_import import ImportedGraph
     from pyipu.compiler.ops import REGISTRY
@@ -112,7 +112,14 @@ def _with_kernels(
     for o in outs:
         low.add_output(o)
     result = run(build_ir(builder), {})
-    return [result[o] for o in outs]
+    values = []
+    for o in outs:  # a data-dependent dim: its first `count` entries (dynamic.py)
+        v = result[o]
+        if o in low.dyn:
+            count = int(result[f"{o}{COUNT_SUFFIX}"][0])
+            v = np.take(v, np.arange(count), axis=low.dyn[o].axis)
+        values.append(v)
+    return values
 
 
 def evaluate(

@@ -17,6 +17,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from pyipu.compiler.dynamic import Dyn, Sym, lower_dynamic
 from pyipu.compiler.errors import (
     CompileError,
     ShapeError,
@@ -43,6 +44,8 @@ from pyipu.enums import DType, Op
 from pyipu.errors import Error
 
 ARENA, WEIGHT = "arena", "weight"
+# the output holding the run-time extent of a graph output with a data-dependent dim
+COUNT_SUFFIX = ":count"
 DEFAULT_DOMAINS = ("", "ai.onnx")
 # op type -> the domain other than ONNX's default its lowering is registered for (ops.register
 # fills it: the ai.onnx.preview.training optimizers of ops_training.py)
@@ -247,6 +250,14 @@ class Lowering:
         self.values: dict[str, int] = {}
         self.output_names: set[str] = set()  # a weight must not take an output's anchor name
         self.expansions = 0  # function bodies expanded so far (unique name prefixes)
+        # data-dependent dims (dynamic.py): value → its dynamic axis and run-time length;
+        # shapes holding such a length (Shape of those values) → their entries
+        self.dyn: dict[str, Dyn] = {}
+        self.sym: dict[str, Sym] = {}
+        self.sym_scalars: set[str] = set()  # symbolic values of rank 0 (one entry)
+        # one tensor per run-time computation of the same inputs (NonZero of one mask, a length
+        # times a constant): equal lengths are the same tensor, so values sharing them combine
+        self.dyn_cache: dict[tuple[object, ...], int] = {}
 
     @property
     def constants(self) -> dict[str, np.ndarray]:
@@ -303,14 +314,27 @@ class Lowering:
                 f"{label}: op {proto.op_type} of domain {proto.domain or 'ai.onnx'!r} is not "
                 "supported by pyipu"
             )
+        if (self.dyn or self.sym) and lower_dynamic(
+            self, proto, lambda: self._lower_registered(proto, registry, opset, label), label
+        ):
+            return
         if fold and foldable(proto, self.constants):
             # Inputs became known during lowering (Shape of a static tensor...): fold.
             results = fold_node(proto, self.constants, self.graph.model, opset)
             if results is not None:
                 self.constants.update(zip([o for o in proto.output if o], results, strict=True))
                 return
+        self._lower_registered(proto, registry, opset, label)
+
+    def _lower_registered(
+        self,
+        proto: onnx.NodeProto,
+        registry: dict[str, dict[int, Callable]],
+        opset: int,
+        label: str,
+    ) -> None:
         for o in proto.output:  # before the lowering builds tables of that size
-            if o in self.graph.inferred:
+            if o in self.graph.inferred and o not in self.dyn:
                 itemsize, shape = self.graph.inferred[o]
                 check_size(o, shape, itemsize)
         versions = registry.get(proto.op_type, {})
@@ -360,7 +384,8 @@ class Lowering:
                 f"graph output {name!r} is declared {_dtype_name(declared_dtype)} "
                 f"but computes {dtype.name.lower()}"
             )
-        shape = check_declared_shape(name, declared_shape, shape)
+        if name not in self.dyn:  # a declared extent of a data-dependent dim is a count
+            shape = check_declared_shape(name, declared_shape, shape)
         if any(a.name == name and a.direction == 1 for a in self.b.anchors):
             raise CompileError(
                 f"graph output {name!r} is also a graph input or weight name; "
@@ -381,6 +406,17 @@ class Lowering:
             self.b.emit(self.subgraph, Op.COPY, [src], [out])
             self.b.claimed.add(out)
         self.b.anchors.append(BuildAnchor(name, 2, out, self.subgraph))
+        if name in self.dyn:  # its run-time extent along the dynamic axis: `<name>:count`
+            count_name = f"{name}{COUNT_SUFFIX}"
+            if any(a.name == count_name for a in self.b.anchors) or count_name in self.values:
+                raise CompileError(
+                    f"graph output {name!r} has a data-dependent dim, and {count_name!r}, the "
+                    "name of its count output, is taken"
+                )
+            count = self.b.add(count_name, DType.INT64, (1,), self.subgraph)
+            self.b.emit(self.subgraph, Op.COPY, [self.dyn[name].length], [count])
+            self.b.claimed.add(count)
+            self.b.anchors.append(BuildAnchor(count_name, 2, count, self.subgraph))
         return out
 
 

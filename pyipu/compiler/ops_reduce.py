@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from pyipu.compiler.dynamic import Dyn, run_time_k
 from pyipu.compiler.ir import ALL_DTYPES, FLOAT_DTYPES
 from pyipu.compiler.lower import Node
 from pyipu.compiler.ops import LowerFn, register
@@ -150,8 +151,13 @@ def TopK(n: Node) -> None:  # noqa: N802
     if not src:
         n.shape_error("input must have rank >= 1")
     axis = n.axis(int(n.attr("axis", -1)), len(src))
+    length = None
     if n.opset < 10:
         k = int(n.attr("k"))
+    elif n.inputs[1] not in n.low.constants and not _declares_k(n, axis):
+        # K known at run time: the axis is its capacity (a graph output declaring the extent
+        # along axis asks for K's value at compile time instead: const_int's error)
+        k, length = src[axis], run_time_k(n, src[axis])
     else:
         k = n.const_int(1, "K")
     if not 1 <= k <= src[axis]:
@@ -173,6 +179,17 @@ def TopK(n: Node) -> None:  # noqa: N802
     for name, t in zip(outs, (tv, ti), strict=True):
         if name:
             n.low.values[name] = t
+            if length is not None:
+                n.low.dyn[name] = Dyn(axis, length)
+
+
+def _declares_k(n: Node, axis: int) -> bool:
+    """Whether a graph output of this TopK declares a static extent along `axis`."""
+    for name in n.outputs:
+        dims = n.low.graph.declared.get(name, (0, None))[1] if name else None
+        if dims is not None and axis < len(dims) and isinstance(dims[axis], int):
+            return True
+    return False
 
 
 def _softmax_like(op: Op) -> LowerFn:

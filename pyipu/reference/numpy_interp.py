@@ -635,4 +635,9 @@ def run(
 
 
 # The other kernel families register themselves on import (they need `kernel` defined above).
-from pyipu.reference import kernels_data, kernels_gather, kernels_reduce  # noqa: E402, F401
+from pyipu.reference import (  # noqa: E402, F401
+    kernels_data,
+    kernels_detect,
+    kernels_gather,
+    kernels_reduce,
+)
