@@ -66,7 +66,7 @@ def test_supported_ops_match_the_docs():
     lowered = {o.op_type: o.since for o in ops if not o.expanded}
     assert lowered == _documented_registry()
     expanded = {o.op_type for o in ops if o.expanded}
-    assert "LayerNormalization" in expanded and not expanded & set(lowered)
+    assert "GroupNormalization" in expanded and not expanded & set(lowered)
     assert [o.op_type for o in ops if not o.expanded] == sorted(lowered)
 
 

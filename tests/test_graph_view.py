@@ -19,8 +19,8 @@ from pyipu.errors import CorruptFileError
 
 def _model() -> onnx.ModelProto:
     """Conv → BatchNormalization → Relu (one fused instruction), Relu and Sigmoid concatenated
-    in place, Shape (folded), Reshape (a view, twice), MatMul + Add (one GEMM), and a Shape output (a copy
-    of a compile-time value into the output)."""
+    in place, Shape (folded), Reshape (a view, twice), MatMul + Add (one GEMM), and a Shape
+    output (a copy of a compile-time value into the output)."""
     rng = np.random.default_rng(0)
 
     def init(name: str, *shape: int) -> onnx.TensorProto:

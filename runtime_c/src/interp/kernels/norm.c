@@ -25,7 +25,8 @@ typedef struct lanes {
 } lanes;
 
 static inline __attribute__((always_inline)) float lanes_sum(const lanes *s) {
-    return ((s->a[0] + s->a[4]) + (s->a[2] + s->a[6])) + ((s->a[1] + s->a[5]) + (s->a[3] + s->a[7]));
+    return ((s->a[0] + s->a[4]) + (s->a[2] + s->a[6])) +
+           ((s->a[1] + s->a[5]) + (s->a[3] + s->a[7]));
 }
 
 /* s += x[0, n) (n a multiple of 8), or (x - m)^2 with sq */
@@ -67,8 +68,7 @@ static inline __attribute__((always_inline)) void row_body(const float *x, const
 
 typedef void (*row_fn)(const float *, const float *, const float *, float *, int64_t, float);
 typedef void (*acc_fn)(lanes *, const float *, int64_t, float, int);
-typedef void (*out_fn)(const float *, const float *, const float *, float *, int64_t, float,
-                       float);
+typedef void (*out_fn)(const float *, const float *, const float *, float *, int64_t, float, float);
 
 static void row_base(const float *x, const float *sc, const float *bi, float *y, int64_t L,
                      float eps) {
@@ -77,23 +77,23 @@ static void row_base(const float *x, const float *sc, const float *bi, float *y,
 static void acc_base(lanes *s, const float *x, int64_t n, float m, int sq) {
     acc_body(s, x, n, m, sq);
 }
-static void out_base(const float *x, const float *sc, const float *bi, float *y, int64_t n,
-                     float m, float r) {
+static void out_base(const float *x, const float *sc, const float *bi, float *y, int64_t n, float m,
+                     float r) {
     out_body(x, sc, bi, y, n, m, r);
 }
 #if IPU_X86
 __attribute__((target("avx2"))) static void row_avx2(const float *x, const float *sc,
-                                                      const float *bi, float *y, int64_t L,
-                                                      float eps) {
+                                                     const float *bi, float *y, int64_t L,
+                                                     float eps) {
     row_body(x, sc, bi, y, L, eps);
 }
 __attribute__((target("avx2"))) static void acc_avx2(lanes *s, const float *x, int64_t n, float m,
-                                                      int sq) {
+                                                     int sq) {
     acc_body(s, x, n, m, sq);
 }
 __attribute__((target("avx2"))) static void out_avx2(const float *x, const float *sc,
-                                                      const float *bi, float *y, int64_t n,
-                                                      float m, float r) {
+                                                     const float *bi, float *y, int64_t n, float m,
+                                                     float r) {
     out_body(x, sc, bi, y, n, m, r);
 }
 #endif
@@ -171,8 +171,8 @@ ipu_status ipu__k_layer_norm_f16(const ipu__frame *f, const ipu__instr *ins, siz
 
 /* LAYER_NORM: attrs L (row length, >= 1, dividing x's size), epsilon (float64 bits, used as
  * float32); scale and bias have L elements; y has x's shape. */
-ipu_status ipu__verify_layer_norm(const vctx *v, const ipu__tensor *const *in,
-                                  const ipu__tensor *y, ipu__instr *ins) {
+ipu_status ipu__verify_layer_norm(const vctx *v, const ipu__tensor *const *in, const ipu__tensor *y,
+                                  ipu__instr *ins) {
     char s1[160], s2[160];
     const ipu__tensor *x = in[0];
     int64_t L = ins->attr[0];
