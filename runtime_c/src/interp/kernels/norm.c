@@ -49,7 +49,7 @@ static inline __attribute__((always_inline)) void out_body(const float *x, const
 }
 
 /* One float32 row, its three passes in one function (rows of a few hundred elements: no call
- * per pass). The float16 path runs the same passes chunk by chunk (row_sum, out_chunk). */
+ * per pass). The float16 path runs the same passes chunk by chunk (row_sum, then out). */
 static inline __attribute__((always_inline)) void row_body(const float *x, const float *sc,
                                                            const float *bi, float *y, int64_t L,
                                                            float eps) {

@@ -104,24 +104,22 @@ VM_ATTR static inline VF VM_FN(vm_erf)(VF x) {
 }
 
 /* y[i] = f(x[i]) for n elements; x == y allowed. The tail goes through a padded lane group. */
-#define VM_LOOP(EXPR)                                   \
-    size_t i = 0;                                       \
-    for (; i + VM_N <= n; i += VM_N) {                  \
-        VF v;                                           \
-        memcpy(&v, x + i, sizeof v);                    \
-        v = (EXPR);                                     \
-        memcpy(y + i, &v, sizeof v);                    \
-    }                                                   \
-    if (i < n) {                                        \
-        VF v = {0};                                     \
-        memcpy(&v, x + i, (n - i) * sizeof(float));     \
-        v = (EXPR);                                     \
-        memcpy(y + i, &v, (n - i) * sizeof(float));     \
+#define VM_LOOP(EXPR)                               \
+    size_t i = 0;                                   \
+    for (; i + VM_N <= n; i += VM_N) {              \
+        VF v;                                       \
+        memcpy(&v, x + i, sizeof v);                \
+        v = (EXPR);                                 \
+        memcpy(y + i, &v, sizeof v);                \
+    }                                               \
+    if (i < n) {                                    \
+        VF v = {0};                                 \
+        memcpy(&v, x + i, (n - i) * sizeof(float)); \
+        v = (EXPR);                                 \
+        memcpy(y + i, &v, (n - i) * sizeof(float)); \
     }
-#define VM_MAP(name, EXPR)                                                \
-    VM_ATTR static void VM_FN(name)(const float *x, float *y, size_t n) { \
-        VM_LOOP(EXPR)                                                     \
-    }
+#define VM_MAP(name, EXPR) \
+    VM_ATTR static void VM_FN(name)(const float *x, float *y, size_t n) { VM_LOOP(EXPR) }
 /* As VM_MAP, with a float parameter `a` the expression reads as the vector va. */
 #define VM_MAP_A(name, EXPR)                                                       \
     VM_ATTR static void VM_FN(name)(const float *x, float *y, size_t n, float a) { \
