@@ -18,6 +18,21 @@ VM_ATTR static inline VF VM_FN(vm_sel)(VI m, VF a, VF b) {
     return (VF)((m & (VI)a) | (~m & (VI)b));
 }
 
+/* e^r for r = x - fn ln2 (fn = x / ln2 rounded to an integer): ln2 in two parts, then the
+ * Cephes polynomial. What vm_exp and vm_exp_core multiply by 2^fn. */
+VM_ATTR static inline VF VM_FN(vm_exp_poly)(VF fn, VF x) {
+    VF r = VM_FMA(fn, (VF){0} - 0.693359375f, x);
+    r = VM_FMA(fn, (VF){0} + 2.12194440e-4f, r);
+    VF p = (VF){0} + 1.9875691500e-4f;
+    p = VM_FMA(p, r, (VF){0} + 1.3981999507e-3f);
+    p = VM_FMA(p, r, (VF){0} + 8.3334519073e-3f);
+    p = VM_FMA(p, r, (VF){0} + 4.1665795894e-2f);
+    p = VM_FMA(p, r, (VF){0} + 1.6666665459e-1f);
+    p = VM_FMA(p, r, (VF){0} + 5.0000001201e-1f);
+    p = VM_FMA(p, r * r, r) + 1.0f;
+    return p;
+}
+
 VM_ATTR static inline VF VM_FN(vm_exp)(VF x) {
     VI ok = x == x; /* false for NaN */
     VF xc = VM_FN(vm_sel)(ok, x, (VF){0});
@@ -27,15 +42,7 @@ VM_ATTR static inline VF VM_FN(vm_exp)(VF x) {
     VF half = VM_FN(vm_sel)(t < 0.0f, (VF){0} - 0.5f, (VF){0} + 0.5f);
     VI n = __builtin_convertvector(t + half, VI); /* round half away from zero */
     VF fn = __builtin_convertvector(n, VF);
-    VF r = VM_FMA(fn, (VF){0} - 0.693359375f, xc);
-    r = VM_FMA(fn, (VF){0} + 2.12194440e-4f, r);
-    VF p = (VF){0} + 1.9875691500e-4f;
-    p = VM_FMA(p, r, (VF){0} + 1.3981999507e-3f);
-    p = VM_FMA(p, r, (VF){0} + 8.3334519073e-3f);
-    p = VM_FMA(p, r, (VF){0} + 4.1665795894e-2f);
-    p = VM_FMA(p, r, (VF){0} + 1.6666665459e-1f);
-    p = VM_FMA(p, r, (VF){0} + 5.0000001201e-1f);
-    p = VM_FMA(p, r * r, r) + 1.0f;
+    VF p = VM_FN(vm_exp_poly)(fn, xc);
     VI n1 = n >> 1, n2 = n - n1;
     VF s1 = (VF)((n1 + 127) << 23), s2 = (VF)((n2 + 127) << 23);
     return VM_FN(vm_sel)(ok, p * s1 * s2, x);
@@ -49,15 +56,7 @@ VM_ATTR static inline VF VM_FN(vm_exp_core)(VF x) {
     VF t = VM_FMA(x, (VF){0} + 1.44269504088896341f, shift);
     VF fn = t - shift;
     VI n = (VI)t - (VI)shift;
-    VF r = VM_FMA(fn, (VF){0} - 0.693359375f, x);
-    r = VM_FMA(fn, (VF){0} + 2.12194440e-4f, r);
-    VF p = (VF){0} + 1.9875691500e-4f;
-    p = VM_FMA(p, r, (VF){0} + 1.3981999507e-3f);
-    p = VM_FMA(p, r, (VF){0} + 8.3334519073e-3f);
-    p = VM_FMA(p, r, (VF){0} + 4.1665795894e-2f);
-    p = VM_FMA(p, r, (VF){0} + 1.6666665459e-1f);
-    p = VM_FMA(p, r, (VF){0} + 5.0000001201e-1f);
-    p = VM_FMA(p, r * r, r) + 1.0f;
+    VF p = VM_FN(vm_exp_poly)(fn, x);
     return p * (VF)((n + 127) << 23);
 }
 
