@@ -7,13 +7,14 @@ same bits."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from models import F16, F32, arr, assert_matches_reference, run_c
+from models import F16, F32, arr, assert_matches_reference, edited, run_c
 from onnx import TensorProto, helper, numpy_helper
 
 from pyipu import _core, errors
@@ -50,9 +51,13 @@ def _model(
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def _ops(exe: Any) -> list[Op]:
+def _instrs(exe: Any) -> list[Any]:
     p = exe.program
-    return [i.op for i in p.program(p.main_programs[0]).instrs]
+    return list(p.program(p.main_programs[0]).instrs)
+
+
+def _ops(exe: Any) -> list[Op]:
+    return [i.op for i in _instrs(exe)]
 
 
 def _check(model: onnx.ModelProto, dt: Any, fused: bool = True) -> dict[str, np.ndarray]:
@@ -133,19 +138,13 @@ def test_every_isa_level_gives_the_same_bits(dt: Any) -> None:
 def test_verifier_refuses_bad_attributes(
     attrs: tuple[int, int], scale_len: int, match: str
 ) -> None:
-    import dataclasses
-
     exe = Compiler.compile(_model(F32, (4, 12), bias=False))
-    p = exe.program
-    prog = p.program(p.main_programs[0])
-    (ln,) = prog.instrs
-    s = ln.inputs[1]
-    tensors = list(p.tensors)
+    (s,) = [i.inputs[1] for i in _instrs(exe)]
     data = np.ones(scale_len, np.float32).tobytes()
-    tensors[s] = dataclasses.replace(tensors[s], shape=(scale_len,), data=data)
-    new = dataclasses.replace(prog, instrs=(dataclasses.replace(ln, attrs=attrs),))
-    bad = dataclasses.replace(
-        p, tensors=tuple(tensors), programs=tuple(new if q.id == new.id else q for q in p.programs)
+    bad = edited(
+        exe,
+        lambda i: dataclasses.replace(i, attrs=attrs) if i.op == Op.LAYER_NORM else i,
+        lambda k, t: dataclasses.replace(t, shape=(scale_len,), data=data) if k == s else t,
     )
     with pytest.raises(errors.Error, match=match):
-        run_c(type(exe).from_program(bad), {"x": np.zeros((4, 12), np.float32)})
+        run_c(bad, {"x": np.zeros((4, 12), np.float32)})

@@ -7,16 +7,19 @@ that must stay apart do."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from models import F16, F32, arr, assert_matches_reference, run_c
+from models import F16, F32, arr, assert_matches_reference, edited, run_c
 from onnx import TensorProto, helper, numpy_helper
 
+from pyipu import errors
 from pyipu.compiler import Compiler
+from pyipu.compiler.ir import f64_bits
 from pyipu.enums import ActFn, Op
 
 K, N = 24, 40
@@ -154,26 +157,16 @@ def test_an_anchored_product_or_a_batched_weight_keeps_matmul() -> None:
 
 def test_gemm_verifier_refuses_what_it_cannot_broadcast() -> None:
     """An n-D GEMM written by hand with a [M, 1] addend beyond 2-D, or transA on n-D A."""
-    from pyipu import errors
-    from pyipu.compiler.ir import f64_bits
-
     one = f64_bits(1.0)
+    model = _model(F32, (2, 5), "row")
+    exe = Compiler.compile(model)
+    (gemm,) = _ops(exe)
+    c = gemm.inputs[2]
     for attrs, c_shape in (((0, 0, one, one), (10, 1)), ((1, 0, one, one), (N,))):
-        exe = Compiler.compile(_model(F32, (2, 5), "row"))
-        p = exe.program
-        (gemm,) = p.program(p.main_programs[0]).instrs
-        c = gemm.inputs[2]
-        tensors = list(p.tensors)
-        tensors[c] = tensors[c].__class__(**{**tensors[c].__dict__, "shape": c_shape})
-        import dataclasses
-
-        prog = dataclasses.replace(
-            p.program(p.main_programs[0]), instrs=(dataclasses.replace(gemm, attrs=attrs),)
-        )
-        bad = dataclasses.replace(
-            p,
-            tensors=tuple(tensors),
-            programs=tuple(prog if q.id == prog.id else q for q in p.programs),
+        bad = edited(
+            exe,
+            lambda i, attrs=attrs: dataclasses.replace(i, attrs=attrs) if i.op == Op.GEMM else i,
+            lambda k, t, c_shape=c_shape: dataclasses.replace(t, shape=c_shape) if k == c else t,
         )
         with pytest.raises(errors.Error, match="broadcast|transA"):
-            run_c(type(exe).from_program(bad), _feeds(F32, _model(F32, (2, 5), "row")))
+            run_c(bad, _feeds(F32, model))
