@@ -385,26 +385,20 @@ def LayerNormalization(n: Node) -> None:  # noqa: N802
             shape.pop(0)
         return tuple(shape) == trailing
 
-    extra_outputs = any(o for o in n.outputs[1:])
-    biased = n.has_input(2)
+    params = {1: "scale", 2: "bias"} if n.has_input(2) else {1: "scale"}  # input -> name
     if (
-        extra_outputs
+        any(n.outputs[1:])
         or int(n.attr("stash_type", 1)) != 1
         or n.dtype(0) not in FLOAT_DTYPES
         or length == 0
-        or not fits(1)
-        or (biased and not fits(2))
+        or not all(fits(i) for i in params)
     ):
         raise UseFunctionBody
-    dt = n.check_dtype(FLOAT_DTYPES, 0, 1, *((2,) if biased else ()))
+    dt = n.check_dtype(FLOAT_DTYPES, 0, *params)
     b, name = n.low.b, n.outputs[0]
-    params = [
-        b.view(n.input(i), (length,), f"{name}:{tag}")
-        for i, tag in ((1, "scale"), (2, "bias"))
-        if i == 1 or biased
-    ]
+    views = [b.view(n.input(i), (length,), f"{name}:{tag}") for i, tag in params.items()]
     eps = f64_bits(float(n.attr("epsilon", 1e-5)))
-    n.emit(Op.LAYER_NORM, [n.input(0), *params], src, dt, [length, eps])
+    n.emit(Op.LAYER_NORM, [n.input(0), *views], src, dt, [length, eps])
 
 
 @register("InstanceNormalization", 1, 6)
