@@ -276,6 +276,70 @@ def test_topk_k_from_a_data_dependent_shape() -> None:
         check(graph(nodes, feeds, ["v", "i"], consts), feeds, {"v": 0, "i": 0}, zero_padded=False)
 
 
+@pytest.mark.parametrize("clamp,bound", [("Min", 5), ("Min", 50), ("Max", 3), ("Max", 20)])
+@pytest.mark.parametrize("thr", [0.2, 0.7, 1.5])
+def test_expand_to_a_clamped_data_dependent_shape(clamp: str, bound: int, thr: float) -> None:
+    """labels = arange(3).expand(min(n, bound), 3) as torch's default exporter writes detection
+    post-processing: Shape of NonZero's result, Squeeze, Min (or Max) with a constant,
+    Reshape, Concat with a constant, Expand. The shape stays symbolic: the output's capacity
+    is the clamped bound and its count the clamped run-time length."""
+    s = np.random.default_rng(5).random(12).astype(F32)
+    nodes = [
+        helper.make_node("Greater", ["s", "t"], ["m"]),
+        helper.make_node("NonZero", ["m"], ["nz"]),
+        helper.make_node("Shape", ["nz"], ["shp"], start=1, end=2),
+        helper.make_node("Squeeze", ["shp"], ["n"]),
+        helper.make_node(clamp, ["bound", "n"], ["k"]),
+        helper.make_node("Reshape", ["k", "minus_one"], ["k1"]),
+        helper.make_node("Concat", ["k1", "three"], ["shape"], axis=0),
+        helper.make_node("Expand", ["row", "shape"], ["y"]),
+        helper.make_node("Mul", ["y", "y"], ["y2"]),
+    ]
+    consts = {"t": np.array(thr, F32), "bound": np.array(bound), "minus_one": np.array([-1]),
+              "three": np.array([3]), "row": np.arange(1, 4, dtype=I64)}  # fmt: skip
+    feeds = {"s": s}
+    model = graph(nodes, feeds, ["y", "y2"], consts)
+    got = check(model, feeds, {"y": 0, "y2": 0}, zero_padded=False)
+    n = int((s > thr).sum())
+    assert got["y"].shape == ((min if clamp == "Min" else max)(n, bound), 3)
+
+
+def test_shape_arithmetic_of_two_lengths_runs_at_run_time() -> None:
+    """Min of two data-dependent lengths is computed at run time (a K for TopK here), not
+    kept symbolic."""
+    s = np.random.default_rng(6).random(10).astype(F32)
+    nodes = [
+        helper.make_node("Greater", ["s", "t"], ["m"]),
+        helper.make_node("NonZero", ["m"], ["nz"]),
+        helper.make_node("Less", ["s", "u"], ["m2"]),
+        helper.make_node("NonZero", ["m2"], ["nz2"]),
+        helper.make_node("Shape", ["nz"], ["a"], start=1),
+        helper.make_node("Shape", ["nz2"], ["b"], start=1),
+        helper.make_node("Min", ["a", "b"], ["k"]),
+        helper.make_node("TopK", ["s", "k"], ["v", "i"]),
+    ]
+    consts = {"t": np.array(0.3, F32), "u": np.array(0.6, F32)}
+    feeds = {"s": s}
+    check(graph(nodes, feeds, ["v", "i"], consts), feeds, {"v": 0, "i": 0}, zero_padded=False)
+
+
+def test_shape_cast_to_float_runs_at_run_time() -> None:
+    """K = int(0.5 * float(n)): a shape cast to float is computed with at run time."""
+    s = np.random.default_rng(7).random(10).astype(F32)
+    nodes = [
+        helper.make_node("Greater", ["s", "t"], ["m"]),
+        helper.make_node("NonZero", ["m"], ["nz"]),
+        helper.make_node("Shape", ["nz"], ["a"], start=1),
+        helper.make_node("Cast", ["a"], ["af"], to=TensorProto.FLOAT),
+        helper.make_node("Mul", ["af", "half"], ["hf"]),
+        helper.make_node("Cast", ["hf"], ["k"], to=TensorProto.INT64),
+        helper.make_node("TopK", ["s", "k"], ["v", "i"]),
+    ]
+    consts = {"t": np.array(0.3, F32), "half": np.array([0.5], F32)}
+    feeds = {"s": s}
+    check(graph(nodes, feeds, ["v", "i"], consts), feeds, {"v": 0, "i": 0}, zero_padded=False)
+
+
 # ---------------------------------------------------------------- the verifier
 
 

@@ -10,7 +10,8 @@ padding with defined contents (zeros, or what the ops that carried them computed
 `lower_dynamic` runs before a node's own lowering when one of its inputs is such a value:
 
 - Shape of it is a symbolic value (`Sym`: one entry per dim, ints and one `Length`); Slice,
-  Gather, Concat, Unsqueeze, Squeeze, Cast and Identity of symbolic values stay symbolic;
+  Gather, Concat, Unsqueeze, Squeeze, Reshape, Cast and Identity of symbolic values stay
+  symbolic, and Min/Max with constants (a clamped length: MIN/MAX at run time);
   ConstantOfShape, Expand and Reshape read them as their capacities and give their output the
   length; every other reader of a symbolic value is refused.
 - The ops that handle their dynamic inputs themselves (NonZero, NonMaxSuppression, RoiAlign:
@@ -126,7 +127,22 @@ ELEMENTWISE = frozenset(
         "BitwiseNot",
     ]
 )
-SYM_OPS = frozenset({"Slice", "Gather", "Concat", "Unsqueeze", "Squeeze", "Cast", "Identity"})
+SYM_OPS = frozenset(
+    {
+        "Slice",
+        "Gather",
+        "Concat",
+        "Unsqueeze",
+        "Squeeze",
+        "Reshape",
+        "Cast",
+        "Identity",
+        "Min",
+        "Max",
+    }
+)
+# Min/Max of a length and a constant: the run-time op and the bound of the result
+_CLAMPS = {"Min": (BinaryFn.MIN, min), "Max": (BinaryFn.MAX, max)}
 
 
 def refuse(label: str, why: str) -> UnsupportedOpError:
@@ -150,8 +166,8 @@ def lower_dynamic(
         return False
     if sym_in:
         known = all(i in sym_in or n in low.constants for i, n in enumerate(proto.input) if n)
-        if op in SYM_OPS and not dyn_in and known:
-            _sym_op(low, proto, label)
+        symbolic = op in SYM_OPS and not dyn_in and known and (op != "Reshape" or 0 in sym_in)
+        if symbolic and _sym_op(low, proto, label):
             return True
         at = 0 if op == "ConstantOfShape" else 1
         if op in ("ConstantOfShape", "Expand", "Reshape") and list(sym_in) == [at]:
@@ -198,18 +214,51 @@ def _sym_values(low: Lowering, name: str) -> list[SymEntry]:
     return [int(v) for v in np.asarray(low.constants[name]).reshape(-1)]
 
 
-def _sym_op(low: Lowering, proto: onnx.NodeProto, label: str) -> None:
+def _sym_op(low: Lowering, proto: onnx.NodeProto, label: str) -> bool:
+    """A shape computation on symbolic values, kept symbolic; False when it cannot be (the
+    value is then computed at run time)."""
     from pyipu.compiler.lower import Node
 
     n = Node(low, proto, low.graph.opset, label)
     op, x = proto.op_type, _sym_values(low, proto.input[0])
-    if op in ("Cast", "Identity", "Unsqueeze", "Squeeze"):  # a 1-D shape stays 1-D or 0-D
+    scalar = False
+    if op == "Cast" and n.attr("to") != onnx.TensorProto.INT64:
+        return False  # (a shape as floats: computed at run time)
+    if op in ("Cast", "Identity", "Unsqueeze", "Squeeze", "Reshape"):  # 1-D or 0-D in and out
         out = x
-        scalar = op == "Squeeze" or (op != "Unsqueeze" and proto.input[0] in low.sym_scalars)
-        if scalar and len(out) == 1 and not isinstance(out[0], int):
-            low.sym[proto.output[0]] = tuple(out)
-            low.sym_scalars.add(proto.output[0])
-            return
+        if op == "Reshape":
+            target = n.const_ints(1, "shape")
+            if len(target) > 1 or (target and target[0] not in (-1, len(x))):
+                return False
+            scalar = not target
+        else:
+            scalar = op == "Squeeze" or (op != "Unsqueeze" and _is_scalar(low, proto.input[0]))
+    elif op in _CLAMPS:
+        fn, bound = _CLAMPS[op]
+        values = [_sym_values(low, name) for name in proto.input]
+        size = max(len(v) for v in values)
+        if any(len(v) not in (1, size) for v in values):
+            return False
+        out = []
+        for i in range(size):
+            entries = [v[i if len(v) > 1 else 0] for v in values]
+            lengths = [e for e in entries if isinstance(e, Length)]
+            consts = [e for e in entries if isinstance(e, int)]
+            if len(lengths) > 1:
+                return False  # of two run-time lengths: computed at run time
+            if not lengths:
+                out.append(bound(consts))
+                continue
+            (ln,) = lengths
+            if not consts:  # (a Min of one input)
+                out.append(ln)
+                continue
+            c = bound(consts)
+            if bound(ln.cap, c) < 0:
+                raise refuse(label, f"{op} makes a dimension negative")
+            t = _binary(low, fn, ln.length, c, f"{proto.output[0]}:{i}")
+            out.append(Length(t, bound(ln.cap, c)))
+        scalar = all(_is_scalar(low, name) for name in proto.input)
     elif op == "Concat":
         out = [v for name in proto.input for v in _sym_values(low, name)]
     elif op == "Gather":
@@ -217,10 +266,7 @@ def _sym_op(low: Lowering, proto: onnx.NodeProto, label: str) -> None:
         if idx.ndim > 1:
             raise refuse(label, "Gather of a shape by indices of rank > 1")
         out = [x[int(i)] for i in idx.reshape(-1)]
-        if idx.ndim == 0 and not isinstance(out[0], int):
-            low.sym[proto.output[0]] = tuple(out)
-            low.sym_scalars.add(proto.output[0])
-            return
+        scalar = idx.ndim == 0
     else:  # Slice
         starts, ends = n.const_ints(1, "starts"), n.const_ints(2, "ends")
         steps = n.const_ints(4, "steps") if n.has_input(4) else [1]
@@ -229,7 +275,21 @@ def _sym_op(low: Lowering, proto: onnx.NodeProto, label: str) -> None:
         r = len(x)
         s, e = (max(0, min(r, v + r if v < 0 else v)) for v in (starts[0], ends[0]))
         out = x[s:e]
-    _set_sym(low, proto.output[0], tuple(out))
+    name = proto.output[0]
+    if scalar and len(out) == 1 and isinstance(out[0], int):
+        low.constants[name] = np.array(out[0], np.int64)
+    elif scalar and len(out) == 1:
+        low.sym[name] = tuple(out)
+        low.sym_scalars.add(name)
+    else:
+        _set_sym(low, name, tuple(out))
+    return True
+
+
+def _is_scalar(low: Lowering, name: str) -> bool:
+    if name in low.sym:
+        return name in low.sym_scalars
+    return np.asarray(low.constants[name]).ndim == 0
 
 
 def _from_sym(
