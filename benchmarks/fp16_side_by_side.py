@@ -6,6 +6,7 @@ executable is faster).
 
     python benchmarks/fp16_side_by_side.py                 # the default models, 1 thread
     python benchmarks/fp16_side_by_side.py --threads 2 --rounds 9 --models resnet50,mlp
+    python benchmarks/fp16_side_by_side.py --models arch:mobilenet_v2.legacy,arch:vit_s16
 """
 
 from __future__ import annotations
@@ -18,11 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-import onnx
 
 sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).parent.parent / "tests")]
 
-from models import matmul_model  # noqa: E402
 from side_by_side import (  # noqa: E402
     OrtEngine,
     PyipuEngine,
@@ -31,31 +30,14 @@ from side_by_side import (  # noqa: E402
     relative_error,
     wait_until_idle,
 )
-from zoo import MODELS, TINY  # noqa: E402
+from zoo import MODELS, TINY, fp16_of, model_and_feeds  # noqa: E402
 
-from pyipu.compiler.precision import convert_to_fp16  # noqa: E402
-
-DEFAULT = ("matmul512", "mlp", "bert_encoder_layer", "squeezenet", "resnet50")
-
-
-def _matmul512() -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
-    m = matmul_model(512)
-    rng = np.random.default_rng(0)
-    return m, {x: rng.standard_normal((512, 512)).astype(np.float32) for x in ("A", "B")}
-
-
-def build(name: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
-    if name == "matmul512":
-        return _matmul512()
-    builder, feeds_of = MODELS[name]
-    model = builder()
-    return model, feeds_of(model)
+DEFAULT = ("sgemm_512", "mlp", "bert_encoder_layer", "squeezenet", "resnet50")
 
 
 def measure(name: str, threads: int, rounds: int) -> dict[str, float | str]:
-    m32, f32 = build(name)
-    m16 = convert_to_fp16(m32)
-    f16 = {k: v.astype(np.float16) for k, v in f32.items()}
+    m32, f32 = model_and_feeds(name)
+    m16, f16 = fp16_of(m32, f32)
     engines: dict[str, Callable[[], None]] = {
         "pyipu fp16": PyipuEngine(compile_model(m16), f16, threads),
         "pyipu fp32": PyipuEngine(compile_model(m32), f32, threads),
@@ -81,13 +63,17 @@ def measure(name: str, threads: int, rounds: int) -> dict[str, float | str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", default=",".join(DEFAULT), help="comma-separated; 'all'")
+    ap.add_argument(
+        "--models",
+        default=",".join(DEFAULT),
+        help="comma-separated names of zoo.py models, sgemm_N or arch:NAME.EXPORTER; 'all'",
+    )
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=7)
     args = ap.parse_args()
     names = args.models.split(",")
     if names == ["all"]:
-        names = ["matmul512", *(m for m in MODELS if m not in TINY)]
+        names = ["sgemm_512", *(m for m in MODELS if m not in TINY)]
 
     def ms(s: float) -> str:
         return f"{s * 1e3:.3g} ms"

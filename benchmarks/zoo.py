@@ -154,3 +154,34 @@ MODELS: dict[str, tuple[Callable[[], onnx.ModelProto], Callable]] = {
     "fusion_model1": (fusion_model1, _random_feeds),
 }
 TINY = ("fusion_model0", "fusion_model1")
+
+
+def model_and_feeds(name: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """A benchmark model by name: one of MODELS, `sgemm_N` for C = A @ B (N × N), or
+    `arch:NAME.EXPORTER` for an architecture-zoo model (benchmarks/arch_zoo) as that exporter
+    (dynamo or legacy, the default) writes it; the zoo needs torch (the torch extra)."""
+    if name.startswith("arch:"):
+        from arch_zoo.export import export
+        from zoo_side_by_side import feeds_of
+
+        model, _, exporter = name[len("arch:") :].partition(".")
+        return onnx.load(str(export(model, exporter or "legacy"))), feeds_of(model)
+    if name.startswith("sgemm_"):
+        from models import matmul_model
+
+        n = int(name[len("sgemm_") :])
+        rng = np.random.default_rng(0)
+        return matmul_model(n), {k: rng.standard_normal((n, n)).astype(np.float32) for k in "AB"}
+    build, feeds_of = MODELS[name]
+    proto = build()
+    return proto, feeds_of(proto)
+
+
+def fp16_of(
+    model: onnx.ModelProto, feeds: dict[str, np.ndarray]
+) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """The model as `--precision fp16` converts it, and its float inputs as float16."""
+    from pyipu.compiler.precision import convert_to_fp16
+
+    half = {k: v.astype(np.float16) if v.dtype == np.float32 else v for k, v in feeds.items()}
+    return convert_to_fp16(model), half

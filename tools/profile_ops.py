@@ -97,37 +97,21 @@ def opcode_counts(exe: Any) -> dict[str, int]:
     return dict(counts.most_common())
 
 
-def model_and_feeds(name: str) -> tuple[Any, dict[str, Any]]:
-    """A benchmark model by name (benchmarks/zoo.py MODELS), `sgemm_N` for C = A @ B, or
-    `arch:NAME.EXPORTER` for an architecture-zoo model (benchmarks/arch_zoo) as that exporter
-    (dynamo or legacy) writes it."""
-    from models import matmul_model
-    from zoo import MODELS
+def model_and_feeds(name: str, fp16: bool) -> tuple[Any, dict[str, Any]]:
+    """benchmarks/zoo.py's model `name`, converted to float16 if `fp16`."""
+    import zoo
 
-    if name.startswith("arch:"):
-        import onnx
-        from arch_zoo.export import export
-        from zoo_side_by_side import feeds_of
-
-        model, _, exporter = name[len("arch:") :].partition(".")
-        return onnx.load(str(export(model, exporter or "legacy"))), feeds_of(model)
-
-    if name.startswith("sgemm_"):
-        import numpy as np
-
-        n = int(name[len("sgemm_") :])
-        rng = np.random.default_rng(0)
-        return matmul_model(n), {k: rng.standard_normal((n, n)).astype(np.float32) for k in "AB"}
-    build, feeds_of = MODELS[name]
-    proto = build()
-    return proto, feeds_of(proto)
+    proto, feeds = zoo.model_and_feeds(name)
+    return zoo.fp16_of(proto, feeds) if fp16 else (proto, feeds)
 
 
-def profile_pyipu(name: str, threads: int, seconds: float, work: Path) -> dict[str, Any]:
+def profile_pyipu(
+    name: str, threads: int, seconds: float, work: Path, fp16: bool = False
+) -> dict[str, Any]:
     import numpy as np
     from side_by_side import compile_model
 
-    proto, feeds = model_and_feeds(name)
+    proto, feeds = model_and_feeds(name, fp16)
     exe = compile_model(proto)
     popef, xpath, data = work / f"{name}.popef", work / f"{name}.npz", work / f"{name}.perf"
     exe.save(popef)
@@ -152,12 +136,14 @@ def profile_pyipu(name: str, threads: int, seconds: float, work: Path) -> dict[s
     }
 
 
-def profile_ort(name: str, threads: int, seconds: float, work: Path) -> dict[str, Any]:
+def profile_ort(
+    name: str, threads: int, seconds: float, work: Path, fp16: bool = False
+) -> dict[str, Any]:
     import numpy as np
     import onnxruntime as ort
     from models import ORT_IR_VERSION
 
-    proto, feeds = model_and_feeds(name)
+    proto, feeds = model_and_feeds(name, fp16)
     proto.ir_version = min(proto.ir_version, ORT_IR_VERSION)
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
@@ -266,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seconds", type=float, default=4.0, help="profiled time per runtime")
     ap.add_argument("--json", help="also write the raw figures here")
+    ap.add_argument("--fp16", action="store_true", help="the models as --precision fp16 makes them")
     ap.add_argument(
         "--summary",
         nargs="*",
@@ -283,8 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="pyipu-profile-") as tmp:
         work = Path(tmp)
         for name in args.models:
-            p = profile_pyipu(name, args.threads, args.seconds, work)
-            o = profile_ort(name, args.threads, args.seconds, work)
+            p = profile_pyipu(name, args.threads, args.seconds, work, args.fp16)
+            o = profile_ort(name, args.threads, args.seconds, work, args.fp16)
             results[name] = {"pyipu": p, "ort": o}
             print(markdown(name, p, o), flush=True)
     print(summary(results))

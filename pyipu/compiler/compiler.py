@@ -32,6 +32,7 @@ from pyipu.compiler.options import CompilerOptions
 from pyipu.compiler.rewrites.affine import fuse_affine_chains
 from pyipu.compiler.rewrites.concat_inplace import concat_in_place
 from pyipu.compiler.rewrites.conv_epilogue import fuse_conv_epilogues
+from pyipu.compiler.rewrites.conv_taps import trim_dead_taps
 from pyipu.compiler.rewrites.expand import drop_broadcast_expands
 from pyipu.compiler.rewrites.gelu import fuse_gelu
 from pyipu.compiler.rewrites.linear import fuse_linear
@@ -120,6 +121,7 @@ def _compile_ir(model: ModelLike, outputs: Sequence[str] | None, opts: CompilerO
     fuse_swish(builder)
     fuse_linear(builder)  # before the epilogues too: a Linear layer's activation fuses into it
     fuse_conv_epilogues(builder)
+    trim_dead_taps(builder)  # after BatchNorm folding: the weights are final
     fuse_affine_chains(builder)
     drop_broadcast_expands(builder)
     if placement is None:  # manual sharding: stages exchange whole tensors (staging.py)
