@@ -23,7 +23,7 @@ import onnx  # noqa: E402
 from pyipu.compiler import Compiler  # noqa: E402
 
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent / "benchmarks")]
-from arch_zoo import DETECTORS, HEAVY, NAMES  # noqa: E402
+from arch_zoo import DETECTORS, HEAVY, NAMES, build  # noqa: E402
 from arch_zoo.export import export  # noqa: E402
 from side_by_side import (  # noqa: E402
     PyipuEngine,
@@ -35,19 +35,21 @@ from side_by_side import (  # noqa: E402
 from zoo_side_by_side import feeds_of  # noqa: E402
 
 TOLERANCE = 1e-3
-# pyipu's values differ from ORT's in the last bits (1e-3 is the zoo's tolerance), so scores
-# ORT computes exactly equal (identical windows of a feature map) come out an ulp apart here and
-# are ordered otherwise; the top-k and NMS cuts then keep other proposals. Their NMS selects
-# exactly what ORT's does on the same inputs (test_detector_nms_matches_ort_on_pyipu_inputs).
+# SSDLite's scores hold near-ties: overlapping neighbouring anchors over a nearly uniform map
+# score a few float32 ulps apart in float64 arithmetic, and each float32 engine's rounding ties
+# or inverts some of them (test_ssdlite_ties_are_float32_rounding). NMS visits candidates by
+# score, so one inversion changes which box survives and what it suppresses next: 155 detections
+# here, ORT's 154 (float64's 154 too, not all the same boxes as ORT's). Given the same boxes and
+# scores, NMS selects exactly what ORT's does (test_detector_nms_matches_ort_on_pyipu_inputs).
 NEAR_TIES = pytest.mark.xfail(
-    strict=True, reason="near-tied scores ordered apart from ORT's exact ties"
+    strict=True, reason="float32 near-ties (distinct in float64) rounded apart from ORT's"
 )
 CASES = [
     pytest.param(
         n,
         marks=[
             *([pytest.mark.slow] if n in HEAVY else []),
-            *([NEAR_TIES] if n in DETECTORS else []),
+            *([NEAR_TIES] if n == "ssdlite320_mobilenet_v3" else []),
         ],
     )  # fmt: skip
     for n in NAMES
@@ -92,23 +94,83 @@ def run_pyipu(
 
 
 def assert_same_detections(want: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> None:
-    """boxes [n, 4], scores [n], labels [n] by decreasing score: the same n; each run of
-    equal scores (to 1e-5) the same detections, in any order, boxes to 1e-3 of the largest."""
+    """boxes [n, 4], scores [n], labels [n] by decreasing score: the same n, the scores to
+    1e-3, and the same detections in any order among equal scores: each of `want`'s has one of
+    `got`'s of its own, with its label, its score to 1e-5 and its box to 1e-3 of the largest."""
     scores = want["scores"]
     assert got["scores"].shape == scores.shape, (got["scores"].shape, scores.shape)
     assert relative_error(got["scores"], scores) <= TOLERANCE
+    assert (np.diff(got["scores"]) <= 0).all(), got["scores"]
     scale = max(float(np.abs(want["boxes"]).max(initial=0)), 1e-30)
-    start = 0
-    while start < len(scores):
-        end = start + 1
-        while end < len(scores) and abs(scores[end] - scores[start]) <= 1e-5 * abs(scores[start]):
-            end += 1
-        run = slice(start, end)
-        rows = [np.column_stack([d["labels"][run], d["boxes"][run]]) for d in (want, got)]
-        w, g = (r[np.lexsort(r.T[::-1])] for r in rows)
-        assert (w[:, 0] == g[:, 0]).all(), (start, w[:, 0], g[:, 0])
-        assert np.abs(w[:, 1:] - g[:, 1:]).max() <= TOLERANCE * scale, (start, w, g)
-        start = end
+    w, g = (
+        np.column_stack([d["labels"], d["scores"], d["boxes"]]).astype(np.float64)
+        for d in (want, got)
+    )
+    fits = [
+        np.nonzero(
+            (g[:, 0] == r[0])
+            & (np.abs(g[:, 1] - r[1]) <= 1e-5 * abs(r[1]))
+            & (np.abs(g[:, 2:] - r[2:]).max(axis=1) <= TOLERANCE * scale)
+        )[0].tolist()
+        for r in w
+    ]
+    unpaired = unmatched(fits, len(g))
+    assert not unpaired, [(i, w[i], g[max(i - 2, 0) : i + 3]) for i in unpaired[:3]]
+
+
+def unmatched(fits: list[list[int]], n: int) -> list[int]:
+    """The rows i left without a partner when every row takes one of `fits[i]` (indices below
+    n) of its own, as many rows placed as can be: a maximum matching by augmenting paths."""
+    owner = [-1] * n
+
+    def place(i: int, seen: set[int]) -> bool:
+        for j in fits[i]:
+            if j not in seen:
+                seen.add(j)
+                if owner[j] < 0 or place(owner[j], seen):
+                    owner[j] = i
+                    return True
+        return False
+
+    return [i for i in range(len(fits)) if not place(i, set())]
+
+
+def _detections(boxes: list[list[float]], scores: list[float]) -> dict[str, np.ndarray]:
+    n = len(scores)
+    return {
+        "boxes": np.array(boxes, np.float32),
+        "scores": np.array(scores, np.float32),
+        "labels": np.full(n, 52, np.int64),
+    }
+
+
+def test_same_detections_pairs_tied_rows_in_any_order() -> None:
+    """Detections of equal scores (to 1e-5) in the other order still pair: tied rows whose
+    first coordinates differ by an ulp the other way round, and near-ties on either side of a
+    score 1e-5 below the first. A box moved past the tolerance, another label, a score moved
+    past 1e-5, a row missing, or rows of distinct scores swapped do not."""
+    a, b, c = [4.881403, 121.5, 28.08, 166.9], [4.8814025, 185.5, 28.08, 230.9], [9, 9, 50, 50]
+    ulp_apart = [[b[0], *a[1:]], [a[0], *b[1:]], c]  # x1 the other way round
+    want = _detections([a, b, c], [0.5, 0.5, 0.25])
+    assert_same_detections(want, _detections(ulp_apart[1::-1] + [c], [0.5, 0.5, 0.25]))
+    x = [0.5 * (1 - e) for e in (0.0, 0.6e-5, 1.02e-5, 0.9e-5, 0.95e-5)]
+    want = _detections([a, b, c], x[:3])
+    assert_same_detections(want, _detections([a, c, b], [x[0], x[3], x[4]]))
+    for bad in (
+        _detections([a, [b[0], b[1] + 1, *b[2:]], c], x[:3]),
+        dict(want, labels=np.array([52, 53, 52])),
+        _detections([a, b, c], [x[0], x[1], 0.5 * (1 - 5e-5)]),
+        _detections([a, b], x[:2]),
+    ):
+        with pytest.raises(AssertionError):
+            assert_same_detections(want, bad)
+    distinct = _detections([a, b, c], [0.5, 0.25, 0.125])
+    for bad in (
+        _detections([b, a, c], [0.5, 0.25, 0.125]),
+        _detections([b, a, c], [0.25, 0.5, 0.125]),
+    ):
+        with pytest.raises(AssertionError):
+            assert_same_detections(distinct, bad)
 
 
 @pytest.mark.parametrize("name", sorted(DETECTORS))
@@ -138,6 +200,44 @@ def test_detector_nms_matches_ort_on_pyipu_inputs(name, export_dir):
         one = helper.make_model(graph, opset_imports=model.opset_import, ir_version=8)
         (want,) = ort_session(one, 1).run(None, {n.input[0]: boxes, n.input[1]: scores})
         np.testing.assert_array_equal(got[n.output[0]][: count[n.output[0]]], want)
+
+
+def test_ssdlite_ties_are_float32_rounding(export_dir):
+    """SSDLite's candidates (above the 0.001 cut) include scores within a few float32 ulps of
+    each other in float64 (torch, the same module), and those ORT computes exactly equal are
+    distinct values there. pyipu's scores are as close to the float64 ones as ORT's, so matching
+    ORT's ties would take ORT's own summation orders, not a more accurate kernel."""
+    import torch
+
+    name = "ssdlite320_mobilenet_v3"
+    model = onnx.load(str(export(name, "legacy", export_dir)))
+    (softmax,) = [n.output[0] for n in model.graph.node if n.op_type == "Softmax"]
+    feeds = feeds_of(name)
+    probed = onnx.ModelProto()
+    probed.CopyFrom(model)
+    probed.graph.output.append(onnx.ValueInfoProto(name=softmax))
+    (ort_scores,) = ort_session(probed, 1).run([softmax], feeds)
+    got = run_pyipu(Compiler.compile(model, [softmax]), feeds)[softmax]
+    module, (x,) = build(name)
+    with torch.no_grad():
+        logits, _ = module.double().heads(x.double())
+    exact = torch.softmax(logits, -1).numpy()  # [anchors, classes]
+    near = 0
+    for c in range(1, exact.shape[1]):  # class 0 is the background
+        col = ort_scores[:, c]
+        values, counts = np.unique(col[col > 0.001], return_counts=True)
+        for v in values[counts > 1]:
+            group = exact[col == v, c]
+            assert len(np.unique(group)) == len(group), (c, v, group)
+        ranked = np.sort(exact[col > 0.001, c])
+        ulps = np.spacing(ranked[1:].astype(np.float32)).astype(np.float64)
+        near += int((np.diff(ranked) < 4 * ulps).sum())
+    assert near > 0  # candidates within 4 float32 ulps of each other in float64
+
+    def error(s: np.ndarray) -> float:
+        return float(np.abs(s.astype(np.float64) - exact).max() / exact.max())
+
+    assert error(got) <= 2 * error(ort_scores), (error(got), error(ort_scores))
 
 
 def test_dynamo_export_matches_ort(tmp_path):

@@ -114,7 +114,8 @@ class SSDLite(nn.Module):
             out.append(grid_anchors(n, self.SIZE / n, px))
         return torch.cat(out)
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """[anchors, classes] logits and [anchors, 4] box deltas."""
         feats = [self.stage1(x)]
         feats.append(self.stage2(feats[0]))
         for blk in self.extra:
@@ -123,6 +124,10 @@ class SSDLite(nn.Module):
                             for h, f in zip(self.cls, feats, strict=True)], 1)[0]  # fmt: skip
         deltas = torch.cat([h(f).permute(0, 2, 3, 1).reshape(1, -1, 4)
                             for h, f in zip(self.reg, feats, strict=True)], 1)[0]  # fmt: skip
+        return logits, deltas
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        logits, deltas = self.heads(x)
         boxes = decode(deltas, self.anchors, (10.0, 10.0, 5.0, 5.0)).clamp(0, self.SIZE)
         scores = F.softmax(logits, -1)[:, 1:].t()  # [classes - 1, anchors]
         top, idx = scores.topk(300, dim=1)
