@@ -25,6 +25,7 @@ from pyipu.compiler import Compiler  # noqa: E402
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent / "benchmarks")]
 from arch_zoo import DETECTORS, HEAVY, NAMES, build  # noqa: E402
 from arch_zoo.export import export  # noqa: E402
+from detections import detection_error  # noqa: E402
 from side_by_side import (  # noqa: E402
     PyipuEngine,
     compile_model,
@@ -94,45 +95,8 @@ def run_pyipu(
 
 
 def assert_same_detections(want: dict[str, np.ndarray], got: dict[str, np.ndarray]) -> None:
-    """boxes [n, 4], scores [n], labels [n] by decreasing score: the same n, the scores to
-    1e-3, and the same detections in any order among equal scores: each of `want`'s has one of
-    `got`'s of its own, with its label, its score to 1e-5 and its box to 1e-3 of the largest."""
-    scores = want["scores"]
-    assert got["scores"].shape == scores.shape, (got["scores"].shape, scores.shape)
-    assert relative_error(got["scores"], scores) <= TOLERANCE
-    assert (np.diff(got["scores"]) <= 0).all(), got["scores"]
-    scale = max(float(np.abs(want["boxes"]).max(initial=0)), 1e-30)
-    w, g = (
-        np.column_stack([d["labels"], d["scores"], d["boxes"]]).astype(np.float64)
-        for d in (want, got)
-    )
-    fits = [
-        np.nonzero(
-            (g[:, 0] == r[0])
-            & (np.abs(g[:, 1] - r[1]) <= 1e-5 * abs(r[1]))
-            & (np.abs(g[:, 2:] - r[2:]).max(axis=1) <= TOLERANCE * scale)
-        )[0].tolist()
-        for r in w
-    ]
-    unpaired = unmatched(fits, len(g))
-    assert not unpaired, [(i, w[i], g[max(i - 2, 0) : i + 3]) for i in unpaired[:3]]
-
-
-def unmatched(fits: list[list[int]], n: int) -> list[int]:
-    """The rows i left without a partner when every row takes one of `fits[i]` (indices below
-    n) of its own, as many rows placed as can be: a maximum matching by augmenting paths."""
-    owner = [-1] * n
-
-    def place(i: int, seen: set[int]) -> bool:
-        for j in fits[i]:
-            if j not in seen:
-                seen.add(j)
-                if owner[j] < 0 or place(owner[j], seen):
-                    owner[j] = i
-                    return True
-        return False
-
-    return [i for i in range(len(fits)) if not place(i, set())]
+    """The same detections, paired among equal scores (benchmarks/detections.py)."""
+    assert detection_error(want, got, TOLERANCE) <= TOLERANCE
 
 
 def _detections(boxes: list[list[float]], scores: list[float]) -> dict[str, np.ndarray]:
