@@ -23,6 +23,10 @@
 #include "conv_shared.h"
 #include "isa.h"
 
+#if IPU_X86
+#include <immintrin.h>
+#endif
+
 /* acc[q] = sum over taps k in order of wk[k] * src[rowoff[k] + q], q < n: blocks of 16 pixels
  * summed in registers over all taps (one store per output). The last block ends at n,
  * overlapping the one before (its outputs computed again, the same sums): small maps, whose
@@ -87,127 +91,201 @@ static void dw_taps(const float *src, const int64_t *rowoff, const float *wk, in
 /* ---- stride 1, same width, float32 (the top of the file) ----------------------------- */
 
 #define DW_MAX_TAPS 128 /* KH * KW of the same-width path at most (its offsets on the stack) */
+#define DW_MAX_KW 16    /* KW at most (its column masks on the stack) */
+enum { DW_V = 16 };     /* outputs summed in registers at a time */
 
-/* Output pixel (oh, ow) summed alone: its taps in (kh, kw) order, those outside the plane
- * adding 0 * w as the copied pads do. */
-static inline __attribute__((always_inline)) float dw_pixel(const ipu__conv_plan *p,
-                                                            const float *plane, const float *wk,
-                                                            int64_t oh, int64_t ow) {
-    const int64_t W = p->W;
-    float t = 0.0f;
-    for (int64_t kh = 0; kh < p->KH; kh++) {
-        int64_t ih = oh - p->pt + kh;
-        bool in = ih >= 0 && ih < p->H;
-        for (int64_t kw = 0; kw < p->KW; kw++) {
-            int64_t iw = ow - p->pl + kw;
-            float v = in && iw >= 0 && iw < W ? plane[ih * W + iw] : 0.0f;
-            t += v * wk[kh * p->KW + kw];
-        }
+/* m[kw][j] = all ones where tap column kw of the output in column col[j] reads inside its
+ * row (col[j] + kw - pl in [0, W)), else 0. */
+static inline __attribute__((always_inline)) void dw_masks(const int32_t *col, int64_t KW,
+                                                           int64_t W, int64_t pl,
+                                                           uint32_t (*m)[DW_V]) {
+    for (int64_t kw = 0; kw < KW; kw++) {
+        int32_t lo = (int32_t)(pl - kw), hi = (int32_t)(W + pl - kw);
+        for (int j = 0; j < DW_V; j++)
+            m[kw][j] = col[j] >= lo && col[j] < hi ? 0xffffffffu : 0u;
     }
-    return t;
 }
 
-/* Output row oh into t[0, W): tap by tap over the row, each pixel's taps in (kh, kw) order,
- * the columns (or the whole row) a tap reads outside the plane adding 0 * w. */
-static inline __attribute__((always_inline)) void dw_row(const ipu__conv_plan *p,
-                                                         const float *plane, const float *wk,
-                                                         int64_t oh, float *restrict t) {
-    const int64_t W = p->W;
-    for (int64_t ow = 0; ow < W; ow++) t[ow] = 0.0f;
-    for (int64_t kh = 0; kh < p->KH; kh++) {
-        int64_t ih = oh - p->pt + kh;
-        bool in = ih >= 0 && ih < p->H;
-        for (int64_t kw = 0; kw < p->KW; kw++) {
-            float wv = wk[kh * p->KW + kw], z = 0.0f * wv;
-            int64_t d = kw - p->pl; /* pixel ow reads input column ow + d */
-            int64_t lo = d < 0 ? -d : 0, hi = W - d < W ? W - d : W;
-            if (!in) lo = hi = W;
-            if (lo > W) lo = W;
-            if (hi < lo) hi = lo;
-            for (int64_t ow = 0; ow < lo; ow++) t[ow] += z;
-            if (hi > lo) {
-                const float *xr = plane + ih * W + lo + d; /* input column lo + d >= 0 */
-                float *tt = t + lo;
-                for (int64_t j = 0; j < hi - lo; j++) tt[j] += xr[j] * wv;
+/* acc[q] for q < n, output pixel q of a block of whole rows W wide: the sum over taps k in
+ * (kh, kw) order of wk[k] * src[off[k] + q], the input taken as 0 where tap column kw falls
+ * outside pixel q's row (the load there reads the neighbouring row, or the margin, and the
+ * mask clears it). src: the input row pt above the block's first (off[k] = kh * W + kw - pl);
+ * col[i] = i mod W for i < W + DW_V. Blocks of DW_V outputs, the last overlapping the one
+ * before, as dw_taps. */
+static inline __attribute__((always_inline)) void dw_same_body(
+    const float *src, const int64_t *off, const float *wk, int64_t KH, int64_t KW, int64_t W,
+    int64_t pl, int64_t n, const int32_t *col, float *restrict acc) {
+    int64_t q = 0, c = 0; /* c = q mod W */
+    for (int64_t end = n >= DW_V ? n : 0; q < end; q += DW_V) {
+        if (q + DW_V > n) {
+            q = n - DW_V;
+            c = q % W;
+        }
+        float t[DW_V] = {0};
+        if (c >= pl && c + DW_V + KW - 1 - pl <= W) { /* inside one row: no masks */
+            for (int64_t k = 0; k < KH * KW; k++) {
+                const float *s = src + off[k] + q;
+                for (int j = 0; j < DW_V; j++) t[j] += s[j] * wk[k];
             }
-            for (int64_t ow = hi; ow < W; ow++) t[ow] += z;
+        } else {
+            uint32_t m[DW_MAX_KW][DW_V];
+            dw_masks(col + c, KW, W, pl, m);
+            for (int64_t kh = 0, k = 0; kh < KH; kh++)
+                for (int64_t kw = 0; kw < KW; kw++, k++) {
+                    const float *s = src + off[k] + q;
+                    const float wv = wk[k];
+                    for (int j = 0; j < DW_V; j++) {
+                        uint32_t b;
+                        float v;
+                        memcpy(&b, s + j, sizeof b);
+                        b &= m[kw][j];
+                        memcpy(&v, &b, sizeof v);
+                        t[j] += v * wv;
+                    }
+                }
         }
+        memcpy(acc + q, t, sizeof t);
+        c += DW_V; /* (mod W: one subtraction unless W < DW_V) */
+        c = c < W ? c : c - W < W ? c - W : c % W;
+    }
+    for (; q < n; q++) { /* fewer than DW_V outputs in all */
+        float t = 0.0f;
+        int64_t cq = q % W;
+        for (int64_t kh = 0, k = 0; kh < KH; kh++)
+            for (int64_t kw = 0; kw < KW; kw++, k++) {
+                int64_t iw = cq + kw - pl;
+                float v = src[off[k] + q];
+                t += (iw >= 0 && iw < W ? v : 0.0f) * wk[k];
+            }
+        acc[q] = t;
     }
 }
 
-/* Output rows [oh0, oh0 + nrows) of one channel plane into acc (nrows x W): see the top of the
- * file. off[k]: tap k's offset from its output pixel's index. */
-static inline __attribute__((always_inline)) void dw_same_body(const ipu__conv_plan *p,
-                                                               const float *plane, const float *wk,
-                                                               const int64_t *off, int64_t oh0,
-                                                               int64_t nrows, float *restrict acc) {
-    const int64_t W = p->W, pl = p->pl, pr = p->KW - 1 - p->pl;
-    /* rows [ra, rb) of the block: every tap row inside the plane (and a column too) */
-    int64_t ra = p->pt > oh0 ? p->pt : oh0, rb = p->H - p->KH + 1 + p->pt;
-    if (rb > oh0 + nrows) rb = oh0 + nrows;
-    if (W < p->KW || rb < ra) rb = ra;
-    if (ra < rb) {
-        /* reads from (ra - pt) * W >= 0 to (rb - pt + KH - 1) * W - 1 < H * W */
-        int64_t q0 = ra * W + pl, q1 = rb * W - pr;
-        dw_taps_body(plane + q0, off, wk, p->KH * p->KW, q1 - q0, acc + (q0 - oh0 * W));
-        for (int64_t oh = ra; oh < rb; oh++) { /* the columns that read a neighbouring row */
-            float *t = acc + (oh - oh0) * W;
-            for (int64_t ow = 0; ow < pl; ow++) t[ow] = dw_pixel(p, plane, wk, oh, ow);
-            for (int64_t ow = W - pr; ow < W; ow++) t[ow] = dw_pixel(p, plane, wk, oh, ow);
-        }
-    }
-    for (int64_t oh = oh0; oh < oh0 + nrows; oh++)
-        if (oh < ra || oh >= rb) dw_row(p, plane, wk, oh, acc + (oh - oh0) * W);
-}
-
-static void dw_same_base(const ipu__conv_plan *p, const float *plane, const float *wk,
-                         const int64_t *off, int64_t oh0, int64_t nrows, float *acc) {
-    dw_same_body(p, plane, wk, off, oh0, nrows, acc);
+static void dw_same_base(const float *src, const int64_t *off, const float *wk, int64_t KH,
+                         int64_t KW, int64_t W, int64_t pl, int64_t n, const int32_t *col,
+                         float *acc) {
+    dw_same_body(src, off, wk, KH, KW, W, pl, n, col, acc);
 }
 
 #if IPU_X86
-__attribute__((target("avx2"))) static void dw_same_avx2(const ipu__conv_plan *p,
-                                                         const float *plane, const float *wk,
-                                                         const int64_t *off, int64_t oh0,
-                                                         int64_t nrows, float *acc) {
-    dw_same_body(p, plane, wk, off, oh0, nrows, acc);
+/* dw_same_body with the masks and the sums of a block in ymm registers (the same operations
+ * in the same order: AND, multiply, add). */
+__attribute__((target("avx2"))) static inline __attribute__((always_inline)) void dw_same_ymm(
+    const float *src, const int64_t *off, const float *wk, int64_t KH, int64_t KW, int64_t W,
+    int64_t pl, int64_t n, const int32_t *col, float *restrict acc) {
+    int64_t q = 0, c = 0;
+    for (int64_t end = n >= DW_V ? n : 0; q < end; q += DW_V) {
+        if (q + DW_V > n) {
+            q = n - DW_V;
+            c = q % W;
+        }
+        __m256 t0 = _mm256_setzero_ps(), t1 = _mm256_setzero_ps();
+        if (c >= pl && c + DW_V + KW - 1 - pl <= W) { /* inside one row: no masks */
+            for (int64_t k = 0; k < KH * KW; k++) {
+                const float *s = src + off[k] + q;
+                const __m256 wv = _mm256_set1_ps(wk[k]);
+                t0 = _mm256_add_ps(t0, _mm256_mul_ps(_mm256_loadu_ps(s), wv));
+                t1 = _mm256_add_ps(t1, _mm256_mul_ps(_mm256_loadu_ps(s + 8), wv));
+            }
+        } else {
+            __m256 m[DW_MAX_KW][2];
+            const __m256i c0 = _mm256_loadu_si256((const __m256i *)(col + c));
+            const __m256i c1 = _mm256_loadu_si256((const __m256i *)(col + c + 8));
+            for (int64_t kw = 0; kw < KW; kw++) {
+                const __m256i lo = _mm256_set1_epi32((int32_t)(pl - kw - 1));
+                const __m256i hi = _mm256_set1_epi32((int32_t)(W + pl - kw));
+                m[kw][0] = _mm256_castsi256_ps(
+                    _mm256_and_si256(_mm256_cmpgt_epi32(c0, lo), _mm256_cmpgt_epi32(hi, c0)));
+                m[kw][1] = _mm256_castsi256_ps(
+                    _mm256_and_si256(_mm256_cmpgt_epi32(c1, lo), _mm256_cmpgt_epi32(hi, c1)));
+            }
+            for (int64_t kh = 0, k = 0; kh < KH; kh++)
+                for (int64_t kw = 0; kw < KW; kw++, k++) {
+                    const float *s = src + off[k] + q;
+                    const __m256 wv = _mm256_set1_ps(wk[k]);
+                    __m256 v0 = _mm256_and_ps(_mm256_loadu_ps(s), m[kw][0]);
+                    __m256 v1 = _mm256_and_ps(_mm256_loadu_ps(s + 8), m[kw][1]);
+                    t0 = _mm256_add_ps(t0, _mm256_mul_ps(v0, wv));
+                    t1 = _mm256_add_ps(t1, _mm256_mul_ps(v1, wv));
+                }
+        }
+        _mm256_storeu_ps(acc + q, t0);
+        _mm256_storeu_ps(acc + q + 8, t1);
+        c += DW_V; /* (mod W: one subtraction unless W < DW_V) */
+        c = c < W ? c : c - W < W ? c - W : c % W;
+    }
+    if (q < n) dw_same_body(src, off, wk, KH, KW, W, pl, n, col, acc); /* n < DW_V */
 }
-__attribute__((target("avx512f"))) static void dw_same_avx512(const ipu__conv_plan *p,
-                                                              const float *plane, const float *wk,
-                                                              const int64_t *off, int64_t oh0,
-                                                              int64_t nrows, float *acc) {
-    dw_same_body(p, plane, wk, off, oh0, nrows, acc);
+
+__attribute__((target("avx2"))) static void dw_same_avx2(const float *src, const int64_t *off,
+                                                         const float *wk, int64_t KH, int64_t KW,
+                                                         int64_t W, int64_t pl, int64_t n,
+                                                         const int32_t *col, float *acc) {
+    dw_same_ymm(src, off, wk, KH, KW, W, pl, n, col, acc);
+}
+/* The same sums in the same order, a block of 16 outputs in one zmm register */
+__attribute__((target("avx512f"))) static void dw_same_avx512(const float *src,
+                                                              const int64_t *off,
+                                                              const float *wk, int64_t KH,
+                                                              int64_t KW, int64_t W, int64_t pl,
+                                                              int64_t n, const int32_t *col,
+                                                              float *acc) {
+    dw_same_body(src, off, wk, KH, KW, W, pl, n, col, acc);
 }
 #endif
 
 /* Does the same-width path take this float32 plan? */
 static bool dw_same_fits(const ipu__conv_plan *p) {
     return !p->f16 && p->sh == 1 && p->sw == 1 && p->dh == 1 && p->dw == 1 && p->OW == p->W &&
-           p->pt >= 0 && p->pl >= 0 && p->pl < p->KW && p->KH * p->KW <= DW_MAX_TAPS;
+           p->pt >= 0 && p->pl >= 0 && p->pl < p->KW && p->KW <= DW_MAX_KW &&
+           p->KH * p->KW <= DW_MAX_TAPS;
 }
 
-/* Row block r of channel g, image n, on the same-width path. False if the block's sums do not
- * fit the scratch. */
+/* Row block r of channel g, image n, on the same-width path: see the top of the file. False
+ * if it does not fit the scratch. Scratch: col, then the sums (acc), then the block's input
+ * rows where it has pad rows (or reads within pl of the plane's ends). */
 static bool dw_same(const ipu__conv_plan *p, const float *x, const float *w, const void *bias,
                     const void *res, float *y, int64_t n, int64_t g, int64_t r, void *scratch) {
     int64_t oh0 = r * p->rows, nrows = p->OH - oh0 < p->rows ? p->OH - oh0 : p->rows;
-    const int64_t W = p->W, KK = p->KH * p->KW;
-    if (nrows * W > IPU__CONV_WIN_C) return false;
+    const int64_t W = p->W, H = p->H, KH = p->KH, KW = p->KW, KK = KH * KW, pl = p->pl;
+    const int64_t in_rows = nrows + KH - 1, pad = DW_MAX_KW; /* input rows; margin */
+    if (W + DW_V > IPU__CONV_WIN_A || nrows * W > IPU__CONV_WIN_C ||
+        in_rows * W + 2 * pad > IPU__CONV_WIN_B + IPU__CONV_WIN_XQ)
+        return false;
+    int32_t *col = scratch;
+    float *acc = (float *)scratch + IPU__CONV_WIN_A, *rows = acc + IPU__CONV_WIN_C + pad;
+    for (int32_t i = 0, c = 0; i < W + DW_V; i++) { /* (no division per element) */
+        col[i] = c;
+        c = c + 1 < W ? c + 1 : 0;
+    }
     int64_t off[DW_MAX_TAPS];
-    for (int64_t k = 0; k < KK; k++) off[k] = (k / p->KW - p->pt) * W + k % p->KW - p->pl;
+    for (int64_t k = 0; k < KK; k++) off[k] = k / KW * W + k % KW - pl;
+    const float *plane = x + (n * p->C + g) * H * W, *wk = w + g * KK;
+    /* the block reads input rows [ih0, ih0 + in_rows), columns -pl to W - 1 + pr around them:
+     * in place when all that lies inside the plane, else copied with zero rows for the pads */
+    int64_t ih0 = oh0 - p->pt;
+    const float *src = plane + ih0 * W;
+    if (ih0 < 0 || ih0 + in_rows > H || ih0 * W < pl || (ih0 + in_rows) * W + KW - 1 - pl > H * W) {
+        for (int64_t i = 0; i < in_rows; i++) {
+            if (ih0 + i >= 0 && ih0 + i < H)
+                memcpy(rows + i * W, plane + (ih0 + i) * W, sizeof(float) * (size_t)W);
+            else
+                memset(rows + i * W, 0, sizeof(float) * (size_t)W);
+        }
+        src = rows;
+    }
     int64_t yoff = ((n * p->M + g) * p->OH + oh0) * p->OW;
     bool ep = bias || res || p->act == IPU__ACT_RELU;
-    float *acc = ep ? (float *)scratch + IPU__CONV_WIN_A : y + yoff;
-    const float *plane = x + (n * p->C + g) * p->H * W, *wk = w + g * KK;
+    float *sum = ep ? acc : y + yoff;
 #if IPU_X86
     int isa = ipu__isa();
     if (isa >= IPU__ISA_AVX512)
-        dw_same_avx512(p, plane, wk, off, oh0, nrows, acc);
+        dw_same_avx512(src, off, wk, KH, KW, W, pl, nrows * W, col, sum);
     else if (isa >= IPU__ISA_AVX2)
-        dw_same_avx2(p, plane, wk, off, oh0, nrows, acc);
+        dw_same_avx2(src, off, wk, KH, KW, W, pl, nrows * W, col, sum);
     else
 #endif
-        dw_same_base(p, plane, wk, off, oh0, nrows, acc);
+        dw_same_base(src, off, wk, KH, KW, W, pl, nrows * W, col, sum);
     if (ep) ipu__conv_epilogue_to(p, y + yoff, acc, nrows * W, bias, g, res, yoff);
     return true;
 }
