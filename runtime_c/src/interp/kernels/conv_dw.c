@@ -90,9 +90,7 @@ static void dw_taps(const float *src, const int64_t *rowoff, const float *wk, in
 
 /* ---- stride 1, same width, float32 (the top of the file) ----------------------------- */
 
-#define DW_MAX_TAPS 128 /* KH * KW of the same-width path at most (its offsets on the stack) */
-#define DW_MAX_KW 16    /* KW at most (its column masks on the stack) */
-enum { DW_V = 16 };     /* outputs summed in registers at a time */
+enum { DW_V = IPU__DW_V, DW_MAX_KW = IPU__DW_MAX_KW };
 
 /* m[kw][j] = all ones where tap column kw of the output in column col[j] reads inside its
  * row (col[j] + kw - pl in [0, W)), else 0. */
@@ -234,35 +232,20 @@ __attribute__((target("avx512f"))) static void dw_same_avx512(const float *src,
 }
 #endif
 
-/* Does the same-width path take this float32 plan? */
-static bool dw_same_fits(const ipu__conv_plan *p) {
-    return !p->f16 && p->sh == 1 && p->sw == 1 && p->dh == 1 && p->dw == 1 && p->OW == p->W &&
-           p->pt >= 0 && p->pl >= 0 && p->pl < p->KW && p->KW <= DW_MAX_KW &&
-           p->KH * p->KW <= DW_MAX_TAPS;
-}
-
 /* Row block r of channel g, image n, on the same-width path: see the top of the file. False
- * if it does not fit the scratch. Scratch: col, then the sums (acc), then the block's input
- * rows where it has pad rows (or reads within pl of the plane's ends). */
+ * if it does not fit the scratch. Scratch: the sums (acc), then the block's input rows where
+ * it reads pad rows (or within pl of the plane's ends). */
 static bool dw_same(const ipu__conv_plan *p, const float *x, const float *w, const void *bias,
                     const void *res, float *y, int64_t n, int64_t g, int64_t r, void *scratch) {
     int64_t oh0 = r * p->rows, nrows = p->OH - oh0 < p->rows ? p->OH - oh0 : p->rows;
     const int64_t W = p->W, H = p->H, KH = p->KH, KW = p->KW, KK = KH * KW, pl = p->pl;
     const int64_t in_rows = nrows + KH - 1, pad = DW_MAX_KW; /* input rows; margin */
-    if (W + DW_V > IPU__CONV_WIN_A || nrows * W > IPU__CONV_WIN_C ||
-        in_rows * W + 2 * pad > IPU__CONV_WIN_B + IPU__CONV_WIN_XQ)
+    if (nrows * W > IPU__CONV_WIN_C || in_rows * W + 2 * pad > IPU__CONV_WIN_B + IPU__CONV_WIN_XQ)
         return false;
-    int32_t *col = scratch;
     float *acc = (float *)scratch + IPU__CONV_WIN_A, *rows = acc + IPU__CONV_WIN_C + pad;
-    for (int32_t i = 0, c = 0; i < W + DW_V; i++) { /* (no division per element) */
-        col[i] = c;
-        c = c + 1 < W ? c + 1 : 0;
-    }
-    int64_t off[DW_MAX_TAPS];
-    for (int64_t k = 0; k < KK; k++) off[k] = k / KW * W + k % KW - pl;
+    const int64_t *off = p->dwoff;
+    const int32_t *col = p->dwcol;
     const float *plane = x + (n * p->C + g) * H * W, *wk = w + g * KK;
-    /* the block reads input rows [ih0, ih0 + in_rows), columns -pl to W - 1 + pr around them:
-     * in place when all that lies inside the plane, else copied with zero rows for the pads */
     int64_t ih0 = oh0 - p->pt;
     const float *src = plane + ih0 * W;
     if (ih0 < 0 || ih0 + in_rows > H || ih0 * W < pl || (ih0 + in_rows) * W + KW - 1 - pl > H * W) {
@@ -356,6 +339,6 @@ static bool dw_window_f16(const ipu__conv_plan *p, const uint16_t *x, const uint
 bool ipu__conv_run_dw(const ipu__conv_plan *p, const void *x, const void *w, const void *bias,
                       const void *res, void *y, int64_t n, int64_t g, int64_t r, void *scratch) {
     if (p->f16) return dw_window_f16(p, x, w, bias, res, y, n, g, r, scratch);
-    if (dw_same_fits(p) && dw_same(p, x, w, bias, res, y, n, g, r, scratch)) return true;
+    if (p->dw_same && dw_same(p, x, w, bias, res, y, n, g, r, scratch)) return true;
     return dw_window_f32(p, x, w, bias, res, y, n, g, r, scratch);
 }
