@@ -15,9 +15,10 @@
  * float32 one through float32 staging (run_gemm_f16). Their tiles accumulate in float32; where
  * the micro-kernel stores half (ipu__ukr.half) the last K chunk's store applies the epilogue
  * and writes y in half, else the epilogue and the conversion run on the C tile. Depthwise
- * convolutions (one input and one output channel per group) use a direct loop: in float32 over the window path's copied rows, one long pass
- * per tap. Every output element is computed the same way whichever work item computes it, so
- * results do not depend on the split. The window path is in conv_window.c. */
+ * convolutions (one input and one output channel per group) sum their taps directly
+ * (conv_dw.c; run_direct here where their window plan does not fit). Every output element is
+ * computed the same way whichever work item computes it, so results do not depend on the
+ * split. The window path is in conv_window.c. */
 #include <stdbool.h>
 #include <string.h>
 

@@ -4,15 +4,16 @@
  * adding 0 * w, in every path here and at every instruction-set level (no FMA): identical
  * windows give identical outputs wherever they are and whichever work item computes them.
  *
- * Stride 1, no dilation, output as wide as the input ("same" width: pl + pr = KW - 1), float32:
- * no copy. Tap (kh, kw) of output pixel q = oh * W + ow is the input at q + (kh - pt) * W +
- * (kw - pl), so over the output rows whose taps all lie in the plane's rows one pass of
- * dw_taps runs along the contiguous pixels [oh * W + pl, oh' * W - pr) of the whole block,
- * reading only inside the plane; the first pl and last pr columns of each row read the
- * neighbouring rows there, and are summed again one at a time (dw_pixel); the other rows (the
- * top pt and bottom pb ones, or all when H < KH or W < KW) go tap by tap over the row with the
- * pads' columns bounded (dw_row). The sums go into y (then the epilogue in place) or, with a
- * bias, residual or ReLU, into scratch and the epilogue writes y in one pass over the block.
+ * Stride 1, no dilation, output as wide as the input (pl + pr = KW - 1), float32 (the plan's
+ * `dw_same`): no window copy. Tap (kh, kw) of output pixel q = oh * W + ow reads the input at
+ * q + (kh - pt) * W + kw - pl, so the taps run in vector blocks along the contiguous pixels of
+ * the block's whole rows. Where a tap's column falls outside the pixel's row, the load reads
+ * the neighbouring row (or a margin) and a per-column mask clears it to the 0 a pad would
+ * give; blocks of pixels inside one row's interior columns need no mask. The block's input
+ * rows are read in place when they all lie inside the plane (with the reads of the first and
+ * last rows' masked columns), else copied with zero rows for the pads (the top and bottom
+ * blocks). The sums go into y or, with a bias, residual or ReLU, into scratch, from which the
+ * epilogue writes y in one pass over the block.
  *
  * Other shapes copy the block's zero-padded input rows by stride phase (conv_window.c), then
  * each tap is one long pass over the extended pixels (Wq wide, the Wq - OW extra columns
