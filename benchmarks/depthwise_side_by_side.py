@@ -47,24 +47,37 @@ SHAPES: list[tuple[int, int, int, int, str]] = [
 def depthwise_model(c: int, h: int, w: int, k: int, act: str) -> onnx.ModelProto:
     rng = np.random.default_rng(c * 1000 + h * 10 + k)
     pad = k // 2
-    inits = [helper.make_tensor("w", TensorProto.FLOAT, [c, 1, k, k],
-                                rng.standard_normal((c, 1, k, k)).astype(np.float32).ravel())]
+    inits = [
+        helper.make_tensor(
+            "w",
+            TensorProto.FLOAT,
+            [c, 1, k, k],
+            rng.standard_normal((c, 1, k, k)).astype(np.float32).ravel(),
+        )
+    ]
     ins = ["x", "w"]
     if act:
-        inits.append(helper.make_tensor("b", TensorProto.FLOAT, [c],
-                                        rng.standard_normal(c).astype(np.float32)))
+        inits.append(
+            helper.make_tensor(
+                "b", TensorProto.FLOAT, [c], rng.standard_normal(c).astype(np.float32)
+            )
+        )
         ins.append("b")
     conv_out = "y" if not act else "s"
-    nodes = [helper.make_node("Conv", ins, [conv_out], group=c, kernel_shape=[k, k],
-                              pads=[pad] * 4)]
+    nodes = [
+        helper.make_node("Conv", ins, [conv_out], group=c, kernel_shape=[k, k], pads=[pad] * 4)
+    ]
     if act == "relu":
         nodes.append(helper.make_node("Relu", ["s"], ["y"]))
     elif act == "clip":
-        inits += [helper.make_tensor("lo", TensorProto.FLOAT, [], [0.0]),
-                  helper.make_tensor("hi", TensorProto.FLOAT, [], [6.0])]
+        inits += [
+            helper.make_tensor("lo", TensorProto.FLOAT, [], [0.0]),
+            helper.make_tensor("hi", TensorProto.FLOAT, [], [6.0]),
+        ]
         nodes.append(helper.make_node("Clip", ["s", "lo", "hi"], ["y"]))
     graph = helper.make_graph(
-        nodes, "dw",
+        nodes,
+        "dw",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, h, w])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, h, w])],
         inits,

@@ -77,9 +77,9 @@ typedef struct ipu__conv_plan {
     int wino;
     int64_t wtr, wnt, wcb;
 } ipu__conv_plan;
-#define IPU__DW_V 16           /* dw_same: outputs summed in registers at a time */
-#define IPU__DW_MAX_KW 16      /* dw_same: KW at most (its column masks on the stack) */
-#define IPU__DW_MAX_W (1 << 16) /* dw_same: W at most (dwcol) */
+#define IPU__DW_V 16                   /* dw_same: outputs summed in registers at a time */
+#define IPU__DW_MAX_KW 16              /* dw_same: KW at most (its column masks on the stack) */
+#define IPU__DW_MAX_W (1 << 16)        /* dw_same: W at most (dwcol) */
 #define IPU__CONV_T_PIX ((int64_t)240) /* small-map path: output pixels per work item at most */
 
 /* Output channels [*m0, *m1) of the group's channel items [mb0, mb1): the Cog / mu units

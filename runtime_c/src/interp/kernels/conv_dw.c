@@ -100,8 +100,7 @@ static inline __attribute__((always_inline)) void dw_masks(const int32_t *col, i
                                                            uint32_t (*m)[DW_V]) {
     for (int64_t kw = 0; kw < KW; kw++) {
         int32_t lo = (int32_t)(pl - kw), hi = (int32_t)(W + pl - kw);
-        for (int j = 0; j < DW_V; j++)
-            m[kw][j] = col[j] >= lo && col[j] < hi ? 0xffffffffu : 0u;
+        for (int j = 0; j < DW_V; j++) m[kw][j] = col[j] >= lo && col[j] < hi ? 0xffffffffu : 0u;
     }
 }
 
@@ -111,9 +110,11 @@ static inline __attribute__((always_inline)) void dw_masks(const int32_t *col, i
  * mask clears it). src: the input row pt above the block's first (off[k] = kh * W + kw - pl);
  * col[i] = i mod W for i < W + DW_V. Blocks of DW_V outputs, the last overlapping the one
  * before, as dw_taps. */
-static inline __attribute__((always_inline)) void dw_same_body(
-    const float *src, const int64_t *off, const float *wk, int64_t KH, int64_t KW, int64_t W,
-    int64_t pl, int64_t n, const int32_t *col, float *restrict acc) {
+static inline __attribute__((always_inline)) void dw_same_body(const float *src, const int64_t *off,
+                                                               const float *wk, int64_t KH,
+                                                               int64_t KW, int64_t W, int64_t pl,
+                                                               int64_t n, const int32_t *col,
+                                                               float *restrict acc) {
     int64_t q = 0, c = 0; /* c = q mod W */
     for (int64_t end = n >= DW_V ? n : 0; q < end; q += DW_V) {
         if (q + DW_V > n) {
@@ -223,8 +224,7 @@ __attribute__((target("avx2"))) static void dw_same_avx2(const float *src, const
     dw_same_ymm(src, off, wk, KH, KW, W, pl, n, col, acc);
 }
 /* The same sums in the same order, a block of 16 outputs in one zmm register */
-__attribute__((target("avx512f"))) static void dw_same_avx512(const float *src,
-                                                              const int64_t *off,
+__attribute__((target("avx512f"))) static void dw_same_avx512(const float *src, const int64_t *off,
                                                               const float *wk, int64_t KH,
                                                               int64_t KW, int64_t W, int64_t pl,
                                                               int64_t n, const int32_t *col,
@@ -277,9 +277,9 @@ static bool dw_same(const ipu__conv_plan *p, const float *x, const float *w, con
 /* Depthwise float32 with the window plan (conv.h): the padded input rows of the block are
  * copied by stride phase, then each tap is one long pass acc[q] += w * xq[rowoff[k] + q] over
  * the extended pixels; the epilogue writes the kept columns. False if acc does not fit. */
-static bool dw_window_f32(const ipu__conv_plan *p, const float *x, const float *w,
-                              const void *bias, const void *res, float *y, int64_t n, int64_t g,
-                              int64_t r, void *scratch) {
+static bool dw_window_f32(const ipu__conv_plan *p, const float *x, const float *w, const void *bias,
+                          const void *res, float *y, int64_t n, int64_t g, int64_t r,
+                          void *scratch) {
     int64_t oh0 = r * p->rows, nrows = p->OH - oh0 < p->rows ? p->OH - oh0 : p->rows;
     int64_t Wq = p->Wq, npix = nrows * Wq, KK = p->KH * p->KW;
     if (npix > IPU__CONV_WIN_C) return false;
@@ -303,8 +303,8 @@ static bool dw_window_f32(const ipu__conv_plan *p, const float *x, const float *
  * kept columns as contiguous float32 rows (they are y's rows of the block), which one call
  * stores in half. False if it does not fit. */
 static bool dw_window_f16(const ipu__conv_plan *p, const uint16_t *x, const uint16_t *w,
-                                  const void *bias, const void *res, uint16_t *y, int64_t n,
-                                  int64_t g, int64_t r, void *scratch) {
+                          const void *bias, const void *res, uint16_t *y, int64_t n, int64_t g,
+                          int64_t r, void *scratch) {
     int64_t oh0 = r * p->rows, nrows = p->OH - oh0 < p->rows ? p->OH - oh0 : p->rows;
     int64_t Wq = p->Wq, npix = nrows * Wq, KK = p->KH * p->KW, hw = p->H * p->W;
     if (npix > IPU__CONV_WIN_C ||

@@ -354,8 +354,8 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
     }
     size_t roff = wrows || ((f32 || f16) && pw) ? (size_t)((C / G) * KH * KW) * sizeof(int64_t) : 0;
     /* depthwise float32, stride 1, no dilation, as wide as its input: dw_same (conv_dw.c) */
-    bool dws = f32 && wrows && C / G == 1 && M / G == 1 && a[1] == 1 && a[2] == 1 &&
-               a[3] == 1 && a[4] == 1 && ow == xd[3] && a[6] < KW && KW <= IPU__DW_MAX_KW &&
+    bool dws = f32 && wrows && C / G == 1 && M / G == 1 && a[1] == 1 && a[2] == 1 && a[3] == 1 &&
+               a[4] == 1 && ow == xd[3] && a[6] < KW && KW <= IPU__DW_MAX_KW &&
                xd[3] <= IPU__DW_MAX_W;
     size_t dwb = dws ? (size_t)(KH * KW) * sizeof(int64_t) +
                            (size_t)(xd[3] + IPU__DW_V) * sizeof(int32_t)
