@@ -221,7 +221,12 @@ __attribute__((target("avx2"))) static void dw_same_avx2(const float *src, const
                                                          const float *wk, int64_t KH, int64_t KW,
                                                          int64_t W, int64_t pl, int64_t n,
                                                          const int32_t *col, float *acc) {
-    dw_same_ymm(src, off, wk, KH, KW, W, pl, n, col, acc);
+    if (KW == 3) /* constant widths: the column masks stay in registers */
+        dw_same_ymm(src, off, wk, KH, 3, W, pl, n, col, acc);
+    else if (KW == 5)
+        dw_same_ymm(src, off, wk, KH, 5, W, pl, n, col, acc);
+    else
+        dw_same_ymm(src, off, wk, KH, KW, W, pl, n, col, acc);
 }
 /* The same sums in the same order, a block of 16 outputs in one zmm register */
 __attribute__((target("avx512f"))) static void dw_same_avx512(const float *src, const int64_t *off,
