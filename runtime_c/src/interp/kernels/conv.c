@@ -15,9 +15,10 @@
  * float32 one through float32 staging (run_gemm_f16). Their tiles accumulate in float32; where
  * the micro-kernel stores half (ipu__ukr.half) the last K chunk's store applies the epilogue
  * and writes y in half, else the epilogue and the conversion run on the C tile. Depthwise
- * convolutions (one input and one output channel per group) use a direct loop: in float32 over the window path's copied rows, one long pass
- * per tap. Every output element is computed the same way whichever work item computes it, so
- * results do not depend on the split. The window path is in conv_window.c. */
+ * convolutions (one input and one output channel per group) sum their taps directly
+ * (conv_dw.c; run_direct here where their window plan does not fit). Every output element is
+ * computed the same way whichever work item computes it, so results do not depend on the
+ * split. The window path is in conv_window.c. */
 #include <stdbool.h>
 #include <string.h>
 
@@ -462,130 +463,6 @@ static void gemm_f16_channels(const ipu__conv_plan *p, const uint16_t *x, const 
     }
 }
 
-/* acc[q] = sum over taps k in order of wk[k] * src[rowoff[k] + q], q < n: blocks of 16 pixels
- * summed in registers over all taps (one store per output). The last block ends at n,
- * overlapping the one before (its outputs computed again, the same sums): small maps, whose
- * 49 to 252 extended pixels leave a remainder of up to 15, stay in vector registers. */
-static inline __attribute__((always_inline)) void dw_taps_body(const float *src,
-                                                               const int64_t *rowoff,
-                                                               const float *wk, int64_t kk,
-                                                               int64_t n, float *restrict acc) {
-    int64_t q = 0;
-    for (int64_t end = n >= 16 ? n : 0; q < end; q += 16) {
-        if (q + 16 > n) q = n - 16;
-        float t[16] = {0};
-        for (int64_t k = 0; k < kk; k++) {
-            const float *s = src + rowoff[k] + q;
-            for (int j = 0; j < 16; j++) t[j] += s[j] * wk[k];
-        }
-        memcpy(acc + q, t, sizeof t);
-    }
-    for (; q < n; q++) {
-        float t = 0.0f;
-        for (int64_t k = 0; k < kk; k++) t += src[rowoff[k] + q] * wk[k];
-        acc[q] = t;
-    }
-}
-
-static void dw_taps_base(const float *src, const int64_t *rowoff, const float *wk, int64_t kk,
-                         int64_t n, float *acc) {
-    dw_taps_body(src, rowoff, wk, kk, n, acc);
-}
-
-#if IPU_X86
-__attribute__((target("avx2"))) static void dw_taps_avx2(const float *src, const int64_t *rowoff,
-                                                         const float *wk, int64_t kk, int64_t n,
-                                                         float *acc) {
-    dw_taps_body(src, rowoff, wk, kk, n, acc);
-}
-/* The same sums in the same order, a group of 16 outputs in one zmm register */
-__attribute__((target("avx512f"))) static void dw_taps_avx512(const float *src,
-                                                              const int64_t *rowoff,
-                                                              const float *wk, int64_t kk,
-                                                              int64_t n, float *acc) {
-    dw_taps_body(src, rowoff, wk, kk, n, acc);
-}
-#endif
-
-static void dw_taps(const float *src, const int64_t *rowoff, const float *wk, int64_t kk, int64_t n,
-                    float *acc) {
-#if IPU_X86
-    int isa = ipu__isa();
-    if (isa >= IPU__ISA_AVX512) {
-        dw_taps_avx512(src, rowoff, wk, kk, n, acc);
-        return;
-    }
-    if (isa >= IPU__ISA_AVX2) {
-        dw_taps_avx2(src, rowoff, wk, kk, n, acc);
-        return;
-    }
-#endif
-    dw_taps_base(src, rowoff, wk, kk, n, acc);
-}
-
-/* Depthwise float32 with the window plan (conv.h): the padded input rows of the block are
- * copied by stride phase, then each tap is one long pass acc[q] += w * xq[rowoff[k] + q] over
- * the extended pixels; the epilogue writes the kept columns. False if acc does not fit. */
-static bool run_direct_window(const ipu__conv_plan *p, const float *x, const float *w,
-                              const void *bias, const void *res, float *y, int64_t n, int64_t g,
-                              int64_t r, void *scratch) {
-    int64_t oh0 = r * p->rows, nrows = p->OH - oh0 < p->rows ? p->OH - oh0 : p->rows;
-    int64_t Wq = p->Wq, npix = nrows * Wq, KK = p->KH * p->KW;
-    if (npix > IPU__CONV_WIN_C) return false;
-    float *acc = (float *)scratch + IPU__CONV_WIN_A;
-    float *xq = acc + IPU__CONV_WIN_C + IPU__CONV_WIN_B;
-    int64_t xoff = (n * p->C + g) * p->H * p->W;
-    const float *src = x + xoff + oh0 * p->W;
-    if (p->xcopy) {
-        ipu__conv_copy_window(p, x, xoff, oh0, nrows, 0, 1, xq, NULL);
-        src = xq;
-    }
-    dw_taps(src, p->rowoff, w + g * KK, KK, npix, acc);
-    int64_t off = ((n * p->M + g) * p->OH + oh0) * p->OW;
-    ipu__conv_epilogue_rows(p, y + off, p->OW, acc, Wq, nrows, p->OW, bias, g, res, off);
-    return true;
-}
-
-/* run_direct_window for float16: the input rows the block reads converted in one call after
- * the first IPU__SCRATCH_BYTES (at their place in the plane; the channel's weights and the
- * output block after the plane), the window rows copied from there; the epilogue writes the
- * kept columns as contiguous float32 rows (they are y's rows of the block), which one call
- * stores in half. False if it does not fit. */
-static bool run_direct_window_f16(const ipu__conv_plan *p, const uint16_t *x, const uint16_t *w,
-                                  const void *bias, const void *res, uint16_t *y, int64_t n,
-                                  int64_t g, int64_t r, void *scratch) {
-    int64_t oh0 = r * p->rows, nrows = p->OH - oh0 < p->rows ? p->OH - oh0 : p->rows;
-    int64_t Wq = p->Wq, npix = nrows * Wq, KK = p->KH * p->KW, hw = p->H * p->W;
-    if (npix > IPU__CONV_WIN_C ||
-        hw + KK + nrows * p->OW >
-            (int64_t)((IPU__WORKER_SCRATCH_BYTES - IPU__SCRATCH_BYTES) / sizeof(float)))
-        return false;
-    float *acc = (float *)scratch + IPU__CONV_WIN_A;
-    float *xq = acc + IPU__CONV_WIN_C + IPU__CONV_WIN_B;
-    float *plane = (float *)((char *)scratch + IPU__SCRATCH_BYTES), *wk = plane + hw;
-    float *yb = wk + KK;
-    /* the input rows [ih0, ih1) of the block's window, and the up to sh - 1 more the phase
-     * copies take (rows no kept output reads); without xcopy, KW is 1: no wider */
-    int64_t ih0 = oh0 * p->sh - p->pt,
-            ih1 = (oh0 + nrows - 1) * p->sh - p->pt + (p->KH - 1) * p->dh + p->sh;
-    ih0 = ih0 < 0 ? 0 : ih0;
-    ih1 = ih1 > p->H ? p->H : ih1;
-    if (ih1 > ih0)
-        ipu__cvt_f16_to_f32(x + (n * p->C + g) * hw + ih0 * p->W, plane + ih0 * p->W,
-                            (size_t)((ih1 - ih0) * p->W));
-    ipu__cvt_f16_to_f32(w + g * KK, wk, (size_t)KK);
-    const float *src = plane + oh0 * p->W;
-    if (p->xcopy) {
-        ipu__conv_copy_window(p, plane, 0, oh0, nrows, 0, 1, xq, NULL);
-        src = xq;
-    }
-    dw_taps(src, p->rowoff, wk, KK, npix, acc);
-    int64_t off = ((n * p->M + g) * p->OH + oh0) * p->OW;
-    ipu__conv_epilogue_rows(p, yb, p->OW, acc, Wq, nrows, p->OW, bias, g, res, off);
-    ipu__cvt_f32_to_f16(yb, y + off, (size_t)(nrows * p->OW));
-    return true;
-}
-
 /* Depthwise: channel c = g of image n, output rows of block r. */
 static void run_direct(const ipu__conv_plan *p, const void *x, const void *w, const void *bias,
                        const void *res, void *y, int64_t n, int64_t g, int64_t r, void *scratch) {
@@ -727,8 +604,7 @@ ipu_status ipu__k_conv2d(const ipu__frame *f, const ipu__instr *ins, size_t b, s
             }
             run_tposed(p, x, apre, bias, res, y, n, g, mb, mb1, r, scratch);
         } else if (p->direct) {
-            if (!p->Wq || !(p->f16 ? run_direct_window_f16(p, x, w, bias, res, y, n, g, r, scratch)
-                                   : run_direct_window(p, x, w, bias, res, y, n, g, r, scratch)))
+            if (!p->Wq || !ipu__conv_run_dw(p, x, w, bias, res, y, n, g, r, scratch))
                 run_direct(p, x, w, bias, res, y, n, g, r, scratch);
         } else if (p->window)
             ipu__conv_run_window(p, x, w, apre, bias, res, y, n, g, mb, r, scratch);

@@ -54,6 +54,12 @@ typedef struct ipu__conv_plan {
     int window, xcopy;
     int64_t Hq, Wq, nphr, nphc;
     const int64_t *rowoff; /* [K], inside this allocation */
+    /* depthwise float32, stride 1, no dilation, OW = W (`dw_same`; conv_dw.c): no window copy.
+     * Inside this allocation after rowoff: dwoff[k] = kh * W + kw - pl, tap k's offset from its
+     * output pixel's index in the input row pt above, and dwcol[i] = i mod W, i < W + IPU__DW_V. */
+    int dw_same;
+    const int64_t *dwoff;
+    const int32_t *dwcol;
     /* small-map path (`tpose`; conv.c; float32 and float16), chosen where it pads less than
      * the paths above:
      * the output pixels of a row block (at most IPU__CONV_T_PIX) are the micro-kernel's rows and
@@ -71,6 +77,9 @@ typedef struct ipu__conv_plan {
     int wino;
     int64_t wtr, wnt, wcb;
 } ipu__conv_plan;
+#define IPU__DW_V 16                   /* dw_same: outputs summed in registers at a time */
+#define IPU__DW_MAX_KW 16              /* dw_same: KW at most (its column masks on the stack) */
+#define IPU__DW_MAX_W (1 << 16)        /* dw_same: W at most (dwcol) */
 #define IPU__CONV_T_PIX ((int64_t)240) /* small-map path: output pixels per work item at most */
 
 /* Output channels [*m0, *m1) of the group's channel items [mb0, mb1): the Cog / mu units

@@ -353,8 +353,16 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
             wrows = 0;
     }
     size_t roff = wrows || ((f32 || f16) && pw) ? (size_t)((C / G) * KH * KW) * sizeof(int64_t) : 0;
+    /* depthwise float32, stride 1, no dilation, as wide as its input: dw_same (conv_dw.c) */
+    bool dws = f32 && wrows && C / G == 1 && M / G == 1 && a[1] == 1 && a[2] == 1 && a[3] == 1 &&
+               a[4] == 1 && ow == xd[3] && a[6] < KW && KW <= IPU__DW_MAX_KW &&
+               xd[3] <= IPU__DW_MAX_W;
+    size_t dwb = dws ? (size_t)(KH * KW) * sizeof(int64_t) +
+                           (size_t)(xd[3] + IPU__DW_V) * sizeof(int32_t)
+                     : 0;
     ipu__conv_plan *p;
-    if (!(p = alloc_plan(sizeof *p + roff))) return plan_nomem(); /* then rowoff[K] */
+    if (!(p = alloc_plan(sizeof *p + roff + dwb))) /* then rowoff[K], dwoff, dwcol */
+        return plan_nomem();
     p->f16 = y->desc.dtype == IPU_DTYPE_FLOAT16;
     p->has_bias = bias != NULL;
     p->act = (int)act;
@@ -452,6 +460,18 @@ ipu_status ipu__verify_conv2d(const vctx *v, const ipu__tensor *const *in, const
         p->rows = p->wtr ? 2 * p->wtr : trows ? trows : wrows;
         p->tpose = trows > 0;
         p->wino = p->wtr > 0;
+    }
+    if (dws && p->direct && p->Wq) {
+        int64_t *off = (int64_t *)((char *)(p + 1) + roff);
+        int32_t *col = (int32_t *)(off + KH * KW);
+        for (int64_t k = 0; k < KH * KW; k++) off[k] = k / KW * xd[3] + k % KW - a[6];
+        for (int32_t i = 0, c = 0; i < xd[3] + IPU__DW_V; i++) {
+            col[i] = c;
+            c = c + 1 < xd[3] ? c + 1 : 0;
+        }
+        p->dw_same = 1;
+        p->dwoff = off;
+        p->dwcol = col;
     }
     if (p->rows > oh) p->rows = oh;
     /* float32 GEMM path (1x1): two pixel blocks where fewer than 3 channel blocks would leave a

@@ -72,6 +72,11 @@ static inline void ipu__conv_pack_rows(const float *src, const int64_t *rowoff, 
  * float32 (rb NULL) or float16 (its rows converted into rb, W floats). */
 void ipu__conv_copy_window(const ipu__conv_plan *p, const void *x, int64_t xoff, int64_t oh0,
                            int64_t nrows, int64_t ci0, int64_t ci1, float *xq, float *rb);
+/* conv_dw.c: one work item of a depthwise plan (`direct`) on its window plan (Wq > 0): row
+ * block r of channel g of image n, float32 or float16. False if the block does not fit the
+ * scratch (run_direct in conv.c then computes it). */
+bool ipu__conv_run_dw(const ipu__conv_plan *p, const void *x, const void *w, const void *bias,
+                      const void *res, void *y, int64_t n, int64_t g, int64_t r, void *scratch);
 /* conv_window.c: one work item of the window path (channel item mb of group g, row block r of
  * image n), float32 or float16 (p->f16); apre: the weights packed at load, or NULL. */
 void ipu__conv_run_window(const ipu__conv_plan *p, const void *x, const void *w, const float *apre,
