@@ -243,6 +243,21 @@ def test_roi_align_opset10() -> None:
     check(graph([node], feeds, ["y"], opset=10), feeds, {}, tol=1e-4)
 
 
+@pytest.mark.parametrize("mode", ["avg", "max"])
+def test_roi_align_regions_of_many_samples(mode: str) -> None:
+    """A region's samples are found once for all its channels, in the worker's scratch; a
+    region with more samples than that holds (an adaptive grid of 30 x 30 per bin here) finds
+    them per channel. Both next to each other, regions partly outside the map, channels split
+    between work items (the runner's two workers)."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 5, 16, 16)).astype(F32)
+    rois = np.array([[-40, -30, 170, 180], [2, 3, 9, 14], [-5, 8, 20, 300], [1, 1, 2, 2]], F32)
+    node = helper.make_node("RoiAlign", ["x", "rois", "bi"], ["y"], mode=mode,
+                            output_height=7, output_width=7, sampling_ratio=0)  # fmt: skip
+    feeds = {"x": x, "rois": rois, "bi": np.zeros(4, I64)}
+    check(graph([node], feeds, ["y"]), feeds, {}, tol=1e-4)
+
+
 # ---------------------------------------------------------------- TopK with a run-time K
 
 

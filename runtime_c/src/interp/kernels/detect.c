@@ -252,10 +252,18 @@ ipu_status ipu__verify_nms(const vctx *v, const ipu__tensor *const *in, const ip
 
 /* ---------------------------------------------------------------- ROI_ALIGN */
 
-/* One bilinear sample of plane x [h, w] at (yy, xx), as ONNX Runtime computes it: its four
- * weighted taps, then their sum (avg) or their largest (max). */
-static float roi_sample(const float *x, int64_t h, int64_t w, float yy, float xx, int max_mode) {
-    if (yy < -1.0f || yy > (float)h || xx < -1.0f || xx > (float)w) return 0.0f;
+/* One bilinear sample of a plane [h, w] at (yy, xx), as ONNX Runtime computes it: four taps
+ * (offsets into the plane) and their weights; valid 0 where the sample lies outside (it is 0).
+ * The same for every channel of a region, so a region's samples are found once. */
+typedef struct roi_tap {
+    int64_t o[4];
+    float wt[4];
+    int valid;
+} roi_tap;
+
+static roi_tap roi_tap_at(int64_t h, int64_t w, float yy, float xx) {
+    roi_tap t = {{0, 0, 0, 0}, {0, 0, 0, 0}, 0};
+    if (yy < -1.0f || yy > (float)h || xx < -1.0f || xx > (float)w) return t;
     if (yy <= 0) yy = 0;
     if (xx <= 0) xx = 0;
     int64_t yl = (int64_t)yy, xl = (int64_t)xx, yh, xh;
@@ -272,8 +280,18 @@ static float roi_sample(const float *x, int64_t h, int64_t w, float yy, float xx
         xh = xl + 1;
     }
     float ly = yy - (float)yl, lx = xx - (float)xl, hy = 1.0f - ly, hx = 1.0f - lx;
-    float t1 = hy * hx * x[yl * w + xl], t2 = hy * lx * x[yl * w + xh];
-    float t3 = ly * hx * x[yh * w + xl], t4 = ly * lx * x[yh * w + xh];
+    t = (roi_tap){{yl * w + xl, yl * w + xh, yh * w + xl, yh * w + xh},
+                  {hy * hx, hy * lx, ly * hx, ly * lx},
+                  1};
+    return t;
+}
+
+/* The sample of plane x at tap t: the four weighted taps, then their sum (avg) or their
+ * largest (max). */
+static inline float roi_sample(const float *x, const roi_tap *t, int max_mode) {
+    if (!t->valid) return 0.0f;
+    float t1 = t->wt[0] * x[t->o[0]], t2 = t->wt[1] * x[t->o[1]];
+    float t3 = t->wt[2] * x[t->o[2]], t4 = t->wt[3] * x[t->o[3]];
     if (max_mode) return fmaxf(fmaxf(fmaxf(t1, t2), t3), t4);
     return t1 + t2 + t3 + t4;
 }
@@ -286,48 +304,86 @@ static int64_t adaptive_grid(float bin) {
     return bin >= (float)ROI_MAX_GRID ? ROI_MAX_GRID : (int64_t)ceilf(bin);
 }
 
+/* Region k's bins: output (ph, pw) averages (or takes the largest of) the gh x gw samples at
+ * y0 + ph * bh + (iy + 0.5) * bh / gh, likewise x. */
+typedef struct roi_bins {
+    float x0, y0, bh, bw, cnt;
+    int64_t gh, gw;
+} roi_bins;
+
+static roi_bins roi_bins_of(const ipu__roi_plan *p, const float *r) {
+    float off = p->half_pixel ? 0.5f : 0.0f;
+    float x0 = r[0] * p->scale - off, y0 = r[1] * p->scale - off;
+    float rw = r[2] * p->scale - off - x0, rh = r[3] * p->scale - off - y0;
+    if (!p->half_pixel) {
+        rw = fmaxf(rw, 1.0f);
+        rh = fmaxf(rh, 1.0f);
+    }
+    roi_bins g = {x0, y0, rh / (float)p->oh, rw / (float)p->ow, 1.0f, 0, 0};
+    g.gh = p->ratio > 0 ? p->ratio : adaptive_grid(rh / (float)p->oh);
+    g.gw = p->ratio > 0 ? p->ratio : adaptive_grid(rw / (float)p->ow);
+    g.cnt = (float)(g.gh * g.gw > 1 ? g.gh * g.gw : 1);
+    return g;
+}
+
+static roi_tap roi_tap_of(const ipu__roi_plan *p, const roi_bins *g, int64_t ph, int64_t pw,
+                          int64_t iy, int64_t ix) {
+    float yy = g->y0 + (float)ph * g->bh + ((float)iy + 0.5f) * g->bh / (float)g->gh;
+    float xx = g->x0 + (float)pw * g->bw + ((float)ix + 0.5f) * g->bw / (float)g->gw;
+    return roi_tap_at(p->h, p->w, yy, xx);
+}
+
+/* One channel plane of region k into out [oh, ow]; taps: the region's samples in (ph, pw,
+ * iy, ix) order, or NULL to find each as it is read (a region with more samples than the
+ * scratch holds). */
+static void roi_channel(const ipu__roi_plan *p, const roi_bins *g, const roi_tap *taps,
+                        const float *plane, float *out) {
+    for (int64_t ph = 0, i = 0; ph < p->oh; ph++)
+        for (int64_t pw = 0; pw < p->ow; pw++) {
+            float acc = 0.0f;
+            for (int64_t iy = 0; iy < g->gh; iy++)
+                for (int64_t ix = 0; ix < g->gw; ix++, i++) {
+                    roi_tap t = taps ? taps[i] : roi_tap_of(p, g, ph, pw, iy, ix);
+                    float s = roi_sample(plane, &t, p->max_mode);
+                    if (p->max_mode)
+                        acc = iy == 0 && ix == 0 ? s : fmaxf(acc, s);
+                    else
+                        acc += s;
+                }
+            out[ph * p->ow + pw] = p->max_mode ? acc : acc / g->cnt;
+        }
+}
+
+/* Work items (region k, channel c); a run of one region's channels finds its samples once,
+ * into the scratch. */
 ipu_status ipu__k_roi_align(const ipu__frame *f, const ipu__instr *ins, size_t b, size_t e,
                             void *scratch) {
-    (void)scratch;
     const ipu__roi_plan *p = ins->plan;
     const float *x = f->ptr[ins->in[0]], *rois = f->ptr[ins->in[1]];
     const int64_t *bidx = f->ptr[ins->in[2]];
     float *y = f->ptr[ins->out[0]];
-    float off = p->half_pixel ? 0.5f : 0.0f;
+    roi_tap *taps = scratch;
+    int64_t cached = -1; /* the region whose samples taps holds */
+    roi_bins g = {0};
     for (size_t it = b; it < e; it++) {
         int64_t k = (int64_t)it / p->c, c = (int64_t)it % p->c, n = bidx[k];
-        float *out = y + (int64_t)it * p->oh * p->ow;
         if (n < 0 || n >= p->n)
             return ipu__fail(IPU_ERR_INVALID_ARGUMENT,
                              "batch index %lld of region %lld is out of range [0, %lld)",
                              (long long)n, (long long)k, (long long)p->n);
-        const float *r = rois + k * 4, *plane = x + (n * p->c + c) * p->h * p->w;
-        float x0 = r[0] * p->scale - off, y0 = r[1] * p->scale - off;
-        float rw = r[2] * p->scale - off - x0, rh = r[3] * p->scale - off - y0;
-        if (!p->half_pixel) {
-            rw = fmaxf(rw, 1.0f);
-            rh = fmaxf(rh, 1.0f);
+        if (k != cached) {
+            g = roi_bins_of(p, rois + k * 4);
+            uint64_t per_bin = (uint64_t)g.gh * (uint64_t)g.gw;
+            bool fits = per_bin * (uint64_t)(p->oh * p->ow) <= IPU__SCRATCH_BYTES / sizeof *taps;
+            cached = fits ? k : -1;
+            for (int64_t ph = 0, i = 0; fits && ph < p->oh; ph++)
+                for (int64_t pw = 0; pw < p->ow; pw++)
+                    for (int64_t iy = 0; iy < g.gh; iy++)
+                        for (int64_t ix = 0; ix < g.gw; ix++)
+                            taps[i++] = roi_tap_of(p, &g, ph, pw, iy, ix);
         }
-        float bh = rh / (float)p->oh, bw = rw / (float)p->ow;
-        int64_t gh = p->ratio > 0 ? p->ratio : adaptive_grid(rh / (float)p->oh);
-        int64_t gw = p->ratio > 0 ? p->ratio : adaptive_grid(rw / (float)p->ow);
-        float cnt = (float)(gh * gw > 1 ? gh * gw : 1);
-        for (int64_t ph = 0; ph < p->oh; ph++)
-            for (int64_t pw = 0; pw < p->ow; pw++) {
-                float acc = 0.0f;
-                for (int64_t iy = 0; iy < gh; iy++) {
-                    float yy = y0 + (float)ph * bh + ((float)iy + 0.5f) * bh / (float)gh;
-                    for (int64_t ix = 0; ix < gw; ix++) {
-                        float xx = x0 + (float)pw * bw + ((float)ix + 0.5f) * bw / (float)gw;
-                        float s = roi_sample(plane, p->h, p->w, yy, xx, p->max_mode);
-                        if (p->max_mode)
-                            acc = iy == 0 && ix == 0 ? s : fmaxf(acc, s);
-                        else
-                            acc += s;
-                    }
-                }
-                out[ph * p->ow + pw] = p->max_mode ? acc : acc / cnt;
-            }
+        const float *plane = x + (n * p->c + c) * p->h * p->w;
+        roi_channel(p, &g, k == cached ? taps : NULL, plane, y + (int64_t)it * p->oh * p->ow);
     }
     return IPU_OK;
 }
