@@ -41,9 +41,10 @@ def detection_error(
     unpaired = sorted(set(range(n)) - set(owner))
     if unpaired:
         i = unpaired[0]
+        box = ", ".join(f"{v:.6g}" for v in w[i, 2:])
         raise AssertionError(
-            f"{len(unpaired)} of {n} detections unpaired, first {i}: {w[i]}; "
-            f"rows near it: {g[max(i - 2, 0) : i + 3]}"
+            f"{len(unpaired)} of {n} detections unpaired; the first: row {i}, label "
+            f"{int(w[i, 0])}, score {w[i, 1]:.7g}, box [{box}]"
         )
     error = 0.0
     for j, i in enumerate(owner):
