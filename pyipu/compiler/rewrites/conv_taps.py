@@ -8,8 +8,9 @@ and the padding before it with them. Dilated convolutions on small maps are the 
 
 The leading and trailing dead rows (columns) are cut: w[:, :, kh0:kh1 + 1, kw0:kw1 + 1], pads
 top −= kh0·dh, bottom −= (KH − 1 − kh1)·dh, which keeps the output's size. Only constant
-weights (`constant`: not a variable, not a weight a session may rebind) with finite values in
-the cut part (0 · inf would be NaN) are trimmed, and only where both pads stay non-negative.
+weights (`constant`: not a variable, not a weight a session may rebind), all finite (a cut
+0 · inf would have been NaN), are trimmed, and only where both pads stay non-negative. The
+trimmed kernel is a weight of its own; the model's stays, under its name, in the executable.
 
 >>> from pyipu.compiler.lower import GraphBuilder
 >>> trim_dead_taps(GraphBuilder(1))
